@@ -1,0 +1,324 @@
+//! The policy model (contract section 4): what every run must show, computed from the inputs
+//! alone, and the comparison of a run's observations with it.
+
+use serde::Serialize;
+
+use crate::admission::ledger::Event;
+use crate::admission::section::GateState;
+use crate::label::Label;
+use crate::policy::{Held, Policy, Pool, Route};
+use crate::report::PolicyReport;
+
+/// An admission decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Took a permit and entered the work section.
+    Admitted,
+    /// Found no permit: HTTP 503, never entered, never queued.
+    Refused,
+}
+
+/// When a caller receives its response, relative to the opening of the slow gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// While the gate is still closed.
+    BeforeRelease,
+    /// After the coordinator opened the gate.
+    AfterRelease,
+}
+
+impl Phase {
+    /// The phase in words, for messages and the text report.
+    pub fn words(self) -> &'static str {
+        match self {
+            Phase::BeforeRelease => "before release",
+            Phase::AfterRelease => "after release",
+        }
+    }
+}
+
+/// What the model expects for one request of the sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Expected {
+    /// The request.
+    pub request: Label,
+    /// Where it is sent.
+    pub route: Route,
+    /// The pool it draws from.
+    pub pool: Pool,
+    /// Whether it gets a permit.
+    pub decision: Decision,
+    /// The HTTP status its caller receives: 200 admitted, 503 refused.
+    pub status: u16,
+    /// When its caller receives it.
+    pub answered: Phase,
+}
+
+/// The model's expectations for one policy run, in the order the requests are sent:
+/// `S1..S<held>`, `F1`, `S-after`, `F-after`.
+pub fn expect(policy: Policy, held: Held) -> Vec<Expected> {
+    let slow_pool = policy.pool_for(Route::Slow);
+    let fast_pool = policy.pool_for(Route::Fast);
+    // Slow requests are sent one after another, so the first ones take every slow permit.
+    let held_admitted = held.get().min(policy.capacity(slow_pool));
+    // F1 finds the held slow work in its pool only when the two routes share one.
+    let taken_before_f1 = if fast_pool == slow_pool {
+        held_admitted
+    } else {
+        0
+    };
+    let f1_admitted = taken_before_f1 < policy.capacity(fast_pool);
+
+    let expected = |request: Label, admitted: bool, answered: Phase| Expected {
+        request,
+        route: request.route(),
+        pool: policy.pool_for(request.route()),
+        decision: if admitted {
+            Decision::Admitted
+        } else {
+            Decision::Refused
+        },
+        status: if admitted { 200 } else { 503 },
+        answered,
+    };
+    let slow = Label::held(held).enumerate().map(|(i, request)| {
+        if i < held_admitted {
+            expected(request, true, Phase::AfterRelease)
+        } else {
+            expected(request, false, Phase::BeforeRelease)
+        }
+    });
+    slow.chain([
+        expected(Label::F1, f1_admitted, Phase::BeforeRelease),
+        expected(Label::SlowAfter, true, Phase::AfterRelease),
+        expected(Label::FastAfter, true, Phase::AfterRelease),
+    ])
+    .collect()
+}
+
+/// The held slow requests the model admits (`held`) or refuses (`refused`), in order.
+pub fn held_slow(expected: &[Expected], decision: Decision) -> Vec<Label> {
+    expected
+        .iter()
+        .filter(|e| matches!(e.request, Label::Slow(_)) && e.decision == decision)
+        .map(|e| e.request)
+        .collect()
+}
+
+/// Every way `report` differs from `expected`, in words; empty when it matches.
+pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
+    let mut differences = Vec::new();
+    let mut differ = |text: String| differences.push(text);
+    let observed = &report.observed;
+
+    for e in expected {
+        let decided = report.admissions.iter().find(|a| a.request == e.request);
+        match decided {
+            None => differ(format!("{}: no admission decision was recorded", e.request)),
+            Some(a) if (a.decision, a.pool) != (e.decision, e.pool) => differ(format!(
+                "{}: expected {:?} by the {} pool, observed {:?} by the {} pool",
+                e.request, e.decision, e.pool, a.decision, a.pool
+            )),
+            Some(_) => {}
+        }
+        let answered = observed.responses.iter().find(|r| r.request == e.request);
+        match answered {
+            None => differ(format!("{}: no response was received", e.request)),
+            Some(r) if (r.status, r.phase) != (e.status, e.answered) => differ(format!(
+                "{}: expected HTTP {} {}, received HTTP {} {}",
+                e.request,
+                e.status,
+                e.answered.words(),
+                r.status,
+                r.phase.words()
+            )),
+            Some(_) => {}
+        }
+    }
+    for a in &report.admissions {
+        if !expected.iter().any(|e| e.request == a.request) {
+            differ(format!(
+                "{}: an admission decision the sequence never asked for",
+                a.request
+            ));
+        }
+    }
+
+    let held = held_slow(expected, Decision::Admitted);
+    let refused = held_slow(expected, Decision::Refused);
+    let f1_refused = expected
+        .iter()
+        .filter(|e| e.request == Label::F1 && e.decision == Decision::Refused)
+        .map(|e| e.request);
+    let refused_after_f1: Vec<Label> = refused.iter().copied().chain(f1_refused).collect();
+    let snapshots = [
+        (
+            "observer_before_fast",
+            &observed.observer_before_fast,
+            &refused,
+        ),
+        (
+            "observer_after_fast_before_release",
+            &observed.observer_after_fast_before_release,
+            &refused_after_f1,
+        ),
+    ];
+    for (name, snapshot, refused) in snapshots {
+        match snapshot {
+            None => differ(format!("{name} was not recorded")),
+            Some(s) if s.held_at_gate != held || &s.refused != refused => differ(format!(
+                "{name}: expected held {held:?} and refused {refused:?}, observed held {:?} and refused {:?}",
+                s.held_at_gate, s.refused
+            )),
+            Some(_) => {}
+        }
+    }
+    match &observed.slow_callers_pending_before_release {
+        None => differ("slow_callers_pending_before_release was not recorded".into()),
+        Some(pending) if *pending != held => differ(format!(
+            "slow callers pending before release: expected {held:?}, observed {pending:?}"
+        )),
+        Some(_) => {}
+    }
+
+    check_order(report, &held, &mut differ);
+
+    let end = &report.final_state;
+    for (&pool, &capacity) in &report.pool_capacities {
+        let (active, available) = (end.active_work.get(&pool), end.available_permits.get(&pool));
+        if active != Some(&0) || available != Some(&capacity) {
+            differ(format!(
+                "final state of the {pool} pool: expected 0 active and {capacity} available, observed {active:?} active and {available:?} available"
+            ));
+        }
+    }
+    if end.gate != GateState::Open {
+        differ("final state: the slow gate is not open".into());
+    }
+    if !report.client_threads_stopped {
+        differ("not every client task was joined".into());
+    }
+    match &report.server {
+        Some(s) if s.listener_closed && s.connection_tasks_stopped => {}
+        Some(_) => differ("the server did not close its listener and join its connections".into()),
+        None => differ("no server summary: the server never started or its task failed".into()),
+    }
+    differences
+}
+
+/// The order of the ledger: one gate opening; F1, if admitted, in and out before it; every held
+/// slow request out only after it.
+fn check_order(report: &PolicyReport, held: &[Label], differ: &mut impl FnMut(String)) {
+    let events = &report.work_events;
+    let seq_of = |request: Option<Label>, event: Event| {
+        events
+            .iter()
+            .find(|e| e.request == request && e.event == event)
+            .map(|e| e.seq)
+    };
+    let openings = events
+        .iter()
+        .filter(|e| e.event == Event::GateOpened)
+        .count();
+    let Some(opened) = seq_of(None, Event::GateOpened).filter(|_| openings == 1) else {
+        differ(format!("expected one gate_opened event, found {openings}"));
+        return;
+    };
+    if let Some(admitted) = seq_of(Some(Label::F1), Event::Admitted) {
+        match seq_of(Some(Label::F1), Event::Finished) {
+            Some(finished) if admitted < opened && finished < opened => {}
+            _ => differ("F1 was admitted but did not finish before the gate opened".into()),
+        }
+    }
+    for &request in held {
+        let held_at = seq_of(Some(request), Event::Held);
+        let finished = seq_of(Some(request), Event::Finished);
+        if !matches!((held_at, finished), (Some(h), Some(f)) if h < opened && opened < f) {
+            differ(format!(
+                "{request}: expected held before the gate opened and finished after it"
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Mode, Slots};
+
+    fn outcomes(mode: Mode, slots: u8, held: u8) -> (Vec<Label>, Vec<Label>, u16) {
+        let slots = Slots::new(slots).expect("test slots are in range");
+        let held = Held::new(held).expect("test held counts are in range");
+        let expected = expect(Policy { mode, slots }, held);
+        let f1 = expected
+            .iter()
+            .find(|e| e.request == Label::F1)
+            .map(|e| e.status);
+        (
+            held_slow(&expected, Decision::Admitted),
+            held_slow(&expected, Decision::Refused),
+            f1.expect("the model has F1"),
+        )
+    }
+
+    use Label::Slow as S;
+
+    /// The workshop's worked examples, as the workshop states them.
+    #[test]
+    fn the_workshop_examples() {
+        assert_eq!(
+            outcomes(Mode::Shared, 2, 2),
+            (vec![S(1), S(2)], vec![], 503)
+        );
+        assert_eq!(
+            outcomes(Mode::Partitioned, 2, 2),
+            (vec![S(1)], vec![S(2)], 200)
+        );
+        assert_eq!(
+            outcomes(Mode::Shared, 3, 2),
+            (vec![S(1), S(2)], vec![], 200)
+        );
+        assert_eq!(outcomes(Mode::Shared, 2, 1), (vec![S(1)], vec![], 200));
+        assert_eq!(outcomes(Mode::Partitioned, 2, 1), (vec![S(1)], vec![], 200));
+        assert_eq!(
+            outcomes(Mode::Shared, 2, 4),
+            (vec![S(1), S(2)], vec![S(3), S(4)], 503)
+        );
+        assert_eq!(
+            outcomes(Mode::Partitioned, 2, 4),
+            (vec![S(1)], vec![S(2), S(3), S(4)], 200)
+        );
+    }
+
+    /// Section 4 for every input: admitted = min(held, slow capacity); shared F1 gets in only
+    /// when held < slots; partitioned F1 always; the probes after release always.
+    #[test]
+    fn section_four_for_every_input() {
+        for mode in Mode::ALL {
+            for slots in Slots::all() {
+                for held in Held::all() {
+                    let policy = Policy { mode, slots };
+                    let expected = expect(policy, held);
+                    let cap_slow = policy.capacity(policy.pool_for(Route::Slow));
+                    let admitted = held.get().min(cap_slow);
+                    assert_eq!(held_slow(&expected, Decision::Admitted).len(), admitted);
+                    assert_eq!(
+                        held_slow(&expected, Decision::Refused).len(),
+                        held.get() - admitted
+                    );
+                    let f1 = &expected[held.get()];
+                    let f1_in = mode == Mode::Partitioned || held.get() < slots.get();
+                    assert_eq!(f1.request, Label::F1);
+                    assert_eq!(f1.status, if f1_in { 200 } else { 503 });
+                    let probes: Vec<_> = expected[held.get() + 1..]
+                        .iter()
+                        .map(|e| (e.request, e.status))
+                        .collect();
+                    assert_eq!(probes, [(Label::SlowAfter, 200), (Label::FastAfter, 200)]);
+                }
+            }
+        }
+    }
+}
