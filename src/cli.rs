@@ -1,6 +1,8 @@
 //! The command line (contract section 1). clap checks every value against its allowed range, so
 //! a refused command line exits 2 with a message naming the flag, before any socket is opened.
 
+use std::convert::Infallible;
+
 use clap::{Parser, ValueEnum};
 
 use crate::policy::{Held, Inputs, ModeChoice, Slots};
@@ -28,14 +30,27 @@ pub struct Cli {
     /// The report on stdout: json for machines, text for a person reading it
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
+
+    // Flags a user may reach for but that the lab refuses with its reason, rather than with a
+    // "similar argument" tip: the address is not the user's to choose. They can hold no value.
+    #[arg(long, hide = true, value_name = "HOST", value_parser = refuse_address)]
+    host: Option<Infallible>,
+    #[arg(long, hide = true, value_name = "PORT", value_parser = refuse_address)]
+    port: Option<Infallible>,
+    #[arg(long, hide = true, value_name = "URL", value_parser = refuse_address)]
+    url: Option<Infallible>,
+}
+
+fn refuse_address(_: &str) -> Result<Infallible, String> {
+    Err("the lab always serves 127.0.0.1 on a port the OS picks; nothing selects a host, URL or port".into())
 }
 
 /// How the report is written to stdout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// The JSON report of contract section 5.
+    /// The full report of admission events and responses, as JSON
     Json,
-    /// A short table for a person.
+    /// The workshop's prediction table, filled in with what happened
     Text,
 }
 

@@ -149,11 +149,11 @@ impl<const MIN: u8, const MAX: u8> fmt::Display for Bounded<MIN, MAX> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeChoice {
-    /// Shared only.
+    /// One pool of all permits, for /slow and /fast alike
     Shared,
-    /// Partitioned only.
+    /// A slow pool of all permits but one, and one permit reserved for /fast
     Partitioned,
-    /// Shared, then partitioned, each on its own fresh server.
+    /// Shared, then partitioned, each on its own fresh server
     #[default]
     Both,
 }

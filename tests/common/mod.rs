@@ -1,0 +1,278 @@
+//! Helpers shared by the integration scenarios: the policy model computed here from contract
+//! section 4 (never read from the report's own `model` field), and checks whose failures print
+//! what was expected, what was observed, and for which run.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpStream};
+
+use isolation_lab::admission::ledger::Event;
+use isolation_lab::admission::section::GateState;
+use isolation_lab::coordinator::run_policy;
+use isolation_lab::label::Label;
+use isolation_lab::model::Phase;
+use isolation_lab::policy::{Held, Mode, Policy, Slots};
+use isolation_lab::report::PolicyReport;
+
+/// One policy run's inputs.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub mode: Mode,
+    pub slots: u8,
+    pub held: u8,
+}
+
+impl Case {
+    pub fn new(mode: Mode, slots: u8, held: u8) -> Self {
+        Case { mode, slots, held }
+    }
+
+    pub fn policy(self) -> Policy {
+        let slots = Slots::new(self.slots).expect("test cases use allowed slots");
+        Policy {
+            mode: self.mode,
+            slots,
+        }
+    }
+
+    pub fn held(self) -> Held {
+        Held::new(self.held).expect("test cases use allowed held counts")
+    }
+
+    /// Every allowed input: 2 modes × 3 slot counts × 4 held counts.
+    pub fn all() -> Vec<Case> {
+        let mut cases = Vec::new();
+        for mode in [Mode::Shared, Mode::Partitioned] {
+            for slots in 2..=4 {
+                for held in 1..=4 {
+                    cases.push(Case::new(mode, slots, held));
+                }
+            }
+        }
+        cases
+    }
+
+    /// Section 4: `/slow`'s capacity is all slots when shared, all but one when partitioned.
+    pub fn slow_capacity(self) -> u8 {
+        match self.mode {
+            Mode::Shared => self.slots,
+            Mode::Partitioned => self.slots - 1,
+        }
+    }
+
+    /// `S1..S<admitted>` where admitted = min(held, slow capacity).
+    pub fn admitted(self) -> Vec<Label> {
+        (1..=self.held.min(self.slow_capacity()))
+            .map(Label::Slow)
+            .collect()
+    }
+
+    /// `S<admitted+1>..S<held>`.
+    pub fn refused(self) -> Vec<Label> {
+        (self.held.min(self.slow_capacity()) + 1..=self.held)
+            .map(Label::Slow)
+            .collect()
+    }
+
+    /// F1 before release: shared gets 200 when held < slots, else 503; partitioned always 200.
+    pub fn f1_status(self) -> u16 {
+        match self.mode {
+            Mode::Shared if self.held >= self.slots => 503,
+            _ => 200,
+        }
+    }
+
+    /// Runs this case through the library: a real server on 127.0.0.1:0, real HTTP.
+    pub async fn run(self) -> PolicyReport {
+        let run = run_policy(self.policy(), self.held()).await;
+        assert_eq!(run.failure, None, "{self:?}: the run failed");
+        run.report
+    }
+}
+
+/// Asserts every outcome section 4 names for `case`, from the report's observations.
+pub fn assert_matches_section_4(case: Case, report: &PolicyReport) {
+    let decided = |request: Label| {
+        report
+            .admissions
+            .iter()
+            .find(|a| a.request == request)
+            .map(|a| format!("{:?}", a.decision).to_lowercase())
+    };
+    let answered = |request: Label| {
+        report
+            .observed
+            .responses
+            .iter()
+            .find(|r| r.request == request)
+            .map(|r| (r.status, r.phase))
+    };
+    for request in case.admitted() {
+        assert_eq!(
+            decided(request).as_deref(),
+            Some("admitted"),
+            "{case:?}: {request}"
+        );
+        assert_eq!(
+            answered(request),
+            Some((200, Phase::AfterRelease)),
+            "{case:?}: {request} should be answered 200 only after release"
+        );
+    }
+    for request in case.refused() {
+        assert_eq!(
+            decided(request).as_deref(),
+            Some("refused"),
+            "{case:?}: {request}"
+        );
+        assert_eq!(
+            answered(request),
+            Some((503, Phase::BeforeRelease)),
+            "{case:?}: {request} should get its 503 before F1 is sent"
+        );
+    }
+    let f1 = report
+        .observed
+        .fast_response_before_release
+        .as_ref()
+        .unwrap_or_else(|| panic!("{case:?}: no F1 response recorded"));
+    assert_eq!(f1.status, case.f1_status(), "{case:?}: F1 before release");
+    assert_eq!(
+        answered(Label::F1),
+        Some((case.f1_status(), Phase::BeforeRelease))
+    );
+    for probe in [Label::SlowAfter, Label::FastAfter] {
+        assert_eq!(
+            decided(probe).as_deref(),
+            Some("admitted"),
+            "{case:?}: {probe}"
+        );
+        assert_eq!(
+            answered(probe),
+            Some((200, Phase::AfterRelease)),
+            "{case:?}: {probe}"
+        );
+    }
+    let pending = report.observed.slow_callers_pending_before_release.as_ref();
+    assert_eq!(
+        pending,
+        Some(&case.admitted()),
+        "{case:?}: pending slow callers"
+    );
+    let before = report.observed.observer_before_fast.as_ref();
+    let before = before.unwrap_or_else(|| panic!("{case:?}: no observer_before_fast"));
+    assert_eq!(
+        before.held_at_gate,
+        case.admitted(),
+        "{case:?}: held before F1"
+    );
+    assert_eq!(
+        before.refused,
+        case.refused(),
+        "{case:?}: refused before F1"
+    );
+    let after = report.observed.observer_after_fast_before_release.as_ref();
+    let after = after.unwrap_or_else(|| panic!("{case:?}: no observer_after_fast"));
+    assert_eq!(
+        after.held_at_gate,
+        case.admitted(),
+        "{case:?}: held work after F1"
+    );
+    assert_eq!(
+        report.observed.responses.len(),
+        case.held as usize + 3,
+        "{case:?}: one response per request"
+    );
+}
+
+/// Asserts the structural evidence: the order of the ledger, a balanced final state, and
+/// everything closed and joined.
+pub fn assert_structure(case: Case, report: &PolicyReport) {
+    let events = &report.work_events;
+    let seq = |request: Option<Label>, event: Event| {
+        let found = events
+            .iter()
+            .find(|e| e.request == request && e.event == event);
+        found.map(|e| e.seq)
+    };
+    let openings: Vec<_> = events
+        .iter()
+        .filter(|e| e.event == Event::GateOpened)
+        .collect();
+    assert_eq!(openings.len(), 1, "{case:?}: one gate_opened event");
+    let opened = openings[0].seq;
+    if case.f1_status() == 200 {
+        let admitted = seq(Some(Label::F1), Event::Admitted).expect("F1 admitted");
+        let finished = seq(Some(Label::F1), Event::Finished).expect("F1 finished");
+        assert!(
+            admitted < finished && finished < opened,
+            "{case:?}: F1 admitted at {admitted} and finished at {finished}, gate opened at {opened}"
+        );
+    } else {
+        assert_eq!(
+            seq(Some(Label::F1), Event::Admitted),
+            None,
+            "{case:?}: F1 never entered"
+        );
+        assert!(seq(Some(Label::F1), Event::Refused).expect("F1 refused") < opened);
+    }
+    for request in case.admitted() {
+        let held = seq(Some(request), Event::Held).expect("admitted slow work is held");
+        let finished = seq(Some(request), Event::Finished).expect("held work finishes");
+        assert!(
+            held < opened && opened < finished,
+            "{case:?}: {request} held at {held}, finished at {finished}, gate opened at {opened}"
+        );
+    }
+    for request in case.refused() {
+        assert_eq!(
+            seq(Some(request), Event::Held),
+            None,
+            "{case:?}: {request} never held"
+        );
+        assert_eq!(
+            seq(Some(request), Event::Finished),
+            None,
+            "{case:?}: {request} never in"
+        );
+    }
+    for event in events {
+        let capacity = report.pool_capacities[&event.pool];
+        assert!(
+            event.active_after <= capacity,
+            "{case:?}: over capacity at {event:?}"
+        );
+    }
+    for (pool, capacity) in &report.pool_capacities {
+        assert_eq!(
+            report.final_state.active_work[pool], 0,
+            "{case:?}: {pool} active"
+        );
+        assert_eq!(
+            report.final_state.available_permits[pool], *capacity,
+            "{case:?}: {pool} permits back"
+        );
+        assert!(report.peak_active_work[pool] <= *capacity);
+    }
+    assert_eq!(report.final_state.gate, GateState::Open);
+    assert!(report.client_threads_stopped, "{case:?}: callers joined");
+    let server = report.server.as_ref().expect("the server started");
+    assert!(
+        server.listener_closed && server.connection_tasks_stopped,
+        "{case:?}: {server:?}"
+    );
+    assert!(server.connections_accepted >= 1);
+    assert_port_closed(server.address);
+}
+
+/// Connecting to a stopped server's port is refused: its listener is gone.
+pub fn assert_port_closed(address: SocketAddr) {
+    match TcpStream::connect(address) {
+        Ok(_) => panic!("{address} still accepts connections after the run"),
+        Err(e) => assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::ConnectionRefused,
+            "{address}: {e}"
+        ),
+    }
+}
