@@ -85,6 +85,8 @@ struct Reply {
     request: Label,
     status: u16,
     body: serde_json::Value,
+    /// The ledger's last `seq` when the response had arrived.
+    after_event: u64,
 }
 
 impl Session {
@@ -123,9 +125,7 @@ impl Session {
     async fn sequence(&mut self, held: Held, observed: &mut Observed) -> anyhow::Result<()> {
         // 2–3. Slow requests one after another, each until the server has decided it.
         for request in Label::held(held) {
-            let caller = self
-                .callers
-                .spawn(call(self.client.clone(), &self.base, request));
+            let caller = self.callers.spawn(self.call(request));
             let decision = within(self.decision(request), || {
                 format!("no admission decision for {request}")
             })
@@ -153,7 +153,7 @@ impl Session {
         observed.observer_before_fast = Some(self.section.snapshot());
 
         // 5. F1, and its actual response.
-        let f1 = call(self.client.clone(), &self.base, Label::F1);
+        let f1 = self.call(Label::F1);
         let f1 = within(f1, || "F1 got no response".into()).await??;
         observed.fast_response_before_release = Some(FastResponse {
             request: f1.request,
@@ -181,11 +181,20 @@ impl Session {
 
         // 8. New probes after release: not replays of refused work.
         for probe in [Label::SlowAfter, Label::FastAfter] {
-            let reply = call(self.client.clone(), &self.base, probe);
+            let reply = self.call(probe);
             let reply = within(reply, || format!("{probe} got no response")).await??;
             observed.responses.push(reply.record(Phase::AfterRelease));
         }
         Ok(())
+    }
+
+    fn call(&self, request: Label) -> impl Future<Output = anyhow::Result<Reply>> + use<> {
+        call(
+            self.client.clone(),
+            &self.base,
+            request,
+            self.section.clone(),
+        )
     }
 
     /// Waits for the observer's decision on `request`: `held` or `refused`.
@@ -245,15 +254,18 @@ impl Reply {
             status: self.status,
             body: self.body,
             phase,
+            after_event: self.after_event,
         }
     }
 }
 
-/// One caller: `GET <route>` with the request's label, and the whole JSON response.
+/// One caller: `GET <route>` with the request's label, and the whole JSON response, placed on
+/// the ledger's axis by the last event recorded when it arrived.
 fn call(
     client: reqwest::Client,
     base: &str,
     request: Label,
+    section: Arc<WorkSection>,
 ) -> impl Future<Output = anyhow::Result<Reply>> + use<> {
     let route = request.route();
     let url = format!("{base}{route}");
@@ -269,12 +281,14 @@ fn call(
             .bytes()
             .await
             .with_context(|| format!("{request}: reading the {status} response failed"))?;
+        let after_event = section.last_seq();
         let body = serde_json::from_slice(&bytes)
             .with_context(|| format!("{request}: the {status} response is not JSON"))?;
         Ok(Reply {
             request,
             status,
             body,
+            after_event,
         })
     }
 }

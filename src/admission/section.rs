@@ -110,6 +110,11 @@ impl WorkSection {
             .snapshot(self.per_pool(|pool| self.pools.active(pool)))
     }
 
+    /// The `seq` of the last work event recorded (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.ledger().events().last().map_or(0, |e| e.seq)
+    }
+
     /// Every work event so far, in order.
     pub fn events(&self) -> Vec<WorkEvent> {
         self.ledger().events().to_vec()

@@ -143,6 +143,9 @@ pub struct ResponseRecord {
     pub body: serde_json::Value,
     /// Received before or after the gate opened.
     pub phase: Phase,
+    /// The `seq` of the last work event recorded when the response had arrived: where it
+    /// falls on the ledger's axis. Order evidence, not time.
+    pub after_event: u64,
 }
 
 /// F1's response, as `fast_response_before_release` reports it.
