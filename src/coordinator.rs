@@ -9,8 +9,12 @@ use anyhow::{Context, anyhow, bail, ensure};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
+use crate::admission::token::{RunToken, TOKEN_HEADER};
+use crate::faults::Faults;
 use crate::label::{LABEL_HEADER, Label};
 use crate::model::Phase;
 use crate::policy::{Held, Policy};
@@ -32,21 +36,44 @@ pub struct PolicyRun {
 /// Runs one policy on its own fresh server, pools and gate, then closes everything it opened
 /// before assembling the report.
 pub async fn run_policy(policy: Policy, held: Held) -> PolicyRun {
+    run_policy_with(policy, held, Faults::default()).await
+}
+
+/// [`run_policy`] with `faults` injected: how tests show that every unhappy path ends the run
+/// with `failure` set and everything closed, joined and returned.
+pub async fn run_policy_with(policy: Policy, held: Held, faults: Faults) -> PolicyRun {
+    let token = match RunToken::generate() {
+        Ok(token) => token,
+        Err(e) => {
+            return PolicyRun {
+                report: PolicyReport::assemble(policy, held, Evidence::nothing_ran(policy)),
+                failure: Some(format!("cannot draw a random run token from the OS: {e}")),
+            };
+        }
+    };
     let (observer, events) = mpsc::unbounded_channel();
-    let section = Arc::new(WorkSection::new(policy, observer));
+    let section = WorkSection::with_faults(policy, token.clone(), observer, faults.clone());
+    let section = Arc::new(section);
     let mut observed = Observed::default();
     let (failure, client_threads_stopped, server) =
-        match Session::open(section.clone(), events).await {
+        match Session::open(section.clone(), events, &token).await {
             Err(e) => (Some(format!("{e:#}")), true, None),
             Ok(mut session) => {
-                let sequence = session.sequence(held, &mut observed).await;
+                let sequence = session.sequence(held, &faults, &mut observed).await;
                 let closed = session.close().await;
-                let failure = sequence.err().map(|e| format!("{e:#}")).or(closed.failure);
+                // Both can fail for one cause: a panicking handler breaks its caller's request
+                // (the sequence's error) and its connection task (the close's). Say both.
+                let failure = match (sequence.err(), closed.failure) {
+                    (Some(e), Some(also)) => Some(format!("{e:#}; then {also}")),
+                    (Some(e), None) => Some(format!("{e:#}")),
+                    (None, failure) => failure,
+                };
                 (failure, closed.callers_stopped, closed.server)
             }
         };
     let evidence = Evidence {
         work_events: section.events(),
+        ledger: section.audit(),
         observed,
         final_state: section.final_state(),
         client_threads_stopped,
@@ -94,13 +121,11 @@ impl Session {
     async fn open(
         section: Arc<WorkSection>,
         events: mpsc::UnboundedReceiver<WorkEvent>,
+        token: &RunToken,
     ) -> anyhow::Result<Self> {
-        // The lab talks only to its own loopback server: inherited proxy settings would send
-        // loopback requests elsewhere (NOTES.md pitfall 2).
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .context("building the HTTP client")?;
+        let value = HeaderValue::from_str(&token.header_value()).context("the run token")?;
+        let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
+        let client = client(headers).context("building the HTTP client")?;
         let server = Server::bind().await.context("binding 127.0.0.1:0")?;
         let base = format!("http://{}", server.address());
         let (stop_server, stop) = oneshot::channel::<()>();
@@ -122,7 +147,12 @@ impl Session {
     }
 
     /// Steps 2 to 8 of the sequence, recording what is observed as it happens.
-    async fn sequence(&mut self, held: Held, observed: &mut Observed) -> anyhow::Result<()> {
+    async fn sequence(
+        &mut self,
+        held: Held,
+        faults: &Faults,
+        observed: &mut Observed,
+    ) -> anyhow::Result<()> {
         // 2–3. Slow requests one after another, each until the server has decided it.
         for request in Label::held(held) {
             let caller = self.callers.spawn(self.call(request));
@@ -131,7 +161,10 @@ impl Session {
             })
             .await??;
             if decision == Event::Held {
-                self.held.push((request, caller));
+                self.held.push((request, caller.clone()));
+                if faults.caller_disconnects == Some(request) {
+                    return self.disconnect(request, caller).await;
+                }
                 continue;
             }
             // Refused: wait for its caller's actual 503. While the gate is closed the refused
@@ -147,6 +180,10 @@ impl Session {
                 reply.request
             );
             observed.responses.push(reply.record(Phase::BeforeRelease));
+        }
+
+        if faults.foreign_requests > 0 {
+            self.intrude(faults.foreign_requests).await?;
         }
 
         // 4. What the observer sees with the slow work held.
@@ -197,15 +234,75 @@ impl Session {
         )
     }
 
-    /// Waits for the observer's decision on `request`: `held` or `refused`.
+    /// Waits for the observer's decision on `request`: `held` or `refused`. A caller that ends
+    /// first fails the run at once: while the gate is closed, no caller has a reason to.
     async fn decision(&mut self, request: Label) -> anyhow::Result<Event> {
-        while let Some(event) = self.events.recv().await {
-            if event.request == Some(request) && matches!(event.event, Event::Held | Event::Refused)
-            {
-                return Ok(event.event);
+        loop {
+            tokio::select! {
+                // Events first: a refusal is recorded before its 503 is even built.
+                biased;
+                event = self.events.recv() => match event {
+                    Some(e) if e.request == Some(request)
+                        && matches!(e.event, Event::Held | Event::Refused) => return Ok(e.event),
+                    Some(_) => {}
+                    None => bail!("the control observer stopped before deciding {request}"),
+                },
+                ended = self.callers.join_next(), if !self.callers.is_empty() => {
+                    let reply = joined(ended)?;
+                    bail!(
+                        "{} received HTTP {} while waiting for {request}'s admission decision",
+                        reply.request,
+                        reply.status
+                    );
+                }
             }
         }
-        bail!("the control observer stopped before deciding {request}")
+    }
+
+    /// Injected fault: `request`'s caller drops its connection while its work is held. Waits
+    /// for the server to record the work leaving the section, then fails the run.
+    async fn disconnect(&mut self, request: Label, caller: AbortHandle) -> anyhow::Result<()> {
+        caller.abort();
+        let left = async {
+            while let Some(event) = self.events.recv().await {
+                if event.request == Some(request) && event.event == Event::Finished {
+                    return Some(event);
+                }
+            }
+            None
+        };
+        let left = within(left, || format!("{request}'s work never left the section"));
+        match left.await? {
+            Some(event) if event.cancelled => bail!(
+                "{request}'s caller disconnected while its work was held; the work left the \
+                 section (work event {}, finished, cancelled) and returned its permit",
+                event.seq
+            ),
+            _ => {
+                bail!("{request}'s caller disconnected, but the section never recorded it leaving")
+            }
+        }
+    }
+
+    /// Intrusion: `count` requests without the run's token, as another local process might
+    /// send. Each must be refused with 403 before admission.
+    async fn intrude(&self, count: usize) -> anyhow::Result<()> {
+        let outsider = client(HeaderMap::new()).context("building the outsider's client")?;
+        let intruders = [Label::Slow(1), Label::F1].into_iter().cycle().take(count);
+        for request in intruders {
+            let url = format!("{}{}", self.base, request.route());
+            let sent = outsider
+                .get(url)
+                .header(LABEL_HEADER, request.to_string())
+                .send();
+            let response = within(sent, || "a foreign request got no response".into()).await?;
+            let status = response.context("a foreign request failed")?.status();
+            ensure!(
+                status == reqwest::StatusCode::FORBIDDEN,
+                "a request without the run's token got HTTP {status}, not 403"
+            );
+        }
+        Ok(())
     }
 
     /// Step 9, on every path: opens the gate so held work can leave, stops and joins every
@@ -257,6 +354,15 @@ impl Reply {
             after_event: self.after_event,
         }
     }
+}
+
+/// A client for loopback only: inherited proxy settings would send the lab's requests elsewhere
+/// (NOTES.md pitfall 2). `headers` go with every request.
+fn client(headers: HeaderMap) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .default_headers(headers)
+        .build()
 }
 
 /// One caller: `GET <route>` with the request's label, and the whole JSON response, placed on

@@ -12,9 +12,11 @@
 //! - [`cli`]: the command line, checked into [`policy::Inputs`].
 //! - [`policy`]: modes, pools, routes and their capacities.
 //! - [`label`]: request labels (`S1`, `F1`, ...) and how requests carry them.
-//! - [`admission`]: pools, gate, ledger and observer, independent of any server front.
+//! - [`admission`]: pools, gate, ledger, observer, audit and run token, independent of any
+//!   server front.
 //! - [`server`]: the Hyper front.
 //! - [`coordinator`]: the sequence of one policy run.
+//! - [`faults`]: what tests may break, to show each unhappy path fails cleanly.
 //! - [`model`]: what every run must show, and the comparison.
 //! - [`report`]: the JSON report and its text rendering.
 
@@ -23,6 +25,7 @@
 pub mod admission;
 pub mod cli;
 pub mod coordinator;
+pub mod faults;
 pub mod label;
 pub mod model;
 pub mod policy;

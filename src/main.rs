@@ -40,7 +40,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The one-line reason on stderr, exit status 1. A stderr that cannot be written to is not a
+/// reason to panic: the exit status still says it.
 fn fail(reason: &str) -> ExitCode {
-    eprintln!("isolation-lab: {reason}");
+    let _ = writeln!(std::io::stderr(), "isolation-lab: {reason}");
     ExitCode::from(1)
 }

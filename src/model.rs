@@ -194,6 +194,11 @@ pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
             ));
         }
     }
+    for (pool, ledger) in &report.ledger {
+        for rule in ledger.broken() {
+            differ(format!("ledger of the {pool} pool: {rule} does not hold"));
+        }
+    }
     if end.gate != GateState::Open {
         differ("final state: the slow gate is not open".into());
     }

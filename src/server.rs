@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::admission::section::WorkSection;
+use crate::admission::token::TOKEN_HEADER;
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Route;
 
@@ -43,6 +44,9 @@ pub struct ServerSummary {
     pub connections_accepted: u64,
     /// Every connection task has ended and been joined.
     pub connection_tasks_stopped: bool,
+    /// Requests refused with 403 for not presenting the run's token. They never reached
+    /// admission: no permit, no work event, no part of the model.
+    pub foreign_requests_refused: u64,
 }
 
 /// The server has stopped; `error` says why it did not stop cleanly, if it did not.
@@ -134,15 +138,26 @@ impl Server {
                 listener_closed: true,
                 connections_accepted,
                 connection_tasks_stopped: connections.is_empty(),
+                foreign_requests_refused: section.foreign_requests_refused(),
             },
             error,
         }
     }
 }
 
-/// Answers one request: 404 for another path, 405 for another method, 400 without a label for
-/// the route; otherwise the work section's decision, 200 or 503.
+/// Answers one request: 403 without the run's token, 404 for another path, 405 for another
+/// method, 400 without a label for the route; otherwise the work section's decision, 200 or 503.
 async fn handle(section: &WorkSection, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let token = request.headers().get(TOKEN_HEADER).map(|v| v.as_bytes());
+    if !section.admits_caller(token) {
+        return reply(
+            StatusCode::FORBIDDEN,
+            json!({
+                "error": "foreign_request",
+                "detail": "only this lab run's own callers may ask for a work permit",
+            }),
+        );
+    }
     let Some(route) = Route::from_path(request.uri().path()) else {
         return reply(StatusCode::NOT_FOUND, json!({ "error": "not_found" }));
     };

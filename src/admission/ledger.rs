@@ -38,6 +38,10 @@ pub struct WorkEvent {
     pub event: Event,
     /// The pool's taken permits right after the event.
     pub active_after: usize,
+    /// On `finished` only: the work did not complete but was dropped — its handler was
+    /// cancelled (the caller disconnected) or panicked. The permit still went back.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
     /// For a refusal, the requests holding the pool's permits at that moment.
     #[serde(skip)]
     pub held_by: Vec<Label>,
@@ -58,17 +62,33 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct Ledger {
     events: Vec<WorkEvent>,
+    /// Requests that asked each pool for a permit, counted before the decision.
+    attempts: BTreeMap<Pool, u64>,
     /// Unbounded, so a coordinator that stops reading can never stall a handler (NOTES.md 10).
     observer: mpsc::UnboundedSender<WorkEvent>,
+    /// Set only by an injected fault: events are recorded, the observer is never told.
+    silent: bool,
 }
 
 impl Ledger {
-    /// An empty ledger that reports to `observer`.
-    pub fn new(observer: mpsc::UnboundedSender<WorkEvent>) -> Self {
+    /// An empty ledger that reports to `observer`, or keeps it waiting forever if `silent`.
+    pub fn new(observer: mpsc::UnboundedSender<WorkEvent>, silent: bool) -> Self {
         Self {
             events: Vec::new(),
+            attempts: BTreeMap::new(),
             observer,
+            silent,
         }
+    }
+
+    /// Counts a request asking `pool` for a permit; its decision is recorded next.
+    pub fn attempt(&mut self, pool: Pool) {
+        *self.attempts.entry(pool).or_default() += 1;
+    }
+
+    /// Requests that asked each pool for a permit.
+    pub fn attempts(&self) -> &BTreeMap<Pool, u64> {
+        &self.attempts
     }
 
     /// Records an event and tells the observer. Returns the recorded event.
@@ -83,19 +103,38 @@ impl Ledger {
             Event::Refused => self.holders(pool),
             _ => Vec::new(),
         };
-        let seq = self.events.len() as u64 + 1;
-        let recorded = WorkEvent {
-            seq,
+        self.push(WorkEvent {
+            seq: 0,
             request,
             pool,
             event,
             active_after,
+            cancelled: false,
             held_by,
-        };
-        // A closed observer means the coordinator has stopped listening; the ledger still keeps
-        // the event for the report.
-        let _ = self.observer.send(recorded.clone());
-        self.events.push(recorded);
+        })
+    }
+
+    /// Records that `request`'s work left the section, completed or `cancelled`.
+    pub fn finish(&mut self, request: Label, pool: Pool, active_after: usize, cancelled: bool) {
+        self.push(WorkEvent {
+            seq: 0,
+            request: Some(request),
+            pool,
+            event: Event::Finished,
+            active_after,
+            cancelled,
+            held_by: Vec::new(),
+        });
+    }
+
+    fn push(&mut self, mut event: WorkEvent) -> &WorkEvent {
+        event.seq = self.events.len() as u64 + 1;
+        if !self.silent {
+            // A closed observer means the coordinator has stopped listening; the ledger still
+            // keeps the event for the report.
+            let _ = self.observer.send(event.clone());
+        }
+        self.events.push(event);
         &self.events[self.events.len() - 1]
     }
 
@@ -143,7 +182,7 @@ mod tests {
 
     fn ledger() -> (Ledger, mpsc::UnboundedReceiver<WorkEvent>) {
         let (observer, events) = mpsc::unbounded_channel();
-        (Ledger::new(observer), events)
+        (Ledger::new(observer, false), events)
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! Admission state, independent of any server front: the pools of work permits, the slow gate,
 //! the ledger of work events and the control observer that streams them to the coordinator.
 //!
+//! - [`audit`]: the ledger check, pool by pool.
 //! - [`gate`]: the latched slow gate.
 //! - [`pools`]: one Tokio semaphore per pool, taken without waiting.
 //! - [`ledger`]: the ordered work events and the snapshots derived from them.
-//! - [`section`]: the protected work section that ties the three together.
+//! - [`section`]: the protected work section that ties them together.
+//! - [`token`]: the run token that only the run's own callers present.
 
+pub mod audit;
 pub mod gate;
 pub mod ledger;
 pub mod pools;
 pub mod section;
+pub mod token;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -2,15 +2,19 @@
 //! call that any server front makes per request.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
+use super::audit::{self, PoolLedger};
 use super::gate::Gate;
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
 use super::pools::Pools;
+use super::token::RunToken;
+use crate::faults::Faults;
 use crate::label::Label;
 use crate::policy::{Policy, Pool, Route};
 
@@ -47,7 +51,7 @@ pub struct FinalState {
     pub gate: GateState,
 }
 
-/// The pools, gate and ledger of one policy run.
+/// The pools, gate and ledger of one policy run, and the token its callers must present.
 ///
 /// Locks: the gate's lock may be taken before the ledger's, never the other way round. Neither
 /// is held across an `.await`, so a std `Mutex` is the right tool.
@@ -56,16 +60,52 @@ pub struct WorkSection {
     pools: Pools,
     gate: Gate,
     ledger: Mutex<Ledger>,
+    token: RunToken,
+    foreign_refused: AtomicU64,
+    faults: Faults,
 }
 
 impl WorkSection {
-    /// Full pools for `policy`, a closed gate, and a ledger that streams to `observer`.
-    pub fn new(policy: Policy, observer: mpsc::UnboundedSender<WorkEvent>) -> Self {
+    /// Full pools for `policy`, a closed gate, and a ledger that streams to `observer`; only
+    /// requests presenting `token` may ask for a permit.
+    pub fn new(
+        policy: Policy,
+        token: RunToken,
+        observer: mpsc::UnboundedSender<WorkEvent>,
+    ) -> Self {
+        Self::with_faults(policy, token, observer, Faults::default())
+    }
+
+    /// The same, with `faults` injected (tests only; the command line never sets any).
+    pub fn with_faults(
+        policy: Policy,
+        token: RunToken,
+        observer: mpsc::UnboundedSender<WorkEvent>,
+        faults: Faults,
+    ) -> Self {
         Self {
             pools: Pools::new(policy),
             gate: Gate::new(),
-            ledger: Mutex::new(Ledger::new(observer)),
+            ledger: Mutex::new(Ledger::new(observer, faults.observer_silent)),
+            token,
+            foreign_refused: AtomicU64::new(0),
+            faults,
         }
+    }
+
+    /// Whether a request presenting `token` (a header value, if any) belongs to this run. A
+    /// request that does not is counted, and its front must refuse it before admission.
+    pub fn admits_caller(&self, token: Option<&[u8]>) -> bool {
+        let admitted = self.token.admits(token);
+        if !admitted {
+            self.foreign_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    /// Requests refused so far for not presenting the run's token.
+    pub fn foreign_requests_refused(&self) -> u64 {
+        self.foreign_refused.load(Ordering::Relaxed)
     }
 
     /// The policy this section enforces.
@@ -81,7 +121,10 @@ impl WorkSection {
     /// Dropping the returned future (a client that disconnects cancels its handler) also leaves
     /// the section: the permit returns and the ledger records `finished`.
     pub async fn perform(&self, request: Label, route: Route) -> Result<Pool, Refusal> {
-        let work = self.enter(request, route)?;
+        let mut work = self.enter(request, route)?;
+        if self.faults.handler_panics == Some(request) {
+            panic!("injected fault: the handler of {request} panicked inside the work section");
+        }
         if route == Route::Slow {
             self.gate
                 .pass(|| {
@@ -91,12 +134,16 @@ impl WorkSection {
         }
         let pool = work.pool;
         // Leave the section: the permit goes back before the caller builds its response.
+        work.completed = true;
         drop(work);
         Ok(pool)
     }
 
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
     pub fn open_gate(&self) {
+        if self.faults.gate_stuck {
+            return;
+        }
         self.gate.open(|| {
             let pool = self.policy().pool_for(Route::Slow);
             let active = self.pools.active(pool);
@@ -120,6 +167,14 @@ impl WorkSection {
         self.ledger().events().to_vec()
     }
 
+    /// Each pool's account of the run so far, with its invariants checked.
+    pub fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
+        let policy = self.policy();
+        let capacities = self.per_pool(|pool| policy.capacity(pool));
+        let ledger = self.ledger();
+        audit::audit(ledger.events(), ledger.attempts(), &capacities)
+    }
+
     /// Taken and free permits per pool, and the gate.
     pub fn final_state(&self) -> FinalState {
         FinalState {
@@ -138,6 +193,7 @@ impl WorkSection {
         // Decide and record under the ledger lock, so the ledger's order and counts are the
         // semaphore's own, whatever else runs at the same time.
         let mut ledger = self.ledger();
+        ledger.attempt(pool);
         match self.pools.try_acquire(pool) {
             Some(permit) => {
                 ledger.record(
@@ -151,6 +207,7 @@ impl WorkSection {
                     request,
                     pool,
                     permit: Some(permit),
+                    completed: false,
                 })
             }
             None => {
@@ -181,7 +238,8 @@ impl WorkSection {
 }
 
 /// Admitted work inside the section. It owns its permit, so the permit lives exactly as long as
-/// the work, and leaving by any path — finishing, or a cancelled handler — records `finished`.
+/// the work, and leaving by any path records `finished`: completing, or being dropped because
+/// its handler was cancelled (the caller disconnected) or panicked (`cancelled: true`).
 #[derive(Debug)]
 struct Work<'a> {
     section: &'a WorkSection,
@@ -189,6 +247,9 @@ struct Work<'a> {
     pool: Pool,
     /// Always `Some` until `drop` takes it.
     permit: Option<OwnedSemaphorePermit>,
+    /// Set when the work ran to its end; still `false` when it is dropped by a cancelled or
+    /// panicking handler.
+    completed: bool,
 }
 
 impl Drop for Work<'_> {
@@ -197,7 +258,7 @@ impl Drop for Work<'_> {
         let mut ledger = self.section.ledger();
         drop(self.permit.take());
         let active = self.section.pools.active(self.pool);
-        ledger.record(Some(self.request), self.pool, Event::Finished, active);
+        ledger.finish(self.request, self.pool, active, !self.completed);
     }
 }
 
@@ -212,7 +273,11 @@ mod tests {
     fn section(mode: Mode) -> (WorkSection, mpsc::UnboundedReceiver<WorkEvent>) {
         let slots = Slots::new(2).expect("2 is an allowed number of slots");
         let (observer, events) = mpsc::unbounded_channel();
-        (WorkSection::new(Policy { mode, slots }, observer), events)
+        let token = RunToken::generate().expect("the OS has randomness");
+        (
+            WorkSection::new(Policy { mode, slots }, token, observer),
+            events,
+        )
     }
 
     fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
@@ -251,9 +316,16 @@ mod tests {
             assert!(poll_once(s1.as_mut()).is_pending());
             assert_eq!(section.snapshot().held_at_gate, [Label::Slow(1)]);
         }
-        let events: Vec<_> = section.events().iter().map(|e| e.event).collect();
-        assert_eq!(events, [Event::Admitted, Event::Held, Event::Finished]);
+        let events: Vec<_> = section
+            .events()
+            .iter()
+            .map(|e| (e.event, e.cancelled))
+            .collect();
+        let cancelled = (Event::Finished, true);
+        let expected = [(Event::Admitted, false), (Event::Held, false), cancelled];
+        assert_eq!(events, expected);
         assert_eq!(section.final_state().available_permits[&Pool::Slow], 1);
+        assert!(section.audit()[&Pool::Slow].broken().next().is_none());
         assert!(section.snapshot().held_at_gate.is_empty());
     }
 

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::FinalState;
+use crate::admission::section::{FinalState, GateState};
 use crate::label::Label;
 use crate::model::{self, Decision, Expected, Phase};
 use crate::policy::{Held, Inputs, Mode, Policy, Pool, Route};
@@ -86,6 +87,9 @@ pub struct PolicyReport {
     pub work_events: Vec<WorkEvent>,
     /// The highest observed active work per pool, inside the work section only.
     pub peak_active_work: BTreeMap<Pool, usize>,
+    /// Each pool's account: attempts, admitted, refused, finished, peak, refusals and the
+    /// invariants checked over the whole run.
+    pub ledger: BTreeMap<Pool, PoolLedger>,
     /// The section after the run: no active work, every permit back, gate open.
     pub final_state: FinalState,
     /// Every client task was joined (the name is the threaded runner's; these are Tokio tasks).
@@ -175,6 +179,8 @@ pub struct ModelCheck {
 pub struct Evidence {
     /// The ledger, in order.
     pub work_events: Vec<WorkEvent>,
+    /// Each pool's audited account.
+    pub ledger: BTreeMap<Pool, PoolLedger>,
     /// What the coordinator observed.
     pub observed: Observed,
     /// The section after the run.
@@ -183,6 +189,26 @@ pub struct Evidence {
     pub client_threads_stopped: bool,
     /// The stopped server, if it started.
     pub server: Option<ServerSummary>,
+}
+
+impl Evidence {
+    /// The evidence of a run that never started: no events, full pools, a closed gate.
+    pub fn nothing_ran(policy: Policy) -> Self {
+        let pools = || policy.pools().iter().copied();
+        let capacities = pools().map(|pool| (pool, policy.capacity(pool))).collect();
+        Evidence {
+            work_events: Vec::new(),
+            ledger: audit::audit(&[], &BTreeMap::new(), &capacities),
+            observed: Observed::default(),
+            final_state: FinalState {
+                active_work: pools().map(|pool| (pool, 0)).collect(),
+                available_permits: capacities,
+                gate: GateState::Closed,
+            },
+            client_threads_stopped: true,
+            server: None,
+        }
+    }
 }
 
 impl PolicyReport {
@@ -198,7 +224,8 @@ impl PolicyReport {
                 .collect(),
             admissions: admissions(&evidence.work_events),
             observed: evidence.observed,
-            peak_active_work: peaks(policy, &evidence.work_events),
+            peak_active_work: evidence.ledger.iter().map(|(&p, l)| (p, l.peak)).collect(),
+            ledger: evidence.ledger,
             work_events: evidence.work_events,
             final_state: evidence.final_state,
             client_threads_stopped: evidence.client_threads_stopped,
@@ -236,17 +263,6 @@ fn admissions(events: &[WorkEvent]) -> Vec<AdmissionRecord> {
     decisions.collect()
 }
 
-/// The highest `active_after` per pool over the work events (0 for a pool never used).
-fn peaks(policy: Policy, events: &[WorkEvent]) -> BTreeMap<Pool, usize> {
-    let mut peaks: BTreeMap<Pool, usize> = policy.pools().iter().map(|&p| (p, 0)).collect();
-    for event in events {
-        if let Some(peak) = peaks.get_mut(&event.pool) {
-            *peak = (*peak).max(event.active_after);
-        }
-    }
-    peaks
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +274,7 @@ mod tests {
             pool,
             event,
             active_after: active,
+            cancelled: false,
             held_by: if event == Event::Refused {
                 vec![Label::Slow(1)]
             } else {
@@ -267,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn admissions_and_peaks_are_read_off_the_ledger() {
+    fn admissions_are_read_off_the_ledger() {
         let events = [
             event(1, Label::Slow(1), Pool::Slow, Event::Admitted, 1),
             event(2, Label::Slow(1), Pool::Slow, Event::Held, 1),
@@ -291,12 +308,5 @@ mod tests {
                 (Label::F1, Decision::Admitted, None),
             ]
         );
-        let slots = crate::policy::Slots::new(2).expect("2 slots is allowed");
-        let policy = Policy {
-            mode: Mode::Partitioned,
-            slots,
-        };
-        let peaks = peaks(policy, &events);
-        assert_eq!(peaks, BTreeMap::from([(Pool::Slow, 1), (Pool::Fast, 1)]));
     }
 }
