@@ -1,7 +1,8 @@
 //! The binary as a user runs it: refused command lines, inherited proxies, and both formats.
 
+use std::io::Read;
 use std::net::TcpListener;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn lab(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
@@ -137,4 +138,124 @@ fn help_and_version_exit_0() {
     let (code, stdout, _) = run(&mut lab(&["--version"]));
     assert_eq!(code, Some(0));
     assert!(stdout.starts_with("isolation-lab "), "{stdout}");
+}
+
+/// Hostile values for every flag — negative, huge, empty, repeated, non-ASCII, wrong case —
+/// and unknown subcommands: each exits 2 with a message before anything else happens. The
+/// process may open only one more file descriptor than stdio: the Tokio runtime (the first
+/// thing a run creates, before any socket) cannot start, and a run fails with status 1 — so a
+/// refusal with status 2 and its message shows it came before any runtime or socket.
+#[cfg(unix)]
+#[test]
+fn hostile_command_lines_are_refused_before_any_socket() {
+    let limited = |args: &[&str]| {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(r#"ulimit -n 4 && exec "$0" "$@""#)
+            .arg(env!("CARGO_BIN_EXE_isolation-lab"))
+            .args(args);
+        run(&mut command)
+    };
+    // The control: with that limit a valid run cannot even start its runtime.
+    let (code, stdout, stderr) = limited(&["--held", "1"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("Too many open files"), "{stderr}");
+
+    let hostile: &[&[&str]] = &[
+        &["--slots", "-1"],
+        &["--slots=-1"],
+        &["--held", "-4"],
+        &["--slots", "258"],
+        &["--held", "99999999999999999999999999"],
+        &["--slots", ""],
+        &["--held="],
+        &["--mode", ""],
+        &["--format", ""],
+        &["--slots", "2", "--slots", "3"],
+        &["--held", "1", "--held", "1"],
+        &["--mode", "shared", "--mode", "partitioned"],
+        &["--format", "json", "--format", "text"],
+        &["--slots", "３"],
+        &["--held", "٢"],
+        &["--held", "2\u{200b}"],
+        &["--mode", "shäred"],
+        &["--mode", "SHARED"],
+        &["--format", "JSON"],
+        &["--format", "😀"],
+        &["--slots"],
+        &["bogus"],
+        &["serve", "--port", "80"],
+        &["--", "shared"],
+        &["--held", "+2"],
+    ];
+    for args in hostile {
+        let (code, stdout, stderr) = limited(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+        assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// Bytes that are not UTF-8 are refused like any other bad value.
+#[cfg(unix)]
+#[test]
+fn non_utf8_values_exit_2() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let mut command = lab(&["--slots"]);
+    command.arg(OsStr::from_bytes(&[0xff, 0xfe]));
+    let (code, stdout, stderr) = run(&mut command);
+    assert_eq!((code, stdout.as_str()), (Some(2), ""), "{stderr}");
+    assert!(stderr.contains("UTF-8"), "{stderr}");
+}
+
+/// A reader that is gone before the report is written (`isolation-lab | head -c 1`, at its
+/// most abrupt) is not a crash: no panic, and the run's own status.
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let child = lab(&["--format", "text"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let output = child.wait_with_output().expect("the binary ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The same through a real shell pipeline: `isolation-lab | head -c 1` prints one byte.
+#[cfg(unix)]
+#[test]
+fn piping_into_head_prints_one_byte() {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(r#""$0" | head -c 1"#)
+        .arg(env!("CARGO_BIN_EXE_isolation-lab"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts");
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout)
+        .expect("read");
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stderr)
+        .expect("read");
+    assert!(child.wait().expect("sh ends").success());
+    assert_eq!(stdout, "{");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }

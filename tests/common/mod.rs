@@ -4,6 +4,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod load;
+
 use std::net::{SocketAddr, TcpStream};
 
 use isolation_lab::admission::ledger::Event;

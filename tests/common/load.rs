@@ -1,0 +1,102 @@
+//! Labs in bulk: sequential, concurrent and under CPU load, with the process's open file
+//! descriptors and OS threads counted before and after (Linux: `/proc/self`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+
+use isolation_lab::policy::Inputs;
+use isolation_lab::report::Report;
+
+use super::{Case, assert_matches_section_4};
+
+/// Open file descriptors and OS threads of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resources {
+    pub fds: usize,
+    pub threads: usize,
+}
+
+impl Resources {
+    pub fn now() -> Self {
+        let count = |dir| {
+            std::fs::read_dir(dir)
+                .map(Iterator::count)
+                .expect("Linux /proc")
+        };
+        Resources {
+            fds: count("/proc/self/fd"),
+            threads: count("/proc/self/task"),
+        }
+    }
+}
+
+/// Asserts a whole default report: both policies, each matching section 4.
+pub fn assert_default(report: &Report) {
+    assert!(report.matches_model, "{:?}", report.failure);
+    assert_eq!(report.policies.len(), 2);
+    for policy in &report.policies {
+        assert_matches_section_4(Case::new(policy.mode, 2, 2), policy);
+    }
+}
+
+/// `runs` default labs one after another, each the way the binary runs it: its own
+/// current-thread runtime, dropped before the report is read.
+pub fn sequential(runs: usize) {
+    for _ in 0..runs {
+        let report = isolation_lab::run_blocking(Inputs::default()).expect("a runtime");
+        assert_default(&report);
+    }
+}
+
+/// `labs` default labs at once on one two-worker runtime, each on its own server.
+pub fn concurrent(labs: usize) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let reports = runtime.block_on(async {
+        let mut running = tokio::task::JoinSet::new();
+        for _ in 0..labs {
+            running.spawn(isolation_lab::run(Inputs::default()));
+        }
+        running.join_all().await
+    });
+    drop(runtime);
+    assert_eq!(reports.len(), labs);
+    reports.iter().for_each(assert_default);
+}
+
+/// Every input, `rounds` times, while one spinning thread per core keeps every core busy.
+pub fn under_cpu_load(rounds: usize) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let cores = thread::available_parallelism().map_or(2, |n| n.get());
+    let spinners: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = stop.clone();
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        for _ in 0..rounds {
+            for case in Case::all() {
+                let report = case.run().await;
+                assert_matches_section_4(case, &report);
+            }
+        }
+    });
+    drop(runtime);
+    stop.store(true, Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().expect("a spinner ends");
+    }
+}
