@@ -1,9 +1,10 @@
-//! The command line (contract section 1). clap checks every value against its allowed range, so
-//! a refused command line exits 2 with a message naming the flag, before any socket is opened.
+//! The command line (contract section 1, and the teaching instruments). clap checks every value
+//! against its allowed range, so a refused command line exits 2 with a message naming the
+//! flag, before any runtime or socket exists.
 
 use std::convert::Infallible;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{Held, Inputs, ModeChoice, Slots};
 
@@ -13,8 +14,54 @@ use crate::policy::{Held, Inputs, ModeChoice, Slots};
 /// The server binds 127.0.0.1 on a port the OS picks; nothing here selects a host, URL or port,
 /// and inherited proxy settings are ignored.
 #[derive(Debug, Parser)]
-#[command(name = "isolation-lab", version)]
+#[command(
+    name = "isolation-lab",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
+    /// An instrument to use instead of running the lab once.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// The lab run's flags.
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    // Flags a user may reach for but that the lab refuses with its reason, rather than with a
+    // "similar argument" tip: the address is not the user's to choose. They can hold no value.
+    #[arg(long, global = true, hide = true, value_name = "HOST", value_parser = refuse_address)]
+    host: Option<Infallible>,
+    #[arg(long, global = true, hide = true, value_name = "PORT", value_parser = refuse_address)]
+    port: Option<Infallible>,
+    #[arg(long, global = true, hide = true, value_name = "URL", value_parser = refuse_address)]
+    url: Option<Infallible>,
+}
+
+/// The teaching instruments.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print what the policy model expects for these inputs, without starting any server
+    Predict {
+        /// The inputs to predict.
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// The prediction on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Run every allowed input (24 policy runs, each on its own server) and print a matrix per
+    /// policy; exits 1 if any run differs from the model
+    Sweep {
+        /// The matrices on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+}
+
+/// The inputs of one lab run.
+#[derive(Debug, Args)]
+pub struct InputArgs {
     /// Which policy to run (both runs shared first, then partitioned)
     #[arg(long, value_enum, default_value_t = ModeChoice::Both)]
     pub mode: ModeChoice,
@@ -26,36 +73,40 @@ pub struct Cli {
     /// Slow requests sent and held at the gate, 1 through 4
     #[arg(long, value_name = "N", default_value_t = Inputs::default().held)]
     pub held: Held,
+}
 
-    /// The report on stdout: json for machines, text for a person reading it
+/// The flags of a lab run.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The inputs.
+    #[command(flatten)]
+    pub inputs: InputArgs,
+
+    /// The report on stdout: json for machines, text for a person
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
-
-    // Flags a user may reach for but that the lab refuses with its reason, rather than with a
-    // "similar argument" tip: the address is not the user's to choose. They can hold no value.
-    #[arg(long, hide = true, value_name = "HOST", value_parser = refuse_address)]
-    host: Option<Infallible>,
-    #[arg(long, hide = true, value_name = "PORT", value_parser = refuse_address)]
-    port: Option<Infallible>,
-    #[arg(long, hide = true, value_name = "URL", value_parser = refuse_address)]
-    url: Option<Infallible>,
 }
 
-fn refuse_address(_: &str) -> Result<Infallible, String> {
-    Err("the lab always serves 127.0.0.1 on a port the OS picks; nothing selects a host, URL or port".into())
-}
-
-/// How the report is written to stdout.
+/// How a run's report is written to stdout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     /// The full report of admission events and responses, as JSON
     Json,
-    /// The workshop's prediction table, filled in with what happened
+    /// The workshop's prediction table filled in with what happened, and a timeline
     Text,
 }
 
-impl Cli {
-    /// The checked inputs of the run.
+/// How an instrument writes its table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TableFormat {
+    /// A table for a person
+    Text,
+    /// The same, as JSON
+    Json,
+}
+
+impl InputArgs {
+    /// The checked inputs.
     pub fn inputs(&self) -> Inputs {
         Inputs {
             mode: self.mode,
@@ -63,6 +114,10 @@ impl Cli {
             held: self.held,
         }
     }
+}
+
+fn refuse_address(_: &str) -> Result<Infallible, String> {
+    Err("the lab always serves 127.0.0.1 on a port the OS picks; nothing selects a host, URL or port".into())
 }
 
 #[cfg(test)]
@@ -78,16 +133,19 @@ mod tests {
     #[test]
     fn the_defaults_are_the_workshops_run() {
         let cli = parse(&[]).expect("no arguments is a valid command line");
-        assert_eq!(cli.inputs(), Inputs::default());
-        assert_eq!(cli.format, Format::Json);
-        assert_eq!(cli.inputs().mode, ModeChoice::Both);
-        assert_eq!(cli.inputs().slots.get(), 2);
-        assert_eq!(cli.inputs().held.get(), 2);
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.inputs.inputs(), Inputs::default());
+        assert_eq!(cli.run.format, Format::Json);
+        assert_eq!(cli.run.inputs.mode, ModeChoice::Both);
+        assert_eq!(
+            (cli.run.inputs.slots.get(), cli.run.inputs.held.get()),
+            (2, 2)
+        );
     }
 
     #[test]
     fn every_allowed_value_is_taken() {
-        let cli = parse(&[
+        let args = [
             "--mode",
             "partitioned",
             "--slots",
@@ -96,25 +154,58 @@ mod tests {
             "1",
             "--format",
             "text",
-        ])
-        .expect("all values are in range");
-        assert_eq!(cli.mode, ModeChoice::Partitioned);
-        assert_eq!((cli.slots.get(), cli.held.get()), (4, 1));
-        assert_eq!(cli.format, Format::Text);
+        ];
+        let cli = parse(&args).expect("all values are in range");
+        let inputs = cli.run.inputs.inputs();
+        assert_eq!(inputs.mode, ModeChoice::Partitioned);
+        assert_eq!((inputs.slots.get(), inputs.held.get()), (4, 1));
+        assert_eq!(cli.run.format, Format::Text);
         let cli = parse(&["--slots=3", "--mode=shared"]).expect("--flag=value is accepted");
-        assert_eq!((cli.mode, cli.slots.get()), (ModeChoice::Shared, 3));
+        assert_eq!(
+            (cli.run.inputs.mode, cli.run.inputs.slots.get()),
+            (ModeChoice::Shared, 3)
+        );
+    }
+
+    #[test]
+    fn instruments_take_their_own_flags() {
+        let cli = parse(&["predict", "--held", "4", "--format", "json"]).expect("valid");
+        let Some(Command::Predict { inputs, format }) = cli.command else {
+            panic!("predict");
+        };
+        assert_eq!((inputs.held.get(), format), (4, TableFormat::Json));
+        let cli = parse(&["sweep"]).expect("valid");
+        assert!(matches!(
+            cli.command,
+            Some(Command::Sweep {
+                format: TableFormat::Text
+            })
+        ));
+        for refused in [
+            &["sweep", "--held", "2"][..],
+            &["--held", "2", "predict"],
+            &["predict", "--format", "svg"],
+            &["sweep", "--port", "80"],
+        ] {
+            assert_eq!(
+                parse(refused).expect_err("refused").exit_code(),
+                2,
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]
     fn out_of_range_values_name_the_flag_and_the_range() {
         for (args, flag, range) in [
-            (["--slots", "1"], "--slots", "2 through 4"),
-            (["--slots", "5"], "--slots", "2 through 4"),
-            (["--held", "0"], "--held", "1 through 4"),
-            (["--held", "5"], "--held", "1 through 4"),
-            (["--slots", "abc"], "--slots", "2 through 4"),
+            (&["--slots", "1"][..], "--slots", "2 through 4"),
+            (&["--slots", "5"], "--slots", "2 through 4"),
+            (&["--held", "0"], "--held", "1 through 4"),
+            (&["--held", "5"], "--held", "1 through 4"),
+            (&["--slots", "abc"], "--slots", "2 through 4"),
+            (&["predict", "--held", "9"], "--held", "1 through 4"),
         ] {
-            let error = parse(&args).expect_err("out of range");
+            let error = parse(args).expect_err("out of range");
             assert_eq!(error.kind(), ErrorKind::ValueValidation, "{args:?}");
             let message = error.to_string();
             assert!(
@@ -130,6 +221,7 @@ mod tests {
             &["--port", "8080"][..],
             &["--host", "0.0.0.0"],
             &["--url", "http://example.com"],
+            &["predict", "--port", "8080"],
             &["--mode", "bogus"],
             &["--format", "xml"],
             &["--slots", "2", "--slots", "3"],

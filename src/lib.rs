@@ -18,7 +18,9 @@
 //! - [`coordinator`]: the sequence of one policy run.
 //! - [`faults`]: what tests may break, to show each unhappy path fails cleanly.
 //! - [`model`]: what every run must show, and the comparison.
+//! - [`outcome`]: the workshop's prediction table, predicted or observed.
 //! - [`report`]: the JSON report and its text rendering.
+//! - [`sweep`]: every allowed input, as a matrix per policy.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -28,9 +30,11 @@ pub mod coordinator;
 pub mod faults;
 pub mod label;
 pub mod model;
+pub mod outcome;
 pub mod policy;
 pub mod report;
 pub mod server;
+pub mod sweep;
 
 use policy::{Inputs, Policy};
 use report::{Report, Runner};
@@ -74,17 +78,29 @@ pub async fn run(inputs: Inputs) -> Report {
     }
 }
 
-/// Runs the lab on a fresh current-thread Tokio runtime and drops the runtime before returning,
-/// so nothing the run started outlives the report.
+/// What the policy model predicts for `inputs`, policy by policy, without starting any server:
+/// the same expectations as each run's `model` block.
+pub fn predict(inputs: Inputs) -> Vec<outcome::Outcome> {
+    let policies = inputs.mode.modes().iter().map(|&mode| Policy {
+        mode,
+        slots: inputs.slots,
+    });
+    policies
+        .map(|policy| outcome::Outcome::predicted(policy, inputs.held))
+        .collect()
+}
+
+/// Runs `future` (a lab run, a sweep) on a fresh current-thread Tokio runtime, and drops the
+/// runtime before returning, so nothing the run started outlives its result.
 ///
 /// One thread is enough: the sequence is one step at a time by design, and a held request is a
 /// parked task, not a blocked thread. It is also the quicker start (NOTES.md measured ≈4 ms for
 /// a whole process against ≈5 ms multi-threaded).
-pub fn run_blocking(inputs: Inputs) -> std::io::Result<Report> {
+pub fn block_on<F: Future>(future: F) -> std::io::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(run(inputs));
+    let output = runtime.block_on(future);
     drop(runtime);
-    Ok(report)
+    Ok(output)
 }

@@ -1,14 +1,15 @@
-//! The report for a person: the workshop's prediction table filled in with what actually
-//! happened, one column per policy, then whether every observation matched the model.
+//! The report for a person: the workshop's prediction table, one column per policy, filled in
+//! with what happened (or, for `predict`, with what the model expects).
 
 use std::fmt::Write;
 
 use crate::label::Label;
-use crate::model::Phase;
-use crate::report::{PolicyReport, Report};
+use crate::outcome::{Answer, Outcome};
+use crate::policy::Inputs;
+use crate::report::Report;
 
-/// Fills one policy's cell of a row from its report.
-type Cell = fn(&PolicyReport) -> String;
+/// Fills one policy's cell of a row.
+type Cell = fn(&Outcome) -> String;
 
 /// The rows of the table: a heading and how to fill each policy's cell.
 const ROWS: [(&str, Cell); 7] = [
@@ -18,27 +19,27 @@ const ROWS: [(&str, Cell); 7] = [
     ("F1 before release", f1_before_release),
     ("after release", after_release),
     ("new probes S-after, F-after", probes),
-    ("matches the model", matches),
+    ("permits idle while refusing", idle_while_refused),
 ];
 
-/// Renders `report` as a short table, one column per policy.
+/// Renders a run's report: the table, whether each policy matched the model, and why the run
+/// failed if it did.
 pub fn render(report: &Report) -> String {
-    let inputs = &report.inputs;
-    let mut out = format!(
-        "isolation-lab {}: --mode {} --slots {} --held {}\n\n",
-        report.runner.version,
-        inputs.mode.name(),
-        inputs.slots,
-        inputs.held
+    let mut out = heading(
+        &format!("isolation-lab {}", report.runner.version),
+        &report.inputs,
     );
-    let header = std::iter::once(String::new())
-        .chain(report.policies.iter().map(|p| p.mode.name().to_owned()));
-    let mut rows = vec![header.collect::<Vec<_>>()];
-    for (heading, cell) in ROWS {
-        let cells = report.policies.iter().map(cell);
-        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
-    }
-    out.push_str(&table(&rows));
+    let outcomes: Vec<Outcome> = report.policies.iter().map(Outcome::observed).collect();
+    let verdicts = report
+        .policies
+        .iter()
+        .map(|p| match p.model.mismatches.len() {
+            0 => "yes".to_owned(),
+            1 => "NO: 1 difference".to_owned(),
+            n => format!("NO: {n} differences"),
+        });
+    let verdict = ("matches the model", verdicts.collect());
+    out.push_str(&table(&outcomes, Some(verdict)));
     out.push('\n');
     for policy in &report.policies {
         for mismatch in &policy.model.mismatches {
@@ -58,16 +59,46 @@ pub fn render(report: &Report) -> String {
     out
 }
 
+/// Renders the model's prediction for `inputs`: the same table, before any run.
+pub fn prediction(inputs: &Inputs, outcomes: &[Outcome]) -> String {
+    let mut out = heading("isolation-lab predict", inputs);
+    out.push_str(&table(outcomes, None));
+    out.push_str("\nThe policy model's prediction: no server was started. Run the same inputs\n");
+    out.push_str("without `predict` to compare it with what actually happens.\n");
+    out
+}
+
+fn heading(title: &str, inputs: &Inputs) -> String {
+    format!(
+        "{title}: --mode {} --slots {} --held {}\n\n",
+        inputs.mode.name(),
+        inputs.slots,
+        inputs.held
+    )
+}
+
+/// The table: one column per outcome, and an optional last row of given cells.
+fn table(outcomes: &[Outcome], last: Option<(&str, Vec<String>)>) -> String {
+    let header =
+        std::iter::once(String::new()).chain(outcomes.iter().map(|o| o.mode.name().into()));
+    let mut rows = vec![header.collect::<Vec<_>>()];
+    for (heading, cell) in ROWS {
+        let cells = outcomes.iter().map(cell);
+        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+    }
+    if let Some((heading, cells)) = last {
+        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+    }
+    columns(&rows)
+}
+
 /// Left-aligned columns, two spaces apart, no trailing spaces.
-fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
+    let count = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..count)
         .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
+            let cells = rows.iter().filter_map(|r| r.get(c));
+            cells.map(|s| s.chars().count()).max().unwrap_or(0)
         })
         .collect();
     let mut out = String::new();
@@ -82,8 +113,9 @@ fn table(rows: &[Vec<String>]) -> String {
     out
 }
 
-fn labels(labels: impl IntoIterator<Item = Label>) -> String {
-    let text: Vec<String> = labels.into_iter().map(|l| l.to_string()).collect();
+/// Labels separated by spaces, or `none`.
+pub(crate) fn labels<'a>(labels: impl IntoIterator<Item = &'a Label>) -> String {
+    let text: Vec<String> = labels.into_iter().map(Label::to_string).collect();
     if text.is_empty() {
         "none".to_owned()
     } else {
@@ -91,97 +123,77 @@ fn labels(labels: impl IntoIterator<Item = Label>) -> String {
     }
 }
 
-fn not_reached() -> String {
-    "not reached".to_owned()
+/// A cell for a step a failed run never reached.
+fn or_not_reached<T>(value: Option<&T>, cell: impl FnOnce(&T) -> String) -> String {
+    value.map_or_else(|| "not reached".to_owned(), cell)
 }
 
-fn permits(report: &PolicyReport) -> String {
-    let pools = report.pool_capacities.iter();
+fn permits(outcome: &Outcome) -> String {
+    let pools = outcome.pool_capacities.iter();
     let pools: Vec<String> = pools.map(|(pool, n)| format!("{n} {pool}")).collect();
     pools.join(" + ")
 }
 
-fn held_before_f1(report: &PolicyReport) -> String {
-    let snapshot = report.observed.observer_before_fast.as_ref();
-    snapshot.map_or_else(not_reached, |s| labels(s.held_at_gate.iter().copied()))
+fn held_before_f1(outcome: &Outcome) -> String {
+    or_not_reached(outcome.held_before_f1.as_ref(), |held| labels(held))
 }
 
-fn refused_slow(report: &PolicyReport) -> String {
-    let refused = report
-        .observed
-        .responses
-        .iter()
-        .filter(|r| matches!(r.request, Label::Slow(_)) && r.status == 503)
-        .map(|r| r.request);
-    match labels(refused) {
-        none if none == "none" => none,
-        refused => format!("{refused} (503)"),
-    }
-}
-
-fn f1_before_release(report: &PolicyReport) -> String {
-    let Some(f1) = &report.observed.fast_response_before_release else {
-        return not_reached();
-    };
-    let decision = report.admissions.iter().find(|a| a.request == Label::F1);
-    match (f1.status, decision) {
-        (200, Some(a)) => format!("200 ({} permit)", a.pool),
-        (503, Some(a)) => {
-            let holders = a.held_by.iter().flatten().copied();
-            format!("503 (held by {})", labels(holders))
+fn refused_slow(outcome: &Outcome) -> String {
+    or_not_reached(outcome.refused_slow.as_ref(), |refused| {
+        match refused.len() {
+            0 => "none".to_owned(),
+            _ => format!("{} (503)", labels(refused)),
         }
-        (status, _) => status.to_string(),
-    }
+    })
 }
 
-/// Groups responses by status, in order: `S1 S2: 200`.
-fn by_status(responses: impl Iterator<Item = (Label, u16)>) -> String {
+fn f1_before_release(outcome: &Outcome) -> String {
+    or_not_reached(outcome.f1_before_release.as_ref(), |f1| match f1.status {
+        200 => format!("200 ({} permit)", f1.pool),
+        503 => format!("503 (held by {})", labels(&f1.held_by)),
+        status => status.to_string(),
+    })
+}
+
+/// Groups answers by status, in order: `S1 S2: 200`.
+fn by_status(answers: &[Answer]) -> String {
     let mut groups: Vec<(u16, Vec<Label>)> = Vec::new();
-    for (request, status) in responses {
+    for &Answer { request, status } in answers {
         match groups.iter_mut().find(|(s, _)| *s == status) {
             Some((_, requests)) => requests.push(request),
             None => groups.push((status, vec![request])),
         }
     }
-    if groups.is_empty() {
-        return not_reached();
-    }
-    let groups: Vec<String> = groups
-        .into_iter()
-        .map(|(status, requests)| format!("{}: {status}", labels(requests)))
-        .collect();
-    groups.join(", ")
+    let groups = groups
+        .iter()
+        .map(|(status, requests)| format!("{}: {status}", labels(requests)));
+    groups.collect::<Vec<_>>().join(", ")
 }
 
-fn after_release(report: &PolicyReport) -> String {
-    let released = report
-        .observed
-        .responses
-        .iter()
-        .filter(|r| matches!(r.request, Label::Slow(_)) && r.phase == Phase::AfterRelease);
-    by_status(released.map(|r| (r.request, r.status)))
+fn after_release(outcome: &Outcome) -> String {
+    or_not_reached(outcome.after_release.as_ref(), |answers| by_status(answers))
 }
 
-fn probes(report: &PolicyReport) -> String {
-    let probes = report
-        .observed
-        .responses
-        .iter()
-        .filter(|r| matches!(r.request, Label::SlowAfter | Label::FastAfter));
-    let statuses: Vec<String> = probes.map(|r| r.status.to_string()).collect();
-    if statuses.is_empty() {
-        not_reached()
-    } else {
+fn probes(outcome: &Outcome) -> String {
+    or_not_reached(outcome.probes.as_ref(), |probes| {
+        let statuses: Vec<String> = probes.iter().map(|a| a.status.to_string()).collect();
         statuses.join(", ")
-    }
+    })
 }
 
-fn matches(report: &PolicyReport) -> String {
-    match report.model.mismatches.len() {
-        0 => "yes".to_owned(),
-        1 => "NO: 1 difference".to_owned(),
-        n => format!("NO: {n} differences"),
-    }
+fn idle_while_refused(outcome: &Outcome) -> String {
+    let idle = outcome
+        .idle_before_f1
+        .as_ref()
+        .zip(outcome.idle_while_refused);
+    or_not_reached(idle.as_ref(), |&(idle, reserved)| {
+        if reserved == 0 {
+            return "none".to_owned();
+        }
+        let pools = idle.iter().filter(|&(_, &free)| free > 0);
+        let pools: Vec<String> = pools.map(|(pool, free)| format!("{free} {pool}")).collect();
+        pools.join(" + ")
+    })
 }
 
 #[cfg(test)]
@@ -195,19 +207,19 @@ mod tests {
             vec!["held before F1".into(), "S1 S2".into(), "S1".into()],
         ];
         assert_eq!(
-            table(&rows),
+            columns(&rows),
             "                shared  partitioned\nheld before F1  S1 S2   S1\n"
         );
     }
 
     #[test]
-    fn responses_group_by_status_in_order() {
-        let responses = [
-            (Label::Slow(1), 200),
-            (Label::Slow(2), 503),
-            (Label::Slow(3), 200),
-        ];
-        assert_eq!(by_status(responses.into_iter()), "S1 S3: 200, S2: 503");
-        assert_eq!(by_status(std::iter::empty()), "not reached");
+    fn answers_group_by_status_in_order() {
+        let answer = |n, status| Answer {
+            request: Label::Slow(n),
+            status,
+        };
+        let answers = [answer(1, 200), answer(2, 503), answer(3, 200)];
+        assert_eq!(by_status(&answers), "S1 S3: 200, S2: 503");
+        assert_eq!(by_status(&[]), "");
     }
 }

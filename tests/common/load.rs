@@ -44,7 +44,8 @@ pub fn assert_default(report: &Report) {
 /// current-thread runtime, dropped before the report is read.
 pub fn sequential(runs: usize) {
     for _ in 0..runs {
-        let report = isolation_lab::run_blocking(Inputs::default()).expect("a runtime");
+        let report = isolation_lab::block_on(isolation_lab::run(Inputs::default()));
+        let report = report.expect("a runtime");
         assert_default(&report);
     }
 }

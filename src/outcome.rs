@@ -1,0 +1,244 @@
+//! The workshop's prediction table for one policy run — what was held, what was refused, what
+//! F1 got, what happened after release, and which permits sat idle — either predicted from the
+//! model or read off a run's report. `predict`, the text report and `sweep` all print this.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::label::Label;
+use crate::model::{self, Decision, Expected, Phase};
+use crate::policy::{Held, Mode, Policy, Pool, Route};
+use crate::report::PolicyReport;
+
+/// One row of the prediction table. A field is `None` where a failed run never got that far.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// The policy.
+    pub mode: Mode,
+    /// Permits per pool.
+    pub pool_capacities: BTreeMap<Pool, usize>,
+    /// Admitted slow requests held at the gate before F1.
+    pub held_before_f1: Option<Vec<Label>>,
+    /// Slow requests refused (503) before F1.
+    pub refused_slow: Option<Vec<Label>>,
+    /// F1's answer while the slow work is held.
+    pub f1_before_release: Option<FastOutcome>,
+    /// Each held slow request's answer once the gate opened, in label order.
+    pub after_release: Option<Vec<Answer>>,
+    /// The answers to the new probes `S-after` and `F-after`.
+    pub probes: Option<Vec<Answer>>,
+    /// Free permits per pool while the slow work is held, before F1.
+    pub idle_before_f1: Option<BTreeMap<Pool, usize>>,
+    /// Of those, the permits the refused slow requests could not use: the price of the
+    /// reservation (0 when no slow request was refused).
+    pub idle_while_refused: Option<usize>,
+}
+
+/// A request's HTTP status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Answer {
+    /// The request.
+    pub request: Label,
+    /// Its status.
+    pub status: u16,
+}
+
+/// F1's answer before release.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FastOutcome {
+    /// 200 admitted, 503 refused.
+    pub status: u16,
+    /// The pool it drew from, or that refused it.
+    pub pool: Pool,
+    /// When refused, the requests holding that pool's permits.
+    pub held_by: Vec<Label>,
+}
+
+impl Outcome {
+    /// What the model predicts for `policy` with `held` slow requests: the same expectations
+    /// as a run's `model` block, without starting any server.
+    pub fn predicted(policy: Policy, held: Held) -> Self {
+        let expected = model::expect(policy, held);
+        let admitted = model::held_slow(&expected, Decision::Admitted);
+        let refused = model::held_slow(&expected, Decision::Refused);
+        let find = |request: Label| expected.iter().find(|e| e.request == request);
+        let f1 = find(Label::F1).expect("the model expects F1");
+        let slow_pool = policy.pool_for(Route::Slow);
+        let idle = policy
+            .pools()
+            .iter()
+            .map(|&pool| {
+                let taken = if pool == slow_pool { admitted.len() } else { 0 };
+                (pool, policy.capacity(pool) - taken)
+            })
+            .collect();
+        let statuses = |requests: &[Label]| {
+            let status = |&request: &Label| {
+                let status = find(request).map(|e: &Expected| e.status)?;
+                Some(Answer { request, status })
+            };
+            requests.iter().filter_map(status).collect::<Vec<_>>()
+        };
+        Outcome {
+            mode: policy.mode,
+            pool_capacities: capacities(policy),
+            f1_before_release: Some(FastOutcome {
+                status: f1.status,
+                pool: f1.pool,
+                held_by: match f1.decision {
+                    Decision::Refused => admitted.clone(),
+                    Decision::Admitted => Vec::new(),
+                },
+            }),
+            after_release: Some(statuses(&admitted)),
+            probes: Some(statuses(&[Label::SlowAfter, Label::FastAfter])),
+            idle_while_refused: Some(idle_while_refused(&idle, slow_pool, &refused)),
+            idle_before_f1: Some(idle),
+            held_before_f1: Some(admitted),
+            refused_slow: Some(refused),
+        }
+    }
+
+    /// What a run actually showed, read off its report.
+    pub fn observed(report: &PolicyReport) -> Self {
+        let observed = &report.observed;
+        let responses = &observed.responses;
+        let before = observed.observer_before_fast.as_ref();
+        let slow_pool = report.route_pools[&Route::Slow];
+        let idle: Option<BTreeMap<Pool, usize>> = before.map(|snapshot| {
+            let free = |(&pool, &capacity): (&Pool, &usize)| {
+                let active = snapshot.active_work.get(&pool).copied().unwrap_or(0);
+                (pool, capacity.saturating_sub(active))
+            };
+            report.pool_capacities.iter().map(free).collect()
+        });
+        let refused = before.map(|_| {
+            let refused = responses.iter().filter(|r| {
+                matches!(r.request, Label::Slow(_))
+                    && r.status == 503
+                    && r.phase == Phase::BeforeRelease
+            });
+            refused.map(|r| r.request).collect::<Vec<_>>()
+        });
+        let f1 = observed
+            .fast_response_before_release
+            .as_ref()
+            .and_then(|f1| {
+                let decided = report.admissions.iter().find(|a| a.request == Label::F1)?;
+                Some(FastOutcome {
+                    status: f1.status,
+                    pool: decided.pool,
+                    held_by: decided.held_by.clone().unwrap_or_default(),
+                })
+            });
+        let answered = |wanted: fn(&Label) -> bool| {
+            let mut found: Vec<Answer> = responses
+                .iter()
+                .filter(|r| r.phase == Phase::AfterRelease && wanted(&r.request))
+                .map(|r| Answer {
+                    request: r.request,
+                    status: r.status,
+                })
+                .collect();
+            found.sort();
+            found
+        };
+        let after_release = observed
+            .slow_callers_pending_before_release
+            .as_ref()
+            .map(|_| answered(|l| matches!(l, Label::Slow(_))));
+        let probes = answered(|l| matches!(l, Label::SlowAfter | Label::FastAfter));
+        Outcome {
+            mode: report.mode,
+            pool_capacities: report.pool_capacities.clone(),
+            held_before_f1: before.map(|s| s.held_at_gate.clone()),
+            idle_while_refused: idle
+                .as_ref()
+                .zip(refused.as_ref())
+                .map(|(idle, refused)| idle_while_refused(idle, slow_pool, refused)),
+            refused_slow: refused,
+            f1_before_release: f1,
+            after_release,
+            probes: (probes.len() == 2).then_some(probes),
+            idle_before_f1: idle,
+        }
+    }
+}
+
+fn capacities(policy: Policy) -> BTreeMap<Pool, usize> {
+    let pools = policy.pools().iter();
+    pools.map(|&pool| (pool, policy.capacity(pool))).collect()
+}
+
+/// Free permits outside the slow pool while some slow request was refused: reserved for
+/// another class, so the refused work could not use them.
+fn idle_while_refused(idle: &BTreeMap<Pool, usize>, slow_pool: Pool, refused: &[Label]) -> usize {
+    if refused.is_empty() {
+        return 0;
+    }
+    let reserved = idle.iter().filter(|&(&pool, _)| pool != slow_pool);
+    reserved.map(|(_, &free)| free).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Slots;
+
+    fn predict(mode: Mode, slots: u8, held: u8) -> Outcome {
+        let slots = Slots::new(slots).expect("allowed");
+        Outcome::predicted(Policy { mode, slots }, Held::new(held).expect("allowed"))
+    }
+
+    use Label::Slow as S;
+
+    /// The workshop's default table, predicted.
+    #[test]
+    fn the_default_prediction_is_the_workshops_table() {
+        let shared = predict(Mode::Shared, 2, 2);
+        assert_eq!(shared.held_before_f1, Some(vec![S(1), S(2)]));
+        assert_eq!(shared.refused_slow, Some(vec![]));
+        let f1 = shared.f1_before_release.expect("F1");
+        assert_eq!(
+            (f1.status, f1.pool, f1.held_by),
+            (503, Pool::Shared, vec![S(1), S(2)])
+        );
+        let ok = |request| Answer {
+            request,
+            status: 200,
+        };
+        assert_eq!(shared.after_release, Some(vec![ok(S(1)), ok(S(2))]));
+        assert_eq!(shared.idle_while_refused, Some(0));
+
+        let partitioned = predict(Mode::Partitioned, 2, 2);
+        assert_eq!(partitioned.held_before_f1, Some(vec![S(1)]));
+        assert_eq!(partitioned.refused_slow, Some(vec![S(2)]));
+        let f1 = partitioned.f1_before_release.expect("F1");
+        assert_eq!((f1.status, f1.pool), (200, Pool::Fast));
+        let idle = partitioned.idle_before_f1.expect("idle");
+        assert_eq!(idle, BTreeMap::from([(Pool::Slow, 0), (Pool::Fast, 1)]));
+        assert_eq!(
+            partitioned.idle_while_refused,
+            Some(1),
+            "the fast permit sits idle"
+        );
+        let probes = Some(vec![ok(Label::SlowAfter), ok(Label::FastAfter)]);
+        assert_eq!(partitioned.probes, probes);
+    }
+
+    /// Shared mode never reserves: whatever is idle, nothing was refused while it was.
+    #[test]
+    fn shared_mode_never_leaves_a_permit_idle_while_refusing() {
+        for slots in 2..=4 {
+            for held in 1..=4 {
+                let outcome = predict(Mode::Shared, slots, held);
+                assert_eq!(
+                    outcome.idle_while_refused,
+                    Some(0),
+                    "{slots} slots, {held} held"
+                );
+            }
+        }
+    }
+}

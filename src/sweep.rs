@@ -1,0 +1,147 @@
+//! `sweep`: every allowed input — 2 policies × slots 2–4 × held 1–4, each on its own fresh
+//! server — as one matrix per policy: the useful work, the refused work, whether F1 got in, and
+//! what the reservation cost.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::coordinator;
+use crate::outcome::Outcome;
+use crate::policy::{Held, Mode, Policy, Slots};
+use crate::report::text::columns;
+
+/// Every run of a sweep, and whether all of them matched the model.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sweep {
+    /// One entry per policy run, policy by policy, then by slots, then by held.
+    pub runs: Vec<SweepRun>,
+    /// Every run matched the model and none failed.
+    pub matches_model: bool,
+}
+
+/// One policy run of a sweep.
+#[derive(Clone, Debug, Serialize)]
+pub struct SweepRun {
+    /// The policy.
+    pub mode: Mode,
+    /// Total permits.
+    pub slots: Slots,
+    /// Slow requests held.
+    pub held: Held,
+    /// What it showed.
+    pub outcome: Outcome,
+    /// It matched the model and did not fail.
+    pub matches_model: bool,
+    /// Why it failed or differed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// Runs every allowed input, one after another, each on its own server.
+pub async fn sweep() -> Sweep {
+    let mut runs = Vec::new();
+    for mode in Mode::ALL {
+        for slots in Slots::all() {
+            for held in Held::all() {
+                let run = coordinator::run_policy(Policy { mode, slots }, held).await;
+                let mismatch = run.report.model.mismatches.first().cloned();
+                let failure = run.failure.or(mismatch);
+                runs.push(SweepRun {
+                    mode,
+                    slots,
+                    held,
+                    outcome: Outcome::observed(&run.report),
+                    matches_model: failure.is_none(),
+                    failure,
+                });
+            }
+        }
+    }
+    let matches_model = runs.iter().all(|r| r.matches_model);
+    Sweep {
+        runs,
+        matches_model,
+    }
+}
+
+/// The matrices, within 80 columns.
+pub fn render(sweep: &Sweep) -> String {
+    let mut out = format!(
+        "isolation-lab sweep: {} policy runs, each on its own server\n",
+        sweep.runs.len()
+    );
+    for mode in Mode::ALL {
+        let _ = writeln!(out, "\n{}", describe(mode));
+        let header = std::iter::once(String::new()).chain(Held::all().map(|h| format!("held {h}")));
+        let mut rows = vec![header.collect::<Vec<_>>()];
+        for slots in Slots::all() {
+            let cells = Held::all().map(|held| {
+                let run = sweep
+                    .runs
+                    .iter()
+                    .find(|r| (r.mode, r.slots, r.held) == (mode, slots, held));
+                run.map_or_else(|| "not run".to_owned(), cell)
+            });
+            rows.push(
+                std::iter::once(format!("slots {slots}"))
+                    .chain(cells)
+                    .collect(),
+            );
+        }
+        out.push_str(&columns(&rows));
+    }
+    out.push_str(
+        "\nEach cell: slow requests admitted/refused, F1's status before release, and the\n\
+         permits left idle while slow work was refused (- when none was refused).\n",
+    );
+    let differing: Vec<&SweepRun> = sweep.runs.iter().filter(|r| !r.matches_model).collect();
+    if differing.is_empty() {
+        let _ = writeln!(
+            out,
+            "All {} runs matched the policy model.",
+            sweep.runs.len()
+        );
+    }
+    for run in differing {
+        let reason = run.failure.as_deref().unwrap_or("differs from the model");
+        let _ = writeln!(
+            out,
+            "! {} --slots {} --held {}: {reason}",
+            run.mode.name(),
+            run.slots,
+            run.held
+        );
+    }
+    out
+}
+
+fn describe(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Shared => "shared: one pool of all the slots, for /slow and /fast",
+        Mode::Partitioned => "partitioned: slots - 1 for /slow, one permit reserved for /fast",
+    }
+}
+
+/// `2/1 503 0`: admitted/refused, F1's status, idle while refusing; `!` marks a run that
+/// differed from the model.
+fn cell(run: &SweepRun) -> String {
+    let outcome = &run.outcome;
+    let count =
+        |labels: &Option<Vec<_>>| labels.as_ref().map_or("?".into(), |l| l.len().to_string());
+    let f1 = outcome
+        .f1_before_release
+        .as_ref()
+        .map_or("?".into(), |f1| f1.status.to_string());
+    let refused_any = outcome.refused_slow.as_ref().is_some_and(|r| !r.is_empty());
+    let idle = match (refused_any, outcome.idle_while_refused) {
+        (false, _) => "-".to_owned(),
+        (true, idle) => idle.map_or("?".into(), |n| n.to_string()),
+    };
+    let flag = if run.matches_model { "" } else { " !" };
+    format!(
+        "{}/{} {f1} {idle}{flag}",
+        count(&outcome.held_before_f1),
+        count(&outcome.refused_slow)
+    )
+}
