@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail, ensure};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -19,7 +19,8 @@ use crate::label::{LABEL_HEADER, Label};
 use crate::model::Phase;
 use crate::policy::{Held, Policy};
 use crate::report::{Evidence, FastResponse, Observed, PolicyReport, ResponseRecord};
-use crate::server::{Server, ServerSummary, Stopped};
+use crate::resources::{self, ResourceEvidence, Resources};
+use crate::server::{self, Census, Front, Running, ServerSummary};
 
 /// The longest any one step may wait before the run is failed as stalled.
 pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -33,15 +34,20 @@ pub struct PolicyRun {
     pub failure: Option<String>,
 }
 
-/// Runs one policy on its own fresh server, pools and gate, then closes everything it opened
-/// before assembling the report.
+/// Runs one policy on its own fresh async server, pools and gate, then closes everything it
+/// opened before assembling the report.
 pub async fn run_policy(policy: Policy, held: Held) -> PolicyRun {
-    run_policy_with(policy, held, Faults::default()).await
+    run_policy_with(Front::Async, policy, held, Faults::default()).await
 }
 
-/// [`run_policy`] with `faults` injected: how tests show that every unhappy path ends the run
-/// with `failure` set and everything closed, joined and returned.
-pub async fn run_policy_with(policy: Policy, held: Held, faults: Faults) -> PolicyRun {
+/// [`run_policy`] on either server `front`, with `faults` injected: how tests show that every
+/// unhappy path ends the run with `failure` set and everything closed, joined and returned.
+pub async fn run_policy_with(
+    front: Front,
+    policy: Policy,
+    held: Held,
+    faults: Faults,
+) -> PolicyRun {
     let token = match RunToken::generate() {
         Ok(token) => token,
         Err(e) => {
@@ -52,15 +58,20 @@ pub async fn run_policy_with(policy: Policy, held: Held, faults: Faults) -> Poli
         }
     };
     let (observer, events) = mpsc::unbounded_channel();
-    let section = WorkSection::with_faults(policy, token.clone(), observer, faults.clone());
+    let permits = front.permits();
+    let section =
+        WorkSection::with_faults(policy, permits, token.clone(), observer, faults.clone());
     let section = Arc::new(section);
+    let census = Arc::new(Census::default());
     let mut observed = Observed::default();
-    let (failure, client_threads_stopped, server) =
-        match Session::open(section.clone(), events, &token).await {
-            Err(e) => (Some(format!("{e:#}")), true, None),
+    let mut resources = ResourceEvidence::default();
+    let (failure, callers, server) =
+        match Session::open(front, section.clone(), census.clone(), events, &token).await {
+            Err(e) => (Some(format!("{e:#}")), Callers::default(), None),
             Ok(mut session) => {
-                let sequence = session.sequence(held, &faults, &mut observed).await;
-                let closed = session.close().await;
+                let sequence = session.sequence(held, &faults, &mut observed, &mut resources);
+                let sequence = sequence.await;
+                let closed = session.close(sequence.is_err()).await;
                 // Both can fail for one cause: a panicking handler breaks its caller's request
                 // (the sequence's error) and its connection task (the close's). Say both.
                 let failure = match (sequence.err(), closed.failure) {
@@ -68,15 +79,18 @@ pub async fn run_policy_with(policy: Policy, held: Held, faults: Faults) -> Poli
                     (Some(e), None) => Some(format!("{e:#}")),
                     (None, failure) => failure,
                 };
-                (failure, closed.callers_stopped, closed.server)
+                (failure, closed.callers, closed.server)
             }
         };
+    resources.after_run = Some(count(&section, &census));
     let evidence = Evidence {
+        resources,
         work_events: section.events(),
         ledger: section.audit(),
         observed,
         final_state: section.final_state(),
-        client_threads_stopped,
+        client_threads_stopped: callers.joined == callers.spawned,
+        client_tasks_aborted: callers.aborted,
         server,
     };
     PolicyRun {
@@ -85,23 +99,44 @@ pub async fn run_policy_with(policy: Policy, held: Held, faults: Faults) -> Poli
     }
 }
 
+/// The resources of the process now.
+fn count(section: &WorkSection, census: &Census) -> Resources {
+    Resources {
+        os_threads: resources::os_threads(),
+        connection_handlers: census.live(),
+        held_at_gate: section.snapshot().held_at_gate.len(),
+    }
+}
+
 /// The server, client and callers of one policy run.
 struct Session {
     section: Arc<WorkSection>,
+    census: Arc<Census>,
     events: mpsc::UnboundedReceiver<WorkEvent>,
     client: reqwest::Client,
     base: String,
     /// The slow callers; each returns its reply.
     callers: JoinSet<anyhow::Result<Reply>>,
+    /// How many were spawned, joined and aborted.
+    account: Callers,
     /// The admitted slow callers, to check which are still waiting for their response.
     held: Vec<(Label, AbortHandle)>,
-    stop_server: oneshot::Sender<()>,
-    server: tokio::task::JoinHandle<Stopped>,
+    server: Running,
+}
+
+/// The slow callers' account: every spawned task must be joined.
+#[derive(Clone, Copy, Debug, Default)]
+struct Callers {
+    spawned: u64,
+    /// Joined by any path: answered, failed, or aborted and then joined.
+    joined: u64,
+    /// Aborted at close, after a failure.
+    aborted: u64,
 }
 
 /// What is left once a session has closed.
 struct Closed {
-    callers_stopped: bool,
+    callers: Callers,
     server: Option<ServerSummary>,
     failure: Option<String>,
 }
@@ -117,31 +152,28 @@ struct Reply {
 }
 
 impl Session {
-    /// Builds the client, binds `127.0.0.1:0` and starts serving.
+    /// Builds the client, binds `127.0.0.1:0` and starts serving on `front`.
     async fn open(
+        front: Front,
         section: Arc<WorkSection>,
+        census: Arc<Census>,
         events: mpsc::UnboundedReceiver<WorkEvent>,
         token: &RunToken,
     ) -> anyhow::Result<Self> {
         let value = HeaderValue::from_str(&token.header_value()).context("the run token")?;
         let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
         let client = client(headers).context("building the HTTP client")?;
-        let server = Server::bind().await.context("binding 127.0.0.1:0")?;
-        let base = format!("http://{}", server.address());
-        let (stop_server, stop) = oneshot::channel::<()>();
-        let shutdown = async {
-            // A dropped sender also means stop.
-            let _ = stop.await;
-        };
-        let server = tokio::spawn(server.serve(section.clone(), shutdown, SAFETY_TIMEOUT));
+        let started = server::start(front, section.clone(), census.clone(), SAFETY_TIMEOUT);
+        let (address, server) = started.await.context("binding 127.0.0.1:0")?;
         Ok(Session {
             section,
+            census,
             events,
             client,
-            base,
+            base: format!("http://{address}"),
             callers: JoinSet::new(),
+            account: Callers::default(),
             held: Vec::new(),
-            stop_server,
             server,
         })
     }
@@ -152,10 +184,12 @@ impl Session {
         held: Held,
         faults: &Faults,
         observed: &mut Observed,
+        resources: &mut ResourceEvidence,
     ) -> anyhow::Result<()> {
         // 2–3. Slow requests one after another, each until the server has decided it.
         for request in Label::held(held) {
             let caller = self.callers.spawn(self.call(request));
+            self.account.spawned += 1;
             let decision = within(self.decision(request), || {
                 format!("no admission decision for {request}")
             })
@@ -169,7 +203,7 @@ impl Session {
             }
             // Refused: wait for its caller's actual 503. While the gate is closed the refused
             // caller is the only one that can finish.
-            let reply = within(self.callers.join_next(), || {
+            let reply = within(self.join_caller(), || {
                 format!("{request} was refused but its caller got no response")
             })
             .await
@@ -179,15 +213,16 @@ impl Session {
                 "{} received a response while its work was held at the gate",
                 reply.request
             );
-            observed.responses.push(reply.record(Phase::BeforeRelease));
+            observed.responses.push(self.record(reply));
         }
 
         if faults.foreign_requests > 0 {
             self.intrude(faults.foreign_requests).await?;
         }
 
-        // 4. What the observer sees with the slow work held.
+        // 4. What the observer sees with the slow work held, and what holding it costs.
         observed.observer_before_fast = Some(self.section.snapshot());
+        resources.before_fast = Some(count(&self.section, &self.census));
 
         // 5. F1, and its actual response.
         let f1 = self.call(Label::F1);
@@ -197,7 +232,7 @@ impl Session {
             status: f1.status,
             body: f1.body.clone(),
         });
-        observed.responses.push(f1.record(Phase::BeforeRelease));
+        observed.responses.push(self.record(f1));
 
         // 6. The held work is still there, and its callers still wait.
         observed.observer_after_fast_before_release = Some(self.section.snapshot());
@@ -208,21 +243,46 @@ impl Session {
         // 7. Release, then every held caller's response and every caller task joined.
         self.section.open_gate();
         while !self.callers.is_empty() {
-            let reply = within(self.callers.join_next(), || {
+            let reply = within(self.join_caller(), || {
                 "a released slow caller got no response".into()
             })
             .await
             .and_then(joined)?;
-            observed.responses.push(reply.record(Phase::AfterRelease));
+            observed.responses.push(self.record(reply));
         }
 
         // 8. New probes after release: not replays of refused work.
         for probe in [Label::SlowAfter, Label::FastAfter] {
             let reply = self.call(probe);
             let reply = within(reply, || format!("{probe} got no response")).await??;
-            observed.responses.push(reply.record(Phase::AfterRelease));
+            observed.responses.push(self.record(reply));
         }
         Ok(())
+    }
+
+    /// The next caller to end, joined and counted.
+    async fn join_caller(&mut self) -> Option<Result<anyhow::Result<Reply>, JoinError>> {
+        let joined = self.callers.join_next().await;
+        self.account.joined += u64::from(joined.is_some());
+        joined
+    }
+
+    /// A reply as the report records it. Its phase is read off the ledger's axis: after
+    /// release when the gate had opened by the time the response arrived.
+    fn record(&self, reply: Reply) -> ResponseRecord {
+        let opened = self.section.gate_opened_at();
+        let phase = match opened {
+            Some(opened) if opened <= reply.after_event => Phase::AfterRelease,
+            _ => Phase::BeforeRelease,
+        };
+        ResponseRecord {
+            request: reply.request,
+            route: reply.request.route(),
+            status: reply.status,
+            body: reply.body,
+            phase,
+            after_event: reply.after_event,
+        }
     }
 
     fn call(&self, request: Label) -> impl Future<Output = anyhow::Result<Reply>> + use<> {
@@ -248,6 +308,7 @@ impl Session {
                     None => bail!("the control observer stopped before deciding {request}"),
                 },
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
+                    self.account.joined += 1;
                     let reply = joined(ended)?;
                     bail!(
                         "{} received HTTP {} while waiting for {request}'s admission decision",
@@ -308,50 +369,41 @@ impl Session {
     /// Step 9, on every path: opens the gate so held work can leave, stops and joins every
     /// caller, then stops the server and joins it (it drains its connections within the safety
     /// timeout and aborts what is left).
-    async fn close(mut self) -> Closed {
+    async fn close(mut self, failed: bool) -> Closed {
         // Graceful shutdown waits for handlers, and a held handler waits for the gate
-        // (NOTES.md pitfall 4): open it first.
+        // (NOTES.md pitfall 4): open it first. After a failure the gate may not open (it may be
+        // what failed): then abandon it, so held work leaves on either front at once — a task
+        // would be cancelled anyway, but a blocked thread can only be told.
         self.section.open_gate();
+        if failed {
+            self.section.abandon_gate();
+        }
         // After a complete sequence every caller has been joined; after a failure, abort the
         // rest. Their connections close and the server's handlers leave the section.
         self.callers.abort_all();
         let mut failure = None;
-        while let Some(joined) = self.callers.join_next().await {
-            if let Err(e) = joined
-                && e.is_panic()
-            {
-                failure.get_or_insert(format!("a client task panicked: {e}"));
+        while let Some(joined) = self.join_caller().await {
+            match joined {
+                Err(e) if e.is_cancelled() => self.account.aborted += 1,
+                Err(e) => {
+                    failure.get_or_insert(format!("a client task panicked: {e}"));
+                }
+                Ok(_) => {}
             }
         }
-        let callers_stopped = self.callers.is_empty();
+        let callers = self.account;
 
-        let _ = self.stop_server.send(());
-        match self.server.await {
+        match self.server.stop().await {
             Ok(stopped) => Closed {
-                callers_stopped,
+                callers,
                 server: Some(stopped.summary),
                 failure: failure.or(stopped.error),
             },
-            // The server task panicked: its listener and connections were dropped with it, but
-            // nothing is left to count them.
             Err(e) => Closed {
-                callers_stopped,
+                callers,
                 server: None,
-                failure: failure.or(Some(format!("the server task failed: {e}"))),
+                failure: failure.or(Some(e)),
             },
-        }
-    }
-}
-
-impl Reply {
-    fn record(self, phase: Phase) -> ResponseRecord {
-        ResponseRecord {
-            request: self.request,
-            route: self.request.route(),
-            status: self.status,
-            body: self.body,
-            phase,
-            after_event: self.after_event,
         }
     }
 }

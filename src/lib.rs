@@ -14,7 +14,8 @@
 //! - [`label`]: request labels (`S1`, `F1`, ...) and how requests carry them.
 //! - [`admission`]: pools, gate, ledger, observer, audit and run token, independent of any
 //!   server front.
-//! - [`server`]: the Hyper front.
+//! - [`server`]: the server fronts: Hyper on Tokio, and a thread per connection.
+//! - [`resources`]: what a held request costs: threads, handlers.
 //! - [`coordinator`]: the sequence of one policy run.
 //! - [`faults`]: what tests may break, to show each unhappy path fails cleanly.
 //! - [`model`]: what every run must show, and the comparison.
@@ -33,16 +34,24 @@ pub mod model;
 pub mod outcome;
 pub mod policy;
 pub mod report;
+pub mod resources;
 pub mod server;
 pub mod sweep;
 
+use faults::Faults;
 use policy::{Inputs, Policy};
 use report::{Report, Runner};
+use server::Front;
 
-/// Runs the policies `inputs` selects, each on its own fresh server, and reports what
+/// Runs the policies `inputs` selects, each on its own fresh async server, and reports what
 /// happened. Stops at the first policy that fails or differs from the model; the report then
 /// carries `failure` and `matches_model: false`.
 pub async fn run(inputs: Inputs) -> Report {
+    run_on(Front::Async, inputs).await
+}
+
+/// [`run`] on either server front.
+pub async fn run_on(front: Front, inputs: Inputs) -> Report {
     let mut policies = Vec::new();
     let mut failure = None;
     for &mode in inputs.mode.modes() {
@@ -50,7 +59,7 @@ pub async fn run(inputs: Inputs) -> Report {
             mode,
             slots: inputs.slots,
         };
-        let run = coordinator::run_policy(policy, inputs.held).await;
+        let run = coordinator::run_policy_with(front, policy, inputs.held, Faults::default()).await;
         let reason = run.failure.or_else(|| {
             let mismatches = &run.report.model.mismatches;
             let first = mismatches.first()?;
@@ -70,7 +79,7 @@ pub async fn run(inputs: Inputs) -> Report {
     }
     Report {
         lab: "concurrency-isolation",
-        runner: Runner::current(),
+        runner: Runner::current(front),
         inputs,
         matches_model: failure.is_none() && policies.iter().all(|p| p.model.matches),
         policies,
@@ -94,8 +103,8 @@ pub fn predict(inputs: Inputs) -> Vec<outcome::Outcome> {
 /// runtime before returning, so nothing the run started outlives its result.
 ///
 /// One thread is enough: the sequence is one step at a time by design, and a held request is a
-/// parked task, not a blocked thread. It is also the quicker start (NOTES.md measured ≈4 ms for
-/// a whole process against ≈5 ms multi-threaded).
+/// parked task, not a blocked thread. It is also the quicker start, and it keeps the resource
+/// evidence plain: on the async front the whole lab is one OS thread.
 pub fn block_on<F: Future>(future: F) -> std::io::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -98,7 +98,7 @@ pub fn expect(policy: Policy, held: Held) -> Vec<Expected> {
     .collect()
 }
 
-/// The held slow requests the model admits (`held`) or refuses (`refused`), in order.
+/// The held slow requests (`S1..S<held>`) with `decision`, in order.
 pub fn held_slow(expected: &[Expected], decision: Decision) -> Vec<Label> {
     expected
         .iter()

@@ -23,16 +23,23 @@ fn run(command: &mut Command) -> (Option<i32>, String, String) {
 /// Every refused input exits 2 with a message naming the flag and prints no report.
 #[test]
 fn bad_input_exits_2_with_a_clear_message_and_no_report() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--slots", "1"], "2 through 4"),
         (&["--slots", "5"], "2 through 4"),
         (&["--held", "0"], "1 through 4"),
         (&["--held", "5"], "1 through 4"),
         (&["--mode", "bogus"], "shared, partitioned, both"),
         (&["--slots", "abc"], "2 through 4"),
-        (&["--port", "8080"], "--port"),
-        (&["--host", "0.0.0.0"], "--host"),
+        (&["--port", "8080"], "nothing selects a host, URL or port"),
+        (
+            &["--host", "0.0.0.0"],
+            "nothing selects a host, URL or port",
+        ),
         (&["--format", "xml"], "json, text"),
+        (
+            &["--url", "http://10.0.0.1/"],
+            "nothing selects a host, URL or port",
+        ),
     ];
     for (args, hint) in cases {
         let (code, stdout, stderr) = run(&mut lab(args));

@@ -28,7 +28,10 @@ fn predict_follows_the_mode() {
         mode: ModeChoice::Both,
         ..Inputs::default()
     };
-    let modes: Vec<_> = isolation_lab::predict(inputs).iter().map(|o| o.mode.name()).collect();
+    let modes: Vec<_> = isolation_lab::predict(inputs)
+        .iter()
+        .map(|o| o.mode.name())
+        .collect();
     assert_eq!(modes, ["shared", "partitioned"]);
     let shared_only = Inputs {
         mode: ModeChoice::Shared,
@@ -56,16 +59,31 @@ async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
     assert_eq!(inputs, expected);
     for run in &sweep.runs {
         let case = Case::new(run.mode, run.slots.get() as u8, run.held.get() as u8);
-        assert_eq!(run.outcome, Outcome::predicted(case.policy(), case.held()), "{case:?}");
+        assert_eq!(
+            run.outcome,
+            Outcome::predicted(case.policy(), case.held()),
+            "{case:?}"
+        );
     }
     let text = isolation_lab::sweep::render(&sweep);
     for line in text.lines() {
-        assert!(line.chars().count() <= 80, "{} columns: {line:?}", line.chars().count());
+        assert!(
+            line.chars().count() <= 80,
+            "{} columns: {line:?}",
+            line.chars().count()
+        );
     }
-    assert!(text.contains("All 24 runs matched the policy model."), "{text}");
+    assert!(
+        text.contains("All 24 runs matched the policy model."),
+        "{text}"
+    );
     // The workshop's held-4 column: shared 2 in 2 out, F1 refused; partitioned 1 in 3 out,
     // F1 admitted, the fast permit idle while slow work was refused.
-    let row = |heading: &str| text.lines().filter(|l| l.starts_with(heading)).collect::<Vec<_>>();
+    let row = |heading: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(heading))
+            .collect::<Vec<_>>()
+    };
     let slots2 = row("slots 2");
     assert_eq!(slots2.len(), 2, "{text}");
     assert!(slots2[0].ends_with("2/2 503 0"), "{}", slots2[0]);
@@ -89,7 +107,10 @@ fn predict_starts_no_server() {
         serde_json::from_slice(&output.stdout).expect("stdout is JSON");
     let partitioned = &predictions[1];
     assert_eq!(partitioned["mode"], "partitioned");
-    assert_eq!(partitioned["refused_slow"], serde_json::json!(["S2", "S3", "S4"]));
+    assert_eq!(
+        partitioned["refused_slow"],
+        serde_json::json!(["S2", "S3", "S4"])
+    );
     assert_eq!(partitioned["idle_while_refused"], 1);
 }
 
@@ -102,5 +123,8 @@ fn the_sweep_command_exits_0() {
         .expect("the binary starts");
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8(output.stdout).expect("UTF-8");
-    assert!(text.starts_with("isolation-lab sweep: 24 policy runs"), "{text}");
+    assert!(
+        text.starts_with("isolation-lab sweep: 24 policy runs"),
+        "{text}"
+    );
 }

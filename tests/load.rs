@@ -4,16 +4,28 @@
 mod common;
 
 use common::load::{self, Resources};
+use isolation_lab::server::Front;
 
-/// 200 default labs in a row, 32 at once, and every input while every core is kept busy:
-/// every outcome matches the model, and descriptors and threads return to their starting count.
+/// On each front: 100 default labs in a row and 32 at once; then every input on both fronts
+/// while every core is kept busy. Every outcome matches the model, and descriptors and threads
+/// return to their starting count.
 #[test]
 fn labs_in_bulk_match_the_model_and_leave_nothing_behind() {
     let before = Resources::now();
-    load::sequential(200);
-    assert_eq!(Resources::now(), before, "after 200 sequential labs");
-    load::concurrent(32);
-    assert_eq!(Resources::now(), before, "after 32 concurrent labs");
+    for front in Front::ALL {
+        load::sequential(front, 100);
+        assert_eq!(
+            Resources::now(),
+            before,
+            "after 100 sequential labs on {front:?}"
+        );
+        load::concurrent(front, 32);
+        assert_eq!(
+            Resources::now(),
+            before,
+            "after 32 concurrent labs on {front:?}"
+        );
+    }
     load::under_cpu_load(1);
-    assert_eq!(Resources::now(), before, "after the sweep under CPU load");
+    assert_eq!(Resources::now(), before, "after the sweeps under CPU load");
 }

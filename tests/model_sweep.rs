@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Case, assert_matches_section_4, assert_structure};
+use isolation_lab::server::Front;
 
 /// Each of the 24 runs shows exactly what section 4 says, with the structural evidence intact.
 #[tokio::test]
@@ -30,5 +31,21 @@ async fn every_input_matches_section_4_on_a_multi_thread_runtime() {
         let report = case.run().await;
         assert_matches_section_4(case, &report);
         assert_structure(case, &report);
+    }
+}
+
+/// The same sweep on the threaded front: an OS thread per connection, bounded semaphores and a
+/// `Condvar` gate show exactly the same admissions.
+#[tokio::test]
+async fn every_input_matches_section_4_on_the_threaded_front() {
+    for case in Case::all() {
+        let report = case.run_on(Front::Threaded).await;
+        assert_matches_section_4(case, &report);
+        assert_structure(case, &report);
+        assert!(
+            report.model.matches,
+            "{case:?}: {:?}",
+            report.model.mismatches
+        );
     }
 }

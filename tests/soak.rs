@@ -6,31 +6,48 @@ mod common;
 use std::time::Instant;
 
 use common::load::{self, Resources};
+use isolation_lab::server::Front;
 
-/// 1 000 default labs in a row, 32 at once ten times over, and every input ten times under
-/// CPU load: every outcome matches, and descriptors and threads return to their starting count.
+/// On each front, 1 000 default labs in a row and 32 at once ten times over; then every input
+/// on both fronts ten times under CPU load. Every outcome matches, and descriptors and threads
+/// return to their starting count.
 #[test]
 #[ignore = "a soak of several seconds; run it explicitly"]
 fn a_thousand_labs_leave_nothing_behind() {
     let before = Resources::now();
-    let started = Instant::now();
-    load::sequential(1_000);
-    let sequential = started.elapsed();
-    assert_eq!(Resources::now(), before, "after 1 000 sequential labs");
-    let started = Instant::now();
-    for _ in 0..10 {
-        load::concurrent(32);
-        assert_eq!(Resources::now(), before, "after 32 concurrent labs");
+    for front in Front::ALL {
+        let started = Instant::now();
+        load::sequential(front, 1_000);
+        let sequential = started.elapsed();
+        assert_eq!(
+            Resources::now(),
+            before,
+            "after 1 000 sequential labs on {front:?}"
+        );
+        let started = Instant::now();
+        for _ in 0..10 {
+            load::concurrent(front, 32);
+            assert_eq!(
+                Resources::now(),
+                before,
+                "after 32 concurrent labs on {front:?}"
+            );
+        }
+        let concurrent = started.elapsed();
+        println!(
+            "soak, {} front: 1000 sequential default labs in {sequential:?}; \
+             10 x 32 concurrent in {concurrent:?}",
+            front.name()
+        );
     }
-    let concurrent = started.elapsed();
     let started = Instant::now();
     load::under_cpu_load(10);
     let loaded = started.elapsed();
     let after = Resources::now();
-    assert_eq!(after, before, "after 240 labs under CPU load");
+    assert_eq!(after, before, "after 480 policy runs under CPU load");
     println!(
-        "soak: 1000 sequential default labs in {sequential:?}; 10 x 32 concurrent in \
-         {concurrent:?}; 240 policy runs under CPU load in {loaded:?}; fds {} -> {}, threads {} -> {}",
+        "soak: 480 policy runs (both fronts) under CPU load in {loaded:?}; \
+         fds {} -> {}, threads {} -> {}",
         before.fds, after.fds, before.threads, after.threads
     );
 }

@@ -1,20 +1,35 @@
-//! The slow gate: a latch built on `tokio::sync::Notify`. Once opened it stays open, and no
-//! waiter can miss the opening.
+//! The slow gate: a latch that admitted slow work waits at until the coordinator opens it. Once
+//! opened it stays open, and no waiter can miss the opening. Async waiters park on a
+//! `tokio::sync::Notify`; threads block on a `Condvar`. Both share one `Mutex`-guarded state.
 
 use std::pin::pin;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use tokio::sync::Notify;
 
 use super::lock;
 
-/// A one-way latch that admitted slow work waits at until the coordinator opens it.
+/// Where the gate stands. It leaves `Closed` once and never returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Latch {
+    /// Slow work waits.
+    #[default]
+    Closed,
+    /// Slow work passes.
+    Open,
+    /// The run is being torn down without opening: waiters give up. A thread cannot be
+    /// aborted from outside, so this is how a threaded front stops work held at a stuck gate.
+    Abandoned,
+}
+
+/// The latch and its two ways of waking waiters.
 #[derive(Debug, Default)]
 pub struct Gate {
-    /// Whether the gate has been opened. A std `Mutex` rather than an atomic so that what the
-    /// caller records on holding or opening is ordered with the flag itself.
-    open: Mutex<bool>,
-    opened: Notify,
+    /// A std `Mutex` rather than an atomic so that what the caller records on holding or
+    /// opening is ordered with the state itself.
+    latch: Mutex<Latch>,
+    woken: Notify,
+    woken_threads: Condvar,
 }
 
 impl Gate {
@@ -23,47 +38,77 @@ impl Gate {
         Self::default()
     }
 
-    /// Whether the gate has been opened.
-    pub fn is_open(&self) -> bool {
-        *lock(&self.open)
+    /// Where the gate stands now.
+    pub fn latch(&self) -> Latch {
+        *lock(&self.latch)
     }
 
-    /// Opens the gate for every present and future waiter. `on_open` runs once, on the first
-    /// opening, while no waiter can decide to hold: it is ordered before every later `pass`.
+    /// Opens a closed gate for every present and future waiter. `on_open` runs once, on the
+    /// opening, before any waiter can move: it is ordered before every later `pass`.
     pub fn open(&self, on_open: impl FnOnce()) {
+        self.leave_closed(Latch::Open, on_open);
+    }
+
+    /// Tells every present and future waiter of a closed gate to give up.
+    pub fn abandon(&self) {
+        self.leave_closed(Latch::Abandoned, || {});
+    }
+
+    fn leave_closed(&self, to: Latch, on_change: impl FnOnce()) {
         {
-            let mut open = lock(&self.open);
-            if *open {
+            let mut latch = lock(&self.latch);
+            if *latch != Latch::Closed {
                 return;
             }
-            *open = true;
-            on_open();
+            *latch = to;
+            on_change();
         }
-        self.opened.notify_waiters();
+        self.woken.notify_waiters();
+        self.woken_threads.notify_all();
     }
 
-    /// Waits until the gate is open. If it is closed on arrival, `on_hold` runs first, ordered
-    /// before the opening; if it is already open, the caller passes without holding.
-    pub async fn pass(&self, on_hold: impl FnOnce()) {
-        // Register for the wake-up before looking at the flag: an opening that happens after the
-        // look then finds this waiter registered (`notify_waiters` wakes only registered waiters,
-        // and checking first and registering second loses wake-ups; NOTES.md pitfall 1).
-        let mut opened = pin!(self.opened.notified());
-        opened.as_mut().enable();
+    /// Waits (as a task) until the gate is no longer closed, and says how it left: `Open` or
+    /// `Abandoned`. If it is closed on arrival, `on_hold` runs first, ordered before the change.
+    pub async fn pass(&self, on_hold: impl FnOnce()) -> Latch {
+        // Register for the wake-up before looking at the state: a change that happens after the
+        // look then finds this waiter registered (`notify_waiters` wakes only registered
+        // waiters; checking first and registering second loses wake-ups, NOTES.md pitfall 1).
+        let mut woken = pin!(self.woken.notified());
+        woken.as_mut().enable();
         {
-            let open = lock(&self.open);
-            if *open {
-                return;
+            let latch = lock(&self.latch);
+            if *latch != Latch::Closed {
+                return *latch;
             }
             on_hold();
         }
-        opened.await;
+        woken.await;
+        // The state leaves `Closed` before any wake-up and never returns to it.
+        self.latch()
+    }
+
+    /// Waits (as a blocked thread) until the gate is no longer closed; as [`Gate::pass`].
+    pub fn pass_blocking(&self, on_hold: impl FnOnce()) -> Latch {
+        let mut latch = lock(&self.latch);
+        if *latch == Latch::Closed {
+            on_hold();
+        }
+        // The check and the wait are under one lock, so no change can slip between them.
+        while *latch == Latch::Closed {
+            latch = self
+                .woken_threads
+                .wait(latch)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *latch
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc as std_mpsc;
     use std::time::Duration;
 
     use tokio::sync::mpsc;
@@ -71,8 +116,39 @@ mod tests {
 
     use super::*;
 
-    /// Every waiter that held before the opening is released, even when the opening races their
-    /// arrival on a multi-threaded runtime; waiters after the opening pass without holding.
+    /// Step by step: a waiter polled once is registered and holding; an opening between its
+    /// polls wakes it, and its next poll passes. A waiter that checked the state and only then
+    /// registered, with a scheduling point between, would sleep through this opening.
+    #[test]
+    fn a_holding_waiter_wakes_at_the_opening() {
+        use std::task::{Context, Poll, Wake, Waker};
+
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let gate = Gate::new();
+        let woken = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(woken.clone());
+        let mut context = Context::from_waker(&waker);
+        let mut holds = 0;
+        let mut waiter = Box::pin(gate.pass(|| holds += 1));
+        assert_eq!(waiter.as_mut().poll(&mut context), Poll::Pending);
+        gate.open(|| {});
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "the opening woke the waiter"
+        );
+        assert_eq!(waiter.as_mut().poll(&mut context), Poll::Ready(Latch::Open));
+        drop(waiter);
+        assert_eq!(holds, 1);
+    }
+
+    /// A smoke test of the same under real concurrency: waiters arriving while the gate opens,
+    /// on a multi-threaded runtime, are all released; each either held first or passed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_waiter_misses_the_opening() {
         for _ in 0..200 {
@@ -83,7 +159,7 @@ mod tests {
                 let (gate, arrived) = (gate.clone(), arrived.clone());
                 waiters.spawn(async move {
                     let _ = arrived.send(());
-                    gate.pass(|| {}).await;
+                    gate.pass(|| {}).await
                 });
             }
             // Open while the waiters are still arriving: half of them have said so.
@@ -93,12 +169,16 @@ mod tests {
             let mut opened = 0;
             gate.open(|| opened += 1);
             gate.open(|| opened += 1);
-            assert_eq!(opened, 1, "on_open runs once");
+            gate.abandon();
+            assert_eq!(
+                opened, 1,
+                "on_open runs once; an open gate cannot be abandoned"
+            );
             // A waiter that missed the opening would wait forever: the timeout turns that into
             // a failure instead of a hang.
             let all_released = tokio::time::timeout(Duration::from_secs(5), async {
                 while let Some(joined) = waiters.join_next().await {
-                    joined.expect("a waiter panicked");
+                    assert_eq!(joined.expect("a waiter panicked"), Latch::Open);
                 }
             });
             assert!(all_released.await.is_ok(), "a waiter missed the opening");
@@ -111,8 +191,59 @@ mod tests {
         let gate = Gate::new();
         gate.open(|| {});
         let mut held = false;
-        gate.pass(|| held = true).await;
+        assert_eq!(gate.pass(|| held = true).await, Latch::Open);
+        assert_eq!(gate.pass_blocking(|| held = true), Latch::Open);
         assert!(!held);
-        assert!(gate.is_open());
+    }
+
+    /// Many blocked threads, all held before the opening (each said so from `on_hold`): every
+    /// one of them wakes. No sleeps: the test waits for their hold messages, then opens.
+    #[test]
+    fn blocked_threads_all_wake_at_the_opening() {
+        const THREADS: usize = 64;
+        let gate = Arc::new(Gate::new());
+        let (held, holds) = std_mpsc::channel();
+        let (done, dones) = std_mpsc::channel();
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (gate, held, done) = (gate.clone(), held.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let passed = gate.pass_blocking(|| held.send(()).expect("the test listens"));
+                    done.send(passed).expect("the test listens");
+                })
+            })
+            .collect();
+        for _ in 0..THREADS {
+            holds.recv().expect("a thread held");
+        }
+        gate.open(|| {});
+        for _ in 0..THREADS {
+            // A thread that missed the opening would never answer: fail instead of hanging.
+            let passed = dones.recv_timeout(Duration::from_secs(5));
+            assert_eq!(
+                passed,
+                Ok(Latch::Open),
+                "a blocked thread missed the opening"
+            );
+        }
+        threads
+            .into_iter()
+            .for_each(|t| t.join().expect("a waiter panicked"));
+    }
+
+    /// Abandoning a closed gate releases its waiters, telling them so, and it stays abandoned.
+    #[test]
+    fn abandoning_releases_blocked_threads() {
+        let gate = Arc::new(Gate::new());
+        let (held, holds) = std_mpsc::channel();
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.pass_blocking(|| held.send(()).expect("listening")))
+        };
+        holds.recv().expect("the thread held");
+        gate.abandon();
+        assert_eq!(waiter.join().expect("no panic"), Latch::Abandoned);
+        gate.open(|| panic!("an abandoned gate does not open"));
+        assert_eq!(gate.latch(), Latch::Abandoned);
     }
 }

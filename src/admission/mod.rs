@@ -2,13 +2,15 @@
 //! the ledger of work events and the control observer that streams them to the coordinator.
 //!
 //! - [`audit`]: the ledger check, pool by pool.
+//! - [`bounded`]: the threaded front's bounded semaphore.
 //! - [`gate`]: the latched slow gate.
-//! - [`pools`]: one Tokio semaphore per pool, taken without waiting.
+//! - [`pools`]: one semaphore per pool (Tokio's or the bounded one), taken without waiting.
 //! - [`ledger`]: the ordered work events and the snapshots derived from them.
 //! - [`section`]: the protected work section that ties them together.
 //! - [`token`]: the run token that only the run's own callers present.
 
 pub mod audit;
+pub mod bounded;
 pub mod gate;
 pub mod ledger;
 pub mod pools;

@@ -1,43 +1,86 @@
-//! The pools of work permits: one Tokio semaphore per pool of the policy. A pool sheds rather
-//! than waits: a permit is taken with `try_acquire_owned`, and a pool with none left refuses.
+//! The pools of work permits, one semaphore per pool of the policy. A pool sheds rather than
+//! waits: a permit is taken without waiting, and a pool with none left refuses.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::bounded::{BoundedPermit, BoundedSemaphore};
 use crate::policy::{Policy, Pool};
+
+/// Which semaphore backs the pools: each server front uses its own world's primitive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permits {
+    /// `tokio::sync::Semaphore`, taken with `try_acquire_owned` (the async front).
+    Tokio,
+    /// A [`BoundedSemaphore`] on a std `Mutex` (the threaded front).
+    Bounded,
+}
+
+#[derive(Debug)]
+enum Semaphores {
+    Tokio(BTreeMap<Pool, Arc<Semaphore>>),
+    Bounded(BTreeMap<Pool, Arc<BoundedSemaphore>>),
+}
+
+/// A permit of either kind. It returns to its pool when dropped, so capacity is never counted
+/// by hand.
+#[derive(Debug)]
+pub enum Permit {
+    /// From a Tokio semaphore.
+    Tokio(OwnedSemaphorePermit),
+    /// From a bounded semaphore.
+    Bounded(BoundedPermit),
+}
 
 /// The semaphores of one policy run.
 #[derive(Debug)]
 pub struct Pools {
     policy: Policy,
-    semaphores: BTreeMap<Pool, Arc<Semaphore>>,
+    semaphores: Semaphores,
 }
 
 impl Pools {
     /// Full pools for `policy`.
-    pub fn new(policy: Policy) -> Self {
-        let semaphores = policy
+    pub fn new(policy: Policy, permits: Permits) -> Self {
+        let pools = policy
             .pools()
             .iter()
-            .map(|&pool| (pool, Arc::new(Semaphore::new(policy.capacity(pool)))))
-            .collect();
+            .map(|&pool| (pool, policy.capacity(pool)));
+        let semaphores = match permits {
+            Permits::Tokio => Semaphores::Tokio(
+                pools
+                    .map(|(p, n)| (p, Arc::new(Semaphore::new(n))))
+                    .collect(),
+            ),
+            Permits::Bounded => {
+                Semaphores::Bounded(pools.map(|(p, n)| (p, BoundedSemaphore::new(n))).collect())
+            }
+        };
         Self { policy, semaphores }
     }
 
-    /// A permit from `pool` if one is free, without waiting. The permit returns to the pool when
-    /// it is dropped, so capacity is never counted by hand.
-    pub fn try_acquire(&self, pool: Pool) -> Option<OwnedSemaphorePermit> {
-        // `Err` is either "no permits" or "closed"; these semaphores are never closed.
-        self.semaphores.get(&pool)?.clone().try_acquire_owned().ok()
+    /// A permit from `pool` if one is free, without waiting.
+    pub fn try_acquire(&self, pool: Pool) -> Option<Permit> {
+        match &self.semaphores {
+            // `Err` is either "no permits" or "closed"; these semaphores are never closed.
+            Semaphores::Tokio(s) => s
+                .get(&pool)?
+                .clone()
+                .try_acquire_owned()
+                .ok()
+                .map(Permit::Tokio),
+            Semaphores::Bounded(s) => s.get(&pool)?.try_acquire().map(Permit::Bounded),
+        }
     }
 
     /// Permits of `pool` free right now.
     pub fn available(&self, pool: Pool) -> usize {
-        self.semaphores
-            .get(&pool)
-            .map_or(0, |semaphore| semaphore.available_permits())
+        match &self.semaphores {
+            Semaphores::Tokio(s) => s.get(&pool).map_or(0, |s| s.available_permits()),
+            Semaphores::Bounded(s) => s.get(&pool).map_or(0, |s| s.available()),
+        }
     }
 
     /// Permits of `pool` taken right now: the work inside the section that draws from it.

@@ -1,18 +1,19 @@
 //! The protected work section: admission by permit, the slow gate, and the ledger, behind one
-//! call that any server front makes per request.
+//! call that a server front makes per request — `perform` from a task, `perform_blocking` from
+//! a thread.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 
 use super::audit::{self, PoolLedger};
-use super::gate::Gate;
+use super::gate::{Gate, Latch};
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
-use super::pools::Pools;
+use super::pools::{Permit, Permits, Pools};
 use super::token::RunToken;
 use crate::faults::Faults;
 use crate::label::Label;
@@ -30,6 +31,17 @@ pub struct Refusal {
     pub held_by: Vec<Label>,
 }
 
+/// How a request's visit to the work section ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted, and the work ran to its end; the permit is already back in this pool.
+    Done(Pool),
+    /// Refused at once.
+    Refused(Refusal),
+    /// Admitted, but the gate was abandoned while the work was held: it left unfinished.
+    Abandoned(Pool),
+}
+
 /// Whether the slow gate is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -38,6 +50,8 @@ pub enum GateState {
     Closed,
     /// Slow work passes; the gate never closes again.
     Open,
+    /// The run was torn down without opening it.
+    Abandoned,
 }
 
 /// The section's state once the run is over: what `final_state` reports.
@@ -54,7 +68,8 @@ pub struct FinalState {
 /// The pools, gate and ledger of one policy run, and the token its callers must present.
 ///
 /// Locks: the gate's lock may be taken before the ledger's, never the other way round. Neither
-/// is held across an `.await`, so a std `Mutex` is the right tool.
+/// is held across an `.await`, so a std `Mutex` is the right tool. A pool's count is always
+/// read under the ledger lock, so every event's `active_after` is the semaphore's own.
 #[derive(Debug)]
 pub struct WorkSection {
     pools: Pools,
@@ -66,25 +81,27 @@ pub struct WorkSection {
 }
 
 impl WorkSection {
-    /// Full pools for `policy`, a closed gate, and a ledger that streams to `observer`; only
-    /// requests presenting `token` may ask for a permit.
+    /// Full pools of `permits` for `policy`, a closed gate, and a ledger that streams to
+    /// `observer`; only requests presenting `token` may ask for a permit.
     pub fn new(
         policy: Policy,
+        permits: Permits,
         token: RunToken,
         observer: mpsc::UnboundedSender<WorkEvent>,
     ) -> Self {
-        Self::with_faults(policy, token, observer, Faults::default())
+        Self::with_faults(policy, permits, token, observer, Faults::default())
     }
 
     /// The same, with `faults` injected (tests only; the command line never sets any).
     pub fn with_faults(
         policy: Policy,
+        permits: Permits,
         token: RunToken,
         observer: mpsc::UnboundedSender<WorkEvent>,
         faults: Faults,
     ) -> Self {
         Self {
-            pools: Pools::new(policy),
+            pools: Pools::new(policy, permits),
             gate: Gate::new(),
             ledger: Mutex::new(Ledger::new(observer, faults.observer_silent)),
             token,
@@ -93,14 +110,19 @@ impl WorkSection {
         }
     }
 
-    /// Whether a request presenting `token` (a header value, if any) belongs to this run. A
-    /// request that does not is counted, and its front must refuse it before admission.
-    pub fn admits_caller(&self, token: Option<&[u8]>) -> bool {
-        let admitted = self.token.admits(token);
-        if !admitted {
+    /// The policy this section enforces.
+    pub fn policy(&self) -> Policy {
+        self.pools.policy()
+    }
+
+    /// Refuses a request that does not present this run's token (a header value, if any):
+    /// returns `true` and counts it. Such a request must get no further than this.
+    pub fn refuse_foreign(&self, token: Option<&[u8]>) -> bool {
+        let foreign = !self.token.admits(token);
+        if foreign {
             self.foreign_refused.fetch_add(1, Ordering::Relaxed);
         }
-        admitted
+        foreign
     }
 
     /// Requests refused so far for not presenting the run's token.
@@ -108,35 +130,40 @@ impl WorkSection {
         self.foreign_refused.load(Ordering::Relaxed)
     }
 
-    /// The policy this section enforces.
-    pub fn policy(&self) -> Policy {
-        self.pools.policy()
+    /// Performs one request's work, as a task. Takes a permit from the route's pool without
+    /// waiting, or refuses at once. Admitted slow work then waits at the gate; fast work has
+    /// nothing to wait for. The permit is back in the pool before this returns, so the caller
+    /// builds its response with it returned.
+    ///
+    /// Dropping the future (a client that disconnects cancels its handler) also leaves the
+    /// section: the permit returns and the ledger records `finished` with `cancelled`.
+    pub async fn perform(&self, request: Label, route: Route) -> Verdict {
+        let work = match self.enter(request, route) {
+            Ok(work) => work,
+            Err(refusal) => return Verdict::Refused(refusal),
+        };
+        work.fault_point();
+        let latch = match route {
+            Route::Slow => self.gate.pass(|| work.held()).await,
+            Route::Fast => Latch::Open,
+        };
+        work.leave(latch)
     }
 
-    /// Performs one request's work. Takes a permit from the route's pool without waiting, or
-    /// refuses at once. Admitted slow work then waits at the gate; fast work has nothing to wait
-    /// for. The permit is returned when the work leaves the section, before this returns, so
-    /// the caller builds its response with the permit already back in the pool.
-    ///
-    /// Dropping the returned future (a client that disconnects cancels its handler) also leaves
-    /// the section: the permit returns and the ledger records `finished`.
-    pub async fn perform(&self, request: Label, route: Route) -> Result<Pool, Refusal> {
-        let mut work = self.enter(request, route)?;
-        if self.faults.handler_panics == Some(request) {
-            panic!("injected fault: the handler of {request} panicked inside the work section");
-        }
-        if route == Route::Slow {
-            self.gate
-                .pass(|| {
-                    self.record(request, work.pool, Event::Held);
-                })
-                .await;
-        }
-        let pool = work.pool;
-        // Leave the section: the permit goes back before the caller builds its response.
-        work.completed = true;
-        drop(work);
-        Ok(pool)
+    /// Performs one request's work, as a blocked thread: [`WorkSection::perform`] for a
+    /// thread-per-connection front. A thread cannot be cancelled from outside; it leaves a
+    /// held section only when the gate opens or is abandoned.
+    pub fn perform_blocking(&self, request: Label, route: Route) -> Verdict {
+        let work = match self.enter(request, route) {
+            Ok(work) => work,
+            Err(refusal) => return Verdict::Refused(refusal),
+        };
+        work.fault_point();
+        let latch = match route {
+            Route::Slow => self.gate.pass_blocking(|| work.held()),
+            Route::Fast => Latch::Open,
+        };
+        work.leave(latch)
     }
 
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
@@ -146,15 +173,29 @@ impl WorkSection {
         }
         self.gate.open(|| {
             let pool = self.policy().pool_for(Route::Slow);
+            let mut ledger = self.ledger();
             let active = self.pools.active(pool);
-            self.ledger().record(None, pool, Event::GateOpened, active);
+            ledger.record(None, pool, Event::GateOpened, active);
         });
+    }
+
+    /// Abandons a gate that is still closed: held work leaves unfinished. For tearing down a
+    /// failed run whose held work cannot be aborted (the threaded front's blocked threads).
+    pub fn abandon_gate(&self) {
+        self.gate.abandon();
     }
 
     /// What the control observer sees now.
     pub fn snapshot(&self) -> Snapshot {
-        self.ledger()
-            .snapshot(self.per_pool(|pool| self.pools.active(pool)))
+        let ledger = self.ledger();
+        ledger.snapshot(self.per_pool(|pool| self.pools.active(pool)))
+    }
+
+    /// The `seq` of the `gate_opened` event, once the gate has opened.
+    pub fn gate_opened_at(&self) -> Option<u64> {
+        let ledger = self.ledger();
+        let mut events = ledger.events().iter();
+        events.find(|e| e.event == Event::GateOpened).map(|e| e.seq)
     }
 
     /// The `seq` of the last work event recorded (0 before the first).
@@ -177,13 +218,14 @@ impl WorkSection {
 
     /// Taken and free permits per pool, and the gate.
     pub fn final_state(&self) -> FinalState {
+        let _ledger = self.ledger();
         FinalState {
             active_work: self.per_pool(|pool| self.pools.active(pool)),
             available_permits: self.per_pool(|pool| self.pools.available(pool)),
-            gate: if self.gate.is_open() {
-                GateState::Open
-            } else {
-                GateState::Closed
+            gate: match self.gate.latch() {
+                Latch::Closed => GateState::Closed,
+                Latch::Open => GateState::Open,
+                Latch::Abandoned => GateState::Abandoned,
             },
         }
     }
@@ -194,37 +236,24 @@ impl WorkSection {
         // semaphore's own, whatever else runs at the same time.
         let mut ledger = self.ledger();
         ledger.attempt(pool);
-        match self.pools.try_acquire(pool) {
-            Some(permit) => {
-                ledger.record(
-                    Some(request),
-                    pool,
-                    Event::Admitted,
-                    self.pools.active(pool),
-                );
-                Ok(Work {
-                    section: self,
-                    request,
-                    pool,
-                    permit: Some(permit),
-                    completed: false,
-                })
-            }
-            None => {
-                let refused =
-                    ledger.record(Some(request), pool, Event::Refused, self.pools.active(pool));
-                Err(Refusal {
-                    request,
-                    pool,
-                    held_by: refused.held_by.clone(),
-                })
-            }
-        }
-    }
-
-    fn record(&self, request: Label, pool: Pool, event: Event) {
+        let Some(permit) = self.pools.try_acquire(pool) else {
+            let active = self.pools.active(pool);
+            let refused = ledger.record(Some(request), pool, Event::Refused, active);
+            return Err(Refusal {
+                request,
+                pool,
+                held_by: refused.held_by.clone(),
+            });
+        };
         let active = self.pools.active(pool);
-        self.ledger().record(Some(request), pool, event, active);
+        ledger.record(Some(request), pool, Event::Admitted, active);
+        Ok(Work {
+            section: self,
+            request,
+            pool,
+            permit: Some(permit),
+            completed: false,
+        })
     }
 
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
@@ -239,17 +268,48 @@ impl WorkSection {
 
 /// Admitted work inside the section. It owns its permit, so the permit lives exactly as long as
 /// the work, and leaving by any path records `finished`: completing, or being dropped because
-/// its handler was cancelled (the caller disconnected) or panicked (`cancelled: true`).
+/// its handler was cancelled (the caller disconnected), panicked, or its gate was abandoned
+/// (`cancelled: true`).
 #[derive(Debug)]
 struct Work<'a> {
     section: &'a WorkSection,
     request: Label,
     pool: Pool,
     /// Always `Some` until `drop` takes it.
-    permit: Option<OwnedSemaphorePermit>,
-    /// Set when the work ran to its end; still `false` when it is dropped by a cancelled or
-    /// panicking handler.
+    permit: Option<Permit>,
+    /// Set when the work ran to its end.
     completed: bool,
+}
+
+impl Work<'_> {
+    /// The injected handler panic, if this is its request: it unwinds with the work (and its
+    /// permit) inside the section.
+    fn fault_point(&self) {
+        if self.section.faults.handler_panics == Some(self.request) {
+            panic!(
+                "injected fault: the handler of {} panicked inside the work section",
+                self.request
+            );
+        }
+    }
+
+    /// Records that the work is waiting at the closed gate (called under the gate's lock).
+    fn held(&self) {
+        let mut ledger = self.section.ledger();
+        let active = self.section.pools.active(self.pool);
+        ledger.record(Some(self.request), self.pool, Event::Held, active);
+    }
+
+    /// Leaves the section: the permit goes back before the caller builds its response.
+    fn leave(mut self, latch: Latch) -> Verdict {
+        let pool = self.pool;
+        self.completed = latch == Latch::Open;
+        drop(self);
+        match latch {
+            Latch::Abandoned => Verdict::Abandoned(pool),
+            Latch::Open | Latch::Closed => Verdict::Done(pool),
+        }
+    }
 }
 
 impl Drop for Work<'_> {
@@ -265,42 +325,57 @@ impl Drop for Work<'_> {
 #[cfg(test)]
 mod tests {
     use std::pin::pin;
+    use std::sync::Arc;
     use std::task::{Context, Poll, Waker};
 
     use super::*;
     use crate::policy::{Mode, Slots};
 
-    fn section(mode: Mode) -> (WorkSection, mpsc::UnboundedReceiver<WorkEvent>) {
-        let slots = Slots::new(2).expect("2 is an allowed number of slots");
+    fn observed(
+        mode: Mode,
+        slots: u8,
+        permits: Permits,
+    ) -> (WorkSection, mpsc::UnboundedReceiver<WorkEvent>) {
+        let slots = Slots::new(slots).expect("an allowed number of slots");
         let (observer, events) = mpsc::unbounded_channel();
         let token = RunToken::generate().expect("the OS has randomness");
-        (
-            WorkSection::new(Policy { mode, slots }, token, observer),
-            events,
-        )
+        let section = WorkSection::new(Policy { mode, slots }, permits, token, observer);
+        (section, events)
+    }
+
+    fn section(mode: Mode, slots: u8, permits: Permits) -> WorkSection {
+        observed(mode, slots, permits).0
     }
 
     fn poll_once<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
         future.poll(&mut Context::from_waker(Waker::noop()))
     }
 
+    fn events(section: &WorkSection) -> Vec<(Event, bool)> {
+        section
+            .events()
+            .iter()
+            .map(|e| (e.event, e.cancelled))
+            .collect()
+    }
+
     /// A refusal holds no permit, names who holds them, and leaves the active count alone.
     #[test]
     fn a_full_pool_refuses_at_once_and_names_its_holders() {
-        let (section, _events) = section(Mode::Shared);
+        let section = section(Mode::Shared, 2, Permits::Tokio);
         let mut s1 = pin!(section.perform(Label::Slow(1), Route::Slow));
         let mut s2 = pin!(section.perform(Label::Slow(2), Route::Slow));
         assert!(poll_once(s1.as_mut()).is_pending());
         assert!(poll_once(s2.as_mut()).is_pending());
         let f1 = pin!(section.perform(Label::F1, Route::Fast));
-        let Poll::Ready(Err(refusal)) = poll_once(f1) else {
+        let Poll::Ready(Verdict::Refused(refusal)) = poll_once(f1) else {
             panic!("F1 was not refused at once");
         };
         assert_eq!(refusal.held_by, [Label::Slow(1), Label::Slow(2)]);
         assert_eq!(section.snapshot().active_work[&Pool::Shared], 2);
         section.open_gate();
-        assert_eq!(poll_once(s1), Poll::Ready(Ok(Pool::Shared)));
-        assert_eq!(poll_once(s2), Poll::Ready(Ok(Pool::Shared)));
+        assert_eq!(poll_once(s1), Poll::Ready(Verdict::Done(Pool::Shared)));
+        assert_eq!(poll_once(s2), Poll::Ready(Verdict::Done(Pool::Shared)));
         let end = section.final_state();
         assert_eq!(end.active_work[&Pool::Shared], 0);
         assert_eq!(end.available_permits[&Pool::Shared], 2);
@@ -310,45 +385,96 @@ mod tests {
     /// Dropping held work (a cancelled handler) returns its permit and records `finished`.
     #[test]
     fn cancelled_work_leaves_the_section() {
-        let (section, _events) = section(Mode::Partitioned);
+        let section = section(Mode::Partitioned, 2, Permits::Tokio);
         {
             let mut s1 = pin!(section.perform(Label::Slow(1), Route::Slow));
             assert!(poll_once(s1.as_mut()).is_pending());
             assert_eq!(section.snapshot().held_at_gate, [Label::Slow(1)]);
         }
-        let events: Vec<_> = section
-            .events()
-            .iter()
-            .map(|e| (e.event, e.cancelled))
-            .collect();
         let cancelled = (Event::Finished, true);
         let expected = [(Event::Admitted, false), (Event::Held, false), cancelled];
-        assert_eq!(events, expected);
+        assert_eq!(events(&section), expected);
         assert_eq!(section.final_state().available_permits[&Pool::Slow], 1);
         assert!(section.audit()[&Pool::Slow].broken().next().is_none());
-        assert!(section.snapshot().held_at_gate.is_empty());
     }
 
     /// Fast work passes straight through while the gate is closed; slow work after the opening
     /// is never recorded as held.
     #[test]
     fn only_slow_work_waits_and_only_while_the_gate_is_closed() {
-        let (section, _events) = section(Mode::Partitioned);
-        let f1 = pin!(section.perform(Label::F1, Route::Fast));
-        assert_eq!(poll_once(f1), Poll::Ready(Ok(Pool::Fast)));
+        let section = section(Mode::Partitioned, 2, Permits::Bounded);
+        let f1 = section.perform_blocking(Label::F1, Route::Fast);
+        assert_eq!(f1, Verdict::Done(Pool::Fast));
         section.open_gate();
-        let after = pin!(section.perform(Label::SlowAfter, Route::Slow));
-        assert_eq!(poll_once(after), Poll::Ready(Ok(Pool::Slow)));
-        let events: Vec<_> = section.events().iter().map(|e| e.event).collect();
+        let after = section.perform_blocking(Label::SlowAfter, Route::Slow);
+        assert_eq!(after, Verdict::Done(Pool::Slow));
+        let kinds: Vec<_> = events(&section).into_iter().map(|(e, _)| e).collect();
+        let expected = [
+            Event::Admitted,
+            Event::Finished,
+            Event::GateOpened,
+            Event::Admitted,
+            Event::Finished,
+        ];
+        assert_eq!(kinds, expected);
+    }
+
+    /// A blocked thread held at an abandoned gate leaves cancelled, and its permit returns.
+    #[test]
+    fn an_abandoned_gate_releases_held_threads_unfinished() {
+        let (section, mut observer) = observed(Mode::Shared, 2, Permits::Bounded);
+        let section = Arc::new(section);
+        let held = {
+            let section = section.clone();
+            std::thread::spawn(move || section.perform_blocking(Label::Slow(1), Route::Slow))
+        };
+        // The observer says when the thread is held: the hold is recorded before it blocks.
+        while observer.blocking_recv().map(|e| e.event) != Some(Event::Held) {}
+        section.abandon_gate();
         assert_eq!(
-            events,
-            [
-                Event::Admitted,
-                Event::Finished,
-                Event::GateOpened,
-                Event::Admitted,
-                Event::Finished
-            ]
+            held.join().expect("no panic"),
+            Verdict::Abandoned(Pool::Shared)
         );
+        let expected = [
+            (Event::Admitted, false),
+            (Event::Held, false),
+            (Event::Finished, true),
+        ];
+        assert_eq!(events(&section), expected);
+        assert_eq!(section.final_state().gate, GateState::Abandoned);
+        assert_eq!(section.final_state().available_permits[&Pool::Shared], 2);
+    }
+
+    /// Many threads and tasks admitting, holding, refusing and finishing at once while the gate
+    /// opens: every event's count agrees with the semaphore, so the audit never breaks.
+    #[test]
+    fn concurrent_fronts_keep_the_ledger_exact() {
+        for round in 0..50 {
+            let section = Arc::new(section(Mode::Shared, 4, Permits::Bounded));
+            let workers: Vec<_> = (0..8)
+                .map(|n| {
+                    let section = section.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..20 {
+                            let (request, route) = match n % 2 {
+                                0 => (Label::Slow(1 + n % 4), Route::Slow),
+                                _ => (Label::F1, Route::Fast),
+                            };
+                            let _ = section.perform_blocking(request, route);
+                            if n == 3 {
+                                section.open_gate();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            section.open_gate();
+            workers
+                .into_iter()
+                .for_each(|w| w.join().expect("no panic"));
+            let audit = section.audit();
+            let broken: Vec<_> = audit[&Pool::Shared].broken().collect();
+            assert!(broken.is_empty(), "round {round}: {broken:?}");
+        }
     }
 }

@@ -13,7 +13,8 @@ use crate::admission::section::{FinalState, GateState};
 use crate::label::Label;
 use crate::model::{self, Decision, Expected, Phase};
 use crate::policy::{Held, Inputs, Mode, Policy, Pool, Route};
-use crate::server::ServerSummary;
+use crate::resources::ResourceEvidence;
+use crate::server::{Front, ServerSummary};
 
 /// The whole report of one invocation.
 #[derive(Clone, Debug, Serialize)]
@@ -44,6 +45,8 @@ pub struct Runner {
     pub language: &'static str,
     /// The async runtime and its scheduler.
     pub runtime: String,
+    /// Which server front ran: `async` or `threaded`.
+    pub front: Front,
     /// The HTTP server.
     pub server: &'static str,
     /// The HTTP client.
@@ -51,8 +54,8 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// This runner, on the Tokio runtime it is called from.
-    pub fn current() -> Self {
+    /// This runner, serving on `front`, on the Tokio runtime it is called from.
+    pub fn current(front: Front) -> Self {
         let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => "current-thread scheduler",
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => "multi-thread scheduler",
@@ -63,7 +66,8 @@ impl Runner {
             version: env!("CARGO_PKG_VERSION"),
             language: "Rust",
             runtime: format!("Tokio 1, {scheduler}"),
-            server: "Hyper 1, HTTP/1.1 on 127.0.0.1 (async front: a task per connection)",
+            front,
+            server: front.describe(),
             client: "reqwest 0.13, inherited proxy settings ignored",
         }
     }
@@ -92,8 +96,13 @@ pub struct PolicyReport {
     pub ledger: BTreeMap<Pool, PoolLedger>,
     /// The section after the run: no active work, every permit back, gate open.
     pub final_state: FinalState,
-    /// Every client task was joined (the name is the threaded runner's; these are Tokio tasks).
+    /// Every client task was joined, counted against those spawned (the name is the threaded
+    /// runner's; these are Tokio tasks).
     pub client_threads_stopped: bool,
+    /// Of those, the tasks aborted after a failure (0 on a clean run).
+    pub client_tasks_aborted: u64,
+    /// What holding the slow work cost the process, and what was left after the run.
+    pub resources: ResourceEvidence,
     /// The server after it stopped; `None` if it never started.
     pub server: Option<ServerSummary>,
     /// The model's expectations and how the observations compare.
@@ -187,6 +196,10 @@ pub struct Evidence {
     pub final_state: FinalState,
     /// Every client task was joined.
     pub client_threads_stopped: bool,
+    /// Client tasks aborted after a failure.
+    pub client_tasks_aborted: u64,
+    /// Resource evidence.
+    pub resources: ResourceEvidence,
     /// The stopped server, if it started.
     pub server: Option<ServerSummary>,
 }
@@ -206,6 +219,8 @@ impl Evidence {
                 gate: GateState::Closed,
             },
             client_threads_stopped: true,
+            client_tasks_aborted: 0,
+            resources: ResourceEvidence::default(),
             server: None,
         }
     }
@@ -229,6 +244,8 @@ impl PolicyReport {
             work_events: evidence.work_events,
             final_state: evidence.final_state,
             client_threads_stopped: evidence.client_threads_stopped,
+            client_tasks_aborted: evidence.client_tasks_aborted,
+            resources: evidence.resources,
             server: evidence.server,
             model: ModelCheck {
                 expected: model::expect(policy, held),

@@ -7,6 +7,7 @@ use std::thread;
 
 use isolation_lab::policy::Inputs;
 use isolation_lab::report::Report;
+use isolation_lab::server::Front;
 
 use super::{Case, assert_matches_section_4};
 
@@ -40,18 +41,18 @@ pub fn assert_default(report: &Report) {
     }
 }
 
-/// `runs` default labs one after another, each the way the binary runs it: its own
+/// `runs` default labs on `front` one after another, each the way the binary runs it: its own
 /// current-thread runtime, dropped before the report is read.
-pub fn sequential(runs: usize) {
+pub fn sequential(front: Front, runs: usize) {
     for _ in 0..runs {
-        let report = isolation_lab::block_on(isolation_lab::run(Inputs::default()));
+        let report = isolation_lab::block_on(isolation_lab::run_on(front, Inputs::default()));
         let report = report.expect("a runtime");
         assert_default(&report);
     }
 }
 
-/// `labs` default labs at once on one two-worker runtime, each on its own server.
-pub fn concurrent(labs: usize) {
+/// `labs` default labs on `front` at once on one two-worker runtime, each on its own server.
+pub fn concurrent(front: Front, labs: usize) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -60,7 +61,7 @@ pub fn concurrent(labs: usize) {
     let reports = runtime.block_on(async {
         let mut running = tokio::task::JoinSet::new();
         for _ in 0..labs {
-            running.spawn(isolation_lab::run(Inputs::default()));
+            running.spawn(isolation_lab::run_on(front, Inputs::default()));
         }
         running.join_all().await
     });
@@ -69,7 +70,8 @@ pub fn concurrent(labs: usize) {
     reports.iter().for_each(assert_default);
 }
 
-/// Every input, `rounds` times, while one spinning thread per core keeps every core busy.
+/// Every input on both fronts, `rounds` times, while one spinning thread per core keeps every
+/// core busy.
 pub fn under_cpu_load(rounds: usize) {
     let stop = Arc::new(AtomicBool::new(false));
     let cores = thread::available_parallelism().map_or(2, |n| n.get());
@@ -89,9 +91,11 @@ pub fn under_cpu_load(rounds: usize) {
         .expect("a runtime");
     runtime.block_on(async {
         for _ in 0..rounds {
-            for case in Case::all() {
-                let report = case.run().await;
-                assert_matches_section_4(case, &report);
+            for front in Front::ALL {
+                for case in Case::all() {
+                    let report = case.run_on(front).await;
+                    assert_matches_section_4(case, &report);
+                }
             }
         }
     });

@@ -10,11 +10,13 @@ use std::net::{SocketAddr, TcpStream};
 
 use isolation_lab::admission::ledger::Event;
 use isolation_lab::admission::section::GateState;
-use isolation_lab::coordinator::run_policy;
+use isolation_lab::coordinator::run_policy_with;
+use isolation_lab::faults::Faults;
 use isolation_lab::label::Label;
 use isolation_lab::model::Phase;
 use isolation_lab::policy::{Held, Mode, Policy, Slots};
 use isolation_lab::report::PolicyReport;
+use isolation_lab::server::Front;
 
 /// One policy run's inputs.
 #[derive(Clone, Copy, Debug)]
@@ -84,10 +86,15 @@ impl Case {
         }
     }
 
-    /// Runs this case through the library: a real server on 127.0.0.1:0, real HTTP.
+    /// Runs this case through the library: a real async server on 127.0.0.1:0, real HTTP.
     pub async fn run(self) -> PolicyReport {
-        let run = run_policy(self.policy(), self.held()).await;
-        assert_eq!(run.failure, None, "{self:?}: the run failed");
+        self.run_on(Front::Async).await
+    }
+
+    /// Runs this case on either server front.
+    pub async fn run_on(self, front: Front) -> PolicyReport {
+        let run = run_policy_with(front, self.policy(), self.held(), Faults::default()).await;
+        assert_eq!(run.failure, None, "{self:?} on {front:?}: the run failed");
         run.report
     }
 }
@@ -263,7 +270,28 @@ pub fn assert_structure(case: Case, report: &PolicyReport) {
         server.listener_closed && server.connection_tasks_stopped,
         "{case:?}: {server:?}"
     );
+    assert_eq!(server.connection_tasks_aborted, 0, "{case:?}: {server:?}");
+    assert_eq!(
+        report.client_tasks_aborted, 0,
+        "{case:?}: no caller needed aborting"
+    );
     assert!(server.connections_accepted >= 1);
+    let after = report.resources.after_run.expect("counted after the run");
+    assert_eq!(
+        (after.connection_handlers, after.held_at_gate),
+        (0, 0),
+        "{case:?}: {after:?}"
+    );
+    let before = report.resources.before_fast.expect("counted before F1");
+    assert_eq!(
+        before.held_at_gate,
+        case.admitted().len(),
+        "{case:?}: {before:?}"
+    );
+    assert!(
+        before.connection_handlers >= case.admitted().len(),
+        "{case:?}: {before:?}"
+    );
     assert_port_closed(server.address);
 }
 

@@ -1,0 +1,180 @@
+//! The async front: a Hyper HTTP/1 server on Tokio, a task per connection. A held request
+//! parks its task; the thread is free for everything else.
+
+use std::convert::Infallible;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use super::{Census, Handlers, Head, Reply, Stopped, answer, screen};
+use crate::admission::section::WorkSection;
+use crate::admission::token::TOKEN_HEADER;
+use crate::label::LABEL_HEADER;
+
+/// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    address: SocketAddr,
+}
+
+/// The server task, and how to tell it to stop.
+#[derive(Debug)]
+pub struct Running {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Stopped>,
+}
+
+impl Server {
+    /// Binds `127.0.0.1:0`. Nothing on the command line or in the environment changes this.
+    pub async fn bind() -> std::io::Result<Self> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        let address = listener.local_addr()?;
+        Ok(Server { listener, address })
+    }
+
+    /// The address the server listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves on a task of its own until [`Running::stop`].
+    pub fn start(
+        self,
+        section: Arc<WorkSection>,
+        census: Arc<Census>,
+        drain_limit: Duration,
+    ) -> Running {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async {
+            // A dropped sender also means stop.
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(self.serve(section, census, shutdown, drain_limit));
+        Running { stop, task }
+    }
+
+    /// Serves `section` until `shutdown` resolves. Then stops accepting, closes the listener,
+    /// asks every connection to finish gracefully (an idle keep-alive connection closes at
+    /// once), and joins every connection task. Connections still open after `drain_limit` are
+    /// aborted and reported as an error.
+    pub async fn serve(
+        self,
+        section: Arc<WorkSection>,
+        census: Arc<Census>,
+        shutdown: impl Future<Output = ()>,
+        drain_limit: Duration,
+    ) -> Stopped {
+        let Server { listener, address } = self;
+        let graceful = GracefulShutdown::new();
+        let mut connections = JoinSet::new();
+        let mut accepted = 0;
+        let mut error = None;
+        let mut shutdown = pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                incoming = listener.accept() => match incoming {
+                    Ok((stream, _peer)) => {
+                        accepted += 1;
+                        let section = section.clone();
+                        let service = service_fn(move |request| {
+                            let section = section.clone();
+                            async move { Ok::<_, Infallible>(handle(&section, request).await) }
+                        });
+                        let connection =
+                            http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                        let connection = graceful.watch(connection);
+                        let live = census.enter();
+                        connections.spawn(async move {
+                            let _live = live;
+                            connection.await
+                        });
+                    }
+                    Err(e) => {
+                        error = Some(format!("the server could not accept a connection: {e}"));
+                        break;
+                    }
+                },
+            }
+        }
+        // Stop accepting: from here on the port refuses connections.
+        drop(listener);
+
+        if tokio::time::timeout(drain_limit, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            connections.abort_all();
+            error.get_or_insert(format!(
+                "connections were still open {} s after the server asked them to close; aborted",
+                drain_limit.as_secs()
+            ));
+        }
+        let mut handlers = Handlers::default();
+        while let Some(joined) = connections.join_next().await {
+            // A connection's own error (a client that went away) is not the run's failure; a
+            // panic in a handler is.
+            match joined {
+                Ok(_) => handlers.completed += 1,
+                Err(e) if e.is_cancelled() => handlers.aborted += 1,
+                Err(e) => handlers
+                    .panicked
+                    .push(format!("a connection task panicked: {e}")),
+            }
+        }
+        handlers.stopped(address, accepted, &section, error)
+    }
+}
+
+impl Running {
+    /// Tells the server to stop and waits for its report.
+    pub async fn stop(self) -> Result<Stopped, String> {
+        let _ = self.stop.send(());
+        // The server task itself panicked: its listener and connections were dropped with it,
+        // but nothing is left to count them.
+        self.task
+            .await
+            .map_err(|e| format!("the server task failed: {e}"))
+    }
+}
+
+/// Answers one request after screening it; see [`super::screen`] and [`super::answer`].
+async fn handle(section: &WorkSection, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let headers = request.headers();
+    let head = Head {
+        is_get: request.method() == Method::GET,
+        path: request.uri().path(),
+        token: headers.get(TOKEN_HEADER).map(HeaderValue::as_bytes),
+        label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
+    };
+    let reply = match screen(section, head) {
+        Ok((label, route)) => answer(label, section.perform(label, route).await),
+        Err(reply) => reply,
+    };
+    respond(reply)
+}
+
+/// A complete JSON response. The body is whole, so nothing outlives the handler (NOTES.md 7).
+fn respond(reply: Reply) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(reply.body.to_string())));
+    *response.status_mut() = reply.status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
