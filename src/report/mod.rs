@@ -2,6 +2,7 @@
 //! and every caller are closed. [`text`] renders it for a person.
 
 pub mod text;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 
