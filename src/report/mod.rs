@@ -1,7 +1,9 @@
 //! The report (contract section 5): what a run actually showed, assembled only after the server
 //! and every caller are closed. [`text`] renders it for a person.
 
+pub mod svg;
 pub mod text;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 
