@@ -7,6 +7,7 @@ use std::convert::Infallible;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{Held, Inputs, ModeChoice, Slots};
+use crate::server::Front;
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -53,7 +54,23 @@ pub enum Command {
     /// Run every allowed input (24 policy runs, each on its own server) and print a matrix per
     /// policy; exits 1 if any run differs from the model
     Sweep {
+        /// The server front to run on
+        #[arg(long, value_enum, default_value_t = Front::Async)]
+        server: Front,
         /// The matrices on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Run both policies on both server fronts with the same inputs and print them side by
+    /// side: identical admissions, different costs; exits 1 if the admissions differ
+    Compare {
+        /// Total work permits of a policy, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = Inputs::default().slots)]
+        slots: Slots,
+        /// Slow requests sent and held at the gate, 1 through 4
+        #[arg(long, value_name = "N", default_value_t = Inputs::default().held)]
+        held: Held,
+        /// The comparison on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
     },
@@ -82,7 +99,12 @@ pub struct RunArgs {
     #[command(flatten)]
     pub inputs: InputArgs,
 
-    /// The report on stdout: json for machines, text for a person
+    /// The server front: async (Hyper, a task per connection) or threaded (a thread per
+    /// connection, like the workshop's Python runner)
+    #[arg(long, value_enum, default_value_t = Front::Async)]
+    pub server: Front,
+
+    /// The report on stdout: json for machines, text for a person, svg for a projector
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
 }
@@ -94,6 +116,8 @@ pub enum Format {
     Json,
     /// The workshop's prediction table filled in with what happened, and a timeline
     Text,
+    /// A self-contained SVG picture of the run, for a browser or a projector
+    Svg,
 }
 
 /// How an instrument writes its table.
@@ -153,13 +177,16 @@ mod tests {
             "--held",
             "1",
             "--format",
-            "text",
+            "svg",
         ];
         let cli = parse(&args).expect("all values are in range");
         let inputs = cli.run.inputs.inputs();
         assert_eq!(inputs.mode, ModeChoice::Partitioned);
         assert_eq!((inputs.slots.get(), inputs.held.get()), (4, 1));
-        assert_eq!(cli.run.format, Format::Text);
+        assert_eq!(cli.run.format, Format::Svg);
+        assert_eq!(cli.run.server, Front::Async);
+        let cli = parse(&["--server", "threaded"]).expect("a front");
+        assert_eq!(cli.run.server, Front::Threaded);
         let cli = parse(&["--slots=3", "--mode=shared"]).expect("--flag=value is accepted");
         assert_eq!(
             (cli.run.inputs.mode, cli.run.inputs.slots.get()),
@@ -174,17 +201,23 @@ mod tests {
             panic!("predict");
         };
         assert_eq!((inputs.held.get(), format), (4, TableFormat::Json));
-        let cli = parse(&["sweep"]).expect("valid");
-        assert!(matches!(
-            cli.command,
-            Some(Command::Sweep {
-                format: TableFormat::Text
-            })
-        ));
+        let cli = parse(&["sweep", "--server", "threaded"]).expect("valid");
+        let Some(Command::Sweep { server, format }) = cli.command else {
+            panic!("sweep");
+        };
+        assert_eq!((server, format), (Front::Threaded, TableFormat::Text));
+        let cli = parse(&["compare", "--held", "4"]).expect("valid");
+        let Some(Command::Compare { slots, held, .. }) = cli.command else {
+            panic!("compare");
+        };
+        assert_eq!((slots.get(), held.get()), (2, 4));
         for refused in [
             &["sweep", "--held", "2"][..],
             &["--held", "2", "predict"],
             &["predict", "--format", "svg"],
+            &["compare", "--mode", "shared"],
+            &["predict", "--server", "threaded"],
+            &["--server", "forked"],
             &["sweep", "--port", "80"],
         ] {
             assert_eq!(

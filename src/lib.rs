@@ -22,11 +22,13 @@
 //! - [`outcome`]: the workshop's prediction table, predicted or observed.
 //! - [`report`]: the JSON report and its text rendering.
 //! - [`sweep`]: every allowed input, as a matrix per policy.
+//! - [`compare`]: both policies on both server fronts, side by side.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
 pub mod cli;
+pub mod compare;
 pub mod coordinator;
 pub mod faults;
 pub mod label;

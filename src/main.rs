@@ -1,20 +1,32 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
-//! [--format json|text|svg]`, or `predict` / `sweep`. Exit status: 0 the run matched the policy
-//! model, 1 it failed (a one-line reason on stderr), 2 the command line was refused.
+//! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`.
+//! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
+//! 2 the command line was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 use isolation_lab::cli::{Cli, Command, Format, TableFormat};
-use isolation_lab::report::text;
-use isolation_lab::sweep;
+use isolation_lab::report::{svg, text};
+use isolation_lab::{compare, sweep};
 
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
     let cli = Cli::parse();
     match cli.command {
-        None => run(cli.run.inputs.inputs(), cli.run.format),
+        None => {
+            let run = isolation_lab::run_on(cli.run.server, cli.run.inputs.inputs());
+            let Some(report) = runtime(run) else {
+                return ExitCode::from(1);
+            };
+            let rendered = match cli.run.format {
+                Format::Json => json(&report),
+                Format::Text => Ok(text::render(&report)),
+                Format::Svg => Ok(svg::render(&report)),
+            };
+            emit(rendered, report.failure.as_deref())
+        }
         Some(Command::Predict { inputs, format }) => {
             let inputs = inputs.inputs();
             let predictions = isolation_lab::predict(inputs);
@@ -24,10 +36,9 @@ fn main() -> ExitCode {
             };
             emit(rendered, None)
         }
-        Some(Command::Sweep { format }) => {
-            let sweep = match isolation_lab::block_on(sweep::sweep()) {
-                Ok(sweep) => sweep,
-                Err(e) => return fail(&format!("cannot start the Tokio runtime: {e}")),
+        Some(Command::Sweep { server, format }) => {
+            let Some(sweep) = runtime(sweep::sweep(server)) else {
+                return ExitCode::from(1);
             };
             let rendered = match format {
                 TableFormat::Text => Ok(sweep::render(&sweep)),
@@ -36,19 +47,28 @@ fn main() -> ExitCode {
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
             emit(rendered, failure)
         }
+        Some(Command::Compare {
+            slots,
+            held,
+            format,
+        }) => {
+            let Some(comparison) = runtime(compare::compare(slots, held)) else {
+                return ExitCode::from(1);
+            };
+            let rendered = match format {
+                TableFormat::Text => Ok(compare::render(&comparison)),
+                TableFormat::Json => json(&comparison),
+            };
+            emit(rendered, comparison.failure().as_deref())
+        }
     }
 }
 
-fn run(inputs: isolation_lab::policy::Inputs, format: Format) -> ExitCode {
-    let report = match isolation_lab::block_on(isolation_lab::run(inputs)) {
-        Ok(report) => report,
-        Err(e) => return fail(&format!("cannot start the Tokio runtime: {e}")),
-    };
-    let rendered = match format {
-        Format::Json => json(&report),
-        Format::Text => Ok(text::render(&report)),
-    };
-    emit(rendered, report.failure.as_deref())
+/// Runs `future` on the lab's runtime; `None` (after saying why) if the runtime cannot start.
+fn runtime<F: Future>(future: F) -> Option<F::Output> {
+    isolation_lab::block_on(future)
+        .map_err(|e| fail(&format!("cannot start the Tokio runtime: {e}")))
+        .ok()
 }
 
 fn json(value: &impl serde::Serialize) -> Result<String, String> {

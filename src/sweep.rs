@@ -7,13 +7,17 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::coordinator;
+use crate::faults::Faults;
 use crate::outcome::Outcome;
 use crate::policy::{Held, Mode, Policy, Slots};
 use crate::report::text::columns;
+use crate::server::Front;
 
 /// Every run of a sweep, and whether all of them matched the model.
 #[derive(Clone, Debug, Serialize)]
 pub struct Sweep {
+    /// The server front every run used.
+    pub front: Front,
     /// One entry per policy run, policy by policy, then by slots, then by held.
     pub runs: Vec<SweepRun>,
     /// Every run matched the model and none failed.
@@ -38,13 +42,15 @@ pub struct SweepRun {
     pub failure: Option<String>,
 }
 
-/// Runs every allowed input, one after another, each on its own server.
-pub async fn sweep() -> Sweep {
+/// Runs every allowed input on `front`, one after another, each on its own server.
+pub async fn sweep(front: Front) -> Sweep {
     let mut runs = Vec::new();
     for mode in Mode::ALL {
         for slots in Slots::all() {
             for held in Held::all() {
-                let run = coordinator::run_policy(Policy { mode, slots }, held).await;
+                let policy = Policy { mode, slots };
+                let run = coordinator::run_policy_with(front, policy, held, Faults::default());
+                let run = run.await;
                 let mismatch = run.report.model.mismatches.first().cloned();
                 let failure = run.failure.or(mismatch);
                 runs.push(SweepRun {
@@ -60,6 +66,7 @@ pub async fn sweep() -> Sweep {
     }
     let matches_model = runs.iter().all(|r| r.matches_model);
     Sweep {
+        front,
         runs,
         matches_model,
     }
@@ -68,8 +75,9 @@ pub async fn sweep() -> Sweep {
 /// The matrices, within 80 columns.
 pub fn render(sweep: &Sweep) -> String {
     let mut out = format!(
-        "isolation-lab sweep: {} policy runs, each on its own server\n",
-        sweep.runs.len()
+        "isolation-lab sweep: {} policy runs, each on its own {} server\n",
+        sweep.runs.len(),
+        sweep.front.name()
     );
     for mode in Mode::ALL {
         let _ = writeln!(out, "\n{}", describe(mode));

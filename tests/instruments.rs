@@ -44,7 +44,7 @@ fn predict_follows_the_mode() {
 /// columns.
 #[tokio::test]
 async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
-    let sweep = isolation_lab::sweep::sweep().await;
+    let sweep = isolation_lab::sweep::sweep(isolation_lab::server::Front::Async).await;
     assert!(sweep.matches_model);
     let inputs: BTreeSet<_> = sweep
         .runs
@@ -123,8 +123,6 @@ fn the_sweep_command_exits_0() {
         .expect("the binary starts");
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8(output.stdout).expect("UTF-8");
-    assert!(
-        text.starts_with("isolation-lab sweep: 24 policy runs"),
-        "{text}"
-    );
+    let heading = "isolation-lab sweep: 24 policy runs, each on its own async server";
+    assert!(text.starts_with(heading), "{text}");
 }

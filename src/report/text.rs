@@ -6,7 +6,7 @@ use std::fmt::Write;
 use crate::label::Label;
 use crate::outcome::{Answer, Outcome};
 use crate::policy::Inputs;
-use crate::report::Report;
+use crate::report::{Report, timeline};
 
 /// Fills one policy's cell of a row.
 type Cell = fn(&Outcome) -> String;
@@ -40,6 +40,10 @@ pub fn render(report: &Report) -> String {
         });
     let verdict = ("matches the model", verdicts.collect());
     out.push_str(&table(&outcomes, Some(verdict)));
+    for policy in &report.policies {
+        out.push('\n');
+        out.push_str(&timeline::render(policy));
+    }
     out.push('\n');
     for policy in &report.policies {
         for mismatch in &policy.model.mismatches {

@@ -83,6 +83,7 @@ fn describe(event: &WorkEvent) -> String {
         Event::Admitted => format!("{request} admitted: takes a {pool} permit"),
         Event::Refused => format!("{request} refused: no {pool} permit free"),
         Event::Held => format!("{request} held at the closed gate"),
+        Event::Finished if event.cancelled => format!("{request} cancelled: {pool} permit back"),
         Event::Finished => format!("{request} finished: {pool} permit back"),
         Event::GateOpened => "== slow gate opened ==".to_owned(),
     }
@@ -205,6 +206,7 @@ mod tests {
             pool,
             event,
             active_after: active,
+            cancelled: false,
             held_by: Vec::new(),
         }
     }
@@ -245,6 +247,7 @@ mod tests {
             ..Observed::default()
         };
         let pools = BTreeMap::from([(slow, 0), (fast, 0)]);
+        let partitioned = policy(Mode::Partitioned, 2);
         let evidence = Evidence {
             work_events,
             observed,
@@ -253,10 +256,9 @@ mod tests {
                 available_permits: BTreeMap::from([(slow, 1), (fast, 1)]),
                 gate: GateState::Open,
             },
-            client_threads_stopped: true,
-            server: None,
+            ..Evidence::nothing_ran(partitioned)
         };
-        let report = PolicyReport::assemble(policy(Mode::Partitioned, 2), held(2), evidence);
+        let report = PolicyReport::assemble(partitioned, held(2), evidence);
         let expected = "\
 partitioned mode: work events in ledger order (seq), not time
 seq  event                                     slow  fast

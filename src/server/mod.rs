@@ -26,7 +26,9 @@ use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Route;
 
 /// Which server front serves a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Front {
     /// Hyper on Tokio: a held request parks a task

@@ -1,0 +1,231 @@
+//! `compare`: both policies on both server fronts with the same inputs, side by side. The
+//! admission outcomes must be identical — they come from the same model, coordinator and
+//! section — while the resource evidence differs: a held request parks a task on the async
+//! front and blocks an OS thread on the threaded one.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::admission::ledger::Event;
+use crate::label::Label;
+use crate::model::{Decision, Phase};
+use crate::policy::{Held, Inputs, Mode, ModeChoice, Slots};
+use crate::report::PolicyReport;
+use crate::report::text::columns;
+use crate::resources::{ResourceEvidence, Resources};
+use crate::server::Front;
+
+/// Both fronts' runs of the same inputs, compared.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// Total permits of each policy.
+    pub slots: Slots,
+    /// Slow requests held.
+    pub held: Held,
+    /// One comparison per policy, shared first.
+    pub policies: Vec<PolicyComparison>,
+    /// Every request's outcome was the same on both fronts.
+    pub identical: bool,
+    /// Every run matched the policy model.
+    pub matches_model: bool,
+    /// Why a run failed, per front, if one did.
+    pub failures: BTreeMap<Front, String>,
+}
+
+/// One policy on both fronts.
+#[derive(Clone, Debug, Serialize)]
+pub struct PolicyComparison {
+    /// The policy.
+    pub mode: Mode,
+    /// Each request's outcome, per front, in the order the requests were sent.
+    pub outcomes: BTreeMap<Front, Vec<RequestOutcome>>,
+    /// What holding the slow work cost, per front.
+    pub resources: BTreeMap<Front, ResourceEvidence>,
+    /// The outcomes were the same on both fronts.
+    pub identical: bool,
+}
+
+/// What happened to one request, as far as admission goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestOutcome {
+    /// The request.
+    pub request: Label,
+    /// Admitted or refused, if decided.
+    pub decision: Option<Decision>,
+    /// Whether its work waited at the closed gate.
+    pub held: bool,
+    /// The status its caller received, if any.
+    pub status: Option<u16>,
+    /// Whether that was before or after release.
+    pub phase: Option<Phase>,
+}
+
+/// Runs both policies with `slots` and `held` on each front, each run on its own server.
+pub async fn compare(slots: Slots, held: Held) -> Comparison {
+    let inputs = Inputs {
+        mode: ModeChoice::Both,
+        slots,
+        held,
+    };
+    let mut reports = BTreeMap::new();
+    for front in Front::ALL {
+        reports.insert(front, crate::run_on(front, inputs).await);
+    }
+    let failures = reports
+        .iter()
+        .filter_map(|(&front, report)| Some((front, report.failure.clone()?)))
+        .collect();
+    let policies: Vec<PolicyComparison> = Mode::ALL
+        .into_iter()
+        .map(|mode| {
+            let runs = reports.iter().filter_map(|(&front, report)| {
+                let policy = report.policies.iter().find(|p| p.mode == mode)?;
+                Some((front, policy))
+            });
+            let runs: Vec<(Front, &PolicyReport)> = runs.collect();
+            let outcomes: BTreeMap<_, _> = runs.iter().map(|&(f, p)| (f, outcomes(p))).collect();
+            let mut distinct = outcomes.values();
+            let first = distinct.next();
+            PolicyComparison {
+                mode,
+                identical: outcomes.len() == Front::ALL.len() && distinct.all(|o| Some(o) == first),
+                resources: runs.iter().map(|&(f, p)| (f, p.resources)).collect(),
+                outcomes,
+            }
+        })
+        .collect();
+    Comparison {
+        slots,
+        held,
+        identical: policies.iter().all(|p| p.identical),
+        matches_model: reports.values().all(|r| r.matches_model),
+        failures,
+        policies,
+    }
+}
+
+/// Each request's admission outcome, read off a policy's report, in sending order.
+fn outcomes(report: &PolicyReport) -> Vec<RequestOutcome> {
+    let requests = report.model.expected.iter().map(|e| e.request);
+    requests
+        .map(|request| {
+            let decided = report.admissions.iter().find(|a| a.request == request);
+            let answered = report
+                .observed
+                .responses
+                .iter()
+                .find(|r| r.request == request);
+            let mut events = report.work_events.iter();
+            RequestOutcome {
+                request,
+                decision: decided.map(|a| a.decision),
+                held: events.any(|e| e.request == Some(request) && e.event == Event::Held),
+                status: answered.map(|r| r.status),
+                phase: answered.map(|r| r.phase),
+            }
+        })
+        .collect()
+}
+
+/// The comparison as two tables within 80 columns, and what it means in plain sentences.
+pub fn render(comparison: &Comparison) -> String {
+    let mut out = format!(
+        "isolation-lab compare: --slots {} --held {}, each policy on each server front\n\n",
+        comparison.slots, comparison.held
+    );
+    let mut header = vec![String::new()];
+    let mut fronts = vec![String::new()];
+    for policy in &comparison.policies {
+        header.extend([policy.mode.name().to_owned(), String::new()]);
+        fronts.extend(Front::ALL.map(|f| f.name().to_owned()));
+    }
+    let mut rows = vec![header, fronts];
+    let requests = comparison
+        .policies
+        .first()
+        .and_then(|p| p.outcomes.values().next());
+    for (i, request) in requests.into_iter().flatten().enumerate() {
+        let cells = comparison.policies.iter().flat_map(|policy| {
+            Front::ALL.map(|front| {
+                let outcome = policy.outcomes.get(&front).and_then(|o| o.get(i));
+                outcome.map_or_else(|| "-".to_owned(), cell)
+            })
+        });
+        rows.push(
+            std::iter::once(request.request.to_string())
+                .chain(cells)
+                .collect(),
+        );
+    }
+    type Count = fn(&Resources) -> String;
+    let evidence: [(&str, bool, Count); 4] = [
+        ("OS threads, held", false, |r| {
+            r.os_threads.map_or("n/a".into(), |n| n.to_string())
+        }),
+        ("handlers, held", false, |r| {
+            r.connection_handlers.to_string()
+        }),
+        ("OS threads after", true, |r| {
+            r.os_threads.map_or("n/a".into(), |n| n.to_string())
+        }),
+        ("handlers after", true, |r| {
+            r.connection_handlers.to_string()
+        }),
+    ];
+    for (heading, after, count) in evidence {
+        let cells = comparison.policies.iter().flat_map(|policy| {
+            Front::ALL.map(|front| {
+                let resources = policy.resources.get(&front);
+                let moment =
+                    resources.and_then(|r| if after { r.after_run } else { r.before_fast });
+                moment.as_ref().map_or_else(|| "-".to_owned(), count)
+            })
+        });
+        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+    }
+    out.push_str(&columns(&rows));
+    out.push('\n');
+    for (front, failure) in &comparison.failures {
+        let _ = writeln!(out, "FAILED on the {} front: {failure}", front.name());
+    }
+    if comparison.identical {
+        out.push_str(
+            "Admission is identical on both fronts: the same requests were held, refused\n\
+             and answered, because one model, one coordinator and one work section decide.\n\
+             What differs is the cost of holding: each held request parks a task on the\n\
+             async front but blocks an OS thread on the threaded one. Neither front bounds\n\
+             connections or handlers; only the declared work section is bounded.\n",
+        );
+    } else {
+        out.push_str("The fronts DISAGREE about admission: see the rows above.\n");
+    }
+    out
+}
+
+/// `held 200`, `503`, `200`: whether the work was held, and the status its caller received.
+fn cell(outcome: &RequestOutcome) -> String {
+    let status = outcome.status.map_or("-".to_owned(), |s| s.to_string());
+    if outcome.held {
+        format!("held {status}")
+    } else {
+        status
+    }
+}
+
+impl Comparison {
+    /// The one-line reason `compare` fails, if it does.
+    pub fn failure(&self) -> Option<String> {
+        if let Some((front, failure)) = self.failures.iter().next() {
+            return Some(format!(
+                "the {} front's run failed: {failure}",
+                front.name()
+            ));
+        }
+        if !self.identical {
+            return Some("the two fronts' admission outcomes differ".into());
+        }
+        (!self.matches_model).then(|| "a run differed from the policy model".into())
+    }
+}

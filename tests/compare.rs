@@ -1,0 +1,63 @@
+//! `compare`: admission is identical on both fronts for every input, while what a held request
+//! costs differs. One test in its own process, so no other test's threads are counted.
+
+mod common;
+
+use isolation_lab::compare::compare;
+use isolation_lab::policy::{Held, Slots};
+use isolation_lab::server::Front;
+
+/// For every allowed input, both fronts admit, refuse and answer every request the same way.
+/// With every held request admitted (shared mode, four slots), the process's OS threads during
+/// the hold grow by exactly one per held request on the threaded front — a blocked thread each —
+/// and do not grow at all on the async front, where a held request is a parked task.
+#[tokio::test]
+async fn admission_is_identical_and_only_the_threaded_front_pays_a_thread_per_hold() {
+    for slots in Slots::all() {
+        for held in Held::all() {
+            let comparison = compare(slots, held).await;
+            assert!(
+                comparison.identical,
+                "--slots {slots} --held {held}: {comparison:?}"
+            );
+            assert!(comparison.matches_model, "--slots {slots} --held {held}");
+            assert_eq!(comparison.failure(), None);
+        }
+    }
+
+    let four = Slots::new(4).expect("4 slots is allowed");
+    let mut threads = Vec::new();
+    for held in Held::all() {
+        let comparison = compare(four, held).await;
+        let shared = &comparison.policies[0];
+        let during = |front| {
+            let resources = shared.resources[&front].before_fast.expect("counted");
+            assert_eq!(resources.held_at_gate, held.get(), "{front:?}");
+            resources.os_threads.expect("Linux counts threads")
+        };
+        threads.push((held.get(), during(Front::Async), during(Front::Threaded)));
+        for front in Front::ALL {
+            let after = shared.resources[&front].after_run.expect("counted");
+            assert_eq!(
+                after.connection_handlers, 0,
+                "{front:?}: every handler ended"
+            );
+        }
+    }
+    let (_, async_base, threaded_base) = threads[0];
+    for &(held, on_async, on_threaded) in &threads {
+        assert_eq!(
+            on_async, async_base,
+            "async front, {held} held: {threads:?}"
+        );
+        assert_eq!(
+            on_threaded,
+            threaded_base + held - 1,
+            "threaded front: {threads:?}"
+        );
+    }
+    assert!(
+        threaded_base > async_base,
+        "the threaded front has its accept thread too"
+    );
+}
