@@ -66,7 +66,7 @@ pub async fn run_policy_with(
     let mut observed = Observed::default();
     let mut resources = ResourceEvidence::default();
     let (failure, callers, server) =
-        match Session::open(front, section.clone(), census.clone(), events, &token).await {
+        match Session::open(front, section.clone(), census.clone(), events, &token) {
             Err(e) => (Some(format!("{e:#}")), Callers::default(), None),
             Ok(mut session) => {
                 let sequence = session.sequence(held, &faults, &mut observed, &mut resources);
@@ -153,7 +153,7 @@ struct Reply {
 
 impl Session {
     /// Builds the client, binds `127.0.0.1:0` and starts serving on `front`.
-    async fn open(
+    fn open(
         front: Front,
         section: Arc<WorkSection>,
         census: Arc<Census>,
@@ -164,7 +164,7 @@ impl Session {
         let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
         let client = client(headers).context("building the HTTP client")?;
         let started = server::start(front, section.clone(), census.clone(), SAFETY_TIMEOUT);
-        let (address, server) = started.await.context("binding 127.0.0.1:0")?;
+        let (address, server) = started.context("binding 127.0.0.1:0")?;
         Ok(Session {
             section,
             census,

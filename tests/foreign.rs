@@ -55,7 +55,7 @@ async fn only_the_run_token_reaches_admission() {
         let section = Arc::new(section);
         let census = Arc::new(Census::default());
         let started = server::start(front, section.clone(), census, Duration::from_secs(5));
-        let (address, running) = started.await.expect("127.0.0.1:0 binds");
+        let (address, running) = started.expect("127.0.0.1:0 binds");
         let client = reqwest::Client::builder()
             .no_proxy()
             .build()

@@ -6,46 +6,39 @@ mod common;
 use common::{Case, assert_matches_section_4, assert_structure};
 use isolation_lab::server::Front;
 
-/// Each of the 24 runs shows exactly what section 4 says, with the structural evidence intact.
-#[tokio::test]
-async fn every_input_matches_section_4() {
+/// Each of the 24 runs on `front` shows exactly what section 4 says, with the structural
+/// evidence intact.
+async fn every_input_matches_section_4_on(front: Front) {
     let cases = Case::all();
     assert_eq!(cases.len(), 24);
     for case in cases {
-        let report = case.run().await;
+        let report = case.run_on(front).await;
         assert_matches_section_4(case, &report);
         assert_structure(case, &report);
+        let mismatches = &report.model.mismatches;
         assert!(
             report.model.matches,
-            "{case:?}: {:?}",
-            report.model.mismatches
+            "{case:?} on {front:?}: {mismatches:?}"
         );
     }
 }
 
-/// The same sweep with the lab's tasks spread over two worker threads: the outcomes do not
-/// depend on the runtime's scheduler.
+/// The async front on the lab's own current-thread runtime.
+#[tokio::test]
+async fn every_input_matches_section_4() {
+    every_input_matches_section_4_on(Front::Async).await;
+}
+
+/// The async front with its tasks spread over two worker threads: the outcomes do not depend
+/// on the runtime's scheduler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_input_matches_section_4_on_a_multi_thread_runtime() {
-    for case in Case::all() {
-        let report = case.run().await;
-        assert_matches_section_4(case, &report);
-        assert_structure(case, &report);
-    }
+    every_input_matches_section_4_on(Front::Async).await;
 }
 
-/// The same sweep on the threaded front: an OS thread per connection, bounded semaphores and a
-/// `Condvar` gate show exactly the same admissions.
+/// The threaded front: an OS thread per connection, bounded semaphores and a `Condvar` gate
+/// show exactly the same admissions.
 #[tokio::test]
 async fn every_input_matches_section_4_on_the_threaded_front() {
-    for case in Case::all() {
-        let report = case.run_on(Front::Threaded).await;
-        assert_matches_section_4(case, &report);
-        assert_structure(case, &report);
-        assert!(
-            report.model.matches,
-            "{case:?}: {:?}",
-            report.model.mismatches
-        );
-    }
+    every_input_matches_section_4_on(Front::Threaded).await;
 }

@@ -33,7 +33,7 @@ async fn an_idle_connection_does_not_hold_the_shutdown() {
         census.clone(),
         drain_limit,
     );
-    let (address, running) = started.await.expect("127.0.0.1:0 binds");
+    let (address, running) = started.expect("127.0.0.1:0 binds");
 
     let mut idle = TcpStream::connect(address).expect("the server accepts");
     // The accept loop has it once a handler is alive for it: wait for that, not for time.

@@ -2,7 +2,7 @@
 //! parks its task; the thread is free for everything else.
 
 use std::convert::Infallible;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,10 +39,11 @@ pub struct Running {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0`. Nothing on the command line or in the environment changes this.
-    pub async fn bind() -> std::io::Result<Self> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-        let address = listener.local_addr()?;
+    /// Binds `127.0.0.1:0`; must be called on a Tokio runtime.
+    pub fn bind() -> std::io::Result<Self> {
+        let (listener, address) = super::bind_loopback()?;
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
         Ok(Server { listener, address })
     }
 

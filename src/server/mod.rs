@@ -11,7 +11,7 @@
 pub mod async_front;
 pub mod threaded;
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -69,6 +69,14 @@ impl Front {
     }
 }
 
+/// Binds the lab's only address, for either front: an ephemeral port on the IPv4 loopback.
+/// Nothing on the command line or in the environment changes it.
+fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let address = listener.local_addr()?;
+    Ok((listener, address))
+}
+
 /// A running server of either front.
 #[derive(Debug)]
 pub enum Running {
@@ -78,10 +86,10 @@ pub enum Running {
     Threaded(threaded::Running),
 }
 
-/// Binds `127.0.0.1:0` and starts `front` serving `section`. Connections still open
-/// `drain_limit` after the server is told to stop are aborted (threads: their held work is
-/// abandoned) and reported.
-pub async fn start(
+/// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime). Connections
+/// still open `drain_limit` after the server is told to stop are aborted (threads: their held
+/// work is abandoned) and reported.
+pub fn start(
     front: Front,
     section: Arc<WorkSection>,
     census: Arc<Census>,
@@ -89,7 +97,7 @@ pub async fn start(
 ) -> std::io::Result<(SocketAddr, Running)> {
     match front {
         Front::Async => {
-            let server = async_front::Server::bind().await?;
+            let server = async_front::Server::bind()?;
             let address = server.address();
             let running = server.start(section, census, drain_limit);
             Ok((address, Running::Async(running)))

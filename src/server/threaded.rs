@@ -4,7 +4,7 @@
 //! the workshop's Python runner (HTTP/1.0 style) does, so no connection outlives its request.
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc as std_mpsc};
 use std::thread::{self, JoinHandle};
@@ -49,10 +49,9 @@ struct Connection {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0`. Nothing on the command line or in the environment changes this.
+    /// Binds `127.0.0.1:0`.
     pub fn bind() -> io::Result<Self> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-        let address = listener.local_addr()?;
+        let (listener, address) = super::bind_loopback()?;
         Ok(Server { listener, address })
     }
 
