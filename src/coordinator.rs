@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail, ensure};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
-
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
@@ -321,7 +320,9 @@ impl Session {
     }
 
     /// Injected fault: `request`'s caller drops its connection while its work is held. Waits
-    /// for the server to record the work leaving the section, then fails the run.
+    /// for the server to record the work leaving the section, then fails the run. A handler
+    /// blocked at the gate (the threaded front) cannot notice: then the wait runs out, and the
+    /// work leaves only when closing opens the gate.
     async fn disconnect(&mut self, request: Label, caller: AbortHandle) -> anyhow::Result<()> {
         caller.abort();
         let left = async {
@@ -332,8 +333,15 @@ impl Session {
             }
             None
         };
-        let left = within(left, || format!("{request}'s work never left the section"));
-        match left.await? {
+        let Ok(left) = tokio::time::timeout(SAFETY_TIMEOUT, left).await else {
+            bail!(
+                "{request}'s caller disconnected while its work was held, and its handler did \
+                 not notice within {} s (a thread blocked at the gate cannot); the work leaves \
+                 when the gate opens",
+                SAFETY_TIMEOUT.as_secs()
+            );
+        };
+        match left {
             Some(event) if event.cancelled => bail!(
                 "{request}'s caller disconnected while its work was held; the work left the \
                  section (work event {}, finished, cancelled) and returned its permit",

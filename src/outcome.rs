@@ -82,7 +82,7 @@ impl Outcome {
         };
         Outcome {
             mode: policy.mode,
-            pool_capacities: capacities(policy),
+            pool_capacities: policy.capacities(),
             f1_before_release: Some(FastOutcome {
                 status: f1.status,
                 pool: f1.pool,
@@ -164,11 +164,6 @@ impl Outcome {
             idle_before_f1: idle,
         }
     }
-}
-
-fn capacities(policy: Policy) -> BTreeMap<Pool, usize> {
-    let pools = policy.pools().iter();
-    pools.map(|&pool| (pool, policy.capacity(pool))).collect()
 }
 
 /// Free permits outside the slow pool while some slow request was refused: reserved for

@@ -1,6 +1,7 @@
 //! The two policies: which pools exist, how many permits each holds, and which route draws
 //! from which (contract section 2).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -227,6 +228,19 @@ impl Policy {
             (Mode::Partitioned, Pool::Fast) => 1,
             _ => 0,
         }
+    }
+
+    /// A count for each pool of this policy, in report order.
+    pub fn per_pool(self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
+        self.pools()
+            .iter()
+            .map(|&pool| (pool, count(pool)))
+            .collect()
+    }
+
+    /// Permits per pool.
+    pub fn capacities(self) -> BTreeMap<Pool, usize> {
+        self.per_pool(|pool| self.capacity(pool))
     }
 
     /// The pool a route draws its permit from.

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::load::{self, Resources};
 use isolation_lab::compare::compare;
 use isolation_lab::policy::{Held, Slots};
 use isolation_lab::server::Front;
@@ -27,7 +28,11 @@ async fn admission_is_identical_and_only_the_threaded_front_pays_a_thread_per_ho
 
     let four = Slots::new(4).expect("4 slots is allowed");
     let mut threads = Vec::new();
+    let idle = Resources::now().threads;
     for held in Held::all() {
+        // The previous runs' joined threads may linger in /proc for a moment: let them go.
+        let left = load::settled_threads(idle);
+        assert_eq!(left, idle, "no thread left from the previous runs");
         let comparison = compare(four, held).await;
         let shared = &comparison.policies[0];
         let during = |front| {

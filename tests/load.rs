@@ -15,17 +15,21 @@ fn labs_in_bulk_match_the_model_and_leave_nothing_behind() {
     for front in Front::ALL {
         load::sequential(front, 100);
         assert_eq!(
-            Resources::now(),
+            load::settled(before),
             before,
             "after 100 sequential labs on {front:?}"
         );
         load::concurrent(front, 32);
         assert_eq!(
-            Resources::now(),
+            load::settled(before),
             before,
             "after 32 concurrent labs on {front:?}"
         );
     }
     load::under_cpu_load(1);
-    assert_eq!(Resources::now(), before, "after the sweeps under CPU load");
+    assert_eq!(
+        load::settled(before),
+        before,
+        "after the sweeps under CPU load"
+    );
 }

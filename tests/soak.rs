@@ -20,7 +20,7 @@ fn a_thousand_labs_leave_nothing_behind() {
         load::sequential(front, 1_000);
         let sequential = started.elapsed();
         assert_eq!(
-            Resources::now(),
+            load::settled(before),
             before,
             "after 1 000 sequential labs on {front:?}"
         );
@@ -28,7 +28,7 @@ fn a_thousand_labs_leave_nothing_behind() {
         for _ in 0..10 {
             load::concurrent(front, 32);
             assert_eq!(
-                Resources::now(),
+                load::settled(before),
                 before,
                 "after 32 concurrent labs on {front:?}"
             );
@@ -43,7 +43,7 @@ fn a_thousand_labs_leave_nothing_behind() {
     let started = Instant::now();
     load::under_cpu_load(10);
     let loaded = started.elapsed();
-    let after = Resources::now();
+    let after = load::settled(before);
     assert_eq!(after, before, "after 480 policy runs under CPU load");
     println!(
         "soak: 480 policy runs (both fronts) under CPU load in {loaded:?}; \

@@ -38,8 +38,10 @@ impl BoundedSemaphore {
         })
     }
 
-    /// Gives a permit back, or refuses if that would exceed the capacity.
-    pub fn release(&self) -> Result<(), OverRelease> {
+    /// Gives a permit back, or refuses if that would exceed the capacity. Private: only a
+    /// permit's drop releases, once per permit taken, so from outside an over-release cannot
+    /// even be attempted; the refusal guards the count itself.
+    fn release(&self) -> Result<(), OverRelease> {
         let mut available = lock(&self.available);
         if *available == self.capacity {
             return Err(OverRelease {
@@ -64,8 +66,8 @@ pub struct BoundedPermit {
 
 impl Drop for BoundedPermit {
     fn drop(&mut self) {
-        // Each permit was taken once and is dropped once, so its release cannot exceed the
-        // capacity; if it ever did, the ledger audit would show it, so nothing is hidden here.
+        // Each permit was taken once and is dropped once, and nothing else can release, so
+        // this release is always within capacity.
         let _ = self.semaphore.release();
     }
 }

@@ -19,8 +19,9 @@ pub mod token;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// Locks a mutex whose data stays consistent even if a holder panicked: every critical section
-/// in this module is a single push or flag write, so a poisoned lock holds nothing half-done.
+/// Locks a mutex whose data stays consistent even if a holder panicked: no critical section in
+/// this module leaves its data half-changed across a call that can panic (each takes a permit,
+/// counts, pushes or flips a flag, in that order), so a poisoned lock holds nothing torn.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -44,10 +44,7 @@ pub struct Pools {
 impl Pools {
     /// Full pools for `policy`.
     pub fn new(policy: Policy, permits: Permits) -> Self {
-        let pools = policy
-            .pools()
-            .iter()
-            .map(|&pool| (pool, policy.capacity(pool)));
+        let pools = policy.capacities().into_iter();
         let semaphores = match permits {
             Permits::Tokio => Semaphores::Tokio(
                 pools

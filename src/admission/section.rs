@@ -211,22 +211,24 @@ impl WorkSection {
     /// Each pool's account of the run so far, with its invariants checked.
     pub fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
         let policy = self.policy();
-        let capacities = self.per_pool(|pool| policy.capacity(pool));
+        let capacities = policy.capacities();
         let ledger = self.ledger();
         audit::audit(ledger.events(), ledger.attempts(), &capacities)
     }
 
     /// Taken and free permits per pool, and the gate.
     pub fn final_state(&self) -> FinalState {
+        // The gate's lock before the ledger's, never the other way round.
+        let gate = match self.gate.latch() {
+            Latch::Closed => GateState::Closed,
+            Latch::Open => GateState::Open,
+            Latch::Abandoned => GateState::Abandoned,
+        };
         let _ledger = self.ledger();
         FinalState {
             active_work: self.per_pool(|pool| self.pools.active(pool)),
             available_permits: self.per_pool(|pool| self.pools.available(pool)),
-            gate: match self.gate.latch() {
-                Latch::Closed => GateState::Closed,
-                Latch::Open => GateState::Open,
-                Latch::Abandoned => GateState::Abandoned,
-            },
+            gate,
         }
     }
 
@@ -261,8 +263,7 @@ impl WorkSection {
     }
 
     fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
-        let pools = self.policy().pools().iter();
-        pools.map(|&pool| (pool, count(pool))).collect()
+        self.policy().per_pool(count)
     }
 }
 

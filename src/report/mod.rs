@@ -209,14 +209,13 @@ pub struct Evidence {
 impl Evidence {
     /// The evidence of a run that never started: no events, full pools, a closed gate.
     pub fn nothing_ran(policy: Policy) -> Self {
-        let pools = || policy.pools().iter().copied();
-        let capacities = pools().map(|pool| (pool, policy.capacity(pool))).collect();
+        let capacities = policy.capacities();
         Evidence {
             work_events: Vec::new(),
             ledger: audit::audit(&[], &BTreeMap::new(), &capacities),
             observed: Observed::default(),
             final_state: FinalState {
-                active_work: pools().map(|pool| (pool, 0)).collect(),
+                active_work: policy.per_pool(|_| 0),
                 available_permits: capacities,
                 gate: GateState::Closed,
             },
@@ -231,10 +230,9 @@ impl Evidence {
 impl PolicyReport {
     /// Assembles a policy's report from its evidence and compares it with the model.
     pub fn assemble(policy: Policy, held: Held, evidence: Evidence) -> Self {
-        let pools = policy.pools().iter();
         let mut report = PolicyReport {
             mode: policy.mode,
-            pool_capacities: pools.map(|&pool| (pool, policy.capacity(pool))).collect(),
+            pool_capacities: policy.capacities(),
             route_pools: [Route::Slow, Route::Fast]
                 .into_iter()
                 .map(|route| (route, policy.pool_for(route)))

@@ -1,10 +1,12 @@
 //! The async front: a Hyper HTTP/1 server on Tokio, a task per connection. A held request
 //! parks its task; the thread is free for everything else.
 
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -17,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio::task::JoinSet;
+use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
 use super::{Census, Handlers, Head, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
@@ -69,9 +71,10 @@ impl Server {
     }
 
     /// Serves `section` until `shutdown` resolves. Then stops accepting, closes the listener,
-    /// asks every connection to finish gracefully (an idle keep-alive connection closes at
-    /// once), and joins every connection task. Connections still open after `drain_limit` are
-    /// aborted and reported as an error.
+    /// closes every connection that is not serving a request (idle between requests, or still
+    /// receiving a head a client may never finish), asks the rest to finish gracefully, and
+    /// joins every connection task. Connections still open after `drain_limit` are aborted and
+    /// reported as an error.
     pub async fn serve(
         self,
         section: Arc<WorkSection>,
@@ -81,7 +84,7 @@ impl Server {
     ) -> Stopped {
         let Server { listener, address } = self;
         let graceful = GracefulShutdown::new();
-        let mut connections = JoinSet::new();
+        let mut connections = Connections::default();
         let mut accepted = 0;
         let mut error = None;
         let mut shutdown = pin!(shutdown);
@@ -92,16 +95,21 @@ impl Server {
                 incoming = listener.accept() => match incoming {
                     Ok((stream, _peer)) => {
                         accepted += 1;
-                        let section = section.clone();
+                        connections.reap();
+                        let serving = Arc::new(AtomicBool::new(false));
+                        let (section, flag) = (section.clone(), serving.clone());
                         let service = service_fn(move |request| {
-                            let section = section.clone();
-                            async move { Ok::<_, Infallible>(handle(&section, request).await) }
+                            let (section, flag) = (section.clone(), flag.clone());
+                            async move {
+                                let _serving = Serving::start(&flag);
+                                Ok::<_, Infallible>(handle(&section, request).await)
+                            }
                         });
                         let connection =
                             http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                         let connection = graceful.watch(connection);
                         let live = census.enter();
-                        connections.spawn(async move {
+                        connections.spawn(serving, async move {
                             let _live = live;
                             connection.await
                         });
@@ -116,29 +124,97 @@ impl Server {
         // Stop accepting: from here on the port refuses connections.
         drop(listener);
 
+        // A connection not serving a request has nothing to finish. Hyper's graceful shutdown
+        // would close an idle one, but it waits for a head that a client started and never
+        // finished: close them all now, so no one outside the run can hold the shutdown up.
+        connections.close_idle();
         if tokio::time::timeout(drain_limit, graceful.shutdown())
             .await
             .is_err()
         {
-            connections.abort_all();
+            connections.tasks.abort_all();
             error.get_or_insert(format!(
                 "connections were still open {} s after the server asked them to close; aborted",
                 drain_limit.as_secs()
             ));
         }
-        let mut handlers = Handlers::default();
-        while let Some(joined) = connections.join_next().await {
-            // A connection's own error (a client that went away) is not the run's failure; a
-            // panic in a handler is.
-            match joined {
-                Ok(_) => handlers.completed += 1,
-                Err(e) if e.is_cancelled() => handlers.aborted += 1,
-                Err(e) => handlers
-                    .panicked
-                    .push(format!("a connection task panicked: {e}")),
+        while let Some(ended) = connections.tasks.join_next_with_id().await {
+            connections.count(ended);
+        }
+        connections
+            .ended
+            .stopped(address, accepted, &section, error)
+    }
+}
+
+/// The connection tasks, whether each is serving a request, and how the ended ones ended.
+#[derive(Default)]
+struct Connections {
+    tasks: JoinSet<hyper::Result<()>>,
+    open: HashMap<task::Id, (Arc<AtomicBool>, AbortHandle)>,
+    closed_idle: HashSet<task::Id>,
+    ended: Handlers,
+}
+
+impl Connections {
+    fn spawn(
+        &mut self,
+        serving: Arc<AtomicBool>,
+        task: impl Future<Output = hyper::Result<()>> + Send + 'static,
+    ) {
+        let handle = self.tasks.spawn(task);
+        self.open.insert(handle.id(), (serving, handle));
+    }
+
+    /// Joins the tasks that have ended, so nothing grows with the number of connections.
+    fn reap(&mut self) {
+        while let Some(ended) = self.tasks.try_join_next_with_id() {
+            self.count(ended);
+        }
+    }
+
+    /// Aborts every connection task that is not serving a request; they count as completed.
+    fn close_idle(&mut self) {
+        for (&id, (serving, handle)) in &self.open {
+            if !serving.load(Ordering::SeqCst) && !handle.is_finished() {
+                handle.abort();
+                self.closed_idle.insert(id);
             }
         }
-        handlers.stopped(address, accepted, &section, error)
+    }
+
+    /// Counts how one task ended. A connection's own error (a client that went away) is not
+    /// the run's failure; a panic in a handler is.
+    fn count(&mut self, ended: Result<(task::Id, hyper::Result<()>), JoinError>) {
+        let id = match &ended {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        self.open.remove(&id);
+        let closed_idle = self.closed_idle.remove(&id);
+        match ended {
+            Err(e) if e.is_panic() => {
+                (self.ended.panicked).push(format!("a connection task panicked: {e}"))
+            }
+            Err(_) if !closed_idle => self.ended.aborted += 1,
+            Ok(_) | Err(_) => self.ended.completed += 1,
+        }
+    }
+}
+
+/// Marks a connection as serving a request for as long as the request's handler lives.
+struct Serving<'a>(&'a AtomicBool);
+
+impl<'a> Serving<'a> {
+    fn start(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Serving(flag)
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
     }
 }
 

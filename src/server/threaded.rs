@@ -1,8 +1,9 @@
 //! The threaded front: `std::net::TcpListener`, one OS thread per accepted connection, request
 //! heads parsed with `httparse` (Hyper's own parser), blocking bounded semaphores and the gate's
-//! `Condvar` wait. A held request blocks its thread. Every response closes its connection, as
-//! the workshop's Python runner (HTTP/1.0 style) does, so no connection outlives its request.
+//! `Condvar` wait. A held request blocks its thread. Connections are kept alive between
+//! requests, as the async front's are, so a thread lives exactly as long as its connection.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,23 +30,33 @@ pub struct Server {
     address: SocketAddr,
 }
 
-/// The accept thread, and how to tell it to stop.
+/// The accept thread, and how to tell it to stop. Dropping it without [`Running::stop`] still
+/// stops and joins the thread, so an abandoned run leaves nothing behind.
 #[derive(Debug)]
 pub struct Running {
     address: SocketAddr,
     stopping: Arc<AtomicBool>,
-    stopped: oneshot::Receiver<Stopped>,
-    thread: JoinHandle<()>,
+    stopped: Option<oneshot::Receiver<Stopped>>,
+    thread: Option<JoinHandle<()>>,
 }
 
-/// One accepted connection, as its accept thread keeps it.
+/// One accepted connection, as its accept thread keeps it until the thread ends.
 struct Connection {
     thread: JoinHandle<()>,
     /// A second handle on the socket, to unblock a read at shutdown.
     stream: TcpStream,
-    /// Set once the connection has a whole request: from then on it is finishing work, and
-    /// shutdown lets it; before, it is only waiting for bytes, and shutdown closes it.
+    /// Set while the connection has a whole request and is serving it; clear while it waits
+    /// for (the rest of) a request, which is when shutdown may close it.
     in_work: Arc<AtomicBool>,
+}
+
+/// What a connection thread shares with the accept thread.
+struct Shared {
+    section: Arc<WorkSection>,
+    census: Arc<Census>,
+    stopping: Arc<AtomicBool>,
+    /// Each connection thread sends its id here as its last act.
+    ended: std_mpsc::Sender<u64>,
 }
 
 impl Server {
@@ -74,29 +85,35 @@ impl Server {
         let thread = thread::Builder::new()
             .name("lab-accept".into())
             .spawn(move || {
-                let summary = self.serve(&section, &census, &flag, drain_limit);
+                let summary = self.serve(section, census, flag, drain_limit);
                 // The receiver is gone only if the coordinator itself went away.
                 let _ = report.send(summary);
             })?;
         Ok(Running {
             address,
             stopping,
-            stopped,
-            thread,
+            stopped: Some(stopped),
+            thread: Some(thread),
         })
     }
 
     /// The accept loop, then the drain: see [`Running::stop`].
     fn serve(
         self,
-        section: &Arc<WorkSection>,
-        census: &Arc<Census>,
-        stopping: &AtomicBool,
+        section: Arc<WorkSection>,
+        census: Arc<Census>,
+        stopping: Arc<AtomicBool>,
         drain_limit: Duration,
     ) -> Stopped {
         let Server { listener, address } = self;
-        let (done, finished) = std_mpsc::channel::<()>();
-        let mut connections = Vec::new();
+        let (ended, finished) = std_mpsc::channel();
+        let shared = Arc::new(Shared {
+            section: section.clone(),
+            census,
+            stopping: stopping.clone(),
+            ended,
+        });
+        let mut connections = Connections::default();
         let mut accepted = 0;
         let mut error = None;
         for incoming in listener.incoming() {
@@ -104,12 +121,16 @@ impl Server {
                 // The wake-up connection from `stop`, or one that came too late: not served.
                 break;
             }
+            // Join the connections that ended, so nothing grows with their number.
+            connections.reap(&finished);
             let spawned = incoming.and_then(|stream| {
                 accepted += 1;
-                spawn_connection(stream, section.clone(), census.clone(), done.clone())
+                spawn_connection(accepted, stream, shared.clone())
             });
             match spawned {
-                Ok(connection) => connections.push(connection),
+                Ok(connection) => {
+                    connections.open.insert(accepted, connection);
+                }
                 Err(e) => {
                     error = Some(format!(
                         "the threaded server could not serve a connection: {e}"
@@ -120,66 +141,102 @@ impl Server {
         }
         // Stop accepting: from here on the port refuses connections.
         drop(listener);
-        drop(done);
+        drop(shared);
 
-        // A connection still waiting for its request closes now; one with work finishes it.
-        for connection in &connections {
+        // `stopping` is set, so a connection between requests ends by itself; one that is not
+        // serving a request (waiting for one, or for the rest of a head a client may never
+        // finish) is closed now. The two checks are ordered (SeqCst) so one of them catches it.
+        for connection in connections.open.values() {
             if !connection.in_work.load(Ordering::SeqCst) {
                 let _ = connection.stream.shutdown(Shutdown::Both);
             }
         }
-        let mut handlers = Handlers::default();
         let deadline = Instant::now() + drain_limit;
-        let mut ended = 0;
-        while ended < connections.len() {
+        while !connections.open.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             match finished.recv_timeout(left) {
-                Ok(()) => ended += 1,
+                Ok(id) => connections.join(id),
                 Err(_) => break,
             }
         }
-        if ended < connections.len() {
-            // A thread cannot be aborted from outside. What can hold one this long is work at
-            // a gate that never opened: abandon the gate, and break every socket's blocking I/O.
+        if !connections.open.is_empty() {
+            // A thread cannot be aborted from outside. What can keep one busy this long is
+            // work at a gate that never opened: abandon the gate, and break every socket's
+            // blocking I/O, then wait for each to end.
             section.abandon_gate();
-            for connection in &connections {
+            for connection in connections.open.values() {
                 let _ = connection.stream.shutdown(Shutdown::Both);
             }
-            handlers.aborted = (connections.len() - ended) as u64;
             error.get_or_insert(format!(
                 "connection threads were still busy {} s after the server stopped accepting; \
                  their held work was abandoned",
                 drain_limit.as_secs()
             ));
+            let forced: Vec<u64> = connections.open.keys().copied().collect();
+            for id in forced {
+                connections.ended.aborted += 1;
+                connections.join_forced(id);
+            }
         }
-        for connection in connections {
+        connections
+            .ended
+            .stopped(address, accepted, &section, error)
+    }
+}
+
+/// The accept thread's connections: the open ones, and how the ended ones ended.
+#[derive(Default)]
+struct Connections {
+    open: HashMap<u64, Connection>,
+    ended: Handlers,
+}
+
+impl Connections {
+    /// Joins every connection that has said it ended.
+    fn reap(&mut self, finished: &std_mpsc::Receiver<u64>) {
+        while let Ok(id) = finished.try_recv() {
+            self.join(id);
+        }
+    }
+
+    /// Joins connection `id`, which has said it ended (its thread is returning).
+    fn join(&mut self, id: u64) {
+        if let Some(connection) = self.open.remove(&id) {
             match connection.thread.join() {
-                Ok(()) => handlers.completed += 1,
-                Err(panic) => handlers.panicked.push(format!(
+                Ok(()) => self.ended.completed += 1,
+                Err(panic) => self.ended.panicked.push(format!(
                     "a connection thread panicked: {}",
                     panic_message(panic.as_ref())
                 )),
             }
         }
-        // The aborted threads were also joined above; count each once.
-        handlers.completed -= handlers.aborted.min(handlers.completed);
-        handlers.stopped(address, accepted, section, error)
+    }
+
+    /// Joins connection `id` after it was told to stop; a panic still counts as a panic.
+    fn join_forced(&mut self, id: u64) {
+        if let Some(connection) = self.open.remove(&id)
+            && let Err(panic) = connection.thread.join()
+        {
+            let message = panic_message(panic.as_ref());
+            let panicked = format!("a connection thread panicked: {message}");
+            self.ended.panicked.push(panicked);
+        }
     }
 }
 
 impl Running {
     /// Stops accepting (a flag, and one connection of its own to wake the blocked `accept`),
-    /// closes the listener, closes connections still waiting for a request, waits for the rest
-    /// to finish their work within the drain limit (then abandons the gate and breaks their
-    /// sockets), joins every thread, and reports.
-    pub async fn stop(self) -> Result<Stopped, String> {
-        self.stopping.store(true, Ordering::SeqCst);
-        // Refused if the accept thread already left its loop (an accept error): then there is
-        // nothing to wake.
-        let _ = tokio::net::TcpStream::connect(self.address).await;
-        let stopped = self.stopped.await;
+    /// closes the listener, closes connections that are not serving a request, waits for the
+    /// rest to finish their work within the drain limit (then abandons the gate and breaks
+    /// their sockets), joins every thread, and reports.
+    pub async fn stop(mut self) -> Result<Stopped, String> {
+        self.signal();
+        let stopped = match self.stopped.take() {
+            Some(stopped) => stopped.await,
+            None => return Err("the threaded server was already stopped".into()),
+        };
         // The thread sends its report as its last act, so this join returns at once.
-        let joined = self.thread.join();
+        let joined = self.thread.take().map_or(Ok(()), JoinHandle::join);
         match (stopped, joined) {
             (Ok(stopped), Ok(())) => Ok(stopped),
             (_, Err(panic)) => Err(format!(
@@ -189,15 +246,31 @@ impl Running {
             (Err(_), Ok(())) => Err("the accept thread ended without a report".into()),
         }
     }
+
+    /// Tells the accept thread to stop, once.
+    fn signal(&self) {
+        if !self.stopping.swap(true, Ordering::SeqCst) {
+            // Refused if the accept thread already left its loop (an accept error): then there
+            // is nothing to wake. A loopback connect to a listening socket does not wait.
+            let _ = TcpStream::connect(self.address);
+        }
+    }
 }
 
-/// Starts the thread that serves one connection: one request, one response, close.
-fn spawn_connection(
-    stream: TcpStream,
-    section: Arc<WorkSection>,
-    census: Arc<Census>,
-    done: std_mpsc::Sender<()>,
-) -> io::Result<Connection> {
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.signal();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts the thread that serves connection `id`: request after request until the client
+/// closes, a request asks to close, or the server stops.
+fn spawn_connection(id: u64, stream: TcpStream, shared: Arc<Shared>) -> io::Result<Connection> {
+    // Each response is one small write; send it at once rather than wait to coalesce.
+    stream.set_nodelay(true)?;
     let handle = stream.try_clone()?;
     let in_work = Arc::new(AtomicBool::new(false));
     let working = in_work.clone();
@@ -206,9 +279,13 @@ fn spawn_connection(
         .spawn(move || {
             // Both guards also act while a panic unwinds: the census counts the handler out,
             // and the connection closes and tells the accept thread it ended.
-            let _live = census.enter();
-            let mut ending = Ending { stream, done };
-            serve_connection(&mut ending.stream, &section, &working);
+            let _live = shared.census.enter();
+            let mut ending = Ending {
+                id,
+                stream,
+                shared: shared.clone(),
+            };
+            serve_connection(&mut ending.stream, &shared, &working);
         })?;
     Ok(Connection {
         thread,
@@ -221,38 +298,52 @@ fn spawn_connection(
 /// thread holds a second handle, so dropping this one would not close it, and a caller would
 /// wait for an answer that never comes), then tell the accept thread it ended.
 struct Ending {
+    id: u64,
     stream: TcpStream,
-    done: std_mpsc::Sender<()>,
+    shared: Arc<Shared>,
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
         let _ = self.stream.shutdown(Shutdown::Both);
-        let _ = self.done.send(());
+        let _ = self.shared.ended.send(self.id);
     }
 }
 
-fn serve_connection(stream: &mut TcpStream, section: &WorkSection, in_work: &AtomicBool) {
-    let reply = match read_head(stream) {
-        // The peer closed, or the server shut the socket, before a whole request arrived.
-        Ok(None) | Err(_) => return,
-        Ok(Some(Ok(request))) => {
-            in_work.store(true, Ordering::SeqCst);
-            let head = Head {
-                is_get: request.method == "GET",
-                path: &request.path,
-                token: request.token.as_deref(),
-                label: request.label.as_deref(),
-            };
-            match screen(section, head) {
-                Ok((label, route)) => answer(label, section.perform_blocking(label, route)),
-                Err(reply) => reply,
+fn serve_connection(stream: &mut TcpStream, shared: &Shared, in_work: &AtomicBool) {
+    let mut buffer = Vec::with_capacity(1024);
+    loop {
+        let head = match read_head(stream, &mut buffer) {
+            // The peer closed, or the server shut the socket, before a whole request arrived.
+            Ok(None) | Err(_) => return,
+            Ok(Some(head)) => head,
+        };
+        in_work.store(true, Ordering::SeqCst);
+        let (reply, keep_alive) = match head {
+            Ok(request) => {
+                let head = Head {
+                    is_get: request.method == "GET",
+                    path: &request.path,
+                    token: request.token.as_deref(),
+                    label: request.label.as_deref(),
+                };
+                let reply = match screen(&shared.section, head) {
+                    Ok((label, route)) => {
+                        answer(label, shared.section.perform_blocking(label, route))
+                    }
+                    Err(reply) => reply,
+                };
+                (reply, request.keep_alive)
             }
+            Err(reply) => (reply, false),
+        };
+        // A caller that went away while its work was held cannot be told; the work is done.
+        let written = write_reply(stream, &reply, keep_alive);
+        in_work.store(false, Ordering::SeqCst);
+        if written.is_err() || !keep_alive || shared.stopping.load(Ordering::SeqCst) {
+            return;
         }
-        Ok(Some(Err(reply))) => reply,
-    };
-    // A caller that went away while its work was held cannot be told; the work is done.
-    let _ = write_reply(stream, &reply);
+    }
 }
 
 /// The parts of a request head the lab reads.
@@ -261,20 +352,18 @@ struct RequestHead {
     path: String,
     token: Option<Vec<u8>>,
     label: Option<Vec<u8>>,
+    /// HTTP/1.1 without `Connection: close`, and no body to skip.
+    keep_alive: bool,
 }
 
-/// Reads one request head: `None` if the stream ends first, an error reply if it is not HTTP
-/// or too large. A body is never read: the lab's requests are GETs, and the connection closes
-/// after the response anyway.
-fn read_head(stream: &mut TcpStream) -> io::Result<Option<Result<RequestHead, Reply>>> {
-    let mut buffer = Vec::with_capacity(1024);
+/// Reads one request head from `stream`, keeping in `buffer` whatever follows it: `None` if
+/// the stream ends first, an error reply if it is not HTTP or too large.
+fn read_head(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+) -> io::Result<Option<Result<RequestHead, Reply>>> {
     let mut chunk = [0; 1024];
     loop {
-        let read = stream.read(&mut chunk)?;
-        if read == 0 {
-            return Ok(None);
-        }
-        buffer.extend_from_slice(&chunk[..read]);
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut headers);
         let refuse = |status, error| {
@@ -283,28 +372,11 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Option<Result<RequestHead, Re
                 body: json!({ "error": error }),
             })))
         };
-        match request.parse(&buffer) {
-            Ok(httparse::Status::Complete(_)) => {
-                let header = |name: &str| {
-                    let found = request
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case(name));
-                    found.map(|h| h.value.to_vec())
-                };
-                return Ok(Some(Ok(RequestHead {
-                    method: request.method.unwrap_or_default().to_owned(),
-                    // The path without a query string, as Hyper's `uri().path()` gives it.
-                    path: request
-                        .path
-                        .unwrap_or_default()
-                        .split('?')
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned(),
-                    token: header(TOKEN_HEADER),
-                    label: header(LABEL_HEADER),
-                })));
+        match request.parse(buffer) {
+            Ok(httparse::Status::Complete(length)) => {
+                let head = RequestHead::from(&request);
+                buffer.drain(..length);
+                return Ok(Some(Ok(head)));
             }
             Ok(httparse::Status::Partial) if buffer.len() < MAX_HEAD => {}
             Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
@@ -315,21 +387,61 @@ fn read_head(stream: &mut TcpStream) -> io::Result<Option<Result<RequestHead, Re
             }
             Err(_) => return refuse(StatusCode::BAD_REQUEST, "malformed_request"),
         }
+        let read = stream.read(&mut chunk)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        buffer.extend_from_slice(&chunk[..read]);
     }
 }
 
-fn write_reply(stream: &mut TcpStream, reply: &Reply) -> io::Result<()> {
+impl From<&httparse::Request<'_, '_>> for RequestHead {
+    fn from(request: &httparse::Request<'_, '_>) -> Self {
+        let header = |name: &str| {
+            let found = request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name));
+            found.map(|h| h.value)
+        };
+        let says = |name: &str, value: &str| {
+            header(name).is_some_and(|v| String::from_utf8_lossy(v).eq_ignore_ascii_case(value))
+        };
+        // A body would have to be read past before the next request; the lab's requests have
+        // none, so a request that has one closes its connection instead.
+        let body = header("content-length").is_some_and(|v| v != b"0")
+            || header("transfer-encoding").is_some();
+        RequestHead {
+            method: request.method.unwrap_or_default().to_owned(),
+            // The path without a query string, as Hyper's `uri().path()` gives it.
+            path: request
+                .path
+                .unwrap_or_default()
+                .split('?')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            token: header(TOKEN_HEADER).map(<[u8]>::to_vec),
+            label: header(LABEL_HEADER).map(<[u8]>::to_vec),
+            keep_alive: request.version == Some(1) && !says("connection", "close") && !body,
+        }
+    }
+}
+
+fn write_reply(stream: &mut TcpStream, reply: &Reply, keep_alive: bool) -> io::Result<()> {
     let body = reply.body.to_string();
     let status = reply.status;
     let reason = status.canonical_reason().unwrap_or("");
-    let head = format!(
+    let connection = if keep_alive { "keep-alive" } else { "close" };
+    // One write for head and body: two small writes on a kept-alive connection would let
+    // Nagle's algorithm hold the second until the client's delayed ACK.
+    let response = format!(
         "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n",
+         connection: {connection}\r\n\r\n{body}",
         status.as_u16(),
         body.len()
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
+    stream.write_all(response.as_bytes())?;
     stream.flush()
 }
 

@@ -32,6 +32,33 @@ impl Resources {
     }
 }
 
+/// The counts once they have settled to `expected`, or as they stand after many re-reads. A
+/// thread that has been joined can still be listed in `/proc/self/task` for a moment (the
+/// kernel wakes the joiner before it releases the thread), so a count read right after a join
+/// is re-read rather than trusted. A leak never settles, and the caller's assertion fails.
+pub fn settled(expected: Resources) -> Resources {
+    for _ in 0..100_000 {
+        let now = Resources::now();
+        if now == expected {
+            return now;
+        }
+        std::thread::yield_now();
+    }
+    Resources::now()
+}
+
+/// The process's OS threads once they have settled to `expected`; see [`settled`].
+pub fn settled_threads(expected: usize) -> usize {
+    for _ in 0..100_000 {
+        let now = Resources::now().threads;
+        if now == expected {
+            return now;
+        }
+        std::thread::yield_now();
+    }
+    Resources::now().threads
+}
+
 /// Asserts a whole default report: both policies, each matching section 4.
 pub fn assert_default(report: &Report) {
     assert!(report.matches_model, "{:?}", report.failure);
