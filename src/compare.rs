@@ -160,19 +160,13 @@ pub fn render(comparison: &Comparison) -> String {
         );
     }
     type Count = fn(&Resources) -> String;
-    let evidence: [(&str, bool, Count); 4] = [
-        ("OS threads, held", false, |r| {
-            r.os_threads.map_or("n/a".into(), |n| n.to_string())
-        }),
-        ("handlers, held", false, |r| {
-            r.connection_handlers.to_string()
-        }),
-        ("OS threads after", true, |r| {
-            r.os_threads.map_or("n/a".into(), |n| n.to_string())
-        }),
-        ("handlers after", true, |r| {
-            r.connection_handlers.to_string()
-        }),
+    let threads: Count = |r| r.os_threads.map_or("n/a".into(), |n| n.to_string());
+    let handlers: Count = |r| r.connection_handlers.to_string();
+    let evidence = [
+        ("OS threads, held", false, threads),
+        ("handlers, held", false, handlers),
+        ("OS threads after", true, threads),
+        ("handlers after", true, handlers),
     ];
     for (heading, after, count) in evidence {
         let cells = comparison.policies.iter().flat_map(|policy| {

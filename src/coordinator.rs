@@ -33,6 +33,25 @@ pub struct PolicyRun {
     pub failure: Option<String>,
 }
 
+impl PolicyRun {
+    /// Why this run does not count as a match, in one line: its failure, or else its first
+    /// difference from the model. `None` when it ran to the end and matched.
+    pub fn reason(&self) -> Option<String> {
+        if let Some(failure) = &self.failure {
+            return Some(failure.clone());
+        }
+        let mismatches = &self.report.model.mismatches;
+        let first = mismatches.first()?;
+        let more = match mismatches.len() {
+            1 => String::new(),
+            n => format!(" (and {} more in model.mismatches)", n - 1),
+        };
+        Some(format!(
+            "observations differ from the policy model: {first}{more}"
+        ))
+    }
+}
+
 /// Runs one policy on its own fresh async server, pools and gate, then closes everything it
 /// opened before assembling the report.
 pub async fn run_policy(policy: Policy, held: Held) -> PolicyRun {

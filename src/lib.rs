@@ -62,17 +62,7 @@ pub async fn run_on(front: Front, inputs: Inputs) -> Report {
             slots: inputs.slots,
         };
         let run = coordinator::run_policy_with(front, policy, inputs.held, Faults::default()).await;
-        let reason = run.failure.or_else(|| {
-            let mismatches = &run.report.model.mismatches;
-            let first = mismatches.first()?;
-            let more = match mismatches.len() {
-                1 => String::new(),
-                n => format!(" (and {} more in model.mismatches)", n - 1),
-            };
-            Some(format!(
-                "observations differ from the policy model: {first}{more}"
-            ))
-        });
+        let reason = run.reason();
         policies.push(run.report);
         if let Some(reason) = reason {
             failure = Some(format!("{}: {reason}", mode.name()));
@@ -83,7 +73,8 @@ pub async fn run_on(front: Front, inputs: Inputs) -> Report {
         lab: "concurrency-isolation",
         runner: Runner::current(front),
         inputs,
-        matches_model: failure.is_none() && policies.iter().all(|p| p.model.matches),
+        // A policy that failed or differed stops the run with its reason in `failure`.
+        matches_model: failure.is_none(),
         policies,
         failure,
     }

@@ -54,8 +54,7 @@ pub async fn sweep(front: Front) -> Sweep {
         let policy = Policy { mode, slots };
         let run = coordinator::run_policy_with(front, policy, held, Faults::default()).await;
         let failed = run.failure.is_some();
-        let mismatch = run.report.model.mismatches.first().cloned();
-        let failure = run.failure.or(mismatch);
+        let failure = run.reason();
         runs.push(SweepRun {
             mode,
             slots,
@@ -107,7 +106,12 @@ pub fn render(sweep: &Sweep) -> String {
         "\nEach cell: slow requests admitted/refused, F1's status before release, and the\n\
          permits left idle while slow work was refused (- when none was refused).\n",
     );
-    let differing: Vec<&SweepRun> = sweep.runs.iter().filter(|r| !r.matches_model).collect();
+    // A run that did not match carries its reason (`PolicyRun::reason`).
+    let differing: Vec<(&SweepRun, &str)> = sweep
+        .runs
+        .iter()
+        .filter_map(|run| Some((run, run.failure.as_deref()?)))
+        .collect();
     if differing.is_empty() {
         let _ = writeln!(
             out,
@@ -115,15 +119,9 @@ pub fn render(sweep: &Sweep) -> String {
             sweep.runs.len()
         );
     }
-    for run in differing {
-        let reason = run.failure.as_deref().unwrap_or("differs from the model");
-        let _ = writeln!(
-            out,
-            "! {} --slots {} --held {}: {reason}",
-            run.mode.name(),
-            run.slots,
-            run.held
-        );
+    for (run, reason) in differing {
+        let (mode, slots, held) = (run.mode.name(), run.slots, run.held);
+        let _ = writeln!(out, "! {mode} --slots {slots} --held {held}: {reason}");
     }
     out
 }

@@ -188,7 +188,7 @@ impl WorkSection {
     /// What the control observer sees now.
     pub fn snapshot(&self) -> Snapshot {
         let ledger = self.ledger();
-        ledger.snapshot(self.per_pool(|pool| self.pools.active(pool)))
+        ledger.snapshot(self.policy().per_pool(|pool| self.pools.active(pool)))
     }
 
     /// The `seq` of the `gate_opened` event, once the gate has opened.
@@ -226,8 +226,8 @@ impl WorkSection {
         };
         let _ledger = self.ledger();
         FinalState {
-            active_work: self.per_pool(|pool| self.pools.active(pool)),
-            available_permits: self.per_pool(|pool| self.pools.available(pool)),
+            active_work: self.policy().per_pool(|pool| self.pools.active(pool)),
+            available_permits: self.policy().per_pool(|pool| self.pools.available(pool)),
             gate,
         }
     }
@@ -260,10 +260,6 @@ impl WorkSection {
 
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
         lock(&self.ledger)
-    }
-
-    fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
-        self.policy().per_pool(count)
     }
 }
 

@@ -155,7 +155,7 @@ impl Server {
         while !connections.open.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             match finished.recv_timeout(left) {
-                Ok(id) => connections.join(id),
+                Ok(id) => connections.join(id, false),
                 Err(_) => break,
             }
         }
@@ -174,8 +174,7 @@ impl Server {
             ));
             let forced: Vec<u64> = connections.open.keys().copied().collect();
             for id in forced {
-                connections.ended.aborted += 1;
-                connections.join_forced(id);
+                connections.join(id, true);
             }
         }
         connections
@@ -195,31 +194,24 @@ impl Connections {
     /// Joins every connection that has said it ended.
     fn reap(&mut self, finished: &std_mpsc::Receiver<u64>) {
         while let Ok(id) = finished.try_recv() {
-            self.join(id);
+            self.join(id, false);
         }
     }
 
-    /// Joins connection `id`, which has said it ended (its thread is returning).
-    fn join(&mut self, id: u64) {
-        if let Some(connection) = self.open.remove(&id) {
-            match connection.thread.join() {
-                Ok(()) => self.ended.completed += 1,
-                Err(panic) => self.ended.panicked.push(format!(
-                    "a connection thread panicked: {}",
-                    panic_message(panic.as_ref())
-                )),
-            }
-        }
-    }
-
-    /// Joins connection `id` after it was told to stop; a panic still counts as a panic.
-    fn join_forced(&mut self, id: u64) {
-        if let Some(connection) = self.open.remove(&id)
-            && let Err(panic) = connection.thread.join()
-        {
-            let message = panic_message(panic.as_ref());
-            let panicked = format!("a connection thread panicked: {message}");
-            self.ended.panicked.push(panicked);
+    /// Joins connection `id`: one that said it ended (its thread is returning), or one that
+    /// was `forced` to stop after the drain limit, which counts as aborted. A panic counts as
+    /// a panic either way.
+    fn join(&mut self, id: u64, forced: bool) {
+        let Some(connection) = self.open.remove(&id) else {
+            return;
+        };
+        match connection.thread.join() {
+            Err(panic) => self.ended.panicked.push(format!(
+                "a connection thread panicked: {}",
+                panic_message(panic.as_ref())
+            )),
+            Ok(()) if forced => self.ended.aborted += 1,
+            Ok(()) => self.ended.completed += 1,
         }
     }
 }

@@ -37,26 +37,23 @@ impl Resources {
 /// kernel wakes the joiner before it releases the thread), so a count read right after a join
 /// is re-read rather than trusted. A leak never settles, and the caller's assertion fails.
 pub fn settled(expected: Resources) -> Resources {
-    for _ in 0..100_000 {
-        let now = Resources::now();
-        if now == expected {
-            return now;
-        }
-        std::thread::yield_now();
-    }
-    Resources::now()
+    settle(expected, Resources::now)
 }
 
 /// The process's OS threads once they have settled to `expected`; see [`settled`].
 pub fn settled_threads(expected: usize) -> usize {
+    settle(expected, || Resources::now().threads)
+}
+
+fn settle<T: PartialEq>(expected: T, read: impl Fn() -> T) -> T {
     for _ in 0..100_000 {
-        let now = Resources::now().threads;
+        let now = read();
         if now == expected {
             return now;
         }
         std::thread::yield_now();
     }
-    Resources::now().threads
+    read()
 }
 
 /// Asserts a whole default report: both policies, each matching section 4.
