@@ -1,13 +1,13 @@
-//! The command line (contract section 1, and the teaching instruments). clap checks every value
-//! against its allowed range, so a refused command line exits 2 with a message naming the
-//! flag, before any runtime or socket exists.
+//! The command line (`docs/contract.md`, "Command line"), and the teaching instruments. clap
+//! checks every value against its allowed range, so a refused command line exits 2 with a
+//! message naming the flag, before any runtime or socket exists. The flag types here are the
+//! command line's own; each maps onto a library type, so no library type carries clap.
 
 use std::convert::Infallible;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::policy::{Held, Inputs, ModeChoice, Slots};
-use crate::server::Front;
+use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -55,8 +55,8 @@ pub enum Command {
     /// policy; exits 1 if any run differs from the model
     Sweep {
         /// The server front to run on
-        #[arg(long, value_enum, default_value_t = Front::Async)]
-        server: Front,
+        #[arg(long, value_enum, default_value_t = ServerArg::Async)]
+        server: ServerArg,
         /// The matrices on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
@@ -80,8 +80,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct InputArgs {
     /// Which policy to run (both runs shared first, then partitioned)
-    #[arg(long, value_enum, default_value_t = ModeChoice::Both)]
-    pub mode: ModeChoice,
+    #[arg(long, value_enum, default_value_t = ModeArg::Both)]
+    pub mode: ModeArg,
 
     /// Total work permits of a policy, 2 through 4
     #[arg(long, value_name = "N", default_value_t = Inputs::default().slots)]
@@ -101,8 +101,8 @@ pub struct RunArgs {
 
     /// The server front: async (Hyper, a task per connection) or threaded (a thread per
     /// connection, like the workshop's Python runner)
-    #[arg(long, value_enum, default_value_t = Front::Async)]
-    pub server: Front,
+    #[arg(long, value_enum, default_value_t = ServerArg::Async)]
+    pub server: ServerArg,
 
     /// The report on stdout: json for machines, text for a person, svg for a projector
     #[arg(long, value_enum, default_value_t = Format::Json)]
@@ -129,11 +129,50 @@ pub enum TableFormat {
     Json,
 }
 
+/// `--mode`: which policies to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// One pool of all permits, for /slow and /fast alike
+    Shared,
+    /// A slow pool of all permits but one, and one permit reserved for /fast
+    Partitioned,
+    /// Shared, then partitioned, each on its own fresh server
+    Both,
+}
+
+impl From<ModeArg> for ModeChoice {
+    fn from(mode: ModeArg) -> ModeChoice {
+        match mode {
+            ModeArg::Shared => ModeChoice::Shared,
+            ModeArg::Partitioned => ModeChoice::Partitioned,
+            ModeArg::Both => ModeChoice::Both,
+        }
+    }
+}
+
+/// `--server`: which front serves the work section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ServerArg {
+    /// Hyper on Tokio: a held request parks a task
+    Async,
+    /// std::net with an OS thread per connection: a held request blocks a thread
+    Threaded,
+}
+
+impl From<ServerArg> for Front {
+    fn from(server: ServerArg) -> Front {
+        match server {
+            ServerArg::Async => Front::Async,
+            ServerArg::Threaded => Front::Threaded,
+        }
+    }
+}
+
 impl InputArgs {
     /// The checked inputs.
     pub fn inputs(&self) -> Inputs {
         Inputs {
-            mode: self.mode,
+            mode: self.mode.into(),
             slots: self.slots,
             held: self.held,
         }
@@ -160,7 +199,7 @@ mod tests {
         assert!(cli.command.is_none());
         assert_eq!(cli.run.inputs.inputs(), Inputs::default());
         assert_eq!(cli.run.format, Format::Json);
-        assert_eq!(cli.run.inputs.mode, ModeChoice::Both);
+        assert_eq!(cli.run.inputs.mode, ModeArg::Both);
         assert_eq!(
             (cli.run.inputs.slots.get(), cli.run.inputs.held.get()),
             (2, 2)
@@ -184,13 +223,13 @@ mod tests {
         assert_eq!(inputs.mode, ModeChoice::Partitioned);
         assert_eq!((inputs.slots.get(), inputs.held.get()), (4, 1));
         assert_eq!(cli.run.format, Format::Svg);
-        assert_eq!(cli.run.server, Front::Async);
+        assert_eq!(Front::from(cli.run.server), Front::Async);
         let cli = parse(&["--server", "threaded"]).expect("a front");
-        assert_eq!(cli.run.server, Front::Threaded);
+        assert_eq!(Front::from(cli.run.server), Front::Threaded);
         let cli = parse(&["--slots=3", "--mode=shared"]).expect("--flag=value is accepted");
         assert_eq!(
             (cli.run.inputs.mode, cli.run.inputs.slots.get()),
-            (ModeChoice::Shared, 3)
+            (ModeArg::Shared, 3)
         );
     }
 
@@ -205,7 +244,7 @@ mod tests {
         let Some(Command::Sweep { server, format }) = cli.command else {
             panic!("sweep");
         };
-        assert_eq!((server, format), (Front::Threaded, TableFormat::Text));
+        assert_eq!((server, format), (ServerArg::Threaded, TableFormat::Text));
         let cli = parse(&["compare", "--held", "4"]).expect("valid");
         let Some(Command::Compare { slots, held, .. }) = cli.command else {
             panic!("compare");

@@ -4,18 +4,16 @@
 //! front and blocks an OS thread on the threaded one.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use serde::Serialize;
 
 use crate::admission::ledger::Event;
+use crate::evidence::{Decision, Phase};
 use crate::label::Label;
-use crate::model::{Decision, Phase};
+use crate::policy::Front;
 use crate::policy::{Held, Inputs, Mode, ModeChoice, Slots};
 use crate::report::PolicyReport;
-use crate::report::text::columns;
-use crate::resources::{ResourceEvidence, Resources};
-use crate::server::Front;
+use crate::resources::ResourceEvidence;
 
 /// Both fronts' runs of the same inputs, compared.
 #[derive(Clone, Debug, Serialize)]
@@ -127,85 +125,6 @@ fn outcomes(report: &PolicyReport) -> Vec<RequestOutcome> {
             }
         })
         .collect()
-}
-
-/// The comparison as two tables within 80 columns, and what it means in plain sentences.
-pub fn render(comparison: &Comparison) -> String {
-    let mut out = format!(
-        "isolation-lab compare: --slots {} --held {}, each policy on each server front\n\n",
-        comparison.slots, comparison.held
-    );
-    let mut header = vec![String::new()];
-    let mut fronts = vec![String::new()];
-    for policy in &comparison.policies {
-        header.extend([policy.mode.name().to_owned(), String::new()]);
-        fronts.extend(Front::ALL.map(|f| f.name().to_owned()));
-    }
-    let mut rows = vec![header, fronts];
-    let requests = comparison
-        .policies
-        .first()
-        .and_then(|p| p.outcomes.values().next());
-    for (i, request) in requests.into_iter().flatten().enumerate() {
-        let cells = comparison.policies.iter().flat_map(|policy| {
-            Front::ALL.map(|front| {
-                let outcome = policy.outcomes.get(&front).and_then(|o| o.get(i));
-                outcome.map_or_else(|| "-".to_owned(), cell)
-            })
-        });
-        rows.push(
-            std::iter::once(request.request.to_string())
-                .chain(cells)
-                .collect(),
-        );
-    }
-    type Count = fn(&Resources) -> String;
-    let threads: Count = |r| r.os_threads.map_or("n/a".into(), |n| n.to_string());
-    let handlers: Count = |r| r.connection_handlers.to_string();
-    let evidence = [
-        ("OS threads, held", false, threads),
-        ("handlers, held", false, handlers),
-        ("OS threads after", true, threads),
-        ("handlers after", true, handlers),
-    ];
-    for (heading, after, count) in evidence {
-        let cells = comparison.policies.iter().flat_map(|policy| {
-            Front::ALL.map(|front| {
-                let resources = policy.resources.get(&front);
-                let moment =
-                    resources.and_then(|r| if after { r.after_run } else { r.before_fast });
-                moment.as_ref().map_or_else(|| "-".to_owned(), count)
-            })
-        });
-        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
-    }
-    out.push_str(&columns(&rows));
-    out.push('\n');
-    for (front, failure) in &comparison.failures {
-        let _ = writeln!(out, "FAILED on the {} front: {failure}", front.name());
-    }
-    if comparison.identical {
-        out.push_str(
-            "Admission is identical on both fronts: the same requests were held, refused\n\
-             and answered, because one model, one coordinator and one work section decide.\n\
-             What differs is the cost of holding: each held request parks a task on the\n\
-             async front but blocks an OS thread on the threaded one. Neither front bounds\n\
-             connections or handlers; only the declared work section is bounded.\n",
-        );
-    } else {
-        out.push_str("The fronts DISAGREE about admission: see the rows above.\n");
-    }
-    out
-}
-
-/// `held 200`, `503`, `200`: whether the work was held, and the status its caller received.
-fn cell(outcome: &RequestOutcome) -> String {
-    let status = outcome.status.map_or("-".to_owned(), |s| s.to_string());
-    if outcome.held {
-        format!("held {status}")
-    } else {
-        status
-    }
 }
 
 impl Comparison {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::policy::{Held, Route};
 
@@ -76,6 +76,16 @@ impl FromStr for Label {
 impl Serialize for Label {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Label {
+    /// A saved report's label, checked as the server checks a request's header.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(|UnknownLabel| {
+            serde::de::Error::custom(format!("not a lab request label: {text:?}"))
+        })
     }
 }
 

@@ -9,20 +9,20 @@
 //! It is not a benchmark, a queue, a production server template or a global limit: the permits
 //! bound one work section in one process, not connections, handler tasks, threads or memory.
 //!
-//! - [`cli`]: the command line, checked into [`policy::Inputs`].
-//! - [`policy`]: modes, pools, routes and their capacities.
-//! - [`label`]: request labels (`S1`, `F1`, ...) and how requests carry them.
-//! - [`admission`]: pools, gate, ledger, observer, audit and run token, independent of any
-//!   server front.
-//! - [`server`]: the server fronts: Hyper on Tokio, and a thread per connection.
-//! - [`resources`]: what a held request costs: threads, handlers.
-//! - [`coordinator`]: the sequence of one policy run.
-//! - [`faults`]: what tests may break, to show each unhappy path fails cleanly.
-//! - [`model`]: what every run must show, and the comparison.
-//! - [`outcome`]: the workshop's prediction table, predicted or observed.
-//! - [`report`]: the JSON report and its text rendering.
-//! - [`sweep`]: every allowed input, as a matrix per policy.
-//! - [`compare`]: both policies on both server fronts, side by side.
+//! Data flows one way (`docs/design.md` draws it):
+//! command line → instruments → coordinator → fronts → admission; events → report → render.
+//!
+//! - [`policy`], [`label`]: the ground floor — modes, pools, routes, fronts, request labels.
+//! - [`admission`]: pools, gate, ledger and run token; it knows no front and no test.
+//! - [`server`]: the fronts that turn HTTP into calls on the work section.
+//! - [`coordinator`]: one policy run — its session, its sequence, its HTTP client.
+//! - [`faults`]: what tests may break, given to the coordinator and the fronts from outside.
+//! - [`resources`], [`evidence`]: what a run observed and cost.
+//! - [`model`]: what every run must show, checked against the evidence.
+//! - [`report`]: the evidence and the model's check, as one serializable report.
+//! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
+//! - [`render`]: every text, table, timeline and SVG drawn from reports.
+//! - [`cli`]: the command line, mapped onto the library's types.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -30,20 +30,21 @@ pub mod admission;
 pub mod cli;
 pub mod compare;
 pub mod coordinator;
+pub mod evidence;
 pub mod faults;
 pub mod label;
 pub mod model;
 pub mod outcome;
 pub mod policy;
+pub mod render;
 pub mod report;
 pub mod resources;
 pub mod server;
 pub mod sweep;
 
-use faults::Faults;
-use policy::{Inputs, Policy};
+use coordinator::Options;
+use policy::{Front, Inputs, Policy};
 use report::{Report, Runner};
-use server::Front;
 
 /// Runs the policies `inputs` selects, each on its own fresh async server, and reports what
 /// happened. Stops at the first policy that fails or differs from the model; the report then
@@ -54,6 +55,12 @@ pub async fn run(inputs: Inputs) -> Report {
 
 /// [`run`] on either server front.
 pub async fn run_on(front: Front, inputs: Inputs) -> Report {
+    run_with(inputs, Options::on(front)).await
+}
+
+/// [`run`] with `options`: a front, injected faults, a safety timeout.
+pub async fn run_with(inputs: Inputs, options: Options) -> Report {
+    let front = options.front;
     let mut policies = Vec::new();
     let mut failure = None;
     for &mode in inputs.mode.modes() {
@@ -61,7 +68,7 @@ pub async fn run_on(front: Front, inputs: Inputs) -> Report {
             mode,
             slots: inputs.slots,
         };
-        let run = coordinator::run_policy_with(front, policy, inputs.held, Faults::default()).await;
+        let run = coordinator::run_policy_with(policy, inputs.held, options.clone()).await;
         let reason = run.reason();
         policies.push(run.report);
         if let Some(reason) = reason {
@@ -70,8 +77,8 @@ pub async fn run_on(front: Front, inputs: Inputs) -> Report {
         }
     }
     Report {
-        lab: "concurrency-isolation",
-        runner: Runner::current(front),
+        lab: "concurrency-isolation".into(),
+        runner: Runner::current(front, options.safety_timeout),
         inputs,
         // A policy that failed or differed stops the run with its reason in `failure`.
         matches_model: failure.is_none(),

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use isolation_lab::cli::{Cli, Command, Format, TableFormat};
-use isolation_lab::report::{svg, text};
+use isolation_lab::render::{self, svg, text};
 use isolation_lab::{compare, sweep};
 
 fn main() -> ExitCode {
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         None => {
-            let run = isolation_lab::run_on(cli.run.server, cli.run.inputs.inputs());
+            let run = isolation_lab::run_on(cli.run.server.into(), cli.run.inputs.inputs());
             let Some(report) = runtime(run) else {
                 return ExitCode::from(1);
             };
@@ -37,11 +37,11 @@ fn main() -> ExitCode {
             emit(rendered, None)
         }
         Some(Command::Sweep { server, format }) => {
-            let Some(sweep) = runtime(sweep::sweep(server)) else {
+            let Some(sweep) = runtime(sweep::sweep(server.into())) else {
                 return ExitCode::from(1);
             };
             let rendered = match format {
-                TableFormat::Text => Ok(sweep::render(&sweep)),
+                TableFormat::Text => Ok(render::sweep::render(&sweep)),
                 TableFormat::Json => json(&sweep),
             };
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             };
             let rendered = match format {
-                TableFormat::Text => Ok(compare::render(&comparison)),
+                TableFormat::Text => Ok(render::compare::render(&comparison)),
                 TableFormat::Json => json(&comparison),
             };
             emit(rendered, comparison.failure().as_deref())

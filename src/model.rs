@@ -1,46 +1,16 @@
-//! The policy model (contract section 4): what every run must show, computed from the inputs
-//! alone, and the comparison of a run's observations with it.
+//! The policy model: what every run must show, computed from the inputs alone, and the
+//! comparison of a run's evidence with it (`docs/contract.md`, "The policy model").
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
+use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::policy::{Held, Policy, Pool, Route};
-use crate::report::PolicyReport;
-
-/// An admission decision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// Took a permit and entered the work section.
-    Admitted,
-    /// Found no permit: HTTP 503, never entered, never queued.
-    Refused,
-}
-
-/// When a caller receives its response, relative to the opening of the slow gate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// While the gate is still closed.
-    BeforeRelease,
-    /// After the coordinator opened the gate.
-    AfterRelease,
-}
-
-impl Phase {
-    /// The phase in words, for messages and the text report.
-    pub fn words(self) -> &'static str {
-        match self {
-            Phase::BeforeRelease => "before release",
-            Phase::AfterRelease => "after release",
-        }
-    }
-}
 
 /// What the model expects for one request of the sequence.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Expected {
     /// The request.
     pub request: Label,
@@ -107,14 +77,16 @@ pub fn held_slow(expected: &[Expected], decision: Decision) -> Vec<Label> {
         .collect()
 }
 
-/// Every way `report` differs from `expected`, in words; empty when it matches.
-pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
+/// Every way the `evidence` of a `policy` run differs from `expected`, in words; empty when it
+/// matches.
+pub fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) -> Vec<String> {
     let mut differences = Vec::new();
     let mut differ = |text: String| differences.push(text);
-    let observed = &report.observed;
+    let observed = &evidence.observed;
+    let admissions = evidence.admissions();
 
     for e in expected {
-        let decided = report.admissions.iter().find(|a| a.request == e.request);
+        let decided = admissions.iter().find(|a| a.request == e.request);
         match decided {
             None => differ(format!("{}: no admission decision was recorded", e.request)),
             Some(a) if (a.decision, a.pool) != (e.decision, e.pool) => differ(format!(
@@ -137,7 +109,7 @@ pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
             Some(_) => {}
         }
     }
-    for a in &report.admissions {
+    for a in &admissions {
         if !expected.iter().any(|e| e.request == a.request) {
             differ(format!(
                 "{}: an admission decision the sequence never asked for",
@@ -183,10 +155,10 @@ pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
         Some(_) => {}
     }
 
-    check_order(report, &held, &mut differ);
+    check_order(evidence, &held, &mut differ);
 
-    let end = &report.final_state;
-    for (&pool, &capacity) in &report.pool_capacities {
+    let end = &evidence.final_state;
+    for (pool, capacity) in policy.capacities() {
         let (active, available) = (end.active_work.get(&pool), end.available_permits.get(&pool));
         if active != Some(&0) || available != Some(&capacity) {
             differ(format!(
@@ -194,7 +166,7 @@ pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
             ));
         }
     }
-    for (pool, ledger) in &report.ledger {
+    for (pool, ledger) in &evidence.ledger {
         for rule in ledger.broken() {
             differ(format!("ledger of the {pool} pool: {rule} does not hold"));
         }
@@ -202,10 +174,10 @@ pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
     if end.gate != GateState::Open {
         differ("final state: the slow gate is not open".into());
     }
-    if !report.client_threads_stopped {
+    if !evidence.client_threads_stopped {
         differ("not every client task was joined".into());
     }
-    match &report.server {
+    match &evidence.server {
         Some(s) if s.listener_closed && s.connection_tasks_stopped => {}
         Some(_) => differ("the server did not close its listener and join its connections".into()),
         None => differ("no server summary: the server never started or its task failed".into()),
@@ -215,8 +187,8 @@ pub fn check(expected: &[Expected], report: &PolicyReport) -> Vec<String> {
 
 /// The order of the ledger: one gate opening; F1, if admitted, in and out before it; every held
 /// slow request out only after it.
-fn check_order(report: &PolicyReport, held: &[Label], differ: &mut impl FnMut(String)) {
-    let events = &report.work_events;
+fn check_order(evidence: &Evidence, held: &[Label], differ: &mut impl FnMut(String)) {
+    let events = &evidence.work_events;
     let seq_of = |request: Option<Label>, event: Event| {
         events
             .iter()

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::evidence::{Decision, Phase};
 use crate::label::Label;
-use crate::model::{self, Decision, Expected, Phase};
+use crate::model::{self, Expected};
 use crate::policy::{Held, Mode, Policy, Pool, Route};
 use crate::report::PolicyReport;
 

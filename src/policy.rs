@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A policy for sharing the work permits between slow and fast work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// One pool of `slots` permits, drawn from by `/slow` and `/fast` alike.
@@ -31,7 +31,7 @@ impl Mode {
 }
 
 /// A pool of work permits. The declaration order is the order pools are reported in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pool {
     /// The single pool of shared mode.
@@ -60,7 +60,7 @@ impl fmt::Display for Pool {
 }
 
 /// One of the two fixture routes. They select a work class, not a tenant or an identity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Route {
     /// `GET /slow`: work that waits at the slow gate once admitted.
     #[serde(rename = "/slow")]
@@ -95,10 +95,46 @@ impl fmt::Display for Route {
     }
 }
 
+/// Which server front serves a run.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Front {
+    /// Hyper on Tokio: a held request parks a task
+    #[default]
+    Async,
+    /// std::net with an OS thread per connection: a held request blocks a thread
+    Threaded,
+}
+
+impl Front {
+    /// Both fronts, async first.
+    pub const ALL: [Front; 2] = [Front::Async, Front::Threaded];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Front::Async => "async",
+            Front::Threaded => "threaded",
+        }
+    }
+
+    /// The report's description of the front.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Front::Async => "Hyper 1, HTTP/1.1 on 127.0.0.1: a Tokio task per connection",
+            Front::Threaded => {
+                "std::net and httparse, HTTP/1.1 on 127.0.0.1: an OS thread per connection"
+            }
+        }
+    }
+}
+
 /// A small whole number that is valid only from `MIN` through `MAX`. A value of this type is
 /// already checked: the command line, the tests and the library all go through `new` or `parse`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "u8", try_from = "u8")]
 pub struct Bounded<const MIN: u8, const MAX: u8>(u8);
 
 /// Total work permits of a policy: 2 through 4.
@@ -127,6 +163,21 @@ impl<const MIN: u8, const MAX: u8> Bounded<MIN, MAX> {
     }
 }
 
+impl<const MIN: u8, const MAX: u8> From<Bounded<MIN, MAX>> for u8 {
+    fn from(value: Bounded<MIN, MAX>) -> u8 {
+        value.0
+    }
+}
+
+impl<const MIN: u8, const MAX: u8> TryFrom<u8> for Bounded<MIN, MAX> {
+    type Error = String;
+
+    /// A saved report's value, checked again: a report read back holds only allowed inputs.
+    fn try_from(value: u8) -> Result<Self, String> {
+        Self::new(value).ok_or_else(|| format!("expected a whole number from {MIN} through {MAX}"))
+    }
+}
+
 impl<const MIN: u8, const MAX: u8> FromStr for Bounded<MIN, MAX> {
     type Err = String;
 
@@ -147,7 +198,7 @@ impl<const MIN: u8, const MAX: u8> fmt::Display for Bounded<MIN, MAX> {
 }
 
 /// Which policies one invocation runs: `--mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeChoice {
     /// One pool of all permits, for /slow and /fast alike
@@ -180,7 +231,7 @@ impl ModeChoice {
 }
 
 /// The inputs of one invocation, already checked: the report's `inputs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inputs {
     /// Which policies to run.
     pub mode: ModeChoice,

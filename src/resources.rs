@@ -1,10 +1,10 @@
 //! Resource evidence: what a held request costs on each server front. Counted at the moment the
 //! observer looks before F1, and again after the run has closed everything.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the process holds at one moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resources {
     /// OS threads of the whole process, from `/proc/self/task`; `None` where the OS does not
     /// expose the count that way (every OS but Linux).
@@ -17,7 +17,7 @@ pub struct Resources {
 }
 
 /// The report's `resources`: before F1, and after the run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceEvidence {
     /// With the slow work held, when `observer_before_fast` is recorded.
     pub before_fast: Option<Resources>,

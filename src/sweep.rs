@@ -2,16 +2,12 @@
 //! server — as one matrix per policy: the useful work, the refused work, whether F1 got in, and
 //! what the reservation cost.
 
-use std::fmt::Write;
-
 use serde::Serialize;
 
-use crate::coordinator;
-use crate::faults::Faults;
+use crate::coordinator::{self, Options};
 use crate::outcome::Outcome;
+use crate::policy::Front;
 use crate::policy::{Held, Mode, Policy, Slots};
-use crate::report::text::columns;
-use crate::server::Front;
 
 /// Every run of a sweep, and whether all of them matched the model.
 #[derive(Clone, Debug, Serialize)]
@@ -52,7 +48,7 @@ pub async fn sweep(front: Front) -> Sweep {
     });
     for (mode, slots, held) in inputs {
         let policy = Policy { mode, slots };
-        let run = coordinator::run_policy_with(front, policy, held, Faults::default()).await;
+        let run = coordinator::run_policy_with(policy, held, Options::on(front)).await;
         let failed = run.failure.is_some();
         let failure = run.reason();
         runs.push(SweepRun {
@@ -73,85 +69,4 @@ pub async fn sweep(front: Front) -> Sweep {
         runs,
         matches_model,
     }
-}
-
-/// The matrices, within 80 columns.
-pub fn render(sweep: &Sweep) -> String {
-    let mut out = format!(
-        "isolation-lab sweep: {} policy runs, each on its own {} server\n",
-        sweep.runs.len(),
-        sweep.front.name()
-    );
-    for mode in Mode::ALL {
-        let _ = writeln!(out, "\n{}", describe(mode));
-        let header = std::iter::once(String::new()).chain(Held::all().map(|h| format!("held {h}")));
-        let mut rows = vec![header.collect::<Vec<_>>()];
-        for slots in Slots::all() {
-            let cells = Held::all().map(|held| {
-                let run = sweep
-                    .runs
-                    .iter()
-                    .find(|r| (r.mode, r.slots, r.held) == (mode, slots, held));
-                run.map_or_else(|| "not run".to_owned(), cell)
-            });
-            rows.push(
-                std::iter::once(format!("slots {slots}"))
-                    .chain(cells)
-                    .collect(),
-            );
-        }
-        out.push_str(&columns(&rows));
-    }
-    out.push_str(
-        "\nEach cell: slow requests admitted/refused, F1's status before release, and the\n\
-         permits left idle while slow work was refused (- when none was refused).\n",
-    );
-    // A run that did not match carries its reason (`PolicyRun::reason`).
-    let differing: Vec<(&SweepRun, &str)> = sweep
-        .runs
-        .iter()
-        .filter_map(|run| Some((run, run.failure.as_deref()?)))
-        .collect();
-    if differing.is_empty() {
-        let _ = writeln!(
-            out,
-            "All {} runs matched the policy model.",
-            sweep.runs.len()
-        );
-    }
-    for (run, reason) in differing {
-        let (mode, slots, held) = (run.mode.name(), run.slots, run.held);
-        let _ = writeln!(out, "! {mode} --slots {slots} --held {held}: {reason}");
-    }
-    out
-}
-
-fn describe(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Shared => "shared: one pool of all the slots, for /slow and /fast",
-        Mode::Partitioned => "partitioned: slots - 1 for /slow, one permit reserved for /fast",
-    }
-}
-
-/// `2/1 503 0`: admitted/refused, F1's status, idle while refusing; `!` marks a run that
-/// differed from the model.
-fn cell(run: &SweepRun) -> String {
-    let outcome = &run.outcome;
-    let count =
-        |labels: &Option<Vec<_>>| labels.as_ref().map_or("?".into(), |l| l.len().to_string());
-    let f1 = outcome
-        .f1_before_release
-        .as_ref()
-        .map_or("?".into(), |f1| f1.status.to_string());
-    let refused_any = outcome.refused_slow.as_ref().is_some_and(|r| !r.is_empty());
-    let idle = match (refused_any, outcome.idle_while_refused) {
-        (false, _) => "-".to_owned(),
-        (true, idle) => idle.map_or("?".into(), |n| n.to_string()),
-    };
-    let flag = if run.matches_model { "" } else { " !" };
-    format!(
-        "{}/{} {f1} {idle}{flag}",
-        count(&outcome.held_before_f1),
-        count(&outcome.refused_slow)
-    )
 }

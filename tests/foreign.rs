@@ -4,17 +4,15 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::{Case, assert_matches_section_4, assert_structure};
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::{RunToken, TOKEN_HEADER};
-use isolation_lab::coordinator::run_policy_with;
+use isolation_lab::coordinator::{Options, SAFETY_TIMEOUT, run_policy_with};
 use isolation_lab::faults::Faults;
 use isolation_lab::label::LABEL_HEADER;
 use isolation_lab::policy::Mode;
 use isolation_lab::server::{self, Census, Front};
-use tokio::sync::mpsc;
 
 /// A full run with outsiders knocking while slow work is held, on each front: every outcome is
 /// still the model's, and the report counts the refused outsiders.
@@ -27,7 +25,12 @@ async fn foreign_requests_during_a_run_change_nothing() {
                 foreign_requests: 4,
                 ..Faults::default()
             };
-            let run = run_policy_with(front, case.policy(), case.held(), faults).await;
+            let options = Options {
+                front,
+                faults,
+                ..Options::default()
+            };
+            let run = run_policy_with(case.policy(), case.held(), options).await;
             assert_eq!(run.failure, None);
             let report = run.report;
             assert_matches_section_4(case, &report);
@@ -50,11 +53,11 @@ async fn only_the_run_token_reaches_admission() {
         let case = Case::new(Mode::Partitioned, 2, 1);
         let token = RunToken::generate().expect("the OS has randomness");
         let wrong = RunToken::generate().expect("the OS has randomness");
-        let (observer, _events) = mpsc::unbounded_channel();
-        let section = WorkSection::new(case.policy(), front.permits(), token.clone(), observer);
+        let section = WorkSection::new(case.policy(), server::permits(front), token.clone());
         let section = Arc::new(section);
         let census = Arc::new(Census::default());
-        let started = server::start(front, section.clone(), census, Duration::from_secs(5));
+        let faults = Arc::new(Faults::default());
+        let started = server::start(front, section.clone(), census, faults, SAFETY_TIMEOUT);
         let (address, running) = started.expect("127.0.0.1:0 binds");
         let client = reqwest::Client::builder()
             .no_proxy()

@@ -65,7 +65,7 @@ async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
             "{case:?}"
         );
     }
-    let text = isolation_lab::sweep::render(&sweep);
+    let text = isolation_lab::render::sweep::render(&sweep);
     for line in text.lines() {
         assert!(
             line.chars().count() <= 80,

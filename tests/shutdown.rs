@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use common::{Case, assert_port_closed};
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
+use isolation_lab::faults::Faults;
 use isolation_lab::policy::Mode;
 use isolation_lab::server::{self, Census, Front};
-use tokio::sync::mpsc;
 
 /// A silent client and a client that stops in the middle of a request head do not hold the
 /// shutdown up on either front: both are closed, nothing is aborted, no error is reported.
@@ -23,12 +23,18 @@ async fn outsiders_that_never_finish_a_request_do_not_hold_the_shutdown() {
     for front in Front::ALL {
         let case = Case::new(Mode::Shared, 2, 1);
         let token = RunToken::generate().expect("the OS has randomness");
-        let (observer, _events) = mpsc::unbounded_channel();
-        let section = WorkSection::new(case.policy(), front.permits(), token, observer);
+        let section = WorkSection::new(case.policy(), server::permits(front), token);
         let census = Arc::new(Census::default());
         // A drain limit far longer than the test may take: reaching it would be the failure.
         let drain_limit = Duration::from_secs(30);
-        let started = server::start(front, Arc::new(section), census.clone(), drain_limit);
+        let faults = Arc::new(Faults::default());
+        let started = server::start(
+            front,
+            Arc::new(section),
+            census.clone(),
+            faults,
+            drain_limit,
+        );
         let (address, running) = started.expect("127.0.0.1:0 binds");
 
         let silent = TcpStream::connect(address).expect("the server accepts");

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::ledger::{Event, WorkEvent};
 use crate::label::Label;
 use crate::policy::Pool;
 
 /// One pool's account of a run: the report's `ledger` entry for that pool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolLedger {
     /// Permits the pool holds.
     pub capacity: usize,
@@ -33,7 +33,7 @@ pub struct PoolLedger {
 }
 
 /// A refusal and who held the pool's permits.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefusalRecord {
     /// The refused request.
     pub request: Label,
@@ -42,10 +42,10 @@ pub struct RefusalRecord {
 }
 
 /// A rule the ledger must obey, and whether it did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Invariant {
     /// The rule, in words.
-    pub rule: &'static str,
+    pub rule: String,
     /// Whether it held over the whole run.
     pub holds: bool,
 }
@@ -107,19 +107,19 @@ pub fn audit(
         }
         ledger.invariants = vec![
             Invariant {
-                rule: DECIDED,
+                rule: DECIDED.into(),
                 holds: ledger.attempts == ledger.admitted + ledger.refused,
             },
             Invariant {
-                rule: RETURNED,
+                rule: RETURNED.into(),
                 holds: ledger.admitted == ledger.finished,
             },
             Invariant {
-                rule: BOUNDED,
+                rule: BOUNDED.into(),
                 holds: bounded,
             },
             Invariant {
-                rule: AGREES,
+                rule: AGREES.into(),
                 holds: agrees,
             },
         ];
@@ -130,8 +130,11 @@ pub fn audit(
 
 impl PoolLedger {
     /// The rules that did not hold.
-    pub fn broken(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.invariants.iter().filter(|i| !i.holds).map(|i| i.rule)
+    pub fn broken(&self) -> impl Iterator<Item = &str> + '_ {
+        self.invariants
+            .iter()
+            .filter(|i| !i.holds)
+            .map(|i| i.rule.as_str())
     }
 }
 
@@ -151,13 +154,13 @@ mod tests {
         }
     }
 
-    fn broken(events: &[WorkEvent], attempts: u64) -> Vec<&'static str> {
+    fn broken(events: &[WorkEvent], attempts: u64) -> Vec<String> {
         let ledgers = audit(
             events,
             &BTreeMap::from([(Pool::Shared, attempts)]),
             &BTreeMap::from([(Pool::Shared, 2)]),
         );
-        ledgers[&Pool::Shared].broken().collect()
+        ledgers[&Pool::Shared].broken().map(str::to_owned).collect()
     }
 
     use Event::{Admitted, Finished, Refused};

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::label::Label;
 use crate::policy::Pool;
 
 /// What happened to a request (or to the gate) inside the work section.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Event {
     /// The request took a permit and entered the work section.
@@ -26,7 +26,7 @@ pub enum Event {
 }
 
 /// One entry of the ledger, as the report's `work_events` lists it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkEvent {
     /// Position in the ledger, from 1. Evidence of order, not of time.
     pub seq: u64,
@@ -40,7 +40,7 @@ pub struct WorkEvent {
     pub active_after: usize,
     /// On `finished` only: the work did not complete but was dropped — its handler was
     /// cancelled (the caller disconnected) or panicked. The permit still went back.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
     /// For a refusal, the requests holding the pool's permits at that moment.
     #[serde(skip)]
@@ -48,7 +48,7 @@ pub struct WorkEvent {
 }
 
 /// What the control observer sees at one moment of the sequence.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Taken permits per pool: work inside the section.
     pub active_work: BTreeMap<Pool, usize>,
@@ -58,27 +58,32 @@ pub struct Snapshot {
     pub refused: Vec<Label>,
 }
 
-/// The ordered events of one policy run and the observer they are streamed to.
-#[derive(Debug)]
+/// The ordered events of one policy run, and the streams they are sent to as they happen.
+///
+/// One source, many readers: the report reads the whole list at the end, and each subscriber
+/// (the coordinator's control observer, a live page) receives every event after the ones it
+/// was handed when it subscribed — under one lock, so none is missed or seen twice.
+#[derive(Debug, Default)]
 pub struct Ledger {
     events: Vec<WorkEvent>,
     /// Requests that asked each pool for a permit, counted before the decision.
     attempts: BTreeMap<Pool, u64>,
-    /// Unbounded, so a coordinator that stops reading can never stall a handler (NOTES.md 10).
-    observer: mpsc::UnboundedSender<WorkEvent>,
-    /// Set only by an injected fault: events are recorded, the observer is never told.
-    silent: bool,
+    /// Unbounded, so a reader that stops reading can never stall a handler; a reader that is
+    /// gone is dropped at the next event.
+    subscribers: Vec<mpsc::UnboundedSender<WorkEvent>>,
 }
 
 impl Ledger {
-    /// An empty ledger that reports to `observer`, or keeps it waiting forever if `silent`.
-    pub fn new(observer: mpsc::UnboundedSender<WorkEvent>, silent: bool) -> Self {
-        Self {
-            events: Vec::new(),
-            attempts: BTreeMap::new(),
-            observer,
-            silent,
-        }
+    /// An empty ledger with no subscriber.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The events so far, and a stream of every event after them.
+    pub fn subscribe(&mut self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        self.subscribers.push(sender);
+        (self.events.clone(), receiver)
     }
 
     /// Counts a request asking `pool` for a permit; its decision is recorded next.
@@ -129,11 +134,10 @@ impl Ledger {
 
     fn push(&mut self, mut event: WorkEvent) -> &WorkEvent {
         event.seq = self.events.len() as u64 + 1;
-        if !self.silent {
-            // A closed observer means the coordinator has stopped listening; the ledger still
-            // keeps the event for the report.
-            let _ = self.observer.send(event.clone());
-        }
+        // A closed stream means its reader has stopped listening; the ledger still keeps the
+        // event for the report.
+        self.subscribers
+            .retain(|subscriber| subscriber.send(event.clone()).is_ok());
         self.events.push(event);
         &self.events[self.events.len() - 1]
     }
@@ -181,8 +185,10 @@ mod tests {
     use super::*;
 
     fn ledger() -> (Ledger, mpsc::UnboundedReceiver<WorkEvent>) {
-        let (observer, events) = mpsc::unbounded_channel();
-        (Ledger::new(observer, false), events)
+        let mut ledger = Ledger::new();
+        let (so_far, events) = ledger.subscribe();
+        assert!(so_far.is_empty());
+        (ledger, events)
     }
 
     #[test]
@@ -214,6 +220,19 @@ mod tests {
                 (3, Event::GateOpened)
             ]
         );
+    }
+
+    /// A late subscriber is handed the events so far, then streamed the rest: none missed, none
+    /// twice — how a page that reloads rebuilds itself.
+    #[test]
+    fn a_late_subscriber_gets_the_past_then_the_future() {
+        let (mut ledger, _first) = ledger();
+        ledger.record(Some(Label::Slow(1)), Pool::Shared, Event::Admitted, 1);
+        let (past, mut future) = ledger.subscribe();
+        ledger.record(Some(Label::Slow(1)), Pool::Shared, Event::Held, 1);
+        let future: Vec<_> = std::iter::from_fn(|| future.try_recv().ok()).collect();
+        let seqs: Vec<_> = past.iter().chain(&future).map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2]);
     }
 
     #[test]

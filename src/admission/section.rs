@@ -1,12 +1,12 @@
-//! The protected work section: admission by permit, the slow gate, and the ledger, behind one
-//! call that a server front makes per request — `perform` from a task, `perform_blocking` from
-//! a thread.
+//! The protected work section: admission by permit, the slow gate, and the ledger. A server
+//! front asks it to [`admit`](WorkSection::admit) a request, then runs the admitted [`Work`] —
+//! as a task (`run`) or a blocked thread (`run_blocking`); `perform` does both in one call.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::audit::{self, PoolLedger};
@@ -15,7 +15,6 @@ use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
 use super::pools::{Permit, Permits, Pools};
 use super::token::RunToken;
-use crate::faults::Faults;
 use crate::label::Label;
 use crate::policy::{Policy, Pool, Route};
 
@@ -43,7 +42,7 @@ pub enum Verdict {
 }
 
 /// Whether the slow gate is open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GateState {
     /// Slow work waits.
@@ -55,7 +54,7 @@ pub enum GateState {
 }
 
 /// The section's state once the run is over: what `final_state` reports.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinalState {
     /// Taken permits per pool; 0 when everything left the section.
     pub active_work: BTreeMap<Pool, usize>,
@@ -77,37 +76,25 @@ pub struct WorkSection {
     ledger: Mutex<Ledger>,
     token: RunToken,
     foreign_refused: AtomicU64,
-    faults: Faults,
 }
 
 impl WorkSection {
-    /// Full pools of `permits` for `policy`, a closed gate, and a ledger that streams to
-    /// `observer`; only requests presenting `token` may ask for a permit.
-    pub fn new(
-        policy: Policy,
-        permits: Permits,
-        token: RunToken,
-        observer: mpsc::UnboundedSender<WorkEvent>,
-    ) -> Self {
-        Self::with_faults(policy, permits, token, observer, Faults::default())
-    }
-
-    /// The same, with `faults` injected (tests only; the command line never sets any).
-    pub fn with_faults(
-        policy: Policy,
-        permits: Permits,
-        token: RunToken,
-        observer: mpsc::UnboundedSender<WorkEvent>,
-        faults: Faults,
-    ) -> Self {
+    /// Full pools of `permits` for `policy`, a closed gate and an empty ledger; only requests
+    /// presenting `token` may ask for a permit.
+    pub fn new(policy: Policy, permits: Permits, token: RunToken) -> Self {
         Self {
             pools: Pools::new(policy, permits),
             gate: Gate::new(),
-            ledger: Mutex::new(Ledger::new(observer, faults.observer_silent)),
+            ledger: Mutex::new(Ledger::new()),
             token,
             foreign_refused: AtomicU64::new(0),
-            faults,
         }
+    }
+
+    /// The events so far, and a stream of every event after them: the control observer's
+    /// feed, or a live view's. The report reads [`WorkSection::events`] instead.
+    pub fn subscribe(&self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
+        self.ledger().subscribe()
     }
 
     /// The policy this section enforces.
@@ -130,47 +117,55 @@ impl WorkSection {
         self.foreign_refused.load(Ordering::Relaxed)
     }
 
-    /// Performs one request's work, as a task. Takes a permit from the route's pool without
-    /// waiting, or refuses at once. Admitted slow work then waits at the gate; fast work has
-    /// nothing to wait for. The permit is back in the pool before this returns, so the caller
-    /// builds its response with it returned.
-    ///
-    /// Dropping the future (a client that disconnects cancels its handler) also leaves the
-    /// section: the permit returns and the ledger records `finished` with `cancelled`.
-    pub async fn perform(&self, request: Label, route: Route) -> Verdict {
-        let work = match self.enter(request, route) {
-            Ok(work) => work,
-            Err(refusal) => return Verdict::Refused(refusal),
+    /// Takes a permit from `route`'s pool without waiting, or refuses at once: a refused
+    /// request never enters the section and nothing holds it for later. The decision is
+    /// recorded before this returns; the admitted [`Work`] owns its permit.
+    pub fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Refusal> {
+        let pool = self.policy().pool_for(route);
+        // Decide and record under the ledger lock, so the ledger's order and counts are the
+        // semaphore's own, whatever else runs at the same time.
+        let mut ledger = self.ledger();
+        ledger.attempt(pool);
+        let Some(permit) = self.pools.try_acquire(pool) else {
+            let active = self.pools.active(pool);
+            let refused = ledger.record(Some(request), pool, Event::Refused, active);
+            return Err(Refusal {
+                request,
+                pool,
+                held_by: refused.held_by.clone(),
+            });
         };
-        work.fault_point();
-        let latch = match route {
-            Route::Slow => self.gate.pass(|| work.held()).await,
-            Route::Fast => Latch::Open,
-        };
-        work.leave(latch)
+        let active = self.pools.active(pool);
+        ledger.record(Some(request), pool, Event::Admitted, active);
+        Ok(Work {
+            section: self,
+            request,
+            route,
+            pool,
+            permit: Some(permit),
+            completed: false,
+        })
     }
 
-    /// Performs one request's work, as a blocked thread: [`WorkSection::perform`] for a
-    /// thread-per-connection front. A thread cannot be cancelled from outside; it leaves a
-    /// held section only when the gate opens or is abandoned.
+    /// Admits and runs one request's work, as a task: [`WorkSection::admit`], then
+    /// [`Work::run`].
+    pub async fn perform(&self, request: Label, route: Route) -> Verdict {
+        match self.admit(request, route) {
+            Ok(work) => work.run().await,
+            Err(refusal) => Verdict::Refused(refusal),
+        }
+    }
+
+    /// Admits and runs one request's work, as a blocked thread.
     pub fn perform_blocking(&self, request: Label, route: Route) -> Verdict {
-        let work = match self.enter(request, route) {
-            Ok(work) => work,
-            Err(refusal) => return Verdict::Refused(refusal),
-        };
-        work.fault_point();
-        let latch = match route {
-            Route::Slow => self.gate.pass_blocking(|| work.held()),
-            Route::Fast => Latch::Open,
-        };
-        work.leave(latch)
+        match self.admit(request, route) {
+            Ok(work) => work.run_blocking(),
+            Err(refusal) => Verdict::Refused(refusal),
+        }
     }
 
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
     pub fn open_gate(&self) {
-        if self.faults.gate_stuck {
-            return;
-        }
         self.gate.open(|| {
             let pool = self.policy().pool_for(Route::Slow);
             let mut ledger = self.ledger();
@@ -232,32 +227,6 @@ impl WorkSection {
         }
     }
 
-    fn enter(&self, request: Label, route: Route) -> Result<Work<'_>, Refusal> {
-        let pool = self.policy().pool_for(route);
-        // Decide and record under the ledger lock, so the ledger's order and counts are the
-        // semaphore's own, whatever else runs at the same time.
-        let mut ledger = self.ledger();
-        ledger.attempt(pool);
-        let Some(permit) = self.pools.try_acquire(pool) else {
-            let active = self.pools.active(pool);
-            let refused = ledger.record(Some(request), pool, Event::Refused, active);
-            return Err(Refusal {
-                request,
-                pool,
-                held_by: refused.held_by.clone(),
-            });
-        };
-        let active = self.pools.active(pool);
-        ledger.record(Some(request), pool, Event::Admitted, active);
-        Ok(Work {
-            section: self,
-            request,
-            pool,
-            permit: Some(permit),
-            completed: false,
-        })
-    }
-
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
         lock(&self.ledger)
     }
@@ -268,9 +237,10 @@ impl WorkSection {
 /// its handler was cancelled (the caller disconnected), panicked, or its gate was abandoned
 /// (`cancelled: true`).
 #[derive(Debug)]
-struct Work<'a> {
+pub struct Work<'a> {
     section: &'a WorkSection,
     request: Label,
+    route: Route,
     pool: Pool,
     /// Always `Some` until `drop` takes it.
     permit: Option<Permit>,
@@ -279,15 +249,30 @@ struct Work<'a> {
 }
 
 impl Work<'_> {
-    /// The injected handler panic, if this is its request: it unwinds with the work (and its
-    /// permit) inside the section.
-    fn fault_point(&self) {
-        if self.section.faults.handler_panics == Some(self.request) {
-            panic!(
-                "injected fault: the handler of {} panicked inside the work section",
-                self.request
-            );
-        }
+    /// The admitted request.
+    pub fn request(&self) -> Label {
+        self.request
+    }
+
+    /// Runs the work as a task: slow work waits at the gate, fast work has nothing to wait
+    /// for. The permit is back in the pool before this returns, so the caller builds its
+    /// response with it returned. Dropping the future (a cancelled handler) leaves too.
+    pub async fn run(self) -> Verdict {
+        let latch = match self.route {
+            Route::Slow => self.section.gate.pass(|| self.held()).await,
+            Route::Fast => Latch::Open,
+        };
+        self.leave(latch)
+    }
+
+    /// Runs the work as a blocked thread. A thread cannot be cancelled from outside; it leaves
+    /// a held section only when the gate opens or is abandoned.
+    pub fn run_blocking(self) -> Verdict {
+        let latch = match self.route {
+            Route::Slow => self.section.gate.pass_blocking(|| self.held()),
+            Route::Fast => Latch::Open,
+        };
+        self.leave(latch)
     }
 
     /// Records that the work is waiting at the closed gate (called under the gate's lock).
@@ -334,9 +319,10 @@ mod tests {
         permits: Permits,
     ) -> (WorkSection, mpsc::UnboundedReceiver<WorkEvent>) {
         let slots = Slots::new(slots).expect("an allowed number of slots");
-        let (observer, events) = mpsc::unbounded_channel();
         let token = RunToken::generate().expect("the OS has randomness");
-        let section = WorkSection::new(Policy { mode, slots }, permits, token, observer);
+        let section = WorkSection::new(Policy { mode, slots }, permits, token);
+        let (so_far, events) = section.subscribe();
+        assert!(so_far.is_empty(), "a new section has no events");
         (section, events)
     }
 

@@ -21,9 +21,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
-use super::{Census, Handlers, Head, Reply, Stopped, answer, screen};
+use super::{Census, Handlers, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
+use crate::faults::Faults;
 use crate::label::LABEL_HEADER;
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
@@ -59,6 +60,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
+        faults: Arc<Faults>,
         drain_limit: Duration,
     ) -> Running {
         let (stop, stopped) = oneshot::channel::<()>();
@@ -66,7 +68,7 @@ impl Server {
             // A dropped sender also means stop.
             let _ = stopped.await;
         };
-        let task = tokio::spawn(self.serve(section, census, shutdown, drain_limit));
+        let task = tokio::spawn(self.serve(section, census, faults, shutdown, drain_limit));
         Running { stop, task }
     }
 
@@ -79,6 +81,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
+        faults: Arc<Faults>,
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
     ) -> Stopped {
@@ -97,12 +100,14 @@ impl Server {
                         accepted += 1;
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
-                        let (section, flag) = (section.clone(), serving.clone());
+                        let (section, faults) = (section.clone(), faults.clone());
+                        let flag = serving.clone();
                         let service = service_fn(move |request| {
-                            let (section, flag) = (section.clone(), flag.clone());
+                            let (section, faults) = (section.clone(), faults.clone());
+                            let flag = flag.clone();
                             async move {
                                 let _serving = Serving::start(&flag);
-                                Ok::<_, Infallible>(handle(&section, request).await)
+                                Ok::<_, Infallible>(handle(&section, &faults, request).await)
                             }
                         });
                         let connection =
@@ -231,7 +236,11 @@ impl Running {
 }
 
 /// Answers one request after screening it; see [`super::screen`] and [`super::answer`].
-async fn handle(section: &WorkSection, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(
+    section: &WorkSection,
+    faults: &Faults,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let headers = request.headers();
     let head = Head {
         is_get: request.method() == Method::GET,
@@ -240,7 +249,7 @@ async fn handle(section: &WorkSection, request: Request<Incoming>) -> Response<F
         label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
     };
     let reply = match screen(section, head) {
-        Ok((label, route)) => answer(label, section.perform(label, route).await),
+        Ok((label, route)) => answer(label, work(section, faults, label, route).await),
         Err(reply) => reply,
     };
     respond(reply)

@@ -17,55 +17,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper::StatusCode;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::admission::pools::Permits;
-use crate::admission::section::{Verdict, WorkSection};
+use crate::admission::section::{Verdict, Work, WorkSection};
+pub use crate::evidence::ServerSummary;
+use crate::faults::Faults;
 use crate::label::{LABEL_HEADER, Label};
+pub use crate::policy::Front;
 use crate::policy::Route;
 
-/// Which server front serves a run.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Front {
-    /// Hyper on Tokio: a held request parks a task
-    #[default]
-    Async,
-    /// std::net with an OS thread per connection: a held request blocks a thread
-    Threaded,
-}
-
-impl Front {
-    /// Both fronts, async first.
-    pub const ALL: [Front; 2] = [Front::Async, Front::Threaded];
-
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Front::Async => "async",
-            Front::Threaded => "threaded",
-        }
-    }
-
-    /// The permits this front's world uses.
-    pub fn permits(self) -> Permits {
-        match self {
-            Front::Async => Permits::Tokio,
-            Front::Threaded => Permits::Bounded,
-        }
-    }
-
-    /// The report's description of the front.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Front::Async => "Hyper 1, HTTP/1.1 on 127.0.0.1: a Tokio task per connection",
-            Front::Threaded => {
-                "std::net and httparse, HTTP/1.1 on 127.0.0.1: an OS thread per connection"
-            }
-        }
+/// The permits `front`'s world uses: Tokio's semaphore for tasks, the bounded one for threads.
+pub fn permits(front: Front) -> Permits {
+    match front {
+        Front::Async => Permits::Tokio,
+        Front::Threaded => Permits::Bounded,
     }
 }
 
@@ -93,19 +59,20 @@ pub fn start(
     front: Front,
     section: Arc<WorkSection>,
     census: Arc<Census>,
+    faults: Arc<Faults>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
     match front {
         Front::Async => {
             let server = async_front::Server::bind()?;
             let address = server.address();
-            let running = server.start(section, census, drain_limit);
+            let running = server.start(section, census, faults, drain_limit);
             Ok((address, Running::Async(running)))
         }
         Front::Threaded => {
             let server = threaded::Server::bind()?;
             let address = server.address();
-            let running = server.start(section, census, drain_limit)?;
+            let running = server.start(section, census, faults, drain_limit)?;
             Ok((address, Running::Threaded(running)))
         }
     }
@@ -120,26 +87,6 @@ impl Running {
             Running::Threaded(running) => running.stop().await,
         }
     }
-}
-
-/// What the server reports once it has stopped: the report's `server` object.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ServerSummary {
-    /// Where it listened: `127.0.0.1:<port>`.
-    pub address: SocketAddr,
-    /// The listener was dropped: the port refuses new connections. True once the server has
-    /// returned, since the listener is a value it owned; the tests check the port refuses.
-    pub listener_closed: bool,
-    /// Connections accepted over the run.
-    pub connections_accepted: u64,
-    /// Every connection handler (task or thread) has ended and been joined: counted, as
-    /// completed, aborted or panicked, against the connections accepted.
-    pub connection_tasks_stopped: bool,
-    /// Of those, the handlers that had to be aborted after the drain limit (0 on a clean run).
-    pub connection_tasks_aborted: u64,
-    /// Requests refused with 403 for not presenting the run's token. They never reached
-    /// admission: no permit, no work event, no part of the model.
-    pub foreign_requests_refused: u64,
 }
 
 /// The server has stopped; `error` says why it did not stop cleanly, if it did not.
@@ -268,6 +215,40 @@ pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), R
             json!({ "error": "missing_or_wrong_request_label", "header": LABEL_HEADER }),
         ),
     }
+}
+
+/// Admits and runs one request's work as a task, with the fault a test gave the front (none on
+/// the command line) injected inside the work section.
+pub async fn work(section: &WorkSection, faults: &Faults, request: Label, route: Route) -> Verdict {
+    match section.admit(request, route) {
+        Ok(work) => inject(faults, work).run().await,
+        Err(refusal) => Verdict::Refused(refusal),
+    }
+}
+
+/// [`work`] as a blocked thread.
+pub fn work_blocking(
+    section: &WorkSection,
+    faults: &Faults,
+    request: Label,
+    route: Route,
+) -> Verdict {
+    match section.admit(request, route) {
+        Ok(work) => inject(faults, work).run_blocking(),
+        Err(refusal) => Verdict::Refused(refusal),
+    }
+}
+
+/// The injected handler panic, if this is its request: it unwinds with the admitted work (and
+/// its permit) inside the section, which records it leaving as cancelled.
+fn inject<'a>(faults: &Faults, work: Work<'a>) -> Work<'a> {
+    if faults.handler_panics == Some(work.request()) {
+        panic!(
+            "injected fault: the handler of {} panicked inside the work section",
+            work.request()
+        );
+    }
+    work
 }
 
 /// The response to a verdict: 200 naming the request and pool, or 503 `work_capacity_full`

@@ -15,9 +15,10 @@ use hyper::StatusCode;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::{Census, Handlers, Head, Reply, Stopped, answer, screen};
+use super::{Census, Handlers, Head, Reply, Stopped, answer, screen, work_blocking};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
+use crate::faults::Faults;
 use crate::label::LABEL_HEADER;
 
 /// The most a request head may take; the lab's own are a few hundred bytes.
@@ -53,6 +54,7 @@ struct Connection {
 /// What a connection thread shares with the accept thread.
 struct Shared {
     section: Arc<WorkSection>,
+    faults: Arc<Faults>,
     census: Arc<Census>,
     stopping: Arc<AtomicBool>,
     /// Each connection thread sends its id here as its last act.
@@ -76,6 +78,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
+        faults: Arc<Faults>,
         drain_limit: Duration,
     ) -> io::Result<Running> {
         let address = self.address;
@@ -85,7 +88,7 @@ impl Server {
         let thread = thread::Builder::new()
             .name("lab-accept".into())
             .spawn(move || {
-                let summary = self.serve(section, census, flag, drain_limit);
+                let summary = self.serve(section, census, faults, flag, drain_limit);
                 // The receiver is gone only if the coordinator itself went away.
                 let _ = report.send(summary);
             })?;
@@ -102,6 +105,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
+        faults: Arc<Faults>,
         stopping: Arc<AtomicBool>,
         drain_limit: Duration,
     ) -> Stopped {
@@ -109,6 +113,7 @@ impl Server {
         let (ended, finished) = std_mpsc::channel();
         let shared = Arc::new(Shared {
             section: section.clone(),
+            faults,
             census,
             stopping: stopping.clone(),
             ended,
@@ -321,7 +326,8 @@ fn serve_connection(stream: &mut TcpStream, shared: &Shared, in_work: &AtomicBoo
                 };
                 let reply = match screen(&shared.section, head) {
                     Ok((label, route)) => {
-                        answer(label, shared.section.perform_blocking(label, route))
+                        let verdict = work_blocking(&shared.section, &shared.faults, label, route);
+                        answer(label, verdict)
                     }
                     Err(reply) => reply,
                 };

@@ -10,10 +10,9 @@ use std::net::{SocketAddr, TcpStream};
 
 use isolation_lab::admission::ledger::Event;
 use isolation_lab::admission::section::GateState;
-use isolation_lab::coordinator::run_policy_with;
-use isolation_lab::faults::Faults;
+use isolation_lab::coordinator::{Options, run_policy_with};
+use isolation_lab::evidence::Phase;
 use isolation_lab::label::Label;
-use isolation_lab::model::Phase;
 use isolation_lab::policy::{Held, Mode, Policy, Slots};
 use isolation_lab::report::PolicyReport;
 use isolation_lab::server::Front;
@@ -93,7 +92,7 @@ impl Case {
 
     /// Runs this case on either server front.
     pub async fn run_on(self, front: Front) -> PolicyReport {
-        let run = run_policy_with(front, self.policy(), self.held(), Faults::default()).await;
+        let run = run_policy_with(self.policy(), self.held(), Options::on(front)).await;
         assert_eq!(run.failure, None, "{self:?} on {front:?}: the run failed");
         run.report
     }

@@ -1,119 +1,52 @@
-//! The report (contract section 5): what a run actually showed, assembled only after the server
-//! and every caller are closed. [`text`] renders it for a person.
-
-pub mod svg;
-pub mod text;
-pub mod timeline;
+//! The evidence of one policy run: what the coordinator observed, what the section recorded and
+//! what the server reported once it stopped. The model checks it; the report presents it. It
+//! names no front and no report, so both can build on it.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{FinalState, GateState};
 use crate::label::Label;
-use crate::model::{self, Decision, Expected, Phase};
-use crate::policy::{Held, Inputs, Mode, Policy, Pool, Route};
+use crate::policy::{Policy, Pool, Route};
 use crate::resources::ResourceEvidence;
-use crate::server::{Front, ServerSummary};
 
-/// The whole report of one invocation.
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    /// Always `"concurrency-isolation"`.
-    pub lab: &'static str,
-    /// What produced the report.
-    pub runner: Runner,
-    /// The inputs as run.
-    pub inputs: Inputs,
-    /// One object per policy run, in run order.
-    pub policies: Vec<PolicyReport>,
-    /// Every policy's observations match the model and nothing failed.
-    pub matches_model: bool,
-    /// Why the run failed, in one line; absent when it did not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
+/// An admission decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Took a permit and entered the work section.
+    Admitted,
+    /// Found no permit: HTTP 503, never entered, never queued.
+    Refused,
 }
 
-/// What produced a report.
-#[derive(Clone, Debug, Serialize)]
-pub struct Runner {
-    /// `isolation-lab`.
-    pub name: &'static str,
-    /// The crate version.
-    pub version: &'static str,
-    /// `Rust`.
-    pub language: &'static str,
-    /// The async runtime and its scheduler.
-    pub runtime: String,
-    /// Which server front ran: `async` or `threaded`.
-    pub front: Front,
-    /// The HTTP server.
-    pub server: &'static str,
-    /// The HTTP client.
-    pub client: &'static str,
+/// When a caller receives its response, relative to the opening of the slow gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// While the gate is still closed.
+    BeforeRelease,
+    /// After the coordinator opened the gate.
+    AfterRelease,
 }
 
-impl Runner {
-    /// This runner, serving on `front`, on the Tokio runtime it is called from.
-    pub fn current(front: Front) -> Self {
-        let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => "current-thread scheduler",
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => "multi-thread scheduler",
-            _ => "scheduler unknown",
-        };
-        Runner {
-            name: env!("CARGO_PKG_NAME"),
-            version: env!("CARGO_PKG_VERSION"),
-            language: "Rust",
-            runtime: format!("Tokio 1, {scheduler}"),
-            front,
-            server: front.describe(),
-            client: "reqwest 0.13, inherited proxy settings ignored",
+impl Phase {
+    /// The phase in words, for messages and the text report.
+    pub fn words(self) -> &'static str {
+        match self {
+            Phase::BeforeRelease => "before release",
+            Phase::AfterRelease => "after release",
         }
     }
 }
 
-/// One policy run.
-#[derive(Clone, Debug, Serialize)]
-pub struct PolicyReport {
-    /// `shared` or `partitioned`.
-    pub mode: Mode,
-    /// Permits per pool.
-    pub pool_capacities: BTreeMap<Pool, usize>,
-    /// The pool each route draws from.
-    pub route_pools: BTreeMap<Route, Pool>,
-    /// Admission decisions, in order.
-    pub admissions: Vec<AdmissionRecord>,
-    /// What the coordinator observed along the sequence.
-    #[serde(flatten)]
-    pub observed: Observed,
-    /// The server's work events, in order.
-    pub work_events: Vec<WorkEvent>,
-    /// The highest observed active work per pool, inside the work section only.
-    pub peak_active_work: BTreeMap<Pool, usize>,
-    /// Each pool's account: attempts, admitted, refused, finished, peak, refusals and the
-    /// invariants checked over the whole run.
-    pub ledger: BTreeMap<Pool, PoolLedger>,
-    /// The section after the run: no active work, every permit back, gate open.
-    pub final_state: FinalState,
-    /// Every client task was joined, counted against those spawned (the name is the threaded
-    /// runner's; these are Tokio tasks).
-    pub client_threads_stopped: bool,
-    /// Of those, the tasks aborted after a failure (0 on a clean run).
-    pub client_tasks_aborted: u64,
-    /// What holding the slow work cost the process, and what was left after the run.
-    pub resources: ResourceEvidence,
-    /// The server after it stopped; `None` if it never started.
-    pub server: Option<ServerSummary>,
-    /// The model's expectations and how the observations compare.
-    pub model: ModelCheck,
-}
-
 /// What the coordinator observed along the sequence. A field is `None` when a failed run
 /// never reached the step that records it.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Observed {
     /// The observer's snapshot after the held slow requests were decided, before F1 is sent.
     pub observer_before_fast: Option<Snapshot>,
@@ -128,7 +61,7 @@ pub struct Observed {
 }
 
 /// One admission decision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdmissionRecord {
     /// The request.
     pub request: Label,
@@ -146,7 +79,7 @@ pub struct AdmissionRecord {
 }
 
 /// A response as its caller received it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResponseRecord {
     /// The request.
     pub request: Label,
@@ -164,7 +97,7 @@ pub struct ResponseRecord {
 }
 
 /// F1's response, as `fast_response_before_release` reports it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FastResponse {
     /// `F1`.
     pub request: Label,
@@ -174,15 +107,24 @@ pub struct FastResponse {
     pub body: serde_json::Value,
 }
 
-/// The model block: what section 4 expects and whether the run showed it.
-#[derive(Clone, Debug, Serialize)]
-pub struct ModelCheck {
-    /// What the model expects for each request.
-    pub expected: Vec<Expected>,
-    /// No difference was found.
-    pub matches: bool,
-    /// Each difference, in words.
-    pub mismatches: Vec<String>,
+/// What the server reports once it has stopped: the report's `server` object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerSummary {
+    /// Where it listened: `127.0.0.1:<port>`.
+    pub address: SocketAddr,
+    /// The listener was dropped: the port refuses new connections. True once the server has
+    /// returned, since the listener is a value it owned; the tests check the port refuses.
+    pub listener_closed: bool,
+    /// Connections accepted over the run.
+    pub connections_accepted: u64,
+    /// Every connection handler (task or thread) has ended and been joined: counted, as
+    /// completed, aborted or panicked, against the connections accepted.
+    pub connection_tasks_stopped: bool,
+    /// Of those, the handlers that had to be aborted after the drain limit (0 on a clean run).
+    pub connection_tasks_aborted: u64,
+    /// Requests refused with 403 for not presenting the run's token. They never reached
+    /// admission: no permit, no work event, no part of the model.
+    pub foreign_requests_refused: u64,
 }
 
 /// Everything a policy run produced, before it is compared with the model.
@@ -227,35 +169,10 @@ impl Evidence {
     }
 }
 
-impl PolicyReport {
-    /// Assembles a policy's report from its evidence and compares it with the model.
-    pub fn assemble(policy: Policy, held: Held, evidence: Evidence) -> Self {
-        let mut report = PolicyReport {
-            mode: policy.mode,
-            pool_capacities: policy.capacities(),
-            route_pools: [Route::Slow, Route::Fast]
-                .into_iter()
-                .map(|route| (route, policy.pool_for(route)))
-                .collect(),
-            admissions: admissions(&evidence.work_events),
-            observed: evidence.observed,
-            peak_active_work: evidence.ledger.iter().map(|(&p, l)| (p, l.peak)).collect(),
-            ledger: evidence.ledger,
-            work_events: evidence.work_events,
-            final_state: evidence.final_state,
-            client_threads_stopped: evidence.client_threads_stopped,
-            client_tasks_aborted: evidence.client_tasks_aborted,
-            resources: evidence.resources,
-            server: evidence.server,
-            model: ModelCheck {
-                expected: model::expect(policy, held),
-                matches: false,
-                mismatches: Vec::new(),
-            },
-        };
-        report.model.mismatches = model::check(&report.model.expected, &report);
-        report.model.matches = report.model.mismatches.is_empty();
-        report
+impl Evidence {
+    /// The admission decisions among the work events, in order.
+    pub fn admissions(&self) -> Vec<AdmissionRecord> {
+        admissions(&self.work_events)
     }
 }
 

@@ -6,7 +6,8 @@ use std::fmt::Write;
 use crate::label::Label;
 use crate::outcome::{Answer, Outcome};
 use crate::policy::Inputs;
-use crate::report::{Report, timeline};
+use crate::render::timeline;
+use crate::report::Report;
 
 /// Fills one policy's cell of a row.
 type Cell = fn(&Outcome) -> String;

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::admission::ledger::{Event, WorkEvent};
+use crate::evidence::ResponseRecord;
 use crate::policy::Pool;
-use crate::report::{PolicyReport, ResponseRecord};
+use crate::report::PolicyReport;
 
 /// Width of the event column: fits the longest description, `S-after refused: no shared
 /// permit free`, so the bars line up.
@@ -106,10 +107,10 @@ mod tests {
     use super::*;
     use crate::admission::section::{FinalState, GateState};
     use crate::coordinator::run_policy;
+    use crate::evidence::Phase;
+    use crate::evidence::{Evidence, Observed};
     use crate::label::Label;
-    use crate::model::Phase;
     use crate::policy::{Held, Mode, Policy, Slots};
-    use crate::report::{Evidence, Observed};
 
     fn policy(mode: Mode, slots: u8) -> Policy {
         let slots = Slots::new(slots).expect("tests use allowed slot counts");

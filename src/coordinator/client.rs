@@ -1,0 +1,113 @@
+//! The lab's HTTP client: loopback only, with the run token on every request, one caller per
+//! request, each response read whole and placed on the ledger's axis.
+
+use std::sync::Arc;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::admission::section::WorkSection;
+use crate::admission::token::{RunToken, TOKEN_HEADER};
+use crate::label::{LABEL_HEADER, Label};
+
+/// A response as a caller received it.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) request: Label,
+    pub(crate) status: u16,
+    pub(crate) body: serde_json::Value,
+    /// The ledger's last `seq` when the response had arrived.
+    pub(crate) after_event: u64,
+}
+
+/// The client of one policy run: requests go to `base` with the run's token.
+#[derive(Clone, Debug)]
+pub(crate) struct Client {
+    http: reqwest::Client,
+    base: String,
+    section: Arc<WorkSection>,
+}
+
+impl Client {
+    /// A client presenting `token` to the server at `base` (`http://127.0.0.1:PORT`), which
+    /// serves `section`.
+    pub(crate) fn new(
+        token: &RunToken,
+        base: String,
+        section: Arc<WorkSection>,
+    ) -> Result<Self, String> {
+        let value = HeaderValue::from_str(&token.header_value())
+            .map_err(|e| format!("the run token: {e}"))?;
+        let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
+        let http = loopback(headers).map_err(|e| format!("building the HTTP client: {e}"))?;
+        Ok(Client {
+            http,
+            base,
+            section,
+        })
+    }
+
+    /// The server's base URL.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// One caller: `GET <route>` with the request's label, and the whole JSON response, placed
+    /// on the ledger's axis by the last event recorded when it arrived. An `Err` is the reason,
+    /// in one line.
+    pub(crate) fn call(
+        &self,
+        request: Label,
+    ) -> impl Future<Output = Result<Reply, String>> + Send + use<> {
+        let client = self.clone();
+        async move {
+            let route = request.route();
+            let url = format!("{}{route}", client.base);
+            let sent = client
+                .http
+                .get(url)
+                .header(LABEL_HEADER, request.to_string());
+            let response = sent
+                .send()
+                .await
+                .map_err(|e| format!("{request}: GET {route} failed: {}", chain(&e)))?;
+            let status = response.status().as_u16();
+            let bytes = response.bytes().await.map_err(|e| {
+                format!(
+                    "{request}: reading the {status} response failed: {}",
+                    chain(&e)
+                )
+            })?;
+            let after_event = client.section.last_seq();
+            let body = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{request}: the {status} response is not JSON: {e}"))?;
+            Ok(Reply {
+                request,
+                status,
+                body,
+                after_event,
+            })
+        }
+    }
+}
+
+/// A client for loopback only: inherited proxy settings (`HTTP_PROXY`, `ALL_PROXY`, either
+/// case) would send the lab's requests elsewhere, so they are ignored. `headers` go with every
+/// request.
+pub(crate) fn loopback(headers: HeaderMap) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .default_headers(headers)
+        .build()
+}
+
+/// An error and its sources, on one line, as `anyhow`'s `{:#}` prints them.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

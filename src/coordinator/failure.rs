@@ -1,0 +1,183 @@
+//! Why a policy run failed: the step it was on, the request, the cause. The report prints it as
+//! one line; tests match on it.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::label::Label;
+
+/// Why a policy run failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The step of the sequence the run was on.
+    pub step: Step,
+    /// The request that step was about, if one.
+    pub request: Option<Label>,
+    /// What went wrong.
+    pub cause: Cause,
+    /// A second failure with the same root, found while closing (a panicking handler breaks
+    /// its caller's request and its connection task).
+    pub then: Option<Box<Failure>>,
+}
+
+/// The steps of one policy run, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Drawing the run token, building the client, binding the listener.
+    Start,
+    /// Sending a slow request and waiting for its admission decision.
+    Slow,
+    /// Sending requests without the run's token (an injected intrusion).
+    Intrude,
+    /// Sending F1 while the slow work is held.
+    Fast,
+    /// Opening the gate and collecting the held callers' responses.
+    Release,
+    /// Sending a probe after release.
+    Probe,
+    /// Joining every caller and stopping the server.
+    Close,
+}
+
+/// What went wrong in a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The run could not start.
+    Setup(String),
+    /// A wait ran out: `waiting_for` did not happen within `limit`.
+    Stalled {
+        /// What the step was waiting for, in words.
+        waiting_for: String,
+        /// The safety timeout that ran out.
+        limit: Duration,
+    },
+    /// The control observer's stream ended before the decision it waited for.
+    ObserverStopped,
+    /// A caller was answered while the sequence says it must still wait.
+    AnsweredEarly {
+        /// The caller that was answered.
+        request: Label,
+        /// The status it got.
+        status: u16,
+        /// What the step was waiting for, in words.
+        while_waiting_for: String,
+    },
+    /// An injected fault: a held request's caller disconnected.
+    CallerLeft(Left),
+    /// A request without the run's token got something other than 403.
+    ForeignNotRefused(String),
+    /// A caller's HTTP exchange or its task failed.
+    Caller(String),
+    /// The server failed, or did not stop cleanly.
+    Server(String),
+}
+
+/// What the section did when a held request's caller disconnected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// Its handler was cancelled: the work left the section at this `seq`, `finished,
+    /// cancelled`, and returned its permit.
+    Cancelled(u64),
+    /// Nothing noticed within the safety timeout: a thread blocked at the gate cannot.
+    NotNoticed(Duration),
+    /// The observer's stream ended without the work leaving.
+    NeverRecorded,
+}
+
+impl Failure {
+    /// A failure at `step`, about `request`.
+    pub fn new(step: Step, request: Option<Label>, cause: Cause) -> Self {
+        Failure {
+            step,
+            request,
+            cause,
+            then: None,
+        }
+    }
+
+    /// This failure, then `also`.
+    pub fn then(mut self, also: Failure) -> Self {
+        match &mut self.then {
+            Some(next) => **next = (**next).clone().then(also),
+            None => self.then = Some(Box::new(also)),
+        }
+        self
+    }
+
+    /// Whether the run stalled: a safety timeout ran out.
+    pub fn is_stall(&self) -> bool {
+        matches!(self.cause, Cause::Stalled { .. })
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let request = self
+            .request
+            .map_or_else(|| "a request".to_owned(), |r| r.to_string());
+        match &self.cause {
+            Cause::Setup(why) | Cause::Caller(why) | Cause::Server(why) => f.write_str(why)?,
+            Cause::ForeignNotRefused(why) => f.write_str(why)?,
+            Cause::Stalled { waiting_for, limit } => {
+                write!(f, "stalled: {waiting_for} within {} s", limit.as_secs_f64())?;
+            }
+            Cause::ObserverStopped => {
+                write!(f, "the control observer stopped before deciding {request}")?;
+            }
+            Cause::AnsweredEarly {
+                request,
+                status,
+                while_waiting_for,
+            } => write!(f, "{request} received HTTP {status} {while_waiting_for}")?,
+            Cause::CallerLeft(Left::Cancelled(seq)) => write!(
+                f,
+                "{request}'s caller disconnected while its work was held; the work left the \
+                 section (work event {seq}, finished, cancelled) and returned its permit"
+            )?,
+            Cause::CallerLeft(Left::NotNoticed(limit)) => write!(
+                f,
+                "{request}'s caller disconnected while its work was held, and its handler did \
+                 not notice within {} s (a thread blocked at the gate cannot); the work leaves \
+                 when the gate opens",
+                limit.as_secs_f64()
+            )?,
+            Cause::CallerLeft(Left::NeverRecorded) => write!(
+                f,
+                "{request}'s caller disconnected, but the section never recorded it leaving"
+            )?,
+        }
+        if let Some(then) = &self.then {
+            write!(f, "; then {then}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_one_line_and_says_what_stalled() {
+        let stalled = Failure::new(
+            Step::Slow,
+            Some(Label::Slow(1)),
+            Cause::Stalled {
+                waiting_for: "no admission decision for S1".into(),
+                limit: Duration::from_secs(5),
+            },
+        );
+        let both = stalled.then(Failure::new(
+            Step::Close,
+            None,
+            Cause::Server("a connection task panicked".into()),
+        ));
+        assert_eq!(
+            both.to_string(),
+            "stalled: no admission decision for S1 within 5 s; then a connection task panicked"
+        );
+        assert!(both.is_stall());
+    }
+}

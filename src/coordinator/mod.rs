@@ -1,0 +1,103 @@
+//! The coordinator: one policy run, step by step (`docs/contract.md`, "The sequence").
+//!
+//! - [`session`]: opens the server and client of a run, and closes them on every path.
+//! - [`sequence`]: the steps, one `next_step().await` at a time.
+//! - [`client`]: the loopback HTTP client and its callers.
+//! - [`failure`]: why a run failed, as a type.
+
+pub(crate) mod client;
+pub mod failure;
+pub mod sequence;
+pub(crate) mod session;
+
+use std::time::Duration;
+
+pub use failure::{Cause, Failure, Left, Step};
+pub use sequence::{Planned, Run};
+
+use crate::faults::Faults;
+use crate::policy::{Front, Held, Policy};
+use crate::report::PolicyReport;
+
+/// The longest any one step may wait before the run is failed as stalled, unless a run is
+/// given another: a stalled run exits within three of them, with everything it opened closed.
+pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to run a policy: on which front, with which injected faults, and the safety timeout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The server front.
+    pub front: Front,
+    /// What to break (tests only; the default breaks nothing).
+    pub faults: Faults,
+    /// The longest any one wait may take before the run fails as stalled.
+    pub safety_timeout: Duration,
+}
+
+impl Default for Options {
+    /// The command line's run: the async front, nothing broken, [`SAFETY_TIMEOUT`].
+    fn default() -> Self {
+        Options {
+            front: Front::Async,
+            faults: Faults::default(),
+            safety_timeout: SAFETY_TIMEOUT,
+        }
+    }
+}
+
+impl Options {
+    /// The default options on `front`.
+    pub fn on(front: Front) -> Self {
+        Options {
+            front,
+            ..Options::default()
+        }
+    }
+}
+
+/// One policy run: its report, and why it failed if it did.
+#[derive(Debug)]
+pub struct PolicyRun {
+    /// The policy's report, partial where a failure cut the sequence short.
+    pub report: PolicyReport,
+    /// Why the run failed (a stall, an error, a task that did not stop).
+    pub failure: Option<Failure>,
+}
+
+impl PolicyRun {
+    /// Why this run does not count as a match, in one line: its failure, or else its first
+    /// difference from the model. `None` when it ran to the end and matched.
+    pub fn reason(&self) -> Option<String> {
+        if let Some(failure) = &self.failure {
+            return Some(failure.to_string());
+        }
+        let mismatches = &self.report.model.mismatches;
+        let first = mismatches.first()?;
+        let more = match mismatches.len() {
+            1 => String::new(),
+            n => format!(" (and {} more in model.mismatches)", n - 1),
+        };
+        Some(format!(
+            "observations differ from the policy model: {first}{more}"
+        ))
+    }
+}
+
+/// Runs one policy on its own fresh async server, pools and gate, then closes everything it
+/// opened before assembling the report.
+pub async fn run_policy(policy: Policy, held: Held) -> PolicyRun {
+    run_policy_with(policy, held, Options::default()).await
+}
+
+/// [`run_policy`] with `options`: another front, injected faults, another safety timeout —
+/// how tests show that every unhappy path ends the run with `failure` set and everything
+/// closed, joined and returned.
+pub async fn run_policy_with(policy: Policy, held: Held, options: Options) -> PolicyRun {
+    match Run::open(policy, held, options) {
+        Ok(mut run) => {
+            run.run_to_end().await;
+            run.close().await
+        }
+        Err(never_started) => *never_started,
+    }
+}

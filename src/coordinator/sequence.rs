@@ -1,0 +1,323 @@
+//! The lab's sequence as an explicit, steppable thing: `next_step().await` performs exactly one
+//! step and says what it was. The command line runs it to the end; a live view can run it one
+//! step at a time. Every step waits on an observer event, a response or a join; the only timer
+//! is the safety timeout that fails a stalled step.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::client::Reply;
+use super::failure::{Cause, Failure, Left, Step};
+use super::session::{self, Session, within};
+use super::{Options, PolicyRun};
+use crate::admission::ledger::Event;
+use crate::admission::section::WorkSection;
+use crate::admission::token::RunToken;
+use crate::evidence::{Evidence, FastResponse, Observed};
+use crate::label::{LABEL_HEADER, Label};
+use crate::policy::{Held, Policy};
+use crate::report::PolicyReport;
+use crate::resources::ResourceEvidence;
+use crate::server::{self, Census};
+
+/// One step of the sequence, as planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planned {
+    /// Send `S<n>` and wait for its admission decision (and, if refused, its 503).
+    Slow(Label),
+    /// Record what the observer sees, send F1 while the slow work is held, and wait for its
+    /// response.
+    Fast,
+    /// Open the gate, and wait for every held caller's response.
+    Release,
+    /// Send a new probe after release (`S-after`, `F-after`) and wait for its response.
+    Probe(Label),
+}
+
+/// One policy run in progress: its session and where it is in the sequence.
+#[derive(Debug)]
+pub struct Run {
+    policy: Policy,
+    held: Held,
+    session: Session,
+    census: Arc<Census>,
+    plan: VecDeque<Planned>,
+    observed: Observed,
+    resources: ResourceEvidence,
+    failure: Option<Failure>,
+}
+
+impl Run {
+    /// Opens a fresh server, pools and gate for `policy`: step 1. `Err` is the finished
+    /// report of a run that could not start.
+    pub fn open(policy: Policy, held: Held, options: Options) -> Result<Run, Box<PolicyRun>> {
+        let Options {
+            front,
+            faults,
+            safety_timeout,
+        } = options;
+        let token = RunToken::generate().map_err(|e| {
+            let why = format!("cannot draw a random run token from the OS: {e}");
+            never_started(
+                policy,
+                held,
+                Failure::new(Step::Start, None, Cause::Setup(why)),
+            )
+        })?;
+        let section = WorkSection::new(policy, server::permits(front), token.clone());
+        let (section, census) = (Arc::new(section), Arc::new(Census::default()));
+        let session = Session::open(
+            front,
+            section,
+            census.clone(),
+            &token,
+            faults,
+            safety_timeout,
+        );
+        let session = session.map_err(|failure| never_started(policy, held, failure))?;
+        let slow = Label::held(held).map(Planned::Slow);
+        let plan = slow.chain([
+            Planned::Fast,
+            Planned::Release,
+            Planned::Probe(Label::SlowAfter),
+            Planned::Probe(Label::FastAfter),
+        ]);
+        Ok(Run {
+            policy,
+            held,
+            session,
+            census,
+            plan: plan.collect(),
+            observed: Observed::default(),
+            resources: ResourceEvidence::default(),
+            failure: None,
+        })
+    }
+
+    /// The work section this run's server guards: to subscribe to its events.
+    pub fn section(&self) -> &Arc<WorkSection> {
+        &self.session.section
+    }
+
+    /// The server's base URL, `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> &str {
+        self.session.client.base()
+    }
+
+    /// The step `next_step` would perform, if any is left and nothing failed.
+    pub fn upcoming(&self) -> Option<Planned> {
+        self.plan
+            .front()
+            .copied()
+            .filter(|_| self.failure.is_none())
+    }
+
+    /// What has been observed so far.
+    pub fn observed(&self) -> &Observed {
+        &self.observed
+    }
+
+    /// Performs the next step: `None` when none is left (or an earlier one failed), else the
+    /// step with its failure if it failed. A failed step ends the sequence.
+    pub async fn next_step(&mut self) -> Option<Result<Planned, Failure>> {
+        let step = self.upcoming()?;
+        self.plan.pop_front();
+        let done = match step {
+            Planned::Slow(request) => self.slow(request).await,
+            Planned::Fast => self.fast().await,
+            Planned::Release => self.release().await,
+            Planned::Probe(request) => self.probe(request).await,
+        };
+        Some(done.map(|()| step).inspect_err(|failure| {
+            self.failure = Some(failure.clone());
+        }))
+    }
+
+    /// Runs every step left, stopping at the first that fails.
+    pub async fn run_to_end(&mut self) {
+        while let Some(Ok(_)) = self.next_step().await {}
+    }
+
+    /// Step 9 and 10: closes everything the run opened, on every path, then assembles the
+    /// report from the evidence. A run closed before its last step is a failed run.
+    pub async fn close(mut self) -> PolicyRun {
+        if self.failure.is_none()
+            && let Some(&step) = self.plan.front()
+        {
+            let why = format!("the run was closed before its step {step:?}");
+            self.failure = Some(Failure::new(Step::Close, None, Cause::Caller(why)));
+        }
+        let section = self.session.section.clone();
+        let closed = self.session.close(self.failure.is_some()).await;
+        // Both can fail for one cause: a panicking handler breaks its caller's request (the
+        // sequence's failure) and its connection task (the close's). Say both.
+        let failure = match (self.failure, closed.failure) {
+            (Some(first), Some(also)) => Some(first.then(also)),
+            (first, also) => first.or(also),
+        };
+        self.resources.after_run = Some(session::count(&section, &self.census));
+        let callers = closed.callers;
+        let evidence = Evidence {
+            resources: self.resources,
+            work_events: section.events(),
+            ledger: section.audit(),
+            observed: self.observed,
+            final_state: section.final_state(),
+            client_threads_stopped: callers.joined == callers.spawned,
+            client_tasks_aborted: callers.aborted,
+            server: closed.server,
+        };
+        PolicyRun {
+            report: PolicyReport::assemble(self.policy, self.held, evidence),
+            failure,
+        }
+    }
+
+    /// Steps 2–3: a slow request, until the server has decided it. Sent one after another, so
+    /// the first ones take every slow permit.
+    async fn slow(&mut self, request: Label) -> Result<(), Failure> {
+        let caller = self.session.send(request);
+        let (at, timeout) = ((Step::Slow, Some(request)), self.session.timeout);
+        let decision = self.session.decision(request);
+        let decision = within(timeout, decision, at, || {
+            format!("no admission decision for {request}")
+        })
+        .await??;
+        if decision == Event::Held {
+            self.session.hold(request, caller.clone());
+            if self.session.faults().caller_disconnects == Some(request) {
+                return Err(self.disconnect(request, caller).await);
+            }
+            return Ok(());
+        }
+        // Refused: wait for its caller's actual 503. While the gate is closed the refused caller
+        // is the only one that can finish.
+        let reply = self.session.join_caller();
+        let reply = within(timeout, reply, at, || {
+            format!("{request} was refused but its caller got no response")
+        })
+        .await?;
+        let reply = session::joined(reply).map_err(|why| caller_failed(at, why))?;
+        if reply.request != request {
+            return Err(Failure::new(
+                at.0,
+                at.1,
+                Cause::AnsweredEarly {
+                    request: reply.request,
+                    status: reply.status,
+                    while_waiting_for: "while its work was held at the gate".into(),
+                },
+            ));
+        }
+        let record = self.session.record(reply);
+        self.observed.responses.push(record);
+        Ok(())
+    }
+
+    /// Steps 4–6: what the observer sees with the slow work held and what holding it costs;
+    /// F1 and its actual response; then the held work still there and its callers waiting.
+    async fn fast(&mut self) -> Result<(), Failure> {
+        let foreign = self.session.faults().foreign_requests;
+        if foreign > 0 {
+            self.intrude(foreign).await?;
+        }
+        self.observed.observer_before_fast = Some(self.session.section.snapshot());
+        self.resources.before_fast = Some(self.session.count());
+
+        let f1 = self.session.exchange(Step::Fast, Label::F1).await?;
+        self.observed.fast_response_before_release = Some(FastResponse {
+            request: f1.request,
+            status: f1.status,
+            body: f1.body.clone(),
+        });
+        let record = self.session.record(f1);
+        self.observed.responses.push(record);
+
+        self.observed.observer_after_fast_before_release = Some(self.session.section.snapshot());
+        self.observed.slow_callers_pending_before_release = Some(self.session.pending());
+        Ok(())
+    }
+
+    /// Step 7: release, then every held caller's response and every caller task joined.
+    async fn release(&mut self) -> Result<(), Failure> {
+        self.session.open_gate();
+        let (at, timeout) = ((Step::Release, None), self.session.timeout);
+        while self.session.has_callers() {
+            let reply = self.session.join_caller();
+            let reply = within(timeout, reply, at, || {
+                "a released slow caller got no response".into()
+            })
+            .await?;
+            let reply = session::joined(reply).map_err(|why| caller_failed(at, why))?;
+            let record = self.session.record(reply);
+            self.observed.responses.push(record);
+        }
+        Ok(())
+    }
+
+    /// Step 8: a new probe after release — not a replay of refused work.
+    async fn probe(&mut self, request: Label) -> Result<(), Failure> {
+        let reply: Reply = self.session.exchange(Step::Probe, request).await?;
+        let record = self.session.record(reply);
+        self.observed.responses.push(record);
+        Ok(())
+    }
+
+    /// Injected fault: `request`'s caller drops its connection while its work is held. Waits
+    /// for the server to record the work leaving the section, then fails the run. A handler
+    /// blocked at the gate (the threaded front) cannot notice: then the wait runs out, and the
+    /// work leaves only when closing opens the gate.
+    async fn disconnect(&mut self, request: Label, caller: tokio::task::AbortHandle) -> Failure {
+        caller.abort();
+        let timeout = self.session.timeout;
+        let left = tokio::time::timeout(timeout, self.session.left(request)).await;
+        let left = match left {
+            Err(_) => Left::NotNoticed(timeout),
+            Ok(Some((seq, true))) => Left::Cancelled(seq),
+            Ok(_) => Left::NeverRecorded,
+        };
+        Failure::new(Step::Slow, Some(request), Cause::CallerLeft(left))
+    }
+
+    /// Intrusion: `count` requests without the run's token, as another local process might
+    /// send. Each must be refused with 403 before admission.
+    async fn intrude(&self, count: usize) -> Result<(), Failure> {
+        let failed = |why: String| Failure::new(Step::Intrude, None, Cause::ForeignNotRefused(why));
+        let outsider = super::client::loopback(Default::default())
+            .map_err(|e| failed(format!("building the outsider's client: {e}")))?;
+        let intruders = [Label::Slow(1), Label::F1].into_iter().cycle().take(count);
+        for request in intruders {
+            let url = format!("{}{}", self.base_url(), request.route());
+            let sent = outsider
+                .get(url)
+                .header(LABEL_HEADER, request.to_string())
+                .send();
+            let at = (Step::Intrude, None);
+            let response = within(self.session.timeout, sent, at, || {
+                "a foreign request got no response".into()
+            })
+            .await?;
+            let status = response
+                .map_err(|e| failed(format!("a foreign request failed: {e}")))?
+                .status();
+            if status != reqwest::StatusCode::FORBIDDEN {
+                return Err(failed(format!(
+                    "a request without the run's token got HTTP {status}, not 403"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn caller_failed((step, request): (Step, Option<Label>), why: String) -> Failure {
+    Failure::new(step, request, Cause::Caller(why))
+}
+
+/// The report of a run that never started: no events, full pools, a closed gate.
+fn never_started(policy: Policy, held: Held, failure: Failure) -> Box<PolicyRun> {
+    Box::new(PolicyRun {
+        report: PolicyReport::assemble(policy, held, Evidence::nothing_ran(policy)),
+        failure: Some(failure),
+    })
+}

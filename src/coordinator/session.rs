@@ -1,0 +1,299 @@
+//! A session: the server, the client and the callers of one policy run — opened before the
+//! first step, closed after the last on every path, so nothing the run started outlives it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinError, JoinSet};
+
+use super::client::{Client, Reply};
+use super::failure::{Cause, Failure, Step};
+use crate::admission::ledger::{Event, WorkEvent};
+use crate::admission::section::WorkSection;
+use crate::admission::token::RunToken;
+use crate::evidence::{Phase, ResponseRecord, ServerSummary};
+use crate::faults::Faults;
+use crate::label::Label;
+use crate::policy::Front;
+use crate::resources::{self, Resources};
+use crate::server::{self, Census, Running};
+
+/// The server, client and callers of one policy run.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) section: Arc<WorkSection>,
+    census: Arc<Census>,
+    /// The control observer: every ledger event after the session opened.
+    events: mpsc::UnboundedReceiver<WorkEvent>,
+    /// Kept open while an injected fault silences the observer, so it waits rather than ends.
+    _silenced: Option<mpsc::UnboundedSender<WorkEvent>>,
+    pub(crate) client: Client,
+    /// The callers; each returns its reply.
+    callers: JoinSet<Result<Reply, String>>,
+    /// How many were spawned, joined and aborted.
+    account: Callers,
+    /// The admitted slow callers, to check which are still waiting for their response.
+    held: Vec<(Label, AbortHandle)>,
+    server: Running,
+    faults: Arc<Faults>,
+    /// The longest any one wait may take before the run is failed as stalled.
+    pub(crate) timeout: Duration,
+}
+
+/// The callers' account: every spawned task must be joined.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Callers {
+    pub(crate) spawned: u64,
+    /// Joined by any path: answered, failed, or aborted and then joined.
+    pub(crate) joined: u64,
+    /// Aborted at close, after a failure.
+    pub(crate) aborted: u64,
+}
+
+/// What is left once a session has closed.
+#[derive(Debug)]
+pub(crate) struct Closed {
+    pub(crate) callers: Callers,
+    pub(crate) server: Option<ServerSummary>,
+    pub(crate) failure: Option<Failure>,
+}
+
+impl Session {
+    /// Binds `127.0.0.1:0`, starts `front` serving `section`, and builds the client.
+    pub(crate) fn open(
+        front: Front,
+        section: Arc<WorkSection>,
+        census: Arc<Census>,
+        token: &RunToken,
+        faults: Faults,
+        timeout: Duration,
+    ) -> Result<Self, Failure> {
+        let setup = |why: String| Failure::new(Step::Start, None, Cause::Setup(why));
+        let faults = Arc::new(faults);
+        // The observer subscribes before the server exists, so it misses nothing.
+        let (_, events) = section.subscribe();
+        let (events, silenced) = if faults.observer_silent {
+            let (keep, never) = mpsc::unbounded_channel();
+            (never, Some(keep))
+        } else {
+            (events, None)
+        };
+        let started = server::start(
+            front,
+            section.clone(),
+            census.clone(),
+            faults.clone(),
+            timeout,
+        );
+        let (address, server) = started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?;
+        let client = Client::new(token, format!("http://{address}"), section.clone());
+        let client = match client {
+            Ok(client) => client,
+            Err(why) => {
+                // The server is running: stop it rather than leave it to a drop.
+                drop(server);
+                return Err(setup(why));
+            }
+        };
+        Ok(Session {
+            section,
+            census,
+            events,
+            _silenced: silenced,
+            client,
+            callers: JoinSet::new(),
+            account: Callers::default(),
+            held: Vec::new(),
+            server,
+            faults,
+            timeout,
+        })
+    }
+
+    /// The faults a test injected (none on the command line).
+    pub(crate) fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Starts `request`'s caller as a task of this session.
+    pub(crate) fn send(&mut self, request: Label) -> AbortHandle {
+        self.account.spawned += 1;
+        self.callers.spawn(self.client.call(request))
+    }
+
+    /// Marks `request`'s caller as held: its response must wait for the gate.
+    pub(crate) fn hold(&mut self, request: Label, caller: AbortHandle) {
+        self.held.push((request, caller));
+    }
+
+    /// The held callers still waiting for their response.
+    pub(crate) fn pending(&self) -> Vec<Label> {
+        let pending = self.held.iter().filter(|(_, caller)| !caller.is_finished());
+        pending.map(|&(request, _)| request).collect()
+    }
+
+    /// Whether any caller task is still running or unjoined.
+    pub(crate) fn has_callers(&self) -> bool {
+        !self.callers.is_empty()
+    }
+
+    /// The resources of the process now.
+    pub(crate) fn count(&self) -> Resources {
+        count(&self.section, &self.census)
+    }
+
+    /// Sends `request` and waits for its response, within the safety timeout.
+    pub(crate) async fn exchange(&self, step: Step, request: Label) -> Result<Reply, Failure> {
+        let reply = self.client.call(request);
+        let reply = within(self.timeout, reply, (step, Some(request)), || {
+            format!("{request} got no response")
+        })
+        .await?;
+        reply.map_err(|why| Failure::new(step, Some(request), Cause::Caller(why)))
+    }
+
+    /// The next caller to end, joined and counted.
+    pub(crate) async fn join_caller(&mut self) -> Option<Result<Result<Reply, String>, JoinError>> {
+        let joined = self.callers.join_next().await;
+        self.account.joined += u64::from(joined.is_some());
+        joined
+    }
+
+    /// Waits for the observer's decision on `request`: `held` or `refused`. A caller that ends
+    /// first fails the run at once: while the gate is closed, no caller has a reason to.
+    pub(crate) async fn decision(&mut self, request: Label) -> Result<Event, Failure> {
+        let at = |cause| Failure::new(Step::Slow, Some(request), cause);
+        loop {
+            tokio::select! {
+                // Events first: a refusal is recorded before its 503 is even built.
+                biased;
+                event = self.events.recv() => match event {
+                    Some(e) if e.request == Some(request)
+                        && matches!(e.event, Event::Held | Event::Refused) => return Ok(e.event),
+                    Some(_) => {}
+                    None => return Err(at(Cause::ObserverStopped)),
+                },
+                ended = self.callers.join_next(), if !self.callers.is_empty() => {
+                    self.account.joined += 1;
+                    let reply = joined(ended).map_err(|why| at(Cause::Caller(why)))?;
+                    return Err(at(Cause::AnsweredEarly {
+                        request: reply.request,
+                        status: reply.status,
+                        while_waiting_for: format!("while waiting for {request}'s admission decision"),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Waits for the section to record `request`'s work leaving: `Some(seq)` of its
+    /// `finished` event, with whether it was cancelled; `None` if the observer's stream ended.
+    pub(crate) async fn left(&mut self, request: Label) -> Option<(u64, bool)> {
+        while let Some(event) = self.events.recv().await {
+            if event.request == Some(request) && event.event == Event::Finished {
+                return Some((event.seq, event.cancelled));
+            }
+        }
+        None
+    }
+
+    /// Opens the slow gate — unless a test made it stuck.
+    pub(crate) fn open_gate(&self) {
+        if !self.faults.gate_stuck {
+            self.section.open_gate();
+        }
+    }
+
+    /// A reply as the report records it. Its phase is read off the ledger's axis: after
+    /// release when the gate had opened by the time the response arrived.
+    pub(crate) fn record(&self, reply: Reply) -> ResponseRecord {
+        let opened = self.section.gate_opened_at();
+        let phase = match opened {
+            Some(opened) if opened <= reply.after_event => Phase::AfterRelease,
+            _ => Phase::BeforeRelease,
+        };
+        ResponseRecord {
+            request: reply.request,
+            route: reply.request.route(),
+            status: reply.status,
+            body: reply.body,
+            phase,
+            after_event: reply.after_event,
+        }
+    }
+
+    /// The last step, on every path: opens the gate so held work can leave, stops and joins
+    /// every caller, then stops the server and joins it (it drains its connections within the
+    /// safety timeout and aborts what is left).
+    pub(crate) async fn close(mut self, failed: bool) -> Closed {
+        // Graceful shutdown waits for handlers, and a held handler waits for the gate: open it
+        // first. After a failure the gate may not open (it may be what failed): then abandon
+        // it, so held work leaves on either front at once — a task would be cancelled anyway,
+        // but a blocked thread can only be told.
+        self.open_gate();
+        if failed {
+            self.section.abandon_gate();
+        }
+        // After a complete sequence every caller has been joined; after a failure, abort the
+        // rest. Their connections close and the server's handlers leave the section.
+        self.callers.abort_all();
+        let mut failure = None;
+        while let Some(joined) = self.join_caller().await {
+            match joined {
+                Err(e) if e.is_cancelled() => self.account.aborted += 1,
+                Err(e) => {
+                    failure.get_or_insert(format!("a client task panicked: {e}"));
+                }
+                Ok(_) => {}
+            }
+        }
+        let callers = self.account;
+        let closing = |why: String| Failure::new(Step::Close, None, Cause::Server(why));
+        match self.server.stop().await {
+            Ok(stopped) => Closed {
+                callers,
+                server: Some(stopped.summary),
+                failure: failure.or(stopped.error).map(closing),
+            },
+            Err(e) => Closed {
+                callers,
+                server: None,
+                failure: Some(closing(failure.unwrap_or(e))),
+            },
+        }
+    }
+}
+
+/// Waits for `step`, or fails as stalled after `limit`, the safety timeout.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    step: impl Future<Output = T>,
+    (at, request): (Step, Option<Label>),
+    waiting_for: impl FnOnce() -> String,
+) -> Result<T, Failure> {
+    tokio::time::timeout(limit, step).await.map_err(|_| {
+        let waiting_for = waiting_for();
+        Failure::new(at, request, Cause::Stalled { waiting_for, limit })
+    })
+}
+
+/// The resources of the process now.
+pub(crate) fn count(section: &WorkSection, census: &Census) -> Resources {
+    Resources {
+        os_threads: resources::os_threads(),
+        connection_handlers: census.live(),
+        held_at_gate: section.snapshot().held_at_gate.len(),
+    }
+}
+
+/// The reply of a joined caller task, or why there is none.
+pub(crate) fn joined(
+    joined: Option<Result<Result<Reply, String>, JoinError>>,
+) -> Result<Reply, String> {
+    match joined {
+        Some(Ok(reply)) => reply,
+        Some(Err(e)) => Err(format!("a client task did not finish: {e}")),
+        None => Err("no client task was left to answer".into()),
+    }
+}

@@ -1,0 +1,88 @@
+//! `sweep`'s matrices: one per policy, within 80 columns.
+
+use std::fmt::Write;
+
+use crate::policy::{Held, Mode, Slots};
+use crate::render::text::columns;
+use crate::sweep::{Sweep, SweepRun};
+
+/// The matrices, within 80 columns.
+pub fn render(sweep: &Sweep) -> String {
+    let mut out = format!(
+        "isolation-lab sweep: {} policy runs, each on its own {} server\n",
+        sweep.runs.len(),
+        sweep.front.name()
+    );
+    for mode in Mode::ALL {
+        let _ = writeln!(out, "\n{}", describe(mode));
+        let header = std::iter::once(String::new()).chain(Held::all().map(|h| format!("held {h}")));
+        let mut rows = vec![header.collect::<Vec<_>>()];
+        for slots in Slots::all() {
+            let cells = Held::all().map(|held| {
+                let run = sweep
+                    .runs
+                    .iter()
+                    .find(|r| (r.mode, r.slots, r.held) == (mode, slots, held));
+                run.map_or_else(|| "not run".to_owned(), cell)
+            });
+            rows.push(
+                std::iter::once(format!("slots {slots}"))
+                    .chain(cells)
+                    .collect(),
+            );
+        }
+        out.push_str(&columns(&rows));
+    }
+    out.push_str(
+        "\nEach cell: slow requests admitted/refused, F1's status before release, and the\n\
+         permits left idle while slow work was refused (- when none was refused).\n",
+    );
+    // A run that did not match carries its reason (`PolicyRun::reason`).
+    let differing: Vec<(&SweepRun, &str)> = sweep
+        .runs
+        .iter()
+        .filter_map(|run| Some((run, run.failure.as_deref()?)))
+        .collect();
+    if differing.is_empty() {
+        let _ = writeln!(
+            out,
+            "All {} runs matched the policy model.",
+            sweep.runs.len()
+        );
+    }
+    for (run, reason) in differing {
+        let (mode, slots, held) = (run.mode.name(), run.slots, run.held);
+        let _ = writeln!(out, "! {mode} --slots {slots} --held {held}: {reason}");
+    }
+    out
+}
+
+fn describe(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Shared => "shared: one pool of all the slots, for /slow and /fast",
+        Mode::Partitioned => "partitioned: slots - 1 for /slow, one permit reserved for /fast",
+    }
+}
+
+/// `2/1 503 0`: admitted/refused, F1's status, idle while refusing; `!` marks a run that
+/// differed from the model.
+fn cell(run: &SweepRun) -> String {
+    let outcome = &run.outcome;
+    let count =
+        |labels: &Option<Vec<_>>| labels.as_ref().map_or("?".into(), |l| l.len().to_string());
+    let f1 = outcome
+        .f1_before_release
+        .as_ref()
+        .map_or("?".into(), |f1| f1.status.to_string());
+    let refused_any = outcome.refused_slow.as_ref().is_some_and(|r| !r.is_empty());
+    let idle = match (refused_any, outcome.idle_while_refused) {
+        (false, _) => "-".to_owned(),
+        (true, idle) => idle.map_or("?".into(), |n| n.to_string()),
+    };
+    let flag = if run.matches_model { "" } else { " !" };
+    format!(
+        "{}/{} {f1} {idle}{flag}",
+        count(&outcome.held_before_f1),
+        count(&outcome.refused_slow)
+    )
+}

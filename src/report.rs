@@ -1,0 +1,155 @@
+//! The report: what a run actually showed, assembled only after the server and every caller are
+//! closed, from the run's [`Evidence`] and the model's check of it. The fields are described in
+//! `docs/contract.md`; [`crate::render`] draws reports for people.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::admission::audit::PoolLedger;
+use crate::admission::ledger::WorkEvent;
+use crate::admission::section::FinalState;
+use crate::evidence::{AdmissionRecord, Evidence, Observed, ServerSummary};
+use crate::model::{self, Expected};
+use crate::policy::{Front, Held, Inputs, Mode, Policy, Pool, Route};
+use crate::resources::ResourceEvidence;
+
+/// The whole report of one invocation.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// Always `"concurrency-isolation"`.
+    pub lab: String,
+    /// What produced the report.
+    pub runner: Runner,
+    /// The inputs as run.
+    pub inputs: Inputs,
+    /// One object per policy run, in run order.
+    pub policies: Vec<PolicyReport>,
+    /// Every policy's observations match the model and nothing failed.
+    pub matches_model: bool,
+    /// Why the run failed, in one line; absent when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// What produced a report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Runner {
+    /// `isolation-lab`.
+    pub name: String,
+    /// The crate version.
+    pub version: String,
+    /// `Rust`.
+    pub language: String,
+    /// The async runtime and its scheduler.
+    pub runtime: String,
+    /// Which server front ran: `async` or `threaded`.
+    pub front: Front,
+    /// The HTTP server.
+    pub server: String,
+    /// The HTTP client.
+    pub client: String,
+    /// The safety timeout of every wait, in milliseconds: a stalled step fails after it.
+    pub safety_timeout_ms: u64,
+}
+
+impl Runner {
+    /// This runner, serving on `front` with `safety_timeout`, on the Tokio runtime it is
+    /// called from.
+    pub fn current(front: Front, safety_timeout: Duration) -> Self {
+        let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => "current-thread scheduler",
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => "multi-thread scheduler",
+            _ => "scheduler unknown",
+        };
+        Runner {
+            name: env!("CARGO_PKG_NAME").into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            language: "Rust".into(),
+            runtime: format!("Tokio 1, {scheduler}"),
+            front,
+            server: front.describe().into(),
+            client: "reqwest 0.13, inherited proxy settings ignored".into(),
+            safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// One policy run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PolicyReport {
+    /// `shared` or `partitioned`.
+    pub mode: Mode,
+    /// Permits per pool.
+    pub pool_capacities: BTreeMap<Pool, usize>,
+    /// The pool each route draws from.
+    pub route_pools: BTreeMap<Route, Pool>,
+    /// Admission decisions, in order.
+    pub admissions: Vec<AdmissionRecord>,
+    /// What the coordinator observed along the sequence.
+    #[serde(flatten)]
+    pub observed: Observed,
+    /// The server's work events, in order.
+    pub work_events: Vec<WorkEvent>,
+    /// The highest observed active work per pool, inside the work section only.
+    pub peak_active_work: BTreeMap<Pool, usize>,
+    /// Each pool's account: attempts, admitted, refused, finished, peak, refusals and the
+    /// invariants checked over the whole run.
+    pub ledger: BTreeMap<Pool, PoolLedger>,
+    /// The section after the run: no active work, every permit back, gate open.
+    pub final_state: FinalState,
+    /// Every client task was joined, counted against those spawned (the name is the threaded
+    /// runner's; these are Tokio tasks).
+    pub client_threads_stopped: bool,
+    /// Of those, the tasks aborted after a failure (0 on a clean run).
+    pub client_tasks_aborted: u64,
+    /// What holding the slow work cost the process, and what was left after the run.
+    pub resources: ResourceEvidence,
+    /// The server after it stopped; `None` if it never started.
+    pub server: Option<ServerSummary>,
+    /// The model's expectations and how the observations compare.
+    pub model: ModelCheck,
+}
+
+/// The model block: what the policy model expects and whether the run showed it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ModelCheck {
+    /// What the model expects for each request.
+    pub expected: Vec<Expected>,
+    /// No difference was found.
+    pub matches: bool,
+    /// Each difference, in words.
+    pub mismatches: Vec<String>,
+}
+
+impl PolicyReport {
+    /// Assembles a policy's report from its evidence and compares it with the model.
+    pub fn assemble(policy: Policy, held: Held, evidence: Evidence) -> Self {
+        let expected = model::expect(policy, held);
+        let mismatches = model::check(policy, &expected, &evidence);
+        PolicyReport {
+            mode: policy.mode,
+            pool_capacities: policy.capacities(),
+            route_pools: [Route::Slow, Route::Fast]
+                .into_iter()
+                .map(|route| (route, policy.pool_for(route)))
+                .collect(),
+            admissions: evidence.admissions(),
+            observed: evidence.observed,
+            peak_active_work: evidence.ledger.iter().map(|(&p, l)| (p, l.peak)).collect(),
+            ledger: evidence.ledger,
+            work_events: evidence.work_events,
+            final_state: evidence.final_state,
+            client_threads_stopped: evidence.client_threads_stopped,
+            client_tasks_aborted: evidence.client_tasks_aborted,
+            resources: evidence.resources,
+            server: evidence.server,
+            model: ModelCheck {
+                expected,
+                matches: mismatches.is_empty(),
+                mismatches,
+            },
+        }
+    }
+}
