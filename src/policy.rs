@@ -1,5 +1,5 @@
 //! The two policies: which pools exist, how many permits each holds, and which route draws
-//! from which (contract section 2).
+//! from which (`docs/contract.md`, "Policies").
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -6,24 +6,24 @@ mod common;
 use common::load::{self, Resources};
 use isolation_lab::server::Front;
 
-/// On each front: 100 default labs in a row and 32 at once; then every input on both fronts
+/// On each front: 20 default labs in a row and 16 at once; then every input on both fronts
 /// while every core is kept busy. Every outcome matches the model, and descriptors and threads
 /// return to their starting count.
 #[test]
 fn labs_in_bulk_match_the_model_and_leave_nothing_behind() {
     let before = Resources::now();
     for front in Front::ALL {
-        load::sequential(front, 100);
+        load::sequential(front, 20);
         assert_eq!(
             load::settled(before),
             before,
-            "after 100 sequential labs on {front:?}"
+            "after 20 sequential labs on {front:?}"
         );
-        load::concurrent(front, 32);
+        load::concurrent(front, 16);
         assert_eq!(
             load::settled(before),
             before,
-            "after 32 concurrent labs on {front:?}"
+            "after 16 concurrent labs on {front:?}"
         );
     }
     load::under_cpu_load(1);

@@ -1,12 +1,12 @@
 //! Every allowed input — 2 modes × slots 2..=4 × held 1..=4, 24 policy runs, each on its own
-//! fresh server — against the policy model computed in the test from contract section 4.
+//! fresh server — against the policy model computed in the test from the policy model (`docs/contract.md`).
 
 mod common;
 
 use common::{Case, assert_matches_section_4, assert_structure};
 use isolation_lab::server::Front;
 
-/// Each of the 24 runs on `front` shows exactly what section 4 says, with the structural
+/// Each of the 24 runs on `front` shows exactly what the policy model says, with the structural
 /// evidence intact.
 async fn every_input_matches_section_4_on(front: Front) {
     let cases = Case::all();

@@ -8,21 +8,21 @@ use super::lock;
 
 /// A fixed number of permits guarded by a std `Mutex`.
 #[derive(Debug)]
-pub struct BoundedSemaphore {
+pub(crate) struct BoundedSemaphore {
     capacity: usize,
     available: Mutex<usize>,
 }
 
 /// A release was refused: every permit was already back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OverRelease {
+pub(crate) struct OverRelease {
     /// The semaphore's capacity.
     pub capacity: usize,
 }
 
 impl BoundedSemaphore {
     /// A full semaphore of `capacity` permits.
-    pub fn new(capacity: usize) -> Arc<Self> {
+    pub(crate) fn new(capacity: usize) -> Arc<Self> {
         Arc::new(BoundedSemaphore {
             capacity,
             available: Mutex::new(capacity),
@@ -30,7 +30,7 @@ impl BoundedSemaphore {
     }
 
     /// A permit if one is free, without waiting. It is released when dropped.
-    pub fn try_acquire(self: &Arc<Self>) -> Option<BoundedPermit> {
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<BoundedPermit> {
         let mut available = lock(&self.available);
         *available = available.checked_sub(1)?;
         Some(BoundedPermit {
@@ -53,14 +53,14 @@ impl BoundedSemaphore {
     }
 
     /// Permits free right now.
-    pub fn available(&self) -> usize {
+    pub(crate) fn available(&self) -> usize {
         *lock(&self.available)
     }
 }
 
 /// A permit taken from a [`BoundedSemaphore`].
 #[derive(Debug)]
-pub struct BoundedPermit {
+pub(crate) struct BoundedPermit {
     semaphore: Arc<BoundedSemaphore>,
 }
 

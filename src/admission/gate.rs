@@ -11,7 +11,7 @@ use super::lock;
 
 /// Where the gate stands. It leaves `Closed` once and never returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Latch {
+pub(crate) enum Latch {
     /// Slow work waits.
     #[default]
     Closed,
@@ -24,7 +24,7 @@ pub enum Latch {
 
 /// The latch and its two ways of waking waiters.
 #[derive(Debug, Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     /// A std `Mutex` rather than an atomic so that what the caller records on holding or
     /// opening is ordered with the state itself.
     latch: Mutex<Latch>,
@@ -34,23 +34,23 @@ pub struct Gate {
 
 impl Gate {
     /// A closed gate.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Where the gate stands now.
-    pub fn latch(&self) -> Latch {
+    pub(crate) fn latch(&self) -> Latch {
         *lock(&self.latch)
     }
 
     /// Opens a closed gate for every present and future waiter. `on_open` runs once, on the
     /// opening, before any waiter can move: it is ordered before every later `pass`.
-    pub fn open(&self, on_open: impl FnOnce()) {
+    pub(crate) fn open(&self, on_open: impl FnOnce()) {
         self.leave_closed(Latch::Open, on_open);
     }
 
     /// Tells every present and future waiter of a closed gate to give up.
-    pub fn abandon(&self) {
+    pub(crate) fn abandon(&self) {
         self.leave_closed(Latch::Abandoned, || {});
     }
 
@@ -69,10 +69,10 @@ impl Gate {
 
     /// Waits (as a task) until the gate is no longer closed, and says how it left: `Open` or
     /// `Abandoned`. If it is closed on arrival, `on_hold` runs first, ordered before the change.
-    pub async fn pass(&self, on_hold: impl FnOnce()) -> Latch {
+    pub(crate) async fn pass(&self, on_hold: impl FnOnce()) -> Latch {
         // Register for the wake-up before looking at the state: a change that happens after the
         // look then finds this waiter registered (`notify_waiters` wakes only registered
-        // waiters; checking first and registering second loses wake-ups, NOTES.md pitfall 1).
+        // waiters; checking first and registering second loses wake-ups).
         let mut woken = pin!(self.woken.notified());
         woken.as_mut().enable();
         {
@@ -88,7 +88,7 @@ impl Gate {
     }
 
     /// Waits (as a blocked thread) until the gate is no longer closed; as [`Gate::pass`].
-    pub fn pass_blocking(&self, on_hold: impl FnOnce()) -> Latch {
+    pub(crate) fn pass_blocking(&self, on_hold: impl FnOnce()) -> Latch {
         let mut latch = lock(&self.latch);
         if *latch == Latch::Closed {
             on_hold();

@@ -10,8 +10,8 @@
 //! - [`token`]: the run token that only the run's own callers present.
 
 pub mod audit;
-pub mod bounded;
-pub mod gate;
+pub(crate) mod bounded;
+pub(crate) mod gate;
 pub mod ledger;
 pub mod pools;
 pub mod section;

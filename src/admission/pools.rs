@@ -27,7 +27,9 @@ enum Semaphores {
 /// A permit of either kind. It returns to its pool when dropped, so capacity is never counted
 /// by hand.
 #[derive(Debug)]
-pub enum Permit {
+// Never read: a permit is held only for its `Drop`, which returns it to its pool.
+#[expect(dead_code, reason = "a permit is held for its Drop alone")]
+pub(crate) enum Permit {
     /// From a Tokio semaphore.
     Tokio(OwnedSemaphorePermit),
     /// From a bounded semaphore.
@@ -36,14 +38,14 @@ pub enum Permit {
 
 /// The semaphores of one policy run.
 #[derive(Debug)]
-pub struct Pools {
+pub(crate) struct Pools {
     policy: Policy,
     semaphores: Semaphores,
 }
 
 impl Pools {
     /// Full pools for `policy`.
-    pub fn new(policy: Policy, permits: Permits) -> Self {
+    pub(crate) fn new(policy: Policy, permits: Permits) -> Self {
         let pools = policy.capacities().into_iter();
         let semaphores = match permits {
             Permits::Tokio => Semaphores::Tokio(
@@ -59,7 +61,7 @@ impl Pools {
     }
 
     /// A permit from `pool` if one is free, without waiting.
-    pub fn try_acquire(&self, pool: Pool) -> Option<Permit> {
+    pub(crate) fn try_acquire(&self, pool: Pool) -> Option<Permit> {
         match &self.semaphores {
             // `Err` is either "no permits" or "closed"; these semaphores are never closed.
             Semaphores::Tokio(s) => s
@@ -73,7 +75,7 @@ impl Pools {
     }
 
     /// Permits of `pool` free right now.
-    pub fn available(&self, pool: Pool) -> usize {
+    pub(crate) fn available(&self, pool: Pool) -> usize {
         match &self.semaphores {
             Semaphores::Tokio(s) => s.get(&pool).map_or(0, |s| s.available_permits()),
             Semaphores::Bounded(s) => s.get(&pool).map_or(0, |s| s.available()),
@@ -81,14 +83,14 @@ impl Pools {
     }
 
     /// Permits of `pool` taken right now: the work inside the section that draws from it.
-    pub fn active(&self, pool: Pool) -> usize {
+    pub(crate) fn active(&self, pool: Pool) -> usize {
         self.policy
             .capacity(pool)
             .saturating_sub(self.available(pool))
     }
 
     /// The policy the pools were built for.
-    pub fn policy(&self) -> Policy {
+    pub(crate) fn policy(&self) -> Policy {
         self.policy
     }
 }

@@ -9,6 +9,8 @@
 //! - [`compare`]: both fronts side by side.
 
 pub mod compare;
+#[cfg(test)]
+pub(crate) mod fixtures;
 pub mod svg;
 pub mod sweep;
 pub mod text;

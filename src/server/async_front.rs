@@ -255,7 +255,7 @@ async fn handle(
     respond(reply)
 }
 
-/// A complete JSON response. The body is whole, so nothing outlives the handler (NOTES.md 7).
+/// A complete JSON response. The body is whole, so nothing outlives the handler (a streaming body would outlive the permit).
 fn respond(reply: Reply) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(reply.body.to_string())));
     *response.status_mut() = reply.status;

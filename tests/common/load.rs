@@ -56,7 +56,7 @@ fn settle<T: PartialEq>(expected: T, read: impl Fn() -> T) -> T {
     read()
 }
 
-/// Asserts a whole default report: both policies, each matching section 4.
+/// Asserts a whole default report: both policies, each matching the policy model.
 pub fn assert_default(report: &Report) {
     assert!(report.matches_model, "{:?}", report.failure);
     assert_eq!(report.policies.len(), 2);

@@ -1,5 +1,5 @@
 //! Helpers shared by the integration scenarios: the policy model computed here from contract
-//! section 4 (never read from the report's own `model` field), and checks whose failures print
+//! `docs/contract.md` ("The policy model"; never read from the report's own `model` field), and checks whose failures print
 //! what was expected, what was observed, and for which run.
 
 #![allow(dead_code, unreachable_pub)]
@@ -98,7 +98,7 @@ impl Case {
     }
 }
 
-/// Asserts every outcome section 4 names for `case`, from the report's observations.
+/// Asserts every outcome the policy model names for `case`, from the report's observations.
 pub fn assert_matches_section_4(case: Case, report: &PolicyReport) {
     let decided = |request: Label| {
         report
