@@ -31,6 +31,7 @@ pub mod cli;
 pub mod compare;
 pub mod coordinator;
 pub mod faults;
+pub(crate) mod global;
 pub mod label;
 pub mod model;
 pub mod outcome;
