@@ -32,6 +32,7 @@ pub mod compare;
 pub mod coordinator;
 pub mod evidence;
 pub mod faults;
+pub(crate) mod global;
 pub mod label;
 pub mod model;
 pub mod outcome;

@@ -1,0 +1,366 @@
+//! A private `redis-server` child process on `127.0.0.1`, for tests and for a lab run that
+//! has no Redis of its own: fresh port, fresh directory, no persistence, and it dies with us.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::url::LoopbackUrl;
+
+/// The line `redis-server` logs once its listening socket is open (7.0 and later add a suffix).
+const READY_LINE: &str = "Ready to accept connections";
+/// What `redis-server` logs when another process took the port between our probe and its bind.
+const PORT_TAKEN: &str = "Address already in use";
+/// How many fresh ports to try when another process wins the race for one.
+const PORT_ATTEMPTS: usize = 5;
+/// How long the server may take to report ready, or to exit once asked to stop.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The server's last output lines kept to explain a failure.
+const KEPT_LINES: usize = 40;
+
+/// Whether a `redis-server` executable is on `PATH`, for tests that need one to skip cleanly.
+pub(crate) fn redis_server_available() -> bool {
+    let Some(paths) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&paths).any(|dir| {
+        std::fs::metadata(dir.join("redis-server"))
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
+/// own empty directory, no snapshots and no append-only file.
+///
+/// It dies with its parent: the kernel sends it SIGKILL when the thread that started it ends
+/// (`PR_SET_PDEATHSIG` on Linux) — so start it from a thread that outlives it (the main thread
+/// or a runtime worker, not a `spawn_blocking` thread) — and dropping it kills and reaps it and
+/// removes its directory. [`LocalRedis::stop`] is the orderly way.
+#[derive(Debug)]
+pub(crate) struct LocalRedis {
+    url: LoopbackUrl,
+    pid: u32,
+    /// `None` once reaped.
+    child: Option<Child>,
+    /// Reads the server's output (stdout and stderr, one pipe) until it exits; returns the
+    /// last lines.
+    output: Option<JoinHandle<Vec<String>>>,
+    /// `None` once removed.
+    dir: Option<PathBuf>,
+}
+
+/// How one attempt to start a server ended.
+enum Attempt {
+    Ready(LocalRedis),
+    /// Another process bound the port first; the server exited saying so.
+    PortTaken(Vec<String>),
+}
+
+impl LocalRedis {
+    /// Starts a server and waits until it reports that it accepts connections (at most
+    /// 10 s). Fails when `redis-server` is not on `PATH`, exits, or never gets ready.
+    pub(crate) async fn start() -> Result<LocalRedis> {
+        let mut last_output = Vec::new();
+        for _ in 0..PORT_ATTEMPTS {
+            match Self::start_on(free_port()?).await? {
+                Attempt::Ready(redis) => return Ok(redis),
+                Attempt::PortTaken(output) => last_output = output,
+            }
+        }
+        bail!(
+            "redis-server lost the race for a free port {PORT_ATTEMPTS} times; its last output:\n{}",
+            last_output.join("\n")
+        )
+    }
+
+    async fn start_on(port: u16) -> Result<Attempt> {
+        let dir = fresh_dir()?;
+        // One pipe for stdout and stderr: the ready line comes on stdout, a bad option is
+        // reported on stderr, and either explains a failure.
+        let (reader, writer) = io::pipe().context("creating a pipe for redis-server's output")?;
+        let mut command = Command::new("redis-server");
+        command
+            .arg("--port")
+            .arg(port.to_string())
+            .args(["--bind", "127.0.0.1", "--protected-mode", "yes"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--daemonize", "no", "--logfile", "", "--loglevel", "notice"])
+            .stdin(Stdio::null())
+            .stdout(writer.try_clone().context("sharing the output pipe")?)
+            .stderr(writer);
+        die_with_parent(&mut command);
+        let spawned = command.spawn();
+        // The command holds the pipe's write ends: drop them now, so that the reader sees the
+        // end of the output when the server exits.
+        drop(command);
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                // Best effort: the directory is empty and ours; the spawn error is the news.
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e).context("starting redis-server (is it on PATH?)");
+            }
+        };
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let mut redis = LocalRedis {
+            url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+                .map_err(anyhow::Error::msg)?,
+            pid: child.id(),
+            child: Some(child),
+            output: None,
+            dir: Some(dir),
+        };
+        // From here `redis` owns the process: any early return kills and reaps it.
+        let output =
+            pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).context("reading the pipe")?;
+        redis.output = Some(tokio::spawn(read_output(output, ready_tx)));
+        match tokio::time::timeout(STEP_TIMEOUT, ready_rx).await {
+            Ok(Ok(())) => Ok(Attempt::Ready(redis)),
+            Ok(Err(_)) => {
+                // The reader ended without the ready line: the server exited.
+                let lines = redis.collect_output().await?;
+                let status = redis.reap()?;
+                if lines.iter().any(|line| line.contains(PORT_TAKEN)) {
+                    return Ok(Attempt::PortTaken(lines));
+                }
+                bail!(
+                    "redis-server exited ({status}) before it was ready; its output:\n{}",
+                    lines.join("\n")
+                )
+            }
+            Err(_) => bail!(
+                "redis-server did not report ready within {} s",
+                STEP_TIMEOUT.as_secs()
+            ),
+        }
+    }
+
+    /// Where to connect.
+    pub(crate) fn url(&self) -> &LoopbackUrl {
+        &self.url
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The server's private directory (removed when it stops).
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// Asks the server to exit (SIGTERM: with no persistence it saves nothing), waits for it
+    /// (at most 10 s, then SIGKILL), reaps it and removes its directory. Fails if it had to be
+    /// killed, exited with an error, or the directory could not be removed.
+    pub(crate) async fn stop(mut self) -> Result<()> {
+        let mut problem = None;
+        let output = self.output.take();
+        if self.child.is_some() {
+            let pid = libc::pid_t::try_from(self.pid).context("a pid fits in pid_t")?;
+            // SAFETY: `kill` has no memory effects; `pid` is our unreaped child, so the id
+            // cannot have been reused by another process.
+            if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+                problem = Some(format!("SIGTERM failed: {}", io::Error::last_os_error()));
+            }
+            let mut killed = false;
+            if let Some(mut output) = output {
+                // The output ends when the server has exited.
+                let joined = match tokio::time::timeout(STEP_TIMEOUT, &mut output).await {
+                    Ok(joined) => joined,
+                    Err(_) => {
+                        problem = Some(format!(
+                            "redis-server did not exit within {} s of SIGTERM; killed",
+                            STEP_TIMEOUT.as_secs()
+                        ));
+                        self.kill().context("killing redis-server")?;
+                        killed = true;
+                        output.await
+                    }
+                };
+                joined.context("the redis-server output reader failed")?;
+            }
+            if !killed {
+                // The output has ended, so the server has exited: this wait does not block.
+                let status = self.reap()?;
+                if problem.is_none() && !status.success() {
+                    problem = Some(format!("redis-server exited with {status}"));
+                }
+            }
+        } else if let Some(output) = output {
+            // Killed earlier: its output has ended or is about to.
+            output
+                .await
+                .context("the redis-server output reader failed")?;
+        }
+        if let Some(dir) = self.dir.take() {
+            std::fs::remove_dir_all(&dir)
+                .with_context(|| format!("removing redis-server's directory {}", dir.display()))?;
+        }
+        match problem {
+            Some(problem) => bail!(problem),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills the server at once (SIGKILL) and reaps it, as a crash would end it. Its directory
+    /// stays until [`LocalRedis::stop`] or drop.
+    pub(crate) fn kill(&mut self) -> io::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let killed = child.kill();
+            // Reap even if the kill failed (it had exited): the process must not stay a zombie.
+            child.wait()?;
+            killed?;
+        }
+        Ok(())
+    }
+
+    /// Reaps the exited server.
+    fn reap(&mut self) -> Result<std::process::ExitStatus> {
+        let mut child = self
+            .child
+            .take()
+            .context("redis-server was already reaped")?;
+        child.wait().context("reaping redis-server")
+    }
+
+    /// Joins the output reader, which ends when the server has exited.
+    async fn collect_output(&mut self) -> Result<Vec<String>> {
+        match self.output.take() {
+            Some(output) => output
+                .await
+                .context("the redis-server output reader failed"),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+impl Drop for LocalRedis {
+    fn drop(&mut self) {
+        // Nothing to report to from a drop: kill, reap and remove are each best effort, and a
+        // kill that fails means the process has already exited (the wait still reaps it).
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(output) = self.output.take() {
+            output.abort();
+        }
+        if let Some(dir) = self.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Makes the child get SIGKILL when the thread that spawns it ends (Linux).
+fn die_with_parent(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // prctl reads its arguments as unsigned longs: pass them at that width.
+        let signal = libc::c_ulong::try_from(libc::SIGKILL).expect("SIGKILL is positive");
+        const ZERO: libc::c_ulong = 0;
+        // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+        // system calls (prctl, getppid), allocating nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, ZERO, ZERO, ZERO) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before the prctl: then nobody would kill us.
+                if u32::try_from(libc::getppid()) != Ok(parent) {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
+}
+
+/// A port that was free a moment ago on 127.0.0.1. Another process may take it before the
+/// server binds it; [`LocalRedis::start`] then tries another.
+fn free_port() -> Result<u16> {
+    let probe = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
+    Ok(probe.local_addr().context("reading the free port")?.port())
+}
+
+/// A new, empty, private directory under the system's temporary directory.
+fn fresh_dir() -> Result<PathBuf> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("randomness for a name: {e}"))?;
+    let name = format!(
+        "isolation-lab-redis-{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    );
+    let dir = std::env::temp_dir().join(name);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Reads the server's output until it ends, says when the ready line has come, and returns the
+/// last lines.
+async fn read_output(output: pipe::Receiver, ready: oneshot::Sender<()>) -> Vec<String> {
+    let mut ready = Some(ready);
+    let mut lines = VecDeque::with_capacity(KEPT_LINES);
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut keep = |bytes: &[u8], lines: &mut VecDeque<String>| {
+        let line = String::from_utf8_lossy(bytes).trim_end().to_owned();
+        if line.contains(READY_LINE)
+            && let Some(ready) = ready.take()
+        {
+            // The starter may have given up waiting; then nobody needs to know.
+            let _ = ready.send(());
+        }
+        if lines.len() == KEPT_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    };
+    loop {
+        if output.readable().await.is_err() {
+            break;
+        }
+        match output.try_read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                pending.extend_from_slice(&buf[..n]);
+                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = pending.drain(..=end).collect();
+                    keep(&line, &mut lines);
+                }
+                // A line longer than the buffer is kept in pieces rather than growing forever.
+                if pending.len() > buf.len() {
+                    keep(&pending, &mut lines);
+                    pending.clear();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    if !pending.is_empty() {
+        keep(&pending, &mut lines);
+    }
+    lines.into()
+}

@@ -1,0 +1,692 @@
+//! One Redis-backed semaphore of `capacity` permits shared by every replica of a run: a
+//! try-acquire that admits or refuses at once, naming the holders, with optional per-holder
+//! leases timed by Redis's own clock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, Value};
+
+use super::lease::HeldLease;
+use super::scripts::Scripts;
+use super::url::LoopbackUrl;
+
+/// How long connecting, and then each command, may take before it fails: a Redis that is gone
+/// or stopped must surface as an error, never as a hang. Loopback round trips take tens of
+/// microseconds, so this only ever fires on a dead or stopped server.
+pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest lease accepted: expiries are Redis sorted-set scores (doubles), exact for
+/// whole milliseconds far beyond this.
+pub(crate) const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// How long a holder keeps its permit without renewing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// The permit lapses this many milliseconds (Redis time) after the last admission or
+    /// renewal: a holder that dies loses it then.
+    Millis(u64),
+    /// No expiry: the plain semaphore. A holder that dies without releasing leaks its permit
+    /// until [`GlobalPermits::cleanup`].
+    None,
+}
+
+impl Lease {
+    /// The command line's reading of a lease in milliseconds: 0 means no lease.
+    pub(crate) fn from_millis(ms: u64) -> Lease {
+        if ms == 0 {
+            Lease::None
+        } else {
+            Lease::Millis(ms)
+        }
+    }
+
+    /// The lease in milliseconds as the scripts take it (0: none).
+    fn script_arg(self) -> u64 {
+        match self {
+            Lease::Millis(ms) => ms,
+            Lease::None => 0,
+        }
+    }
+}
+
+impl fmt::Display for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lease::Millis(ms) => write!(f, "{ms} ms"),
+            Lease::None => f.write_str("no lease"),
+        }
+    }
+}
+
+/// Who holds a global permit: a replica and the request it admitted, written `r1/S3`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Holder {
+    replica: String,
+    request: String,
+}
+
+impl Holder {
+    /// A holder; each part is 1 to 64 of `A-Z a-z 0-9 _ - .` so that `/` can separate them.
+    pub(crate) fn new(replica: &str, request: &str) -> Result<Holder, GlobalError> {
+        for (what, part) in [("replica", replica), ("request", request)] {
+            if !valid_name(part) {
+                return Err(GlobalError::Invalid(format!(
+                    "{what} `{part}` must be 1 to 64 of A-Z a-z 0-9 _ - ."
+                )));
+            }
+        }
+        Ok(Holder {
+            replica: replica.to_owned(),
+            request: request.to_owned(),
+        })
+    }
+
+    /// Reads the `r1/S3` form back.
+    pub(crate) fn parse(s: &str) -> Result<Holder, GlobalError> {
+        let Some((replica, request)) = s.split_once('/') else {
+            return Err(GlobalError::Invalid(format!(
+                "holder `{s}` is not of the form replica/request"
+            )));
+        };
+        Holder::new(replica, request)
+    }
+
+    /// The replica, e.g. `r1`.
+    pub(crate) fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// The request, e.g. `S3`.
+    pub(crate) fn request(&self) -> &str {
+        &self.request
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.replica, self.request)
+    }
+}
+
+fn valid_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// A holder and the Redis time (ms since the Unix epoch) its lease ends; `None`: no lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holding {
+    /// Who holds the permit.
+    pub(crate) holder: Holder,
+    /// When its lease ends, in Redis time; `None` when it has no lease.
+    pub(crate) expires_at_ms: Option<u64>,
+}
+
+/// The answer of one try-acquire, with the Redis time it was decided at. A refusal is
+/// immediate: nothing waits or queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// The holder now holds a permit.
+    Admitted {
+        /// The Redis time of the decision (ms since the Unix epoch).
+        at_ms: u64,
+        /// When the lease ends unless renewed; `None` with [`Lease::None`].
+        expires_at_ms: Option<u64>,
+    },
+    /// Every permit was held; these are the holders, in order of expiry (then of name).
+    Refused {
+        /// The Redis time of the decision (ms since the Unix epoch).
+        at_ms: u64,
+        /// The holders at that time.
+        holders: Vec<Holding>,
+    },
+}
+
+impl Decision {
+    /// The Redis time of the decision.
+    pub(crate) fn at_ms(&self) -> u64 {
+        match self {
+            Decision::Admitted { at_ms, .. } | Decision::Refused { at_ms, .. } => *at_ms,
+        }
+    }
+}
+
+/// The answer of one renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Still held; the lease now ends at `expires_at_ms` (`None`: no lease).
+    Renewed {
+        /// The Redis time of the renewal.
+        at_ms: u64,
+        /// The new end of the lease.
+        expires_at_ms: Option<u64>,
+    },
+    /// The holder was gone: its lease had expired, or it was released or cleaned up.
+    Lost {
+        /// The Redis time the renewal found it gone.
+        at_ms: u64,
+    },
+}
+
+impl Renewal {
+    /// Whether the holder still held its permit.
+    pub(crate) fn held(&self) -> bool {
+        matches!(self, Renewal::Renewed { .. })
+    }
+}
+
+/// The answer of [`GlobalPermits::try_hold`].
+#[derive(Debug)]
+pub(crate) enum Hold {
+    /// Admitted; the lease is renewed until it is released or dropped.
+    Held(HeldLease),
+    /// Refused at Redis time `at_ms`, naming the holders.
+    Refused {
+        /// The Redis time of the decision.
+        at_ms: u64,
+        /// The holders at that time.
+        holders: Vec<Holding>,
+    },
+}
+
+/// What went wrong with the global permits. A refusal is not an error: it is a [`Decision`].
+#[derive(Debug)]
+pub(crate) enum GlobalError {
+    /// A run id, capacity, lease or holder the module does not accept.
+    Invalid(String),
+    /// Redis could not be reached, or failed or timed out while `doing` something.
+    Redis {
+        /// What was being done.
+        doing: &'static str,
+        /// The client's error.
+        source: RedisError,
+    },
+    /// Redis answered something the scripts never return.
+    Reply {
+        /// What was being done.
+        doing: &'static str,
+        /// What was wrong with the answer.
+        detail: String,
+    },
+    /// The holder already holds a permit: admitting it twice would let one release free both.
+    AlreadyHeld(Holder),
+    /// Another replica of the run recorded other settings.
+    Mismatch {
+        /// The run.
+        run: String,
+        /// This replica's settings.
+        ours: String,
+        /// The settings recorded for the run.
+        recorded: String,
+    },
+}
+
+impl fmt::Display for GlobalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GlobalError::Invalid(why) => f.write_str(why),
+            GlobalError::Redis { doing, source } => write!(f, "Redis, {doing}: {source}"),
+            GlobalError::Reply { doing, detail } => {
+                write!(f, "Redis, {doing}: unexpected reply: {detail}")
+            }
+            GlobalError::AlreadyHeld(holder) => write!(f, "{holder} already holds a permit"),
+            GlobalError::Mismatch {
+                run,
+                ours,
+                recorded,
+            } => write!(
+                f,
+                "run {run} is recorded with {recorded}, this replica was given {ours}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for GlobalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GlobalError::Redis { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// A semaphore of `capacity` permits in Redis, shared by every replica that connects with the
+/// same run id. Cloning shares the connection.
+///
+/// Its keys are `isolation-lab:{RUN}:holders` (a sorted set of holders scored by the Redis
+/// time their lease ends) and `isolation-lab:{RUN}:config` (the run's capacity and lease, so a
+/// replica given other settings is refused at connect). The braces are a Redis Cluster hash
+/// tag: both keys of a run would land on one node, as the multi-key cleanup needs.
+///
+/// A lease turns a leak into a possible double admission: with [`Lease::None`] a holder that
+/// dies keeps its permit forever, while with a lease a holder that is merely paused (stopped,
+/// swapping, partitioned) past its lease loses its permit while it still works, and another
+/// holder is admitted beside it. Renewing at a third of the lease narrows that window but
+/// cannot close it; fencing tokens (a counter checked by the guarded resource) would.
+#[derive(Clone)]
+pub(crate) struct GlobalPermits {
+    inner: Arc<Inner>,
+    conn: MultiplexedConnection,
+}
+
+struct Inner {
+    run: String,
+    holders_key: String,
+    config_key: String,
+    capacity: u32,
+    lease: Lease,
+    scripts: Scripts,
+}
+
+impl fmt::Debug for GlobalPermits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GlobalPermits")
+            .field("run", &self.inner.run)
+            .field("capacity", &self.inner.capacity)
+            .field("lease", &self.inner.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GlobalPermits {
+    /// Connects to the Redis at `url` (failing after [`REDIS_TIMEOUT`]) and joins run `run`
+    /// (1 to 64 of `A-Z a-z 0-9 _ -`) with `capacity` ≥ 1 permits and `lease`
+    /// (`Millis` from 1 to [`MAX_LEASE_MS`]). The first replica records the settings; a later
+    /// one with other settings gets [`GlobalError::Mismatch`].
+    pub(crate) async fn connect(
+        url: &LoopbackUrl,
+        run: &str,
+        capacity: u32,
+        lease: Lease,
+    ) -> Result<GlobalPermits, GlobalError> {
+        // No `{`, `}`, `*` or `?`: the run id sits inside a hash tag and a `KEYS` pattern.
+        let run_ok = (1..=64).contains(&run.len())
+            && run
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+        if !run_ok {
+            return Err(GlobalError::Invalid(format!(
+                "run id `{run}` must be 1 to 64 of A-Z a-z 0-9 _ -"
+            )));
+        }
+        if capacity == 0 {
+            return Err(GlobalError::Invalid(
+                "capacity must be at least 1".to_owned(),
+            ));
+        }
+        if let Lease::Millis(ms) = lease
+            && !(1..=MAX_LEASE_MS).contains(&ms)
+        {
+            return Err(GlobalError::Invalid(format!(
+                "lease {ms} ms must be from 1 to {MAX_LEASE_MS} ms (or no lease)"
+            )));
+        }
+        let redis_error = |source| GlobalError::Redis {
+            doing: "connecting",
+            source,
+        };
+        let addr = url.socket_addr();
+        let info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
+            .into_connection_info()
+            .map_err(redis_error)?;
+        let client = redis::Client::open(info).map_err(redis_error)?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(redis_error)?;
+        let permits = GlobalPermits {
+            inner: Arc::new(Inner {
+                run: run.to_owned(),
+                holders_key: format!("isolation-lab:{{{run}}}:holders"),
+                config_key: format!("isolation-lab:{{{run}}}:config"),
+                capacity,
+                lease,
+                scripts: Scripts::new(),
+            }),
+            conn,
+        };
+        permits.agree().await?;
+        Ok(permits)
+    }
+
+    /// Records this run's settings, or checks them against those recorded.
+    async fn agree(&self) -> Result<(), GlobalError> {
+        const DOING: &str = "recording the run's settings";
+        let inner = &self.inner;
+        let reply: Value = inner
+            .scripts
+            .agree
+            .key(&inner.config_key)
+            .arg(inner.capacity)
+            .arg(inner.lease.script_arg())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: DOING,
+                source,
+            })?;
+        let fields = array(&reply, DOING)?;
+        let [capacity, lease] = fields else {
+            return Err(reply_error(DOING, &reply));
+        };
+        let recorded = (uint(capacity, DOING)?, uint(lease, DOING)?);
+        let ours = (u64::from(inner.capacity), inner.lease.script_arg());
+        if recorded == ours {
+            return Ok(());
+        }
+        let settings = |(capacity, lease): (u64, u64)| {
+            format!("capacity {capacity}, {}", Lease::from_millis(lease))
+        };
+        Err(GlobalError::Mismatch {
+            run: inner.run.clone(),
+            ours: settings(ours),
+            recorded: settings(recorded),
+        })
+    }
+
+    /// The run id.
+    pub(crate) fn run(&self) -> &str {
+        &self.inner.run
+    }
+
+    /// The number of permits.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.inner.capacity
+    }
+
+    /// The lease each holder gets.
+    pub(crate) fn lease(&self) -> Lease {
+        self.inner.lease
+    }
+
+    /// Tries to admit `holder` now, in one atomic script: expired holders are removed first,
+    /// then the holder is admitted if fewer than `capacity` remain, or refused naming them.
+    /// Never waits for a permit.
+    pub(crate) async fn try_acquire(&self, holder: &Holder) -> Result<Decision, GlobalError> {
+        const DOING: &str = "trying to acquire a permit";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .acquire
+                    .key(&inner.holders_key)
+                    .arg(inner.capacity)
+                    .arg(inner.lease.script_arg())
+                    .arg(holder.to_string()),
+                DOING,
+            )
+            .await?;
+        let (code, at_ms, rest) = coded(&reply, DOING)?;
+        match (code, rest) {
+            (1, [expiry]) => Ok(Decision::Admitted {
+                at_ms,
+                expires_at_ms: expiry_of(expiry, DOING)?,
+            }),
+            (2, []) => Err(GlobalError::AlreadyHeld(holder.clone())),
+            (0, pairs) => Ok(Decision::Refused {
+                at_ms,
+                holders: holdings(pairs, DOING)?,
+            }),
+            _ => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    /// Tries to admit `holder` now and, if admitted, keeps its lease renewed (every third of
+    /// the lease) until the returned [`HeldLease`] is released or dropped.
+    pub(crate) async fn try_hold(&self, holder: Holder) -> Result<Hold, GlobalError> {
+        match self.try_acquire(&holder).await? {
+            Decision::Admitted {
+                at_ms,
+                expires_at_ms,
+            } => Ok(Hold::Held(HeldLease::start(
+                self.clone(),
+                holder,
+                at_ms,
+                expires_at_ms,
+            ))),
+            Decision::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
+        }
+    }
+
+    /// Releases `holder`'s permit. `false` when it was not held any more: its lease had
+    /// expired, or it was released or cleaned up already.
+    pub(crate) async fn release(&self, holder: &Holder) -> Result<bool, GlobalError> {
+        const DOING: &str = "releasing a permit";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .release
+                    .key(&inner.holders_key)
+                    .arg(holder.to_string()),
+                DOING,
+            )
+            .await?;
+        match array(&reply, DOING)? {
+            [removed, _at] => Ok(uint(removed, DOING)? == 1),
+            _ => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    /// Resets `holder`'s lease to a full lease from now (Redis time), only if it still holds
+    /// its permit; [`Renewal::Lost`] if it had expired or been removed. Never re-admits.
+    pub(crate) async fn renew(&self, holder: &Holder) -> Result<Renewal, GlobalError> {
+        const DOING: &str = "renewing a lease";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .renew
+                    .key(&inner.holders_key)
+                    .arg(inner.lease.script_arg())
+                    .arg(holder.to_string()),
+                DOING,
+            )
+            .await?;
+        let (code, at_ms, rest) = coded(&reply, DOING)?;
+        match (code, rest) {
+            (1, [expiry]) => Ok(Renewal::Renewed {
+                at_ms,
+                expires_at_ms: expiry_of(expiry, DOING)?,
+            }),
+            (0, []) => Ok(Renewal::Lost { at_ms }),
+            _ => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    /// The current holders, in order of expiry, after removing the expired ones, with the Redis
+    /// time they were read at.
+    pub(crate) async fn holders(&self) -> Result<(u64, Vec<Holding>), GlobalError> {
+        const DOING: &str = "reading the holders";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(&mut inner.scripts.holders.key(&inner.holders_key), DOING)
+            .await?;
+        match array(&reply, DOING)? {
+            [at, pairs @ ..] => Ok((uint(at, DOING)?, holdings(pairs, DOING)?)),
+            [] => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    /// Deletes every key of the run, and returns how many holders still held a permit then:
+    /// a holder without a lease that died is removed here, at the end of a run.
+    pub(crate) async fn cleanup(&self) -> Result<usize, GlobalError> {
+        const DOING: &str = "deleting the run's keys";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .cleanup
+                    .key(&inner.holders_key)
+                    .key(&inner.config_key),
+                DOING,
+            )
+            .await?;
+        match array(&reply, DOING)? {
+            [live, _at] => {
+                usize::try_from(uint(live, DOING)?).map_err(|_| reply_error(DOING, &reply))
+            }
+            _ => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    async fn invoke(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        doing: &'static str,
+    ) -> Result<Value, GlobalError> {
+        // A multiplexed connection is a cheap handle: each call sends through its own clone.
+        invocation
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis { doing, source })
+    }
+}
+
+fn reply_error(doing: &'static str, reply: &Value) -> GlobalError {
+    GlobalError::Reply {
+        doing,
+        detail: format!("{reply:?}"),
+    }
+}
+
+fn array<'a>(reply: &'a Value, doing: &'static str) -> Result<&'a [Value], GlobalError> {
+    match reply {
+        Value::Array(items) => Ok(items),
+        other => Err(reply_error(doing, other)),
+    }
+}
+
+/// Splits a `{code, now, ...}` reply.
+fn coded<'a>(
+    reply: &'a Value,
+    doing: &'static str,
+) -> Result<(u64, u64, &'a [Value]), GlobalError> {
+    match array(reply, doing)? {
+        [code, at, rest @ ..] => Ok((uint(code, doing)?, uint(at, doing)?, rest)),
+        _ => Err(reply_error(doing, reply)),
+    }
+}
+
+fn text<'a>(value: &'a Value, doing: &'static str) -> Result<&'a str, GlobalError> {
+    match value {
+        Value::BulkString(bytes) => {
+            std::str::from_utf8(bytes).map_err(|_| reply_error(doing, value))
+        }
+        Value::SimpleString(s) => Ok(s),
+        other => Err(reply_error(doing, other)),
+    }
+}
+
+/// A whole non-negative number: a Lua number comes back as an integer, a stored field or a
+/// score as text.
+fn uint(value: &Value, doing: &'static str) -> Result<u64, GlobalError> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).map_err(|_| reply_error(doing, value)),
+        _ => {
+            let s = text(value, doing)?;
+            s.parse::<u64>()
+                .ok()
+                .or_else(|| {
+                    // Redis may print a whole score as a double (e.g. `1.7e12`).
+                    let f = s.parse::<f64>().ok()?;
+                    (f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f < 2f64.powi(53))
+                        .then_some(f as u64)
+                })
+                .ok_or_else(|| reply_error(doing, value))
+        }
+    }
+}
+
+/// A lease's end: a number, or `inf` for no lease.
+fn expiry_of(value: &Value, doing: &'static str) -> Result<Option<u64>, GlobalError> {
+    if let Value::BulkString(bytes) = value
+        && bytes.eq_ignore_ascii_case(b"inf")
+    {
+        return Ok(None);
+    }
+    uint(value, doing).map(Some)
+}
+
+/// `holder, score, holder, score, ...` from `ZRANGE ... WITHSCORES`.
+fn holdings(pairs: &[Value], doing: &'static str) -> Result<Vec<Holding>, GlobalError> {
+    if !pairs.len().is_multiple_of(2) {
+        return Err(GlobalError::Reply {
+            doing,
+            detail: format!("{} holder fields, not pairs", pairs.len()),
+        });
+    }
+    pairs
+        .chunks_exact(2)
+        .map(|pair| {
+            Ok(Holding {
+                holder: Holder::parse(text(&pair[0], doing)?)?,
+                expires_at_ms: expiry_of(&pair[1], doing)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Holders print and parse as `replica/request`, and names that would break that are refused.
+    #[test]
+    fn holder_round_trip_and_validation() {
+        let holder = Holder::new("r1", "S3").expect("valid names");
+        assert_eq!(holder.to_string(), "r1/S3");
+        assert_eq!(Holder::parse("r1/S3").expect("valid form"), holder);
+        assert_eq!((holder.replica(), holder.request()), ("r1", "S3"));
+        for (replica, request) in [("", "S1"), ("r1", ""), ("r/1", "S1"), ("r1", "S 1")] {
+            assert!(
+                Holder::new(replica, request).is_err(),
+                "{replica:?}/{request:?} should be refused"
+            );
+        }
+        assert!(Holder::parse("r1S3").is_err());
+        assert!(Holder::parse("r1/S3/x").is_err());
+        assert!(Holder::new(&"r".repeat(65), "S1").is_err());
+    }
+
+    /// 0 ms on the command line means no lease.
+    #[test]
+    fn lease_from_millis() {
+        assert_eq!(Lease::from_millis(0), Lease::None);
+        assert_eq!(Lease::from_millis(200), Lease::Millis(200));
+        assert_eq!(Lease::Millis(200).to_string(), "200 ms");
+    }
+
+    /// Replies are read strictly: scores as integers or whole doubles, `inf` as no expiry.
+    #[test]
+    fn reply_parsing() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(uint(&Value::Int(7), "t").ok(), Some(7));
+        assert_eq!(
+            uint(&bulk("1764512345678"), "t").ok(),
+            Some(1_764_512_345_678)
+        );
+        assert_eq!(uint(&bulk("1.5e3"), "t").ok(), Some(1500));
+        assert!(uint(&bulk("1.5"), "t").is_err());
+        assert!(uint(&Value::Int(-1), "t").is_err());
+        assert_eq!(expiry_of(&bulk("inf"), "t").ok(), Some(None));
+        let pairs = [bulk("r1/S1"), bulk("inf"), bulk("r2/S2"), bulk("10")];
+        let held = holdings(&pairs, "t").expect("well-formed pairs");
+        assert_eq!(held[0].holder.to_string(), "r1/S1");
+        assert_eq!(held[0].expires_at_ms, None);
+        assert_eq!(held[1].expires_at_ms, Some(10));
+        assert!(holdings(&pairs[..3], "t").is_err());
+    }
+}

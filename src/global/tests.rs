@@ -1,0 +1,557 @@
+//! Global permits against a real `redis-server`, one private server per test.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// A guard against a hang: every test here ends well within it.
+const TEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Between probes of a lease that has not lapsed yet; the probe's answer, not this pace,
+/// decides when a probing loop ends.
+const PROBE_PACE: Duration = Duration::from_millis(5);
+
+/// Starts a private Redis, or prints one line and returns `None` when `redis-server` is missing.
+async fn redis_or_skip(test: &str) -> Option<LocalRedis> {
+    if !redis_server_available() {
+        println!("skipped {test}: redis-server is not on PATH");
+        return None;
+    }
+    Some(
+        LocalRedis::start()
+            .await
+            .expect("redis-server is on PATH, so a private one starts"),
+    )
+}
+
+/// Fails the test instead of hanging it.
+async fn guarded<T>(test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(TEST_TIMEOUT, test)
+        .await
+        .expect("the test finished within its guard")
+}
+
+fn holder(replica: &str, request: &str) -> Holder {
+    Holder::new(replica, request).expect("test names are valid")
+}
+
+fn names(holdings: &[Holding]) -> BTreeSet<String> {
+    holdings.iter().map(|h| h.holder.to_string()).collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+async fn connect(redis: &LocalRedis, run: &str, capacity: u32, lease: Lease) -> GlobalPermits {
+    GlobalPermits::connect(redis.url(), run, capacity, lease)
+        .await
+        .expect("the private Redis accepts connections")
+}
+
+async fn admitted(permits: &GlobalPermits, who: &Holder) -> Option<u64> {
+    match permits.try_acquire(who).await.expect("Redis answers") {
+        Decision::Admitted { expires_at_ms, .. } => expires_at_ms,
+        refused => panic!("expected {who} to be admitted, got {refused:?}"),
+    }
+}
+
+async fn refused(permits: &GlobalPermits, who: &Holder) -> (u64, Vec<Holding>) {
+    match permits.try_acquire(who).await.expect("Redis answers") {
+        Decision::Refused { at_ms, holders } => (at_ms, holders),
+        admitted => panic!("expected {who} to be refused, got {admitted:?}"),
+    }
+}
+
+/// Every key of `run`, read with a connection of its own.
+async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
+    let addr = redis.url().socket_addr();
+    let client = redis::Client::open(redis::ConnectionAddr::Tcp(
+        addr.ip().to_string(),
+        addr.port(),
+    ))
+    .expect("a TCP address is a valid client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the private Redis accepts connections");
+    redis::cmd("KEYS")
+        .arg(format!("isolation-lab:{{{run}}}:*"))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS answers")
+}
+
+fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// With capacity 2, exactly the first 2 of 5 holders are admitted, and each refusal names both
+/// holders with their lease ends.
+#[tokio::test]
+async fn capacity_two_admits_two_of_five() {
+    let Some(redis) = redis_or_skip("capacity_two_admits_two_of_five").await else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "cap", 2, Lease::Millis(60_000)).await;
+        assert_eq!((permits.run(), permits.capacity()), ("cap", 2));
+        let mut admitted_at = Vec::new();
+        let mut refusals = Vec::new();
+        for n in 1..=5 {
+            let who = holder("r1", &format!("S{n}"));
+            match permits.try_acquire(&who).await.expect("Redis answers") {
+                Decision::Admitted {
+                    at_ms,
+                    expires_at_ms,
+                } => {
+                    assert_eq!(expires_at_ms, Some(at_ms + 60_000), "lease from Redis time");
+                    admitted_at.push(who.to_string());
+                }
+                Decision::Refused { at_ms, holders } => {
+                    for h in &holders {
+                        let expiry = h.expires_at_ms.expect("leased holders have an expiry");
+                        assert!(expiry > at_ms, "a named holder is live: {h:?} at {at_ms}");
+                    }
+                    refusals.push(names(&holders));
+                }
+            }
+        }
+        assert_eq!(admitted_at, ["r1/S1", "r1/S2"]);
+        assert_eq!(refusals, vec![set(&["r1/S1", "r1/S2"]); 3]);
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// A release frees a permit for the next holder at once; releasing again finds nothing held.
+#[tokio::test]
+async fn release_admits_the_next() {
+    let Some(redis) = redis_or_skip("release_admits_the_next").await else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "rel", 2, Lease::None).await;
+        let (s1, s2, s3) = (holder("r1", "S1"), holder("r2", "S2"), holder("r1", "S3"));
+        admitted(&permits, &s1).await;
+        admitted(&permits, &s2).await;
+        refused(&permits, &s3).await;
+        assert!(permits.release(&s1).await.expect("Redis answers"));
+        assert!(!permits.release(&s1).await.expect("Redis answers"));
+        admitted(&permits, &s3).await;
+        let (_, holders) = permits.holders().await.expect("Redis answers");
+        assert_eq!(names(&holders), set(&["r2/S2", "r1/S3"]));
+        let (_, holders) = refused(&permits, &s1).await;
+        assert_eq!(names(&holders), set(&["r2/S2", "r1/S3"]));
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// A holder that already holds a permit cannot be admitted twice.
+#[tokio::test]
+async fn a_holder_is_admitted_once() {
+    let Some(redis) = redis_or_skip("a_holder_is_admitted_once").await else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "twice", 2, Lease::None).await;
+        let s1 = holder("r1", "S1");
+        admitted(&permits, &s1).await;
+        match permits.try_acquire(&s1).await {
+            Err(GlobalError::AlreadyHeld(h)) => assert_eq!(h, s1),
+            other => panic!("expected AlreadyHeld, got {other:?}"),
+        }
+        let (_, holders) = permits.holders().await.expect("Redis answers");
+        assert_eq!(names(&holders), set(&["r1/S1"]));
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// Two replicas of one run share one limit; a replica given other settings is refused at
+/// connect; another run has its own limit.
+#[tokio::test]
+async fn replicas_share_one_limit() {
+    let Some(redis) = redis_or_skip("replicas_share_one_limit").await else {
+        return;
+    };
+    guarded(async {
+        let r1 = connect(&redis, "shared", 2, Lease::Millis(60_000)).await;
+        let r2 = connect(&redis, "shared", 2, Lease::Millis(60_000)).await;
+        admitted(&r1, &holder("r1", "S1")).await;
+        admitted(&r2, &holder("r2", "S1")).await;
+        let (_, holders) = refused(&r1, &holder("r1", "S2")).await;
+        assert_eq!(names(&holders), set(&["r1/S1", "r2/S1"]));
+        for (capacity, lease) in [(3, Lease::Millis(60_000)), (2, Lease::None)] {
+            match GlobalPermits::connect(redis.url(), "shared", capacity, lease).await {
+                Err(GlobalError::Mismatch { recorded, .. }) => {
+                    assert_eq!(recorded, "capacity 2, 60000 ms");
+                }
+                other => panic!("expected a mismatch, got {other:?}"),
+            }
+        }
+        let other_run = connect(&redis, "other", 1, Lease::None).await;
+        admitted(&other_run, &holder("r1", "S2")).await;
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// An unrenewed lease lapses: the next holder is refused, naming it, until Redis time reaches
+/// its expiry, and then admitted.
+#[tokio::test]
+async fn a_lease_expires_and_the_next_is_admitted() {
+    let Some(redis) = redis_or_skip("a_lease_expires_and_the_next_is_admitted").await else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "expiry", 1, Lease::Millis(200)).await;
+        let (a, b) = (holder("r1", "S1"), holder("r2", "S2"));
+        let expiry = admitted(&permits, &a).await.expect("a leased admission");
+        let mut pace = tokio::time::interval(PROBE_PACE);
+        let mut refusals = 0;
+        let admitted_at = loop {
+            pace.tick().await;
+            let decision = permits.try_acquire(&b).await.expect("Redis answers");
+            let at_ms = decision.at_ms();
+            match decision {
+                Decision::Refused { holders, .. } => {
+                    assert!(
+                        at_ms < expiry,
+                        "refused at {at_ms}, after {a}'s expiry {expiry}"
+                    );
+                    assert_eq!(names(&holders), set(&["r1/S1"]));
+                    refusals += 1;
+                }
+                Decision::Admitted { .. } => break at_ms,
+            }
+        };
+        assert!(refusals > 0, "the first probe came before the lease lapsed");
+        assert!(
+            admitted_at >= expiry,
+            "admitted at {admitted_at} < expiry {expiry}"
+        );
+        assert!(
+            !permits.release(&a).await.expect("Redis answers"),
+            "{a} lost its lease"
+        );
+        let renewal = permits.renew(&a).await.expect("Redis answers");
+        assert!(
+            !renewal.held(),
+            "a lapsed lease must not renew: {renewal:?}"
+        );
+        assert!(matches!(renewal, Renewal::Lost { at_ms } if at_ms >= admitted_at));
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// A held lease is renewed every third of the lease: across several lease periods another
+/// holder keeps being refused, naming it; released, the permit is free at once.
+#[tokio::test]
+async fn renewal_keeps_a_lease_alive() {
+    let Some(redis) = redis_or_skip("renewal_keeps_a_lease_alive").await else {
+        return;
+    };
+    guarded(async {
+        const LEASE: u64 = 600;
+        let permits = connect(&redis, "renew", 1, Lease::Millis(LEASE)).await;
+        assert_eq!(permits.lease(), Lease::Millis(LEASE));
+        let b = holder("r2", "S2");
+        let held: HeldLease = match permits.try_hold(holder("r1", "S1")).await.expect("answers") {
+            Hold::Held(held) => held,
+            refused => panic!("expected a held lease, got {refused:?}"),
+        };
+        assert_eq!(held.holder().to_string(), "r1/S1");
+        match permits.try_hold(b.clone()).await.expect("Redis answers") {
+            Hold::Refused { at_ms, holders } => {
+                assert_eq!(names(&holders), set(&["r1/S1"]));
+                assert!(holders[0].expires_at_ms > Some(at_ms));
+            }
+            Hold::Held(held) => panic!("capacity 1 admitted a second holder: {held:?}"),
+        }
+        let LeaseState::Held {
+            at_ms: start,
+            expires_at_ms: Some(first_expiry),
+            ..
+        } = held.state()
+        else {
+            panic!("a fresh lease is held: {:?}", held.state());
+        };
+        let mut renewals = held.subscribe();
+        loop {
+            renewals.changed().await.expect("the renewal task runs");
+            let state = renewals.borrow_and_update().clone();
+            let LeaseState::Held {
+                at_ms,
+                expires_at_ms,
+                renewals: count,
+            } = state
+            else {
+                panic!("the lease was lost while renewed: {state:?}");
+            };
+            assert_eq!(expires_at_ms, Some(at_ms + LEASE));
+            let (refused_at, holders) = refused(&permits, &b).await;
+            assert_eq!(names(&holders), set(&["r1/S1"]));
+            if refused_at > start + 3 * LEASE {
+                assert!(refused_at > first_expiry, "refused past the first lease");
+                assert!(count >= 3, "{count} renewals over three lease periods");
+                break;
+            }
+        }
+        assert!(held.release().await.expect("Redis answers"), "still held");
+        admitted(&permits, &b).await;
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// A held lease dropped without release (a replica that dies) stops renewing and lapses; a
+/// held lease removed by cleanup reports it was lost.
+#[tokio::test]
+async fn a_dropped_lease_lapses_and_a_removed_one_is_lost() {
+    let Some(redis) = redis_or_skip("a_dropped_lease_lapses_and_a_removed_one_is_lost").await
+    else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "drop", 1, Lease::Millis(200)).await;
+        let b = holder("r2", "S2");
+        let Hold::Held(held) = permits.try_hold(holder("r1", "S1")).await.expect("answers") else {
+            panic!("the first holder is admitted");
+        };
+        drop(held);
+        let mut pace = tokio::time::interval(PROBE_PACE);
+        let admitted_at = loop {
+            pace.tick().await;
+            if let Decision::Admitted { at_ms, .. } = permits.try_acquire(&b).await.expect("ok") {
+                break at_ms;
+            }
+        };
+        assert!(permits.release(&b).await.expect("Redis answers"));
+
+        let Hold::Held(mut held) = permits.try_hold(holder("r1", "S3")).await.expect("answers")
+        else {
+            panic!("the permit is free again");
+        };
+        assert_eq!(permits.cleanup().await.expect("Redis answers"), 1);
+        match held.lost().await {
+            LeaseState::Lost { at_ms } => assert!(at_ms >= admitted_at),
+            other => panic!("expected the lease lost, got {other:?}"),
+        }
+        assert!(!held.release().await.expect("Redis answers"));
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// Without a lease the permit never lapses: a holder that is gone keeps refusing others;
+/// cleanup removes it and leaves no key of the run.
+#[tokio::test]
+async fn no_lease_leaks_until_cleanup() {
+    let Some(redis) = redis_or_skip("no_lease_leaks_until_cleanup").await else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "leak", 1, Lease::None).await;
+        let b = holder("r2", "S2");
+        let held = match permits.try_hold(holder("r1", "S1")).await.expect("answers") {
+            Hold::Held(held) => held,
+            refused => panic!("expected a held permit, got {refused:?}"),
+        };
+        let LeaseState::Held {
+            at_ms: start,
+            expires_at_ms: None,
+            ..
+        } = held.state()
+        else {
+            panic!("no lease, no expiry: {:?}", held.state());
+        };
+        // The holder dies without releasing.
+        drop(held);
+        let mut pace = tokio::time::interval(PROBE_PACE);
+        loop {
+            pace.tick().await;
+            let (at_ms, holders) = refused(&permits, &b).await;
+            assert_eq!(holders.len(), 1);
+            assert_eq!(holders[0].holder.to_string(), "r1/S1");
+            assert_eq!(holders[0].expires_at_ms, None);
+            if at_ms > start + 300 {
+                break;
+            }
+        }
+        assert!(!keys_of_run(&redis, "leak").await.is_empty());
+        assert_eq!(permits.cleanup().await.expect("Redis answers"), 1);
+        assert_eq!(keys_of_run(&redis, "leak").await, Vec::<String>::new());
+        assert_eq!(permits.cleanup().await.expect("Redis answers"), 0);
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// Redis killed mid-run: every operation fails fast, with an error rather than a hang, and a
+/// held lease's renewal reports the failure.
+#[tokio::test]
+async fn redis_killed_mid_run_fails_fast() {
+    let Some(mut redis) = redis_or_skip("redis_killed_mid_run_fails_fast").await else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "killed", 2, Lease::Millis(300)).await;
+        let Hold::Held(mut held) = permits.try_hold(holder("r1", "S1")).await.expect("answers")
+        else {
+            panic!("the first holder is admitted");
+        };
+        redis.kill().expect("SIGKILL and reap");
+        assert!(!process_exists(redis.pid()));
+        match permits.try_acquire(&holder("r1", "S2")).await {
+            Err(GlobalError::Redis { .. }) => {}
+            other => panic!("expected a Redis error, got {other:?}"),
+        }
+        assert!(permits.holders().await.is_err());
+        assert!(permits.cleanup().await.is_err());
+        match held.lost().await {
+            LeaseState::Failed { error, .. } => assert!(error.contains("renewing")),
+            other => panic!("expected a failed renewal, got {other:?}"),
+        }
+        assert!(held.release().await.is_err());
+        let url = *redis.url();
+        assert!(
+            GlobalPermits::connect(&url, "killed", 2, Lease::None)
+                .await
+                .is_err()
+        );
+    })
+    .await;
+    let dir = redis.dir().expect("kill leaves the directory").to_owned();
+    redis
+        .stop()
+        .await
+        .expect("stopping a killed redis only removes its directory");
+    assert!(!dir.exists());
+}
+
+/// A Redis that stops answering (SIGSTOP) fails a try-acquire after the response timeout
+/// rather than hanging it.
+#[tokio::test]
+async fn a_silent_redis_times_out() {
+    let Some(redis) = redis_or_skip("a_silent_redis_times_out").await else {
+        return;
+    };
+    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
+    guarded(async {
+        let permits = connect(&redis, "silent", 1, Lease::None).await;
+        admitted(&permits, &holder("r1", "S1")).await;
+        // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        match permits.try_acquire(&holder("r1", "S2")).await {
+            Err(GlobalError::Redis { source, .. }) => {
+                assert!(source.is_timeout(), "a timeout, got {source}");
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// Connecting where nothing listens fails at once.
+#[tokio::test]
+async fn connecting_to_a_closed_port_fails() {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let addr = probe.local_addr().expect("a bound address");
+    drop(probe);
+    let url = LoopbackUrl::parse(&format!("redis://{addr}")).expect("a loopback URL");
+    let result = guarded(GlobalPermits::connect(&url, "closed", 1, Lease::None)).await;
+    match result {
+        Err(GlobalError::Redis { doing, .. }) => assert_eq!(doing, "connecting"),
+        other => panic!("expected a connection error, got {other:?}"),
+    }
+}
+
+/// Settings the module cannot honour are refused before any connection is made.
+#[tokio::test]
+async fn invalid_settings_are_refused_before_connecting() {
+    // Nothing listens on port 1; validation must fail first.
+    let url = LoopbackUrl::parse("redis://127.0.0.1:1").expect("a loopback URL");
+    let cases = [
+        ("r", 0, Lease::None, "capacity"),
+        ("r", 1, Lease::Millis(0), "lease 0 ms"),
+        ("r", 1, Lease::Millis(MAX_LEASE_MS + 1), "lease"),
+        ("", 1, Lease::None, "run id"),
+        ("a*b", 1, Lease::None, "run id"),
+        ("{x}", 1, Lease::None, "run id"),
+    ];
+    for (run, capacity, lease, names) in cases {
+        match GlobalPermits::connect(&url, run, capacity, lease).await {
+            Err(GlobalError::Invalid(why)) => assert!(why.contains(names), "{why}"),
+            other => panic!("expected {run:?}/{capacity}/{lease} refused, got {other:?}"),
+        }
+    }
+    assert!(REDIS_TIMEOUT <= Duration::from_secs(2));
+}
+
+/// Dropping a `LocalRedis` kills and reaps the server and removes its directory; stopping it
+/// does the same in order.
+#[tokio::test]
+async fn local_redis_leaves_nothing_behind() {
+    let Some(redis) = redis_or_skip("local_redis_leaves_nothing_behind").await else {
+        return;
+    };
+    let (pid, dir) = (redis.pid(), redis.dir().expect("a fresh dir").to_owned());
+    assert!(process_exists(pid) && dir.is_dir());
+    drop(redis);
+    assert!(!process_exists(pid), "pid {pid} is gone after drop");
+    assert!(!dir.exists(), "{} is removed after drop", dir.display());
+
+    let redis = LocalRedis::start().await.expect("a second server starts");
+    let (pid, dir) = (redis.pid(), redis.dir().expect("a fresh dir").to_owned());
+    guarded(redis.stop())
+        .await
+        .expect("redis-server stops cleanly");
+    assert!(!process_exists(pid), "pid {pid} is gone after stop");
+    assert!(!dir.exists(), "{} is removed after stop", dir.display());
+}
+
+/// Measures one try-acquire round trip on loopback (not a test of anything):
+/// `cargo test --lib global::tests::measure -- --ignored --nocapture`
+#[tokio::test]
+#[ignore = "a measurement, not a test"]
+async fn measure_try_acquire_round_trip() {
+    let Some(redis) = redis_or_skip("measure_try_acquire_round_trip").await else {
+        return;
+    };
+    const CALLS: usize = 1000;
+    let permits = connect(&redis, "measure", 1, Lease::Millis(60_000)).await;
+    let (a, b) = (holder("r1", "S1"), holder("r2", "S2"));
+    let median = |mut samples: Vec<Duration>| {
+        samples.sort();
+        (samples[samples.len() / 2], samples[samples.len() * 9 / 10])
+    };
+    let mut admitted_times = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        admitted(&permits, &a).await;
+        admitted_times.push(started.elapsed());
+        permits.release(&a).await.expect("Redis answers");
+    }
+    admitted(&permits, &a).await;
+    let mut refused_times = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        refused(&permits, &b).await;
+        refused_times.push(started.elapsed());
+    }
+    let (admit_median, admit_p90) = median(admitted_times);
+    let (refuse_median, refuse_p90) = median(refused_times);
+    println!(
+        "try_acquire over {CALLS} calls each: admitted median {admit_median:?} (p90 \
+         {admit_p90:?}), refused median {refuse_median:?} (p90 {refuse_p90:?})"
+    );
+    redis.stop().await.expect("redis-server stops cleanly");
+}

@@ -1,0 +1,233 @@
+//! A Redis URL that can only point at this machine: the lab sends nothing off the machine, so
+//! the address is checked once, before any process or socket exists, and a refusal names what
+//! is wrong with it.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// A `redis://HOST:PORT` address whose host is a loopback address.
+///
+/// Accepted hosts: any IPv4 address in `127.0.0.0/8`, `[::1]`, and `localhost`, which is taken
+/// to mean `127.0.0.1` without asking a resolver (a hosts file could map the name elsewhere).
+/// The port is required and not 0. Refused: other schemes (`rediss://` would need TLS,
+/// `unix://` is not TCP), user names and passwords, a database path (`/0`), a query or a
+/// fragment: the lab namespaces its keys by run, on database 0, with no authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LoopbackUrl {
+    addr: SocketAddr,
+}
+
+impl LoopbackUrl {
+    /// Parses `s`, or says what is wrong with it.
+    pub(crate) fn parse(s: &str) -> Result<LoopbackUrl, String> {
+        let shown = s;
+        let Some((scheme, rest)) = s.split_once("://") else {
+            return Err(format!(
+                "`{shown}` is not a Redis URL: expected redis://127.0.0.1:PORT"
+            ));
+        };
+        if !scheme.eq_ignore_ascii_case("redis") {
+            let why = if scheme.eq_ignore_ascii_case("rediss") {
+                "TLS (rediss://) is not supported: the lab's Redis is on this machine"
+            } else {
+                "only redis:// is supported"
+            };
+            return Err(format!("`{shown}`: scheme `{scheme}` refused: {why}"));
+        }
+        if let Some(at) = rest.find(['?', '#']) {
+            return Err(format!(
+                "`{shown}`: `{}` refused: a Redis URL here takes no query or fragment",
+                &rest[at..]
+            ));
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(slash) => rest.split_at(slash),
+            None => (rest, ""),
+        };
+        if !path.is_empty() && path != "/" {
+            return Err(format!(
+                "`{shown}`: database path `{path}` refused: the lab uses database 0 and \
+                 namespaces its keys by run"
+            ));
+        }
+        if authority.contains('@') {
+            return Err(format!(
+                "`{shown}`: a user name or password is not supported: the lab's Redis is a \
+                 local one without authentication"
+            ));
+        }
+        let (host, port) = split_host_port(authority).map_err(|why| format!("`{shown}`: {why}"))?;
+        let ip = loopback_ip(host).map_err(|why| format!("`{shown}`: {why}"))?;
+        let port = match port.parse::<u16>() {
+            Ok(0) => return Err(format!("`{shown}`: port 0 is not a port to connect to")),
+            Ok(port) => port,
+            Err(_) => {
+                return Err(format!(
+                    "`{shown}`: port `{port}` is not a number from 1 to 65535"
+                ));
+            }
+        };
+        Ok(LoopbackUrl {
+            addr: SocketAddr::new(ip, port),
+        })
+    }
+
+    /// The address of a Redis server known to be local (one this process started).
+    pub(crate) fn from_local(addr: SocketAddr) -> Result<LoopbackUrl, String> {
+        if !addr.ip().is_loopback() || addr.port() == 0 {
+            return Err(format!("{addr} is not a loopback address with a port"));
+        }
+        Ok(LoopbackUrl { addr })
+    }
+
+    /// The socket address to connect to.
+    pub(crate) fn socket_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+/// Splits `HOST:PORT` or `[V6]:PORT`; the port is required.
+fn split_host_port(authority: &str) -> Result<(&str, &str), String> {
+    if authority.is_empty() {
+        return Err("no host: expected redis://127.0.0.1:PORT".to_owned());
+    }
+    if let Some(bracketed) = authority.strip_prefix('[') {
+        let Some((host, after)) = bracketed.split_once(']') else {
+            return Err("an IPv6 host opened with `[` is not closed with `]`".to_owned());
+        };
+        return match after.strip_prefix(':') {
+            Some(port) if !port.is_empty() => Ok((host, port)),
+            _ => Err("a port is required, as in redis://[::1]:6379".to_owned()),
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((host, _)) if host.contains(':') => {
+            Err("an IPv6 host must be written in brackets, as in redis://[::1]:6379".to_owned())
+        }
+        Some((host, port)) if !host.is_empty() && !port.is_empty() => Ok((host, port)),
+        Some(("", _)) => Err("no host: expected redis://127.0.0.1:PORT".to_owned()),
+        _ => Err(format!(
+            "a port is required, as in redis://{authority}:6379"
+        )),
+    }
+}
+
+/// The loopback address `host` names, or why it is refused.
+fn loopback_ip(host: &str) -> Result<IpAddr, String> {
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let ip = if let Ok(v4) = host.parse::<Ipv4Addr>() {
+        IpAddr::V4(v4)
+    } else if let Ok(v6) = host.parse::<Ipv6Addr>() {
+        IpAddr::V6(v6)
+    } else {
+        return Err(format!(
+            "host `{host}` refused: only loopback addresses (127.0.0.0/8, [::1], localhost), \
+             the lab sends nothing off this machine"
+        ));
+    };
+    if ip.is_loopback() {
+        Ok(ip)
+    } else {
+        Err(format!(
+            "host `{host}` is not a loopback address: the lab sends nothing off this machine"
+        ))
+    }
+}
+
+impl fmt::Display for LoopbackUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SocketAddr prints IPv6 in brackets, as a URL needs.
+        write!(f, "redis://{}", self.addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(s: &str) -> String {
+        match LoopbackUrl::parse(s) {
+            Ok(url) => url.to_string(),
+            Err(why) => panic!("expected {s} to parse, got: {why}"),
+        }
+    }
+
+    fn refused(s: &str, names: &str) {
+        match LoopbackUrl::parse(s) {
+            Ok(url) => panic!("expected {s} to be refused, got {url}"),
+            Err(why) => assert!(
+                why.contains(names),
+                "refusal of {s} should mention `{names}`, got: {why}"
+            ),
+        }
+    }
+
+    /// Loopback hosts are accepted and printed back in one normal form.
+    #[test]
+    fn accepts_loopback_hosts() {
+        assert_eq!(ok("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(ok("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379");
+        assert_eq!(ok("REDIS://127.0.0.1:1"), "redis://127.0.0.1:1");
+        assert_eq!(ok("redis://127.1.2.3:65535"), "redis://127.1.2.3:65535");
+        assert_eq!(ok("redis://localhost:7000"), "redis://127.0.0.1:7000");
+        assert_eq!(ok("redis://LocalHost:7000"), "redis://127.0.0.1:7000");
+        assert_eq!(ok("redis://[::1]:7000"), "redis://[::1]:7000");
+        assert_eq!(
+            LoopbackUrl::parse("redis://[::1]:7000").map(|u| u.socket_addr()),
+            Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 7000))
+        );
+    }
+
+    /// Anything that could leave the machine is refused, naming the host.
+    #[test]
+    fn refuses_other_hosts() {
+        refused("redis://10.0.0.1:6379", "not a loopback");
+        refused("redis://192.168.1.2:6379", "not a loopback");
+        refused("redis://0.0.0.0:6379", "not a loopback");
+        refused("redis://[::]:6379", "not a loopback");
+        refused("redis://[::ffff:127.0.0.1]:6379", "not a loopback");
+        refused("redis://example.com:6379", "host `example.com` refused");
+        refused("redis://127.0.0.1.example.com:6379", "refused");
+    }
+
+    /// Malformed URLs and unsupported parts are refused with a message naming the part.
+    #[test]
+    fn refuses_malformed_and_unsupported() {
+        refused("", "not a Redis URL");
+        refused("127.0.0.1:6379", "not a Redis URL");
+        refused("http://127.0.0.1:6379", "scheme `http`");
+        refused("rediss://127.0.0.1:6379", "TLS");
+        refused("unix:///tmp/redis.sock", "scheme `unix`");
+        refused("redis://127.0.0.1", "port is required");
+        refused("redis://127.0.0.1:", "port is required");
+        refused("redis://[::1]", "port is required");
+        refused("redis://[::1:6379", "not closed");
+        refused("redis://::1:6379", "brackets");
+        refused("redis://:6379", "no host");
+        refused("redis://", "no host");
+        refused("redis://127.0.0.1:0", "port 0");
+        refused("redis://127.0.0.1:65536", "port `65536`");
+        refused("redis://127.0.0.1:http", "port `http`");
+        refused("redis://127.0.0.1:-1", "port `-1`");
+        refused("redis://user:secret@127.0.0.1:6379", "password");
+        refused("redis://:secret@127.0.0.1:6379", "password");
+        refused("redis://127.0.0.1:6379/0", "database path `/0`");
+        refused("redis://127.0.0.1:6379/1", "database path");
+        refused("redis://127.0.0.1:6379?protocol=3", "query");
+        refused("redis://127.0.0.1:6379#x", "fragment");
+    }
+
+    /// Only a loopback address with a port can be built from a local server's address.
+    #[test]
+    fn from_local_checks_loopback() {
+        let local = SocketAddr::from(([127, 0, 0, 1], 6380));
+        assert_eq!(
+            LoopbackUrl::from_local(local).map(|u| u.to_string()),
+            Ok("redis://127.0.0.1:6380".to_owned())
+        );
+        assert!(LoopbackUrl::from_local(SocketAddr::from(([10, 0, 0, 1], 6380))).is_err());
+        assert!(LoopbackUrl::from_local(SocketAddr::from(([127, 0, 0, 1], 0))).is_err());
+    }
+}
