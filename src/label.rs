@@ -1,5 +1,7 @@
-//! Request labels: `S1`..`S4`, `F1`, `S-after`, `F-after`. Each request carries its label to the
-//! server in the `lab-request` header, so the route stays a plain `GET /slow` or `GET /fast`.
+//! Request labels: `S1`..`S4`, `F1`, `S-after`, `F-after` in a lab run; `S<n>` up to
+//! [`Label::MAX_SLOW`] when an instrument holds many; `R<n>` for a request sent by someone in the
+//! room to a live classroom session. Each request carries its label to the server in the
+//! `lab-request` header, so the route stays a plain `GET /slow` or `GET /fast`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,20 +16,31 @@ pub const LABEL_HEADER: &str = "lab-request";
 /// The name of one request of the sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Label {
-    /// `S<n>`: the n-th slow request held at the gate, 1 through `Held::MAX`.
-    Slow(u8),
+    /// `S<n>`: the n-th slow request held at the gate, from 1.
+    Slow(u16),
     /// `F1`: the fast request tried while the slow gate is closed.
     F1,
     /// `S-after`: a new slow probe after release.
     SlowAfter,
     /// `F-after`: a new fast probe after release.
     FastAfter,
+    /// `R<n>`: the n-th request from the room in a classroom session, to either route; the
+    /// server assigns the number.
+    Room(u32, Route),
 }
 
 impl Label {
+    /// The largest `n` of an `S<n>` label.
+    pub const MAX_SLOW: u16 = u16::MAX;
+
     /// The labels of the slow requests held at the gate: `S1..S<held>`.
     pub fn held(held: Held) -> impl Iterator<Item = Label> {
-        (1..).take(held.get()).map(Label::Slow)
+        Label::slow(held.get())
+    }
+
+    /// `S1..S<count>`, at most [`Label::MAX_SLOW`] of them.
+    pub fn slow(count: usize) -> impl Iterator<Item = Label> {
+        (1..=Label::MAX_SLOW).take(count).map(Label::Slow)
     }
 
     /// The route this request is sent to.
@@ -35,7 +48,13 @@ impl Label {
         match self {
             Label::Slow(_) | Label::SlowAfter => Route::Slow,
             Label::F1 | Label::FastAfter => Route::Fast,
+            Label::Room(_, route) => route,
         }
+    }
+
+    /// Whether the request came from the room rather than the scripted sequence.
+    pub fn from_room(self) -> bool {
+        matches!(self, Label::Room(..))
     }
 }
 
@@ -46,6 +65,7 @@ impl fmt::Display for Label {
             Label::F1 => f.write_str("F1"),
             Label::SlowAfter => f.write_str("S-after"),
             Label::FastAfter => f.write_str("F-after"),
+            Label::Room(n, _) => write!(f, "R{n}"),
         }
     }
 }
@@ -57,18 +77,22 @@ pub struct UnknownLabel;
 impl FromStr for Label {
     type Err = UnknownLabel;
 
+    /// A label the lab sends: `F1`, `S-after`, `F-after`, or `S<n>` with `n` from 1 through
+    /// [`Label::MAX_SLOW`] written plainly (no sign, no leading zero). `R<n>` is the server's
+    /// to assign and is never read from a request; its text names no route.
     fn from_str(text: &str) -> Result<Self, UnknownLabel> {
         match text {
             "F1" => Ok(Label::F1),
             "S-after" => Ok(Label::SlowAfter),
             "F-after" => Ok(Label::FastAfter),
-            // Exactly `S` and one digit from 1 through `Held::MAX`: no sign, no leading zero.
-            _ => match *text.as_bytes() {
-                [b'S', digit] if digit.is_ascii_digit() => Held::new(digit - b'0')
-                    .map(|_| Label::Slow(digit - b'0'))
-                    .ok_or(UnknownLabel),
-                _ => Err(UnknownLabel),
-            },
+            _ => {
+                let digits = text.strip_prefix('S').ok_or(UnknownLabel)?;
+                let plain = !digits.is_empty()
+                    && !digits.starts_with('0')
+                    && digits.bytes().all(|b| b.is_ascii_digit());
+                let n = digits.parse::<u16>().ok().filter(|_| plain);
+                n.map(Label::Slow).ok_or(UnknownLabel)
+            }
         }
     }
 }
@@ -82,6 +106,8 @@ impl Serialize for Label {
 impl<'de> Deserialize<'de> for Label {
     /// A saved report's label, checked as the server checks a request's header.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // A room request's label (`R<n>`) does not say its route, so it is not read back: a
+        // classroom session's report is for reading, not for replaying.
         let text = String::deserialize(deserializer)?;
         text.parse().map_err(|UnknownLabel| {
             serde::de::Error::custom(format!("not a lab request label: {text:?}"))
@@ -109,10 +135,18 @@ mod tests {
     #[test]
     fn texts_the_lab_never_sends_are_not_labels() {
         for text in [
-            "", "S0", "S5", "S01", "s1", "F2", "S-before", "S", "S+1", " S1",
+            "", "S0", "S01", "s1", "F2", "S-before", "S", "S+1", " S1", "S65536", "R1",
         ] {
             assert_eq!(text.parse::<Label>(), Err(UnknownLabel), "{text:?}");
         }
+    }
+
+    #[test]
+    fn many_slow_requests_have_labels() {
+        assert_eq!("S5".parse(), Ok(Label::Slow(5)));
+        assert_eq!("S65535".parse(), Ok(Label::Slow(u16::MAX)));
+        assert_eq!(Label::slow(50_000).count(), 50_000);
+        assert_eq!(Label::Room(3, Route::Fast).to_string(), "R3");
     }
 
     #[test]

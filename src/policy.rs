@@ -296,10 +296,63 @@ impl Policy {
 
     /// The pool a route draws its permit from.
     pub fn pool_for(self, route: Route) -> Pool {
-        match (self.mode, route) {
+        Policy::route_pool(self.mode, route)
+    }
+
+    /// The pool `route` draws from under `mode`, whatever the capacities.
+    fn route_pool(mode: Mode, route: Route) -> Pool {
+        match (mode, route) {
             (Mode::Shared, _) => Pool::Shared,
             (Mode::Partitioned, Route::Slow) => Pool::Slow,
             (Mode::Partitioned, Route::Fast) => Pool::Fast,
+        }
+    }
+}
+
+/// The pools of one work section, their capacities and which route draws from which: a lab
+/// policy's, or a shared pool of any size for an instrument that measures holding rather than
+/// refusing (`hold`), or a replica's own pool (`replicas`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    mode: Mode,
+    capacities: BTreeMap<Pool, usize>,
+}
+
+impl Allocation {
+    /// One shared pool of `capacity` permits for both routes.
+    pub fn shared(capacity: usize) -> Self {
+        Allocation {
+            mode: Mode::Shared,
+            capacities: BTreeMap::from([(Pool::Shared, capacity)]),
+        }
+    }
+
+    /// The pools, in report order.
+    pub fn pools(&self) -> impl Iterator<Item = Pool> + '_ {
+        self.capacities.keys().copied()
+    }
+
+    /// Permits per pool.
+    pub fn capacities(&self) -> BTreeMap<Pool, usize> {
+        self.capacities.clone()
+    }
+
+    /// A count for each pool, in report order.
+    pub fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
+        self.pools().map(|pool| (pool, count(pool))).collect()
+    }
+
+    /// The pool a route draws its permit from.
+    pub fn pool_for(&self, route: Route) -> Pool {
+        Policy::route_pool(self.mode, route)
+    }
+}
+
+impl From<Policy> for Allocation {
+    fn from(policy: Policy) -> Self {
+        Allocation {
+            mode: policy.mode,
+            capacities: policy.capacities(),
         }
     }
 }

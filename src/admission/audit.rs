@@ -142,7 +142,7 @@ impl PoolLedger {
 mod tests {
     use super::*;
 
-    fn event(request: u8, event: Event, active_after: usize) -> WorkEvent {
+    fn event(request: u16, event: Event, active_after: usize) -> WorkEvent {
         WorkEvent {
             seq: 0,
             request: Some(Label::Slow(request)),

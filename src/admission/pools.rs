@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::bounded::{BoundedPermit, BoundedSemaphore};
-use crate::policy::{Policy, Pool};
+use crate::policy::{Allocation, Pool};
 
 /// Which semaphore backs the pools: each server front uses its own world's primitive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,17 +36,17 @@ pub(crate) enum Permit {
     Bounded(BoundedPermit),
 }
 
-/// The semaphores of one policy run.
+/// The semaphores of one work section.
 #[derive(Debug)]
 pub(crate) struct Pools {
-    policy: Policy,
+    allocation: Allocation,
     semaphores: Semaphores,
 }
 
 impl Pools {
-    /// Full pools for `policy`.
-    pub(crate) fn new(policy: Policy, permits: Permits) -> Self {
-        let pools = policy.capacities().into_iter();
+    /// Full pools for `allocation`.
+    pub(crate) fn new(allocation: Allocation, permits: Permits) -> Self {
+        let pools = allocation.capacities().into_iter();
         let semaphores = match permits {
             Permits::Tokio => Semaphores::Tokio(
                 pools
@@ -57,7 +57,10 @@ impl Pools {
                 Semaphores::Bounded(pools.map(|(p, n)| (p, BoundedSemaphore::new(n))).collect())
             }
         };
-        Self { policy, semaphores }
+        Self {
+            allocation,
+            semaphores,
+        }
     }
 
     /// A permit from `pool` if one is free, without waiting.
@@ -84,13 +87,12 @@ impl Pools {
 
     /// Permits of `pool` taken right now: the work inside the section that draws from it.
     pub(crate) fn active(&self, pool: Pool) -> usize {
-        self.policy
-            .capacity(pool)
-            .saturating_sub(self.available(pool))
+        let capacity = self.allocation.capacities().get(&pool).copied();
+        capacity.unwrap_or(0).saturating_sub(self.available(pool))
     }
 
-    /// The policy the pools were built for.
-    pub(crate) fn policy(&self) -> Policy {
-        self.policy
+    /// The allocation the pools were built for.
+    pub(crate) fn allocation(&self) -> &Allocation {
+        &self.allocation
     }
 }

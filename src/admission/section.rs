@@ -16,7 +16,7 @@ use super::lock;
 use super::pools::{Permit, Permits, Pools};
 use super::token::RunToken;
 use crate::label::Label;
-use crate::policy::{Policy, Pool, Route};
+use crate::policy::{Allocation, Pool, Route};
 
 /// A request found no free permit in its pool. It never entered the section and nothing holds
 /// it for later: this is the whole of the refusal.
@@ -79,11 +79,11 @@ pub struct WorkSection {
 }
 
 impl WorkSection {
-    /// Full pools of `permits` for `policy`, a closed gate and an empty ledger; only requests
-    /// presenting `token` may ask for a permit.
-    pub fn new(policy: Policy, permits: Permits, token: RunToken) -> Self {
+    /// Full pools of `permits` for `allocation` (a lab policy, or a larger shared pool), a
+    /// closed gate and an empty ledger; only requests presenting `token` may ask for a permit.
+    pub fn new(allocation: impl Into<Allocation>, permits: Permits, token: RunToken) -> Self {
         Self {
-            pools: Pools::new(policy, permits),
+            pools: Pools::new(allocation.into(), permits),
             gate: Gate::new(),
             ledger: Mutex::new(Ledger::new()),
             token,
@@ -97,9 +97,9 @@ impl WorkSection {
         self.ledger().subscribe()
     }
 
-    /// The policy this section enforces.
-    pub fn policy(&self) -> Policy {
-        self.pools.policy()
+    /// The pools this section enforces.
+    pub fn allocation(&self) -> &Allocation {
+        self.pools.allocation()
     }
 
     /// Refuses a request that does not present this run's token (a header value, if any):
@@ -121,7 +121,7 @@ impl WorkSection {
     /// request never enters the section and nothing holds it for later. The decision is
     /// recorded before this returns; the admitted [`Work`] owns its permit.
     pub fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Refusal> {
-        let pool = self.policy().pool_for(route);
+        let pool = self.allocation().pool_for(route);
         // Decide and record under the ledger lock, so the ledger's order and counts are the
         // semaphore's own, whatever else runs at the same time.
         let mut ledger = self.ledger();
@@ -167,7 +167,7 @@ impl WorkSection {
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
     pub fn open_gate(&self) {
         self.gate.open(|| {
-            let pool = self.policy().pool_for(Route::Slow);
+            let pool = self.allocation().pool_for(Route::Slow);
             let mut ledger = self.ledger();
             let active = self.pools.active(pool);
             ledger.record(None, pool, Event::GateOpened, active);
@@ -183,7 +183,7 @@ impl WorkSection {
     /// What the control observer sees now.
     pub fn snapshot(&self) -> Snapshot {
         let ledger = self.ledger();
-        ledger.snapshot(self.policy().per_pool(|pool| self.pools.active(pool)))
+        ledger.snapshot(self.allocation().per_pool(|pool| self.pools.active(pool)))
     }
 
     /// The `seq` of the `gate_opened` event, once the gate has opened.
@@ -205,8 +205,7 @@ impl WorkSection {
 
     /// Each pool's account of the run so far, with its invariants checked.
     pub fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
-        let policy = self.policy();
-        let capacities = policy.capacities();
+        let capacities = self.allocation().capacities();
         let ledger = self.ledger();
         audit::audit(ledger.events(), ledger.attempts(), &capacities)
     }
@@ -221,8 +220,10 @@ impl WorkSection {
         };
         let _ledger = self.ledger();
         FinalState {
-            active_work: self.policy().per_pool(|pool| self.pools.active(pool)),
-            available_permits: self.policy().per_pool(|pool| self.pools.available(pool)),
+            active_work: self.allocation().per_pool(|pool| self.pools.active(pool)),
+            available_permits: self
+                .allocation()
+                .per_pool(|pool| self.pools.available(pool)),
             gate,
         }
     }
@@ -311,7 +312,7 @@ mod tests {
     use std::task::{Context, Poll, Waker};
 
     use super::*;
-    use crate::policy::{Mode, Slots};
+    use crate::policy::{Mode, Policy, Slots};
 
     fn observed(
         mode: Mode,

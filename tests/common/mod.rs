@@ -66,14 +66,14 @@ impl Case {
     /// `S1..S<admitted>` where admitted = min(held, slow capacity).
     pub fn admitted(self) -> Vec<Label> {
         (1..=self.held.min(self.slow_capacity()))
-            .map(Label::Slow)
+            .map(|n| Label::Slow(n.into()))
             .collect()
     }
 
     /// `S<admitted+1>..S<held>`.
     pub fn refused(self) -> Vec<Label> {
         (self.held.min(self.slow_capacity()) + 1..=self.held)
-            .map(Label::Slow)
+            .map(|n| Label::Slow(n.into()))
             .collect()
     }
 
