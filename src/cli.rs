@@ -5,7 +5,7 @@
 
 use std::convert::Infallible;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 
@@ -18,7 +18,8 @@ use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 #[command(
     name = "isolation-lab",
     version,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = EXAMPLES
 )]
 pub struct Cli {
     /// An instrument to use instead of running the lab once.
@@ -38,6 +39,17 @@ pub struct Cli {
     #[arg(long, global = true, hide = true, value_name = "URL", value_parser = refuse_address)]
     url: Option<Infallible>,
 }
+
+/// The examples at the end of `--help`.
+const EXAMPLES: &str = "Examples:
+  isolation-lab --format text                 both policies, the workshop's table
+  isolation-lab --mode shared --slots 3       F1 gets the third permit
+  isolation-lab --held 4 --format svg > r.svg a picture to project
+  isolation-lab predict --held 1              the model's answer, no server started
+  isolation-lab sweep                         every input, one matrix per policy
+  isolation-lab compare --held 4              the async and threaded fronts side by side
+
+Flags of a subcommand go after it: isolation-lab predict --held 4.";
 
 /// The teaching instruments.
 #[derive(Debug, Subcommand)]
@@ -65,10 +77,10 @@ pub enum Command {
     /// side: identical admissions, different costs; exits 1 if the admissions differ
     Compare {
         /// Total work permits of a policy, 2 through 4
-        #[arg(long, value_name = "N", default_value_t = Inputs::default().slots)]
+        #[arg(long, value_name = "N", default_value_t = Inputs::default().slots, allow_negative_numbers = true)]
         slots: Slots,
         /// Slow requests sent and held at the gate, 1 through 4
-        #[arg(long, value_name = "N", default_value_t = Inputs::default().held)]
+        #[arg(long, value_name = "N", default_value_t = Inputs::default().held, allow_negative_numbers = true)]
         held: Held,
         /// The comparison on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
@@ -79,16 +91,16 @@ pub enum Command {
 /// The inputs of one lab run.
 #[derive(Debug, Args)]
 pub struct InputArgs {
-    /// Which policy to run (both runs shared first, then partitioned)
+    /// Which policy: shared, partitioned, or both (shared first, then partitioned)
     #[arg(long, value_enum, default_value_t = ModeArg::Both)]
     pub mode: ModeArg,
 
     /// Total work permits of a policy, 2 through 4
-    #[arg(long, value_name = "N", default_value_t = Inputs::default().slots)]
+    #[arg(long, value_name = "N", default_value_t = Inputs::default().slots, allow_negative_numbers = true)]
     pub slots: Slots,
 
     /// Slow requests sent and held at the gate, 1 through 4
-    #[arg(long, value_name = "N", default_value_t = Inputs::default().held)]
+    #[arg(long, value_name = "N", default_value_t = Inputs::default().held, allow_negative_numbers = true)]
     pub held: Held,
 }
 
@@ -136,7 +148,7 @@ pub enum ModeArg {
     Shared,
     /// A slow pool of all permits but one, and one permit reserved for /fast
     Partitioned,
-    /// Shared, then partitioned, each on its own fresh server
+    /// Shared, then partitioned
     Both,
 }
 
@@ -177,6 +189,91 @@ impl InputArgs {
             held: self.held,
         }
     }
+}
+
+/// What a subcommand does instead of taking a flag it was given: the teaching half of a refusal.
+fn instead(subcommand: &str) -> Option<&'static str> {
+    Some(match subcommand {
+        "predict" => {
+            "predict takes --mode, --slots, --held and --format text|json; it starts no server"
+        }
+        "sweep" => {
+            "sweep runs every --slots/--held input itself; it takes --server and --format text|json"
+        }
+        "compare" => {
+            "compare runs both policies on both fronts; it takes --slots, --held and --format text|json"
+        }
+        _ => return None,
+    })
+}
+
+/// Parses the command line, or says what was wrong in words that teach: where a subcommand's
+/// flags go, the allowed range of a number, what a subcommand does instead of a flag it does not
+/// take, which flag carried a value that is not UTF-8. `Err` holds clap's own error (help and
+/// version included) with the message rewritten where it can say more.
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let error = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(cli),
+        Err(error) => error,
+    };
+    let text = |kind| match error.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let subcommands = ["predict", "sweep", "compare"];
+    let words: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let named = words
+        .iter()
+        .skip(1)
+        .position(|w| subcommands.contains(&w.as_str()));
+    let message = match error.kind() {
+        // `isolation-lab --held 4 predict`: flags before the subcommand.
+        ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {
+            let at = named.map_or(0, |at| at + 1);
+            let mut order = vec![words[at].clone()];
+            order.extend(words[1..at].iter().chain(&words[at + 1..]).cloned());
+            Some(format!(
+                "flags of a subcommand go after it: isolation-lab {}",
+                order.join(" ")
+            ))
+        }
+        ErrorKind::UnknownArgument => {
+            let flag = text(ContextKind::InvalidArg).unwrap_or_default();
+            let sub = named.map(|at| words[at + 1].as_str());
+            match sub.and_then(instead) {
+                Some(instead) => Some(format!(
+                    "{sub} does not take {flag}: {instead}",
+                    sub = sub.unwrap_or_default()
+                )),
+                None => None,
+            }
+        }
+        ErrorKind::InvalidUtf8 => {
+            let bad = args.iter().position(|a| a.to_str().is_none()).unwrap_or(0);
+            let flag = words[..bad].iter().rev().find(|w| w.starts_with("--"));
+            Some(match flag {
+                Some(flag) => format!(
+                    "the value of {flag} is not UTF-8 text; it takes plain digits or a name"
+                ),
+                None => "an argument is not UTF-8 text".to_owned(),
+            })
+        }
+        _ => None,
+    };
+    Err(match message {
+        Some(message) => Cli::command().error(ErrorKind::ValueValidation, message),
+        None => error,
+    })
 }
 
 fn refuse_address(_: &str) -> Result<Infallible, String> {
@@ -285,6 +382,49 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    /// The refusals a student meets say what to do: where flags go, the allowed range, what a
+    /// subcommand does instead, which flag carried bytes that are not text.
+    #[test]
+    fn refusals_teach() {
+        use std::os::unix::ffi::OsStrExt;
+
+        let said = |args: Vec<std::ffi::OsString>| {
+            let mut all = vec![std::ffi::OsString::from("isolation-lab")];
+            all.extend(args);
+            let error = super::parse(all).expect_err("refused");
+            assert_eq!(error.exit_code(), 2);
+            error.to_string()
+        };
+        let words = |text: &str| text.split(' ').map(Into::into).collect::<Vec<_>>();
+        for (args, says) in [
+            (
+                "--held 4 predict",
+                "flags of a subcommand go after it: isolation-lab predict --held 4",
+            ),
+            ("--slots -1", "expected a whole number from 2 through 4"),
+            ("--held -3", "expected a whole number from 1 through 4"),
+            (
+                "sweep --held 3",
+                "sweep runs every --slots/--held input itself",
+            ),
+            (
+                "compare --mode shared",
+                "compare runs both policies on both fronts",
+            ),
+        ] {
+            let message = said(words(args));
+            assert!(message.contains(says), "{args}: {message}");
+        }
+        let bytes = std::ffi::OsStr::from_bytes(b"\xff").to_owned();
+        let message = said(vec!["--slots".into(), bytes]);
+        assert!(
+            message.contains("the value of --slots is not UTF-8"),
+            "{message}"
+        );
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("Examples:"), "{help}");
     }
 
     #[test]

@@ -6,14 +6,13 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-use isolation_lab::cli::{Cli, Command, Format, TableFormat};
+use isolation_lab::cli::{Command, Format, TableFormat};
 use isolation_lab::render::{self, svg, text};
 use isolation_lab::{compare, sweep};
 
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
-    let cli = Cli::parse();
+    let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli.command {
         None => {
             let run = isolation_lab::run_on(cli.run.server.into(), cli.run.inputs.inputs());

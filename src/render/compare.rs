@@ -62,7 +62,12 @@ pub fn render(comparison: &Comparison) -> String {
     for (front, failure) in &comparison.failures {
         let _ = writeln!(out, "FAILED on the {} front: {failure}", front.name());
     }
-    if comparison.identical {
+    if !comparison.failures.is_empty() {
+        // A failed run was cut short: its rows are incomplete, not a different admission.
+        out.push_str(
+            "The comparison is incomplete: a run failed (above), so its rows stop where it did.\n",
+        );
+    } else if comparison.identical {
         out.push_str(
             "Admission is identical on both fronts: the same requests were held, refused\n\
              and answered, because one model, one coordinator and one work section decide.\n\
