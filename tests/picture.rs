@@ -164,9 +164,10 @@ async fn picture_from_binary(args: &'static [&'static str]) -> String {
     String::from_utf8(output.stdout).expect("an SVG is UTF-8")
 }
 
-/// The picture of a real run that failed: the default inputs, with S1's handler panicking
-/// inside the work section. The library stops at the first policy that fails; the report is
-/// assembled as `isolation_lab::run_on` assembles it.
+/// The picture of a real run that failed: the default inputs, with S1's caller hanging up
+/// while its work is held at the gate. The library stops at the first policy that fails; the
+/// report is assembled as `isolation_lab::run_on` assembles it. (This fault fails at once and
+/// its reason names no port, so the picture is the same on every run.)
 async fn failed_picture() -> String {
     let inputs = Inputs::default();
     let policy = Policy {
@@ -174,12 +175,12 @@ async fn failed_picture() -> String {
         slots: inputs.slots,
     };
     let faults = Faults {
-        handler_panics: Some(Label::Slow(1)),
+        caller_disconnects: Some(Label::Slow(1)),
         ..Faults::default()
     };
     let run = run_policy_with(Front::Async, policy, inputs.held, faults).await;
     let reason = run.reason();
-    let reason = reason.expect("a handler that panics fails the run");
+    let reason = reason.expect("a caller that disconnects while held fails the run");
     let report = Report {
         lab: "concurrency-isolation",
         runner: Runner::current(Front::Async),
@@ -200,7 +201,7 @@ fn write(path: &Path, contents: &[u8]) {
 }
 
 /// Four real runs' pictures (the default, `--held 4`, `--mode shared --slots 3`, and a run
-/// that failed), each opened in Chromium at 1920×1080: every text inside the picture, no two
+/// that failed when a held caller disconnected), each opened in Chromium at 1920×1080: every text inside the picture, no two
 /// texts overlapping, and every text at 16 screen pixels or more. The screenshots are written
 /// to docs/*.png, and the default and `--held 4` pictures to docs/*.svg.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
