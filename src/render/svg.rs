@@ -1,13 +1,18 @@
 //! A self-contained SVG picture of one run, for projecting in class. Per policy: a lane per
 //! request on an axis of work-event order, the gate opening as a vertical line, and each pool's
 //! permits below the lanes. Plain SVG 1.1, with no script and no font, image or link from
-//! outside.
+//! outside. It has a `viewBox` and no fixed size, so it scales to its window; the viewBox is as
+//! wide as a 1920-pixel window, where a unit is a pixel and the smallest text is 17 pixels.
 //!
-//! The x-axis is the ledger's `seq`: an order, never a clock. A bar spans events, not a
-//! duration; columns where responses arrived are wider only to make room for their statuses.
+//! The x-axis is the ledger's `seq`: an order, never a clock. Every event has a column of the
+//! same width, so no gap between marks claims a duration. Labels are placed, not just drawn:
+//! each goes where it stays inside its panel's plot and clear of every other mark on its lane.
+//! A status with no room beside its mark moves to the nearest free stretch and says in words
+//! which event it followed; a word the legend already gives is left out where it has no room.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
+use std::iter;
 
 use crate::admission::ledger::Event;
 use crate::label::Label;
@@ -20,36 +25,62 @@ const BLUE: &str = "#0072B2";
 const SKY: &str = "#56B4E9";
 const VERMILLION: &str = "#D55E00";
 const INK: &str = "#1A1A1A";
-const GREY: &str = "#6E6E6E";
+const GREY: &str = "#5E5E5E";
 const RULE: &str = "#C8C8C8";
 const SHADE: &str = "#E8E8E8";
 
-/// The picture's width, whether it holds one panel or two: a projector's.
-const WIDTH: f64 = 1200.0;
-const MARGIN: f64 = 30.0;
-const PANEL_GAP: f64 = 40.0;
-/// Room at the left of a panel for the lane and pool names.
-const LABEL_WIDTH: f64 = 80.0;
-const PANEL_TOP: f64 = 118.0;
-/// Lanes start below the panel's title, its pools in words, and the gate labels.
-const LANES_TOP: f64 = PANEL_TOP + 62.0;
-const LANE_HEIGHT: f64 = 42.0;
-const BAR_HEIGHT: f64 = 18.0;
-const CELL_HEIGHT: f64 = 16.0;
-const CELL_GAP: f64 = 3.0;
-/// Extra steps for a column in which responses arrived, so their statuses fit.
-const ANSWER_ROOM: f64 = 1.0;
-const BADGE_WIDTH: f64 = 36.0;
-const LEGEND_ROW: f64 = 30.0;
+/// The viewBox's width, whether it holds one panel or two: a 1920-pixel projector window's, so
+/// there every size below is the size the room sees.
+const WIDTH: f64 = 1920.0;
+const MARGIN: f64 = 16.0;
+const PANEL_GAP: f64 = 32.0;
+/// Room at the left of a panel for the lane and pool names; the panel's plot starts after it.
+const NAME_WIDTH: f64 = 96.0;
+/// The widest a column gets, when a panel has few events.
+const MAX_COLUMN: f64 = 160.0;
+const LANE_HEIGHT: f64 = 52.0;
+const BAR_HEIGHT: f64 = 22.0;
+/// The admitted circle's radius.
+const CIRCLE: f64 = 7.5;
+/// Half the side of the finished square.
+const SQUARE: f64 = 6.0;
+/// Half the side of a refusal's cross.
+const CROSS: f64 = 6.0;
+/// Half the gate line's width.
+const GATE_HALF: f64 = 1.5;
+/// The room between a label and anything else on its line, its own mark included.
+const CLEAR: f64 = 4.0;
+const TAG_HEIGHT: f64 = 26.0;
+/// Padding inside a tag, each side of its words.
+const TAG_PAD: f64 = 4.0;
+const CELL_HEIGHT: f64 = 24.0;
+const CELL_GAP: f64 = 4.0;
+/// A pool's row is at least this tall, for its name and its size in words.
+const POOL_MIN_HEIGHT: f64 = 54.0;
+const POOL_SPACING: f64 = 10.0;
+const LEGEND_ROW: f64 = 38.0;
 
-const TITLE: Type = Type::size(26.0).bold();
-const BODY: Type = Type::size(15.0);
-const HEADING: Type = Type::size(21.0).bold();
-const NAME: Type = Type::size(17.0).bold();
-const POOL_NAME: Type = Type::size(15.0).bold();
-const LABEL: Type = Type::size(14.0).bold();
-const NOTE: Type = Type::size(12.0).colour(GREY);
-const CELL_WORD: Type = Type::size(11.0).bold().anchor("middle");
+// No text is set below 17 units: 17 pixels in a 1920-pixel window, above the 16 a room at the
+// back reads. Labels inside the plot are held to 17 by the width of a column, the rest larger.
+const TITLE: Type = Type::size(34.0).bold();
+const ABOUT: Type = Type::size(20.0);
+const VERDICT: Type = Type::size(22.0).class("verdict");
+const HEADING: Type = Type::size(28.0).bold();
+const POOLS: Type = Type::size(20.0);
+const GATE: Type = Type::size(19.0).bold().class("gate-label");
+const NAME: Type = Type::size(21.0).bold().class("name");
+const ROUTE: Type = Type::size(17.0).colour(GREY).class("name");
+const POOL_NAME: Type = Type::size(20.0).bold().class("name");
+const POOL_SIZE: Type = Type::size(17.0).colour(GREY).class("name");
+const CELL_WORD: Type = Type::size(17.0).bold().anchor("middle");
+const HELD_WORDS: Type = Type::size(17.0).bold().colour("white").anchor("middle");
+const REFUSED: Type = Type::size(19.0).bold().colour(VERMILLION);
+const STATUS: Type = Type::size(17.0).bold().anchor("middle");
+const NOTE: Type = Type::size(17.0);
+const CANCELLED: Type = Type::size(19.0).bold().colour(VERMILLION);
+const SEQ: Type = Type::size(17.0).anchor("middle");
+const CAPTION: Type = Type::size(18.0).colour(GREY).anchor("middle");
+const LEGEND_WORDS: Type = Type::size(19.0);
 
 /// Renders `report` as an SVG document: a title, one panel per policy side by side, and a
 /// legend.
@@ -67,6 +98,8 @@ struct Lane {
     refused: Option<u64>,
     held: Option<u64>,
     finished: Option<u64>,
+    /// The work left the section cancelled: its caller disconnected or its handler panicked.
+    cancelled: bool,
     /// `(after_event, status)` of each response its caller received.
     answers: Vec<(u64, u16)>,
 }
@@ -80,55 +113,60 @@ struct Panel<'a> {
     /// every permit free before the first event.
     occupancy: Vec<(u64, BTreeMap<Pool, usize>)>,
     gate: Option<u64>,
-    /// Where the column of each `seq` starts, in steps from the axis origin, plus one entry
-    /// for the axis end. The column of `seq` k holds what is true from event k until k + 1.
-    columns: Vec<f64>,
-    /// One step, in pixels.
-    step: f64,
+    /// The axis has one column for each `seq` from 1 through `last`.
+    last: u64,
+    /// Every column's width.
+    column: f64,
     left: f64,
     width: f64,
+    /// Where the plot starts, right of the names: every mark and label of a lane or a pool
+    /// stays between `plot_left` and `plot_right`.
+    plot_left: f64,
+    plot_right: f64,
 }
 
 impl<'a> Panel<'a> {
     fn new(policy: &'a PolicyReport, left: f64, width: f64) -> Self {
-        let responses = &policy.observed.responses;
-        let answered: BTreeSet<u64> = responses.iter().map(|r| r.after_event).collect();
-        let last_event = policy.work_events.iter().map(|e| e.seq).max();
-        let last = last_event.max(answered.last().copied()).unwrap_or(0);
-        let mut columns = vec![0.0];
-        for seq in 0..=last {
-            // Before the first event nothing happens: half a step shows it.
-            let base = if seq == 0 { 0.5 } else { 1.0 };
-            // Columns where responses arrived are wider. The axis is an order, not a scale,
-            // so uneven columns claim nothing.
-            let arrived = answered.contains(&seq);
-            let room = if arrived { ANSWER_ROOM } else { 0.0 };
-            columns.push(columns[columns.len() - 1] + base + room);
-        }
-        let steps = columns[columns.len() - 1];
+        let events = policy.work_events.iter().map(|e| e.seq);
+        let answered = policy.observed.responses.iter().map(|r| r.after_event);
+        let last = events.chain(answered).max().unwrap_or(0).max(1);
         let events = &policy.work_events;
         let gate = events.iter().find(|e| e.event == Event::GateOpened);
+        // Marks sit at column centres. After the last centre the plot keeps room for the
+        // finished square and status tag of the request that finishes there, or for the gate's
+        // label if the gate opened last (when a failed run is closed).
+        let mut tail = tail();
+        if gate.is_some_and(|g| g.seq == last) {
+            tail = tail.max(GATE_HALF + 2.0 * CLEAR + text_width("gate opened", GATE));
+        }
+        let plot_left = left + NAME_WIDTH;
+        // Few events do not stretch across the picture: a column is a step, not a span.
+        let column = (width - NAME_WIDTH - tail) / (last as f64 - 0.5);
+        let column = column.min(MAX_COLUMN);
+        let plot_right = plot_left + (last as f64 - 0.5) * column + tail;
         Panel {
             policy,
             lanes: lanes(policy),
             occupancy: occupancy(policy),
             gate: gate.map(|e| e.seq),
-            columns,
-            step: (width - LABEL_WIDTH - 8.0) / steps,
+            last,
+            column,
             left,
             width,
+            plot_left,
+            plot_right,
         }
     }
 
-    /// The `seq` just past the last column: where the axis ends.
-    fn end(&self) -> u64 {
-        self.columns.len() as u64 - 1
+    /// The centre of the column of `seq`: where its event is marked.
+    fn x(&self, seq: u64) -> f64 {
+        let seq = seq.clamp(1, self.last);
+        self.plot_left + (seq as f64 - 0.5) * self.column
     }
 
-    /// Where the column of `seq` starts: for an event, where it happened.
-    fn x(&self, seq: u64) -> f64 {
-        let column = (seq as usize).min(self.columns.len() - 1);
-        self.left + LABEL_WIDTH + self.columns[column] * self.step
+    /// Where the last column ends, within the plot.
+    fn end(&self) -> f64 {
+        (self.x(self.last) + self.column / 2.0).min(self.plot_right)
     }
 
     fn pools_height(&self) -> f64 {
@@ -137,8 +175,13 @@ impl<'a> Panel<'a> {
     }
 }
 
+/// The room a plot keeps after its last column's centre: a finished square and its tag.
+fn tail() -> f64 {
+    SQUARE + CLEAR + tag_width(200) + CLEAR
+}
+
 fn pool_height(capacity: usize) -> f64 {
-    (capacity as f64 * (CELL_HEIGHT + CELL_GAP)).max(38.0) + 14.0
+    (capacity as f64 * (CELL_HEIGHT + CELL_GAP)).max(POOL_MIN_HEIGHT) + POOL_SPACING
 }
 
 /// The requests of a policy run in lane order (`Label`'s order: S1.., F1, S-after, F-after),
@@ -156,6 +199,7 @@ fn lanes(policy: &PolicyReport) -> Vec<Lane> {
             refused: None,
             held: None,
             finished: None,
+            cancelled: false,
             answers: Vec::new(),
         };
         let events = policy.work_events.iter();
@@ -168,6 +212,7 @@ fn lanes(policy: &PolicyReport) -> Vec<Lane> {
                 Event::GateOpened => continue,
             };
             slot.get_or_insert(event.seq);
+            lane.cancelled |= event.event == Event::Finished && event.cancelled;
         }
         let responses = policy.observed.responses.iter();
         let answers = responses.filter(|r| r.request == request);
@@ -189,6 +234,25 @@ fn occupancy(policy: &PolicyReport) -> Vec<(u64, BTreeMap<Pool, usize>)> {
     steps
 }
 
+/// Where the rows of the picture lie, top to bottom.
+#[derive(Debug)]
+struct Rows {
+    /// The baseline of each line of the verdict.
+    verdict: Vec<f64>,
+    /// The baseline of the panel headings.
+    heading: f64,
+    /// The baseline of the first line of each panel's pools in words.
+    pools_words: f64,
+    /// The baseline of the gate labels.
+    gate_labels: f64,
+    lanes_top: f64,
+    pools_top: f64,
+    axis: f64,
+    /// The centre of the legend's first row.
+    legend: f64,
+    height: f64,
+}
+
 fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let count = report.policies.len().max(1) as f64;
     let panel_width = (WIDTH - 2.0 * MARGIN - (count - 1.0) * PANEL_GAP) / count;
@@ -197,19 +261,58 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         Panel::new(policy, left, panel_width)
     };
     let panels: Vec<Panel> = report.policies.iter().enumerate().map(panel).collect();
+
+    let verdict = match &report.failure {
+        Some(reason) => format!("FAILED: {reason}"),
+        None if report.matches_model => "Every observation matched the policy model.".to_owned(),
+        None => "Observations differ from the policy model.".to_owned(),
+    };
+    let verdict_style = match report.matches_model {
+        true => VERDICT,
+        false => VERDICT.bold().colour(VERMILLION),
+    };
+    // A long reason is wrapped, never cut off at the picture's edge.
+    let verdict = wrap(&verdict, verdict_style, WIDTH - 2.0 * MARGIN);
+    let pools_words: Vec<Vec<String>> = panels
+        .iter()
+        .map(|p| wrap(&pools_in_words(p.policy), POOLS, p.width))
+        .collect();
+    let pools_lines = pools_words.iter().map(Vec::len).max().unwrap_or(1);
     // Panels share their rows, so lanes and pools line up side by side.
     let lanes = panels.iter().map(|p| p.lanes.len()).max().unwrap_or(0);
-    let pools_top = LANES_TOP + lanes as f64 * LANE_HEIGHT + 12.0;
     let pools_height = panels.iter().map(Panel::pools_height).fold(0.0, f64::max);
-    let axis_y = pools_top + pools_height;
-    let legend_top = axis_y + 64.0;
     let legend_rows = legend_layout().last().map_or(0, |&(row, _, _)| row + 1);
-    let height = legend_top + legend_rows as f64 * LEGEND_ROW + 12.0;
+
+    // Baselines a line's height apart at least (DejaVu Sans spans 1.17 of its size), so no
+    // two lines' boxes overlap.
+    let verdict_lines: Vec<f64> = (0..verdict.len())
+        .map(|i| 118.0 + 30.0 * i as f64)
+        .collect();
+    let heading = verdict_lines.last().copied().unwrap_or(118.0) + 52.0;
+    let pools_first = heading + 34.0;
+    let gate_labels = pools_first + 26.0 * (pools_lines - 1) as f64 + 38.0;
+    let lanes_top = gate_labels + 12.0;
+    let pools_top = lanes_top + lanes as f64 * LANE_HEIGHT + 14.0;
+    let axis = pools_top + pools_height;
+    let legend = axis + 92.0;
+    let rows = Rows {
+        verdict: verdict_lines,
+        heading,
+        pools_words: pools_first,
+        gate_labels,
+        lanes_top,
+        pools_top,
+        axis,
+        legend,
+        height: (legend + (legend_rows.max(1) - 1) as f64 * LEGEND_ROW + 30.0).ceil(),
+    };
+    let height = rows.height;
 
     writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
+    // No fixed size: the viewBox scales to the window's width, the top kept at the top.
     writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="DejaVu Sans, Verdana, Arial, sans-serif">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="100%" viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMidYMin meet" font-family="DejaVu Sans, Verdana, Arial, sans-serif">"#
     )?;
     let inputs = &report.inputs;
     let command = format!(
@@ -221,54 +324,74 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let title = format!("isolation-lab {command}: who holds the work permits");
     writeln!(out, "<title>{}</title>", Escaped(&title))?;
     rect(out, (0.0, 0.0), (WIDTH, height), Paint::fill("white"))?;
-    text(out, (MARGIN, 38.0), TITLE, "Work permits, event by event")?;
+    text(out, (MARGIN, 46.0), TITLE, "Work permits, event by event")?;
     let about = format!(
         "isolation-lab {} {command}. Left to right: the order of work events (seq), not time.",
         report.runner.version
     );
-    text(out, (MARGIN, 64.0), BODY, &about)?;
-    let verdict = match &report.failure {
-        Some(reason) => format!("FAILED: {reason}"),
-        None if report.matches_model => "Every observation matched the policy model.".to_owned(),
-        None => "Observations differ from the policy model.".to_owned(),
-    };
-    let style = match report.matches_model {
-        true => BODY,
-        false => BODY.bold().colour(VERMILLION),
-    };
-    text(out, (MARGIN, 88.0), style, &verdict)?;
-    for panel in &panels {
-        draw_panel(out, panel, pools_top, axis_y)?;
+    text(out, (MARGIN, 84.0), ABOUT, &about)?;
+    for (line, &y) in verdict.iter().zip(&rows.verdict) {
+        text(out, (MARGIN, y), verdict_style, line)?;
     }
-    draw_legend(out, legend_top)?;
+    for (panel, words) in panels.iter().zip(&pools_words) {
+        draw_panel(out, panel, words, &rows)?;
+    }
+    draw_legend(out, rows.legend)?;
     writeln!(out, "</svg>")
 }
 
-fn draw_panel(out: &mut String, panel: &Panel, pools_top: f64, axis_y: f64) -> fmt::Result {
+fn draw_panel(out: &mut String, panel: &Panel, pools_words: &[String], rows: &Rows) -> fmt::Result {
     let policy = panel.policy;
     let mode = policy.mode.name();
-    writeln!(out, r#"<g class="policy" data-mode="{}">"#, Escaped(mode))?;
+    writeln!(
+        out,
+        r#"<g class="policy" data-mode="{}" data-plot="{:.1} {:.1}">"#,
+        Escaped(mode),
+        panel.plot_left,
+        panel.plot_right
+    )?;
     let left = panel.left;
-    text(out, (left, PANEL_TOP), HEADING, &format!("{mode} mode"))?;
-    let pools = pools_in_words(policy);
-    text(out, (left, PANEL_TOP + 22.0), Type::size(14.0), &pools)?;
+    text(out, (left, rows.heading), HEADING, &format!("{mode} mode"))?;
+    for (i, line) in pools_words.iter().enumerate() {
+        let y = rows.pools_words + 26.0 * i as f64;
+        text(out, (left, y), POOLS, line)?;
+    }
 
-    // The closed gate shades everything before its opening, lanes and pools alike.
-    let (top, bottom) = (LANES_TOP - 4.0, axis_y);
-    let labels = LANES_TOP - 12.0;
+    // The closed gate shades everything before its opening, lanes and pools alike; its line
+    // runs up between its two labels.
+    let (top, bottom) = (rows.gate_labels - 20.0, rows.axis);
+    let labels = rows.gate_labels;
     match panel.gate {
         Some(gate) => {
-            let (x0, x) = (panel.x(0), panel.x(gate));
-            rect(out, (x0, top), (x - x0, bottom - top), Paint::fill(SHADE))?;
-            text(out, (x - 6.0, labels), LABEL.anchor("end"), "gate closed")?;
-            text(out, (x + 6.0, labels), LABEL, "gate opened")?;
+            let (x0, x) = (panel.plot_left, panel.x(gate));
+            let shade_top = rows.lanes_top - 4.0;
+            rect(
+                out,
+                (x0, shade_top),
+                (x - x0, bottom - shade_top),
+                Paint::fill(SHADE),
+            )?;
+            let closed = text_width("gate closed", GATE);
+            let start = x - GATE_HALF - 2.0 * CLEAR - closed;
+            if start >= panel.plot_left {
+                text(out, (start, labels), GATE, "gate closed")?;
+            }
+            let start = x + GATE_HALF + 2.0 * CLEAR;
+            if start + text_width("gate opened", GATE) <= panel.plot_right {
+                text(out, (start, labels), GATE, "gate opened")?;
+            }
         }
-        None => text(out, (panel.x(0), labels), LABEL, "the gate never opened")?,
+        None => text(
+            out,
+            (panel.plot_left, labels),
+            GATE,
+            "the gate never opened",
+        )?,
     }
     for (i, lane) in panel.lanes.iter().enumerate() {
-        draw_lane(out, panel, lane, LANES_TOP + i as f64 * LANE_HEIGHT)?;
+        draw_lane(out, panel, lane, rows.lanes_top + i as f64 * LANE_HEIGHT)?;
     }
-    let mut row_top = pools_top;
+    let mut row_top = rows.pools_top;
     for (&pool, &capacity) in &policy.pool_capacities {
         draw_pool(out, panel, (pool, capacity), row_top)?;
         row_top += pool_height(capacity);
@@ -276,13 +399,13 @@ fn draw_panel(out: &mut String, panel: &Panel, pools_top: f64, axis_y: f64) -> f
     if let Some(gate) = panel.gate {
         // Drawn after the lanes and pools, so nothing covers it.
         let x = panel.x(gate);
-        let paint = Paint::line(INK, 3.0).dashed("8 5");
+        let paint = Paint::line(INK, 2.0 * GATE_HALF).dashed("8 5");
         writeln!(
             out,
             r#"<line class="gate" x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{bottom:.1}" {paint}/>"#
         )?;
     }
-    draw_axis(out, panel, axis_y)?;
+    draw_axis(out, panel, rows.axis)?;
     writeln!(out, "</g>")
 }
 
@@ -298,6 +421,57 @@ fn pools_in_words(policy: &PolicyReport) -> String {
     pools.collect::<Vec<_>>().join("; ")
 }
 
+/// The stretches of one lane's line already taken by marks and labels, so that a label goes
+/// only where it overlaps nothing and stays inside the plot.
+#[derive(Debug)]
+struct Row {
+    from: f64,
+    to: f64,
+    taken: Vec<(f64, f64)>,
+}
+
+impl Row {
+    fn new(from: f64, to: f64) -> Self {
+        Row {
+            from,
+            to,
+            taken: Vec::new(),
+        }
+    }
+
+    fn take(&mut self, from: f64, to: f64) {
+        self.taken.push((from, to));
+    }
+
+    /// `from..to` lies inside the row, and `CLEAR` or more from everything taken.
+    fn fits(&self, from: f64, to: f64) -> bool {
+        // Positions are sums of a few floats: a millionth of a unit is rounding, not overlap.
+        const SLACK: f64 = 1e-6;
+        let inside = from >= self.from - SLACK && to <= self.to + SLACK;
+        let apart = |&(a, b): &(f64, f64)| to + CLEAR <= a + SLACK || from + SLACK >= b + CLEAR;
+        inside && self.taken.iter().all(apart)
+    }
+
+    /// The start of the leftmost free stretch `width` wide that starts at `from` or later.
+    fn right_of(&self, from: f64, width: f64) -> Option<f64> {
+        let after = self.taken.iter().map(|&(_, b)| b + CLEAR);
+        let mut starts: Vec<f64> = iter::once(from)
+            .chain(after.filter(|&x| x > from))
+            .collect();
+        starts.sort_by(f64::total_cmp);
+        starts.into_iter().find(|&x| self.fits(x, x + width))
+    }
+
+    /// The start of the rightmost free stretch `width` wide that ends at `to` or earlier.
+    fn left_of(&self, to: f64, width: f64) -> Option<f64> {
+        let before = self.taken.iter().map(|&(a, _)| a - CLEAR);
+        let mut ends: Vec<f64> = iter::once(to).chain(before.filter(|&x| x < to)).collect();
+        ends.sort_by(|a, b| b.total_cmp(a));
+        let starts = ends.into_iter().map(|x| x - width);
+        starts.into_iter().find(|&x| self.fits(x, x + width))
+    }
+}
+
 fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Result {
     let request = lane.request;
     let name = request.to_string();
@@ -306,62 +480,158 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Res
     line(
         out,
         (left, bottom),
-        (left + panel.width, bottom),
+        (panel.plot_right, bottom),
         Paint::line(RULE, 1.0),
     )?;
-    text(out, (left + 4.0, y + 1.0), NAME, &name)?;
-    text(out, (left + 4.0, y + 16.0), NOTE, request.route().path())?;
+    text(out, (left + 4.0, y - 3.0), NAME, &name)?;
+    text(out, (left + 4.0, y + 19.0), ROUTE, request.route().path())?;
 
+    let mut row = Row::new(panel.plot_left, panel.plot_right);
+    if let Some(gate) = panel.gate {
+        let x = panel.x(gate);
+        row.take(x - GATE_HALF, x + GATE_HALF);
+    }
+    let mut finished_at = None;
     if let Some(admitted) = lane.admitted {
         // The permit is taken from admission until the work finishes.
-        let finished = lane.finished.unwrap_or(panel.end());
-        let (x0, x1) = (panel.x(admitted), panel.x(finished));
+        let x0 = panel.x(admitted);
+        let x1 = lane.finished.map_or(panel.end(), |f| panel.x(f));
         permit_bar(out, x0, y, x1 - x0)?;
+        let square = if lane.finished.is_some() { SQUARE } else { 0.0 };
+        row.take(x0 - CIRCLE, x1 + square);
         if let Some(held) = lane.held {
             // Held only while the gate is closed; once it opens the work goes on to finish.
-            let until = panel.gate.map_or(finished, |g| g.min(finished));
-            let (x0, x1) = (panel.x(held), panel.x(until));
-            held_bar(out, x0, y, x1 - x0)?;
-            if x1 - x0 > 96.0 {
-                let style = Type::size(12.0).bold().colour("white").anchor("middle");
-                text(out, ((x0 + x1) / 2.0, y + 4.5), style, "held at gate")?;
+            let until = panel.gate.map_or(x1, |g| panel.x(g).min(x1));
+            let from = panel.x(held);
+            held_bar(out, from, y, until - from)?;
+            if text_width("held at gate", HELD_WORDS) + 2.0 * CLEAR <= until - from {
+                text(
+                    out,
+                    ((from + until) / 2.0, y + 6.0),
+                    HELD_WORDS,
+                    "held at gate",
+                )?;
             }
         }
         admitted_mark(out, x0, y)?;
         if lane.finished.is_some() {
             finished_mark(out, x1, y)?;
+            finished_at = Some(x1 + SQUARE);
         }
     }
+    let mut answers = lane.answers.iter().copied();
     if let Some(refused) = lane.refused {
-        let x = panel.x(refused);
-        refused_mark(out, x, y)?;
-        let style = LABEL.colour(VERMILLION).anchor("end");
-        text(out, (x - 11.0, y + 5.0), style, "refused")?;
+        // A refused request's response is its refusal's.
+        draw_refusal(out, &mut row, panel.x(refused), y, answers.next())?;
     }
-    for &(after_event, status) in &lane.answers {
-        // A response arrived after event `after_event` and before the next one: its badge
-        // stays clear of both, and so of a gate line that follows.
-        let (x0, x1) = (panel.x(after_event) + 9.0, panel.x(after_event + 1) - 4.0);
-        let width = (x1 - x0).min(BADGE_WIDTH);
-        answer_badge(out, x0 + width / 2.0, y, width, status)?;
+    for answer in answers {
+        let after = finished_at.unwrap_or(panel.plot_left - CLEAR);
+        draw_answer(out, &mut row, after, y, answer)?;
+    }
+    let nothing = lane.admitted.is_none() && lane.refused.is_none() && lane.answers.is_empty();
+    if nothing {
+        // A lane the model expects and the run never reached (it stopped first): say so, so
+        // that an empty lane is not read as a request that waited.
+        let words = "no event, no response";
+        let start = panel.plot_left + CLEAR;
+        if row.fits(start, start + text_width(words, NOTE)) {
+            text(out, (start, y + 6.0), NOTE.colour(GREY), words)?;
+        }
+    }
+    if let Some(after) = finished_at.filter(|_| lane.cancelled) {
+        // Said after the square where there is room: the run's reason says it too.
+        let words = text_width("cancelled", CANCELLED);
+        if let Some(x) = row.right_of(after + CLEAR, words) {
+            row.take(x, x + words);
+            text(out, (x, y + 6.0), CANCELLED, "cancelled")?;
+        }
     }
     writeln!(out, "</g>")
 }
 
-/// A pool's permits as stacked cells, one column per event: taken or free.
+/// A refusal at `x` and the status its caller got, as one badge centred on the refusal's
+/// column, with the word "refused" beside it where there is room. Without a status, or without
+/// room for the badge, the cross alone, and the status placed as any other.
+fn draw_refusal(
+    out: &mut String,
+    row: &mut Row,
+    x: f64,
+    y: f64,
+    answer: Option<(u64, u16)>,
+) -> fmt::Result {
+    if let Some((_, status)) = answer {
+        let badge = badge_width(status);
+        let x0 = x - badge / 2.0;
+        if row.fits(x0, x0 + badge) {
+            row.take(x0, x0 + badge);
+            refusal_badge(out, x0, y, status)?;
+            let words = text_width("refused", REFUSED);
+            let sides = [x0 - CLEAR - words, x0 + badge + CLEAR];
+            if let Some(x) = sides.into_iter().find(|&x| row.fits(x, x + words)) {
+                row.take(x, x + words);
+                text(out, (x, y + 6.0), REFUSED, "refused")?;
+            }
+            return Ok(());
+        }
+    }
+    refused_mark(out, x, y)?;
+    row.take(x - CROSS, x + CROSS);
+    match answer {
+        Some(answer) => draw_answer(out, row, x + CROSS, y, answer),
+        None => Ok(()),
+    }
+}
+
+/// A response's status tag, beside the mark that ends at `after` when it fits there. Otherwise
+/// (the gate line or the plot's edge in the way) it goes to the nearest free stretch with the
+/// event it followed in words, so its place claims nothing.
+fn draw_answer(
+    out: &mut String,
+    row: &mut Row,
+    after: f64,
+    y: f64,
+    (after_event, status): (u64, u16),
+) -> fmt::Result {
+    let tag = tag_width(status);
+    let beside = after + CLEAR;
+    writeln!(out, r#"<g class="answer" data-status="{status}">"#)?;
+    if row.fits(beside, beside + tag) {
+        row.take(beside, beside + tag);
+        answer_tag(out, beside, y, tag, status)?;
+    } else {
+        let words = format!("after event {after_event}");
+        let room = tag + CLEAR + text_width(&words, NOTE);
+        let place = row.right_of(beside, room);
+        if let Some(x) = place.or_else(|| row.left_of(row.to, room)) {
+            row.take(x, x + room);
+            answer_tag(out, x, y, tag, status)?;
+            text(out, (x + tag + CLEAR, y + 6.0), NOTE, &words)?;
+        }
+    }
+    writeln!(out, "</g>")
+}
+
+/// A pool's permits as stacked cells, one column per stretch between two events: taken or
+/// free.
 fn draw_pool(out: &mut String, panel: &Panel, pool: (Pool, usize), top: f64) -> fmt::Result {
     let (pool, capacity) = pool;
     let name = Escaped(pool.name());
     writeln!(out, r#"<g class="pool" data-pool="{name}">"#)?;
-    text(out, (panel.left + 4.0, top + 16.0), POOL_NAME, pool.name())?;
+    text(out, (panel.left + 4.0, top + 22.0), POOL_NAME, pool.name())?;
     let size = format!("pool of {capacity}");
-    text(out, (panel.left + 4.0, top + 32.0), NOTE, &size)?;
-    let bottom = top + pool_height(capacity) - 14.0;
-    let ends = panel.occupancy.iter().skip(1).map(|&(seq, _)| seq);
+    text(out, (panel.left + 4.0, top + 45.0), POOL_SIZE, &size)?;
+    let bottom = top + pool_height(capacity) - POOL_SPACING;
+    // What is true from one event until the next: before the first event, between each two,
+    // and after the last until the last column ends.
+    let starts = panel.occupancy.iter().map(|(seq, _)| match seq {
+        0 => panel.plot_left,
+        &seq => panel.x(seq),
+    });
+    let ends = panel.occupancy.iter().skip(1).map(|&(seq, _)| panel.x(seq));
     let ends = ends.chain([panel.end()]);
-    for ((from, taken), to) in panel.occupancy.iter().zip(ends) {
+    for (((from, taken), x0), x1) in panel.occupancy.iter().zip(starts).zip(ends) {
         let taken = taken.get(&pool).copied().unwrap_or(0);
-        let (x0, x1) = (panel.x(*from) + 1.5, panel.x(to) - 1.5);
+        let (x0, x1) = (x0 + 1.5, x1 - 1.5);
         // Where a request was refused, say why: its pool full, and any other pool's free
         // permits idle, because the refused request may not borrow them.
         let event = panel.policy.work_events.iter().find(|e| e.seq == *from);
@@ -381,26 +651,30 @@ fn draw_pool(out: &mut String, panel: &Panel, pool: (Pool, usize), top: f64) -> 
                 Some(p) if p != pool && cell >= taken => "idle",
                 _ => continue,
             };
-            if x1 - x0 >= 24.0 {
-                text(out, ((x0 + x1) / 2.0, y + 12.0), CELL_WORD, words)?;
+            if text_width(words, CELL_WORD) + 4.0 <= x1 - x0 {
+                text(out, ((x0 + x1) / 2.0, y + 18.0), CELL_WORD, words)?;
             }
         }
     }
     writeln!(out, "</g>")
 }
 
+/// The axis: a tick and a number at the centre of every event's column.
 fn draw_axis(out: &mut String, panel: &Panel, y: f64) -> fmt::Result {
-    let (x0, x1) = (panel.x(0), panel.x(panel.end()));
+    let (x0, x1) = (panel.plot_left, panel.plot_right);
     line(out, (x0, y), (x1, y), Paint::line(INK, 1.5))?;
-    for event in &panel.policy.work_events {
-        let x = panel.x(event.seq);
-        line(out, (x, y), (x, y + 5.0), Paint::line(INK, 1.0))?;
-        let style = Type::size(12.0).anchor("middle");
-        text(out, (x, y + 19.0), style, &event.seq.to_string())?;
+    for seq in 1..=panel.last {
+        let x = panel.x(seq);
+        let paint = Paint::line(INK, 1.0);
+        writeln!(
+            out,
+            r#"<line class="tick" data-seq="{seq}" x1="{x:.1}" y1="{y:.1}" x2="{x:.1}" y2="{:.1}" {paint}/>"#,
+            y + 6.0
+        )?;
+        text(out, (x, y + 24.0), SEQ, &seq.to_string())?;
     }
-    let style = Type::size(13.0).colour(GREY).anchor("middle");
     let words = "work event seq: the order of events, not time";
-    text(out, ((x0 + x1) / 2.0, y + 40.0), style, words)
+    text(out, ((x0 + x1) / 2.0, y + 52.0), CAPTION, words)
 }
 
 /// A legend entry's sample: the same marks the panels draw.
@@ -428,29 +702,42 @@ const LEGEND: [(Sample, &str); 8] = [
 ];
 
 impl Sample {
-    /// Draws the sample in the 30 pixels right of `x`, centred on `y`.
+    /// How wide the sample is.
+    fn width(self) -> f64 {
+        match self {
+            Sample::Permit | Sample::Held => 40.0,
+            Sample::Admitted => 2.0 * CIRCLE,
+            Sample::Finished => 2.0 * SQUARE,
+            Sample::Refused => badge_width(503),
+            Sample::Answer => tag_width(200),
+            Sample::Cells => 32.0,
+            Sample::Gate => 24.0,
+        }
+    }
+
+    /// Draws the sample from `x` rightwards, centred on `y`.
     fn draw(self, out: &mut String, x: f64, y: f64) -> fmt::Result {
         match self {
-            Sample::Permit => permit_bar(out, x, y, 30.0),
-            Sample::Held => held_bar(out, x, y, 30.0),
-            Sample::Admitted => admitted_mark(out, x + 15.0, y),
-            Sample::Finished => finished_mark(out, x + 15.0, y),
-            Sample::Refused => refused_mark(out, x + 15.0, y),
-            Sample::Answer => answer_badge(out, x + 15.0, y, BADGE_WIDTH, 200),
+            Sample::Permit => permit_bar(out, x, y, 40.0),
+            Sample::Held => held_bar(out, x, y, 40.0),
+            Sample::Admitted => admitted_mark(out, x + CIRCLE, y),
+            Sample::Finished => finished_mark(out, x + SQUARE, y),
+            Sample::Refused => refusal_badge(out, x, y, 503),
+            Sample::Answer => answer_tag(out, x, y, tag_width(200), 200),
             Sample::Cells => {
-                let size = (13.0, CELL_HEIGHT);
-                rect(out, (x, y - 8.0), size, Paint::fill(SKY).stroke(BLUE, 1.0))?;
+                let size = (14.0, CELL_HEIGHT);
+                rect(out, (x, y - 12.0), size, Paint::fill(SKY).stroke(BLUE, 1.0))?;
                 rect(
                     out,
-                    (x + 16.0, y - 8.0),
+                    (x + 18.0, y - 12.0),
                     size,
                     Paint::fill("white").stroke(GREY, 1.0),
                 )
             }
             Sample::Gate => {
-                rect(out, (x, y - 11.0), (14.0, 22.0), Paint::fill(SHADE))?;
-                let paint = Paint::line(INK, 3.0).dashed("4 3");
-                line(out, (x + 15.0, y - 11.0), (x + 15.0, y + 11.0), paint)
+                rect(out, (x, y - 13.0), (16.0, 26.0), Paint::fill(SHADE))?;
+                let paint = Paint::line(INK, 2.0 * GATE_HALF).dashed("5 3");
+                line(out, (x + 17.0, y - 13.0), (x + 17.0, y + 13.0), paint)
             }
         }
     }
@@ -460,15 +747,14 @@ impl Sample {
 fn legend_layout() -> Vec<(usize, f64, usize)> {
     let mut placed = Vec::new();
     let (mut row, mut x) = (0, MARGIN);
-    for (i, (_, words)) in LEGEND.iter().enumerate() {
-        // A generous estimate of the words' width at 14px, enough to keep entries apart.
-        let entry = 38.0 + words.chars().count() as f64 * 7.6 + 26.0;
+    for (i, &(sample, words)) in LEGEND.iter().enumerate() {
+        let entry = sample.width() + 10.0 + text_width(words, LEGEND_WORDS);
         if x + entry > WIDTH - MARGIN && x > MARGIN {
             row += 1;
             x = MARGIN;
         }
         placed.push((row, x, i));
-        x += entry;
+        x += entry + 40.0;
     }
     placed
 }
@@ -479,7 +765,12 @@ fn draw_legend(out: &mut String, top: f64) -> fmt::Result {
         let (sample, words) = LEGEND[i];
         let y = top + row as f64 * LEGEND_ROW;
         sample.draw(out, x, y)?;
-        text(out, (x + 38.0, y + 5.0), Type::size(14.0), words)?;
+        text(
+            out,
+            (x + sample.width() + 10.0, y + 7.0),
+            LEGEND_WORDS,
+            words,
+        )?;
     }
     writeln!(out, "</g>")
 }
@@ -497,17 +788,30 @@ fn held_bar(out: &mut String, x: f64, y: f64, width: f64) -> fmt::Result {
 /// An open circle where the request took its permit.
 fn admitted_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
     let paint = Paint::fill("white").stroke(INK, 2.5);
-    writeln!(out, r#"<circle cx="{x:.1}" cy="{y:.1}" r="6.5" {paint}/>"#)
+    writeln!(
+        out,
+        r#"<circle class="admitted" cx="{x:.1}" cy="{y:.1}" r="{CIRCLE}" {paint}/>"#
+    )
 }
 
 /// A solid square where the work left the section.
 fn finished_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
-    rect(out, (x - 6.0, y - 6.0), (12.0, 12.0), Paint::fill(INK))
+    let (x0, y0, side) = (x - SQUARE, y - SQUARE, 2.0 * SQUARE);
+    writeln!(
+        out,
+        r#"<rect class="finished" x="{x0:.1}" y="{y0:.1}" width="{side:.1}" height="{side:.1}" fill="{INK}"/>"#
+    )
 }
 
 /// A cross where the request found no permit.
 fn refused_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
-    let (x0, x1, y0, y1) = (x - 7.0, x + 7.0, y - 7.0, y + 7.0);
+    writeln!(out, r#"<g class="refused">"#)?;
+    cross(out, x, y)?;
+    writeln!(out, "</g>")
+}
+
+fn cross(out: &mut String, x: f64, y: f64) -> fmt::Result {
+    let (x0, x1, y0, y1) = (x - CROSS, x + CROSS, y - CROSS, y + CROSS);
     let paint = Paint::line(VERMILLION, 4.0);
     writeln!(
         out,
@@ -515,22 +819,132 @@ fn refused_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
     )
 }
 
-/// The status a caller received, in a tag: a solid outline for a success, dashed otherwise.
-fn answer_badge(out: &mut String, x: f64, y: f64, width: f64, status: u16) -> fmt::Result {
-    let (colour, dash) = match status {
-        200..=299 => (INK, ""),
-        _ => (VERMILLION, "4 2"),
+/// How wide a status tag is.
+fn tag_width(status: u16) -> f64 {
+    text_width(&status.to_string(), STATUS) + 2.0 * TAG_PAD
+}
+
+/// How wide a refusal's badge is: a cross, then the status.
+fn badge_width(status: u16) -> f64 {
+    TAG_PAD + 2.0 * CROSS + CLEAR + tag_width(status)
+}
+
+/// The status a caller received, in a tag from `x` rightwards: a solid outline for a success,
+/// dashed otherwise.
+fn answer_tag(out: &mut String, x: f64, y: f64, width: f64, status: u16) -> fmt::Result {
+    let colour = status_colour(status);
+    tag_outline(out, x, y, width, status)?;
+    let style = STATUS.colour(colour);
+    text(out, (x + width / 2.0, y + 6.0), style, &status.to_string())
+}
+
+/// A refusal with the status its caller got, in one tag from `x` rightwards: a cross, then
+/// the status.
+fn refusal_badge(out: &mut String, x: f64, y: f64, status: u16) -> fmt::Result {
+    let width = badge_width(status);
+    writeln!(out, r#"<g class="refusal" data-status="{status}">"#)?;
+    tag_outline(out, x, y, width, status)?;
+    cross(out, x + TAG_PAD + CROSS + 2.0, y)?;
+    let digits = tag_width(status);
+    let style = STATUS.colour(status_colour(status));
+    let centre = x + width - digits / 2.0;
+    text(out, (centre, y + 6.0), style, &status.to_string())?;
+    writeln!(out, "</g>")
+}
+
+fn status_colour(status: u16) -> &'static str {
+    match status {
+        200..=299 => INK,
+        _ => VERMILLION,
+    }
+}
+
+fn tag_outline(out: &mut String, x: f64, y: f64, width: f64, status: u16) -> fmt::Result {
+    let dash = match status {
+        200..=299 => "",
+        _ => "5 3",
     };
-    let paint = Paint::fill("white").stroke(colour, 2.0).dashed(dash);
-    let (x0, y0) = (x - width / 2.0, y - 11.0);
+    let paint = Paint::fill("white")
+        .stroke(status_colour(status), 2.0)
+        .dashed(dash);
+    let (y0, height) = (y - TAG_HEIGHT / 2.0, TAG_HEIGHT);
     writeln!(
         out,
-        r#"<rect x="{x0:.1}" y="{y0:.1}" width="{width:.1}" height="22" rx="4" {paint}/>"#
-    )?;
-    // As large as the badge allows: three digits take about 2.2 font sizes.
-    let size = (width / 2.4).clamp(10.0, 13.0).floor();
-    let style = Type::size(size).bold().colour(colour).anchor("middle");
-    text(out, (x, y + size / 2.6), style, &status.to_string())
+        r#"<rect x="{x:.1}" y="{y0:.1}" width="{width:.1}" height="{height}" rx="4" {paint}/>"#
+    )
+}
+
+/// DejaVu Sans's advance widths in thousandths of an em, for `' '` through `'~'`: book, then
+/// bold. The picture names DejaVu Sans first; the fonts after it are about as wide.
+const BOOK_ADVANCES: [u16; 95] = [
+    318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337, 636, 636, 636,
+    636, 636, 636, 636, 636, 636, 636, 337, 337, 838, 838, 838, 531, 1000, 684, 686, 698, 770, 632,
+    575, 775, 752, 295, 295, 656, 557, 863, 748, 787, 603, 787, 695, 635, 611, 732, 684, 989, 685,
+    611, 685, 390, 337, 390, 838, 500, 500, 613, 635, 550, 635, 615, 352, 635, 634, 278, 278, 579,
+    278, 974, 634, 612, 635, 635, 411, 521, 392, 634, 592, 818, 592, 592, 525, 636, 337, 636, 838,
+];
+const BOLD_ADVANCES: [u16; 95] = [
+    348, 456, 521, 838, 696, 1002, 872, 306, 457, 457, 523, 838, 380, 415, 380, 365, 696, 696, 696,
+    696, 696, 696, 696, 696, 696, 696, 400, 400, 838, 838, 838, 580, 1000, 774, 762, 734, 830, 683,
+    683, 821, 837, 372, 372, 775, 637, 995, 837, 850, 733, 850, 770, 720, 682, 812, 774, 1103, 771,
+    724, 725, 457, 365, 457, 838, 500, 500, 675, 716, 593, 716, 678, 435, 716, 712, 343, 343, 665,
+    343, 1042, 712, 687, 716, 716, 493, 595, 478, 712, 652, 924, 645, 652, 582, 712, 365, 712, 838,
+];
+
+/// How wide `words` are set in `style`, from the advance widths above, with 3 % to spare for
+/// another font; a character outside ASCII counts as a full em. An SVG file cannot measure
+/// its own text, and a label's place depends on its width.
+fn text_width(words: &str, style: Type) -> f64 {
+    let advances = if style.bold {
+        &BOLD_ADVANCES
+    } else {
+        &BOOK_ADVANCES
+    };
+    let em = |c: char| {
+        let index = (c as usize).wrapping_sub(' ' as usize);
+        advances.get(index).map_or(1.0, |&w| f64::from(w) / 1000.0)
+    };
+    words.chars().map(em).sum::<f64>() * style.size * 1.03
+}
+
+/// `words` broken at spaces into lines no wider than `room`; a word wider than `room` on its
+/// own is broken between characters. Joined with one space each, the lines give back the words
+/// (less any word broken between characters).
+fn wrap(words: &str, style: Type, room: f64) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line: Option<String> = None;
+    for word in words.split(' ') {
+        if let Some(current) = &mut line {
+            let longer = format!("{current} {word}");
+            if text_width(&longer, style) <= room {
+                *current = longer;
+                continue;
+            }
+            lines.extend(line.take());
+        }
+        let mut rest = word;
+        // A word that cannot fit on a line of its own is broken where the line is full.
+        while text_width(rest, style) > room {
+            let mut fill = 0.0;
+            let mut split = rest.len();
+            for (i, c) in rest.char_indices() {
+                fill += text_width(c.encode_utf8(&mut [0; 4]), style);
+                if fill > room && i > 0 {
+                    split = i;
+                    break;
+                }
+            }
+            if split >= rest.len() {
+                break;
+            }
+            let (head, tail) = rest.split_at(split);
+            lines.push(head.to_owned());
+            rest = tail;
+        }
+        line = Some(rest.to_owned());
+    }
+    lines.extend(line);
+    lines
 }
 
 /// How a shape is painted: its fill, and its outline if it has one.
@@ -588,6 +1002,8 @@ struct Type {
     colour: &'static str,
     /// `start`, `middle` or `end`: which end of the text sits at its x.
     anchor: &'static str,
+    /// The text element's class, if any: what it says, for whoever reads the picture back.
+    class: &'static str,
 }
 
 impl Type {
@@ -597,6 +1013,7 @@ impl Type {
             bold: false,
             colour: INK,
             anchor: "start",
+            class: "",
         }
     }
 
@@ -611,11 +1028,18 @@ impl Type {
     const fn anchor(self, anchor: &'static str) -> Self {
         Type { anchor, ..self }
     }
+
+    const fn class(self, class: &'static str) -> Self {
+        Type { class, ..self }
+    }
 }
 
 impl fmt::Display for Type {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let weight = if self.bold { "bold" } else { "normal" };
+        if !self.class.is_empty() {
+            write!(f, r#"class="{}" "#, self.class)?;
+        }
         write!(
             f,
             r#"font-size="{}" font-weight="{weight}" fill="{}" text-anchor="{}""#,
@@ -673,6 +1097,9 @@ mod tests {
     use super::*;
     use crate::policy::{Held, Inputs, ModeChoice, Slots};
 
+    /// Positions are written with one decimal: a twentieth of a unit is rounding.
+    const ROUNDING: f64 = 0.05;
+
     /// The picture parsed by a real XML parser: a well-formedness check that means something.
     fn parse(svg: &str) -> Document<'_> {
         Document::parse(svg).unwrap_or_else(|e| panic!("not well-formed XML: {e}"))
@@ -684,11 +1111,33 @@ mod tests {
         node.descendants().filter(matching).collect()
     }
 
-    /// For every allowed input, both policies: the picture is well-formed, each policy's panel
-    /// has one lane per request in order S1.., F1, S-after, F-after, and exactly one gate line;
-    /// nothing in it reaches outside the file.
-    #[tokio::test]
-    async fn each_policy_has_its_lanes_and_one_gate_line() {
+    fn number(node: Node, name: &str) -> f64 {
+        let value = node.attribute(name);
+        let value = value.unwrap_or_else(|| panic!("<{}> has no {name}", node.tag_name().name()));
+        value
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}={value:?}: {e}"))
+    }
+
+    /// Where a text element reaches, left to right, by the picture's own estimate of its
+    /// width. The estimate is checked against a real browser in tests/picture.rs.
+    fn extent(node: Node) -> (f64, f64) {
+        let mut style = Type::size(number(node, "font-size"));
+        if node.attribute("font-weight") == Some("bold") {
+            style = style.bold();
+        }
+        let width = text_width(node.text().unwrap_or(""), style);
+        let x = number(node, "x");
+        match node.attribute("text-anchor") {
+            Some("middle") => (x - width / 2.0, x + width / 2.0),
+            Some("end") => (x - width, x),
+            _ => (x, x + width),
+        }
+    }
+
+    /// Every allowed input run for real, both policies, and its picture.
+    async fn every_picture() -> Vec<(String, Report, String)> {
+        let mut pictures = Vec::new();
         for slots in Slots::all() {
             for held in Held::all() {
                 let inputs = Inputs {
@@ -699,32 +1148,249 @@ mod tests {
                 let report = crate::run(inputs).await;
                 assert!(report.matches_model, "{:?}", report.failure);
                 let svg = render(&report);
-                let context = format!("--slots {slots} --held {held}");
-                let document = parse(&svg);
-                let root = document.root();
-                let panels = classed(root, "g", "policy");
-                assert_eq!(panels.len(), report.policies.len(), "{context}");
-                for (panel, policy) in panels.iter().zip(&report.policies) {
-                    let lanes = classed(*panel, "g", "lane");
-                    let lanes = lanes.iter().filter_map(|l| l.attribute("data-request"));
-                    let lanes: Vec<_> = lanes.collect();
-                    let requests = policy.model.expected.iter();
-                    let expected: Vec<String> = requests.map(|e| e.request.to_string()).collect();
-                    assert_eq!(lanes, expected, "{context} {:?}", policy.mode);
-                    let gates = classed(*panel, "line", "gate").len();
-                    assert_eq!(gates, 1, "{context} {:?}", policy.mode);
-                }
-                for node in root.descendants() {
-                    let name = node.tag_name().name();
+                pictures.push((format!("--slots {slots} --held {held}"), report, svg));
+            }
+        }
+        pictures
+    }
+
+    /// For every allowed input, both policies: the picture is well-formed, each policy's panel
+    /// has one lane per request in order S1.., F1, S-after, F-after, and exactly one gate line;
+    /// nothing in it reaches outside the file.
+    #[tokio::test]
+    async fn each_policy_has_its_lanes_and_one_gate_line() {
+        for (context, report, svg) in every_picture().await {
+            let document = parse(&svg);
+            let root = document.root();
+            let panels = classed(root, "g", "policy");
+            assert_eq!(panels.len(), report.policies.len(), "{context}");
+            for (panel, policy) in panels.iter().zip(&report.policies) {
+                let lanes = classed(*panel, "g", "lane");
+                let lanes = lanes.iter().filter_map(|l| l.attribute("data-request"));
+                let lanes: Vec<_> = lanes.collect();
+                let requests = policy.model.expected.iter();
+                let expected: Vec<String> = requests.map(|e| e.request.to_string()).collect();
+                assert_eq!(lanes, expected, "{context} {:?}", policy.mode);
+                let gates = classed(*panel, "line", "gate").len();
+                assert_eq!(gates, 1, "{context} {:?}", policy.mode);
+            }
+            for node in root.descendants() {
+                let name = node.tag_name().name();
+                assert!(
+                    !["script", "image", "foreignObject"].contains(&name),
+                    "{context}"
+                );
+                let linked = node.attributes().any(|a| a.name() == "href");
+                assert!(!linked, "{context}: <{name}> links outside the file");
+            }
+        }
+    }
+
+    /// The picture scales to its window: a viewBox 1920 wide, no fixed size, and at most 1080
+    /// high, so a 1920×1080 window shows all of it at one unit per pixel, where no text is
+    /// smaller than 17 pixels.
+    #[tokio::test]
+    async fn it_scales_to_the_window_with_no_text_under_17_pixels_at_1920() {
+        for (context, _, svg) in every_picture().await {
+            let document = parse(&svg);
+            let root = document.root_element();
+            assert_eq!(root.attribute("width"), Some("100%"), "{context}");
+            assert_eq!(root.attribute("height"), None, "{context}");
+            let view_box = root.attribute("viewBox").expect("a viewBox");
+            let view_box: Vec<f64> = view_box.split(' ').filter_map(|n| n.parse().ok()).collect();
+            let [x, y, width, height] = view_box[..] else {
+                panic!("{context}: viewBox {view_box:?}");
+            };
+            assert_eq!((x, y, width), (0.0, 0.0, 1920.0), "{context}");
+            assert!(height <= 1080.0, "{context}: {height} high");
+            for text in root.descendants().filter(|n| n.has_tag_name("text")) {
+                let size = number(text, "font-size");
+                assert!(size >= 17.0, "{context}: {:?} at {size}", text.text());
+            }
+        }
+    }
+
+    /// Every event has a column of the same width: the ticks, one per `seq` from 1, are evenly
+    /// spaced, so no gap between two events reads as a longer time.
+    #[tokio::test]
+    async fn every_event_has_a_column_of_the_same_width() {
+        for (context, report, svg) in every_picture().await {
+            let document = parse(&svg);
+            let panels = classed(document.root(), "g", "policy");
+            for (panel, policy) in panels.iter().zip(&report.policies) {
+                let ticks = classed(*panel, "line", "tick");
+                let seqs: Vec<f64> = ticks.iter().map(|t| number(*t, "data-seq")).collect();
+                let last = policy.work_events.iter().map(|e| e.seq).max().unwrap_or(0);
+                let expected: Vec<f64> = (1..=last).map(|seq| seq as f64).collect();
+                assert_eq!(seqs, expected, "{context} {:?}", policy.mode);
+                let xs: Vec<f64> = ticks.iter().map(|t| number(*t, "x1")).collect();
+                let steps: Vec<f64> = xs.windows(2).map(|w| w[1] - w[0]).collect();
+                let (least, most) = steps
+                    .iter()
+                    .fold((f64::MAX, f64::MIN), |(a, b), &s| (a.min(s), b.max(s)));
+                assert!(
+                    most - least <= 2.0 * ROUNDING + 1e-9 && least > 0.0,
+                    "{context} {:?}: column widths from {least} to {most}",
+                    policy.mode
+                );
+            }
+        }
+    }
+
+    /// No label lies outside its panel's plot, none crosses the gate line, and every response
+    /// is shown: a refusal's status in its badge, any other beside its request's finished
+    /// square, or, where that has no room, with the event it followed in words.
+    #[tokio::test]
+    async fn labels_stay_in_the_plot_clear_of_the_gate_and_beside_their_marks() {
+        for (context, report, svg) in every_picture().await {
+            let document = parse(&svg);
+            let panels = classed(document.root(), "g", "policy");
+            for (panel, policy) in panels.iter().zip(&report.policies) {
+                let context = format!("{context} {:?}", policy.mode);
+                let plot = panel.attribute("data-plot").expect("the plot's extent");
+                let plot: Vec<f64> = plot.split(' ').filter_map(|n| n.parse().ok()).collect();
+                let [left, right] = plot[..] else {
+                    panic!("{context}: data-plot {plot:?}")
+                };
+                let gate = classed(*panel, "line", "gate");
+                let gate = number(gate[0], "x1");
+                let lanes = classed(*panel, "g", "lane");
+                let pools = classed(*panel, "g", "pool");
+                let labels = lanes.iter().chain(&pools).flat_map(|g| g.descendants());
+                let labels = labels.filter(|n| n.has_tag_name("text"));
+                let labels = labels.filter(|n| n.attribute("class") != Some("name"));
+                let gate_labels = classed(*panel, "text", "gate-label");
+                for label in labels.chain(gate_labels) {
+                    let (x0, x1) = extent(label);
+                    let words = label.text();
                     assert!(
-                        !["script", "image", "foreignObject"].contains(&name),
-                        "{context}"
+                        x0 >= left - ROUNDING && x1 <= right + ROUNDING,
+                        "{context}: {words:?} at {x0:.1}..{x1:.1}, plot {left}..{right}"
                     );
-                    let linked = node.attributes().any(|a| a.name() == "href");
-                    assert!(!linked, "{context}: <{name}> links outside the file");
+                    let clear = x1 <= gate - GATE_HALF || x0 >= gate + GATE_HALF;
+                    assert!(
+                        clear,
+                        "{context}: {words:?} at {x0:.1}..{x1:.1}, gate at {gate}"
+                    );
+                }
+                for lane in &lanes {
+                    let request = lane.attribute("data-request").expect("a request");
+                    let context = format!("{context} {request}");
+                    let answers = classed(*lane, "g", "answer");
+                    let badges = classed(*lane, "g", "refusal");
+                    let responses = policy.observed.responses.iter();
+                    let responses = responses.filter(|r| r.request.to_string() == request);
+                    let mut statuses: Vec<&str> = responses.map(|r| status(r.status)).collect();
+                    let mut shown: Vec<&str> = answers
+                        .iter()
+                        .chain(&badges)
+                        .map(|g| g.attribute("data-status").expect("a status"))
+                        .collect();
+                    statuses.sort();
+                    shown.sort();
+                    assert_eq!(shown, statuses, "{context}: every response shown");
+                    let finished = classed(*lane, "rect", "finished");
+                    for tag in answers.iter().chain(&badges) {
+                        let outline = tag.children().find(|n| n.has_tag_name("rect"));
+                        let outline = outline.expect("a tag has an outline");
+                        let (x0, width) = (number(outline, "x"), number(outline, "width"));
+                        let x1 = x0 + width;
+                        let clear = x1 + CLEAR <= gate - GATE_HALF + ROUNDING
+                            || x0 + ROUNDING >= gate + GATE_HALF + CLEAR;
+                        assert!(clear, "{context}: tag at {x0}..{x1}, gate at {gate}");
+                        assert!(x0 >= left - ROUNDING && x1 <= right + ROUNDING, "{context}");
+                    }
+                    for answer in &answers {
+                        let outline = answer.children().find(|n| n.has_tag_name("rect"));
+                        let x0 = number(outline.expect("an outline"), "x");
+                        let square = finished.first().map(|s| number(*s, "x") + 2.0 * SQUARE);
+                        let beside = square.is_some_and(|s| (x0 - (s + CLEAR)).abs() <= ROUNDING);
+                        let texts = answer.descendants().filter_map(|n| n.text());
+                        let noted = texts.into_iter().any(|t| t.starts_with("after event "));
+                        assert!(
+                            beside || noted,
+                            "{context}: a tag at {x0}, its finished square ends at {square:?}"
+                        );
+                    }
                 }
             }
         }
+    }
+
+    fn status(status: u16) -> &'static str {
+        match status {
+            200 => "200",
+            503 => "503",
+            _ => "other",
+        }
+    }
+
+    /// A failure's reason, however long, is wrapped onto lines that fit the picture: all of it
+    /// is there, in order, and no line is wider than the picture less its margins.
+    #[tokio::test]
+    async fn a_long_failure_is_wrapped_within_the_picture() {
+        let mut report = crate::run(Inputs::default()).await;
+        let reason = "shared: S1: GET /slow failed: error sending request for url \
+                      (http://127.0.0.1:40991/slow): client error (SendRequest): connection \
+                      closed before message completed; then a connection task panicked: task 9 \
+                      panicked with message \"injected fault: the handler of S1 panicked inside \
+                      the work section\"";
+        report.failure = Some(reason.to_owned());
+        report.matches_model = false;
+        let svg = render(&report);
+        let document = parse(&svg);
+        let lines = classed(document.root(), "text", "verdict");
+        assert!(lines.len() >= 2, "{} lines", lines.len());
+        for line in &lines {
+            let (x0, x1) = extent(*line);
+            assert!(
+                x0 >= MARGIN - ROUNDING && x1 <= WIDTH - MARGIN,
+                "{:?} at {x0:.1}..{x1:.1}",
+                line.text()
+            );
+        }
+        let words: Vec<&str> = lines.iter().filter_map(|l| l.text()).collect();
+        assert_eq!(words.join(" "), format!("FAILED: {reason}"));
+        let verdict_bottom = lines.iter().map(|l| number(*l, "y")).fold(0.0, f64::max);
+        let headings = document
+            .descendants()
+            .filter(|n| n.text() == Some("shared mode"));
+        let heading = headings
+            .into_iter()
+            .next()
+            .expect("the shared panel's heading");
+        assert!(
+            number(heading, "y") > verdict_bottom + 22.0,
+            "below the verdict"
+        );
+    }
+
+    /// A word too long for a line is broken between characters rather than run off the edge.
+    #[test]
+    fn a_word_longer_than_a_line_is_broken() {
+        let word = "x".repeat(400);
+        let lines = wrap(&format!("a {word} b"), VERDICT, 300.0);
+        assert!(lines.len() > 3, "{lines:?}");
+        assert!(
+            lines.iter().all(|l| text_width(l, VERDICT) <= 300.0),
+            "{lines:?}"
+        );
+        assert_eq!(lines.concat().replace(' ', ""), format!("a{word}b"));
+    }
+
+    /// A label goes to the first free stretch: beside its mark when that is clear, past an
+    /// obstacle when not, and nowhere outside the row.
+    #[test]
+    fn a_row_places_labels_only_where_they_are_clear() {
+        let mut row = Row::new(100.0, 300.0);
+        row.take(150.0, 160.0);
+        assert!(row.fits(100.0, 146.0));
+        assert!(!row.fits(100.0, 147.0), "closer than CLEAR to a mark");
+        assert!(!row.fits(99.0, 120.0), "left of the plot");
+        assert_eq!(row.right_of(120.0, 40.0), Some(164.0));
+        assert_eq!(row.right_of(200.0, 101.0), None);
+        assert_eq!(row.left_of(300.0, 40.0), Some(260.0));
+        assert_eq!(row.left_of(170.0, 40.0), Some(106.0));
     }
 
     /// Text from the report is escaped: a failure reason full of markup reads back, through a

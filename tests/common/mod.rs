@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod load;
+pub mod webdriver;
 
 use std::net::{SocketAddr, TcpStream};
 

@@ -1,0 +1,528 @@
+//! A minimal WebDriver client for browser tests. It starts Debian's `chromedriver` on a free
+//! loopback port as a child process, opens one headless Chromium session with a fresh profile,
+//! and offers the few commands a test needs: navigate, run a script, find, click, type, take a
+//! screenshot, quit. Every call is bounded by a timeout that fails with the command's name; the
+//! driver and its browser die with the test, whether it passes, panics or is killed.
+
+use std::ffi::{c_int, c_ulong};
+use std::io::{self, BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// Debian's Chromium.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+/// Debian's ChromeDriver, of the same version as [`CHROMIUM`].
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// The bound on one WebDriver command.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// The bound on starting the driver, and on starting the browser with a new session: each
+/// takes well under this on a loaded two-core machine.
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The W3C key under which an element reference travels.
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// Both programs the browser tests need are installed.
+pub fn browser_available() -> bool {
+    missing_browser().is_none()
+}
+
+/// For a test that needs a browser: when one is missing, prints the one line saying `test` is
+/// skipped and why, and returns true; the test then returns.
+pub fn skip_without_browser(test: &str) -> bool {
+    match missing_browser() {
+        Some(missing) => {
+            println!("skipped {test}: {missing} is not installed");
+            true
+        }
+        None => false,
+    }
+}
+
+fn missing_browser() -> Option<&'static str> {
+    [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .find(|program| !Path::new(program).is_file())
+}
+
+/// An element found on the page, as WebDriver names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Element(String);
+
+/// A headless Chromium session driven through its own `chromedriver` child process.
+///
+/// Dropping it (on a panic too) kills and reaps the driver, which takes the browser with it,
+/// and removes the profile. [`Browser::quit`] ends the session politely first and reports how
+/// that went.
+#[derive(Debug)]
+pub struct Browser {
+    client: reqwest::Client,
+    /// `http://127.0.0.1:<port>`: the driver.
+    base: String,
+    session: String,
+    /// The browser's main process, as the driver reported it: killed only if it outlives the
+    /// driver.
+    browser_pid: Option<u32>,
+    driver: Child,
+    /// Reads the driver's output to its end, so a full pipe never stalls the driver.
+    reader: Option<JoinHandle<()>>,
+    /// Tells when the reader has seen the end of the driver's output: every process holding
+    /// the pipe (the driver and the browser it started) has gone.
+    drained: mpsc::Receiver<()>,
+    /// The browser's fresh profile, removed last.
+    profile: TempDir,
+}
+
+impl Browser {
+    /// Starts `chromedriver` on a free loopback port, waits until it says it is ready, and opens
+    /// a headless Chromium session: a 1920×1080 window, a fresh profile in a temporary
+    /// directory, no network of its own (no QUIC, sync, component updates or background
+    /// requests).
+    ///
+    /// Call it on the test's own thread (the body of a `#[tokio::test]`), not inside
+    /// `spawn_blocking`: the driver is told to die with the thread that started it.
+    pub async fn start() -> anyhow::Result<Browser> {
+        let profile = TempDir::new("isolation-lab-chromium").context("creating a profile")?;
+        let mut command = Command::new(CHROMEDRIVER);
+        // Port 0: the driver picks a free port and says which; it listens on loopback only.
+        command
+            .arg("--port=0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        die_with_parent(&mut command);
+        let mut driver = command
+            .spawn()
+            .with_context(|| format!("starting {CHROMEDRIVER}"))?;
+        let stdout = driver.stdout.take().expect("stdout was piped");
+        let (port_tx, port_rx) = oneshot::channel();
+        let (drained_tx, drained) = mpsc::channel();
+        let reader = thread::Builder::new()
+            .name("chromedriver-output".to_owned())
+            .spawn(move || read_driver_output(stdout, port_tx, drained_tx));
+        let reader = match reader {
+            Ok(reader) => reader,
+            Err(e) => {
+                stop(&mut driver);
+                return Err(e).context("starting the thread that reads chromedriver");
+            }
+        };
+        let client = reqwest::Client::builder().no_proxy().build();
+        let mut browser = Browser {
+            client: client.context("building the HTTP client")?,
+            base: String::new(),
+            session: String::new(),
+            browser_pid: None,
+            driver,
+            reader: Some(reader),
+            drained,
+            profile,
+        };
+        // From here on, dropping `browser` on an error stops everything started so far.
+        let port = tokio::time::timeout(START_TIMEOUT, port_rx).await;
+        let port = match port {
+            Ok(Ok(port)) => port?,
+            Ok(Err(_)) => bail!("chromedriver's output reader stopped without a port"),
+            Err(_) => bail!(
+                "chromedriver did not say it was listening within {START_TIMEOUT:?} (timeout)"
+            ),
+        };
+        browser.base = format!("http://127.0.0.1:{port}");
+        browser.wait_ready().await?;
+        browser.new_session().await?;
+        Ok(browser)
+    }
+
+    /// Polls the driver's `/status` until it says ready. It normally does at the first look:
+    /// the driver says it is listening only once it is.
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        loop {
+            let status = self.command("status", "GET", "/status", None).await?;
+            if status["ready"] == Value::Bool(true) {
+                return Ok(());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                bail!("chromedriver not ready after {START_TIMEOUT:?} (timeout): {status}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn new_session(&mut self) -> anyhow::Result<()> {
+        let profile = format!("--user-data-dir={}", self.profile.path().display());
+        let args = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1920,1080",
+            // The driver talks to the browser over a pipe rather than a debugging port, so
+            // the browser exits as soon as the driver is gone, however it went.
+            "--remote-debugging-pipe",
+            &profile,
+        ];
+        let capabilities = json!({
+            "capabilities": {
+                "alwaysMatch": {
+                    "browserName": "chrome",
+                    "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
+                    "timeouts": {
+                        "script": COMMAND_TIMEOUT.as_millis() as u64,
+                        "pageLoad": COMMAND_TIMEOUT.as_millis() as u64,
+                        "implicit": 0,
+                    },
+                }
+            }
+        });
+        let created = self.call(
+            "new session",
+            "POST",
+            "/session",
+            Some(capabilities),
+            START_TIMEOUT,
+        );
+        let created = created.await?;
+        self.session = created["sessionId"]
+            .as_str()
+            .ok_or_else(|| anyhow!("new session: no sessionId in {created}"))?
+            .to_owned();
+        let pid = created["capabilities"]["goog:processID"].as_u64();
+        self.browser_pid = pid.and_then(|pid| u32::try_from(pid).ok());
+        Ok(())
+    }
+
+    /// Sizes the window so that its viewport (the page's `innerWidth` × `innerHeight`) is
+    /// `width` × `height` CSS pixels, and checks that it is. Even headless, Chromium's window
+    /// is larger than its viewport by the frame it would draw.
+    pub async fn set_viewport(&self, width: u32, height: u32) -> anyhow::Result<()> {
+        let viewport = "return [innerWidth, innerHeight, outerWidth, outerHeight];";
+        let sizes = self.execute(viewport, &[]).await?;
+        let size = |i: usize| sizes[i].as_i64().unwrap_or(0);
+        let frame = (size(2) - size(0), size(3) - size(1));
+        let rect = json!({
+            "width": i64::from(width) + frame.0,
+            "height": i64::from(height) + frame.1,
+        });
+        let path = self.path("/window/rect");
+        self.command("set window rect", "POST", &path, Some(rect))
+            .await?;
+        let sizes = self.execute(viewport, &[]).await?;
+        let got = (sizes[0].as_i64(), sizes[1].as_i64());
+        let wanted = (Some(i64::from(width)), Some(i64::from(height)));
+        if got != wanted {
+            bail!("set viewport: expected {width}×{height}, got {got:?} ({sizes})");
+        }
+        Ok(())
+    }
+
+    /// Opens `url` and waits until the page has loaded.
+    pub async fn navigate(&self, url: &str) -> anyhow::Result<()> {
+        let path = self.path("/url");
+        let what = format!("navigate to {url}");
+        self.command(&what, "POST", &path, Some(json!({ "url": url })))
+            .await
+            .map(drop)
+    }
+
+    /// Runs `script` (a function body: `return ...;`) in the page with `args` as `arguments`,
+    /// and returns what it returned.
+    pub async fn execute(&self, script: &str, args: &[Value]) -> anyhow::Result<Value> {
+        let body = json!({ "script": script, "args": args });
+        let path = self.path("/execute/sync");
+        self.command("execute script", "POST", &path, Some(body))
+            .await
+    }
+
+    /// The first element matching the CSS selector `css`; an error if there is none.
+    pub async fn find(&self, css: &str) -> anyhow::Result<Element> {
+        let body = json!({ "using": "css selector", "value": css });
+        let what = format!("find {css:?}");
+        let found = self
+            .command(&what, "POST", &self.path("/element"), Some(body))
+            .await?;
+        let id = found[ELEMENT_KEY].as_str();
+        let id = id.ok_or_else(|| anyhow!("{what}: no element reference in {found}"))?;
+        Ok(Element(id.to_owned()))
+    }
+
+    /// Clicks `element` in its middle, as a user would.
+    pub async fn click(&self, element: &Element) -> anyhow::Result<()> {
+        let path = self.path(&format!("/element/{}/click", element.0));
+        self.command("click", "POST", &path, Some(json!({})))
+            .await
+            .map(drop)
+    }
+
+    /// Types `text` into `element`.
+    pub async fn send_keys(&self, element: &Element, text: &str) -> anyhow::Result<()> {
+        let path = self.path(&format!("/element/{}/value", element.0));
+        self.command("send keys", "POST", &path, Some(json!({ "text": text })))
+            .await
+            .map(drop)
+    }
+
+    /// The viewport as a PNG image.
+    pub async fn screenshot_png(&self) -> anyhow::Result<Vec<u8>> {
+        let shot = self
+            .command("screenshot", "GET", &self.path("/screenshot"), None)
+            .await?;
+        let encoded = shot
+            .as_str()
+            .ok_or_else(|| anyhow!("screenshot: not a string but {shot}"))?;
+        base64_decode(encoded).context("screenshot: decoding its base64")
+    }
+
+    /// Ends the session (the driver closes the browser), then stops the driver and removes the
+    /// profile.
+    pub async fn quit(self) -> anyhow::Result<()> {
+        let path = self.path("");
+        self.command("quit", "DELETE", &path, None).await.map(drop)
+        // `self` drops here: the driver is killed and reaped, the profile removed.
+    }
+
+    fn path(&self, command: &str) -> String {
+        format!("/session/{}{command}", self.session)
+    }
+
+    /// One WebDriver command, bounded by [`COMMAND_TIMEOUT`].
+    async fn command(
+        &self,
+        what: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        self.call(what, method, path, body, COMMAND_TIMEOUT).await
+    }
+
+    /// One WebDriver command, bounded by `limit`: its `value`, or an error naming `what` and
+    /// saying what the driver answered, or that it did not answer in time.
+    async fn call(
+        &self,
+        what: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        limit: Duration,
+    ) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let exchange = async {
+            let request = match (method, body) {
+                ("GET", _) => self.client.get(&url),
+                ("DELETE", _) => self.client.delete(&url),
+                (_, body) => self
+                    .client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.unwrap_or_else(|| json!({})).to_string()),
+            };
+            let response = request.send().await?;
+            let status = response.status();
+            let bytes = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, bytes))
+        };
+        let answered = tokio::time::timeout(limit, exchange).await;
+        let answered = answered.map_err(|_| {
+            anyhow!("WebDriver {what} ({method} {path}) got no answer within {limit:?} (timeout)")
+        })?;
+        let (status, bytes) =
+            answered.with_context(|| format!("WebDriver {what} ({method} {path})"))?;
+        let reply: Value = serde_json::from_slice(&bytes).with_context(|| {
+            let text = String::from_utf8_lossy(&bytes);
+            format!("WebDriver {what} ({method} {path}): HTTP {status}, not JSON: {text}")
+        })?;
+        let value = reply.get("value").cloned().unwrap_or(Value::Null);
+        if !status.is_success() {
+            let error = value["error"].as_str().unwrap_or("unknown error");
+            let message = value["message"].as_str().unwrap_or("");
+            bail!("WebDriver {what} ({method} {path}): HTTP {status}, {error}: {message}");
+        }
+        Ok(value)
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // The browser talks to the driver over a pipe, so it exits once the driver is gone.
+        stop(&mut self.driver);
+        let bound = Duration::from_secs(10);
+        if self.drained.recv_timeout(bound).is_err() {
+            // A browser still holding the driver's output outlived the driver: stop it too.
+            if let Some(pid) = self.browser_pid {
+                eprintln!("chromium {pid} outlived chromedriver by {bound:?}: killing it");
+                kill_process(pid);
+            }
+            if self.drained.recv_timeout(bound).is_err() {
+                eprintln!("chromedriver's output still open after the browser was killed");
+                // Joining would hang the test: the reader is left to end with the process.
+                self.reader.take();
+            }
+        }
+        if let Some(reader) = self.reader.take()
+            && reader.join().is_err()
+        {
+            eprintln!("the chromedriver output reader panicked");
+        }
+    }
+}
+
+/// Kills and reaps `driver`; it may have exited already.
+fn stop(driver: &mut Child) {
+    // An error means it has already exited; `wait` reaps it either way.
+    let _ = driver.kill();
+    if let Err(e) = driver.wait() {
+        eprintln!("reaping chromedriver {}: {e}", driver.id());
+    }
+}
+
+/// Reads the driver's output to its end: first the line saying which port it listens on, sent
+/// on `port`, then whatever else it or the browser writes. `drained` says the output ended.
+fn read_driver_output(
+    stdout: std::process::ChildStdout,
+    port: oneshot::Sender<anyhow::Result<u16>>,
+    drained: mpsc::Sender<()>,
+) {
+    const STARTED: &str = "started successfully on port ";
+    let mut port = Some(port);
+    let mut seen = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        if let Some(sender) = port.take_if(|_| line.contains(STARTED)) {
+            let number = line.split(STARTED).nth(1).unwrap_or("");
+            let number = number.trim_end_matches('.').trim();
+            let parsed = number.parse::<u16>();
+            let parsed = parsed.with_context(|| format!("chromedriver said {line:?}"));
+            // The starter may have given up (timeout): nobody to tell then.
+            let _ = sender.send(parsed);
+        } else if port.is_some() {
+            seen.push(line);
+        }
+    }
+    if let Some(sender) = port {
+        let said = seen.join(" | ");
+        let _ = sender.send(Err(anyhow!(
+            "chromedriver ended its output before saying it listened: {said}"
+        )));
+    }
+    // The receiver may be gone if the browser was dropped without waiting.
+    let _ = drained.send(());
+}
+
+unsafe extern "C" {
+    fn prctl(option: c_int, ...) -> c_int;
+    fn kill(pid: c_int, signal: c_int) -> c_int;
+}
+
+const PR_SET_PDEATHSIG: c_int = 1;
+const SIGKILL: c_int = 9;
+const ESRCH: i32 = 3;
+
+/// Asks the kernel to kill the child when the thread that starts it ends (with the test
+/// process, at the latest), so a driver never outlives a test that was killed. `libc` is not a
+/// dependency of this crate: the two calls are declared here, from the C library every Rust
+/// program on Linux links.
+fn die_with_parent(command: &mut Command) {
+    let parent = std::process::id();
+    // SAFETY: between fork and exec only async-signal-safe calls are allowed: `prctl` and
+    // `getppid` are system calls, and the errors are built without allocating.
+    unsafe {
+        command.pre_exec(move || {
+            if prctl(PR_SET_PDEATHSIG, SIGKILL as c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl: no signal would come then.
+            if std::os::unix::process::parent_id() != parent {
+                return Err(io::Error::from_raw_os_error(ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends SIGKILL to `pid`, a process this client learned it started.
+fn kill_process(pid: u32) {
+    let Ok(pid) = c_int::try_from(pid) else {
+        return;
+    };
+    // SAFETY: `kill` takes plain integers and touches no memory of ours.
+    if unsafe { kill(pid, SIGKILL) } != 0 {
+        eprintln!("killing {pid}: {}", io::Error::last_os_error());
+    }
+}
+
+/// A directory of its own under the system's temporary directory, removed with everything in
+/// it when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates a new, empty directory whose name starts with `prefix`.
+    pub fn new(prefix: &str) -> io::Result<TempDir> {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let pid = std::process::id();
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!("{prefix}-{pid}-{n}"));
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(TempDir(path)),
+                // Left over from an earlier process with the same id: take the next name.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("removing {}: {e}", self.0.display());
+        }
+    }
+}
+
+/// Decodes standard base64 (with or without padding; whitespace ignored).
+fn base64_decode(text: &str) -> anyhow::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let (mut bits, mut count) = (0u32, 0);
+    for c in text.bytes() {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => break,
+            c if c.is_ascii_whitespace() => continue,
+            c => bail!("not base64: byte {c:#04x}"),
+        };
+        bits = bits << 6 | u32::from(value);
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            out.push((bits >> count) as u8);
+        }
+    }
+    Ok(out)
+}
