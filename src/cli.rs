@@ -250,13 +250,8 @@ where
         ErrorKind::UnknownArgument => {
             let flag = text(ContextKind::InvalidArg).unwrap_or_default();
             let sub = named.map(|at| words[at + 1].as_str());
-            match sub.and_then(instead) {
-                Some(instead) => Some(format!(
-                    "{sub} does not take {flag}: {instead}",
-                    sub = sub.unwrap_or_default()
-                )),
-                None => None,
-            }
+            let sub = sub.unwrap_or_default();
+            instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
         }
         ErrorKind::InvalidUtf8 => {
             let bad = args.iter().position(|a| a.to_str().is_none()).unwrap_or(0);

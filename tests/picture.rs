@@ -10,12 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::webdriver::{Browser, TempDir, skip_without_browser};
-use isolation_lab::coordinator::run_policy_with;
+use isolation_lab::coordinator::Options;
 use isolation_lab::faults::Faults;
 use isolation_lab::label::Label;
-use isolation_lab::policy::{Inputs, Mode, Policy};
-use isolation_lab::report::{Report, Runner, svg};
-use isolation_lab::server::Front;
+use isolation_lab::policy::{Inputs, ModeChoice};
+use isolation_lab::render::svg;
 use serde::Deserialize;
 
 /// The smallest text a room should be shown, in screen pixels.
@@ -169,26 +168,23 @@ async fn picture_from_binary(args: &'static [&'static str]) -> String {
 /// report is assembled as `isolation_lab::run_on` assembles it. (This fault fails at once and
 /// its reason names no port, so the picture is the same on every run.)
 async fn failed_picture() -> String {
-    let inputs = Inputs::default();
-    let policy = Policy {
-        mode: Mode::Shared,
-        slots: inputs.slots,
+    let inputs = Inputs {
+        mode: ModeChoice::Shared,
+        ..Inputs::default()
     };
     let faults = Faults {
         caller_disconnects: Some(Label::Slow(1)),
         ..Faults::default()
     };
-    let run = run_policy_with(Front::Async, policy, inputs.held, faults).await;
-    let reason = run.reason();
-    let reason = reason.expect("a caller that disconnects while held fails the run");
-    let report = Report {
-        lab: "concurrency-isolation",
-        runner: Runner::current(Front::Async),
-        inputs,
-        policies: vec![run.report],
-        matches_model: false,
-        failure: Some(format!("{}: {reason}", Mode::Shared.name())),
+    let options = Options {
+        faults,
+        ..Options::default()
     };
+    let report = isolation_lab::run_with(inputs, options).await;
+    assert!(
+        report.failure.is_some(),
+        "a caller that disconnects while held fails the run"
+    );
     svg::render(&report)
 }
 

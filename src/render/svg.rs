@@ -1095,7 +1095,7 @@ mod tests {
     use roxmltree::{Document, Node};
 
     use super::*;
-    use crate::policy::{Held, Inputs, ModeChoice, Slots};
+    use crate::policy::Inputs;
 
     /// Positions are written with one decimal: a twentieth of a unit is rounding.
     const ROUNDING: f64 = 0.05;
@@ -1135,31 +1135,30 @@ mod tests {
         }
     }
 
-    /// Every allowed input run for real, both policies, and its picture.
-    async fn every_picture() -> Vec<(String, Report, String)> {
-        let mut pictures = Vec::new();
-        for slots in Slots::all() {
-            for held in Held::all() {
-                let inputs = Inputs {
-                    mode: ModeChoice::Both,
-                    slots,
-                    held,
-                };
-                let report = crate::run(inputs).await;
-                assert!(report.matches_model, "{:?}", report.failure);
-                let svg = render(&report);
-                pictures.push((format!("--slots {slots} --held {held}"), report, svg));
-            }
-        }
-        pictures
+    /// Every allowed input, both policies, recorded from real runs, and its picture.
+    fn every_picture() -> Vec<(String, Report, String)> {
+        let reports = crate::render::fixtures::reports().into_iter();
+        let pictures = reports.map(|report| {
+            let (slots, held) = (report.inputs.slots, report.inputs.held);
+            let svg = render(&report);
+            (format!("--slots {slots} --held {held}"), report, svg)
+        });
+        pictures.collect()
+    }
+
+    /// The recorded report of the workshop's default run.
+    fn default_run() -> Report {
+        let reports = crate::render::fixtures::reports().into_iter();
+        let mut default = reports.filter(|r| r.inputs == Inputs::default());
+        default.next().expect("the default run is recorded")
     }
 
     /// For every allowed input, both policies: the picture is well-formed, each policy's panel
     /// has one lane per request in order S1.., F1, S-after, F-after, and exactly one gate line;
     /// nothing in it reaches outside the file.
-    #[tokio::test]
-    async fn each_policy_has_its_lanes_and_one_gate_line() {
-        for (context, report, svg) in every_picture().await {
+    #[test]
+    fn each_policy_has_its_lanes_and_one_gate_line() {
+        for (context, report, svg) in every_picture() {
             let document = parse(&svg);
             let root = document.root();
             let panels = classed(root, "g", "policy");
@@ -1189,9 +1188,9 @@ mod tests {
     /// The picture scales to its window: a viewBox 1920 wide, no fixed size, and at most 1080
     /// high, so a 1920×1080 window shows all of it at one unit per pixel, where no text is
     /// smaller than 17 pixels.
-    #[tokio::test]
-    async fn it_scales_to_the_window_with_no_text_under_17_pixels_at_1920() {
-        for (context, _, svg) in every_picture().await {
+    #[test]
+    fn it_scales_to_the_window_with_no_text_under_17_pixels_at_1920() {
+        for (context, _, svg) in every_picture() {
             let document = parse(&svg);
             let root = document.root_element();
             assert_eq!(root.attribute("width"), Some("100%"), "{context}");
@@ -1212,9 +1211,9 @@ mod tests {
 
     /// Every event has a column of the same width: the ticks, one per `seq` from 1, are evenly
     /// spaced, so no gap between two events reads as a longer time.
-    #[tokio::test]
-    async fn every_event_has_a_column_of_the_same_width() {
-        for (context, report, svg) in every_picture().await {
+    #[test]
+    fn every_event_has_a_column_of_the_same_width() {
+        for (context, report, svg) in every_picture() {
             let document = parse(&svg);
             let panels = classed(document.root(), "g", "policy");
             for (panel, policy) in panels.iter().zip(&report.policies) {
@@ -1240,9 +1239,9 @@ mod tests {
     /// No label lies outside its panel's plot, none crosses the gate line, and every response
     /// is shown: a refusal's status in its badge, any other beside its request's finished
     /// square, or, where that has no room, with the event it followed in words.
-    #[tokio::test]
-    async fn labels_stay_in_the_plot_clear_of_the_gate_and_beside_their_marks() {
-        for (context, report, svg) in every_picture().await {
+    #[test]
+    fn labels_stay_in_the_plot_clear_of_the_gate_and_beside_their_marks() {
+        for (context, report, svg) in every_picture() {
             let document = parse(&svg);
             let panels = classed(document.root(), "g", "policy");
             for (panel, policy) in panels.iter().zip(&report.policies) {
@@ -1327,9 +1326,9 @@ mod tests {
 
     /// A failure's reason, however long, is wrapped onto lines that fit the picture: all of it
     /// is there, in order, and no line is wider than the picture less its margins.
-    #[tokio::test]
-    async fn a_long_failure_is_wrapped_within_the_picture() {
-        let mut report = crate::run(Inputs::default()).await;
+    #[test]
+    fn a_long_failure_is_wrapped_within_the_picture() {
+        let mut report = default_run();
         let reason = "shared: S1: GET /slow failed: error sending request for url \
                       (http://127.0.0.1:40991/slow): client error (SendRequest): connection \
                       closed before message completed; then a connection task panicked: task 9 \
@@ -1395,9 +1394,9 @@ mod tests {
 
     /// Text from the report is escaped: a failure reason full of markup reads back, through a
     /// real parser, as the same text (less the control character XML cannot carry).
-    #[tokio::test]
-    async fn text_is_escaped() {
-        let mut report = crate::run(Inputs::default()).await;
+    #[test]
+    fn text_is_escaped() {
+        let mut report = default_run();
         report.failure = Some("shared: <script>x</script> & \"q\" 'a' \u{1}".to_owned());
         report.matches_model = false;
         let svg = render(&report);
