@@ -48,6 +48,7 @@ const EXAMPLES: &str = "Examples:
   isolation-lab predict --held 1              the model's answer, no server started
   isolation-lab sweep                         every input, one matrix per policy
   isolation-lab compare --held 4              the async and threaded fronts side by side
+  isolation-lab classroom                     a live page to step through with a room
 
 Flags of a subcommand go after it: isolation-lab predict --held 4.";
 
@@ -85,6 +86,17 @@ pub enum Command {
         /// The comparison on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
+    },
+    /// Teach it live: serve a page on 127.0.0.1 that steps through a real run (Next, Space or
+    /// →) and lets the room send requests; prints the page's URL, then, at Ctrl-C or Finish, the
+    /// JSON report of the runs; exits 1 if a run differed from the model
+    Classroom {
+        /// The first run's inputs (the page can start others).
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// The server front every run uses
+        #[arg(long, value_enum, default_value_t = ServerArg::Async)]
+        server: ServerArg,
     },
 }
 
@@ -203,6 +215,9 @@ fn instead(subcommand: &str) -> Option<&'static str> {
         "compare" => {
             "compare runs both policies on both fronts; it takes --slots, --held and --format text|json"
         }
+        "classroom" => {
+            "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held and --server"
+        }
         _ => return None,
     })
 }
@@ -227,7 +242,7 @@ where
         Some(ContextValue::String(s)) => Some(s.clone()),
         _ => None,
     };
-    let subcommands = ["predict", "sweep", "compare"];
+    let subcommands = ["predict", "sweep", "compare", "classroom"];
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())

@@ -56,6 +56,21 @@ impl Label {
     pub fn from_room(self) -> bool {
         matches!(self, Label::Room(..))
     }
+
+    /// The label a request to `route` carries in its header: one the lab sends (its route must
+    /// be `route`), or `R<n>` (n from 1, written plainly), which names no route of its own and
+    /// so takes `route`. Only a caller holding the run's token gets this far; in a classroom
+    /// session that is the classroom, which numbers the room's requests itself.
+    pub fn read(text: &str, route: Route) -> Option<Label> {
+        if let Some(digits) = text.strip_prefix('R') {
+            let plain = !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit());
+            let n = digits.parse::<u32>().ok().filter(|_| plain)?;
+            return Some(Label::Room(n, route));
+        }
+        text.parse::<Label>()
+            .ok()
+            .filter(|label| label.route() == route)
+    }
 }
 
 impl fmt::Display for Label {
@@ -147,6 +162,24 @@ mod tests {
         assert_eq!("S65535".parse(), Ok(Label::Slow(u16::MAX)));
         assert_eq!(Label::slow(50_000).count(), 50_000);
         assert_eq!(Label::Room(3, Route::Fast).to_string(), "R3");
+    }
+
+    #[test]
+    fn a_room_label_takes_the_route_it_was_sent_to() {
+        assert_eq!(Label::read("R7", Route::Slow), Some(Label::Room(7, Route::Slow)));
+        assert_eq!(Label::read("R1", Route::Fast), Some(Label::Room(1, Route::Fast)));
+        assert_eq!(Label::read("S1", Route::Slow), Some(Label::Slow(1)));
+        for (text, route) in [
+            ("R0", Route::Slow),
+            ("R01", Route::Slow),
+            ("R", Route::Fast),
+            ("R-1", Route::Fast),
+            ("R4294967296", Route::Slow),
+            ("S1", Route::Fast),
+            ("F1", Route::Slow),
+        ] {
+            assert_eq!(Label::read(text, route), None, "{text:?} to {route}");
+        }
     }
 
     #[test]

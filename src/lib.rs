@@ -21,12 +21,14 @@
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
 //! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
+//! - [`classroom`]: a live page that steps through a real run and lets the room join in.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
+pub mod classroom;
 pub mod cli;
 pub mod compare;
 pub mod coordinator;
@@ -61,30 +63,68 @@ pub async fn run_on(front: Front, inputs: Inputs) -> Report {
 
 /// [`run`] with `options`: a front, injected faults, a safety timeout.
 pub async fn run_with(inputs: Inputs, options: Options) -> Report {
-    let front = options.front;
-    let mut policies = Vec::new();
-    let mut failure = None;
+    let mut invocation = Invocation::new(inputs, &options);
     for &mode in inputs.mode.modes() {
         let policy = Policy {
             mode,
             slots: inputs.slots,
         };
         let run = coordinator::run_policy_with(policy, inputs.held, options.clone()).await;
-        let reason = run.reason();
-        policies.push(run.report);
-        if let Some(reason) = reason {
-            failure = Some(format!("{}: {reason}", mode.name()));
+        if !invocation.push(mode, run) {
             break;
         }
     }
-    Report {
-        lab: "concurrency-isolation".into(),
-        runner: Runner::current(front, options.safety_timeout),
-        inputs,
-        // A policy that failed or differed stops the run with its reason in `failure`.
-        matches_model: failure.is_none(),
-        policies,
-        failure,
+    invocation.report()
+}
+
+/// The policy runs of one invocation, gathered into its report: the command line's run, or one
+/// run of a classroom session, stepped by hand. The first policy that fails or differs from the
+/// model stops the invocation, and the report carries its reason in `failure`.
+#[derive(Debug)]
+pub(crate) struct Invocation {
+    inputs: Inputs,
+    runner: Runner,
+    policies: Vec<report::PolicyReport>,
+    failure: Option<String>,
+}
+
+impl Invocation {
+    /// An invocation of `inputs` with `options`, before any policy ran.
+    pub(crate) fn new(inputs: Inputs, options: &Options) -> Self {
+        Invocation {
+            inputs,
+            runner: Runner::current(options.front, options.safety_timeout),
+            policies: Vec::new(),
+            failure: None,
+        }
+    }
+
+    /// Adds a finished policy run; `false` if it failed or differed, which ends the invocation.
+    pub(crate) fn push(&mut self, mode: policy::Mode, run: coordinator::PolicyRun) -> bool {
+        let reason = run.reason();
+        self.policies.push(run.report);
+        if let Some(reason) = reason {
+            self.failure = Some(format!("{}: {reason}", mode.name()));
+        }
+        self.failure.is_none()
+    }
+
+    /// Ends the invocation before its last policy ran, saying why (unless one already failed).
+    pub(crate) fn cut_short(&mut self, why: String) {
+        self.failure.get_or_insert(why);
+    }
+
+    /// The report.
+    pub(crate) fn report(self) -> Report {
+        Report {
+            lab: "concurrency-isolation".into(),
+            runner: self.runner,
+            inputs: self.inputs,
+            // A policy that failed or differed stops the run with its reason in `failure`.
+            matches_model: self.failure.is_none(),
+            policies: self.policies,
+            failure: self.failure,
+        }
     }
 }
 

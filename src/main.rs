@@ -1,5 +1,6 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
-//! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`.
+//! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`,
+//! `classroom`.
 //! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
 //! 2 the command line was refused.
 
@@ -7,8 +8,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use isolation_lab::cli::{Command, Format, TableFormat};
+use isolation_lab::coordinator::Options;
 use isolation_lab::render::{self, svg, text};
-use isolation_lab::{compare, sweep};
+use isolation_lab::{classroom, compare, sweep};
 
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
@@ -45,6 +47,28 @@ fn main() -> ExitCode {
             };
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
             emit(rendered, failure)
+        }
+        Some(Command::Classroom { inputs, server }) => {
+            let config = classroom::Config {
+                inputs: inputs.inputs(),
+                options: Options::on(server.into()),
+            };
+            let announce = |url: &str| {
+                let mut stdout = std::io::stdout().lock();
+                writeln!(stdout, "{url}").and_then(|()| stdout.flush())
+            };
+            let Some(session) = runtime(classroom::run(config, announce)) else {
+                return ExitCode::from(1);
+            };
+            let report = match session {
+                Ok(report) => report,
+                Err(reason) => return fail(&reason),
+            };
+            let failure = report.failure.clone().or_else(|| {
+                let differs = report.runs.iter().find_map(|r| r.failure.clone());
+                differs.or_else(|| (!report.matches_model).then(|| "a run differed from the model".into()))
+            });
+            emit(json(&report), failure.as_deref())
         }
         Some(Command::Compare {
             slots,

@@ -34,6 +34,19 @@ pub enum Planned {
     Probe(Label),
 }
 
+impl Planned {
+    /// The steps of a policy run that holds `held` slow requests, in order.
+    pub fn all(held: Held) -> impl Iterator<Item = Planned> {
+        let slow = Label::held(held).map(Planned::Slow);
+        slow.chain([
+            Planned::Fast,
+            Planned::Release,
+            Planned::Probe(Label::SlowAfter),
+            Planned::Probe(Label::FastAfter),
+        ])
+    }
+}
+
 /// One policy run in progress: its session and where it is in the sequence.
 #[derive(Debug)]
 pub struct Run {
@@ -75,19 +88,12 @@ impl Run {
             safety_timeout,
         );
         let session = session.map_err(|failure| never_started(policy, held, failure))?;
-        let slow = Label::held(held).map(Planned::Slow);
-        let plan = slow.chain([
-            Planned::Fast,
-            Planned::Release,
-            Planned::Probe(Label::SlowAfter),
-            Planned::Probe(Label::FastAfter),
-        ]);
         Ok(Run {
             policy,
             held,
             session,
             census,
-            plan: plan.collect(),
+            plan: Planned::all(held).collect(),
             observed: Observed::default(),
             resources: ResourceEvidence::default(),
             failure: None,
@@ -97,6 +103,22 @@ impl Run {
     /// The work section this run's server guards: to subscribe to its events.
     pub fn section(&self) -> &Arc<WorkSection> {
         &self.session.section
+    }
+
+    /// The policy this run enforces, and how many slow requests it holds.
+    pub fn inputs(&self) -> (Policy, Held) {
+        (self.policy, self.held)
+    }
+
+    /// The run's own client (it presents the run's token): a classroom sends the room's
+    /// requests through it, so they meet the run's front exactly as the sequence's do.
+    pub(crate) fn client(&self) -> &super::client::Client {
+        &self.session.client
+    }
+
+    /// The count of the front's live connection handlers.
+    pub(crate) fn census(&self) -> &Arc<Census> {
+        &self.census
     }
 
     /// The server's base URL, `http://127.0.0.1:PORT`.

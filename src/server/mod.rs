@@ -206,8 +206,7 @@ pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), R
     let label = head
         .label
         .and_then(|value| std::str::from_utf8(value).ok())
-        .and_then(|text| text.parse::<Label>().ok())
-        .filter(|label| label.route() == route);
+        .and_then(|text| Label::read(text, route));
     match label {
         Some(label) => Ok((label, route)),
         None => reply(

@@ -1,0 +1,477 @@
+//! The driver: the one task that owns the session's runs and performs what the page asks, one
+//! order at a time. "Next" is one step of the lab's sequence — open a fresh server, pools and
+//! gate; send `S<n>`; send `F1`; open the gate; send a probe; close the server and check the
+//! run against the model — performed by the same [`Run`] the command line drives to its end.
+//! Policy runs gather into an invocation exactly as on the command line ([`Invocation`]): the
+//! first that fails or differs from the model ends it.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::journal::Journal;
+use super::room::{Room, Target};
+use crate::Invocation;
+use crate::admission::section::{RoomGate, RoomGateRefusal};
+use crate::coordinator::{Options, Planned, PolicyRun, Run};
+use crate::evidence::ResponseRecord;
+use crate::outcome::Outcome;
+use crate::policy::{Inputs, Mode, Policy, Route};
+use crate::report::Report;
+
+/// What the page asks the driver to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Command {
+    /// One step of the sequence.
+    Next,
+    /// Every step left, through the last policy's check.
+    RunToEnd,
+    /// Close what is open and start a new invocation of these inputs.
+    NewRun(Inputs),
+    /// Let the room send requests, or stop it.
+    Room(bool),
+    /// Open the room's gate, if one is closed.
+    OpenGate,
+    /// Close a fresh gate for the room's slow work.
+    CloseGate,
+    /// Close everything: the session is ending.
+    Leave,
+}
+
+/// An order: a command and where to send the answer.
+#[derive(Debug)]
+pub(crate) struct Order {
+    pub(crate) command: Command,
+    /// `Ok` with what was done, or `Err` saying why it cannot be done now.
+    pub(crate) reply: oneshot::Sender<Result<Value, String>>,
+}
+
+/// A room gate of a closed run, as the session's report lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RoomGateRecord {
+    /// The run: an index into the report's `runs`.
+    pub run: usize,
+    /// Its policy.
+    pub mode: Mode,
+    /// The gate and where it closed and opened on that run's ledger.
+    #[serde(flatten)]
+    pub gate: RoomGate,
+}
+
+/// What the driver leaves once the session ends.
+#[derive(Debug, Default)]
+pub(crate) struct Driven {
+    pub(crate) runs: Vec<Report>,
+    pub(crate) room_gates: Vec<RoomGateRecord>,
+}
+
+/// The driver's state.
+#[derive(Debug)]
+pub(crate) struct Driver {
+    options: Options,
+    journal: Arc<Journal>,
+    room: Arc<Room>,
+    /// The classroom's own URL, for the room's commands.
+    base: String,
+    driven: Driven,
+    /// The invocation in progress, if any.
+    current: Option<Current>,
+    /// Each closed policy run's verdict, for the page's summary.
+    verdicts: Vec<Value>,
+}
+
+/// One invocation in progress.
+#[derive(Debug)]
+struct Current {
+    inputs: Inputs,
+    invocation: Invocation,
+    /// Its policies not yet opened.
+    modes: VecDeque<Mode>,
+    /// The policy run now open.
+    open: Option<Open>,
+    /// Whether any step has been taken or the room reached it: an invocation where nothing
+    /// happened at all is closed and left out of the report.
+    touched: bool,
+}
+
+/// An open policy run.
+#[derive(Debug)]
+struct Open {
+    run: Run,
+    mode: Mode,
+    /// Its responses journaled so far.
+    journaled: usize,
+}
+
+/// One step as the page names it.
+fn step_name(step: Planned) -> String {
+    match step {
+        Planned::Slow(request) | Planned::Probe(request) => request.to_string(),
+        Planned::Fast => "F1".into(),
+        Planned::Release => "release".into(),
+    }
+}
+
+/// What a step does, in the words the Next button shows.
+fn step_words(step: Planned, policy: Policy) -> String {
+    match step {
+        Planned::Slow(request) => {
+            let pool = policy.pool_for(Route::Slow);
+            format!("Send {request} to /slow ({pool} pool) and wait for the decision")
+        }
+        Planned::Fast => {
+            let pool = policy.pool_for(Route::Fast);
+            format!("Send F1 to /fast ({pool} pool) while the slow work is held")
+        }
+        Planned::Release => "Open the gate and wait for every held caller's answer".into(),
+        Planned::Probe(request) => format!("Send the new probe {request} after release"),
+    }
+}
+
+impl Driver {
+    pub(crate) fn new(options: Options, journal: Arc<Journal>, room: Arc<Room>, base: String) -> Self {
+        Driver {
+            options,
+            journal,
+            room,
+            base,
+            driven: Driven::default(),
+            current: None,
+            verdicts: Vec::new(),
+        }
+    }
+
+    /// Performs orders until told to leave (or until nobody can order any more), then closes
+    /// what is open and returns the session's runs.
+    pub(crate) async fn drive(mut self, mut orders: mpsc::Receiver<Order>) -> Driven {
+        while let Some(order) = orders.recv().await {
+            let leaving = order.command == Command::Leave;
+            let done = self.perform(order.command).await;
+            self.state();
+            // The page may have gone: the order is done either way.
+            let _ = order.reply.send(done);
+            if leaving {
+                break;
+            }
+        }
+        // Orders still queued are answered as refused when `orders` drops.
+        self.leave().await;
+        self.driven
+    }
+
+    /// Starts an invocation of `inputs` and opens its first policy.
+    pub(crate) async fn start(&mut self, inputs: Inputs) {
+        self.leave().await;
+        let modes = inputs.mode.modes().iter().copied().collect();
+        self.current = Some(Current {
+            inputs,
+            invocation: Invocation::new(inputs, &self.options),
+            modes,
+            open: None,
+            touched: false,
+        });
+        self.open_next().await;
+        self.state();
+    }
+
+    async fn perform(&mut self, command: Command) -> Result<Value, String> {
+        match command {
+            Command::Next => self.next().await,
+            Command::RunToEnd => {
+                let mut steps = Vec::new();
+                while self.current.is_some() {
+                    steps.push(self.next().await?);
+                }
+                Ok(json!({ "steps": steps }))
+            }
+            Command::NewRun(inputs) => {
+                self.start(inputs).await;
+                Ok(json!({ "started": inputs }))
+            }
+            Command::Room(open) => {
+                self.room.set_open(open);
+                Ok(json!({ "room_open": open }))
+            }
+            Command::OpenGate => self.open_room_gate(),
+            Command::CloseGate => self.close_room_gate(),
+            Command::Leave => {
+                self.leave().await;
+                Ok(json!({ "left": true }))
+            }
+        }
+    }
+
+    /// One step: of the open run's sequence, its close and check, or the opening of the
+    /// invocation's next policy.
+    async fn next(&mut self) -> Result<Value, String> {
+        let Some(current) = self.current.as_mut() else {
+            return Err("this run is complete: start a new run, or finish".into());
+        };
+        current.touched = true;
+        let Some(open) = current.open.as_mut() else {
+            return Ok(self.open_next().await);
+        };
+        let Some(step) = open.run.upcoming() else {
+            return Ok(self.close().await);
+        };
+        let done = open.run.next_step().await;
+        let responses = &open.run.observed().responses;
+        for response in &responses[open.journaled..] {
+            self.journal.push(&scripted(response));
+        }
+        open.journaled = responses.len();
+        let failure = match done {
+            Some(Err(failure)) => Some(failure.to_string()),
+            _ => None,
+        };
+        let name = step_name(step);
+        self.journal.push(&json!({
+            "kind": "step",
+            "done": name,
+            "failure": failure,
+        }));
+        if open.run.upcoming().is_none() && failure.is_none() {
+            // The sequence is over: the room's turn, before the run closes.
+            self.room.set_open(true);
+        }
+        Ok(json!({ "step": name, "failure": failure }))
+    }
+
+    /// Opens the current invocation's next policy on a fresh server, pools and gate.
+    async fn open_next(&mut self) -> Value {
+        let index = self.driven.runs.len();
+        let Some(current) = self.current.as_mut() else {
+            return Value::Null;
+        };
+        let Some(mode) = current.modes.pop_front() else {
+            return Value::Null;
+        };
+        let policy = Policy {
+            mode,
+            slots: current.inputs.slots,
+        };
+        let held = current.inputs.held;
+        let run = match Run::open(policy, held, self.options.clone()) {
+            Ok(run) => run,
+            Err(never_started) => {
+                let never_started = *never_started;
+                self.verdict(index, mode, &never_started);
+                self.conclude(mode, never_started);
+                return json!({ "step": "open", "failure": true });
+            }
+        };
+        let policies: Vec<&str> = current.inputs.mode.modes().iter().map(|m| m.name()).collect();
+        let plan: Vec<String> = Planned::all(held)
+            .map(step_name)
+            .chain(["close".to_owned()])
+            .collect();
+        let front = self.options.front;
+        self.journal.begin(
+            &json!({
+                "kind": "run",
+                "run": index + 1,
+                "policy": policies.len() - current.modes.len(),
+                "policies": policies,
+                "mode": mode,
+                "slots": current.inputs.slots,
+                "held": held,
+                "front": front,
+                "front_words": front.describe(),
+                "capacities": policy.capacities(),
+                "route_pools": { "/slow": policy.pool_for(Route::Slow), "/fast": policy.pool_for(Route::Fast) },
+                "plan": plan,
+                "predicted": Outcome::predicted(policy, held),
+                "earlier": self.verdicts,
+            }),
+            run.section(),
+            run.census(),
+            front.name(),
+        );
+        self.room.set_open(false);
+        self.room.aim(Some(Target {
+            client: run.client().clone(),
+            section: run.section().clone(),
+            run: index,
+            mode,
+        }));
+        current.open = Some(Open {
+            run,
+            mode,
+            journaled: 0,
+        });
+        json!({ "step": "open", "mode": mode })
+    }
+
+    /// The last step of a policy run: opens the room's gate if it is closed, closes the server
+    /// and joins everything, and checks the run against the model — as the command line does.
+    async fn close(&mut self) -> Value {
+        let index = self.driven.runs.len();
+        let Some(open) = self.current.as_mut().and_then(|c| c.open.take()) else {
+            return Value::Null;
+        };
+        let PolicyRun { report, failure } = self.close_run(index, open).await;
+        let (mode, run) = (report.mode, PolicyRun { report, failure });
+        let matches = self.verdict(index, mode, &run);
+        self.conclude(mode, run);
+        json!({ "step": "close", "matches": matches })
+    }
+
+    /// Closes `open` on every path: the room can no longer reach it, its room gate opens.
+    async fn close_run(&mut self, index: usize, open: Open) -> PolicyRun {
+        self.room.aim(None);
+        let section = open.run.section().clone();
+        if let Some(gate) = section.open_room_gate() {
+            self.journal.push(&gate_message(gate, "open"));
+        }
+        let closed = open.run.close().await;
+        let gates = section.room_gates().into_iter().map(|gate| RoomGateRecord {
+            run: index,
+            mode: open.mode,
+            gate,
+        });
+        self.driven.room_gates.extend(gates);
+        closed
+    }
+
+    /// Tells the page whether `run` matched, and why not; returns whether it did.
+    fn verdict(&mut self, index: usize, mode: Mode, run: &PolicyRun) -> bool {
+        let reason = run.reason();
+        let verdict = json!({
+            "run": index + 1,
+            "mode": mode,
+            "matches": reason.is_none(),
+            "reason": reason,
+            "mismatches": run.report.model.mismatches,
+            "failure": run.failure.as_ref().map(ToString::to_string),
+        });
+        self.journal.push(&json!({ "kind": "verdict", "verdict": verdict }));
+        self.verdicts.push(verdict);
+        reason.is_none()
+    }
+
+    /// Adds a closed policy run to its invocation; once the invocation is over (its last
+    /// policy closed, or one failed or differed), its report joins the session's runs.
+    fn conclude(&mut self, mode: Mode, run: PolicyRun) {
+        let Some(current) = self.current.as_mut() else {
+            return;
+        };
+        if !current.invocation.push(mode, run) {
+            current.modes.clear();
+        }
+        if current.modes.is_empty()
+            && let Some(current) = self.current.take()
+        {
+            self.driven.runs.push(current.invocation.report());
+        }
+    }
+
+    /// Closes whatever is open. A run closed before its end is a failed run, reported as such;
+    /// an invocation in which nothing happened at all is left out.
+    async fn leave(&mut self) {
+        let Some(mut current) = self.current.take() else {
+            return;
+        };
+        let index = self.driven.runs.len();
+        if let Some(open) = current.open.take() {
+            let untouched = !current.touched && open.run.section().last_seq() == 0;
+            let mode = open.mode;
+            let run = self.close_run(index, open).await;
+            if untouched {
+                return;
+            }
+            self.verdict(index, mode, &run);
+            if !current.invocation.push(mode, run) {
+                current.modes.clear();
+            }
+        }
+        if let Some(mode) = current.modes.front() {
+            let why = format!("{}: not run, the session ended before it", mode.name());
+            current.invocation.cut_short(why);
+        }
+        self.driven.runs.push(current.invocation.report());
+    }
+
+    fn open_section(&self) -> Option<&Arc<crate::admission::section::WorkSection>> {
+        let open = self.current.as_ref()?.open.as_ref()?;
+        Some(open.run.section())
+    }
+
+    fn close_room_gate(&mut self) -> Result<Value, String> {
+        let section = self.open_section().ok_or("no run is open")?;
+        match section.close_room_gate() {
+            Ok(gate) => {
+                let message = gate_message(gate, "closed");
+                self.journal.push(&message);
+                Ok(message)
+            }
+            Err(RoomGateRefusal::RunGateClosed) => {
+                Err("the run's own gate is still closed: it opens at the release step".into())
+            }
+            Err(RoomGateRefusal::AlreadyClosed) => Err("the room's gate is already closed".into()),
+        }
+    }
+
+    fn open_room_gate(&mut self) -> Result<Value, String> {
+        let section = self.open_section().ok_or("no run is open")?;
+        let gate = section.open_room_gate().ok_or(
+            "no room gate is closed (the run's own gate opens at the release step)",
+        )?;
+        let message = gate_message(gate, "open");
+        self.journal.push(&message);
+        Ok(message)
+    }
+
+    /// Tells the page what the controls can do now.
+    fn state(&self) {
+        let open = self.current.as_ref().and_then(|c| c.open.as_ref());
+        let next = match (&self.current, open) {
+            (None, _) => Value::Null,
+            (Some(_), Some(open)) => {
+                let (policy, _) = open.run.inputs();
+                match open.run.upcoming() {
+                    Some(step) => json!({ "step": step_name(step), "words": step_words(step, policy) }),
+                    None => json!({
+                        "step": "close",
+                        "words": "Close the server and check the run against the model",
+                    }),
+                }
+            }
+            (Some(current), None) => match current.modes.front() {
+                Some(mode) => json!({
+                    "step": "open",
+                    "words": format!("Open a fresh server, pools and gate for {}", mode.name()),
+                }),
+                None => Value::Null,
+            },
+        };
+        let section = self.open_section();
+        let gate = section.map(|s| s.final_state().gate);
+        let room_gate = section.and_then(|s| s.room_gates().last().copied());
+        self.journal.push(&json!({
+            "kind": "state",
+            "next": next,
+            "complete": self.current.is_none(),
+            "room": { "open": self.room.is_open(), "commands": self.room.commands(&self.base) },
+            "run_gate": gate,
+            "room_gate": room_gate,
+        }));
+    }
+}
+
+/// One of the sequence's responses, as the journal tells the page.
+fn scripted(response: &ResponseRecord) -> Value {
+    let mut message = json!({ "kind": "response", "room": false });
+    if let (Value::Object(fields), Ok(Value::Object(record))) =
+        (&mut message, serde_json::to_value(response))
+    {
+        fields.extend(record);
+    }
+    message
+}
+
+fn gate_message(gate: RoomGate, state: &str) -> Value {
+    json!({ "kind": "gate", "state": state, "gate": gate })
+}

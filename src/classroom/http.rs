@@ -1,0 +1,381 @@
+//! The classroom's own HTTP server: the page, its event stream, its controls, and the door for
+//! the room's requests, on `127.0.0.1:0`. Every request is screened first:
+//!
+//! - `Host` must be `127.0.0.1:PORT` and an `Origin`, if sent, the page's own: this stops a web
+//!   page in the same browser from driving the lab by DNS rebinding or a cross-site request
+//!   (403). No CORS header is ever sent, so no other origin may read an answer.
+//! - `POST /control/<action>` needs the session's control token in `lab-control`; only the page
+//!   holds it. `GET /slow` and `/fast` need the room token in `lab-room`; the page shows it to
+//!   the room, and it lets the room do nothing else.
+//! - A request head is at most 16 KiB (Hyper's limit, 431 past it) and a control body 1 KiB.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::{AbortHandle, JoinSet};
+
+use super::control::{Command, Order};
+use super::journal::Journal;
+use super::page;
+use super::room::{ROOM_HEADER, Room};
+use crate::admission::token::RunToken;
+use crate::policy::{Inputs, Route};
+
+/// The header that carries the control token.
+pub(crate) const CONTROL_HEADER: &str = "lab-control";
+/// The largest request head Hyper reads.
+const MAX_HEAD: usize = 16 * 1024;
+/// The largest control body read.
+const MAX_BODY: usize = 1024;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// What the server's handlers share.
+#[derive(Debug)]
+pub(crate) struct App {
+    /// `127.0.0.1:PORT`: the only `Host` served.
+    host: String,
+    /// `http://127.0.0.1:PORT`: the only `Origin` accepted.
+    origin: String,
+    /// The page, with its control token and script nonce in place.
+    page: Bytes,
+    /// The page's Content-Security-Policy.
+    policy: HeaderValue,
+    control: RunToken,
+    pub(crate) room: Arc<Room>,
+    pub(crate) journal: Arc<Journal>,
+    orders: mpsc::Sender<Order>,
+    /// Told when the page presses Finish.
+    pub(crate) finish: Notify,
+}
+
+impl App {
+    pub(crate) fn new(
+        address: SocketAddr,
+        control: RunToken,
+        nonce: &RunToken,
+        room: Arc<Room>,
+        journal: Arc<Journal>,
+        orders: mpsc::Sender<Order>,
+    ) -> Self {
+        let nonce = nonce.header_value();
+        let page = page::render(&control.header_value(), &nonce);
+        let policy = format!(
+            "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; \
+             connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+             frame-ancestors 'none'"
+        );
+        App {
+            host: address.to_string(),
+            origin: format!("http://{address}"),
+            page: Bytes::from(page),
+            policy: HeaderValue::from_str(&policy).expect("hex digits and ASCII punctuation"),
+            control,
+            room,
+            journal,
+            orders,
+            finish: Notify::new(),
+        }
+    }
+
+    /// Whether the request is addressed to this server as the page's own origin would address
+    /// it: one `Host`, exactly `127.0.0.1:PORT`; an absolute target naming the same; every
+    /// `Origin` the page's own.
+    fn addressed_here(&self, request: &Request<Incoming>) -> bool {
+        let headers = request.headers();
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let host_ok = matches!((hosts.next(), hosts.next()), (Some(h), None) if h == self.host.as_str());
+        let target_ok = request
+            .uri()
+            .authority()
+            .is_none_or(|a| a.as_str() == self.host);
+        let origin_ok = headers
+            .get_all(header::ORIGIN)
+            .iter()
+            .all(|o| o == self.origin.as_str());
+        host_ok && target_ok && origin_ok
+    }
+
+    /// Answers one request; `streaming` is set when the answer is an event stream.
+    async fn handle(&self, request: Request<Incoming>, streaming: &AtomicBool) -> Response<Body> {
+        if !self.addressed_here(&request) {
+            let detail = "only the page served at this address, from this address, may use it";
+            return answer(
+                StatusCode::FORBIDDEN,
+                json!({ "error": "wrong_host_or_origin", "detail": detail }),
+            );
+        }
+        let path = request.uri().path().to_owned();
+        let method = request.method().clone();
+        let route = Route::from_path(&path);
+        match (method, path.as_str()) {
+            (Method::GET, "/") => self.page(),
+            (Method::GET, "/events") => match self.journal.follow() {
+                Some(stream) => {
+                    streaming.store(true, Ordering::SeqCst);
+                    let mut response = Response::new(stream.boxed());
+                    let headers = response.headers_mut();
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/event-stream"),
+                    );
+                    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    response
+                }
+                None => answer(StatusCode::CONFLICT, json!({ "error": "session_ended" })),
+            },
+            (Method::POST, path) if path.starts_with("/control/") => {
+                self.control(&path["/control/".len()..], request).await
+            }
+            (Method::GET, _) if route.is_some() => {
+                let route = route.expect("matched just above");
+                self.room_request(route, request.headers()).await
+            }
+            (_, "/" | "/events") => not_allowed(),
+            (_, path) if path.starts_with("/control/") || route.is_some() => not_allowed(),
+            _ => answer(StatusCode::NOT_FOUND, json!({ "error": "not_found" })),
+        }
+    }
+
+    fn page(&self) -> Response<Body> {
+        let mut response = Response::new(Full::new(self.page.clone()).boxed());
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        // The page carries the control token: never cached, framed or referred.
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        headers.insert(header::CONTENT_SECURITY_POLICY, self.policy.clone());
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        response
+    }
+
+    /// A control action from the page.
+    async fn control(&self, action: &str, request: Request<Incoming>) -> Response<Body> {
+        let token = request.headers().get(CONTROL_HEADER).map(HeaderValue::as_bytes);
+        if !self.control.admits(token) {
+            let detail = "controls need this session's control token, which only its page holds";
+            return answer(
+                StatusCode::FORBIDDEN,
+                json!({ "error": "control_token", "detail": detail }),
+            );
+        }
+        let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(_) => {
+                let detail = format!("a control body is at most {MAX_BODY} bytes");
+                return answer(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    json!({ "error": "body_too_large", "detail": detail }),
+                );
+            }
+        };
+        let command = match action {
+            "next" => Command::Next,
+            "run-to-end" => Command::RunToEnd,
+            "open-room" => Command::Room(true),
+            "close-room" => Command::Room(false),
+            "open-gate" => Command::OpenGate,
+            "close-gate" => Command::CloseGate,
+            "new-run" => match serde_json::from_slice::<Inputs>(&body) {
+                Ok(inputs) => Command::NewRun(inputs),
+                Err(e) => {
+                    let detail = format!(
+                        "expected {{\"mode\": \"shared|partitioned|both\", \"slots\": 2..4, \"held\": 1..4}}: {e}"
+                    );
+                    return answer(
+                        StatusCode::BAD_REQUEST,
+                        json!({ "error": "bad_inputs", "detail": detail }),
+                    );
+                }
+            },
+            "finish" => {
+                // The session closes once this answer is on its way: answering after would
+                // wait for this very connection to drain.
+                self.finish.notify_one();
+                return answer(StatusCode::ACCEPTED, json!({ "finishing": true }));
+            }
+            _ => return answer(StatusCode::NOT_FOUND, json!({ "error": "no_such_control" })),
+        };
+        let (reply, replied) = oneshot::channel();
+        let sent = self.orders.send(Order { command, reply }).await;
+        let done = match sent {
+            Ok(()) => replied.await.ok(),
+            Err(_) => None,
+        };
+        match done {
+            Some(Ok(done)) => answer(StatusCode::OK, done),
+            Some(Err(why)) => answer(
+                StatusCode::CONFLICT,
+                json!({ "error": "not_now", "detail": why }),
+            ),
+            None => answer(StatusCode::CONFLICT, json!({ "error": "session_ending" })),
+        }
+    }
+
+    /// A request from the room, sent on to the run's front; its answer goes back to the room.
+    async fn room_request(&self, route: Route, headers: &HeaderMap) -> Response<Body> {
+        if !self.room.admits(headers.get(ROOM_HEADER).map(HeaderValue::as_bytes)) {
+            let detail = "the room's requests carry the room token shown on the page";
+            return answer(
+                StatusCode::FORBIDDEN,
+                json!({ "error": "room_token", "detail": detail }),
+            );
+        }
+        let (request, target) = match self.room.admit(route) {
+            Ok(admitted) => admitted,
+            Err(closed) => {
+                return answer(
+                    StatusCode::CONFLICT,
+                    json!({ "error": "room_closed", "detail": closed.words() }),
+                );
+            }
+        };
+        let record = self.room.send(request, target).await;
+        self.journal.push(&super::room::message(&record));
+        match (record.status.and_then(|s| StatusCode::from_u16(s).ok()), record.body) {
+            (Some(status), Some(body)) => answer(status, body),
+            _ => answer(
+                StatusCode::BAD_GATEWAY,
+                json!({ "error": "run_closed", "request": request, "detail": record.error }),
+            ),
+        }
+    }
+}
+
+fn not_allowed() -> Response<Body> {
+    answer(
+        StatusCode::METHOD_NOT_ALLOWED,
+        json!({ "error": "method_not_allowed" }),
+    )
+}
+
+/// A whole JSON answer.
+fn answer(status: StatusCode, body: Value) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// How the server's connections ended.
+#[derive(Debug, Default)]
+pub(crate) struct Served {
+    pub(crate) accepted: u64,
+    /// Every connection task was joined.
+    pub(crate) joined: u64,
+    /// Event streams closed at the end (nothing was owed to them).
+    pub(crate) closed: u64,
+    /// What did not stop cleanly.
+    pub(crate) error: Option<String>,
+}
+
+/// Serves `app` until `stop_accepting`; then closes the listener and keeps serving the open
+/// connections (a room request waiting for its answer) until `drain`. Then it closes the event
+/// streams at once — a stream owes nothing, and a client that stopped reading would never let
+/// it finish — asks the rest to finish (Hyper closes idle ones at once), and joins every
+/// connection task; any still open after `limit` are aborted and reported.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    stop_accepting: impl Future<Output = ()>,
+    drain: impl Future<Output = ()>,
+    limit: Duration,
+) -> Served {
+    let graceful = GracefulShutdown::new();
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut open: Vec<(Arc<AtomicBool>, AbortHandle)> = Vec::new();
+    let mut served = Served::default();
+    let mut stop_accepting = pin!(stop_accepting);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut stop_accepting => break,
+            incoming = listener.accept() => match incoming {
+                Ok((stream, _peer)) => {
+                    served.accepted += 1;
+                    while let Some(ended) = tasks.try_join_next() {
+                        count(&mut served, ended);
+                    }
+                    open.retain(|(_, handle)| !handle.is_finished());
+                    let streaming = Arc::new(AtomicBool::new(false));
+                    let (app, flag) = (app.clone(), streaming.clone());
+                    let service = service_fn(move |request| {
+                        let (app, flag) = (app.clone(), flag.clone());
+                        async move { Ok::<_, Infallible>(app.handle(request, &flag).await) }
+                    });
+                    let mut builder = http1::Builder::new();
+                    builder.max_buf_size(MAX_HEAD);
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    let connection = graceful.watch(connection);
+                    let handle = tasks.spawn(async move {
+                        // A client's broken connection is its own business, not the session's.
+                        let _ = connection.await;
+                    });
+                    open.push((streaming, handle));
+                }
+                Err(e) => {
+                    served.error = Some(format!("the classroom could not accept a connection: {e}"));
+                    break;
+                }
+            },
+        }
+    }
+    drop(listener);
+    drain.await;
+    for (streaming, handle) in &open {
+        if streaming.load(Ordering::SeqCst) && !handle.is_finished() {
+            handle.abort();
+            served.closed += 1;
+        }
+    }
+    if tokio::time::timeout(limit, graceful.shutdown()).await.is_err() {
+        tasks.abort_all();
+        served.error.get_or_insert(format!(
+            "classroom connections were still open {} s after it asked them to close; aborted",
+            limit.as_secs()
+        ));
+    }
+    while let Some(ended) = tasks.join_next().await {
+        count(&mut served, ended);
+    }
+    served
+}
+
+fn count(served: &mut Served, ended: Result<(), tokio::task::JoinError>) {
+    served.joined += 1;
+    if let Err(e) = ended
+        && e.is_panic()
+    {
+        served
+            .error
+            .get_or_insert(format!("a classroom connection task panicked: {e}"));
+    }
+}

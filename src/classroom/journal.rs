@@ -1,0 +1,353 @@
+//! The journal: everything the page is told about the current policy run, in ledger order, and
+//! the Server-Sent Events streams that tell it. One source, two consumers: the work events come
+//! from the section's own subscription (the report reads the same ledger at the end), and the
+//! classroom adds the responses, the steps and the verdict in between. A page that connects (or
+//! reconnects, or reloads) is sent the journal so far, then every message after it: the page
+//! holds no state of its own.
+//!
+//! Each stream has a bounded buffer. A client that stops reading fills it and is dropped — its
+//! stream ends once it has read what was queued, and the page's `EventSource` reconnects and is
+//! sent the journal afresh — so a stalled client costs at most its buffer and never slows the
+//! run: the section's subscription is unbounded and drained by the journal's own pump.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use hyper::body::{Body, Bytes, Frame};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+
+use crate::admission::ledger::WorkEvent;
+use crate::admission::section::WorkSection;
+use crate::coordinator::session;
+use crate::server::Census;
+
+/// How many messages a stream may have queued and unread before its client is dropped. A run
+/// to the end queues a few dozen at once; a page that reads keeps its queue near empty.
+pub(crate) const STREAM_BUFFER: usize = 256;
+
+/// The journal of the current policy run and the streams that follow it.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    inner: Mutex<Inner>,
+    buffer: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The SSE frames of the current run, in order, from its `run` message on.
+    frames: Vec<Bytes>,
+    /// Every stream following the journal, each with its bounded queue.
+    streams: Vec<mpsc::Sender<Bytes>>,
+    /// The current section's events, not yet journaled.
+    source: Option<Source>,
+    /// The pump, when it waits for a source.
+    pump: Option<Waker>,
+    /// Set when the session ends: no stream follows and the pump returns.
+    ended: bool,
+    /// Streams dropped because their client stopped reading.
+    dropped: u64,
+}
+
+#[derive(Debug)]
+struct Source {
+    events: mpsc::UnboundedReceiver<WorkEvent>,
+    section: Arc<WorkSection>,
+    census: Arc<Census>,
+    front: &'static str,
+}
+
+impl Journal {
+    /// An empty journal whose streams each queue at most `buffer` messages.
+    pub(crate) fn new(buffer: usize) -> Self {
+        Journal {
+            inner: Mutex::new(Inner::default()),
+            buffer,
+        }
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // Nothing under this lock can leave the journal half-changed: each step pushes whole
+        // frames or swaps whole values.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts the journal of a new policy run with its `run` message, then follows `section`:
+    /// its events so far, then each one as it is recorded. Every stream is told, and resets.
+    pub(crate) fn begin(
+        &self,
+        run: &Value,
+        section: &Arc<WorkSection>,
+        census: &Arc<Census>,
+        front: &'static str,
+    ) {
+        let mut inner = self.inner();
+        inner.drain();
+        inner.frames.clear();
+        inner.append(run);
+        let (past, events) = section.subscribe();
+        inner.source = Some(Source {
+            events,
+            section: section.clone(),
+            census: census.clone(),
+            front,
+        });
+        for event in &past {
+            inner.append(&work(event));
+        }
+        if let Some(pump) = inner.pump.take() {
+            pump.wake();
+        }
+    }
+
+    /// Adds `message` after every work event recorded so far: a response is journaled after
+    /// the events that came before it.
+    pub(crate) fn push(&self, message: &Value) {
+        let mut inner = self.inner();
+        inner.drain();
+        inner.append(message);
+    }
+
+    /// A stream of the journal so far, then of everything after; `None` once the session has
+    /// ended.
+    pub(crate) fn follow(&self) -> Option<EventStream> {
+        let mut inner = self.inner();
+        if inner.ended {
+            return None;
+        }
+        inner.drain();
+        let (sender, live) = mpsc::channel(self.buffer);
+        inner.streams.push(sender);
+        // Tell the page to reconnect soon if the stream ends, then the journal in one frame.
+        let mut past = b"retry: 1000\n\n".to_vec();
+        inner.frames.iter().for_each(|f| past.extend_from_slice(f));
+        Some(EventStream {
+            past: Some(Bytes::from(past)),
+            live,
+        })
+    }
+
+    /// Ends the session's streams with a last `ended` message; the pump returns.
+    pub(crate) fn end(&self) {
+        let mut inner = self.inner();
+        inner.drain();
+        inner.append(&json!({ "kind": "ended" }));
+        inner.ended = true;
+        inner.streams.clear();
+        inner.source = None;
+        if let Some(pump) = inner.pump.take() {
+            pump.wake();
+        }
+    }
+
+    /// How many streams have been dropped for not reading.
+    pub(crate) fn dropped(&self) -> u64 {
+        self.inner().dropped
+    }
+
+    /// Journals each work event as the section records it, until the session ends. The one
+    /// task that waits on the section's subscription; run it as a task of the session.
+    pub(crate) async fn pump(&self) {
+        std::future::poll_fn(|cx| self.poll_pump(cx)).await;
+    }
+
+    fn poll_pump(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut inner = self.inner();
+        let mut journaled = false;
+        loop {
+            if inner.ended {
+                return Poll::Ready(());
+            }
+            let Some(source) = inner.source.as_mut() else {
+                inner.pump = Some(cx.waker().clone());
+                return Poll::Pending;
+            };
+            match source.events.poll_recv(cx) {
+                Poll::Ready(Some(event)) => {
+                    inner.append(&work(&event));
+                    journaled = true;
+                }
+                // The section is gone: wait for the next one.
+                Poll::Ready(None) => inner.source = None,
+                Poll::Pending => {
+                    if journaled {
+                        inner.resources();
+                    }
+                    inner.pump = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Journals the events recorded but not yet journaled, so what follows comes after them.
+    fn drain(&mut self) {
+        let mut events = VecDeque::new();
+        if let Some(source) = self.source.as_mut() {
+            while let Ok(event) = source.events.try_recv() {
+                events.push_back(event);
+            }
+        }
+        let any = !events.is_empty();
+        for event in events {
+            self.append(&work(&event));
+        }
+        if any {
+            self.resources();
+        }
+    }
+
+    /// What the process holds now: with the threaded front, a thread per held request.
+    fn resources(&mut self) {
+        let Some(source) = &self.source else { return };
+        let now = session::count(&source.section, &source.census);
+        let message = json!({
+            "kind": "resources",
+            "front": source.front,
+            "os_threads": now.os_threads,
+            "connection_handlers": now.connection_handlers,
+            "held_at_gate": now.held_at_gate,
+        });
+        self.append(&message);
+    }
+
+    /// Adds one message and sends it to every stream; a stream whose queue is full is dropped.
+    fn append(&mut self, message: &Value) {
+        let frame = Bytes::from(format!("data: {message}\n\n"));
+        self.frames.push(frame.clone());
+        let mut dropped = 0;
+        self.streams
+            .retain(|stream| match stream.try_send(frame.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    dropped += 1;
+                    false
+                }
+                // The client went away.
+                Err(TrySendError::Closed(_)) => false,
+            });
+        self.dropped += dropped;
+    }
+}
+
+/// A work event as the page reads it: the report's fields, and for a refusal who held the
+/// permits.
+pub(crate) fn work(event: &WorkEvent) -> Value {
+    let mut message = json!({ "kind": "work" });
+    if let (Value::Object(fields), Ok(Value::Object(event_fields))) =
+        (&mut message, serde_json::to_value(event))
+    {
+        fields.extend(event_fields);
+        fields.insert("held_by".into(), json!(event.held_by));
+    }
+    message
+}
+
+/// One client's Server-Sent Events: the journal so far in one frame, then each message.
+#[derive(Debug)]
+pub(crate) struct EventStream {
+    past: Option<Bytes>,
+    live: mpsc::Receiver<Bytes>,
+}
+
+impl Body for EventStream {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(past) = self.past.take() {
+            return Poll::Ready(Some(Ok(Frame::data(past))));
+        }
+        self.live
+            .poll_recv(cx)
+            .map(|frame| frame.map(|f| Ok(Frame::data(f))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http_body_util::BodyExt;
+
+    use super::*;
+    use crate::admission::pools::Permits;
+    use crate::admission::token::RunToken;
+    use crate::label::Label;
+    use crate::policy::{Mode, Policy, Route, Slots};
+
+    fn section() -> Arc<WorkSection> {
+        let slots = Slots::new(2).expect("2 slots are allowed");
+        let token = RunToken::generate().expect("the OS has randomness");
+        let policy = Policy {
+            mode: Mode::Partitioned,
+            slots,
+        };
+        Arc::new(WorkSection::new(policy, Permits::Tokio, token))
+    }
+
+    async fn text(stream: &mut EventStream) -> String {
+        let frame = stream.frame().await.expect("a frame").expect("infallible");
+        let data = frame.into_data().expect("a data frame");
+        String::from_utf8(data.to_vec()).expect("UTF-8")
+    }
+
+    /// A stream gets the journal so far and then every later message, responses after the
+    /// events recorded before them; a reconnecting stream gets the same journal again.
+    #[tokio::test]
+    async fn streams_get_the_past_then_the_future_in_ledger_order() {
+        let journal = Journal::new(8);
+        let section = section();
+        let census = Arc::new(Census::default());
+        let _ = section.perform(Label::F1, Route::Fast).await;
+        journal.begin(&json!({ "kind": "run" }), &section, &census, "async");
+        let mut first = journal.follow().expect("the session is on");
+        let past = text(&mut first).await;
+        let kinds: Vec<&str> = past.matches("\"kind\":\"").collect();
+        assert_eq!(kinds.len(), 3, "{past}");
+        assert!(past.starts_with("retry: 1000\n\ndata: {\"kind\":\"run\"}\n\n"));
+        // Recorded, not yet pumped: the response still comes after the events.
+        let _ = section.perform(Label::FastAfter, Route::Fast).await;
+        journal.push(&json!({ "kind": "response", "request": "F-after" }));
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(text(&mut first).await);
+        }
+        assert!(seen[0].contains("\"admitted\"") && seen[1].contains("\"finished\""));
+        assert!(seen[2].contains("resources") && seen[3].contains("F-after"));
+        let mut again = journal.follow().expect("the session is on");
+        let replay = text(&mut again).await;
+        assert_eq!(replay.matches("data: ").count(), 7, "{replay}");
+        journal.end();
+        assert!(text(&mut first).await.contains("ended"));
+        assert!(first.frame().await.is_none(), "the stream ends with the session");
+        assert!(journal.follow().is_none());
+    }
+
+    /// A client that never reads fills its buffer and is dropped; nobody else waits for it.
+    #[tokio::test]
+    async fn a_stalled_stream_is_dropped_when_its_buffer_is_full() {
+        let journal = Journal::new(4);
+        let section = section();
+        journal.begin(&json!({ "kind": "run" }), &section, &Arc::default(), "async");
+        let stalled = journal.follow().expect("on");
+        let mut reader = journal.follow().expect("on");
+        let _ = text(&mut reader).await;
+        for n in 0..10 {
+            journal.push(&json!({ "n": n }));
+            assert!(text(&mut reader).await.contains(&format!("\"n\":{n}")));
+        }
+        assert_eq!(journal.dropped(), 1);
+        drop(stalled);
+        drop(reader);
+        journal.push(&json!({ "n": "after" }));
+        assert_eq!(journal.dropped(), 1, "a client that left was not dropped for stalling");
+    }
+}

@@ -1,0 +1,188 @@
+//! The room's requests. A student's `GET /slow` or `/fast` with the room token reaches the
+//! classroom's server, which numbers it (`R1`, `R2`, …) and sends it on to the current run's own
+//! front with the run's token, through the run's own client: it is admitted, held or refused by
+//! the same work section as the sequence's requests, on the same front (with `--server
+//! threaded`, a held room request blocks a thread of that front), and its answer goes back to
+//! the student. The classroom's handler waits for it, so a student who gives up (Ctrl-C)
+//! cancels the request on the async front just as the lab's own callers would.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::admission::section::WorkSection;
+use crate::admission::token::RunToken;
+use crate::coordinator::client::Client;
+use crate::label::Label;
+use crate::policy::{Mode, Route};
+
+/// The header that carries the room token.
+pub(crate) const ROOM_HEADER: &str = "lab-room";
+
+/// One request from the room, as the session's report lists it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoomRequest {
+    /// `R<n>`, numbered by the classroom across the session.
+    pub request: Label,
+    /// Where it was sent.
+    pub route: Route,
+    /// The session's run it reached: an index into the report's `runs`, from 0.
+    pub run: usize,
+    /// The policy of the run it reached.
+    pub mode: Mode,
+    /// The status the run's front answered; `None` if no answer came (see `error`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The front's JSON body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// Why there was no answer: the run closed while the request was on its way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The last work event of the run's ledger when the answer came: order evidence.
+    pub after_event: u64,
+}
+
+/// Where the room's requests go while a run is open.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    pub(crate) client: Client,
+    pub(crate) section: Arc<WorkSection>,
+    /// The report's index of the run.
+    pub(crate) run: usize,
+    pub(crate) mode: Mode,
+}
+
+/// The room: its token, whether it may send, where to, and what it sent.
+#[derive(Debug)]
+pub(crate) struct Room {
+    token: RunToken,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    open: bool,
+    target: Option<Target>,
+    issued: u32,
+    requests: Vec<RoomRequest>,
+}
+
+/// Why the room's request was not sent on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// The instructor has not opened the lab to the room.
+    NotOpen,
+    /// Between runs: none is open to send to.
+    NoRun,
+}
+
+impl Room {
+    pub(crate) fn new(token: RunToken) -> Self {
+        Room {
+            token,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Each change under this lock is one assignment or push.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `presented` (a header value) is the room token.
+    pub(crate) fn admits(&self, presented: Option<&[u8]>) -> bool {
+        self.token.admits(presented)
+    }
+
+    /// The commands a student runs, one per route, for the page to show.
+    pub(crate) fn commands(&self, base: &str) -> Vec<String> {
+        let token = self.token.header_value();
+        [Route::Slow, Route::Fast]
+            .iter()
+            .map(|route| format!("curl -s -H '{ROOM_HEADER}: {token}' {base}{route}"))
+            .collect()
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.state().open
+    }
+
+    pub(crate) fn set_open(&self, open: bool) {
+        self.state().open = open;
+    }
+
+    /// Points the room at a run's front, or at none (between runs, or while a run closes).
+    pub(crate) fn aim(&self, target: Option<Target>) {
+        self.state().target = target;
+    }
+
+    /// Numbers the room's next request to `route` and says where it goes, if the room may send.
+    pub(crate) fn admit(&self, route: Route) -> Result<(Label, Target), Closed> {
+        let mut state = self.state();
+        if !state.open {
+            return Err(Closed::NotOpen);
+        }
+        let target = state.target.clone().ok_or(Closed::NoRun)?;
+        state.issued += 1;
+        Ok((Label::Room(state.issued, route), target))
+    }
+
+    /// Sends `request` on to the run's front and waits for its answer (held work waits for a
+    /// gate). The record is kept for the report and returned for the journal.
+    pub(crate) async fn send(&self, request: Label, target: Target) -> RoomRequest {
+        let reply = target.client.call(request).await;
+        let mut record = RoomRequest {
+            request,
+            route: request.route(),
+            run: target.run,
+            mode: target.mode,
+            status: None,
+            body: None,
+            error: None,
+            after_event: target.section.last_seq(),
+        };
+        match reply {
+            Ok(reply) => {
+                record.status = Some(reply.status);
+                record.body = Some(reply.body);
+                record.after_event = reply.after_event;
+            }
+            Err(why) => record.error = Some(why),
+        }
+        self.state().requests.push(record.clone());
+        record
+    }
+
+    /// Every request the room sent, in the order their answers came.
+    pub(crate) fn requests(&self) -> Vec<RoomRequest> {
+        self.state().requests.clone()
+    }
+}
+
+/// A room request's answer as the journal tells the page.
+pub(crate) fn message(record: &RoomRequest) -> Value {
+    json!({
+        "kind": "response",
+        "room": true,
+        "request": record.request,
+        "route": record.route,
+        "status": record.status,
+        "body": record.body,
+        "error": record.error,
+        "after_event": record.after_event,
+    })
+}
+
+impl Closed {
+    /// What the student is told.
+    pub(crate) fn words(self) -> &'static str {
+        match self {
+            Closed::NotOpen => {
+                "the instructor has not opened the lab to the room yet: wait for the command on the screen"
+            }
+            Closed::NoRun => "no run is open right now: wait for the next one",
+        }
+    }
+}
