@@ -1,0 +1,564 @@
+//! Classroom mode over real HTTP: a session served on `127.0.0.1:0`, driven through its control
+//! API as its page drives it, watched through its event stream as its page watches it, and the
+//! room's requests sent as a student's `curl` sends them. The last tests run the binary itself
+//! and end it with SIGINT.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use isolation_lab::classroom::{self, ClassroomReport, Config};
+use isolation_lab::coordinator::Options;
+use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The bound on any one wait in these tests: a failure guard, never a way to sequence.
+const GUARD: Duration = Duration::from_secs(10);
+
+fn inputs(mode: ModeChoice, slots: u8, held: u8) -> Inputs {
+    Inputs {
+        mode,
+        slots: Slots::new(slots).expect("test slots are allowed"),
+        held: Held::new(held).expect("test held counts are allowed"),
+    }
+}
+
+/// A session served by the library, as the binary serves it, ended by `leave`.
+struct Session {
+    base: String,
+    address: SocketAddr,
+    control: String,
+    http: reqwest::Client,
+    leave: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<ClassroomReport, String>>,
+}
+
+impl Session {
+    async fn start(inputs: Inputs, front: Front) -> Session {
+        let (announced, url) = oneshot::channel();
+        let (leave, left) = oneshot::channel::<()>();
+        let config = Config {
+            inputs,
+            options: Options::on(front),
+        };
+        let task = tokio::spawn(classroom::serve(
+            config,
+            async move {
+                let _ = left.await;
+            },
+            move |url: &str| {
+                let _ = announced.send(url.to_owned());
+                Ok(())
+            },
+        ));
+        let url = within(url).await.expect("the session announces its URL");
+        assert!(
+            url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
+            "{url}"
+        );
+        let base = url.trim_end_matches('/').to_owned();
+        let address = base["http://".len()..].parse().expect("an address");
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client");
+        let page = http.get(&url).send().await.expect("the page");
+        assert_eq!(page.status(), 200);
+        let page = page.text().await.expect("the page's text");
+        let control = page
+            .split("const CONTROL = \"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("the page carries its control token")
+            .to_owned();
+        Session {
+            base,
+            address,
+            control,
+            http,
+            leave: Some(leave),
+            task,
+        }
+    }
+
+    /// A control action as the page sends it: the token, and the page's own Origin.
+    async fn control(&self, action: &str, body: Value) -> (u16, Value) {
+        let sent = self
+            .http
+            .post(format!("{}/control/{action}", self.base))
+            .header("lab-control", &self.control)
+            .header("origin", &self.base)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send();
+        answered(within(sent).await).await
+    }
+
+    async fn next(&self) -> Value {
+        let (status, body) = self.control("next", json!({})).await;
+        assert_eq!(status, 200, "next: {body}");
+        body
+    }
+
+    /// A request from the room, as its `curl` command sends it.
+    fn room(&self, route: &str, token: &str) -> JoinHandle<(u16, Value)> {
+        let sent = self
+            .http
+            .get(format!("{}{route}", self.base))
+            .header("lab-room", token)
+            .send();
+        tokio::spawn(async move { answered(sent.await).await })
+    }
+
+    async fn events(&self) -> Events {
+        let response = self.http.get(format!("{}/events", self.base)).send();
+        let response = within(response).await.expect("the event stream");
+        assert_eq!(
+            response.headers()["content-type"], "text/event-stream",
+            "{response:?}"
+        );
+        Events {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    async fn end(mut self) -> ClassroomReport {
+        let _ = self.leave.take().expect("ended once").send(());
+        let report = within(self.task).await.expect("the session ends");
+        let report = report.expect("the session started");
+        // The listener is closed: the port refuses.
+        assert!(TcpStream::connect(self.address).is_err(), "still listening");
+        report
+    }
+}
+
+async fn within<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(GUARD, future)
+        .await
+        .expect("a step stalled (failure guard)")
+}
+
+async fn answered(response: reqwest::Result<reqwest::Response>) -> (u16, Value) {
+    let response = response.expect("an HTTP answer");
+    let status = response.status().as_u16();
+    let body = response.bytes().await.expect("a whole body");
+    let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    (status, body)
+}
+
+/// A page's view of the event stream: one JSON message per `data:` line.
+struct Events {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Events {
+    async fn next(&mut self) -> Value {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                if let Some(data) = frame.trim_end().strip_prefix("data: ") {
+                    return serde_json::from_str(data).expect("each message is JSON");
+                }
+                continue;
+            }
+            let chunk = within(self.response.chunk()).await.expect("the stream");
+            let chunk = chunk.expect("the stream has not ended");
+            self.buffer.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+
+    /// Messages up to and including the first for which `stop` holds.
+    async fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let message = self.next().await;
+            let done = stop(&message);
+            seen.push(message);
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+fn kind(message: &Value) -> &str {
+    message["kind"].as_str().unwrap_or_default()
+}
+
+fn is_work(request: &str, event: &str) -> impl Fn(&Value) -> bool {
+    move |m| kind(m) == "work" && m["request"] == request && m["event"] == event
+}
+
+/// The control API steps through the whole default sequence — both policies, one step per
+/// call — and the event stream tells every ledger event and every response, in ledger order,
+/// exactly as the report records them; each run is checked against the model as the command
+/// line checks it. On both fronts.
+#[tokio::test]
+async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_event() {
+    for front in Front::ALL {
+        let session = Session::start(Inputs::default(), front).await;
+        let mut events = session.events().await;
+        let mut steps = Vec::new();
+        loop {
+            let (status, body) = session.control("next", json!({})).await;
+            if status == 409 {
+                assert!(body["detail"].as_str().unwrap_or("").contains("complete"));
+                break;
+            }
+            assert_eq!(status, 200, "{body}");
+            steps.push(body["step"].as_str().unwrap_or("?").to_owned());
+        }
+        let run = ["S1", "S2", "F1", "release", "S-after", "F-after", "close"];
+        let expected: Vec<&str> = run.iter().chain(&["open"]).chain(&run).copied().collect();
+        assert_eq!(steps, expected, "{front:?}");
+        let seen = events
+            .until(|m| kind(m) == "state" && m["complete"] == true)
+            .await;
+        let report = session.end().await;
+        assert!(report.matches_model, "{front:?}: {report:?}");
+        assert_eq!(report.runs.len(), 1);
+        let policies = &report.runs[0].policies;
+        assert_eq!(policies.len(), 2);
+        // The stream, split at each run's `run` message.
+        let mut runs: Vec<Vec<&Value>> = Vec::new();
+        for message in &seen {
+            if kind(message) == "run" {
+                runs.push(Vec::new());
+            }
+            runs.last_mut().expect("a run message first").push(message);
+        }
+        assert_eq!(runs.len(), 2, "{front:?}");
+        for (policy, told) in policies.iter().zip(&runs) {
+            let streamed: Vec<(u64, String, String)> = told
+                .iter()
+                .filter(|m| kind(m) == "work")
+                .map(|m| {
+                    let request = m["request"].as_str().unwrap_or("").to_owned();
+                    (m["seq"].as_u64().unwrap_or(0), request, m["event"].to_string())
+                })
+                .collect();
+            let recorded: Vec<(u64, String, String)> = policy
+                .work_events
+                .iter()
+                .map(|e| {
+                    let request = e.request.map(|r| r.to_string()).unwrap_or_default();
+                    let event = serde_json::to_value(e.event).expect("an event").to_string();
+                    (e.seq, request, event)
+                })
+                .collect();
+            assert_eq!(streamed, recorded, "{front:?} {:?}", policy.mode);
+            let responses: Vec<(String, u64)> = told
+                .iter()
+                .filter(|m| kind(m) == "response")
+                .map(|m| {
+                    let request = m["request"].as_str().unwrap_or("").to_owned();
+                    (request, m["status"].as_u64().unwrap_or(0))
+                })
+                .collect();
+            let recorded: Vec<(String, u64)> = policy
+                .observed
+                .responses
+                .iter()
+                .map(|r| (r.request.to_string(), u64::from(r.status)))
+                .collect();
+            assert_eq!(responses, recorded, "{front:?}");
+            // A response comes after the event it followed on the ledger.
+            for (at, message) in told.iter().enumerate() {
+                if kind(message) == "response" {
+                    let after = message["after_event"].as_u64().unwrap_or(0);
+                    let told_by_then = told[..at]
+                        .iter()
+                        .filter(|m| kind(m) == "work")
+                        .filter_map(|m| m["seq"].as_u64())
+                        .max()
+                        .unwrap_or(0);
+                    assert!(told_by_then >= after, "{message} before event {after}");
+                }
+            }
+            let verdict = told.iter().find(|m| kind(m) == "verdict");
+            let verdict = verdict.expect("a verdict when the run closes");
+            assert_eq!(verdict["verdict"]["matches"], true, "{verdict}");
+        }
+        // Threads: the threaded front holds one per held request, and the page is told.
+        if front == Front::Threaded {
+            let told = seen.iter().filter(|m| kind(m) == "resources");
+            let most = told.filter_map(|m| m["os_threads"].as_u64()).max();
+            assert!(most.unwrap_or(0) >= 3, "{most:?}");
+        }
+    }
+}
+
+/// A request from the room is numbered by the server, held at the run's gate with the
+/// sequence's own slow work, and answered when the sequence releases it; after the sequence,
+/// the room's own gate holds the next one until the instructor opens it. The room's requests
+/// are in the run's ledger and never in its model check.
+#[tokio::test]
+async fn a_room_request_is_held_and_then_answered() {
+    // Partitioned, 3 permits: the slow pool has room for S1 and one request from the room.
+    let session = Session::start(inputs(ModeChoice::Partitioned, 3, 1), Front::Async).await;
+    let mut events = session.events().await;
+    let state = events.until(|m| kind(m) == "state").await;
+    let commands = &state.last().expect("a state")["room"]["commands"];
+    let command = commands[0].as_str().expect("the room's command").to_owned();
+    assert!(command.starts_with("curl -s -H 'lab-room: "), "{command}");
+    let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+
+    let (status, refused) = within(session.room("/slow", &token)).await.expect("answered");
+    assert_eq!((status, refused["error"].as_str()), (409, Some("room_closed")));
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    let r1 = session.room("/slow", &token);
+    events.until(is_work("R1", "held")).await;
+    assert!(!r1.is_finished(), "R1 is held: its caller waits");
+    for step in ["S1", "F1", "release"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let (status, body) = within(r1).await.expect("R1 answered");
+    assert_eq!((status, body), (200, json!({ "request": "R1", "pool": "slow" })));
+    for step in ["S-after", "F-after"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+
+    // The room's own gate, once the run's has opened.
+    assert_eq!(session.control("close-gate", json!({})).await.0, 200);
+    let (status, body) = session.control("close-gate", json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    let r2 = session.room("/slow", &token);
+    events.until(is_work("R2", "held")).await;
+    let r3 = session.room("/fast", &token);
+    let (status, _) = within(r3).await.expect("R3 answered");
+    assert_eq!(status, 200, "fast work never waits at a gate");
+    assert!(!r2.is_finished(), "R2 is held at the room's gate");
+    assert_eq!(session.control("open-gate", json!({})).await.0, 200);
+    assert_eq!(within(r2).await.expect("R2 answered").0, 200);
+    assert_eq!(session.next().await["step"], "close");
+    let verdict = events.until(|m| kind(m) == "verdict").await;
+    let verdict = &verdict.last().expect("a verdict")["verdict"];
+    assert_eq!(verdict["matches"], true, "{verdict}");
+
+    let report = session.end().await;
+    assert!(report.matches_model, "{:?}", report.runs);
+    let requests: Vec<(String, Option<u16>)> = report
+        .room_requests
+        .iter()
+        .map(|r| (r.request.to_string(), r.status))
+        .collect();
+    let expected = [("R1", 200), ("R3", 200), ("R2", 200)];
+    let expected: Vec<_> = expected.map(|(r, s)| (r.to_owned(), Some(s))).into();
+    assert_eq!(requests, expected);
+    assert_eq!(report.room_gates.len(), 1);
+    let gate = report.room_gates[0].gate;
+    assert!(gate.opened_after_event > Some(gate.closed_after_event));
+    let policy = &report.runs[0].policies[0];
+    let in_ledger = policy.work_events.iter().filter(|e| e.request.is_some_and(|r| r.from_room()));
+    assert_eq!(in_ledger.count(), 3 + 3 + 2, "admitted, held, finished; R3 never held");
+    let ledger = &policy.ledger;
+    assert!(ledger.values().all(|l| l.broken().next().is_none()), "{ledger:?}");
+    assert!(policy.model.mismatches.is_empty(), "{:?}", policy.model);
+}
+
+/// Control without the token, with the room's token, from a foreign Origin, or to another
+/// Host; the room's door without its token; an oversized body or head: all refused, and none
+/// of them changes anything — the first step taken afterwards is still S1.
+#[tokio::test]
+async fn strangers_are_refused_and_change_nothing() {
+    let session = Session::start(inputs(ModeChoice::Shared, 2, 2), Front::Async).await;
+    let url = |path: &str| format!("{}{path}", session.base);
+    let http = &session.http;
+    let forbidden = [
+        http.post(url("/control/next")),
+        http.post(url("/control/next")).header("lab-control", "0".repeat(32)),
+        http.post(url("/control/run-to-end"))
+            .header("lab-control", &session.control)
+            .header("origin", "http://evil.example"),
+        http.post(url("/control/next"))
+            .header("lab-control", &session.control)
+            .header("origin", "null"),
+        http.post(url("/control/next"))
+            .header("lab-control", &session.control)
+            .header("host", "evil.example"),
+        http.post(url("/control/next"))
+            .header("lab-control", &session.control)
+            .header("host", format!("localhost:{}", session.address.port())),
+        http.get(url("/")).header("host", "rebound.example"),
+        http.get(url("/events")).header("origin", "http://evil.example"),
+        http.get(url("/slow")),
+        http.get(url("/fast")).header("lab-room", &session.control),
+    ];
+    for request in forbidden {
+        let described = format!("{request:?}");
+        let (status, body) = answered(within(request.send()).await).await;
+        assert_eq!(status, 403, "{described}: {body}");
+    }
+    let (status, _) = session
+        .control("new-run", json!({ "mode": "both", "slots": 9, "held": 2 }))
+        .await;
+    assert_eq!(status, 400, "slots out of range");
+    let big = json!({ "padding": "x".repeat(4096) });
+    assert_eq!(session.control("next", big).await.0, 413);
+    let head = http
+        .get(url("/"))
+        .header("x-padding", "y".repeat(20 * 1024))
+        .send();
+    let status = within(head).await.map(|r| r.status().as_u16());
+    assert!(matches!(status, Ok(431) | Err(_)), "{status:?}");
+    assert!(
+        !format!("{:?}", within(http.get(url("/")).send()).await.expect("page").headers())
+            .contains("access-control"),
+        "no CORS header"
+    );
+    assert_eq!(session.next().await["step"], "S1");
+    let report = session.end().await;
+    let first = report.runs[0].policies[0].work_events.first().cloned();
+    assert_eq!(first.and_then(|e| e.request).map(|r| r.to_string()), Some("S1".into()));
+    assert!(report.room_requests.is_empty());
+}
+
+/// A client that opens the event stream and never reads it does not hold the run up, nor the
+/// end of the session.
+#[tokio::test]
+async fn a_stalled_event_stream_does_not_block_the_run() {
+    let session = Session::start(Inputs::default(), Front::Async).await;
+    let mut stalled = TcpStream::connect(session.address).expect("connect");
+    let head = format!(
+        "GET /events HTTP/1.1\r\nHost: {}\r\n\r\n",
+        session.address
+    );
+    stalled.write_all(head.as_bytes()).expect("a request");
+    let mut reader = session.events().await;
+    let (status, body) = session.control("run-to-end", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let steps = body["steps"].as_array().map_or(0, Vec::len);
+    assert_eq!(steps, 15, "{body}");
+    reader
+        .until(|m| kind(m) == "state" && m["complete"] == true)
+        .await;
+    let report = session.end().await;
+    assert!(report.matches_model);
+    // The session closed the stalled stream: reading it now reaches its end.
+    stalled
+        .set_read_timeout(Some(GUARD))
+        .expect("a read timeout");
+    let mut all = Vec::new();
+    let read = stalled.read_to_end(&mut all);
+    assert!(read.is_ok(), "{read:?}");
+}
+
+/// The binary: prints the URL, serves until SIGINT, then prints the report and exits 0 when
+/// every run matched — nothing left running, the port closed.
+#[test]
+fn sigint_ends_the_session_with_its_report() {
+    let (mut child, url, lines) = spawn(&["classroom", "--mode", "partitioned"]);
+    let base = url.trim_end_matches('/').to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let http = reqwest::Client::builder().no_proxy().build().expect("a client");
+        let page = http.get(&url).send().await.expect("the page");
+        let page = page.text().await.expect("text");
+        let control = page.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
+        let done = http
+            .post(format!("{base}/control/run-to-end"))
+            .header("lab-control", &control)
+            .send()
+            .await
+            .expect("run to the end");
+        assert_eq!(done.status(), 200);
+    });
+    let (status, report) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(0), "{report}");
+    assert_eq!(report["matches_model"], true, "{report}");
+    assert_eq!(report["runs"][0]["policies"][0]["mode"], "partitioned");
+    let address = base.trim_start_matches("http://");
+    assert!(TcpStream::connect(address).is_err(), "the port still listens");
+}
+
+/// SIGINT while a request from the room is held at the gate of a run that is not over (on the
+/// threaded front, where it blocks a thread): the gate opens, the room is answered, the run
+/// is reported as closed before its end, and the exit status is 1.
+#[test]
+fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
+    let (mut child, url, lines) = spawn(&["classroom", "--server", "threaded", "--mode", "shared"]);
+    let base = url.trim_end_matches('/').to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let held = runtime.block_on(async {
+        let http = reqwest::Client::builder().no_proxy().build().expect("a client");
+        let page = http.get(&url).send().await.expect("the page").text().await;
+        let page = page.expect("text");
+        let control = page.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
+        let post = |action: &str| {
+            http.post(format!("{base}/control/{action}"))
+                .header("lab-control", &control)
+                .send()
+        };
+        assert_eq!(post("open-room").await.expect("open").status(), 200);
+        let mut events = Events {
+            response: http.get(format!("{base}/events")).send().await.expect("events"),
+            buffer: String::new(),
+        };
+        let state = events.until(|m| kind(m) == "state" && m["room"]["open"] == true).await;
+        let command = state.last().expect("a state")["room"]["commands"][0].to_string();
+        let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+        let held = http.get(format!("{base}/slow")).header("lab-room", token).send();
+        let held = tokio::spawn(held);
+        events.until(is_work("R1", "held")).await;
+        held
+    });
+    let (status, report) = interrupt(&mut child, lines);
+    let answer = runtime.block_on(async { within(held).await.expect("joined") });
+    let answer = answer.expect("the room's request was answered");
+    assert_eq!(answer.status(), 200);
+    assert_eq!(status, Some(1), "{report}");
+    let failure = report["runs"][0]["failure"].as_str().unwrap_or("");
+    assert!(failure.contains("closed before its step"), "{report}");
+    assert_eq!(report["room_requests"][0]["status"], 200);
+}
+
+/// Starts the binary with `args`; returns it, the URL it printed, and its later stdout lines.
+fn spawn(args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (send, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let url = lines.recv_timeout(GUARD).expect("the URL line");
+    (child, url, lines)
+}
+
+/// Sends SIGINT and waits (bounded) for the exit; returns the status and the JSON report.
+fn interrupt(child: &mut Child, lines: mpsc::Receiver<String>) -> (Option<i32>, Value) {
+    let pid = i32::try_from(child.id()).expect("a pid");
+    // SAFETY: `kill` takes plain integers; the child is ours and not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let started = Instant::now();
+    let mut text = String::new();
+    // The report ends the output; the reader thread ends with the pipe.
+    while let Ok(line) = lines.recv_timeout(GUARD.saturating_sub(started.elapsed())) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let status = child.wait().expect("the child is reaped").code();
+    let report = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, report)
+}
