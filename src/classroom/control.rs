@@ -280,6 +280,7 @@ impl Driver {
                 "held": held,
                 "front": front,
                 "front_words": front.describe(),
+                "pools": policy.pools(),
                 "capacities": policy.capacities(),
                 "route_pools": { "/slow": policy.pool_for(Route::Slow), "/fast": policy.pool_for(Route::Fast) },
                 "plan": plan,
@@ -322,6 +323,7 @@ impl Driver {
     /// Closes `open` on every path: the room can no longer reach it, its room gate opens.
     async fn close_run(&mut self, index: usize, open: Open) -> PolicyRun {
         self.room.aim(None);
+        self.room.set_open(false);
         let section = open.run.section().clone();
         if let Some(gate) = section.open_room_gate() {
             self.journal.push(&gate_message(gate, "open"));

@@ -245,6 +245,7 @@ pub(crate) fn work(event: &WorkEvent) -> Value {
     {
         fields.extend(event_fields);
         fields.insert("held_by".into(), json!(event.held_by));
+        fields.insert("route".into(), json!(event.request.map(|r| r.route())));
     }
     message
 }
