@@ -166,8 +166,14 @@ mod tests {
 
     #[test]
     fn a_room_label_takes_the_route_it_was_sent_to() {
-        assert_eq!(Label::read("R7", Route::Slow), Some(Label::Room(7, Route::Slow)));
-        assert_eq!(Label::read("R1", Route::Fast), Some(Label::Room(1, Route::Fast)));
+        assert_eq!(
+            Label::read("R7", Route::Slow),
+            Some(Label::Room(7, Route::Slow))
+        );
+        assert_eq!(
+            Label::read("R1", Route::Fast),
+            Some(Label::Room(1, Route::Fast))
+        );
         assert_eq!(Label::read("S1", Route::Slow), Some(Label::Slow(1)));
         for (text, route) in [
             ("R0", Route::Slow),

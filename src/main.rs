@@ -66,7 +66,9 @@ fn main() -> ExitCode {
             };
             let failure = report.failure.clone().or_else(|| {
                 let differs = report.runs.iter().find_map(|r| r.failure.clone());
-                differs.or_else(|| (!report.matches_model).then(|| "a run differed from the model".into()))
+                differs.or_else(|| {
+                    (!report.matches_model).then(|| "a run differed from the model".into())
+                })
             });
             emit(json(&report), failure.as_deref())
         }

@@ -118,7 +118,8 @@ impl Session {
         let response = self.http.get(format!("{}/events", self.base)).send();
         let response = within(response).await.expect("the event stream");
         assert_eq!(
-            response.headers()["content-type"], "text/event-stream",
+            response.headers()["content-type"],
+            "text/event-stream",
             "{response:?}"
         );
         Events {
@@ -169,7 +170,8 @@ impl Events {
             }
             let chunk = within(self.response.chunk()).await.expect("the stream");
             let chunk = chunk.expect("the stream has not ended");
-            self.buffer.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
         }
     }
 
@@ -240,7 +242,11 @@ async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_e
                 .filter(|m| kind(m) == "work")
                 .map(|m| {
                     let request = m["request"].as_str().unwrap_or("").to_owned();
-                    (m["seq"].as_u64().unwrap_or(0), request, m["event"].to_string())
+                    (
+                        m["seq"].as_u64().unwrap_or(0),
+                        request,
+                        m["event"].to_string(),
+                    )
                 })
                 .collect();
             let recorded: Vec<(u64, String, String)> = policy
@@ -309,8 +315,13 @@ async fn a_room_request_is_held_and_then_answered() {
     assert!(command.starts_with("curl -s -H 'lab-room: "), "{command}");
     let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
 
-    let (status, refused) = within(session.room("/slow", &token)).await.expect("answered");
-    assert_eq!((status, refused["error"].as_str()), (409, Some("room_closed")));
+    let (status, refused) = within(session.room("/slow", &token))
+        .await
+        .expect("answered");
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (409, Some("room_closed"))
+    );
     assert_eq!(session.control("open-room", json!({})).await.0, 200);
     let r1 = session.room("/slow", &token);
     events.until(is_work("R1", "held")).await;
@@ -319,7 +330,10 @@ async fn a_room_request_is_held_and_then_answered() {
         assert_eq!(session.next().await["step"], step);
     }
     let (status, body) = within(r1).await.expect("R1 answered");
-    assert_eq!((status, body), (200, json!({ "request": "R1", "pool": "slow" })));
+    assert_eq!(
+        (status, body),
+        (200, json!({ "request": "R1", "pool": "slow" }))
+    );
     for step in ["S-after", "F-after"] {
         assert_eq!(session.next().await["step"], step);
     }
@@ -355,10 +369,20 @@ async fn a_room_request_is_held_and_then_answered() {
     let gate = report.room_gates[0].gate;
     assert!(gate.opened_after_event > Some(gate.closed_after_event));
     let policy = &report.runs[0].policies[0];
-    let in_ledger = policy.work_events.iter().filter(|e| e.request.is_some_and(|r| r.from_room()));
-    assert_eq!(in_ledger.count(), 3 + 3 + 2, "admitted, held, finished; R3 never held");
+    let in_ledger = policy
+        .work_events
+        .iter()
+        .filter(|e| e.request.is_some_and(|r| r.from_room()));
+    assert_eq!(
+        in_ledger.count(),
+        3 + 3 + 2,
+        "admitted, held, finished; R3 never held"
+    );
     let ledger = &policy.ledger;
-    assert!(ledger.values().all(|l| l.broken().next().is_none()), "{ledger:?}");
+    assert!(
+        ledger.values().all(|l| l.broken().next().is_none()),
+        "{ledger:?}"
+    );
     assert!(policy.model.mismatches.is_empty(), "{:?}", policy.model);
 }
 
@@ -372,7 +396,8 @@ async fn strangers_are_refused_and_change_nothing() {
     let http = &session.http;
     let forbidden = [
         http.post(url("/control/next")),
-        http.post(url("/control/next")).header("lab-control", "0".repeat(32)),
+        http.post(url("/control/next"))
+            .header("lab-control", "0".repeat(32)),
         http.post(url("/control/run-to-end"))
             .header("lab-control", &session.control)
             .header("origin", "http://evil.example"),
@@ -386,7 +411,8 @@ async fn strangers_are_refused_and_change_nothing() {
             .header("lab-control", &session.control)
             .header("host", format!("localhost:{}", session.address.port())),
         http.get(url("/")).header("host", "rebound.example"),
-        http.get(url("/events")).header("origin", "http://evil.example"),
+        http.get(url("/events"))
+            .header("origin", "http://evil.example"),
         http.get(url("/slow")),
         http.get(url("/fast")).header("lab-room", &session.control),
     ];
@@ -408,14 +434,23 @@ async fn strangers_are_refused_and_change_nothing() {
     let status = within(head).await.map(|r| r.status().as_u16());
     assert!(matches!(status, Ok(431) | Err(_)), "{status:?}");
     assert!(
-        !format!("{:?}", within(http.get(url("/")).send()).await.expect("page").headers())
-            .contains("access-control"),
+        !format!(
+            "{:?}",
+            within(http.get(url("/")).send())
+                .await
+                .expect("page")
+                .headers()
+        )
+        .contains("access-control"),
         "no CORS header"
     );
     assert_eq!(session.next().await["step"], "S1");
     let report = session.end().await;
     let first = report.runs[0].policies[0].work_events.first().cloned();
-    assert_eq!(first.and_then(|e| e.request).map(|r| r.to_string()), Some("S1".into()));
+    assert_eq!(
+        first.and_then(|e| e.request).map(|r| r.to_string()),
+        Some("S1".into())
+    );
     assert!(report.room_requests.is_empty());
 }
 
@@ -425,10 +460,7 @@ async fn strangers_are_refused_and_change_nothing() {
 async fn a_stalled_event_stream_does_not_block_the_run() {
     let session = Session::start(Inputs::default(), Front::Async).await;
     let mut stalled = TcpStream::connect(session.address).expect("connect");
-    let head = format!(
-        "GET /events HTTP/1.1\r\nHost: {}\r\n\r\n",
-        session.address
-    );
+    let head = format!("GET /events HTTP/1.1\r\nHost: {}\r\n\r\n", session.address);
     stalled.write_all(head.as_bytes()).expect("a request");
     let mut reader = session.events().await;
     let (status, body) = session.control("run-to-end", json!({})).await;
@@ -460,7 +492,10 @@ fn sigint_ends_the_session_with_its_report() {
         .build()
         .expect("a runtime");
     runtime.block_on(async {
-        let http = reqwest::Client::builder().no_proxy().build().expect("a client");
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client");
         let page = http.get(&url).send().await.expect("the page");
         let page = page.text().await.expect("text");
         let control = page.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
@@ -477,7 +512,10 @@ fn sigint_ends_the_session_with_its_report() {
     assert_eq!(report["matches_model"], true, "{report}");
     assert_eq!(report["runs"][0]["policies"][0]["mode"], "partitioned");
     let address = base.trim_start_matches("http://");
-    assert!(TcpStream::connect(address).is_err(), "the port still listens");
+    assert!(
+        TcpStream::connect(address).is_err(),
+        "the port still listens"
+    );
 }
 
 /// SIGINT while a request from the room is held at the gate of a run that is not over (on the
@@ -491,8 +529,11 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let held = runtime.block_on(async {
-        let http = reqwest::Client::builder().no_proxy().build().expect("a client");
+    let (answer, (status, report)) = runtime.block_on(async move {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client");
         let page = http.get(&url).send().await.expect("the page").text().await;
         let page = page.expect("text");
         let control = page.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
@@ -503,19 +544,29 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
         };
         assert_eq!(post("open-room").await.expect("open").status(), 200);
         let mut events = Events {
-            response: http.get(format!("{base}/events")).send().await.expect("events"),
+            response: http
+                .get(format!("{base}/events"))
+                .send()
+                .await
+                .expect("events"),
             buffer: String::new(),
         };
-        let state = events.until(|m| kind(m) == "state" && m["room"]["open"] == true).await;
+        let state = events
+            .until(|m| kind(m) == "state" && m["room"]["open"] == true)
+            .await;
         let command = state.last().expect("a state")["room"]["commands"][0].to_string();
         let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
-        let held = http.get(format!("{base}/slow")).header("lab-room", token).send();
+        let held = http
+            .get(format!("{base}/slow"))
+            .header("lab-room", token)
+            .send();
         let held = tokio::spawn(held);
         events.until(is_work("R1", "held")).await;
-        held
+        // The wait for the exit blocks: off the runtime, which goes on reading R1's answer.
+        let ended = tokio::task::spawn_blocking(move || interrupt(&mut child, lines));
+        let ended = within(ended).await.expect("the exit is awaited");
+        (within(held).await.expect("joined"), ended)
     });
-    let (status, report) = interrupt(&mut child, lines);
-    let answer = runtime.block_on(async { within(held).await.expect("joined") });
     let answer = answer.expect("the room's request was answered");
     assert_eq!(answer.status(), 200);
     assert_eq!(status, Some(1), "{report}");

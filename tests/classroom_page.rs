@@ -43,6 +43,8 @@ return {
   room: text("#room"),
   lanes: [...document.querySelectorAll(".lane")].map((l) => l.dataset.request),
   next: text("#nextwords"),
+  resources: text("#resources"),
+  ledger: (document.querySelector("#ledger").lastElementChild || {}).textContent,
 };
 "##;
 
@@ -61,7 +63,7 @@ const spills = [];
 for (const part of document.querySelectorAll("header, main, footer")) {
   const outer = part.getBoundingClientRect();
   for (const e of part.querySelectorAll("*")) {
-    if (e.closest("#ledger")) continue;
+    if (e.parentElement.closest("#ledger")) continue;
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     const box = (e.parentElement.closest("section") || part).getBoundingClientRect();
@@ -117,21 +119,33 @@ impl Page {
     }
 }
 
-/// Headless Chromium presses Next through the whole default sequence. The DOM shows
-/// partitioned S2 refused while the fast permit is idle, then F1 answered 200 before the gate
-/// opens; then the room's request joins the lanes, and the verdict says the run matched.
-#[tokio::test]
-async fn the_page_steps_through_the_default_sequence_in_chromium() {
-    if skip_without_browser("the_page_steps_through_the_default_sequence_in_chromium") {
-        return;
-    }
+/// Waits, in the page, until an element matches `arguments[0]`; WebDriver bounds the wait.
+const APPEARS: &str = r#"
+const css = arguments[0];
+return new Promise((resolve) => {
+  if (document.querySelector(css)) return resolve(true);
+  const seen = new MutationObserver(() => {
+    if (document.querySelector(css)) { seen.disconnect(); resolve(true); }
+  });
+  seen.observe(document.body, { childList: true, subtree: true });
+});
+"#;
+
+/// A classroom session served by the library, as the binary serves it.
+struct Served {
+    url: String,
+    leave: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<classroom::ClassroomReport, String>>,
+}
+
+async fn serve(front: Front) -> Served {
     let (announced, url) = oneshot::channel();
     let (leave, left) = oneshot::channel::<()>();
     let config = Config {
         inputs: Inputs::default(),
-        options: Options::on(Front::Async),
+        options: Options::on(front),
     };
-    let session = tokio::spawn(classroom::serve(
+    let task = tokio::spawn(classroom::serve(
         config,
         async move {
             let _ = left.await;
@@ -142,10 +156,37 @@ async fn the_page_steps_through_the_default_sequence_in_chromium() {
         },
     ));
     let url = url.await.expect("the URL");
+    Served { url, leave, task }
+}
+
+/// Headless Chromium presses Next through the whole default sequence, on both fronts. The DOM
+/// shows partitioned S2 refused while the fast permit is idle, then F1 answered 200 before the
+/// gate opens; then the room's requests join the lanes, and the verdict says the run matched.
+#[tokio::test]
+async fn the_page_steps_through_the_default_sequence_in_chromium() {
+    if skip_without_browser("the_page_steps_through_the_default_sequence_in_chromium") {
+        return;
+    }
     let browser = Browser::start().await.expect("Chromium starts");
     browser.set_viewport(1920, 1080).await.expect("1920×1080");
-    browser.navigate(&url).await.expect("the page loads");
-    let mut page = Page { browser, states: 1 };
+    let mut page = Page { browser, states: 0 };
+    for front in Front::ALL {
+        let served = serve(front).await;
+        step_through(&mut page, &served.url, front).await;
+        let _ = served.leave.send(());
+        let report = served.task.await.expect("joined").expect("the session ran");
+        assert!(report.matches_model, "{report:?}");
+        assert_eq!(report.room_requests.len(), 2, "{front:?}");
+    }
+    page.browser.quit().await.expect("the browser quits");
+}
+
+/// The default sequence and the room, pressed and read in the page at `url`; the async
+/// front's pages are the screenshots in `docs/`.
+async fn step_through(page: &mut Page, url: &str, front: Front) {
+    let shots = front == Front::Async;
+    page.browser.navigate(url).await.expect("the page loads");
+    page.states = 1;
     page.wait().await;
 
     // Shared: S1, S2, F1, release, S-after, F-after, close; then open partitioned.
@@ -153,7 +194,10 @@ async fn the_page_steps_through_the_default_sequence_in_chromium() {
         page.press("#next").await;
     }
     let seen = page.read().await;
-    assert!(seen["title"].as_str().unwrap_or("").contains("PARTITIONED"), "{seen}");
+    assert!(
+        seen["title"].as_str().unwrap_or("").contains("PARTITIONED"),
+        "{seen}"
+    );
     assert!(seen["room"].as_str().unwrap_or("").is_empty(), "{seen}");
     page.press("#next").await;
     // S2 by the presenter's clicker: a key, not a click.
@@ -168,7 +212,10 @@ async fn the_page_steps_through_the_default_sequence_in_chromium() {
     page.wait().await;
     let seen = page.read().await;
     let s2 = seen["s2"].as_str().unwrap_or("");
-    assert!(s2.contains("refused 503: slow pool full, held by S1"), "{seen}");
+    assert!(
+        s2.contains("refused 503: slow pool full, held by S1"),
+        "{seen}"
+    );
     assert_eq!(seen["fast_cells"], json!(["idle"]), "{seen}");
     page.legible("partitioned S2").await;
 
@@ -176,42 +223,71 @@ async fn the_page_steps_through_the_default_sequence_in_chromium() {
     let f1 = seen["f1"].as_str().unwrap_or("");
     assert!(f1.contains("answered 200 before release"), "{seen}");
     assert_eq!(seen["gate"], "closed", "{seen}");
-    page.screenshot("classroom.png").await;
+    let resources = seen["resources"].as_str().unwrap_or("");
+    let cost = match front {
+        Front::Async => "a held request is a parked task",
+        Front::Threaded => "each held request blocks one of those threads",
+    };
+    assert!(resources.contains(cost), "{seen}");
+    if shots {
+        page.screenshot("classroom.png").await;
+    }
     page.legible("partitioned F1").await;
 
     for _ in 0..3 {
         page.press("#next").await;
     }
-    // After the sequence the room is in: a request of its own joins the lanes.
+    // After the sequence the room is in: its requests join the lanes.
     let seen = page.read().await;
     let room = seen["room"].as_str().unwrap_or("").to_owned();
     assert!(room.contains("curl -s -H 'lab-room: "), "{seen}");
     let command = room.split("curl").nth(1).expect("a command");
     let token = &command.split("lab-room: ").nth(1).expect("a token")[..32];
-    let http = reqwest::Client::builder().no_proxy().build().expect("a client");
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client");
     let base = url.trim_end_matches('/');
-    let fast = http.get(format!("{base}/fast")).header("lab-room", token).send();
+    let fast = http
+        .get(format!("{base}/fast"))
+        .header("lab-room", token)
+        .send();
     assert_eq!(fast.await.expect("answered").status(), 200);
     page.press("#gateclose").await;
-    let slow = http.get(format!("{base}/slow")).header("lab-room", token).send();
+    let slow = http
+        .get(format!("{base}/slow"))
+        .header("lab-room", token)
+        .send();
     let slow = tokio::spawn(slow);
-    let seen = page.press("#roomtoggle").await;
-    page.press("#roomtoggle").await;
-    assert!(seen["room"].as_str().unwrap_or("").is_empty(), "{seen}");
+    let held = json!(r#".lane[data-request="R2"] .chip.held"#);
+    let appeared = page.browser.execute(APPEARS, &[held]).await;
+    appeared.expect("R2 is drawn held at the room's gate");
     let seen = page.read().await;
-    assert!(seen["lanes"].as_array().is_some_and(|l| l.contains(&json!("R2"))), "{seen}");
-    page.screenshot("classroom-room.png").await;
+    assert!(
+        seen["ledger"]
+            .as_str()
+            .unwrap_or("")
+            .contains("R2      held at gate"),
+        "{seen}"
+    );
+    if shots {
+        page.screenshot("classroom-room.png").await;
+    }
     page.legible("the room").await;
+    let seen = page.press("#roomtoggle").await;
+    assert!(seen["room"].as_str().unwrap_or("").is_empty(), "{seen}");
     page.press("#gateopen").await;
     assert_eq!(slow.await.expect("joined").expect("answered").status(), 200);
     let seen = page.press("#next").await;
-    assert!(seen["verdict"].as_str().unwrap_or("").contains("Matches the model"), "{seen}");
-    page.screenshot("classroom-verdict.png").await;
+    assert!(
+        seen["verdict"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Matches the model"),
+        "{seen}"
+    );
+    if shots {
+        page.screenshot("classroom-verdict.png").await;
+    }
     page.legible("the verdict").await;
-
-    page.browser.quit().await.expect("the browser quits");
-    let _ = leave.send(());
-    let report = session.await.expect("joined").expect("the session ran");
-    assert!(report.matches_model, "{report:?}");
-    assert_eq!(report.room_requests.len(), 2);
 }

@@ -227,7 +227,11 @@ impl WorkSection {
         if self.gate.latch() == Latch::Closed {
             return Err(RoomGateRefusal::RunGateClosed);
         }
-        if room.current.as_ref().is_some_and(|g| g.latch() == Latch::Closed) {
+        if room
+            .current
+            .as_ref()
+            .is_some_and(|g| g.latch() == Latch::Closed)
+        {
             return Err(RoomGateRefusal::AlreadyClosed);
         }
         let closed = RoomGate {
@@ -540,7 +544,10 @@ mod tests {
             Err(RoomGateRefusal::AlreadyClosed)
         );
         let mut r1 = pin!(section.perform(Label::Room(1, Route::Slow), Route::Slow));
-        assert!(poll_once(r1.as_mut()).is_pending(), "R1 waits at the room's gate");
+        assert!(
+            poll_once(r1.as_mut()).is_pending(),
+            "R1 waits at the room's gate"
+        );
         let after = pin!(section.perform(Label::SlowAfter, Route::Slow));
         assert_eq!(poll_once(after), Poll::Ready(Verdict::Done(Pool::Shared)));
         let opened = section.open_room_gate().expect("a room gate was closed");

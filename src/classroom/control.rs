@@ -132,7 +132,12 @@ fn step_words(step: Planned, policy: Policy) -> String {
 }
 
 impl Driver {
-    pub(crate) fn new(options: Options, journal: Arc<Journal>, room: Arc<Room>, base: String) -> Self {
+    pub(crate) fn new(
+        options: Options,
+        journal: Arc<Journal>,
+        room: Arc<Room>,
+        base: String,
+    ) -> Self {
         Driver {
             options,
             journal,
@@ -263,7 +268,13 @@ impl Driver {
                 return json!({ "step": "open", "failure": true });
             }
         };
-        let policies: Vec<&str> = current.inputs.mode.modes().iter().map(|m| m.name()).collect();
+        let policies: Vec<&str> = current
+            .inputs
+            .mode
+            .modes()
+            .iter()
+            .map(|m| m.name())
+            .collect();
         let plan: Vec<String> = Planned::all(held)
             .map(step_name)
             .chain(["close".to_owned()])
@@ -349,7 +360,8 @@ impl Driver {
             "mismatches": run.report.model.mismatches,
             "failure": run.failure.as_ref().map(ToString::to_string),
         });
-        self.journal.push(&json!({ "kind": "verdict", "verdict": verdict }));
+        self.journal
+            .push(&json!({ "kind": "verdict", "verdict": verdict }));
         self.verdicts.push(verdict);
         reason.is_none()
     }
@@ -418,9 +430,9 @@ impl Driver {
 
     fn open_room_gate(&mut self) -> Result<Value, String> {
         let section = self.open_section().ok_or("no run is open")?;
-        let gate = section.open_room_gate().ok_or(
-            "no room gate is closed (the run's own gate opens at the release step)",
-        )?;
+        let gate = section
+            .open_room_gate()
+            .ok_or("no room gate is closed (the run's own gate opens at the release step)")?;
         let message = gate_message(gate, "open");
         self.journal.push(&message);
         Ok(message)
@@ -434,7 +446,9 @@ impl Driver {
             (Some(_), Some(open)) => {
                 let (policy, _) = open.run.inputs();
                 match open.run.upcoming() {
-                    Some(step) => json!({ "step": step_name(step), "words": step_words(step, policy) }),
+                    Some(step) => {
+                        json!({ "step": step_name(step), "words": step_words(step, policy) })
+                    }
                     None => json!({
                         "step": "close",
                         "words": "Close the server and check the run against the model",

@@ -100,7 +100,8 @@ impl App {
     fn addressed_here(&self, request: &Request<Incoming>) -> bool {
         let headers = request.headers();
         let mut hosts = headers.get_all(header::HOST).iter();
-        let host_ok = matches!((hosts.next(), hosts.next()), (Some(h), None) if h == self.host.as_str());
+        let host_ok =
+            matches!((hosts.next(), hosts.next()), (Some(h), None) if h == self.host.as_str());
         let target_ok = request
             .uri()
             .authority()
@@ -164,7 +165,10 @@ impl App {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         headers.insert(header::CONTENT_SECURITY_POLICY, self.policy.clone());
         headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-        headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        headers.insert(
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        );
         headers.insert(
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
@@ -174,7 +178,10 @@ impl App {
 
     /// A control action from the page.
     async fn control(&self, action: &str, request: Request<Incoming>) -> Response<Body> {
-        let token = request.headers().get(CONTROL_HEADER).map(HeaderValue::as_bytes);
+        let token = request
+            .headers()
+            .get(CONTROL_HEADER)
+            .map(HeaderValue::as_bytes);
         if !self.control.admits(token) {
             let detail = "controls need this session's control token, which only its page holds";
             return answer(
@@ -237,7 +244,10 @@ impl App {
 
     /// A request from the room, sent on to the run's front; its answer goes back to the room.
     async fn room_request(&self, route: Route, headers: &HeaderMap) -> Response<Body> {
-        if !self.room.admits(headers.get(ROOM_HEADER).map(HeaderValue::as_bytes)) {
+        if !self
+            .room
+            .admits(headers.get(ROOM_HEADER).map(HeaderValue::as_bytes))
+        {
             let detail = "the room's requests carry the room token shown on the page";
             return answer(
                 StatusCode::FORBIDDEN,
@@ -255,7 +265,10 @@ impl App {
         };
         let record = self.room.send(request, target).await;
         self.journal.push(&super::room::message(&record));
-        match (record.status.and_then(|s| StatusCode::from_u16(s).ok()), record.body) {
+        match (
+            record.status.and_then(|s| StatusCode::from_u16(s).ok()),
+            record.body,
+        ) {
             (Some(status), Some(body)) => answer(status, body),
             _ => answer(
                 StatusCode::BAD_GATEWAY,
@@ -356,7 +369,10 @@ pub(crate) async fn serve(
             served.closed += 1;
         }
     }
-    if tokio::time::timeout(limit, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(limit, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tasks.abort_all();
         served.error.get_or_insert(format!(
             "classroom connections were still open {} s after it asked them to close; aborted",

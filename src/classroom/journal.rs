@@ -328,7 +328,10 @@ mod tests {
         assert_eq!(replay.matches("data: ").count(), 7, "{replay}");
         journal.end();
         assert!(text(&mut first).await.contains("ended"));
-        assert!(first.frame().await.is_none(), "the stream ends with the session");
+        assert!(
+            first.frame().await.is_none(),
+            "the stream ends with the session"
+        );
         assert!(journal.follow().is_none());
     }
 
@@ -337,7 +340,12 @@ mod tests {
     async fn a_stalled_stream_is_dropped_when_its_buffer_is_full() {
         let journal = Journal::new(4);
         let section = section();
-        journal.begin(&json!({ "kind": "run" }), &section, &Arc::default(), "async");
+        journal.begin(
+            &json!({ "kind": "run" }),
+            &section,
+            &Arc::default(),
+            "async",
+        );
         let stalled = journal.follow().expect("on");
         let mut reader = journal.follow().expect("on");
         let _ = text(&mut reader).await;
@@ -349,6 +357,10 @@ mod tests {
         drop(stalled);
         drop(reader);
         journal.push(&json!({ "n": "after" }));
-        assert_eq!(journal.dropped(), 1, "a client that left was not dropped for stalling");
+        assert_eq!(
+            journal.dropped(),
+            1,
+            "a client that left was not dropped for stalling"
+        );
     }
 }

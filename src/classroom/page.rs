@@ -27,7 +27,9 @@ mod tests {
         let page = page.replace("\"http://www.w3.org/2000/svg\"", "SVG");
         assert!(page.contains(&format!("nonce=\"{}\"", "b".repeat(32))));
         assert!(page.contains(&"a".repeat(32)));
-        for fetch in ["http://", "https://", "//cdn", "@import", "url(", "<link", "src="] {
+        for fetch in [
+            "http://", "https://", "//cdn", "@import", "url(", "<link", "src=",
+        ] {
             assert!(!page.contains(fetch), "the page fetches {fetch:?}");
         }
         assert_eq!(page.matches("<script").count(), 1);
