@@ -15,17 +15,19 @@ use isolation_lab::policy::{Front, Inputs};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-/// Waits, in the page, until it has drawn at least `arguments[0]` control states: each order
-/// the page sends ends with one. Event-driven (a MutationObserver); WebDriver bounds the wait.
+/// Waits, in the page, until it has drawn at least `arguments[0]` control states (each order
+/// the page sends ends with one) and has its order's answer (so its buttons are live again).
+/// Event-driven (a MutationObserver); WebDriver bounds the wait.
 const STATES: &str = r#"
 const want = arguments[0];
 return new Promise((resolve) => {
-  const now = () => Number(document.body.dataset.states);
-  if (now() >= want) return resolve(now());
+  const body = document.body;
+  const done = () => Number(body.dataset.states) >= want && body.dataset.busy === "0";
+  if (done()) return resolve(true);
   const seen = new MutationObserver(() => {
-    if (now() >= want) { seen.disconnect(); resolve(now()); }
+    if (done()) { seen.disconnect(); resolve(true); }
   });
-  seen.observe(document.body, { attributes: true, attributeFilter: ["data-states"] });
+  seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
 });
 "#;
 

@@ -92,11 +92,28 @@ impl Browser {
     /// Call it on the test's own thread (the body of a `#[tokio::test]`), not inside
     /// `spawn_blocking`: the driver is told to die with the thread that started it.
     pub async fn start() -> anyhow::Result<Browser> {
+        // Given port 0, the driver binds ::1 on a port the OS picks, then 127.0.0.1 on the same
+        // port, and exits if that one is taken — as it is, again and again, once a test has left
+        // thousands of loopback connections in TIME-WAIT. So the port is picked here, free on
+        // both; another process may still take it first: then try another.
+        let mut tries = 1;
+        loop {
+            match Browser::start_once().await {
+                Err(e) if tries < 5 && format!("{e:#}").contains("port not available") => {
+                    tries += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once() -> anyhow::Result<Browser> {
         let profile = TempDir::new("isolation-lab-chromium").context("creating a profile")?;
         let mut command = Command::new(CHROMEDRIVER);
-        // Port 0: the driver picks a free port and says which; it listens on loopback only.
+        // The driver listens on loopback only, on the port given, and says when it does.
+        let port = free_port().context("finding a free loopback port")?;
         command
-            .arg("--port=0")
+            .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -380,6 +397,24 @@ impl Drop for Browser {
             eprintln!("the chromedriver output reader panicked");
         }
     }
+}
+
+/// A port free on 127.0.0.1 and, where there is IPv6, on ::1 — as the driver will bind both.
+fn free_port() -> io::Result<u16> {
+    for _ in 0..16 {
+        let v4 = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        let port = v4.local_addr()?.port();
+        match std::net::TcpListener::bind((std::net::Ipv6Addr::LOCALHOST, port)) {
+            Ok(_) => return Ok(port),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+            // No IPv6 loopback: the driver listens on IPv4 alone.
+            Err(_) => return Ok(port),
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::AddrInUse,
+        "no port free on both loopbacks",
+    ))
 }
 
 /// Kills and reaps `driver`; it may have exited already.
