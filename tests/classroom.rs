@@ -613,3 +613,108 @@ fn interrupt(child: &mut Child, lines: mpsc::Receiver<String>) -> (Option<i32>, 
     let report = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     (status, report)
 }
+
+/// Measured, not asserted (run with `cargo test --release --test classroom -- --ignored
+/// --nocapture`): how long from a room request being sent until the page's stream tells its
+/// `admitted` event — an upper bound on the section-to-stream delay, since it includes the
+/// request's own way to the section — over 200 requests; the median and the 90th percentile.
+#[tokio::test]
+#[ignore = "a measurement; prints figures"]
+async fn measure_event_to_stream_delay() {
+    let session = Session::start(Inputs::default(), Front::Async).await;
+    let mut events = session.events().await;
+    let state = events.until(|m| kind(m) == "state").await;
+    let command = state.last().expect("a state")["room"]["commands"][1].to_string();
+    let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    let mut delays = Vec::new();
+    for n in 1..=200 {
+        let sent = Instant::now();
+        let request = session.room("/fast", &token);
+        let label = format!("R{n}");
+        events.until(is_work(&label, "admitted")).await;
+        delays.push(sent.elapsed());
+        within(request).await.expect("answered");
+    }
+    delays.sort();
+    let at = |q: usize| delays[delays.len() * q / 100];
+    println!(
+        "room request sent -> its admitted event on the stream: median {:?}, p90 {:?}, max {:?}",
+        at(50),
+        at(90),
+        delays[delays.len() - 1]
+    );
+    session.end().await;
+}
+
+/// Measured, not asserted: the resident memory of a classroom session (the binary) before and
+/// after 1 000 requests from the room (half /slow, half /fast, the run's gate open), with the
+/// page's stream following all along.
+#[test]
+#[ignore = "a measurement; prints figures"]
+fn measure_memory_after_a_thousand_room_requests() {
+    let (mut child, url, lines) = spawn(&["classroom", "--mode", "shared"]);
+    let rss = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .expect("VmRSS");
+        line.split_whitespace().nth(1).expect("kB").to_owned() + " kB"
+    };
+    let pid = child.id();
+    let base = url.trim_end_matches('/').to_owned();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let before = rss(pid);
+    let (page_bytes, after) = runtime.block_on(async {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client");
+        let page = http.get(&url).send().await.expect("the page").bytes().await;
+        let page = page.expect("bytes");
+        let text = String::from_utf8_lossy(&page);
+        let control = text.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
+        let mut events = Events {
+            response: http
+                .get(format!("{base}/events"))
+                .send()
+                .await
+                .expect("events"),
+            buffer: String::new(),
+        };
+        let post = |action: &'static str| {
+            http.post(format!("{base}/control/{action}"))
+                .header("lab-control", &control)
+                .send()
+        };
+        for _ in 0..5 {
+            post("next").await.expect("a step");
+        }
+        post("open-room").await.expect("open");
+        let state = events
+            .until(|m| kind(m) == "state" && m["room"]["open"] == true)
+            .await;
+        let command = state.last().expect("a state")["room"]["commands"][0].to_string();
+        let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+        for n in 0..1000 {
+            let route = if n % 2 == 0 { "/slow" } else { "/fast" };
+            let sent = http
+                .get(format!("{base}{route}"))
+                .header("lab-room", &token)
+                .send();
+            assert_eq!(sent.await.expect("answered").status(), 200);
+        }
+        events.until(is_work("R1000", "finished")).await;
+        (page.len(), rss(pid))
+    });
+    println!(
+        "page: {page_bytes} bytes; VmRSS before the room: {before}, after 1 000 room requests: {after}"
+    );
+    let (status, report) = interrupt(&mut child, lines);
+    assert_eq!(report["room_requests"].as_array().map(Vec::len), Some(1000));
+    println!("exit status {status:?}");
+}
