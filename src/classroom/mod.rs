@@ -10,12 +10,14 @@
 //! - [`room`]: the room's requests, numbered and sent on to the run's own front.
 //! - [`http`]: the classroom's server, its screening and its tokens.
 //! - [`page`]: the page itself.
+//! - [`signal`]: Ctrl-C, caught while a session serves.
 
 pub mod control;
 pub(crate) mod http;
 pub(crate) mod journal;
 pub(crate) mod page;
 pub mod room;
+pub(crate) mod signal;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -172,22 +174,14 @@ pub async fn serve(
 
 /// [`serve`] until the process is interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM). The
 /// handlers are in place before the URL is announced, so a signal sent as soon as it is read
-/// ends the session rather than the process.
-#[cfg(unix)]
+/// ends the session rather than the process; the previous handlers are back once it returns.
 pub async fn run(
     config: Config,
     announce: impl FnOnce(&str) -> std::io::Result<()>,
 ) -> Result<ClassroomReport, String> {
-    use tokio::signal::unix::{SignalKind, signal};
-
-    let listen = |kind| signal(kind).map_err(|e| format!("cannot listen for signals: {e}"));
-    let mut interrupt = listen(SignalKind::interrupt())?;
-    let mut terminate = listen(SignalKind::terminate())?;
-    let leave = async move {
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
-        }
-    };
-    serve(config, leave, announce).await
+    let interrupts =
+        signal::Interrupts::catch().map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
+    let report = serve(config, interrupts.caught(), announce).await;
+    drop(interrupts);
+    report
 }
