@@ -33,6 +33,7 @@ return new Promise((resolve) => {
 
 /// What a class looks at, read from the DOM.
 const READ: &str = r##"
+return (function read() {
 const text = (css) => { const e = document.querySelector(css); return e ? e.textContent : null; };
 const state = (css) => { const e = document.querySelector(css); return e ? e.dataset.state : null; };
 return {
@@ -48,6 +49,23 @@ return {
   resources: text("#resources"),
   ledger: (document.querySelector("#ledger").lastElementChild || {}).textContent,
 };
+})();
+"##;
+
+/// Waits, in the page, until what `READ` reads is `arguments[0]` (a reloaded page has redrawn
+/// itself from the event stream); WebDriver bounds the wait.
+const READS: &str = r##"
+// Keys in one order: the wanted object comes back from WebDriver with its keys sorted.
+const canon = (o) => JSON.stringify(Object.keys(o).sort().map((k) => [k, o[k]]));
+const want = canon(arguments[0]);
+const read = () => canon((() => { READ })());
+return new Promise((resolve) => {
+  if (read() === want) return resolve(true);
+  const seen = new MutationObserver(() => {
+    if (read() === want) { seen.disconnect(); resolve(true); }
+  });
+  seen.observe(document.body, { childList: true, subtree: true, attributes: true });
+});
 "##;
 
 /// The smallest text on the page, in CSS pixels, and whatever spills out of the window.
@@ -235,6 +253,15 @@ async fn step_through(page: &mut Page, url: &str, front: Front) {
         page.screenshot("classroom.png").await;
     }
     page.legible("partitioned F1").await;
+    // A reload rebuilds the page from the events so far: nothing lived only in the browser.
+    page.browser.navigate(url).await.expect("the page reloads");
+    let reads = READS.replace("READ", READ);
+    let redrawn = page.browser.execute(&reads, &[seen]).await;
+    redrawn.expect("the reloaded page draws what it drew before");
+    let states = page
+        .browser
+        .execute("return Number(document.body.dataset.states);", &[]);
+    page.states = states.await.expect("the DOM").as_u64().unwrap_or(0);
 
     for _ in 0..3 {
         page.press("#next").await;
