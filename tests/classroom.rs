@@ -481,6 +481,33 @@ async fn a_stalled_event_stream_does_not_block_the_run() {
     assert!(read.is_ok(), "{read:?}");
 }
 
+/// Finish on the page ends the session as Ctrl-C does: a run closed before its end is reported
+/// as failed; a session in which nothing was sent reports no run at all.
+#[tokio::test]
+async fn finish_closes_the_session_and_reports_an_unfinished_run() {
+    for steps in [0, 1] {
+        let mut session = Session::start(Inputs::default(), Front::Async).await;
+        for _ in 0..steps {
+            session.next().await;
+        }
+        let (status, body) = session.control("finish", json!({})).await;
+        assert_eq!((status, &body), (202, &json!({ "finishing": true })));
+        let report = within(&mut session.task).await.expect("joined");
+        let report = report.expect("the session ran");
+        assert!(
+            TcpStream::connect(session.address).is_err(),
+            "still listening"
+        );
+        if steps == 0 {
+            assert!(report.runs.is_empty() && report.matches_model, "{report:?}");
+        } else {
+            assert!(!report.matches_model);
+            let failure = report.runs[0].failure.as_deref().unwrap_or("");
+            assert!(failure.contains("closed before its step"), "{failure}");
+        }
+    }
+}
+
 /// The binary: prints the URL, serves until SIGINT, then prints the report and exits 0 when
 /// every run matched — nothing left running, the port closed.
 #[test]

@@ -304,8 +304,6 @@ pub(crate) struct Served {
     pub(crate) accepted: u64,
     /// Every connection task was joined.
     pub(crate) joined: u64,
-    /// Event streams closed at the end (nothing was owed to them).
-    pub(crate) closed: u64,
     /// What did not stop cleanly.
     pub(crate) error: Option<String>,
 }
@@ -366,7 +364,6 @@ pub(crate) async fn serve(
     for (streaming, handle) in &open {
         if streaming.load(Ordering::SeqCst) && !handle.is_finished() {
             handle.abort();
-            served.closed += 1;
         }
     }
     if tokio::time::timeout(limit, graceful.shutdown())
