@@ -35,6 +35,7 @@ pub mod label;
 pub mod model;
 pub mod outcome;
 pub mod policy;
+pub(crate) mod procfs;
 pub mod report;
 pub mod resources;
 pub mod server;
