@@ -27,6 +27,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
+#[cfg(unix)]
+pub(crate) mod child;
 pub mod cli;
 pub mod compare;
 pub mod coordinator;
