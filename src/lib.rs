@@ -34,6 +34,8 @@ pub mod compare;
 pub mod coordinator;
 pub mod faults;
 pub mod label;
+#[cfg(unix)]
+pub(crate) mod limits;
 pub mod model;
 pub mod outcome;
 pub mod policy;
