@@ -238,10 +238,11 @@ impl fmt::Display for Refusal {
 impl std::error::Error for Refusal {}
 
 /// Memory maps a process has before its first held request: the program, its libraries, heap,
-/// stacks and malloc arenas (≈ 40 for the test binary at rest here; more with runtime threads).
+/// stacks and malloc arenas: 41 in a test child at rest here, more with runtime threads and
+/// arenas; `thread_maps_match_the_cost` checks the bound.
 const BASE_MAPS: u64 = 256;
 /// File descriptors a process has before its first held request: stdio, the listener, the
-/// runtime's epoll and waker, the pipes to a child (≈ 10 here).
+/// runtime's epoll and waker, the pipes to a child: 6 in a test child at rest here.
 const BASE_FDS: u64 = 64;
 
 /// What a ceiling leaves for held requests: its value, less what is taken before the first
