@@ -27,6 +27,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
+#[cfg(unix)]
+pub(crate) mod child;
 pub mod cli;
 pub mod compare;
 pub mod coordinator;
@@ -34,9 +36,12 @@ pub mod evidence;
 pub mod faults;
 pub(crate) mod global;
 pub mod label;
+#[cfg(unix)]
+pub(crate) mod limits;
 pub mod model;
 pub mod outcome;
 pub mod policy;
+pub(crate) mod procfs;
 pub mod render;
 pub mod report;
 pub mod resources;
