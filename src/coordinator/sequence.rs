@@ -34,6 +34,19 @@ pub enum Planned {
     Probe(Label),
 }
 
+impl std::fmt::Display for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Planned::Slow(request) => {
+                write!(f, "send {request} and wait for its admission decision")
+            }
+            Planned::Fast => f.write_str("send F1 while the slow work is held"),
+            Planned::Release => f.write_str("open the gate and collect the held responses"),
+            Planned::Probe(request) => write!(f, "send the probe {request}"),
+        }
+    }
+}
+
 /// One policy run in progress: its session and where it is in the sequence.
 #[derive(Debug)]
 pub struct Run {
@@ -144,8 +157,8 @@ impl Run {
         if self.failure.is_none()
             && let Some(&step) = self.plan.front()
         {
-            let why = format!("the run was closed before its step {step:?}");
-            self.failure = Some(Failure::new(Step::Close, None, Cause::Caller(why)));
+            let next = Cause::ClosedEarly(step.to_string());
+            self.failure = Some(Failure::new(Step::Close, None, next));
         }
         let section = self.session.section.clone();
         let closed = self.session.close(self.failure.is_some()).await;
