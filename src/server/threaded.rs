@@ -62,10 +62,12 @@ pub struct Running {
     thread: Option<JoinHandle<()>>,
 }
 
-/// Where the server stands: serving, then stopping (told by `stop`), or abandoned (dropped).
-/// It only moves forward.
+// Where the server stands. It only moves forward: serving, then stopping or abandoned.
+/// Accepting connections.
 const SERVING: u8 = 0;
+/// Told by [`Running::stop`]: stop accepting, let held work finish within the drain limit.
 const STOPPING: u8 = 1;
+/// Dropped without `stop`: stop accepting, abandon held work, close every connection.
 const ABANDONED: u8 = 2;
 
 /// How the accept thread and its connection threads are told to stop. Raising it writes to a
@@ -370,8 +372,8 @@ impl Connections {
             Err(e) => {
                 self.unserved_count += 1;
                 self.unserved = Some(format!(
-                    "the threaded server closed {} connection(s) unserved: could not start a \
-                     thread for it: {e}",
+                    "the threaded server closed {} connection(s) unserved: could not start \
+                     serving one: {e}",
                     self.unserved_count
                 ));
                 Err(e)
