@@ -81,13 +81,33 @@ impl Run {
         let (section, census) = (Arc::new(section), Arc::new(Census::default()));
         let session = Session::open(
             front,
-            section,
+            section.clone(),
             census.clone(),
             &token,
             faults,
             safety_timeout,
         );
-        let session = session.map_err(|failure| never_started(policy, held, failure))?;
+        let session = session.map_err(|failure| {
+            // The section exists: report it as it stands, and what the process holds now.
+            let after_run = session::count(&section, &census);
+            let evidence = Evidence {
+                resources: ResourceEvidence {
+                    before_fast: None,
+                    after_run: Some(after_run),
+                },
+                work_events: section.events(),
+                ledger: section.audit(),
+                observed: Observed::default(),
+                final_state: section.final_state(),
+                client_threads_stopped: true,
+                client_tasks_aborted: 0,
+                server: None,
+            };
+            Box::new(PolicyRun {
+                report: PolicyReport::assemble(policy, held, evidence),
+                failure: Some(failure),
+            })
+        })?;
         let slow = Label::held(held).map(Planned::Slow);
         let plan = slow.chain([
             Planned::Fast,

@@ -43,6 +43,59 @@ fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {
     Ok((listener, address))
 }
 
+/// The first pause after a failed accept; each further failure doubles it.
+const FIRST_PAUSE: Duration = Duration::from_millis(1);
+/// The longest pause: a failure after it ends the server.
+const LAST_PAUSE: Duration = Duration::from_millis(64);
+
+/// Retrying an accept loop that failed, as mini-redis's accept loop does: a failure to accept
+/// (or to start a handler) is usually a shortage that passes — descriptors or threads that
+/// another process or a closing connection is about to give back — so the loop pauses, longer
+/// each time, and tries again. The pause is a retry, not sequencing: nothing waits for it. Only
+/// if the failures outlast every pause does the server give up, saying so.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    /// The next pause, or `None` once the longest has been waited.
+    next: Option<Duration>,
+    failures: u32,
+    paused: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            next: Some(FIRST_PAUSE),
+            failures: 0,
+            paused: Duration::ZERO,
+        }
+    }
+}
+
+impl Backoff {
+    /// Counts a failure: the pause to wait before trying again, or `None` to give up.
+    pub(crate) fn failed(&mut self) -> Option<Duration> {
+        self.failures += 1;
+        let pause = self.next?;
+        self.next = (pause < LAST_PAUSE).then(|| pause * 2);
+        self.paused += pause;
+        Some(pause)
+    }
+
+    /// Something worked: the next failure starts again from the first pause.
+    pub(crate) fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+
+    /// Why the server gave up: `what` kept failing, the last time with `error`.
+    pub(crate) fn gave_up(&self, what: &str, error: &std::io::Error) -> String {
+        format!(
+            "{what} stayed broken through {} tries over {} ms: {error}",
+            self.failures,
+            self.paused.as_millis()
+        )
+    }
+}
+
 /// A running server of either front.
 #[derive(Debug)]
 pub enum Running {
@@ -94,7 +147,8 @@ impl Running {
 pub struct Stopped {
     /// The report's `server` object.
     pub summary: ServerSummary,
-    /// An accept error, a panicked handler, or handlers that outlived the drain.
+    /// Accepting that stayed broken, a connection closed unserved, a panicked handler, or
+    /// handlers that outlived the drain.
     pub error: Option<String>,
 }
 
@@ -266,4 +320,27 @@ pub fn answer(request: Label, verdict: Verdict) -> Reply {
         ),
     };
     Reply { status, body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pauses double from 1 ms to 64 ms; the failure after the last gives up, naming how
+    /// many tries and how long they took. A success starts the pauses over.
+    #[test]
+    fn backoff_doubles_then_gives_up() {
+        let mut backoff = Backoff::default();
+        let pauses: Vec<u64> = std::iter::from_fn(|| backoff.failed())
+            .map(|pause| pause.as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64]);
+        let error = std::io::Error::other("no descriptors");
+        assert_eq!(
+            backoff.gave_up("accepting connections", &error),
+            "accepting connections stayed broken through 8 tries over 127 ms: no descriptors"
+        );
+        backoff.succeeded();
+        assert_eq!(backoff.failed(), Some(FIRST_PAUSE));
+    }
 }
