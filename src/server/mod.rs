@@ -9,7 +9,7 @@
 //! is checked. Only the declared work section is bounded.
 
 pub mod async_front;
-pub mod threaded;
+pub(crate) mod threaded;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -216,30 +216,30 @@ impl Drop for Live {
 
 /// What a front knows of a request before it asks for admission.
 #[derive(Clone, Copy, Debug)]
-pub struct Head<'a> {
+pub(crate) struct Head<'a> {
     /// Whether the method is GET.
-    pub is_get: bool,
+    pub(crate) is_get: bool,
     /// The URL path.
-    pub path: &'a str,
+    pub(crate) path: &'a str,
     /// The `lab-token` header, if any.
-    pub token: Option<&'a [u8]>,
+    pub(crate) token: Option<&'a [u8]>,
     /// The `lab-request` header, if any.
-    pub label: Option<&'a [u8]>,
+    pub(crate) label: Option<&'a [u8]>,
 }
 
 /// A response: status and JSON body.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The HTTP status.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// The JSON body.
-    pub body: Value,
+    pub(crate) body: Value,
 }
 
 /// Screens a request before admission: 403 without the run's token, 404 for another path, 405
 /// for another method, 400 without a label for the route. What passes is the request's label
 /// and route, ready to ask the work section for a permit.
-pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), Reply> {
+pub(crate) fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), Reply> {
     let reply = |status, body| Err(Reply { status, body });
     if section.refuse_foreign(head.token) {
         let detail = "only this lab run's own callers may ask for a work permit";
@@ -273,7 +273,12 @@ pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), R
 
 /// Admits and runs one request's work as a task, with the fault a test gave the front (none on
 /// the command line) injected inside the work section.
-pub async fn work(section: &WorkSection, faults: &Faults, request: Label, route: Route) -> Verdict {
+pub(crate) async fn work(
+    section: &WorkSection,
+    faults: &Faults,
+    request: Label,
+    route: Route,
+) -> Verdict {
     match section.admit(request, route) {
         Ok(work) => inject(faults, work).run().await,
         Err(refusal) => Verdict::Refused(refusal),
@@ -281,7 +286,7 @@ pub async fn work(section: &WorkSection, faults: &Faults, request: Label, route:
 }
 
 /// [`work`] as a blocked thread.
-pub fn work_blocking(
+pub(crate) fn work_blocking(
     section: &WorkSection,
     faults: &Faults,
     request: Label,
@@ -307,7 +312,7 @@ fn inject<'a>(faults: &Faults, work: Work<'a>) -> Work<'a> {
 
 /// The response to a verdict: 200 naming the request and pool, or 503 `work_capacity_full`
 /// (or `work_abandoned` when a failed run gave up on held work).
-pub fn answer(request: Label, verdict: Verdict) -> Reply {
+pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
     let (status, body) = match verdict {
         Verdict::Done(pool) => (StatusCode::OK, json!({ "request": request, "pool": pool })),
         Verdict::Refused(refusal) => (

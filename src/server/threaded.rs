@@ -47,7 +47,7 @@ const STOP: Token = Token(1);
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     listener: TcpListener,
     address: SocketAddr,
 }
@@ -175,18 +175,18 @@ struct Shared {
 
 impl Server {
     /// Binds `127.0.0.1:0`.
-    pub fn bind() -> io::Result<Self> {
+    pub(crate) fn bind() -> io::Result<Self> {
         let (listener, address) = super::bind_loopback()?;
         Ok(Server { listener, address })
     }
 
     /// The address the server listens on.
-    pub fn address(&self) -> SocketAddr {
+    pub(crate) fn address(&self) -> SocketAddr {
         self.address
     }
 
     /// Starts the accept thread, which serves until [`Running::stop`].
-    pub fn start(
+    pub(crate) fn start(
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
