@@ -14,7 +14,8 @@
 //! - Two normalizations, for the few outputs that vary between runs: an expected line that is
 //!   exactly `...` matches any number of lines (none included), and `[..]` inside an expected
 //!   line matches any text within that line.
-//! - An inline code span `` `FILE.json#/json/pointer` `` outside the blocks is checked too:
+//! - An inline code span `` `FILE.json#/json/pointer` `` outside the blocks, FILE made of
+//!   letters, digits and `._-/`, is checked too:
 //!   the JSON Pointer (RFC 6901, in its URI fragment form) must resolve in FILE, saved by an
 //!   earlier command of the same file. When the span is followed by ` = ` and a second code
 //!   span, that span is JSON and must equal the value there.
@@ -63,14 +64,18 @@ enum Fence {
 /// What a doc claims, in document order.
 fn claims(markdown: &str) -> Vec<Claim> {
     let mut claims = Vec::new();
-    // (backticks, the kind of block)
-    let mut fence: Option<(usize, Fence)> = None;
+    // (backticks, the kind of block, its indent)
+    let mut fence: Option<(usize, Fence, usize)> = None;
+    // The lines of the paragraph being read, for the code spans that run across lines.
+    let mut prose: Vec<(usize, String)> = Vec::new();
+    let mut prose_from = 0;
     for (index, text) in markdown.lines().enumerate() {
         let line = index + 1;
         let trimmed = text.trim_start();
         let ticks = trimmed.chars().take_while(|&c| c == '`').count();
         match fence {
             None if ticks >= 3 => {
+                claims.extend(pointers(&mut prose));
                 let info = trimmed[ticks..].split_whitespace().next();
                 let kind = match info {
                     Some("console") => Fence::Checked,
@@ -80,13 +85,19 @@ fn claims(markdown: &str) -> Vec<Claim> {
                 if kind == Fence::Checked {
                     claims.push(Claim::Block);
                 }
-                fence = Some((ticks, kind));
+                fence = Some((ticks, kind, text.len() - trimmed.len()));
             }
-            None => claims.extend(pointers(line, text)),
-            Some((open, _)) if ticks >= open && trimmed[ticks..].trim().is_empty() => {
+            None if text.trim().is_empty() => claims.extend(pointers(&mut prose)),
+            None => {
+                if prose.is_empty() {
+                    prose_from = line;
+                }
+                prose.push((prose_from, text.to_owned()));
+            }
+            Some((open, ..)) if ticks >= open && trimmed[ticks..].trim().is_empty() => {
                 fence = None;
             }
-            Some((_, Fence::Checked)) => match text.strip_prefix("$ ") {
+            Some((_, Fence::Checked, indent)) => match unindent(text, indent).strip_prefix("$ ") {
                 Some(command) if command.trim_start().starts_with("cargo ") => {
                     claims.push(Claim::Refused {
                         line,
@@ -101,14 +112,16 @@ fn claims(markdown: &str) -> Vec<Claim> {
                     expected: Vec::new(),
                 }),
                 None => match claims.last_mut() {
-                    Some(Claim::Command { expected, .. }) => expected.push(text.to_owned()),
+                    Some(Claim::Command { expected, .. }) => {
+                        expected.push(unindent(text, indent).to_owned());
+                    }
                     _ => claims.push(Claim::Refused {
                         line,
                         why: "output shown before any `$ ` command in a console block".into(),
                     }),
                 },
             },
-            Some((_, Fence::Shell)) => {
+            Some((_, Fence::Shell, _)) => {
                 let command = text.trim_start().trim_start_matches("$ ");
                 let lab = command.strip_prefix("isolation-lab");
                 if lab.is_some_and(|rest| rest.is_empty() || rest.starts_with(' ')) {
@@ -118,9 +131,10 @@ fn claims(markdown: &str) -> Vec<Claim> {
                     });
                 }
             }
-            Some((_, Fence::Other)) => {}
+            Some((_, Fence::Other, _)) => {}
         }
     }
+    claims.extend(pointers(&mut prose));
     if fence.is_some() {
         claims.push(Claim::Refused {
             line: markdown.lines().count(),
@@ -130,30 +144,56 @@ fn claims(markdown: &str) -> Vec<Claim> {
     claims
 }
 
-/// The `` `file.json#/pointer` `` spans of one line of prose, each with the value shown after
-/// it, if any.
-fn pointers(line: usize, text: &str) -> Vec<Claim> {
+/// The `` `file.json#/pointer` `` spans of a paragraph of prose, each with the value shown
+/// after it, if any; the paragraph is emptied.
+fn pointers(paragraph: &mut Vec<(usize, String)>) -> Vec<Claim> {
+    let Some(&(first, _)) = paragraph.first() else {
+        return Vec::new();
+    };
+    let text: Vec<String> = paragraph.drain(..).map(|(_, line)| line).collect();
+    let text = text.join("\n");
     // Between backticks at odd positions: code spans (the docs use single backticks).
     let parts: Vec<&str> = text.split('`').collect();
     let mut found = Vec::new();
-    for i in (1..parts.len()).step_by(2) {
-        let Some((file, fragment)) = parts[i].split_once(".json#") else {
-            continue;
-        };
-        if file.contains(char::is_whitespace) || !(fragment.is_empty() || fragment.starts_with('/'))
-        {
-            continue;
+    let mut line = first;
+    for (i, part) in parts.iter().enumerate() {
+        if i % 2 == 1 {
+            if let Some(claim) = pointer(line, &parts, i) {
+                found.push(claim);
+            }
         }
-        let value = (parts.get(i + 1).map(|s| s.trim()) == Some("=") && i + 2 < parts.len())
-            .then(|| parts[i + 2].to_owned());
-        found.push(Claim::Pointer {
-            line,
-            file: format!("{file}.json"),
-            pointer: percent_decoded(fragment),
-            value,
-        });
+        line += part.matches('\n').count();
     }
     found
+}
+
+/// A line of a fenced block without the indent of its fence (inside a list item).
+fn unindent(line: &str, indent: usize) -> &str {
+    let spaces = line.len() - line.trim_start_matches(' ').len();
+    &line[spaces.min(indent)..]
+}
+
+/// The pointer claim of the code span `parts[i]`, if it is one.
+fn pointer(line: usize, parts: &[&str], i: usize) -> Option<Claim> {
+    let (file, fragment) = parts[i].split_once(".json#")?;
+    // A file name of plain characters: `<file>.json#/pointer` names none.
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c);
+    if file.is_empty() || !file.chars().all(plain) {
+        return None;
+    }
+    if !(fragment.is_empty() || fragment.starts_with('/')) {
+        return None;
+    }
+    let shown = parts
+        .get(i + 1)
+        .is_some_and(|between| between.trim() == "=");
+    let value = parts.get(i + 2).filter(|_| shown).map(|v| (*v).to_owned());
+    Some(Claim::Pointer {
+        line,
+        file: format!("{file}.json"),
+        pointer: percent_decoded(fragment),
+        value,
+    })
 }
 
 /// A URI fragment's `%XX` escapes, decoded (RFC 6901, section 6).
@@ -353,10 +393,19 @@ fn docs(root: &Path) -> Vec<String> {
 fn every_shown_command_still_prints_what_the_docs_show() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let docs = docs(&root);
-    let results: Vec<(String, Checked)> = std::thread::scope(|scope| {
+    let results: Vec<(String, (Checked, std::time::Duration))> = std::thread::scope(|scope| {
         let running: Vec<_> = docs
             .iter()
-            .map(|doc| (doc, scope.spawn(|| check(&root, doc))))
+            .map(|doc| {
+                (
+                    doc,
+                    scope.spawn(|| {
+                        let started = std::time::Instant::now();
+                        let checked = check(&root, doc);
+                        (checked, started.elapsed())
+                    }),
+                )
+            })
             .collect();
         running
             .into_iter()
@@ -365,9 +414,9 @@ fn every_shown_command_still_prints_what_the_docs_show() {
     });
     let mut failures = Vec::new();
     let (mut blocks, mut commands, mut pointers) = (0, 0, 0);
-    for (doc, checked) in &results {
+    for (doc, (checked, took)) in &results {
         println!(
-            "{doc}: {} checked blocks, {} commands, {} pointers",
+            "{doc}: {} checked blocks, {} commands, {} pointers ({took:.2?})",
             checked.blocks, checked.commands, checked.pointers
         );
         blocks += checked.blocks;
@@ -382,12 +431,12 @@ fn every_shown_command_still_prints_what_the_docs_show() {
         ("docs/handout.md", 1),
         ("docs/answers.md", 1),
     ] {
-        let checked = results.iter().find(|(d, _)| d == doc).map(|(_, c)| c);
+        let checked = results.iter().find(|(d, _)| d == doc).map(|(_, (c, _))| c);
         let blocks = checked.map_or(0, |c| c.blocks);
         assert!(blocks >= least, "{doc} has {blocks} checked blocks");
     }
     let answers = results.iter().find(|(d, _)| d == "docs/answers.md");
-    let answers = answers.map_or(0, |(_, c)| c.pointers);
+    let answers = answers.map_or(0, |(_, (c, _))| c.pointers);
     assert!(
         answers >= 10,
         "the answer key cites the report: {answers} pointers"
