@@ -157,10 +157,10 @@ fn pointers(paragraph: &mut Vec<(usize, String)>) -> Vec<Claim> {
     let mut found = Vec::new();
     let mut line = first;
     for (i, part) in parts.iter().enumerate() {
-        if i % 2 == 1 {
-            if let Some(claim) = pointer(line, &parts, i) {
-                found.push(claim);
-            }
+        if i % 2 == 1
+            && let Some(claim) = pointer(line, &parts, i)
+        {
+            found.push(claim);
         }
         line += part.matches('\n').count();
     }
