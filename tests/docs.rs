@@ -14,8 +14,8 @@
 //! - Two normalizations, for the few outputs that vary between runs: an expected line that is
 //!   exactly `...` matches any number of lines (none included), and `[..]` inside an expected
 //!   line matches any text within that line.
-//! - An inline code span `` `FILE.json#/json/pointer` `` outside the blocks, FILE made of
-//!   letters, digits and `._-/`, is checked too:
+//! - An inline code span between single backticks, `` `FILE.json#/json/pointer` ``, outside
+//!   the blocks, FILE made of letters, digits and `._-/`, is checked too:
 //!   the JSON Pointer (RFC 6901, in its URI fragment form) must resolve in FILE, saved by an
 //!   earlier command of the same file. When the span is followed by ` = ` and a second code
 //!   span, that span is JSON and must equal the value there.
@@ -150,32 +150,80 @@ fn pointers(paragraph: &mut Vec<(usize, String)>) -> Vec<Claim> {
     let Some(&(first, _)) = paragraph.first() else {
         return Vec::new();
     };
-    let text: Vec<String> = paragraph.drain(..).map(|(_, line)| line).collect();
-    let text = text.join("\n");
-    // Between backticks at odd positions: code spans (the docs use single backticks).
-    let parts: Vec<&str> = text.split('`').collect();
+    let lines: Vec<String> = paragraph.drain(..).map(|(_, line)| line).collect();
+    let text = lines.join("\n");
+    let pieces = pieces(&text);
     let mut found = Vec::new();
     let mut line = first;
-    for (i, part) in parts.iter().enumerate() {
-        if i % 2 == 1
-            && let Some(claim) = pointer(line, &parts, i)
+    for (i, piece) in pieces.iter().enumerate() {
+        if let Piece::Code(code) = piece
+            && let Some(claim) = pointer(line, code, &pieces[i + 1..])
         {
             found.push(claim);
         }
-        line += part.matches('\n').count();
+        let (Piece::Text(text) | Piece::Code(text) | Piece::Other(text)) = piece;
+        line += text.matches('\n').count();
     }
     found
 }
 
-/// A line of a fenced block without the indent of its fence (inside a list item).
-fn unindent(line: &str, indent: usize) -> &str {
-    let spaces = line.len() - line.trim_start_matches(' ').len();
-    &line[spaces.min(indent)..]
+/// A paragraph cut into text and code spans.
+#[derive(Debug, PartialEq)]
+enum Piece<'a> {
+    Text(&'a str),
+    /// A code span between single backticks: a claim if it names a pointer.
+    Code(&'a str),
+    /// A code span between two or more backticks: an example, never a claim.
+    Other(&'a str),
 }
 
-/// The pointer claim of the code span `parts[i]`, if it is one.
-fn pointer(line: usize, parts: &[&str], i: usize) -> Option<Claim> {
-    let (file, fragment) = parts[i].split_once(".json#")?;
+/// Cuts `text` into pieces: a run of backticks opens a code span that the next run of the same
+/// length closes (CommonMark's rule); an unclosed run is text.
+fn pieces(text: &str) -> Vec<Piece<'_>> {
+    // The runs of backticks, as (start, length) in bytes: a backtick is one byte, so every
+    // run starts and ends on a character boundary.
+    let bytes = text.as_bytes();
+    let mut runs = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let start = at;
+        while at < bytes.len() && bytes[at] == b'`' {
+            at += 1;
+        }
+        if at > start {
+            runs.push((start, at - start));
+        } else {
+            at += 1;
+        }
+    }
+    let mut pieces = Vec::new();
+    let mut from = 0;
+    let mut run = 0;
+    while run < runs.len() {
+        let (open, ticks) = runs[run];
+        let closing = runs[run + 1..].iter().position(|&(_, n)| n == ticks);
+        let Some(later) = closing else {
+            run += 1; // an unclosed run is text
+            continue;
+        };
+        let (close, _) = runs[run + 1 + later];
+        pieces.push(Piece::Text(&text[from..open]));
+        let code = &text[open + ticks..close];
+        pieces.push(if ticks == 1 {
+            Piece::Code(code)
+        } else {
+            Piece::Other(code)
+        });
+        from = close + ticks;
+        run += later + 2;
+    }
+    pieces.push(Piece::Text(&text[from..]));
+    pieces
+}
+
+/// The pointer claim of the code span `code`, if it is one; `after` are the pieces after it.
+fn pointer(line: usize, code: &str, after: &[Piece]) -> Option<Claim> {
+    let (file, fragment) = code.split_once(".json#")?;
     // A file name of plain characters: `<file>.json#/pointer` names none.
     let plain = |c: char| c.is_ascii_alphanumeric() || "._-/".contains(c);
     if file.is_empty() || !file.chars().all(plain) {
@@ -184,16 +232,24 @@ fn pointer(line: usize, parts: &[&str], i: usize) -> Option<Claim> {
     if !(fragment.is_empty() || fragment.starts_with('/')) {
         return None;
     }
-    let shown = parts
-        .get(i + 1)
-        .is_some_and(|between| between.trim() == "=");
-    let value = parts.get(i + 2).filter(|_| shown).map(|v| (*v).to_owned());
+    let value = match after {
+        [Piece::Text(between), Piece::Code(value), ..] if between.trim() == "=" => {
+            Some((*value).to_owned())
+        }
+        _ => None,
+    };
     Some(Claim::Pointer {
         line,
         file: format!("{file}.json"),
         pointer: percent_decoded(fragment),
         value,
     })
+}
+
+/// A line of a fenced block without the indent of its fence (inside a list item).
+fn unindent(line: &str, indent: usize) -> &str {
+    let spaces = line.len() - line.trim_start_matches(' ').len();
+    &line[spaces.min(indent)..]
 }
 
 /// A URI fragment's `%XX` escapes, decoded (RFC 6901, section 6).
@@ -512,4 +568,14 @@ isolation-lab --held 4
     assert!(!matches(&lines("port [..] open"), &["port 4242 closed"]));
     assert!(!matches(&lines("exact"), &["exact "]));
     assert_eq!(percent_decoded("/a%20b/c~1d"), "/a b/c~1d");
+    assert_eq!(
+        pieces("a `x` b `` `y` `` c ``` no"),
+        [
+            Piece::Text("a "),
+            Piece::Code("x"),
+            Piece::Text(" b "),
+            Piece::Other(" `y` "),
+            Piece::Text(" c ``` no"),
+        ]
+    );
 }
