@@ -217,7 +217,7 @@ fn check_all(report: &Value, record: &Value, shown: &str) -> Vec<String> {
     evidence.iter().map(|c| check(report, c, &lines)).collect()
 }
 
-/// The workshop's four runs and the threaded front: every pointer of every record resolves
+/// The lesson's four runs and the threaded front: every pointer of every record resolves
 /// to what its line says, every policy's admissions, F1, release and final state are cited,
 /// and the command the record gives, run again, reproduces the run.
 #[test]
