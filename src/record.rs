@@ -66,8 +66,18 @@ pub fn load(path: &Path) -> Result<Report, Refused> {
         reason,
     };
     let text = std::fs::read(path).map_err(|e| refuse(format!("cannot be read: {e}")))?;
-    let json: serde_json::Value =
-        serde_json::from_slice(&text).map_err(|e| refuse(format!("is not JSON: {e}")))?;
+    let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+        // The lab's other formats, saved by mistake, are named for what they are.
+        let start = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
+        let start = start.trim_start();
+        if start.starts_with("isolation-lab ") {
+            refuse("is a text report, not the JSON one: save a run without --format".into())
+        } else if start.starts_with("<?xml") || start.starts_with("<svg") {
+            refuse("is a picture, not the JSON report: save a run without --format".into())
+        } else {
+            refuse(format!("is not JSON: {e}"))
+        }
+    })?;
     // Checked before the whole report, so that other JSON (`predict --format json`, say) is
     // named for what it lacks rather than for the first field serde trips on.
     match json.get("lab") {

@@ -355,19 +355,20 @@ fn a_failed_runs_report_is_recorded() {
     );
 }
 
-/// A missing file, a directory, text that is not JSON, JSON that is not a lab report and a
-/// report of another lab: each exits 2 naming the file and prints nothing on stdout.
+/// A missing file, a directory, text that is not JSON, the lab's text report or picture, JSON
+/// that is not a lab report, a report of another lab and one cut short: each exits 2 naming
+/// the file and what is wrong with it, and prints nothing on stdout.
 #[test]
 fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
     let dir = scratch("refused");
     save(&dir, &[], "real.json");
     let real = std::fs::read_to_string(dir.join("real.json")).expect("saved");
+    let shown = |args: &[&str]| text(&lab(&dir, args).stdout);
     let files = [
         ("not-json.json", "S1 admitted".to_owned()),
-        (
-            "predict.json",
-            text(&lab(&dir, &["predict", "--format", "json"]).stdout),
-        ),
+        ("text.txt", shown(&["--format", "text"])),
+        ("picture.svg", shown(&["--format", "svg"])),
+        ("predict.json", shown(&["predict", "--format", "json"])),
         (
             "other-lab.json",
             real.replace("concurrency-isolation", "another-lab"),
@@ -386,6 +387,8 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         ("missing.json", "cannot be read"),
         (".", "cannot be read"),
         ("not-json.json", "is not JSON"),
+        ("text.txt", "is a text report, not the JSON one"),
+        ("picture.svg", "is a picture, not the JSON report"),
         ("predict.json", "is not a lab report"),
         ("other-lab.json", "is not a lab report"),
         ("cut.json", "is not JSON"),
