@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
-use crate::evidence::{Decision, Phase};
+use crate::evidence::{AdmissionRecord, Decision, Phase};
 use crate::label::Label;
 use crate::outcome::Outcome;
 use crate::policy::{Inputs, Mode, Policy, Pool, Route};
@@ -105,7 +105,7 @@ pub struct Record {
     pub command: String,
     /// The lab and version that wrote the report: `isolation-lab 0.1.0`.
     pub version: String,
-    /// The language and runtime that ran it.
+    /// The language and runtime that ran it, and this binary's version when it differs.
     pub runner: String,
     /// The run's inputs.
     pub inputs: Inputs,
@@ -296,7 +296,17 @@ impl Record {
                 shell_word(file)
             ),
             version: format!("{} {}", runner.name, runner.version),
-            runner: format!("{}, {}", runner.language, runner.runtime),
+            runner: match runner.version.as_str() {
+                // The command reproduces the run with the binary at hand: say so if it is
+                // another version.
+                env!("CARGO_PKG_VERSION") => format!("{}, {}", runner.language, runner.runtime),
+                _ => format!(
+                    "{}, {}; read by isolation-lab {}",
+                    runner.language,
+                    runner.runtime,
+                    env!("CARGO_PKG_VERSION")
+                ),
+            },
             inputs,
             prediction: prediction.collect(),
             matches_model: report.matches_model,
@@ -326,9 +336,7 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
     };
     let observed = &policy.observed;
     let capacity = |pool: Pool| policy.pool_capacities.get(&pool).copied().unwrap_or(0);
-    let admission = |request: Label| {
-        let found = policy.admissions.iter().enumerate();
-        let (i, a) = found.clone().find(|(_, a)| a.request == request)?;
+    let admission = |i: usize, a: &AdmissionRecord| {
         let says = Says::Admission {
             request: a.request,
             pool: a.pool,
@@ -337,7 +345,7 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
             capacity: capacity(a.pool),
             held_by: a.held_by.clone().unwrap_or_default(),
         };
-        Some((i.to_string(), says))
+        (i.to_string(), says)
     };
     // The slow callers' responses received in `phase`, in the order they arrived.
     let slow_responses = |phase: Phase| {
@@ -355,12 +363,9 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
     };
 
     // The held slow requests' decisions, in the order they were sent.
-    let slow = policy.admissions.iter().filter_map(|a| match a.request {
-        Label::Slow(_) => Some(a.request),
-        _ => None,
-    });
-    for request in slow.collect::<Vec<_>>() {
-        if let Some((i, says)) = admission(request) {
+    for (i, a) in policy.admissions.iter().enumerate() {
+        if matches!(a.request, Label::Slow(_)) {
+            let (i, says) = admission(i, a);
             cite(Line::Admission, &["admissions", &i], says);
         }
     }
@@ -401,7 +406,12 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
     }
 
     // F1 while the slow work is held.
-    if let Some((i, says)) = admission(Label::F1) {
+    let f1 = policy.admissions.iter().enumerate();
+    if let Some((i, says)) = f1
+        .filter(|(_, a)| a.request == Label::F1)
+        .map(|(i, a)| admission(i, a))
+        .next()
+    {
         cite(Line::FastBeforeRelease, &["admissions", &i], says);
     }
     if let Some(f1) = &observed.fast_response_before_release {
@@ -540,6 +550,14 @@ mod tests {
             .iter()
             .find(|c| c.pointer == "/policies/1/observer_before_fast/active_work/fast");
         assert!(idle.is_some(), "the idle fast permit is cited");
+        assert_eq!(record.runner, "Rust, Tokio 1, current-thread scheduler");
+        let mut older = default.clone();
+        older.runner.version = "0.0.1".into();
+        let older = Record::of(&older, "r.json");
+        assert!(
+            older.runner.ends_with("; read by isolation-lab 0.1.0"),
+            "{older:?}"
+        );
         let lines: Vec<Line> = record.evidence.iter().map(|c| c.line).collect();
         let mut sorted = lines.clone();
         sorted.sort_by_key(|line| Line::ALL.iter().position(|l| l == line));
