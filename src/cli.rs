@@ -48,6 +48,8 @@ const EXAMPLES: &str = "Examples:
   isolation-lab predict --held 1              the model's answer, no server started
   isolation-lab sweep                         every input, one matrix per policy
   isolation-lab compare --held 4              the async and threaded fronts side by side
+  isolation-lab --held 4 > r.json && isolation-lab record r.json
+                                              the individual record of a saved report
 
 Flags of a subcommand go after it: isolation-lab predict --held 4.";
 
@@ -83,6 +85,16 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = Inputs::default().held, allow_negative_numbers = true)]
         held: Held,
         /// The comparison on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Print the individual record of a saved report: the command that reproduces it, the
+    /// model's prediction, JSON Pointers to the evidence, and lines left to fill in
+    Record {
+        /// A report saved from a run, e.g. isolation-lab > r.json
+        #[arg(value_name = "REPORT")]
+        report: std::path::PathBuf,
+        /// The record on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
     },
@@ -203,6 +215,9 @@ fn instead(subcommand: &str) -> Option<&'static str> {
         "compare" => {
             "compare runs both policies on both fronts; it takes --slots, --held and --format text|json"
         }
+        "record" => {
+            "record reads a saved report (isolation-lab --held 4 > r.json, then isolation-lab record r.json); it takes the report's file and --format text|json"
+        }
         _ => return None,
     })
 }
@@ -227,7 +242,7 @@ where
         Some(ContextValue::String(s)) => Some(s.clone()),
         _ => None,
     };
-    let subcommands = ["predict", "sweep", "compare"];
+    let subcommands = ["predict", "sweep", "compare", "record"];
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -238,6 +253,19 @@ where
         .position(|w| subcommands.contains(&w.as_str()));
     let message = match error.kind() {
         // `isolation-lab --held 4 predict`: flags before the subcommand.
+        // `isolation-lab --held 4 record r.json`: the run's flags belong to the run that
+        // saves the report, not to `record`.
+        ErrorKind::ArgumentConflict
+            if named.is_some_and(|at| at > 0 && words[at + 1] == "record") =>
+        {
+            let at = named.map_or(0, |at| at + 1);
+            let file = words.get(at + 1).map_or("r.json", String::as_str);
+            Some(format!(
+                "record reads a saved report and takes no run flags; save the run, then record \
+                 it: isolation-lab {} > {file} && isolation-lab record {file}",
+                words[1..at].join(" ")
+            ))
+        }
         ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {
             let at = named.map_or(0, |at| at + 1);
             let mut order = vec![words[at].clone()];
@@ -252,6 +280,12 @@ where
             let sub = named.map(|at| words[at + 1].as_str());
             let sub = sub.unwrap_or_default();
             instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
+        }
+        // `isolation-lab record` with no report.
+        ErrorKind::MissingRequiredArgument => {
+            let sub = named.map(|at| words[at + 1].as_str());
+            let sub = sub.unwrap_or_default();
+            instead(sub).map(|instead| format!("{sub} is missing its argument: {instead}"))
         }
         ErrorKind::InvalidUtf8 => {
             let bad = args.iter().position(|a| a.to_str().is_none()).unwrap_or(0);
@@ -337,6 +371,14 @@ mod tests {
             panic!("sweep");
         };
         assert_eq!((server, format), (ServerArg::Threaded, TableFormat::Text));
+        let cli = parse(&["record", "r.json", "--format", "json"]).expect("valid");
+        let Some(Command::Record { report, format }) = cli.command else {
+            panic!("record");
+        };
+        assert_eq!(
+            (report, format),
+            (std::path::PathBuf::from("r.json"), TableFormat::Json)
+        );
         let cli = parse(&["compare", "--held", "4"]).expect("valid");
         let Some(Command::Compare { slots, held, .. }) = cli.command else {
             panic!("compare");
@@ -407,6 +449,15 @@ mod tests {
             (
                 "compare --mode shared",
                 "compare runs both policies on both fronts",
+            ),
+            (
+                "--held 4 record r.json",
+                "isolation-lab --held 4 > r.json && isolation-lab record r.json",
+            ),
+            ("record --held 4 r.json", "record reads a saved report"),
+            (
+                "record",
+                "record is missing its argument: record reads a saved report",
             ),
         ] {
             let message = said(words(args));

@@ -20,7 +20,7 @@
 //! - [`resources`], [`evidence`]: what a run observed and cost.
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
-//! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
+//! - [`outcome`], [`sweep`], [`compare`], [`record`]: the teaching instruments' data.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
@@ -42,6 +42,7 @@ pub mod model;
 pub mod outcome;
 pub mod policy;
 pub(crate) mod procfs;
+pub mod record;
 pub mod render;
 pub mod report;
 pub mod resources;

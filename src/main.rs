@@ -1,14 +1,15 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
-//! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`.
+//! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`,
+//! `record REPORT`.
 //! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
-//! 2 the command line was refused.
+//! 2 the command line (or the report given to `record`) was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use isolation_lab::cli::{Command, Format, TableFormat};
 use isolation_lab::render::{self, svg, text};
-use isolation_lab::{compare, sweep};
+use isolation_lab::{compare, record, sweep};
 
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
@@ -59,6 +60,23 @@ fn main() -> ExitCode {
                 TableFormat::Json => json(&comparison),
             };
             emit(rendered, comparison.failure().as_deref())
+        }
+        Some(Command::Record { report, format }) => {
+            // A report that cannot be read is refused input, like a bad flag: exit 2, before
+            // anything is printed.
+            let saved = match record::load(&report) {
+                Ok(saved) => saved,
+                Err(refused) => {
+                    let _ = writeln!(std::io::stderr(), "error: {refused}");
+                    return ExitCode::from(2);
+                }
+            };
+            let record = record::Record::of(&saved, &report.display().to_string());
+            let rendered = match format {
+                TableFormat::Text => Ok(render::record::render(&record)),
+                TableFormat::Json => json(&record),
+            };
+            emit(rendered, None)
         }
     }
 }

@@ -7,10 +7,12 @@
 //! - [`svg`]: a picture of a run, for a browser or a projector.
 //! - [`sweep`]: one matrix per policy over every allowed input.
 //! - [`compare`]: both fronts side by side.
+//! - [`record`]: the individual record of a saved report, with evidence pointers.
 
 pub mod compare;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod record;
 pub mod svg;
 pub mod sweep;
 pub mod text;
