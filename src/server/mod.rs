@@ -220,9 +220,9 @@ pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), R
 /// Admits and runs one request's work as a task, with the fault a test gave the front (none on
 /// the command line) injected inside the work section.
 pub async fn work(section: &WorkSection, faults: &Faults, request: Label, route: Route) -> Verdict {
-    match section.admit(request, route) {
+    match section.admit(request, route).await {
         Ok(work) => inject(faults, work).run().await,
-        Err(refusal) => Verdict::Refused(refusal),
+        Err(denied) => denied.into(),
     }
 }
 
@@ -233,9 +233,9 @@ pub fn work_blocking(
     request: Label,
     route: Route,
 ) -> Verdict {
-    match section.admit(request, route) {
+    match section.admit_now(request, route) {
         Ok(work) => inject(faults, work).run_blocking(),
-        Err(refusal) => Verdict::Refused(refusal),
+        Err(denied) => denied.into(),
     }
 }
 
@@ -252,13 +252,25 @@ fn inject<'a>(faults: &Faults, work: Work<'a>) -> Work<'a> {
 }
 
 /// The response to a verdict: 200 naming the request and pool, or 503 `work_capacity_full`
-/// (or `work_abandoned` when a failed run gave up on held work).
+/// (or `work_abandoned` when a failed run gave up on held work, `work_permits_unavailable` when
+/// a shared pool could not decide). A refusal by a pool shared with other processes also names
+/// its holders, replica and request, in `held_by`.
 pub fn answer(request: Label, verdict: Verdict) -> Reply {
     let (status, body) = match verdict {
         Verdict::Done(pool) => (StatusCode::OK, json!({ "request": request, "pool": pool })),
+        Verdict::Refused(refusal) if !refusal.holders.is_empty() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request,
+                    "held_by": refusal.holders }),
+        ),
         Verdict::Refused(refusal) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request }),
+        ),
+        Verdict::Failed(failure) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "work_permits_unavailable", "pool": failure.pool,
+                    "request": request, "detail": failure.reason }),
         ),
         Verdict::Abandoned(pool) => (
             StatusCode::SERVICE_UNAVAILABLE,
