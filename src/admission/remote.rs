@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
@@ -53,15 +54,18 @@ pub trait RemotePermit: Send + Sync + fmt::Debug {
 }
 
 /// What the driver did with the section's permits, once it has ended.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
     /// Permits given back while still held.
     pub released: Vec<Label>,
-    /// Permits that were no longer held when given back: their lease had lapsed.
+    /// Permits that were no longer held when given back: their lease had lapsed, and another
+    /// holder may have been admitted in their place meanwhile.
     pub lapsed: Vec<Label>,
     /// Admissions whose handler had gone before the answer came; each was released at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub orphaned: Vec<Label>,
     /// Round trips that failed, each in one line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
 }
 
