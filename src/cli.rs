@@ -8,6 +8,8 @@ use std::convert::Infallible;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
+#[cfg(unix)]
+use crate::remote::FrontSpec;
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -85,6 +87,15 @@ pub enum Command {
         /// The comparison on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
+    },
+    /// Serve one front as a child process of the lab, speaking JSON lines on stdin and stdout
+    /// (internal: the instruments start it; `src/remote/` documents the protocol)
+    #[cfg(unix)]
+    #[command(name = "__front", hide = true)]
+    Front {
+        /// The front to serve, as JSON: {"front":"async","capacity":200}
+        #[arg(value_name = "SPEC", value_parser = FrontSpec::parse)]
+        spec: FrontSpec,
     },
 }
 
@@ -420,6 +431,28 @@ mod tests {
         );
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("Examples:"), "{help}");
+    }
+
+    /// The front child's subcommand takes one checked spec and stays out of the help.
+    #[cfg(unix)]
+    #[test]
+    fn the_front_child_subcommand_is_hidden_and_checked() {
+        let spec = crate::remote::FrontSpec::new(Front::Threaded, 7);
+        let cli = parse(&[crate::remote::SUBCOMMAND, &spec.to_arg()]).expect("a valid spec");
+        assert!(matches!(cli.command, Some(Command::Front { spec: parsed }) if parsed == spec));
+        for refused in [
+            &[crate::remote::SUBCOMMAND][..],
+            &[
+                crate::remote::SUBCOMMAND,
+                r#"{"front":"async","capacity":0}"#,
+            ],
+            &[crate::remote::SUBCOMMAND, "threaded"],
+        ] {
+            let error = parse(refused).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{refused:?}: {error}");
+        }
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains(crate::remote::SUBCOMMAND), "{help}");
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
 //! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
+//! - [`remote`]: a front in a child process of the lab, and the protocol it speaks.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
@@ -42,6 +43,8 @@ pub mod model;
 pub mod outcome;
 pub mod policy;
 pub(crate) mod procfs;
+#[cfg(unix)]
+pub mod remote;
 pub mod render;
 pub mod report;
 pub mod resources;

@@ -60,6 +60,9 @@ fn main() -> ExitCode {
             };
             emit(rendered, comparison.failure().as_deref())
         }
+        // A child process of the lab: its stdout is its parent's channel, so it prints nothing.
+        #[cfg(unix)]
+        Some(Command::Front { spec }) => ExitCode::from(isolation_lab::remote::serve(&spec)),
     }
 }
 
