@@ -10,6 +10,8 @@ use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 #[cfg(unix)]
 use crate::remote::FrontSpec;
+#[cfg(unix)]
+use crate::replicas::{Engine, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -50,6 +52,8 @@ const EXAMPLES: &str = "Examples:
   isolation-lab predict --held 1              the model's answer, no server started
   isolation-lab sweep                         every input, one matrix per policy
   isolation-lab compare --held 4              the async and threaded fronts side by side
+  isolation-lab replicas                      2 replicas' own permits: 4 held, not 2
+  isolation-lab replicas --global local       one limit on Redis; a pause and a crash
 
 Flags of a subcommand go after it: isolation-lab predict --held 4.";
 
@@ -85,6 +89,34 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = Inputs::default().held, allow_negative_numbers = true)]
         held: Held,
         /// The comparison on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Run 2 to 4 replica servers, each its own process, and balance slow requests over them:
+    /// with their own permits they exceed one "global" limit; with one Redis-backed limit
+    /// (--global) they keep it, and a replica paused or killed while holding permits shows what
+    /// a lease trades; exits 1 if the evidence differs from the model
+    #[cfg(unix)]
+    Replicas {
+        /// Replica servers, each its own child process, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().replicas, allow_negative_numbers = true)]
+        replicas: ReplicaCount,
+        /// Permits: each replica's own (--global off) or the one global limit, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().slots, allow_negative_numbers = true)]
+        slots: Slots,
+        /// Slow requests sent round robin, each until held or refused, 1 through 16
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().held, allow_negative_numbers = true)]
+        held: Requests,
+        /// Where permits come from: off (each replica's own), local (a private redis-server
+        /// from PATH, started and stopped by the run), or redis://127.0.0.1:PORT (this
+        /// machine only)
+        #[arg(long, value_name = "off|local|redis://127.0.0.1:PORT", default_value_t = Engine::Off)]
+        global: Engine,
+        /// Each global holder's lease in milliseconds: 0 (none: a dead holder's permit leaks)
+        /// or 200 through 60000
+        #[arg(long, value_name = "MS", default_value_t = LeaseMs::default(), allow_negative_numbers = true)]
+        lease_ms: LeaseMs,
+        /// The report on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
     },
@@ -214,6 +246,9 @@ fn instead(subcommand: &str) -> Option<&'static str> {
         "compare" => {
             "compare runs both policies on both fronts; it takes --slots, --held and --format text|json"
         }
+        "replicas" => {
+            "replicas takes --replicas, --slots, --held, --global, --lease-ms and --format text|json"
+        }
         _ => return None,
     })
 }
@@ -238,7 +273,7 @@ where
         Some(ContextValue::String(s)) => Some(s.clone()),
         _ => None,
     };
-    let subcommands = ["predict", "sweep", "compare"];
+    let subcommands = ["predict", "sweep", "compare", "replicas"];
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())

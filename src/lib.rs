@@ -22,6 +22,8 @@
 //! - [`report`]: the evidence and the model's check, as one serializable report.
 //! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
 //! - [`remote`]: a front in a child process of the lab, and the protocol it speaks.
+//! - [`replicas`]: replica servers in child processes, with their own permits or one global
+//!   limit on Redis (`global`), paused and killed while they hold permits.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
@@ -46,6 +48,8 @@ pub(crate) mod procfs;
 #[cfg(unix)]
 pub mod remote;
 pub mod render;
+#[cfg(unix)]
+pub mod replicas;
 pub mod report;
 pub mod resources;
 pub mod server;

@@ -554,6 +554,20 @@ impl GlobalPermits {
         }
     }
 
+    /// How many keys of the run exist now, by a pattern over every key, not only the two this
+    /// module writes: the evidence that a cleanup left nothing.
+    pub(crate) async fn keys_left(&self) -> Result<usize, GlobalError> {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("isolation-lab:{{{}}}:*", self.inner.run))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: "listing the run's keys",
+                source,
+            })?;
+        Ok(keys.len())
+    }
+
     async fn invoke(
         &self,
         invocation: &mut redis::ScriptInvocation<'_>,

@@ -6,13 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use super::protocol::{Counts, FromFront, FrontSpec, Ready, Stopped, Stream, ToFront};
+use super::global::GlobalPool;
+use super::protocol::{Counts, FromFront, FrontSpec, GlobalSpec, Ready, Stopped, Stream, ToFront};
 use crate::admission::ledger::WorkEvent;
+use crate::admission::remote::Released;
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::child::{ToParent, parent_link};
 use crate::faults::Faults;
+use crate::global::{GlobalPermits, Lease, LoopbackUrl};
 use crate::policy::Allocation;
 use crate::server::{self, Census, Running};
 
@@ -47,17 +51,28 @@ struct Serving {
     section: Arc<WorkSection>,
     running: Running,
     ready: Ready,
+    /// With global permits: the task that makes the section's round trips to Redis.
+    driver: Option<JoinHandle<Released>>,
 }
 
 impl Serving {
-    fn start(spec: &FrontSpec) -> Result<Serving, String> {
+    async fn start(spec: &FrontSpec) -> Result<Serving, String> {
         let token = RunToken::generate().map_err(|e| format!("no run token: {e}"))?;
         let ready_token = token.header_value();
-        let section = Arc::new(WorkSection::new(
-            Allocation::shared(spec.capacity),
-            server::permits(spec.front),
-            token,
-        ));
+        let allocation = Allocation::shared(spec.capacity);
+        let (section, driver) = match (&spec.global, &spec.replica) {
+            (Some(global), Some(replica)) => {
+                let permits = connect(global, spec.capacity).await?;
+                let pool = Arc::new(GlobalPool::new(permits, replica.clone()));
+                let (section, driver) = WorkSection::with_remote(allocation, pool, token);
+                (section, Some(tokio::spawn(driver.run())))
+            }
+            _ => {
+                let permits = server::permits(spec.front);
+                (WorkSection::new(allocation, permits, token), None)
+            }
+        };
+        let section = Arc::new(section);
         let (address, running) = server::start(
             spec.front,
             section.clone(),
@@ -75,8 +90,19 @@ impl Serving {
             section,
             running,
             ready,
+            driver,
         })
     }
+}
+
+/// Joins the run's global pool, as every replica of the run does with the same settings.
+async fn connect(global: &GlobalSpec, capacity: usize) -> Result<GlobalPermits, String> {
+    let url = LoopbackUrl::parse(&global.url)?;
+    let capacity = u32::try_from(capacity).map_err(|_| "capacity too large".to_owned())?;
+    let lease = Lease::from_millis(global.lease_ms);
+    GlobalPermits::connect(&url, &global.run, capacity, lease)
+        .await
+        .map_err(|e| format!("cannot join the global pool at {url}: {e}"))
 }
 
 async fn run(spec: &FrontSpec) -> u8 {
@@ -91,7 +117,8 @@ async fn run(spec: &FrontSpec) -> u8 {
         section,
         running,
         ready,
-    } = match Serving::start(spec) {
+        driver,
+    } = match Serving::start(spec).await {
         Ok(serving) => serving,
         Err(reason) => {
             eprintln!("isolation-lab __front: {reason}");
@@ -132,6 +159,19 @@ async fn run(spec: &FrontSpec) -> u8 {
     // drain below does not wait for a gate nobody will open.
     section.abandon_gate();
     let stopped = running.stop().await;
+    // Every handler has been joined, so every permit has been handed to the driver: close the
+    // section and wait for the last releases.
+    section.close_remote();
+    let permits = match driver {
+        Some(driver) => match driver.await {
+            Ok(released) => Some(released),
+            Err(e) => {
+                problem.get_or_insert(format!("the global permits' driver failed: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
     let mut rest = Vec::new();
     while let Ok(event) = events.try_recv() {
         rest.push(event);
@@ -145,6 +185,7 @@ async fn run(spec: &FrontSpec) -> u8 {
             final_state: section.final_state(),
             ledger: section.audit(),
             counts: forward.counts,
+            permits,
         })),
         (Err(reason), _) | (Ok(_), Some(reason)) => {
             eprintln!("isolation-lab __front: {reason}");

@@ -8,7 +8,10 @@
 //!
 //! - **Spec**, the child's one argument: [`FrontSpec`], e.g.
 //!   `{"front":"async","capacity":200}` (optional: `"stream":"counts"|"events"`,
-//!   `"drain_ms"`). Unknown fields and a capacity outside 1 through [`MAX_CAPACITY`] are
+//!   `"drain_ms"`, and for a replica `"replica":"r1"` with
+//!   `"global":{"url":"redis://127.0.0.1:PORT","run":"...","lease_ms":2000}`: its permits then
+//!   come from that run's Redis-backed pool of `capacity`, and `stopped` also accounts for
+//!   each permit it took). Unknown fields and a capacity outside 1 through [`MAX_CAPACITY`] are
 //!   refused like any bad command line: exit 2, before any socket exists. A field added later
 //!   must have a default, so every older spec still parses.
 //! - **Child → parent**, on its stdout ([`FromFront`], tagged by `"message"`): first `ready`
@@ -25,18 +28,11 @@
 //!
 //! - `protocol`: the spec, commands and messages.
 //! - `child`: the child's side, [`serve`].
+//! - `global`: a replica's permits from the Redis-backed global pool.
 //! - `parent`: the parent's side, `RemoteFront`.
 
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        unused_imports,
-        reason = "the parent's side is used by hold, and next by replicas"
-    )
-)]
-
 mod child;
+mod global;
 mod parent;
 mod protocol;
 #[cfg(test)]
@@ -45,7 +41,8 @@ mod tests;
 pub use child::serve;
 pub(crate) use parent::{Closed, FrontError, RemoteFront};
 pub use protocol::{
-    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, MAX_CAPACITY, Ready, Stopped, Stream, ToFront,
+    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_CAPACITY, Ready, Stopped,
+    Stream, ToFront,
 };
 
 /// The hidden subcommand that runs a front as a child process.

@@ -118,6 +118,17 @@ impl RemoteFront {
         self.child.signal(Signal::Kill)
     }
 
+    /// SIGSTOPs the child: it freezes, sockets, timers and all, as a long pause would freeze
+    /// it. Its messages stop until [`RemoteFront::resume`].
+    pub(crate) fn pause(&self) -> io::Result<()> {
+        self.child.signal(Signal::Stop)
+    }
+
+    /// SIGCONTs a paused child.
+    pub(crate) fn resume(&self) -> io::Result<()> {
+        self.child.signal(Signal::Cont)
+    }
+
     /// Waits until the child has ended and is reaped, and says how. For a child that ended on
     /// its own, or was killed.
     pub(crate) async fn wait(&mut self) -> io::Result<Exit> {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::audit::PoolLedger;
 use crate::admission::ledger::{Event, WorkEvent};
+use crate::admission::remote::Released;
 use crate::admission::section::FinalState;
 use crate::evidence::ServerSummary;
 use crate::policy::{Front, Pool};
@@ -37,6 +38,28 @@ pub struct FrontSpec {
     /// aborts it and reports so.
     #[serde(default = "default_drain_ms")]
     pub drain_ms: u64,
+    /// The replica this front is, such as `r1`: how a global pool names its holders
+    /// (`r1/S3`). 1 to 64 of `A-Z a-z 0-9 _ - .`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    /// Take the permits from one Redis-backed global pool of `capacity` permits instead of
+    /// the child's own (async front only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalSpec>,
+}
+
+/// Where a replica's global permits come from: `{"url":"redis://127.0.0.1:6379",
+/// "run":"replicas-1a2b","lease_ms":2000}`. Every replica of a run names the same run id,
+/// capacity and lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobalSpec {
+    /// The Redis, on this machine only: `redis://127.0.0.1:PORT`.
+    pub url: String,
+    /// The run id that namespaces the pool's keys.
+    pub run: String,
+    /// Each holder's lease in milliseconds; 0 for none.
+    pub lease_ms: u64,
 }
 
 fn default_drain_ms() -> u64 {
@@ -51,6 +74,8 @@ impl FrontSpec {
             capacity,
             stream: Stream::default(),
             drain_ms: DEFAULT_DRAIN_MS,
+            replica: None,
+            global: None,
         }
     }
 
@@ -63,6 +88,24 @@ impl FrontSpec {
                 "capacity {} is outside 1 through {MAX_CAPACITY}",
                 spec.capacity
             ));
+        }
+        if let Some(global) = &spec.global {
+            if spec.front != Front::Async {
+                return Err("global permits need the async front".into());
+            }
+            if u32::try_from(spec.capacity).is_err() {
+                return Err(format!(
+                    "capacity {} is too large for a global pool",
+                    spec.capacity
+                ));
+            }
+            crate::global::LoopbackUrl::parse(&global.url)?;
+            if spec.replica.is_none() {
+                return Err("global permits need a replica name for their holders".into());
+            }
+        }
+        if let Some(replica) = &spec.replica {
+            crate::global::Holder::new(replica, "S1").map_err(|e| e.to_string())?;
         }
         Ok(spec)
     }
@@ -175,4 +218,7 @@ pub struct Stopped {
     pub ledger: BTreeMap<Pool, PoolLedger>,
     /// Every event's totals.
     pub counts: Counts,
+    /// With global permits: what became of each permit the child took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<Released>,
 }

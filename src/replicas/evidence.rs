@@ -38,7 +38,7 @@ pub struct Evidence {
 }
 
 /// One request sent to a replica, and the decision on it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sent {
     /// The request.
     pub request: Label,

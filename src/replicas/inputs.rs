@@ -243,7 +243,9 @@ mod tests {
     fn engines_are_off_local_or_a_loopback_url() {
         assert_eq!("off".parse::<Engine>(), Ok(Engine::Off));
         assert_eq!("local".parse::<Engine>(), Ok(Engine::Local));
-        let url = "redis://127.0.0.1:6379".parse::<Engine>().expect("loopback");
+        let url = "redis://127.0.0.1:6379"
+            .parse::<Engine>()
+            .expect("loopback");
         assert_eq!(url.to_string(), "redis://127.0.0.1:6379");
         for (bad, says) in [
             ("redis://10.0.0.1:6379", "loopback"),

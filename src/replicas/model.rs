@@ -152,9 +152,8 @@ pub fn predict(inputs: &ReplicasInputs) -> Prediction {
         (false, _) => None,
     };
     if !global {
-        skipped.push(
-            "pause and crash: each replica's permits die with it; they need --global".into(),
-        );
+        skipped
+            .push("pause and crash: each replica's permits die with it; they need --global".into());
     }
     Prediction {
         limit_in_all: if global { slots } else { slots * count.get() },
@@ -322,7 +321,11 @@ fn check_pause(
             limit + plan.over_admitted
         ));
     }
-    if let Some(holder) = pause.engine_holders.iter().find(|h| paused.contains(h.as_str())) {
+    if let Some(holder) = pause
+        .engine_holders
+        .iter()
+        .find(|h| paused.contains(h.as_str()))
+    {
         wrong.push(format!(
             "the engine still named {holder} after its lease should have lapsed"
         ));
@@ -362,7 +365,11 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
             crash.probes[at].request
         )),
         (false, None) => {
-            if let Some(h) = crash.dead_holders.iter().find(|h| h.lease_left_ms.is_some()) {
+            if let Some(h) = crash
+                .dead_holders
+                .iter()
+                .find(|h| h.lease_left_ms.is_some())
+            {
                 wrong.push(format!("{} had a lease, expected none", h.holder));
             }
         }
@@ -452,7 +459,11 @@ mod tests {
         assert!(p.requests.iter().all(|e| e.decision == Decision::Admitted));
         let p = predict(&inputs(3, 2, 8, Engine::Off, 2000));
         assert_eq!(p.held_in_all, 6);
-        let refused: Vec<_> = p.requests.iter().filter(|e| !e.held_by.is_empty()).collect();
+        let refused: Vec<_> = p
+            .requests
+            .iter()
+            .filter(|e| !e.held_by.is_empty())
+            .collect();
         assert_eq!(refused.len(), 2);
         assert_eq!(refused[0].held_by, ["r1/S1", "r1/S4"], "S7 finds r1 full");
         assert!(p.pause.is_none() && p.crash.is_none());
@@ -476,9 +487,15 @@ mod tests {
         assert_eq!(decisions(&p), expected);
         assert_eq!(p.requests[3].held_by, ["r1/S1", "r2/S2"]);
         let pause = p.pause.expect("a lease and a full pool");
-        assert_eq!((pause.paused, pause.probed, pause.over_admitted), (ReplicaId(2), ReplicaId(1), 1));
+        assert_eq!(
+            (pause.paused, pause.probed, pause.over_admitted),
+            (ReplicaId(2), ReplicaId(1), 1)
+        );
         let crash = p.crash.expect("a full pool");
-        assert_eq!((crash.killed, crash.probed, crash.lapses), (ReplicaId(1), ReplicaId(2), true));
+        assert_eq!(
+            (crash.killed, crash.probed, crash.lapses),
+            (ReplicaId(1), ReplicaId(2), true)
+        );
     }
 
     /// Without a lease there is no pause part and the crash leaks; with a free permit neither

@@ -1,0 +1,453 @@
+//! `replicas` for a person: the requests as a table with one column per replica, what the
+//! evidence says about the limit in plain words, the pause and the crash with each window next
+//! to the lease, and each replica's own ledger side by side. Reads only the report.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::evidence::Decision;
+use crate::label::Label;
+use crate::render::text::columns;
+use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
+use crate::replicas::{Engine, ReplicaId, ReplicasReport};
+
+/// The report as text within 100 columns.
+pub fn render(report: &ReplicasReport) -> String {
+    let inputs = &report.inputs;
+    let (count, slots) = (inputs.replicas.get(), inputs.slots.get());
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "isolation-lab replicas: {count} replica servers, each its own process, --slots {slots} \
+         --held {} --global {}{}",
+        inputs.held,
+        inputs.global,
+        if inputs.global.is_global() {
+            format!(" --lease-ms {}", inputs.lease_ms)
+        } else {
+            String::new()
+        }
+    );
+    let global = inputs.global.is_global();
+    if global {
+        let _ = writeln!(
+            out,
+            "Every permit comes from ONE Redis-backed semaphore of {slots} (a sorted set of \
+             holders, each with a {}).",
+            lease(inputs.lease_ms.get())
+        );
+        if let Some(engine) = &report.evidence.engine {
+            let whose = if engine.started_by_the_run {
+                "a private redis-server this run started and stopped"
+            } else {
+                "the given Redis"
+            };
+            let _ = writeln!(
+                out,
+                "Engine: {whose} at {}; keys isolation-lab:{{{}}}:*",
+                engine.address, engine.run
+            );
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "Each replica has its OWN semaphore of {slots} permits. Question: do they enforce \
+             one global limit of {slots}?"
+        );
+    }
+    out.push('\n');
+    out.push_str(&requests(report));
+    out.push('\n');
+    out.push_str(&verdict(report));
+    if report.evidence.pause.is_some() || report.evidence.crash.is_some() {
+        out.push('\n');
+        out.push_str(&leases(report));
+    }
+    for skipped in &report.prediction.skipped {
+        let _ = writeln!(out, "Not run: {skipped}.");
+    }
+    out.push('\n');
+    out.push_str(&ledgers(report));
+    if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
+        let _ = writeln!(
+            out,
+            "\nCleanup: the run's keys deleted ({} left), {} holder(s) still holding then removed.",
+            cleanup.keys_left, cleanup.holders_removed
+        );
+    }
+    out.push('\n');
+    for mismatch in &report.mismatches {
+        let _ = writeln!(out, "Differs from the model: {mismatch}");
+    }
+    match &report.failure {
+        Some(reason) => {
+            let _ = writeln!(out, "FAILED: {reason}");
+        }
+        None if report.mismatches.is_empty() => {
+            out.push_str("Every observation matched the replicas model.\n");
+        }
+        None => {}
+    }
+    out
+}
+
+fn lease(ms: u32) -> String {
+    match ms {
+        0 => "no lease: a dead holder's permit is never given back".into(),
+        ms => format!("{ms} ms lease renewed every {} ms while held", ms / 3),
+    }
+}
+
+fn replica_heading(report: &ReplicasReport, id: ReplicaId) -> String {
+    match report.evidence.replicas.iter().find(|r| r.id == id) {
+        Some(replica) => format!("{id} (pid {})", replica.pid),
+        None => id.to_string(),
+    }
+}
+
+fn outcome(sent: &Sent) -> String {
+    match sent.decision {
+        Decision::Admitted => "held".into(),
+        Decision::Refused if sent.held_by.is_empty() => "503".into(),
+        Decision::Refused => format!("503, held by {}", sent.held_by.join(" ")),
+    }
+}
+
+/// One row per request, one column per replica.
+fn requests(report: &ReplicasReport) -> String {
+    let ids: Vec<ReplicaId> = ReplicaId::all(report.inputs.replicas).collect();
+    let mut rows = vec![
+        std::iter::once("sent round robin".to_owned())
+            .chain(ids.iter().map(|&id| replica_heading(report, id)))
+            .collect::<Vec<_>>(),
+    ];
+    for sent in &report.evidence.sent {
+        let mut row = vec![sent.request.to_string()];
+        row.extend(ids.iter().map(|&id| {
+            if id == sent.replica {
+                outcome(sent)
+            } else {
+                String::new()
+            }
+        }));
+        rows.push(row);
+    }
+    let held = &report.evidence.held_at_once;
+    let mut row = vec!["held at once".to_owned()];
+    row.extend(ids.iter().map(|id| labels(held.get(id).map(Vec::as_slice))));
+    rows.push(row);
+    columns(&rows)
+}
+
+fn labels(labels: Option<&[Label]>) -> String {
+    match labels {
+        Some(labels) if !labels.is_empty() => {
+            let text: Vec<String> = labels.iter().map(Label::to_string).collect();
+            text.join(" ")
+        }
+        _ => "none".into(),
+    }
+}
+
+/// What the requests show about the limit, in words.
+fn verdict(report: &ReplicasReport) -> String {
+    let slots = report.inputs.slots.get();
+    let count = report.inputs.replicas.get();
+    if report.evidence.sent.len() < report.prediction.requests.len() {
+        return "The requests were not all decided: the run stopped early (below).\n".into();
+    }
+    let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
+    let word = number_word(slots);
+    if !report.inputs.global.is_global() {
+        let exceeded = if held > slots {
+            format!(
+                "{held} requests were held at once across {count} replicas: the global \
+                 {word}-permit limit is exceeded.\n"
+            )
+        } else {
+            format!(
+                "{held} requests were held at once across {count} replicas: within {slots}, only \
+                 because too few were sent (each replica would take {slots}).\n"
+            )
+        };
+        return format!(
+            "{exceeded}Each replica enforced its own {slots} permits, up to {count} x {slots} = {} \
+             in all; nothing made them one limit.\nFor one limit across replicas the permits \
+             must come from a shared engine: try --global local.\n",
+            count * slots
+        );
+    }
+    let mut out = format!(
+        "{held} requests were held at once across {count} replicas: the global {word}-permit \
+         limit holds.\n"
+    );
+    if held >= slots {
+        out.push_str(
+            "Every other request was refused at once (503, no queue), naming the holders across \
+             replicas.\n",
+        );
+    }
+    if let Some(engine) = &report.evidence.engine {
+        let _ = writeln!(
+            out,
+            "Redis's holders then: {}",
+            holders(&engine.holders_after_requests)
+        );
+    }
+    out
+}
+
+fn number_word(n: usize) -> String {
+    match n {
+        2 => "two".into(),
+        3 => "three".into(),
+        4 => "four".into(),
+        n => n.to_string(),
+    }
+}
+
+fn holders(holders: &[EngineHolder]) -> String {
+    if holders.is_empty() {
+        return "none".into();
+    }
+    let named: Vec<String> = holders
+        .iter()
+        .map(|h| match h.lease_left_ms {
+            Some(ms) => format!("{} ({ms} ms of lease left)", h.holder),
+            None => format!("{} (no lease)", h.holder),
+        })
+        .collect();
+    named.join(", ")
+}
+
+/// The pause and the crash: each window next to the lease, then what it means.
+fn leases(report: &ReplicasReport) -> String {
+    let lease_ms = report.inputs.lease_ms.get();
+    let lease_cell = if lease_ms == 0 {
+        "none".to_owned()
+    } else {
+        format!("{lease_ms} ms")
+    };
+    let mut rows = vec![
+        ["", "lease", "window", "probes refused", "then"]
+            .map(str::to_owned)
+            .to_vec(),
+    ];
+    let mut notes = String::new();
+    if let Some(pause) = &report.evidence.pause {
+        let paused = pause.replica.map_or("?".into(), |r| r.to_string());
+        let probed = pause.probed.map_or("?".into(), |r| r.to_string());
+        let refused = refused_before_admission(&pause.probes);
+        let admitted: Vec<String> = pause
+            .probes
+            .iter()
+            .filter(|p| p.decision == Decision::Admitted)
+            .map(|p| p.request.to_string())
+            .collect();
+        let then = if admitted.is_empty() {
+            "no probe admitted".to_owned()
+        } else {
+            format!("{} admitted on {probed}", admitted.join(" "))
+        };
+        rows.push(vec![
+            format!("pause {paused} (SIGSTOP)"),
+            lease_cell.clone(),
+            window(pause.admitted_after_ms),
+            refused.to_string(),
+            then,
+        ]);
+        let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
+        let inside: Vec<String> = pause
+            .in_sections
+            .iter()
+            .map(|(id, held)| {
+                let mark = if Some(*id) == pause.replica {
+                    " (paused)"
+                } else {
+                    ""
+                };
+                format!("{id}{mark}: {}", labels(Some(held)))
+            })
+            .collect();
+        let limit = report.inputs.slots.get();
+        let _ = writeln!(
+            notes,
+            "Pause: {paused} was stopped holding {}. When its lease lapsed, {probed} was \
+             admitted in its place while {paused}'s work still ran:\n  inside work sections: \
+             {} = {in_sections}, the limit is {limit}{}.\n  Redis's holders then: {}; {paused} \
+             still believes it holds its permits.",
+            holders(&pause.holders),
+            inside.join(", "),
+            if in_sections > limit {
+                format!(": OVER-ADMISSION by {}", in_sections - limit)
+            } else {
+                String::new()
+            },
+            if pause.engine_holders.is_empty() {
+                "none".into()
+            } else {
+                pause.engine_holders.join(" ")
+            },
+        );
+        if let Some(replica) = pause
+            .replica
+            .and_then(|id| report.evidence.replicas.iter().find(|r| r.id == id))
+            && let Some(permits) = &replica.permits
+            && !permits.lapsed.is_empty()
+        {
+            let lapsed: Vec<String> = permits.lapsed.iter().map(Label::to_string).collect();
+            let _ = writeln!(
+                notes,
+                "  Continued (SIGCONT), its work finished at release; its permit for {} was \
+                 already gone when it released it.",
+                lapsed.join(" ")
+            );
+        }
+        notes.push_str(
+            "  A lease cannot tell a paused holder from a dead one. Fencing tokens close this: \
+             the engine hands out\n  an increasing number with each permit and the guarded \
+             resource refuses a smaller one than it has seen.\n",
+        );
+    }
+    if let Some(crash) = &report.evidence.crash {
+        let killed = crash.replica.map_or("?".into(), |r| r.to_string());
+        let probed = crash.probed.map_or("?".into(), |r| r.to_string());
+        let refused = refused_before_admission(&crash.probes);
+        let admitted = crash
+            .probes
+            .iter()
+            .find(|p| p.decision == Decision::Admitted);
+        let (window_cell, then) = match (admitted, crash.watched_ms) {
+            (Some(p), _) => (
+                window(crash.window_ms),
+                format!("{} admitted on {probed}", p.request),
+            ),
+            (None, Some(watched)) => (
+                format!("> {watched:.0} ms"),
+                "still refused: the permit leaked".to_owned(),
+            ),
+            (None, None) => ("-".to_owned(), "no probe admitted".to_owned()),
+        };
+        rows.push(vec![
+            format!("crash {killed} (SIGKILL)"),
+            lease_cell,
+            window_cell,
+            refused.to_string(),
+            then,
+        ]);
+        let _ = writeln!(
+            notes,
+            "Crash: {killed} was killed ({}) holding {}.",
+            crash.exit,
+            holders(&crash.dead_holders)
+        );
+        if lease_ms > 0 {
+            let _ = writeln!(
+                notes,
+                "  Every probe was refused, naming the dead holder, until its lease lapsed: the \
+                 window is at most the lease."
+            );
+        } else {
+            let _ = writeln!(
+                notes,
+                "  Without a lease the dead holder's permit never comes back: it leaked for the \
+                 rest of the run, until the cleanup deleted the run's keys (Redisson #2045's trap)."
+            );
+        }
+    }
+    let mut out = columns(&rows);
+    out.push_str("(window: from the signal to the first admitted probe; probes every few ms)\n\n");
+    out.push_str(&notes);
+    if report.inputs.lease_ms.get() > 0 {
+        out.push_str(
+            "A lease trades a leak for a possible double admission: a dead holder's permit \
+             comes back,\nbut so does a paused holder's, while its work still runs.\n",
+        );
+    }
+    out
+}
+
+fn refused_before_admission(probes: &[Sent]) -> usize {
+    probes
+        .iter()
+        .take_while(|p| p.decision == Decision::Refused)
+        .count()
+}
+
+fn window(ms: Option<f64>) -> String {
+    ms.map_or("-".into(), |ms| format!("{ms:.0} ms"))
+}
+
+/// Each replica's own ledger, side by side.
+fn ledgers(report: &ReplicasReport) -> String {
+    let replicas: BTreeMap<ReplicaId, &ReplicaEvidence> =
+        report.evidence.replicas.iter().map(|r| (r.id, r)).collect();
+    if replicas.is_empty() {
+        return "No replica started.\n".into();
+    }
+    let mut rows = vec![
+        std::iter::once("each replica's own ledger".to_owned())
+            .chain(replicas.keys().map(ReplicaId::to_string))
+            .collect::<Vec<_>>(),
+    ];
+    type Cell = fn(&ReplicaEvidence) -> String;
+    let cells: [(&str, Cell); 7] = [
+        ("admitted / refused", |r| {
+            account_cell(r, |l| format!("{} / {}", l.admitted, l.refused))
+        }),
+        ("finished (cancelled)", |r| {
+            account_cell(r, |l| format!("{} ({})", l.finished, l.cancelled))
+        }),
+        ("peak inside at once", |r| {
+            account_cell(r, |l| l.peak.to_string())
+        }),
+        ("invariants", |r| {
+            account_cell(r, |l| match l.broken().count() {
+                0 => "all hold".into(),
+                n => format!("{n} BROKEN"),
+            })
+        }),
+        ("permits lapsed", |r| match &r.permits {
+            Some(p) if p.lapsed.is_empty() => "none".into(),
+            Some(p) => labels(Some(&p.lapsed)),
+            None => "-".into(),
+        }),
+        ("signals", |r| {
+            if r.signals.is_empty() {
+                "none".into()
+            } else {
+                r.signals
+                    .iter()
+                    .map(|s| s.split(':').next().unwrap_or(s).to_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }),
+        ("process", |r| r.exit.clone().unwrap_or_else(|| "-".into())),
+    ];
+    for (heading, cell) in cells {
+        if heading == "permits lapsed" && !report.inputs.global.is_global() {
+            continue;
+        }
+        let mut row = vec![heading.to_owned()];
+        row.extend(replicas.values().map(|r| cell(r)));
+        rows.push(row);
+    }
+    let mut out = columns(&rows);
+    if matches!(report.inputs.global, Engine::Off) {
+        out.push_str(
+            "Each ledger balances on its own; together they admitted more than any one allows.\n",
+        );
+    }
+    out
+}
+
+fn account_cell(
+    replica: &ReplicaEvidence,
+    cell: fn(&crate::admission::audit::PoolLedger) -> String,
+) -> String {
+    match &replica.ledger {
+        Some(ledger) => ledger.values().map(cell).collect::<Vec<_>>().join(" "),
+        None => "- (never reported)".into(),
+    }
+}
