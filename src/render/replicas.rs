@@ -15,11 +15,8 @@ use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 pub fn render(report: &ReplicasReport) -> String {
     let inputs = &report.inputs;
     let (count, slots) = (inputs.replicas.get(), inputs.slots.get());
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "isolation-lab replicas: {count} replica servers, each its own process, --slots {slots} \
-         --held {} --global {}{}",
+    let mut out = format!(
+        "isolation-lab replicas --replicas {count} --slots {slots} --held {} --global {}{}\n",
         inputs.held,
         inputs.global,
         if inputs.global.is_global() {
@@ -28,33 +25,37 @@ pub fn render(report: &ReplicasReport) -> String {
             String::new()
         }
     );
-    let global = inputs.global.is_global();
-    if global {
-        let _ = writeln!(
-            out,
-            "Every permit comes from ONE Redis-backed semaphore of {slots} (a sorted set of \
-             holders, each with a {}).",
-            lease(inputs.lease_ms.get())
-        );
-        if let Some(engine) = &report.evidence.engine {
+    let about = match &report.evidence.engine {
+        Some(engine) => {
             let whose = if engine.started_by_the_run {
                 "a private redis-server this run started and stopped"
             } else {
                 "the given Redis"
             };
-            let _ = writeln!(
-                out,
-                "Engine: {whose} at {}; keys isolation-lab:{{{}}}:*",
+            let lease = match inputs.lease_ms.get() {
+                0 => "without a lease: a dead holder's permit is never given back".to_owned(),
+                ms => format!(
+                    "with a {ms} ms lease, renewed every {} ms while held",
+                    ms / 3
+                ),
+            };
+            format!(
+                "{count} replica servers, each its own process. Every permit comes from ONE \
+                 Redis-backed semaphore of {slots}: a sorted set of holders in {whose} ({}, \
+                 keys isolation-lab:{{{}}}:*), each holder {lease}.",
                 engine.address, engine.run
-            );
+            )
         }
-    } else {
-        let _ = writeln!(
-            out,
-            "Each replica has its OWN semaphore of {slots} permits. Question: do they enforce \
-             one global limit of {slots}?"
-        );
-    }
+        None if inputs.global.is_global() => format!(
+            "{count} replica servers, each its own process. Every permit was to come from one \
+             Redis-backed semaphore of {slots}."
+        ),
+        None => format!(
+            "{count} replica servers, each its own process with its OWN semaphore of {slots} \
+             permits. Can they enforce one global limit of {slots}?"
+        ),
+    };
+    out.push_str(&wrap(&about, ""));
     out.push('\n');
     out.push_str(&requests(report));
     out.push('\n');
@@ -64,25 +65,26 @@ pub fn render(report: &ReplicasReport) -> String {
         out.push_str(&leases(report));
     }
     for skipped in &report.prediction.skipped {
-        let _ = writeln!(out, "Not run: {skipped}.");
+        out.push_str(&wrap(&format!("Not run: {skipped}."), "  "));
     }
     out.push('\n');
     out.push_str(&ledgers(report));
     if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
-        let _ = writeln!(
-            out,
-            "\nCleanup: the run's keys deleted ({} left), {} holder(s) still holding then removed.",
-            cleanup.keys_left, cleanup.holders_removed
-        );
+        out.push_str(&wrap(
+            &format!(
+                "\nCleanup: the run's keys deleted ({} left); {} holder(s) still held a permit \
+                 then and were removed.",
+                cleanup.keys_left, cleanup.holders_removed
+            ),
+            "",
+        ));
     }
     out.push('\n');
     for mismatch in &report.mismatches {
-        let _ = writeln!(out, "Differs from the model: {mismatch}");
+        out.push_str(&wrap(&format!("Differs from the model: {mismatch}"), "  "));
     }
     match &report.failure {
-        Some(reason) => {
-            let _ = writeln!(out, "FAILED: {reason}");
-        }
+        Some(reason) => out.push_str(&wrap(&format!("FAILED: {reason}"), "  ")),
         None if report.mismatches.is_empty() => {
             out.push_str("Every observation matched the replicas model.\n");
         }
@@ -91,11 +93,33 @@ pub fn render(report: &ReplicasReport) -> String {
     out
 }
 
-fn lease(ms: u32) -> String {
-    match ms {
-        0 => "no lease: a dead holder's permit is never given back".into(),
-        ms => format!("{ms} ms lease renewed every {} ms while held", ms / 3),
+/// `text` wrapped at 100 columns, later lines indented by `indent`; a leading newline kept.
+fn wrap(text: &str, indent: &str) -> String {
+    const WIDTH: usize = 100;
+    let mut out = String::new();
+    let text = match text.strip_prefix('\n') {
+        Some(rest) => {
+            out.push('\n');
+            rest
+        }
+        None => text,
+    };
+    // Leading spaces indent the first line too.
+    let body = text.trim_start_matches(' ');
+    let mut line = text[..text.len() - body.len()].to_owned();
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        if !line.trim().is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = indent.to_owned();
+        } else if !line.trim().is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
     }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
 }
 
 fn replica_heading(report: &ReplicasReport, id: ReplicaId) -> String {
@@ -229,15 +253,21 @@ fn leases(report: &ReplicasReport) -> String {
         format!("{lease_ms} ms")
     };
     let mut rows = vec![
-        ["", "lease", "window", "probes refused", "then"]
-            .map(str::to_owned)
-            .to_vec(),
+        [
+            "",
+            "lease",
+            "left at the signal",
+            "window",
+            "probes refused",
+            "then",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
     ];
     let mut notes = String::new();
     if let Some(pause) = &report.evidence.pause {
         let paused = pause.replica.map_or("?".into(), |r| r.to_string());
         let probed = pause.probed.map_or("?".into(), |r| r.to_string());
-        let refused = refused_before_admission(&pause.probes);
         let admitted: Vec<String> = pause
             .probes
             .iter()
@@ -252,8 +282,9 @@ fn leases(report: &ReplicasReport) -> String {
         rows.push(vec![
             format!("pause {paused} (SIGSTOP)"),
             lease_cell.clone(),
+            left(&pause.holders),
             window(pause.admitted_after_ms),
-            refused.to_string(),
+            refused_before_admission(&pause.probes).to_string(),
             then,
         ]);
         let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
@@ -266,53 +297,56 @@ fn leases(report: &ReplicasReport) -> String {
                 } else {
                     ""
                 };
-                format!("{id}{mark}: {}", labels(Some(held)))
+                format!("{id}{mark} {}", labels(Some(held)))
             })
             .collect();
         let limit = report.inputs.slots.get();
-        let _ = writeln!(
-            notes,
-            "Pause: {paused} was stopped holding {}. When its lease lapsed, {probed} was \
-             admitted in its place while {paused}'s work still ran:\n  inside work sections: \
-             {} = {in_sections}, the limit is {limit}{}.\n  Redis's holders then: {}; {paused} \
-             still believes it holds its permits.",
-            holders(&pause.holders),
-            inside.join(", "),
-            if in_sections > limit {
-                format!(": OVER-ADMISSION by {}", in_sections - limit)
-            } else {
-                String::new()
-            },
-            if pause.engine_holders.is_empty() {
-                "none".into()
-            } else {
-                pause.engine_holders.join(" ")
-            },
-        );
+        let over = if in_sections > limit {
+            format!(": OVER-ADMISSION by {}", in_sections - limit)
+        } else {
+            String::new()
+        };
+        let engine = if pause.engine_holders.is_empty() {
+            "none".to_owned()
+        } else {
+            pause.engine_holders.join(" ")
+        };
+        notes.push_str(&wrap(
+            &format!(
+                "Pause: {paused} was stopped holding {}. Once its lease lapsed, {probed} was \
+                 admitted in its place while {paused}'s work still ran: inside work sections \
+                 {} = {in_sections}, the limit is {limit}{over}. Redis's holders then: {engine}; \
+                 {paused} still believed it held its permits.",
+                holders(&pause.holders),
+                inside.join(", "),
+            ),
+            "  ",
+        ));
         if let Some(replica) = pause
             .replica
             .and_then(|id| report.evidence.replicas.iter().find(|r| r.id == id))
             && let Some(permits) = &replica.permits
             && !permits.lapsed.is_empty()
         {
-            let lapsed: Vec<String> = permits.lapsed.iter().map(Label::to_string).collect();
-            let _ = writeln!(
-                notes,
-                "  Continued (SIGCONT), its work finished at release; its permit for {} was \
-                 already gone when it released it.",
-                lapsed.join(" ")
-            );
+            notes.push_str(&wrap(
+                &format!(
+                    "  Continued (SIGCONT), its work for {} finished at release, and found its \
+                     permit already gone when it gave it back.",
+                    labels(Some(&permits.lapsed))
+                ),
+                "  ",
+            ));
         }
-        notes.push_str(
-            "  A lease cannot tell a paused holder from a dead one. Fencing tokens close this: \
-             the engine hands out\n  an increasing number with each permit and the guarded \
-             resource refuses a smaller one than it has seen.\n",
-        );
+        notes.push_str(&wrap(
+            "  A lease cannot tell a paused holder from a dead one. Fencing tokens would: the \
+             engine hands out an increasing number with each permit, and the guarded resource \
+             refuses a number lower than one it has already seen.",
+            "  ",
+        ));
     }
     if let Some(crash) = &report.evidence.crash {
         let killed = crash.replica.map_or("?".into(), |r| r.to_string());
         let probed = crash.probed.map_or("?".into(), |r| r.to_string());
-        let refused = refused_before_admission(&crash.probes);
         let admitted = crash
             .probes
             .iter()
@@ -324,47 +358,57 @@ fn leases(report: &ReplicasReport) -> String {
             ),
             (None, Some(watched)) => (
                 format!("> {watched:.0} ms"),
-                "still refused: the permit leaked".to_owned(),
+                "still refused: leaked".to_owned(),
             ),
             (None, None) => ("-".to_owned(), "no probe admitted".to_owned()),
         };
         rows.push(vec![
             format!("crash {killed} (SIGKILL)"),
             lease_cell,
+            left(&crash.dead_holders),
             window_cell,
-            refused.to_string(),
+            refused_before_admission(&crash.probes).to_string(),
             then,
         ]);
-        let _ = writeln!(
-            notes,
-            "Crash: {killed} was killed ({}) holding {}.",
-            crash.exit,
-            holders(&crash.dead_holders)
-        );
-        if lease_ms > 0 {
-            let _ = writeln!(
-                notes,
-                "  Every probe was refused, naming the dead holder, until its lease lapsed: the \
-                 window is at most the lease."
-            );
+        let meaning = if lease_ms > 0 {
+            "Every probe was refused, naming a dead holder, until its lease lapsed: the window is \
+             the lease it had left (at most the lease), plus up to one probe's pace."
         } else {
-            let _ = writeln!(
-                notes,
-                "  Without a lease the dead holder's permit never comes back: it leaked for the \
-                 rest of the run, until the cleanup deleted the run's keys (Redisson #2045's trap)."
-            );
-        }
+            "Without a lease a dead holder's permit never comes back: it leaked for the rest of \
+             the run, until the run's cleanup deleted its keys."
+        };
+        notes.push_str(&wrap(
+            &format!(
+                "Crash: {killed} was {} holding {}. {meaning}",
+                crash.exit,
+                holders(&crash.dead_holders)
+            ),
+            "  ",
+        ));
     }
     let mut out = columns(&rows);
-    out.push_str("(window: from the signal to the first admitted probe; probes every few ms)\n\n");
+    out.push_str(
+        "(left at the signal: the paused or dead holders' lease, by Redis's clock; window: from \
+         the signal\n to the first admitted probe)\n\n",
+    );
     out.push_str(&notes);
-    if report.inputs.lease_ms.get() > 0 {
-        out.push_str(
-            "A lease trades a leak for a possible double admission: a dead holder's permit \
-             comes back,\nbut so does a paused holder's, while its work still runs.\n",
-        );
+    if lease_ms > 0 {
+        out.push_str(&wrap(
+            "A lease trades a leak for a possible double admission: a dead holder's permit comes \
+             back, but so does a paused holder's, while its work still runs.",
+            "",
+        ));
     }
     out
+}
+
+/// The least lease left among `holders`: when the first of their permits lapses.
+fn left(holders: &[EngineHolder]) -> String {
+    match holders.iter().filter_map(|h| h.lease_left_ms).min() {
+        Some(ms) => format!("{ms} ms"),
+        None if holders.is_empty() => "-".into(),
+        None => "never lapses".into(),
+    }
 }
 
 fn refused_before_admission(probes: &[Sent]) -> usize {
@@ -448,6 +492,7 @@ fn account_cell(
 ) -> String {
     match &replica.ledger {
         Some(ledger) => ledger.values().map(cell).collect::<Vec<_>>().join(" "),
+        None if replica.signals.iter().any(|s| s.starts_with("SIGKILL")) => "- (killed)".into(),
         None => "- (never reported)".into(),
     }
 }

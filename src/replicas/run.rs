@@ -545,6 +545,11 @@ impl Run {
                     }
                 };
                 let answer = match call.reply {
+                    // A live replica's held caller must be answered; only a killed one's may not.
+                    Err(why) if replica.front.is_some() => {
+                        let doing = format!("{}'s caller got no response: {why}", call.request);
+                        return Err(replica.died(doing).await);
+                    }
                     Ok((status, _)) => Answer {
                         request: call.request,
                         replica: replica.id,
