@@ -20,6 +20,10 @@ use isolation_lab::replicas::{
     Requests, run_with,
 };
 
+/// The tests' lease: short, so a test is quick, yet renewed every 133 ms, so a replica keeps
+/// its permits on a busy machine.
+const LEASE_MS: u32 = 400;
+
 /// A guard against a hang; every test ends well within it.
 const GUARD: Duration = Duration::from_secs(60);
 
@@ -256,7 +260,7 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let Some(redis) = TestRedis::start(test) else {
         return;
     };
-    let report = run(inputs(2, 2, 4, redis.engine(), 200), options()).await;
+    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options()).await;
     assert_eq!(report.failure, None);
     assert_eq!(held(&report, 1), [Label::Slow(1)]);
     assert_eq!(held(&report, 2), [Label::Slow(2)]);
@@ -376,6 +380,22 @@ async fn a_replica_that_dies_fails_the_run_cleanly() {
     );
     assert!(!failure.contains('\n'));
     nothing_left(&report);
+}
+
+/// A Redis that is not there fails the run at once, before any replica starts.
+#[tokio::test]
+async fn an_unreachable_redis_fails_before_any_replica_starts() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let engine: Engine = format!("redis://127.0.0.1:{port}")
+        .parse()
+        .expect("loopback");
+    let report = run(inputs(2, 2, 4, engine, 2000), options()).await;
+    let failure = report.failure.expect("the run failed");
+    assert!(failure.contains("cannot use the Redis at"), "{failure}");
+    assert!(report.evidence.replicas.is_empty());
 }
 
 /// A replica that never comes up (here a program that exits at once) fails the run.

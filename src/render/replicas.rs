@@ -496,3 +496,24 @@ fn account_cell(
         None => "- (never reported)".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    /// Notes wrap at 100 columns; a leading indent stays, later lines take the given one.
+    #[test]
+    fn notes_wrap_within_100_columns() {
+        let text = format!("  {}", "word ".repeat(60));
+        let wrapped = wrap(&text, "    ");
+        let lines: Vec<&str> = wrapped.lines().collect();
+        assert!(lines.len() == 4, "{wrapped}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.chars().count() <= 100 && !l.ends_with(' '))
+        );
+        assert!(lines[0].starts_with("  word") && lines[1].starts_with("    word"));
+        assert_eq!(wrap("\nshort", ""), "\nshort\n");
+    }
+}

@@ -575,6 +575,12 @@ impl Run {
     /// the first one.
     async fn close(&mut self, mut failure: Option<String>) -> Option<String> {
         let timeout = self.timeout();
+        // After a failure a replica that cannot stop soon is killed sooner: the run's failure
+        // is already known, and it must end within three safety timeouts.
+        let stop_within = match failure {
+            Some(_) => timeout.min(Duration::from_secs(2)),
+            None => timeout,
+        };
         for replica in &mut self.replicas {
             if replica.paused
                 && let Err(why) = replica.resume()
@@ -596,7 +602,7 @@ impl Run {
         for replica in &mut self.replicas {
             if let Some(front) = replica.front.take() {
                 let id = replica.id;
-                stops.spawn(async move { (id, front.stop(timeout).await) });
+                stops.spawn(async move { (id, front.stop(stop_within).await) });
             }
         }
         while let Some(stopped) = stops.join_next().await {
