@@ -49,3 +49,32 @@ impl RemotePermit for GlobalPermit {
         Box::pin(async move { self.0.release().await.map_err(|e| e.to_string()) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::remote::FrontSpec;
+
+    /// A replica's global spec is checked like the rest of the command line: loopback only,
+    /// a valid replica name, the async front.
+    #[test]
+    fn a_global_spec_is_checked_before_anything_starts() {
+        let global = r#""global":{"url":"redis://127.0.0.1:6379","run":"r","lease_ms":200}"#;
+        let ok = format!(r#"{{"front":"async","capacity":2,"replica":"r1",{global}}}"#);
+        let spec = FrontSpec::parse(&ok).expect("a valid replica spec");
+        assert_eq!(spec.replica.as_deref(), Some("r1"));
+        assert_eq!(FrontSpec::parse(&spec.to_arg()), Ok(spec));
+        for (bad, says) in [
+            (ok.replace("127.0.0.1", "10.0.0.1"), "loopback"),
+            (ok.replace(r#""replica":"r1","#, ""), "replica name"),
+            (ok.replace("r1", "r/1"), "replica"),
+            (ok.replace("async", "threaded"), "async front"),
+            (
+                ok.replace(r#""run""#, r#""bogus":1,"run""#),
+                "unknown field",
+            ),
+        ] {
+            let why = FrontSpec::parse(&bad).expect_err("refused");
+            assert!(why.contains(says), "{bad}: {why}");
+        }
+    }
+}
