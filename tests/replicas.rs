@@ -434,8 +434,8 @@ fn bad_input_exits_2_before_anything_starts() {
         let output = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
             .arg("replicas")
             .args(args)
-            // Were anything started, it would need these: a PATH without redis-server and a
-            // stdin that is closed.
+            // The refusal comes from parsing, before any runtime exists; without redis-server on
+            // PATH no run could have gone ahead instead.
             .env("PATH", "/nonexistent")
             .stdin(Stdio::null())
             .output()
