@@ -8,6 +8,10 @@ use std::convert::Infallible;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
+#[cfg(unix)]
+use crate::remote::FrontSpec;
+#[cfg(unix)]
+use crate::replicas::{Engine, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -50,6 +54,8 @@ const EXAMPLES: &str = "Examples:
   isolation-lab compare --held 4              the async and threaded fronts side by side
   isolation-lab --held 4 > r.json && isolation-lab record r.json
                                               the individual record of a saved report
+  isolation-lab replicas                      2 replicas' own permits: 4 held, not 2
+  isolation-lab replicas --global local       one limit on Redis; a pause and a crash
 
 Flags of a subcommand go after it: isolation-lab predict --held 4.";
 
@@ -97,6 +103,43 @@ pub enum Command {
         /// The record on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
+    },
+    /// Run 2 to 4 replica servers, each its own process, and balance slow requests over them:
+    /// with their own permits they exceed one "global" limit; with one Redis-backed limit
+    /// (--global) they keep it, and a replica paused or killed while holding permits shows what
+    /// a lease trades; exits 1 if the evidence differs from the model
+    #[cfg(unix)]
+    Replicas {
+        /// Replica servers, each its own child process, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().replicas, allow_negative_numbers = true)]
+        replicas: ReplicaCount,
+        /// Permits: each replica's own (--global off) or the one global limit, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().slots, allow_negative_numbers = true)]
+        slots: Slots,
+        /// Slow requests sent round robin, each until held or refused, 1 through 16
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().held, allow_negative_numbers = true)]
+        held: Requests,
+        /// Where permits come from: off (each replica's own), local (a private redis-server
+        /// from PATH, started and stopped by the run), or redis://127.0.0.1:PORT (this
+        /// machine only)
+        #[arg(long, value_name = "off|local|redis://127.0.0.1:PORT", default_value_t = Engine::Off)]
+        global: Engine,
+        /// Each global holder's lease in milliseconds: 0 (none: a dead holder's permit leaks)
+        /// or 200 through 60000
+        #[arg(long, value_name = "MS", default_value_t = LeaseMs::default(), allow_negative_numbers = true)]
+        lease_ms: LeaseMs,
+        /// The report on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Serve one front as a child process of the lab, speaking JSON lines on stdin and stdout
+    /// (internal: the instruments start it; `src/remote/` documents the protocol)
+    #[cfg(unix)]
+    #[command(name = "__front", hide = true)]
+    Front {
+        /// The front to serve, as JSON: {"front":"async","capacity":200}
+        #[arg(value_name = "SPEC", value_parser = FrontSpec::parse)]
+        spec: FrontSpec,
     },
 }
 
@@ -218,6 +261,9 @@ fn instead(subcommand: &str) -> Option<&'static str> {
         "record" => {
             "record reads a saved report (isolation-lab --held 4 > r.json, then isolation-lab record r.json); it takes the report's file and --format text|json"
         }
+        "replicas" => {
+            "replicas takes --replicas, --slots, --held, --global, --lease-ms and --format text|json"
+        }
         _ => return None,
     })
 }
@@ -242,7 +288,7 @@ where
         Some(ContextValue::String(s)) => Some(s.clone()),
         _ => None,
     };
-    let subcommands = ["predict", "sweep", "compare", "record"];
+    let subcommands = ["predict", "sweep", "compare", "record", "replicas"];
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -471,6 +517,28 @@ mod tests {
         );
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("Examples:"), "{help}");
+    }
+
+    /// The front child's subcommand takes one checked spec and stays out of the help.
+    #[cfg(unix)]
+    #[test]
+    fn the_front_child_subcommand_is_hidden_and_checked() {
+        let spec = crate::remote::FrontSpec::new(Front::Threaded, 7);
+        let cli = parse(&[crate::remote::SUBCOMMAND, &spec.to_arg()]).expect("a valid spec");
+        assert!(matches!(cli.command, Some(Command::Front { spec: parsed }) if parsed == spec));
+        for refused in [
+            &[crate::remote::SUBCOMMAND][..],
+            &[
+                crate::remote::SUBCOMMAND,
+                r#"{"front":"async","capacity":0}"#,
+            ],
+            &[crate::remote::SUBCOMMAND, "threaded"],
+        ] {
+            let error = parse(refused).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{refused:?}: {error}");
+        }
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains(crate::remote::SUBCOMMAND), "{help}");
     }
 
     #[test]

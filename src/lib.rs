@@ -21,6 +21,9 @@
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
 //! - [`outcome`], [`sweep`], [`compare`], [`record`]: the teaching instruments' data.
+//! - [`remote`]: a front in a child process of the lab, and the protocol it speaks.
+//! - [`replicas`]: replica servers in child processes, with their own permits or one global
+//!   limit on Redis (`global`), paused and killed while they hold permits.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
@@ -43,7 +46,11 @@ pub mod outcome;
 pub mod policy;
 pub(crate) mod procfs;
 pub mod record;
+#[cfg(unix)]
+pub mod remote;
 pub mod render;
+#[cfg(unix)]
+pub mod replicas;
 pub mod report;
 pub mod resources;
 pub mod server;

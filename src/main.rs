@@ -78,6 +78,34 @@ fn main() -> ExitCode {
             };
             emit(rendered, None)
         }
+        #[cfg(unix)]
+        Some(Command::Replicas {
+            replicas,
+            slots,
+            held,
+            global,
+            lease_ms,
+            format,
+        }) => {
+            let inputs = isolation_lab::replicas::ReplicasInputs {
+                replicas,
+                slots,
+                held,
+                global,
+                lease_ms,
+            };
+            let Some(report) = runtime(isolation_lab::replicas::run(inputs)) else {
+                return ExitCode::from(1);
+            };
+            let rendered = match format {
+                TableFormat::Text => Ok(render::replicas::render(&report)),
+                TableFormat::Json => json(&report),
+            };
+            emit(rendered, report.reason().as_deref())
+        }
+        // A child process of the lab: its stdout is its parent's channel, so it prints nothing.
+        #[cfg(unix)]
+        Some(Command::Front { spec }) => ExitCode::from(isolation_lab::remote::serve(&spec)),
     }
 }
 

@@ -262,3 +262,30 @@ fn piping_into_head_prints_one_byte() {
     assert_eq!(stdout, "{");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// The hidden front child, run as the lab runs it: a stdin that ends at once is a stop, so it
+/// says it is ready, reports its stop and exits 0, with nothing but JSON lines on stdout.
+#[test]
+fn the_front_child_reports_ready_then_stopped() {
+    let mut child = lab(&["__front", r#"{"front":"async","capacity":1}"#])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    drop(child.stdin.take());
+    let output = child.wait_with_output().expect("the child exits");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    let messages: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect();
+    let kinds: Vec<_> = messages.iter().map(|m| m["message"].clone()).collect();
+    assert_eq!(kinds, ["ready", "stopped"], "{stdout}");
+    assert!(
+        messages[0]["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:"))
+    );
+    assert_eq!(output.status.code(), Some(0));
+}

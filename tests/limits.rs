@@ -23,13 +23,30 @@ const RUNS: usize = 3;
 /// out its pauses (about 0.13 s) without using a core.
 const AT_ONCE: usize = 8;
 
-/// The address-space limit (12 MiB) under which the threaded front's connection thread was
-/// seen failing to set up its stack. Other small limits can land where the standard library
-/// itself aborts the process (an allocation that fails, or a new thread's signal stack that
-/// cannot be mapped): no code of the lab's runs there, so only this limit is pinned.
-const ADDRESS_SPACE: &str = "--as=12582912";
+/// Address-space limits are set this far above the smallest one the binary loads under (a
+/// debug build needs several times a release build's): there the threaded front's threads
+/// cannot get their stacks while the process itself runs. Limits right at the floor can land
+/// where the standard library aborts the process before any code of the lab's runs, so the test
+/// stays a few MiB above it.
+const ABOVE_FLOOR_MIB: [u64; 2] = [2, 6];
 
-/// Every front under every open-file limit from 4 to 16, and under the address-space limit,
+/// The smallest address space, in MiB, under which the binary loads and answers `predict`
+/// (which starts no runtime, thread or socket).
+fn load_floor_mib() -> u64 {
+    let loads = |mib: u64| {
+        let limit = format!("--as={}", mib * 1024 * 1024);
+        let lab = env!("CARGO_BIN_EXE_isolation-lab");
+        let status = Command::new("prlimit")
+            .args([limit.as_str(), "--", lab, "predict"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        status.is_ok_and(|s| s.success())
+    };
+    (4..=256).find(|&mib| loads(mib)).expect("the lab loads in 256 MiB")
+}
+
+/// Every front under every open-file limit from 4 to 16, and under small address-space limits,
 /// [`RUNS`] times each. Each run must exit 0 with a matching JSON report, or exit 1 with
 /// exactly one line on stderr (and a report, if it printed one, that says every handler was
 /// joined). A run killed after [`KILL_AFTER`] or ended by a signal fails the test.
@@ -39,9 +56,11 @@ fn runs_under_resource_limits_end_with_a_report_or_one_line() {
         println!("skipped: prlimit (util-linux) is not installed");
         return;
     }
+    let floor = load_floor_mib();
+    let address_space = ABOVE_FLOOR_MIB.map(|above| format!("--as={}", (floor + above) << 20));
     let limits = (4..=16)
         .map(|n| format!("--nofile={n}:{n}"))
-        .chain([ADDRESS_SPACE.to_owned()]);
+        .chain(address_space);
     let mut jobs = Vec::new();
     for limit in limits {
         for front in Front::ALL {

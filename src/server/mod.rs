@@ -279,9 +279,9 @@ pub(crate) async fn work(
     request: Label,
     route: Route,
 ) -> Verdict {
-    match section.admit(request, route) {
+    match section.admit(request, route).await {
         Ok(work) => inject(faults, work).run().await,
-        Err(refusal) => Verdict::Refused(refusal),
+        Err(denied) => denied.into(),
     }
 }
 
@@ -292,9 +292,9 @@ pub(crate) fn work_blocking(
     request: Label,
     route: Route,
 ) -> Verdict {
-    match section.admit(request, route) {
+    match section.admit_now(request, route) {
         Ok(work) => inject(faults, work).run_blocking(),
-        Err(refusal) => Verdict::Refused(refusal),
+        Err(denied) => denied.into(),
     }
 }
 
@@ -311,13 +311,25 @@ fn inject<'a>(faults: &Faults, work: Work<'a>) -> Work<'a> {
 }
 
 /// The response to a verdict: 200 naming the request and pool, or 503 `work_capacity_full`
-/// (or `work_abandoned` when a failed run gave up on held work).
+/// (or `work_abandoned` when a failed run gave up on held work, `work_permits_unavailable` when
+/// a shared pool could not decide). A refusal by a pool shared with other processes also names
+/// its holders, replica and request, in `held_by`.
 pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
     let (status, body) = match verdict {
         Verdict::Done(pool) => (StatusCode::OK, json!({ "request": request, "pool": pool })),
+        Verdict::Refused(refusal) if !refusal.holders.is_empty() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request,
+                    "held_by": refusal.holders }),
+        ),
         Verdict::Refused(refusal) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request }),
+        ),
+        Verdict::Failed(failure) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "work_permits_unavailable", "pool": failure.pool,
+                    "request": request, "detail": failure.reason }),
         ),
         Verdict::Abandoned(pool) => (
             StatusCode::SERVICE_UNAVAILABLE,
