@@ -8,6 +8,10 @@ use std::convert::Infallible;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
+#[cfg(unix)]
+use crate::remote::FrontSpec;
+#[cfg(unix)]
+use crate::replicas::{Engine, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -48,6 +52,10 @@ const EXAMPLES: &str = "Examples:
   isolation-lab predict --held 1              the model's answer, no server started
   isolation-lab sweep                         every input, one matrix per policy
   isolation-lab compare --held 4              the async and threaded fronts side by side
+  isolation-lab --held 4 > r.json && isolation-lab record r.json
+                                              the individual record of a saved report
+  isolation-lab replicas                      2 replicas' own permits: 4 held, not 2
+  isolation-lab replicas --global local       one limit on Redis; a pause and a crash
   isolation-lab classroom                     a live page to step through with a room
 
 Flags of a subcommand go after it: isolation-lab predict --held 4.";
@@ -97,6 +105,53 @@ pub enum Command {
         /// The server front every run uses
         #[arg(long, value_enum, default_value_t = ServerArg::Async)]
         server: ServerArg,
+    },
+    /// Print the individual record of a saved report: the command that reproduces it, the
+    /// model's prediction, JSON Pointers to the evidence, and lines left to fill in
+    Record {
+        /// A report saved from a run, e.g. isolation-lab > r.json
+        #[arg(value_name = "REPORT")]
+        report: std::path::PathBuf,
+        /// The record on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Run 2 to 4 replica servers, each its own process, and balance slow requests over them:
+    /// with their own permits they exceed one "global" limit; with one Redis-backed limit
+    /// (--global) they keep it, and a replica paused or killed while holding permits shows what
+    /// a lease trades; exits 1 if the evidence differs from the model
+    #[cfg(unix)]
+    Replicas {
+        /// Replica servers, each its own child process, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().replicas, allow_negative_numbers = true)]
+        replicas: ReplicaCount,
+        /// Permits: each replica's own (--global off) or the one global limit, 2 through 4
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().slots, allow_negative_numbers = true)]
+        slots: Slots,
+        /// Slow requests sent round robin, each until held or refused, 1 through 16
+        #[arg(long, value_name = "N", default_value_t = ReplicasInputs::default().held, allow_negative_numbers = true)]
+        held: Requests,
+        /// Where permits come from: off (each replica's own), local (a private redis-server
+        /// from PATH, started and stopped by the run), or redis://127.0.0.1:PORT (this
+        /// machine only)
+        #[arg(long, value_name = "off|local|redis://127.0.0.1:PORT", default_value_t = Engine::Off)]
+        global: Engine,
+        /// Each global holder's lease in milliseconds: 0 (none: a dead holder's permit leaks)
+        /// or 200 through 60000
+        #[arg(long, value_name = "MS", default_value_t = LeaseMs::default(), allow_negative_numbers = true)]
+        lease_ms: LeaseMs,
+        /// The report on stdout
+        #[arg(long, value_enum, default_value_t = TableFormat::Text)]
+        format: TableFormat,
+    },
+    /// Serve one front as a child process of the lab, speaking JSON lines on stdin and stdout
+    /// (internal: the instruments start it; `src/remote/` documents the protocol)
+    #[cfg(unix)]
+    #[command(name = "__front", hide = true)]
+    Front {
+        /// The front to serve, as JSON: {"front":"async","capacity":200}
+        #[arg(value_name = "SPEC", value_parser = FrontSpec::parse)]
+        spec: FrontSpec,
     },
 }
 
@@ -215,6 +270,12 @@ fn instead(subcommand: &str) -> Option<&'static str> {
         "compare" => {
             "compare runs both policies on both fronts; it takes --slots, --held and --format text|json"
         }
+        "record" => {
+            "record reads a saved report (isolation-lab --held 4 > r.json, then isolation-lab record r.json); it takes the report's file and --format text|json"
+        }
+        "replicas" => {
+            "replicas takes --replicas, --slots, --held, --global, --lease-ms and --format text|json"
+        }
         "classroom" => {
             "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held and --server"
         }
@@ -242,7 +303,14 @@ where
         Some(ContextValue::String(s)) => Some(s.clone()),
         _ => None,
     };
-    let subcommands = ["predict", "sweep", "compare", "classroom"];
+    let subcommands = [
+        "predict",
+        "sweep",
+        "compare",
+        "record",
+        "replicas",
+        "classroom",
+    ];
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -253,6 +321,19 @@ where
         .position(|w| subcommands.contains(&w.as_str()));
     let message = match error.kind() {
         // `isolation-lab --held 4 predict`: flags before the subcommand.
+        // `isolation-lab --held 4 record r.json`: the run's flags belong to the run that
+        // saves the report, not to `record`.
+        ErrorKind::ArgumentConflict
+            if named.is_some_and(|at| at > 0 && words[at + 1] == "record") =>
+        {
+            let at = named.map_or(0, |at| at + 1);
+            let file = words.get(at + 1).map_or("r.json", String::as_str);
+            Some(format!(
+                "record reads a saved report and takes no run flags; save the run, then record \
+                 it: isolation-lab {} > {file} && isolation-lab record {file}",
+                words[1..at].join(" ")
+            ))
+        }
         ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {
             let at = named.map_or(0, |at| at + 1);
             let mut order = vec![words[at].clone()];
@@ -267,6 +348,12 @@ where
             let sub = named.map(|at| words[at + 1].as_str());
             let sub = sub.unwrap_or_default();
             instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
+        }
+        // `isolation-lab record` with no report.
+        ErrorKind::MissingRequiredArgument => {
+            let sub = named.map(|at| words[at + 1].as_str());
+            let sub = sub.unwrap_or_default();
+            instead(sub).map(|instead| format!("{sub} is missing its argument: {instead}"))
         }
         ErrorKind::InvalidUtf8 => {
             let bad = args.iter().position(|a| a.to_str().is_none()).unwrap_or(0);
@@ -352,6 +439,14 @@ mod tests {
             panic!("sweep");
         };
         assert_eq!((server, format), (ServerArg::Threaded, TableFormat::Text));
+        let cli = parse(&["record", "r.json", "--format", "json"]).expect("valid");
+        let Some(Command::Record { report, format }) = cli.command else {
+            panic!("record");
+        };
+        assert_eq!(
+            (report, format),
+            (std::path::PathBuf::from("r.json"), TableFormat::Json)
+        );
         let cli = parse(&["compare", "--held", "4"]).expect("valid");
         let Some(Command::Compare { slots, held, .. }) = cli.command else {
             panic!("compare");
@@ -423,6 +518,15 @@ mod tests {
                 "compare --mode shared",
                 "compare runs both policies on both fronts",
             ),
+            (
+                "--held 4 record r.json",
+                "isolation-lab --held 4 > r.json && isolation-lab record r.json",
+            ),
+            ("record --held 4 r.json", "record reads a saved report"),
+            (
+                "record",
+                "record is missing its argument: record reads a saved report",
+            ),
         ] {
             let message = said(words(args));
             assert!(message.contains(says), "{args}: {message}");
@@ -435,6 +539,28 @@ mod tests {
         );
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("Examples:"), "{help}");
+    }
+
+    /// The front child's subcommand takes one checked spec and stays out of the help.
+    #[cfg(unix)]
+    #[test]
+    fn the_front_child_subcommand_is_hidden_and_checked() {
+        let spec = crate::remote::FrontSpec::new(Front::Threaded, 7);
+        let cli = parse(&[crate::remote::SUBCOMMAND, &spec.to_arg()]).expect("a valid spec");
+        assert!(matches!(cli.command, Some(Command::Front { spec: parsed }) if parsed == spec));
+        for refused in [
+            &[crate::remote::SUBCOMMAND][..],
+            &[
+                crate::remote::SUBCOMMAND,
+                r#"{"front":"async","capacity":0}"#,
+            ],
+            &[crate::remote::SUBCOMMAND, "threaded"],
+        ] {
+            let error = parse(refused).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{refused:?}: {error}");
+        }
+        let help = Cli::command().render_long_help().to_string();
+        assert!(!help.contains(crate::remote::SUBCOMMAND), "{help}");
     }
 
     #[test]

@@ -20,7 +20,10 @@
 //! - [`resources`], [`evidence`]: what a run observed and cost.
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
-//! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
+//! - [`outcome`], [`sweep`], [`compare`], [`record`]: the teaching instruments' data.
+//! - [`remote`]: a front in a child process of the lab, and the protocol it speaks.
+//! - [`replicas`]: replica servers in child processes, with their own permits or one global
+//!   limit on Redis (`global`), paused and killed while they hold permits.
 //! - [`classroom`]: a live page that steps through a real run and lets the room join in.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
@@ -28,6 +31,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
+#[cfg(unix)]
+pub(crate) mod child;
 pub mod classroom;
 pub mod cli;
 pub mod compare;
@@ -36,10 +41,18 @@ pub mod evidence;
 pub mod faults;
 pub(crate) mod global;
 pub mod label;
+#[cfg(unix)]
+pub(crate) mod limits;
 pub mod model;
 pub mod outcome;
 pub mod policy;
+pub(crate) mod procfs;
+pub mod record;
+#[cfg(unix)]
+pub mod remote;
 pub mod render;
+#[cfg(unix)]
+pub mod replicas;
 pub mod report;
 pub mod resources;
 pub mod server;

@@ -1,8 +1,8 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
 //! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`,
-//! `classroom`.
+//! `record REPORT`, `classroom`.
 //! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
-//! 2 the command line was refused.
+//! 2 the command line (or the report given to `record`) was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use isolation_lab::cli::{Command, Format, TableFormat};
 use isolation_lab::coordinator::Options;
 use isolation_lab::render::{self, svg, text};
-use isolation_lab::{classroom, compare, sweep};
+use isolation_lab::{classroom, compare, record, sweep};
 
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
@@ -86,6 +86,51 @@ fn main() -> ExitCode {
             };
             emit(rendered, comparison.failure().as_deref())
         }
+        Some(Command::Record { report, format }) => {
+            // A report that cannot be read is refused input, like a bad flag: exit 2, before
+            // anything is printed.
+            let saved = match record::load(&report) {
+                Ok(saved) => saved,
+                Err(refused) => {
+                    let _ = writeln!(std::io::stderr(), "error: {refused}");
+                    return ExitCode::from(2);
+                }
+            };
+            let record = record::Record::of(&saved, &report.display().to_string());
+            let rendered = match format {
+                TableFormat::Text => Ok(render::record::render(&record)),
+                TableFormat::Json => json(&record),
+            };
+            emit(rendered, None)
+        }
+        #[cfg(unix)]
+        Some(Command::Replicas {
+            replicas,
+            slots,
+            held,
+            global,
+            lease_ms,
+            format,
+        }) => {
+            let inputs = isolation_lab::replicas::ReplicasInputs {
+                replicas,
+                slots,
+                held,
+                global,
+                lease_ms,
+            };
+            let Some(report) = runtime(isolation_lab::replicas::run(inputs)) else {
+                return ExitCode::from(1);
+            };
+            let rendered = match format {
+                TableFormat::Text => Ok(render::replicas::render(&report)),
+                TableFormat::Json => json(&report),
+            };
+            emit(rendered, report.reason().as_deref())
+        }
+        // A child process of the lab: its stdout is its parent's channel, so it prints nothing.
+        #[cfg(unix)]
+        Some(Command::Front { spec }) => ExitCode::from(isolation_lab::remote::serve(&spec)),
     }
 }
 

@@ -503,7 +503,7 @@ async fn finish_closes_the_session_and_reports_an_unfinished_run() {
         } else {
             assert!(!report.matches_model);
             let failure = report.runs[0].failure.as_deref().unwrap_or("");
-            assert!(failure.contains("closed before its step"), "{failure}");
+            assert!(failure.contains("closed before its next step"), "{failure}");
         }
     }
 }
@@ -598,7 +598,7 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     assert_eq!(answer.status(), 200);
     assert_eq!(status, Some(1), "{report}");
     let failure = report["runs"][0]["failure"].as_str().unwrap_or("");
-    assert!(failure.contains("closed before its step"), "{report}");
+    assert!(failure.contains("closed before its next step"), "{report}");
     assert_eq!(report["room_requests"][0]["status"], 200);
 }
 

@@ -1,6 +1,5 @@
 //! The binary as a user runs it: refused command lines, inherited proxies, and both formats.
 
-use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 
@@ -236,33 +235,57 @@ fn a_closed_stdout_is_not_a_crash() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// The same through a real shell pipeline: `isolation-lab | head -c 1` prints one byte.
+/// The same through a real shell pipeline: `isolation-lab | head -c 1` prints one byte, and
+/// the lab itself — not `head`, whose status a pipeline reports — exits 0 without a panic.
+/// Bash's `PIPESTATUS` carries the lab's own status out of the pipeline.
 #[cfg(unix)]
 #[test]
 fn piping_into_head_prints_one_byte() {
-    let mut child = Command::new("sh")
+    if Command::new("bash").arg("--version").output().is_err() {
+        println!("skipped: bash is not installed (PIPESTATUS needs it)");
+        return;
+    }
+    let output = Command::new("bash")
         .arg("-c")
-        .arg(r#""$0" | head -c 1"#)
+        .arg(r#""$0" | head -c 1; exit "${PIPESTATUS[0]}""#)
         .arg(env!("CARGO_BIN_EXE_isolation-lab"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "the lab's own status; {stderr}"
+    );
+    assert_eq!(stdout, "{");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// The hidden front child, run as the lab runs it: a stdin that ends at once is a stop, so it
+/// says it is ready, reports its stop and exits 0, with nothing but JSON lines on stdout.
+#[test]
+fn the_front_child_reports_ready_then_stopped() {
+    let mut child = lab(&["__front", r#"{"front":"async","capacity":1}"#])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("sh starts");
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_string(&mut stdout)
-        .expect("read");
-    child
-        .stderr
-        .take()
-        .expect("piped")
-        .read_to_string(&mut stderr)
-        .expect("read");
-    assert!(child.wait().expect("sh ends").success());
-    assert_eq!(stdout, "{");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+        .expect("the binary starts");
+    drop(child.stdin.take());
+    let output = child.wait_with_output().expect("the child exits");
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+    let messages: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every line is JSON"))
+        .collect();
+    let kinds: Vec<_> = messages.iter().map(|m| m["message"].clone()).collect();
+    assert_eq!(kinds, ["ready", "stopped"], "{stdout}");
+    assert!(
+        messages[0]["address"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("127.0.0.1:"))
+    );
+    assert_eq!(output.status.code(), Some(0));
 }

@@ -70,9 +70,13 @@ impl Gate {
     /// Waits (as a task) until the gate is no longer closed, and says how it left: `Open` or
     /// `Abandoned`. If it is closed on arrival, `on_hold` runs first, ordered before the change.
     pub(crate) async fn pass(&self, on_hold: impl FnOnce()) -> Latch {
-        // Register for the wake-up before looking at the state: a change that happens after the
-        // look then finds this waiter registered (`notify_waiters` wakes only registered
-        // waiters; checking first and registering second loses wake-ups).
+        // Create the `Notified` future before looking at the state. Tokio counts
+        // `notify_waiters` calls: a `Notified` completes once any call is made after its
+        // creation, whether or not it had been enabled or polled by then (tokio's docs of
+        // `Notify::notified` and `Notified::enable`). So a change after the look still reaches
+        // this waiter, while looking first and creating it second would lose a change made in
+        // between. `enable()` is not what makes this safe: it only queues the future for
+        // `notify_one`, which the gate never calls.
         let mut woken = pin!(self.woken.notified());
         woken.as_mut().enable();
         {

@@ -1,5 +1,6 @@
-//! The pools of work permits, one semaphore per pool of the policy. A pool sheds rather than
-//! waits: a permit is taken without waiting, and a pool with none left refuses.
+//! The pools of work permits, one semaphore per pool of the policy, or a pool shared with other
+//! processes. A pool sheds rather than waits: a permit is taken without waiting, and a pool
+//! with none left refuses.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::bounded::{BoundedPermit, BoundedSemaphore};
+use super::remote::{RemoteHeld, RemoteLink};
 use crate::policy::{Allocation, Pool};
 
 /// Which semaphore backs the pools: each server front uses its own world's primitive.
@@ -22,6 +24,9 @@ pub enum Permits {
 enum Semaphores {
     Tokio(BTreeMap<Pool, Arc<Semaphore>>),
     Bounded(BTreeMap<Pool, Arc<BoundedSemaphore>>),
+    /// Every pool's permits come from a pool shared with other processes; the link counts the
+    /// ones this section holds.
+    Remote(Arc<RemoteLink>),
 }
 
 /// A permit of either kind. It returns to its pool when dropped, so capacity is never counted
@@ -34,6 +39,8 @@ pub(crate) enum Permit {
     Tokio(OwnedSemaphorePermit),
     /// From a bounded semaphore.
     Bounded(BoundedPermit),
+    /// From a pool shared with other processes.
+    Remote(RemoteHeld),
 }
 
 /// The semaphores of one work section.
@@ -63,7 +70,24 @@ impl Pools {
         }
     }
 
-    /// A permit from `pool` if one is free, without waiting.
+    /// Pools whose permits come from a pool shared with other processes, through `link`.
+    pub(crate) fn remote(allocation: Allocation, link: Arc<RemoteLink>) -> Self {
+        Self {
+            allocation,
+            semaphores: Semaphores::Remote(link),
+        }
+    }
+
+    /// The link to the shared pool, if the permits are remote.
+    pub(crate) fn link(&self) -> Option<&Arc<RemoteLink>> {
+        match &self.semaphores {
+            Semaphores::Remote(link) => Some(link),
+            Semaphores::Tokio(_) | Semaphores::Bounded(_) => None,
+        }
+    }
+
+    /// A permit from `pool` if one is free, without waiting; never one of a remote pool,
+    /// which decides after a round trip.
     pub(crate) fn try_acquire(&self, pool: Pool) -> Option<Permit> {
         match &self.semaphores {
             // `Err` is either "no permits" or "closed"; these semaphores are never closed.
@@ -74,6 +98,7 @@ impl Pools {
                 .ok()
                 .map(Permit::Tokio),
             Semaphores::Bounded(s) => s.get(&pool)?.try_acquire().map(Permit::Bounded),
+            Semaphores::Remote(_) => None,
         }
     }
 
@@ -82,6 +107,12 @@ impl Pools {
         match &self.semaphores {
             Semaphores::Tokio(s) => s.get(&pool).map_or(0, |s| s.available_permits()),
             Semaphores::Bounded(s) => s.get(&pool).map_or(0, |s| s.available()),
+            // This section's view: the capacity less the permits it holds. Other processes may
+            // hold the rest; only the shared pool knows.
+            Semaphores::Remote(link) => {
+                let capacity = self.allocation.capacities().get(&pool).copied();
+                capacity.unwrap_or(0).saturating_sub(link.held(pool))
+            }
         }
     }
 

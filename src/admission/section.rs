@@ -1,6 +1,10 @@
 //! The protected work section: admission by permit, the slow gate, and the ledger. A server
 //! front asks it to [`admit`](WorkSection::admit) a request, then runs the admitted [`Work`] —
 //! as a task (`run`) or a blocked thread (`run_blocking`); `perform` does both in one call.
+//!
+//! Admission is `async` because a pool shared with other processes decides after a round trip
+//! (see [`remote`](super::remote)); a local pool decides without awaiting, and the threaded
+//! front, which has only local pools, admits with [`admit_now`](WorkSection::admit_now).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +18,7 @@ use super::gate::{Gate, Latch};
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
 use super::pools::{Permit, Permits, Pools};
+use super::remote::{RemoteDecision, RemoteDriver, RemoteLink, RemotePool};
 use super::token::RunToken;
 use crate::label::Label;
 use crate::policy::{Allocation, Pool, Route};
@@ -28,6 +33,30 @@ pub struct Refusal {
     pub pool: Pool,
     /// The requests holding that pool's permits when it refused.
     pub held_by: Vec<Label>,
+    /// For a pool shared with other processes: every holder as the pool named it, such as
+    /// `r1/S3` (replica and request). Empty for a local pool, whose holders are `held_by`.
+    pub holders: Vec<String>,
+}
+
+/// The pool could not decide: a pool shared with other processes did not answer. The request
+/// never entered the section; nothing holds it for later.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolFailure {
+    /// The request.
+    pub request: Label,
+    /// The pool that could not decide.
+    pub pool: Pool,
+    /// Why, in one line.
+    pub reason: String,
+}
+
+/// Why a request did not enter the section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// No permit was free.
+    Refused(Refusal),
+    /// The pool could not decide.
+    Failed(PoolFailure),
 }
 
 /// How a request's visit to the work section ended.
@@ -39,6 +68,17 @@ pub enum Verdict {
     Refused(Refusal),
     /// Admitted, but the gate was abandoned while the work was held: it left unfinished.
     Abandoned(Pool),
+    /// The pool could not decide, so the request did not enter.
+    Failed(PoolFailure),
+}
+
+impl From<Denied> for Verdict {
+    fn from(denied: Denied) -> Verdict {
+        match denied {
+            Denied::Refused(refusal) => Verdict::Refused(refusal),
+            Denied::Failed(failure) => Verdict::Failed(failure),
+        }
+    }
 }
 
 /// Whether the slow gate is open.
@@ -146,16 +186,95 @@ impl WorkSection {
         foreign
     }
 
+    /// Pools of `allocation` whose permits all come from `pool`, a pool shared with other
+    /// processes; a closed gate and an empty ledger. The returned driver makes the section's
+    /// round trips: its owner runs it beside the server, calls [`WorkSection::close_remote`]
+    /// once the server has stopped, and then awaits the driver's account.
+    pub fn with_remote(
+        allocation: impl Into<Allocation>,
+        pool: Arc<dyn RemotePool>,
+        token: RunToken,
+    ) -> (Self, RemoteDriver) {
+        let allocation = allocation.into();
+        let (link, driver) = RemoteLink::new(allocation.pools(), pool);
+        let section = Self {
+            pools: Pools::remote(allocation, link),
+            gate: Arc::new(Gate::new()),
+            room: Mutex::new(RoomGates::default()),
+            ledger: Mutex::new(Ledger::new()),
+            token,
+            foreign_refused: AtomicU64::new(0),
+        };
+        (section, driver)
+    }
+
+    /// Ends remote admission: later requests fail, and the driver ends once its round trips
+    /// have. Call it after the server has stopped, when no work is left to release.
+    pub fn close_remote(&self) {
+        if let Some(link) = self.pools.link() {
+            link.close();
+        }
+    }
+
     /// Requests refused so far for not presenting the run's token.
     pub fn foreign_requests_refused(&self) -> u64 {
         self.foreign_refused.load(Ordering::Relaxed)
     }
 
-    /// Takes a permit from `route`'s pool without waiting, or refuses at once: a refused
-    /// request never enters the section and nothing holds it for later. The decision is
-    /// recorded before this returns; the admitted [`Work`] owns its permit.
-    pub fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Refusal> {
+    /// Takes a permit from `route`'s pool without waiting for one, or refuses at once: a
+    /// refused request never enters the section and nothing holds it for later. The decision
+    /// is recorded before this returns; the admitted [`Work`] owns its permit.
+    ///
+    /// A local pool decides without awaiting. A pool shared with other processes decides
+    /// after one round trip, made by the section's driver without the ledger lock held; the
+    /// decision is then recorded under it. Cancelling this future loses no permit.
+    pub async fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
+        let Some(link) = self.pools.link() else {
+            return self.admit_now(request, route);
+        };
         let pool = self.allocation().pool_for(route);
+        let decision = link.decide(pool, request).await;
+        let mut ledger = self.ledger();
+        match decision {
+            Ok(RemoteDecision::Admitted(permit)) => {
+                ledger.attempt(pool);
+                let permit = Permit::Remote(link.hold(pool, request, permit));
+                let active = self.pools.active(pool);
+                ledger.record(Some(request), pool, Event::Admitted, active);
+                Ok(self.work(request, route, pool, permit))
+            }
+            Ok(RemoteDecision::Refused(holders)) => {
+                ledger.attempt(pool);
+                let active = self.pools.active(pool);
+                let refused = ledger.record(Some(request), pool, Event::Refused, active);
+                Err(Denied::Refused(Refusal {
+                    request,
+                    pool,
+                    held_by: refused.held_by.clone(),
+                    holders,
+                }))
+            }
+            // Undecided: neither an attempt with a decision nor an event; the run fails on it.
+            Err(reason) => Err(Denied::Failed(PoolFailure {
+                request,
+                pool,
+                reason,
+            })),
+        }
+    }
+
+    /// [`WorkSection::admit`] for a section whose pools are this process's, deciding without
+    /// awaiting: the threaded front's path. A section with remote permits cannot decide here
+    /// and says so.
+    pub fn admit_now(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
+        let pool = self.allocation().pool_for(route);
+        if self.pools.link().is_some() {
+            return Err(Denied::Failed(PoolFailure {
+                request,
+                pool,
+                reason: "this section's permits are remote: admit it on the async path".into(),
+            }));
+        }
         // Decide and record under the ledger lock, so the ledger's order and counts are the
         // semaphore's own, whatever else runs at the same time.
         let mut ledger = self.ledger();
@@ -163,38 +282,43 @@ impl WorkSection {
         let Some(permit) = self.pools.try_acquire(pool) else {
             let active = self.pools.active(pool);
             let refused = ledger.record(Some(request), pool, Event::Refused, active);
-            return Err(Refusal {
+            return Err(Denied::Refused(Refusal {
                 request,
                 pool,
                 held_by: refused.held_by.clone(),
-            });
+                holders: Vec::new(),
+            }));
         };
         let active = self.pools.active(pool);
         ledger.record(Some(request), pool, Event::Admitted, active);
-        Ok(Work {
+        Ok(self.work(request, route, pool, permit))
+    }
+
+    fn work(&self, request: Label, route: Route, pool: Pool, permit: Permit) -> Work<'_> {
+        Work {
             section: self,
             request,
             route,
             pool,
             permit: Some(permit),
             completed: false,
-        })
+        }
     }
 
     /// Admits and runs one request's work, as a task: [`WorkSection::admit`], then
     /// [`Work::run`].
     pub async fn perform(&self, request: Label, route: Route) -> Verdict {
-        match self.admit(request, route) {
+        match self.admit(request, route).await {
             Ok(work) => work.run().await,
-            Err(refusal) => Verdict::Refused(refusal),
+            Err(denied) => denied.into(),
         }
     }
 
     /// Admits and runs one request's work, as a blocked thread.
     pub fn perform_blocking(&self, request: Label, route: Route) -> Verdict {
-        match self.admit(request, route) {
+        match self.admit_now(request, route) {
             Ok(work) => work.run_blocking(),
-            Err(refusal) => Verdict::Refused(refusal),
+            Err(denied) => denied.into(),
         }
     }
 
@@ -349,8 +473,9 @@ impl Work<'_> {
 
     /// Runs the work as a task: slow work waits at the gate, fast work has nothing to wait
     /// for. The permit is back in the pool before this returns, so the caller builds its
-    /// response with it returned. Dropping the future (a cancelled handler) leaves too.
-    pub async fn run(self) -> Verdict {
+    /// response with it returned (a remote permit: once its release round trip is made).
+    /// Dropping the future (a cancelled handler) leaves too, and still releases.
+    pub async fn run(mut self) -> Verdict {
         let latch = match self.route {
             Route::Slow => {
                 let gate = self.section.gate_for(self.request);
@@ -358,7 +483,17 @@ impl Work<'_> {
             }
             Route::Fast => Latch::Open,
         };
-        self.leave(latch)
+        let released = match &mut self.permit {
+            Some(Permit::Remote(held)) => Some(held.released()),
+            _ => None,
+        };
+        let verdict = self.leave(latch);
+        if let Some(released) = released {
+            // An error means the driver has ended, which it does only after the section is
+            // closed; the release itself is the driver's to account for.
+            let _ = released.await;
+        }
+        verdict
     }
 
     /// Runs the work as a blocked thread. A thread cannot be cancelled from outside; it leaves

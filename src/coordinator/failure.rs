@@ -70,6 +70,9 @@ pub enum Cause {
     Caller(String),
     /// The server failed, or did not stop cleanly.
     Server(String),
+    /// The run was closed before its sequence ended (a live session finished early): the
+    /// step it would have taken next.
+    ClosedEarly(String),
 }
 
 /// What the section did when a held request's caller disconnected.
@@ -118,6 +121,9 @@ impl fmt::Display for Failure {
         match &self.cause {
             Cause::Setup(why) | Cause::Caller(why) | Cause::Server(why) => f.write_str(why)?,
             Cause::ForeignNotRefused(why) => f.write_str(why)?,
+            Cause::ClosedEarly(next) => {
+                write!(f, "the run was closed before its next step: {next}")?
+            }
             Cause::Stalled { waiting_for, limit } => {
                 write!(f, "stalled: {waiting_for} within {} s", limit.as_secs_f64())?;
             }

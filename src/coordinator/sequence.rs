@@ -47,6 +47,19 @@ impl Planned {
     }
 }
 
+impl std::fmt::Display for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Planned::Slow(request) => {
+                write!(f, "send {request} and wait for its admission decision")
+            }
+            Planned::Fast => f.write_str("send F1 while the slow work is held"),
+            Planned::Release => f.write_str("open the gate and collect the held responses"),
+            Planned::Probe(request) => write!(f, "send the probe {request}"),
+        }
+    }
+}
+
 /// One policy run in progress: its session and where it is in the sequence.
 #[derive(Debug)]
 pub struct Run {
@@ -81,13 +94,33 @@ impl Run {
         let (section, census) = (Arc::new(section), Arc::new(Census::default()));
         let session = Session::open(
             front,
-            section,
+            section.clone(),
             census.clone(),
             &token,
             faults,
             safety_timeout,
         );
-        let session = session.map_err(|failure| never_started(policy, held, failure))?;
+        let session = session.map_err(|failure| {
+            // The section exists: report it as it stands, and what the process holds now.
+            let after_run = session::count(&section, &census);
+            let evidence = Evidence {
+                resources: ResourceEvidence {
+                    before_fast: None,
+                    after_run: Some(after_run),
+                },
+                work_events: section.events(),
+                ledger: section.audit(),
+                observed: Observed::default(),
+                final_state: section.final_state(),
+                client_threads_stopped: true,
+                client_tasks_aborted: 0,
+                server: None,
+            };
+            Box::new(PolicyRun {
+                report: PolicyReport::assemble(policy, held, evidence),
+                failure: Some(failure),
+            })
+        })?;
         Ok(Run {
             policy,
             held,
@@ -166,8 +199,8 @@ impl Run {
         if self.failure.is_none()
             && let Some(&step) = self.plan.front()
         {
-            let why = format!("the run was closed before its step {step:?}");
-            self.failure = Some(Failure::new(Step::Close, None, Cause::Caller(why)));
+            let next = Cause::ClosedEarly(step.to_string());
+            self.failure = Some(Failure::new(Step::Close, None, next));
         }
         let section = self.session.section.clone();
         let closed = self.session.close(self.failure.is_some()).await;

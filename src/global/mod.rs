@@ -6,13 +6,15 @@
 //! connection on this machine; [`LocalRedis`] starts a private `redis-server` for tests and
 //! runs. A leaf: it uses none of the lab's other modules.
 
-// The replicas instrument is the user of this module; until it lands, only the tests are.
+// The replicas instrument uses the permits, the URL and the private server; the rest of the
+// interface (a lease's state as it is renewed, a holder's parts, the server's pid and
+// directory, the raw decisions) serves this module's tests and the instruments to come.
 #![cfg_attr(
     not(test),
     expect(
         dead_code,
         unused_imports,
-        reason = "used by the replicas instrument, next"
+        reason = "part of the interface is used only by the module's tests so far"
     )
 )]
 

@@ -304,6 +304,18 @@ impl GlobalPermits {
         capacity: u32,
         lease: Lease,
     ) -> Result<GlobalPermits, GlobalError> {
+        Self::connect_within(url, run, capacity, lease, REDIS_TIMEOUT).await
+    }
+
+    /// [`GlobalPermits::connect`], with `timeout` instead of [`REDIS_TIMEOUT`] for connecting
+    /// and for each command.
+    pub(crate) async fn connect_within(
+        url: &LoopbackUrl,
+        run: &str,
+        capacity: u32,
+        lease: Lease,
+        timeout: Duration,
+    ) -> Result<GlobalPermits, GlobalError> {
         // No `{`, `}`, `*` or `?`: the run id sits inside a hash tag and a `KEYS` pattern.
         let run_ok = (1..=64).contains(&run.len())
             && run
@@ -336,8 +348,8 @@ impl GlobalPermits {
             .map_err(redis_error)?;
         let client = redis::Client::open(info).map_err(redis_error)?;
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(REDIS_TIMEOUT))
-            .set_response_timeout(Some(REDIS_TIMEOUT));
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
         let conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
@@ -540,6 +552,20 @@ impl GlobalPermits {
             }
             _ => Err(reply_error(DOING, &reply)),
         }
+    }
+
+    /// How many keys of the run exist now, by a pattern over every key, not only the two this
+    /// module writes: the evidence that a cleanup left nothing.
+    pub(crate) async fn keys_left(&self) -> Result<usize, GlobalError> {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("isolation-lab:{{{}}}:*", self.inner.run))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: "listing the run's keys",
+                source,
+            })?;
+        Ok(keys.len())
     }
 
     async fn invoke(

@@ -257,7 +257,7 @@ async fn renewal_keeps_a_lease_alive() {
         return;
     };
     guarded(async {
-        const LEASE: u64 = 600;
+        const LEASE: u64 = 300;
         let permits = connect(&redis, "renew", 1, Lease::Millis(LEASE)).await;
         assert_eq!(permits.lease(), Lease::Millis(LEASE));
         let b = holder("r2", "S2");
@@ -435,7 +435,7 @@ async fn redis_killed_mid_run_fails_fast() {
 }
 
 /// A Redis that stops answering (SIGSTOP) fails a try-acquire after the response timeout
-/// rather than hanging it.
+/// (here a short one) rather than hanging it.
 #[tokio::test]
 async fn a_silent_redis_times_out() {
     let Some(redis) = redis_or_skip("a_silent_redis_times_out").await else {
@@ -443,7 +443,15 @@ async fn a_silent_redis_times_out() {
     };
     let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
-        let permits = connect(&redis, "silent", 1, Lease::None).await;
+        let permits = GlobalPermits::connect_within(
+            redis.url(),
+            "silent",
+            1,
+            Lease::None,
+            Duration::from_millis(200),
+        )
+        .await
+        .expect("the private Redis accepts connections");
         admitted(&permits, &holder("r1", "S1")).await;
         // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);

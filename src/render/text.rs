@@ -83,7 +83,7 @@ fn heading(title: &str, inputs: &Inputs) -> String {
 }
 
 /// The table: one column per outcome, and an optional last row of given cells.
-fn table(outcomes: &[Outcome], last: Option<(&str, Vec<String>)>) -> String {
+pub(crate) fn table(outcomes: &[Outcome], last: Option<(&str, Vec<String>)>) -> String {
     let header =
         std::iter::once(String::new()).chain(outcomes.iter().map(|o| o.mode.name().into()));
     let mut rows = vec![header.collect::<Vec<_>>()];

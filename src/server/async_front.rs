@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
-use super::{Census, Handlers, Head, Reply, Stopped, answer, screen, work};
+use super::{Backoff, Census, Handlers, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::faults::Faults;
@@ -89,6 +89,7 @@ impl Server {
         let graceful = GracefulShutdown::new();
         let mut connections = Connections::default();
         let mut accepted = 0;
+        let mut retry = Backoff::default();
         let mut error = None;
         let mut shutdown = pin!(shutdown);
         loop {
@@ -97,7 +98,7 @@ impl Server {
                 () = &mut shutdown => break,
                 incoming = listener.accept() => match incoming {
                     Ok((stream, _peer)) => {
-                        accepted += 1;
+                        retry.succeeded();
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
                         let (section, faults) = (section.clone(), faults.clone());
@@ -118,11 +119,23 @@ impl Server {
                             let _live = live;
                             connection.await
                         });
+                        // Counted once its handler exists, as on the threaded front.
+                        accepted += 1;
                     }
-                    Err(e) => {
-                        error = Some(format!("the server could not accept a connection: {e}"));
-                        break;
-                    }
+                    // Most often a shortage of descriptors, in this process or the system: the
+                    // connection stays queued, and a retry after a pause may well take it.
+                    Err(e) => match retry.failed() {
+                        Some(pause) => tokio::select! {
+                            biased;
+                            () = &mut shutdown => break,
+                            () = tokio::time::sleep(pause) => {}
+                        },
+                        None => {
+                            let gave_up = retry.gave_up("accepting connections", &e);
+                            error = Some(format!("the server: {gave_up}"));
+                            break;
+                        }
+                    },
                 },
             }
         }

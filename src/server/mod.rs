@@ -9,7 +9,7 @@
 //! is checked. Only the declared work section is bounded.
 
 pub mod async_front;
-pub mod threaded;
+pub(crate) mod threaded;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -41,6 +41,59 @@ fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     let address = listener.local_addr()?;
     Ok((listener, address))
+}
+
+/// The first pause after a failed accept; each further failure doubles it.
+const FIRST_PAUSE: Duration = Duration::from_millis(1);
+/// The longest pause: a failure after it ends the server.
+const LAST_PAUSE: Duration = Duration::from_millis(64);
+
+/// Retrying an accept loop that failed, as mini-redis's accept loop does: a failure to accept
+/// (or to start a handler) is usually a shortage that passes — descriptors or threads that
+/// another process or a closing connection is about to give back — so the loop pauses, longer
+/// each time, and tries again. The pause is a retry, not sequencing: nothing waits for it. Only
+/// if the failures outlast every pause does the server give up, saying so.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    /// The next pause, or `None` once the longest has been waited.
+    next: Option<Duration>,
+    failures: u32,
+    paused: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            next: Some(FIRST_PAUSE),
+            failures: 0,
+            paused: Duration::ZERO,
+        }
+    }
+}
+
+impl Backoff {
+    /// Counts a failure: the pause to wait before trying again, or `None` to give up.
+    pub(crate) fn failed(&mut self) -> Option<Duration> {
+        self.failures += 1;
+        let pause = self.next?;
+        self.next = (pause < LAST_PAUSE).then(|| pause * 2);
+        self.paused += pause;
+        Some(pause)
+    }
+
+    /// Something worked: the next failure starts again from the first pause.
+    pub(crate) fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+
+    /// Why the server gave up: `what` kept failing, the last time with `error`.
+    pub(crate) fn gave_up(&self, what: &str, error: &std::io::Error) -> String {
+        format!(
+            "{what} stayed broken through {} tries over {} ms: {error}",
+            self.failures,
+            self.paused.as_millis()
+        )
+    }
 }
 
 /// A running server of either front.
@@ -94,7 +147,8 @@ impl Running {
 pub struct Stopped {
     /// The report's `server` object.
     pub summary: ServerSummary,
-    /// An accept error, a panicked handler, or handlers that outlived the drain.
+    /// Accepting that stayed broken, a connection closed unserved, a panicked handler, or
+    /// handlers that outlived the drain.
     pub error: Option<String>,
 }
 
@@ -162,30 +216,30 @@ impl Drop for Live {
 
 /// What a front knows of a request before it asks for admission.
 #[derive(Clone, Copy, Debug)]
-pub struct Head<'a> {
+pub(crate) struct Head<'a> {
     /// Whether the method is GET.
-    pub is_get: bool,
+    pub(crate) is_get: bool,
     /// The URL path.
-    pub path: &'a str,
+    pub(crate) path: &'a str,
     /// The `lab-token` header, if any.
-    pub token: Option<&'a [u8]>,
+    pub(crate) token: Option<&'a [u8]>,
     /// The `lab-request` header, if any.
-    pub label: Option<&'a [u8]>,
+    pub(crate) label: Option<&'a [u8]>,
 }
 
 /// A response: status and JSON body.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The HTTP status.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// The JSON body.
-    pub body: Value,
+    pub(crate) body: Value,
 }
 
 /// Screens a request before admission: 403 without the run's token, 404 for another path, 405
 /// for another method, 400 without a label for the route. What passes is the request's label
 /// and route, ready to ask the work section for a permit.
-pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), Reply> {
+pub(crate) fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), Reply> {
     let reply = |status, body| Err(Reply { status, body });
     if section.refuse_foreign(head.token) {
         let detail = "only this lab run's own callers may ask for a work permit";
@@ -218,23 +272,28 @@ pub fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), R
 
 /// Admits and runs one request's work as a task, with the fault a test gave the front (none on
 /// the command line) injected inside the work section.
-pub async fn work(section: &WorkSection, faults: &Faults, request: Label, route: Route) -> Verdict {
-    match section.admit(request, route) {
-        Ok(work) => inject(faults, work).run().await,
-        Err(refusal) => Verdict::Refused(refusal),
-    }
-}
-
-/// [`work`] as a blocked thread.
-pub fn work_blocking(
+pub(crate) async fn work(
     section: &WorkSection,
     faults: &Faults,
     request: Label,
     route: Route,
 ) -> Verdict {
-    match section.admit(request, route) {
+    match section.admit(request, route).await {
+        Ok(work) => inject(faults, work).run().await,
+        Err(denied) => denied.into(),
+    }
+}
+
+/// [`work`] as a blocked thread.
+pub(crate) fn work_blocking(
+    section: &WorkSection,
+    faults: &Faults,
+    request: Label,
+    route: Route,
+) -> Verdict {
+    match section.admit_now(request, route) {
         Ok(work) => inject(faults, work).run_blocking(),
-        Err(refusal) => Verdict::Refused(refusal),
+        Err(denied) => denied.into(),
     }
 }
 
@@ -251,13 +310,25 @@ fn inject<'a>(faults: &Faults, work: Work<'a>) -> Work<'a> {
 }
 
 /// The response to a verdict: 200 naming the request and pool, or 503 `work_capacity_full`
-/// (or `work_abandoned` when a failed run gave up on held work).
-pub fn answer(request: Label, verdict: Verdict) -> Reply {
+/// (or `work_abandoned` when a failed run gave up on held work, `work_permits_unavailable` when
+/// a shared pool could not decide). A refusal by a pool shared with other processes also names
+/// its holders, replica and request, in `held_by`.
+pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
     let (status, body) = match verdict {
         Verdict::Done(pool) => (StatusCode::OK, json!({ "request": request, "pool": pool })),
+        Verdict::Refused(refusal) if !refusal.holders.is_empty() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request,
+                    "held_by": refusal.holders }),
+        ),
         Verdict::Refused(refusal) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request }),
+        ),
+        Verdict::Failed(failure) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({ "error": "work_permits_unavailable", "pool": failure.pool,
+                    "request": request, "detail": failure.reason }),
         ),
         Verdict::Abandoned(pool) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -265,4 +336,27 @@ pub fn answer(request: Label, verdict: Verdict) -> Reply {
         ),
     };
     Reply { status, body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pauses double from 1 ms to 64 ms; the failure after the last gives up, naming how
+    /// many tries and how long they took. A success starts the pauses over.
+    #[test]
+    fn backoff_doubles_then_gives_up() {
+        let mut backoff = Backoff::default();
+        let pauses: Vec<u64> = std::iter::from_fn(|| backoff.failed())
+            .map(|pause| pause.as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64]);
+        let error = std::io::Error::other("no descriptors");
+        assert_eq!(
+            backoff.gave_up("accepting connections", &error),
+            "accepting connections stayed broken through 8 tries over 127 ms: no descriptors"
+        );
+        backoff.succeeded();
+        assert_eq!(backoff.failed(), Some(FIRST_PAUSE));
+    }
 }

@@ -1,0 +1,638 @@
+//! Preflight: the ceilings that stop a server front from holding N requests, read before any
+//! socket, thread or process exists, and a pure judgement of whether N is reachable on each
+//! front and, if not, which ceiling stops it. Every held request costs a connection on each
+//! side; on the thread-per-request front it also costs a thread and its memory maps, which is
+//! where the two fronts part. Reading the ceilings needs Linux's `/proc/sys`.
+
+#![cfg_attr(
+    not(test),
+    expect(dead_code, reason = "used by the hold and replicas instruments, next")
+)]
+
+use std::fmt;
+use std::io;
+
+use serde::Serialize;
+
+/// The ceilings, as read from this machine and process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Limits {
+    /// `vm.max_map_count`: memory maps per process.
+    pub(crate) max_map_count: u64,
+    /// `kernel.pid_max`: machine-wide; every thread takes a pid.
+    pub(crate) pid_max: u64,
+    /// `kernel.threads-max`: threads, machine-wide.
+    pub(crate) threads_max: u64,
+    /// Threads on the machine when read (from `/proc/loadavg`): already taken from both ceilings
+    /// above.
+    pub(crate) threads_now: u64,
+    /// RLIMIT_NPROC: threads of all processes of this user.
+    pub(crate) nproc: Rlimit,
+    /// RLIMIT_NOFILE: open file descriptors per process, sockets included; a child inherits it.
+    pub(crate) nofile: Rlimit,
+    /// `net.ipv4.ip_local_port_range`: the first and last ephemeral port, per source address.
+    pub(crate) local_ports: (u16, u16),
+}
+
+/// A resource limit of this process; `None` is unlimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Rlimit {
+    /// The limit in force, which the process may raise up to `hard`.
+    pub(crate) soft: Option<u64>,
+    /// The most the soft limit may be raised to without privilege.
+    pub(crate) hard: Option<u64>,
+}
+
+impl Limits {
+    /// Reads the ceilings of this machine and process.
+    pub(crate) fn read() -> io::Result<Limits> {
+        let loadavg = read_proc("/proc/loadavg")?;
+        let port_range = read_proc("/proc/sys/net/ipv4/ip_local_port_range")?;
+        Ok(Limits {
+            max_map_count: sysctl("vm/max_map_count")?,
+            pid_max: sysctl("kernel/pid_max")?,
+            threads_max: sysctl("kernel/threads-max")?,
+            threads_now: parse_threads_now(&loadavg)
+                .ok_or_else(|| invalid(format!("/proc/loadavg: no thread count in {loadavg:?}")))?,
+            nproc: Rlimit::get(Resource::Nproc)?,
+            nofile: Rlimit::get(Resource::Nofile)?,
+            local_ports: parse_port_range(&port_range).ok_or_else(|| {
+                invalid(format!("ip_local_port_range: not a range: {port_range:?}"))
+            })?,
+        })
+    }
+}
+
+/// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, so that a front and its
+/// callers may hold as many connections as allowed; child processes started afterwards inherit
+/// it. Returns the limit now in force.
+pub(crate) fn raise_nofile() -> io::Result<Rlimit> {
+    let limit = Rlimit::get(Resource::Nofile)?;
+    if limit.soft == limit.hard {
+        return Ok(limit);
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.hard.unwrap_or(libc::RLIM_INFINITY),
+        rlim_max: limit.hard.unwrap_or(libc::RLIM_INFINITY),
+    };
+    // SAFETY: `raised` is a valid rlimit, only read by the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Rlimit::get(Resource::Nofile)
+}
+
+#[derive(Clone, Copy)]
+enum Resource {
+    Nproc,
+    Nofile,
+}
+
+impl Rlimit {
+    fn get(resource: Resource) -> io::Result<Rlimit> {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit, writable for the call.
+        let result = unsafe {
+            match resource {
+                Resource::Nproc => libc::getrlimit(libc::RLIMIT_NPROC, &mut limit),
+                Resource::Nofile => libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit),
+            }
+        };
+        if result == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let finite = |value| (value != libc::RLIM_INFINITY).then_some(value);
+        Ok(Rlimit {
+            soft: finite(limit.rlim_cur),
+            hard: finite(limit.rlim_max),
+        })
+    }
+}
+
+/// The two server fronts, as far as their cost per held request goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) enum Front {
+    /// One OS thread per connection.
+    ThreadPerRequest,
+    /// One Tokio task per connection.
+    TaskPerRequest,
+}
+
+/// What one held request costs, beyond what the processes hold before the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cost {
+    /// Threads in the server.
+    threads: u64,
+    /// Memory maps in the server.
+    maps: u64,
+    /// File descriptors in the server.
+    server_fds: u64,
+    /// File descriptors in the caller's process (its client is async: no thread).
+    client_fds: u64,
+}
+
+/// Memory maps each Rust thread adds, measured on this kind of machine (Linux, glibc, Rust
+/// 1.95) by `thread_maps_match_the_cost` below: its stack and the guard page below it (two
+/// maps, as the guard is mapped inaccessible), and the alternate signal stack with its own
+/// guard page that Rust sets up on every thread to report a stack overflow (two more). A
+/// thread's first allocation may also create a malloc arena (two maps), but glibc makes at most
+/// eight per core, so that does not grow with the number of threads held.
+const MAPS_PER_THREAD: u64 = 4;
+
+impl Front {
+    fn cost(self) -> Cost {
+        match self {
+            Front::ThreadPerRequest => Cost {
+                threads: 1,
+                maps: MAPS_PER_THREAD,
+                // The socket, and a second handle on it to shut it down from the accept thread
+                // (see `src/server/threaded.rs`).
+                server_fds: 2,
+                client_fds: 1,
+            },
+            Front::TaskPerRequest => Cost {
+                threads: 0,
+                maps: 0,
+                server_fds: 1,
+                client_fds: 1,
+            },
+        }
+    }
+}
+
+/// A ceiling that can stop a front from holding more requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) enum Ceiling {
+    /// Memory maps per process.
+    #[serde(rename = "vm.max_map_count")]
+    MaxMapCount,
+    /// Pids, machine-wide.
+    #[serde(rename = "kernel.pid_max")]
+    PidMax,
+    /// Threads, machine-wide.
+    #[serde(rename = "kernel.threads-max")]
+    ThreadsMax,
+    /// Threads of this user.
+    #[serde(rename = "RLIMIT_NPROC")]
+    Nproc,
+    /// Open files per process.
+    #[serde(rename = "RLIMIT_NOFILE")]
+    Nofile,
+}
+
+impl Ceiling {
+    /// Its name, as `sysctl` or `getrlimit` knows it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Ceiling::MaxMapCount => "vm.max_map_count",
+            Ceiling::PidMax => "kernel.pid_max",
+            Ceiling::ThreadsMax => "kernel.threads-max",
+            Ceiling::Nproc => "RLIMIT_NPROC",
+            Ceiling::Nofile => "RLIMIT_NOFILE",
+        }
+    }
+}
+
+/// The most requests a front can hold under some limits, and the ceiling that stops one more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Reach {
+    /// The most held requests.
+    pub(crate) held: u64,
+    /// The ceiling that stops one more.
+    pub(crate) ceiling: Ceiling,
+    /// That ceiling's value.
+    pub(crate) value: u64,
+}
+
+/// Why a number of held requests is refused before anything starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct Refusal {
+    /// The number asked for.
+    pub(crate) held: u64,
+    /// The front asked for.
+    pub(crate) front: Front,
+    /// What that front can reach.
+    pub(crate) reach: Reach,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let front = match self.front {
+            Front::ThreadPerRequest => "thread-per-request",
+            Front::TaskPerRequest => "task-per-request",
+        };
+        write!(
+            f,
+            "{} held requests on the {front} front exceed what {} = {} allows: at most {}",
+            self.held,
+            self.reach.ceiling.name(),
+            self.reach.value,
+            self.reach.held,
+        )
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// Memory maps a process has before its first held request: the program, its libraries, heap,
+/// stacks and malloc arenas: 41 in a test child at rest here, more with runtime threads and
+/// arenas; `thread_maps_match_the_cost` checks the bound.
+const BASE_MAPS: u64 = 256;
+/// File descriptors a process has before its first held request: stdio, the listener, the
+/// runtime's epoll and waker, the pipes to a child: 6 in a test child at rest here.
+const BASE_FDS: u64 = 64;
+
+/// What a ceiling leaves for held requests: its value, less what is taken before the first
+/// (`in_use`), less a tenth of the value. The tenth is the safety margin: it absorbs what the
+/// base figures miss (runtime threads, another program's threads or sockets, ports still in
+/// TIME_WAIT from an earlier run) and what changes between this check and the run.
+fn usable(value: u64, in_use: u64) -> u64 {
+    value.saturating_sub(in_use).saturating_sub(value / 10)
+}
+
+/// The most requests `front` can hold under `limits`, and the ceiling that stops one more;
+/// `None` if none of them applies (all unlimited). Uses RLIMIT_NOFILE's soft limit: call
+/// [`raise_nofile`] before reading the limits.
+///
+/// Server and caller are separate processes with the same RLIMIT_NOFILE (a child inherits it),
+/// so the side with more descriptors per request is the one it stops. RLIMIT_NPROC counts the
+/// threads of one user, but is charged here with every thread on the machine: the safe side.
+pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
+    let cost = front.cost();
+    let ceilings = [
+        (
+            Ceiling::MaxMapCount,
+            Some(limits.max_map_count),
+            BASE_MAPS,
+            cost.maps,
+        ),
+        (
+            Ceiling::PidMax,
+            Some(limits.pid_max),
+            limits.threads_now,
+            cost.threads,
+        ),
+        (
+            Ceiling::ThreadsMax,
+            Some(limits.threads_max),
+            limits.threads_now,
+            cost.threads,
+        ),
+        (
+            Ceiling::Nproc,
+            limits.nproc.soft,
+            limits.threads_now,
+            cost.threads,
+        ),
+        (
+            Ceiling::Nofile,
+            limits.nofile.soft,
+            BASE_FDS,
+            cost.server_fds.max(cost.client_fds),
+        ),
+    ];
+    ceilings
+        .into_iter()
+        .filter_map(|(ceiling, value, in_use, per_request)| {
+            let value = value?;
+            (per_request > 0).then(|| Reach {
+                held: usable(value, in_use) / per_request,
+                ceiling,
+                value,
+            })
+        })
+        .min_by_key(|reach| reach.held)
+}
+
+/// Whether `front` can hold `held` requests under `limits`; if not, the ceiling that stops it.
+/// See [`reach`].
+pub(crate) fn check(limits: &Limits, front: Front, held: u64) -> Result<(), Refusal> {
+    match reach(limits, front) {
+        Some(reach) if held > reach.held => Err(Refusal { held, front, reach }),
+        _ => Ok(()),
+    }
+}
+
+/// Connections the caller may open from one source address to the server: each takes an
+/// ephemeral port of that address, less the margin of [`usable`]. At least one.
+pub(crate) fn ports_per_address(limits: &Limits) -> u64 {
+    let (first, last) = limits.local_ports;
+    let ports = u64::from(last.saturating_sub(first)) + 1;
+    usable(ports, 0).max(1)
+}
+
+/// Source addresses (`127.0.0.1`, `127.0.0.2`, ...) the caller needs to hold `held` connections
+/// to one server address, at most [`ports_per_address`] from each. At least one.
+pub(crate) fn source_addresses_needed(held: u64, limits: &Limits) -> u64 {
+    held.div_ceil(ports_per_address(limits)).max(1)
+}
+
+/// The number of threads on the machine: `total` in the fourth field, `running/total`.
+fn parse_threads_now(loadavg: &str) -> Option<u64> {
+    let field = loadavg.split_whitespace().nth(3)?;
+    field.split_once('/')?.1.parse().ok()
+}
+
+/// `first<whitespace>last`, as in `ip_local_port_range`.
+fn parse_port_range(text: &str) -> Option<(u16, u16)> {
+    let mut ports = text.split_whitespace().map(str::parse::<u16>);
+    let (Some(Ok(first)), Some(Ok(last)), None) = (ports.next(), ports.next(), ports.next()) else {
+        return None;
+    };
+    (first <= last).then_some((first, last))
+}
+
+fn sysctl(name: &str) -> io::Result<u64> {
+    let path = format!("/proc/sys/{name}");
+    let text = read_proc(&path)?;
+    text.trim()
+        .parse()
+        .map_err(|e| invalid(format!("{path}: not a number ({e}): {text:?}")))
+}
+
+fn read_proc(path: &str) -> io::Result<String> {
+    if !cfg!(target_os = "linux") {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{path}: the limits are read on Linux only"),
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    use serde::{Deserialize, Serialize};
+
+    use super::*;
+    use crate::child::test_child::{self, step};
+    use crate::child::{Exit, ToParent};
+    use crate::procfs::ProcessFigures;
+
+    /// This machine's defaults: 65 530 maps, 32 768 pids, RLIMIT_NOFILE 20 000.
+    fn limits() -> Limits {
+        Limits {
+            max_map_count: 65_530,
+            pid_max: 32_768,
+            threads_max: 192_730,
+            threads_now: 137,
+            nproc: Rlimit {
+                soft: Some(96_365),
+                hard: Some(96_365),
+            },
+            nofile: Rlimit {
+                soft: Some(20_000),
+                hard: Some(20_000),
+            },
+            local_ports: (32_768, 60_999),
+        }
+    }
+
+    /// `vm.max_map_count` refuses 20 000 held threads, but not 20 000 held tasks.
+    #[test]
+    fn max_map_count_refuses_threads_not_tasks() {
+        let limits = Limits {
+            nofile: Rlimit {
+                soft: Some(1_048_576),
+                hard: Some(1_048_576),
+            },
+            ..limits()
+        };
+        let refusal = check(&limits, Front::ThreadPerRequest, 20_000).expect_err("too many maps");
+        // (65 530 - 256 - 6 553) / 4 maps per thread.
+        let by_maps = Reach {
+            held: 14_680,
+            ceiling: Ceiling::MaxMapCount,
+            value: 65_530,
+        };
+        assert_eq!(refusal.reach, by_maps);
+        assert!(
+            refusal.to_string().contains("vm.max_map_count = 65530"),
+            "{refusal}"
+        );
+        assert_eq!(check(&limits, Front::ThreadPerRequest, 14_680), Ok(()));
+        assert_eq!(check(&limits, Front::TaskPerRequest, 20_000), Ok(()));
+    }
+
+    /// With this machine's RLIMIT_NOFILE (20 000, hard and soft) descriptors stop both fronts
+    /// first: the threaded one near 9 000, as its server takes two per connection.
+    #[test]
+    fn nofile_stops_both_fronts_on_this_machine() {
+        let limits = limits();
+        // (20 000 - 64 - 2 000) fds, one per request on each side.
+        let by_fds = Reach {
+            held: 17_936,
+            ceiling: Ceiling::Nofile,
+            value: 20_000,
+        };
+        assert_eq!(reach(&limits, Front::TaskPerRequest), Some(by_fds));
+        assert_eq!(check(&limits, Front::TaskPerRequest, 17_936), Ok(()));
+        assert!(check(&limits, Front::TaskPerRequest, 17_937).is_err());
+        let threads = Reach {
+            held: 8_968,
+            ..by_fds
+        };
+        assert_eq!(reach(&limits, Front::ThreadPerRequest), Some(threads));
+    }
+
+    /// A low RLIMIT_NOFILE stops both fronts, the threaded one sooner: two descriptors per
+    /// connection in its server.
+    #[test]
+    fn nofile_refuses_both_fronts() {
+        let limits = Limits {
+            nofile: Rlimit {
+                soft: Some(1_024),
+                hard: Some(4_096),
+            },
+            ..limits()
+        };
+        let tasks = check(&limits, Front::TaskPerRequest, 2_000).expect_err("too few fds");
+        // 1 024 - 64 - 102.
+        assert_eq!(
+            (tasks.reach.ceiling, tasks.reach.held),
+            (Ceiling::Nofile, 858)
+        );
+        let threads = check(&limits, Front::ThreadPerRequest, 2_000).expect_err("too few fds");
+        assert_eq!(
+            (threads.reach.ceiling, threads.reach.held),
+            (Ceiling::Nofile, 429)
+        );
+        assert_eq!(check(&limits, Front::TaskPerRequest, 500), Ok(()));
+    }
+
+    /// Threads also count against pids and threads on the whole machine, less those running.
+    #[test]
+    fn threads_count_against_machine_ceilings() {
+        let limits = Limits {
+            max_map_count: 1_000_000,
+            threads_now: 10_000,
+            nofile: Rlimit {
+                soft: Some(1_000_000),
+                hard: Some(1_000_000),
+            },
+            ..limits()
+        };
+        let refusal = check(&limits, Front::ThreadPerRequest, 20_000).expect_err("too few pids");
+        // 32 768 - 10 000 - 3 276.
+        assert_eq!(
+            (refusal.reach.ceiling, refusal.reach.held),
+            (Ceiling::PidMax, 19_492)
+        );
+        let nproc = Limits {
+            nproc: Rlimit {
+                soft: Some(20_000),
+                hard: None,
+            },
+            ..limits
+        };
+        let refusal = check(&nproc, Front::ThreadPerRequest, 9_000).expect_err("too few procs");
+        assert_eq!(
+            (refusal.reach.ceiling, refusal.reach.held),
+            (Ceiling::Nproc, 8_000)
+        );
+        assert_eq!(check(&nproc, Front::TaskPerRequest, 100_000), Ok(()));
+    }
+
+    /// With every ceiling that applies unlimited, nothing is refused.
+    #[test]
+    fn unlimited_ceilings_refuse_nothing() {
+        let unlimited = Rlimit {
+            soft: None,
+            hard: None,
+        };
+        let limits = Limits {
+            nofile: unlimited,
+            ..limits()
+        };
+        assert_eq!(reach(&limits, Front::TaskPerRequest), None);
+        assert_eq!(check(&limits, Front::TaskPerRequest, u64::MAX), Ok(()));
+    }
+
+    /// One source address has the ephemeral range less a tenth; beyond it, more addresses.
+    #[test]
+    fn source_addresses_spread_the_ports() {
+        let limits = limits();
+        // 28 232 ports, less 2 823.
+        assert_eq!(ports_per_address(&limits), 25_409);
+        assert_eq!(source_addresses_needed(0, &limits), 1);
+        assert_eq!(source_addresses_needed(25_409, &limits), 1);
+        assert_eq!(source_addresses_needed(25_410, &limits), 2);
+        assert_eq!(source_addresses_needed(100_000, &limits), 4);
+        let one_port = Limits {
+            local_ports: (40_000, 40_000),
+            ..limits
+        };
+        assert_eq!(source_addresses_needed(3, &one_port), 3);
+    }
+
+    /// The small files parse as the kernel writes them.
+    #[test]
+    fn proc_text_parses() {
+        assert_eq!(parse_threads_now("3.65 1.29 0.54 4/137 10536\n"), Some(137));
+        assert_eq!(parse_threads_now("3.65 1.29 0.54\n"), None);
+        assert_eq!(parse_port_range("32768\t60999\n"), Some((32_768, 60_999)));
+        assert_eq!(parse_port_range("60999\t32768\n"), None);
+        assert_eq!(parse_port_range("32768\n"), None);
+        assert_eq!(parse_port_range("1 2 3\n"), None);
+    }
+
+    /// The real limits of this machine read, and raising RLIMIT_NOFILE reaches the hard limit.
+    #[test]
+    fn reads_and_raises_the_real_limits() {
+        if !cfg!(target_os = "linux") {
+            assert_eq!(
+                Limits::read().map_err(|e| e.kind()),
+                Err(io::ErrorKind::Unsupported)
+            );
+            return;
+        }
+        let limits = Limits::read().expect("read the limits");
+        assert!(limits.max_map_count > 0 && limits.pid_max > 0 && limits.threads_now > 0);
+        assert!(limits.local_ports.0 <= limits.local_ports.1);
+        let raised = raise_nofile().expect("raise RLIMIT_NOFILE");
+        assert_eq!(raised.soft, raised.hard);
+        assert_eq!(raised.hard, limits.nofile.hard);
+    }
+
+    const ENTRY: &str = "limits::tests::child_entry";
+    /// Enough threads that the malloc arenas some of them create (two maps each, at most eight
+    /// per core) cannot hide the per-thread figure.
+    const THREADS: u64 = 1_000;
+
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Measured {
+        before: ProcessFigures,
+        with_threads: ProcessFigures,
+    }
+
+    /// Not a test: the body of the child process `thread_maps_match_the_cost` starts, which
+    /// counts its own memory maps with and without `THREADS` idle threads.
+    #[test]
+    #[ignore = "runs only as a child process of this module's tests"]
+    fn child_entry() {
+        if test_child::role().is_none() {
+            return;
+        }
+        let pid = std::process::id();
+        let before = ProcessFigures::read(pid).expect("read /proc/self");
+        let started = Arc::new(Barrier::new(1 + THREADS as usize));
+        let release = Arc::new(Barrier::new(1 + THREADS as usize));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (started, release) = (started.clone(), release.clone());
+                std::thread::spawn(move || {
+                    started.wait();
+                    release.wait();
+                })
+            })
+            .collect();
+        started.wait();
+        let with_threads = ProcessFigures::read(pid).expect("read /proc/self");
+        release.wait();
+        for thread in threads {
+            thread.join().expect("an idle thread does not panic");
+        }
+        let measured = Measured {
+            before,
+            with_threads,
+        };
+        test_child::block_on(async {
+            let mut to_parent = ToParent::stdout().expect("the parent's stdout");
+            to_parent.send(&measured).await.expect("the parent reads");
+        });
+        std::process::exit(0)
+    }
+
+    /// Each held thread adds `MAPS_PER_THREAD` maps: measured in a child process, where no
+    /// other test starts threads meanwhile.
+    #[tokio::test]
+    async fn thread_maps_match_the_cost() {
+        let mut child = test_child::spawn(ENTRY, "threads").await;
+        let measured = step("the measurement", child.recv::<Measured>()).await;
+        let Measured {
+            before,
+            with_threads,
+        } = measured.expect("read").expect("a measurement");
+        let exit: Exit = step("exit", child.wait()).await.expect("waited");
+        assert_eq!(exit.code, Some(0), "{exit}");
+        assert_eq!(with_threads.os_threads - before.os_threads, THREADS);
+        let added = with_threads.memory_maps - before.memory_maps;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let arenas = 2 * 8 * cores;
+        assert!(
+            (THREADS * MAPS_PER_THREAD..=THREADS * MAPS_PER_THREAD + arenas).contains(&added),
+            "{THREADS} threads added {added} maps; {before:?} then {with_threads:?}"
+        );
+        assert!(before.memory_maps <= BASE_MAPS, "{before:?}");
+        assert!(before.open_fds <= BASE_FDS, "{before:?}");
+    }
+}

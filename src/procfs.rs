@@ -1,0 +1,237 @@
+//! Measured figures from Linux's `/proc`: what one process holds (threads, memory, memory maps,
+//! open files) and two machine-wide counters (the kernel's thread stacks, listen-queue
+//! overflows). Each file is parsed by a pure function, tested on text copied from a real
+//! machine (`tests/data/proc/`). On other OSes every reader fails with
+//! [`io::ErrorKind::Unsupported`].
+
+#![cfg_attr(
+    not(test),
+    expect(dead_code, reason = "used by the hold and replicas instruments, next")
+)]
+
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+/// What one process holds, read file after file (not one atomic snapshot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ProcessFigures {
+    /// Its OS threads (`Threads` in `/proc/<pid>/status`).
+    pub(crate) os_threads: u64,
+    /// Its resident memory in KiB (`VmRSS`).
+    pub(crate) rss_kib: u64,
+    /// Its address space in KiB (`VmSize`): reserved, not necessarily resident.
+    pub(crate) address_space_kib: u64,
+    /// Its memory mappings (lines of `/proc/<pid>/maps`), which `vm.max_map_count` bounds.
+    pub(crate) memory_maps: u64,
+    /// Its open file descriptors (entries of `/proc/<pid>/fd`). For this process that includes
+    /// the one used to list them.
+    pub(crate) open_fds: u64,
+}
+
+impl ProcessFigures {
+    /// Reads the figures of process `pid`. Fails if it is gone, is a zombie (which has no
+    /// memory figures), or belongs to another user.
+    pub(crate) fn read(pid: u32) -> io::Result<ProcessFigures> {
+        let status_path = format!("/proc/{pid}/status");
+        let status = read_proc(&status_path)?;
+        let status = StatusFigures::parse(&status).ok_or_else(|| {
+            invalid(format!(
+                "{status_path} lacks Threads, VmRSS or VmSize (a zombie?)"
+            ))
+        })?;
+        let maps = read_proc_bytes(&format!("/proc/{pid}/maps"))?;
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
+        Ok(ProcessFigures {
+            os_threads: status.threads,
+            rss_kib: status.rss_kib,
+            address_space_kib: status.size_kib,
+            memory_maps: line_count(&maps),
+            open_fds: u64::try_from(fds.count()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
+/// `KernelStack` in `/proc/meminfo`, in KiB: the kernel-side stacks of every thread on the
+/// machine, which no process's resident memory counts.
+pub(crate) fn kernel_stack_kib() -> io::Result<u64> {
+    let meminfo = read_proc("/proc/meminfo")?;
+    kib_field(&meminfo, "KernelStack")
+        .ok_or_else(|| invalid("/proc/meminfo has no KernelStack".into()))
+}
+
+/// `TcpExt: ListenOverflows` in `/proc/net/netstat`: how often, since boot, a listener's accept
+/// queue was full when a connection completed its handshake. Counts every listener in this
+/// network namespace, so compare two readings around a run.
+pub(crate) fn listen_overflows() -> io::Result<u64> {
+    let netstat = read_proc("/proc/net/netstat")?;
+    netstat_field(&netstat, "TcpExt", "ListenOverflows")
+        .ok_or_else(|| invalid("/proc/net/netstat has no TcpExt ListenOverflows".into()))
+}
+
+/// The three figures `ProcessFigures` takes from `/proc/<pid>/status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StatusFigures {
+    threads: u64,
+    rss_kib: u64,
+    size_kib: u64,
+}
+
+impl StatusFigures {
+    fn parse(status: &str) -> Option<StatusFigures> {
+        Some(StatusFigures {
+            threads: number_field(status, "Threads")?,
+            rss_kib: kib_field(status, "VmRSS")?,
+            size_kib: kib_field(status, "VmSize")?,
+        })
+    }
+}
+
+/// The value of a `Key:  <number>` line, as in `/proc/<pid>/status`.
+fn number_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(key)?.strip_prefix(':')?;
+        value.trim().parse().ok()
+    })
+}
+
+/// The value of a `Key:  <number> kB` line, as in `/proc/meminfo`; the kernel's "kB" is KiB.
+fn kib_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(key)?.strip_prefix(':')?;
+        value.trim().strip_suffix("kB")?.trim_end().parse().ok()
+    })
+}
+
+/// A counter from `/proc/net/netstat`, where each group is a line of names (`TcpExt: A B ...`)
+/// followed by a line of values in the same order (`TcpExt: 0 7 ...`).
+fn netstat_field(text: &str, group: &str, key: &str) -> Option<u64> {
+    let prefix = format!("{group}:");
+    let mut lines = text.lines().filter_map(|line| line.strip_prefix(&prefix));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let index = names.split_whitespace().position(|name| name == key)?;
+    values.split_whitespace().nth(index)?.parse().ok()
+}
+
+fn line_count(text: &[u8]) -> u64 {
+    text.iter().map(|&byte| u64::from(byte == b'\n')).sum()
+}
+
+fn read_proc(path: &str) -> io::Result<String> {
+    read_proc_bytes(path).and_then(|bytes| {
+        String::from_utf8(bytes).map_err(|e| invalid(format!("{path} is not UTF-8: {e}")))
+    })
+}
+
+fn read_proc_bytes(path: &str) -> io::Result<Vec<u8>> {
+    if !cfg!(target_os = "linux") {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{path}: /proc figures are read on Linux only"),
+        ));
+    }
+    std::fs::read(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/proc/self/status` of a small Rust program with two threads besides its main one.
+    const STATUS: &str = include_str!("../tests/data/proc/status");
+    const MEMINFO: &str = include_str!("../tests/data/proc/meminfo");
+    const NETSTAT: &str = include_str!("../tests/data/proc/netstat");
+
+    /// The status figures come from their own lines, in KiB, and nothing else.
+    #[test]
+    fn status_figures_parse_real_text() {
+        let figures = StatusFigures::parse(STATUS);
+        let expected = StatusFigures {
+            threads: 3,
+            rss_kib: 2104,
+            size_kib: 138_220,
+        };
+        assert_eq!(figures, Some(expected));
+        // A longer name that starts with the key's is another field.
+        assert_eq!(kib_field("VmRSSx: 5 kB\nVmRSS: 7 kB\n", "VmRSS"), Some(7));
+        assert_eq!(
+            number_field("Threadsx:\t9\nThreads:\t4\n", "Threads"),
+            Some(4)
+        );
+    }
+
+    /// A zombie's status has no memory lines: no figures rather than zeros.
+    #[test]
+    fn status_without_memory_lines_has_no_figures() {
+        let zombie: String = STATUS
+            .lines()
+            .filter(|line| !line.starts_with("Vm"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        assert_eq!(StatusFigures::parse(&zombie), None);
+    }
+
+    /// `KernelStack` is read in KiB from real `/proc/meminfo` text.
+    #[test]
+    fn kernel_stack_parses_real_meminfo() {
+        assert_eq!(kib_field(MEMINFO, "KernelStack"), Some(1912));
+        assert_eq!(kib_field(MEMINFO, "NoSuchField"), None);
+    }
+
+    /// A netstat counter is the value in its name's column, in its own group.
+    #[test]
+    fn netstat_counters_parse_real_text() {
+        assert_eq!(netstat_field(NETSTAT, "TcpExt", "ListenOverflows"), Some(0));
+        // Columns with non-zero values show that the column is the name's.
+        assert_eq!(netstat_field(NETSTAT, "TcpExt", "TW"), Some(22_412));
+        assert_eq!(netstat_field(NETSTAT, "TcpExt", "DelayedACKs"), Some(133));
+        assert_eq!(
+            netstat_field(NETSTAT, "IpExt", "InOctets").map(|n| n > 0),
+            Some(true)
+        );
+        assert_eq!(netstat_field(NETSTAT, "TcpExt", "NoSuchCounter"), None);
+        let overflowed = "TcpExt: ListenDrops ListenOverflows\nTcpExt: 9 7\n";
+        assert_eq!(
+            netstat_field(overflowed, "TcpExt", "ListenOverflows"),
+            Some(7)
+        );
+        assert_eq!(
+            netstat_field("TcpExt: ListenOverflows\n", "TcpExt", "ListenOverflows"),
+            None
+        );
+    }
+
+    /// Memory maps are counted by line.
+    #[test]
+    fn maps_are_counted_by_line() {
+        let maps = b"5605cb2f6000-5605cb30d000 r--p 00000000 fe:00 10018880 /tmp/m\n\
+                     7ffea3d13000-7ffea3d34000 rw-p 00000000 00:00 0 [stack]\n";
+        assert_eq!(line_count(maps), 2);
+        assert_eq!(line_count(b""), 0);
+    }
+
+    /// This process's own figures, read from the real `/proc/self`, are plausible.
+    #[test]
+    fn reads_this_process() {
+        if !cfg!(target_os = "linux") {
+            let error = ProcessFigures::read(std::process::id()).expect_err("Linux only");
+            assert_eq!(error.kind(), io::ErrorKind::Unsupported);
+            return;
+        }
+        let figures = ProcessFigures::read(std::process::id()).expect("read /proc/self");
+        // The test harness runs this test on a thread of its own, besides the main one.
+        assert!(figures.os_threads >= 2, "{figures:?}");
+        assert!(figures.rss_kib > 0 && figures.address_space_kib > figures.rss_kib);
+        // The program, its libraries, the heap and the stacks: dozens of maps.
+        assert!(figures.memory_maps > 10, "{figures:?}");
+        // stdin, stdout, stderr and the directory being listed.
+        assert!(figures.open_fds >= 4, "{figures:?}");
+        assert!(kernel_stack_kib().expect("read /proc/meminfo") > 0);
+        listen_overflows().expect("read /proc/net/netstat");
+    }
+}

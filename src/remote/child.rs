@@ -1,0 +1,236 @@
+//! The child's side: `isolation-lab __front <spec>` serves one front on `127.0.0.1:0` and obeys
+//! its parent until told to stop or until its stdin ends. Its stdout is the parent's channel:
+//! nothing else in this process may print there.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::global::GlobalPool;
+use super::protocol::{Counts, FromFront, FrontSpec, GlobalSpec, Ready, Stopped, Stream, ToFront};
+use crate::admission::ledger::WorkEvent;
+use crate::admission::remote::Released;
+use crate::admission::section::WorkSection;
+use crate::admission::token::RunToken;
+use crate::child::{ToParent, parent_link};
+use crate::faults::Faults;
+use crate::global::{GlobalPermits, Lease, LoopbackUrl};
+use crate::policy::Allocation;
+use crate::server::{self, Census, Running};
+
+/// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
+/// once it has reported its stop, 1 if it could not start or serve (after saying why, if the
+/// parent can still hear it).
+pub fn serve(spec: &FrontSpec) -> u8 {
+    // Before any socket exists: a front may hold as many connections as the hard limit allows.
+    // If raising fails the front still serves, within the soft limit; its figures say so.
+    if let Err(e) = crate::limits::raise_nofile() {
+        eprintln!("isolation-lab __front: RLIMIT_NOFILE stays as it was: {e}");
+    }
+    // One thread: on the async front the whole child is then one OS thread plus whatever the
+    // front itself starts, which is what an instrument measures.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("isolation-lab __front: cannot start the Tokio runtime: {e}");
+            return 1;
+        }
+    };
+    let code = runtime.block_on(run(spec));
+    drop(runtime);
+    code
+}
+
+/// The section and server of a started front.
+struct Serving {
+    section: Arc<WorkSection>,
+    running: Running,
+    ready: Ready,
+    /// With global permits: the task that makes the section's round trips to Redis.
+    driver: Option<JoinHandle<Released>>,
+}
+
+impl Serving {
+    async fn start(spec: &FrontSpec) -> Result<Serving, String> {
+        let token = RunToken::generate().map_err(|e| format!("no run token: {e}"))?;
+        let ready_token = token.header_value();
+        let allocation = Allocation::shared(spec.capacity);
+        let (section, driver) = match (&spec.global, &spec.replica) {
+            (Some(global), Some(replica)) => {
+                let permits = connect(global, spec.capacity).await?;
+                let pool = Arc::new(GlobalPool::new(permits, replica.clone()));
+                let (section, driver) = WorkSection::with_remote(allocation, pool, token);
+                (section, Some(tokio::spawn(driver.run())))
+            }
+            _ => {
+                let permits = server::permits(spec.front);
+                (WorkSection::new(allocation, permits, token), None)
+            }
+        };
+        let section = Arc::new(section);
+        let (address, running) = server::start(
+            spec.front,
+            section.clone(),
+            Arc::new(Census::default()),
+            Arc::new(Faults::default()),
+            Duration::from_millis(spec.drain_ms),
+        )
+        .map_err(|e| format!("cannot start the {} front: {e}", spec.front.name()))?;
+        let ready = Ready {
+            address,
+            token: ready_token,
+            pid: std::process::id(),
+        };
+        Ok(Serving {
+            section,
+            running,
+            ready,
+            driver,
+        })
+    }
+}
+
+/// Joins the run's global pool, as every replica of the run does with the same settings.
+async fn connect(global: &GlobalSpec, capacity: usize) -> Result<GlobalPermits, String> {
+    let url = LoopbackUrl::parse(&global.url)?;
+    let capacity = u32::try_from(capacity).map_err(|_| "capacity too large".to_owned())?;
+    let lease = Lease::from_millis(global.lease_ms);
+    GlobalPermits::connect(&url, &global.run, capacity, lease)
+        .await
+        .map_err(|e| format!("cannot join the global pool at {url}: {e}"))
+}
+
+async fn run(spec: &FrontSpec) -> u8 {
+    let (mut from_parent, mut to_parent) = match parent_link() {
+        Ok(link) => link,
+        Err(e) => {
+            eprintln!("isolation-lab __front: no pipes to a parent: {e}");
+            return 1;
+        }
+    };
+    let Serving {
+        section,
+        running,
+        ready,
+        driver,
+    } = match Serving::start(spec).await {
+        Ok(serving) => serving,
+        Err(reason) => {
+            eprintln!("isolation-lab __front: {reason}");
+            let _ = to_parent.send(&FromFront::Failed { reason }).await;
+            return 1;
+        }
+    };
+    // Subscribed before the parent learns the address: no request can come before it.
+    let (_, mut events) = section.subscribe();
+    let mut forward = Forward {
+        stream: spec.stream,
+        counts: Counts::default(),
+    };
+    let mut problem = None;
+    if to_parent.send(&FromFront::Ready(ready)).await.is_ok() {
+        loop {
+            tokio::select! {
+                command = from_parent.next::<ToFront>() => match command {
+                    Ok(Some(ToFront::OpenGate)) => section.open_gate(),
+                    // Told to stop, or the parent is gone: either way, stop now.
+                    Ok(Some(ToFront::Stop) | None) => break,
+                    Err(e) => {
+                        problem = Some(format!("a line from the parent is not a command: {e}"));
+                        break;
+                    }
+                },
+                Some(event) = events.recv() => {
+                    let batch = batch(event, &mut events);
+                    if forward.send(&mut to_parent, batch).await.is_err() {
+                        // The parent stopped reading: it is gone.
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Held work that was never released leaves now, answered 503 `work_abandoned`, so the
+    // drain below does not wait for a gate nobody will open.
+    section.abandon_gate();
+    let stopped = running.stop().await;
+    // Every handler has been joined, so every permit has been handed to the driver: close the
+    // section and wait for the last releases.
+    section.close_remote();
+    let permits = match driver {
+        Some(driver) => match driver.await {
+            Ok(released) => Some(released),
+            Err(e) => {
+                problem.get_or_insert(format!("the global permits' driver failed: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
+    let mut rest = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        rest.push(event);
+    }
+    // From here on a failed send means the parent is gone, and nobody is left to tell.
+    let _ = forward.send(&mut to_parent, rest).await;
+    let message = match (stopped, problem) {
+        (Ok(stopped), None) => FromFront::Stopped(Box::new(Stopped {
+            server: stopped.summary,
+            error: stopped.error,
+            final_state: section.final_state(),
+            ledger: section.audit(),
+            counts: forward.counts,
+            permits,
+        })),
+        (Err(reason), _) | (Ok(_), Some(reason)) => {
+            eprintln!("isolation-lab __front: {reason}");
+            FromFront::Failed { reason }
+        }
+    };
+    let code = u8::from(matches!(message, FromFront::Failed { .. }));
+    let _ = to_parent.send(&message).await;
+    code
+}
+
+/// `first` and every event already waiting after it.
+fn batch(first: WorkEvent, events: &mut mpsc::UnboundedReceiver<WorkEvent>) -> Vec<WorkEvent> {
+    let mut batch = vec![first];
+    while let Ok(event) = events.try_recv() {
+        batch.push(event);
+    }
+    batch
+}
+
+/// What the parent is told about the section's events.
+struct Forward {
+    stream: Stream,
+    counts: Counts,
+}
+
+impl Forward {
+    /// Tells the parent about `batch`: one line of running totals, or a line per event.
+    async fn send(
+        &mut self,
+        to_parent: &mut ToParent,
+        batch: Vec<WorkEvent>,
+    ) -> std::io::Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        batch.iter().for_each(|event| self.counts.add(event));
+        match self.stream {
+            Stream::Counts => to_parent.send(&FromFront::Counts(self.counts)).await,
+            Stream::Events => {
+                for event in batch {
+                    to_parent.send(&FromFront::Event(event)).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! A replica's permits from the Redis-backed global pool: the admission seam's
+//! [`RemotePool`] over [`GlobalPermits`]. Each admitted holder (`replica/request`) keeps its
+//! lease renewed until its work leaves and the section's driver releases it.
+
+use crate::admission::remote::{BoxFuture, RemoteDecision, RemotePermit, RemotePool};
+use crate::global::{GlobalPermits, HeldLease, Hold, Holder};
+use crate::label::Label;
+use crate::policy::Pool;
+
+/// One replica's view of the global pool: its holders are named after it.
+#[derive(Debug)]
+pub(crate) struct GlobalPool {
+    permits: GlobalPermits,
+    replica: String,
+}
+
+impl GlobalPool {
+    /// The pool `permits`, for replica `replica`.
+    pub(crate) fn new(permits: GlobalPermits, replica: String) -> GlobalPool {
+        GlobalPool { permits, replica }
+    }
+}
+
+impl RemotePool for GlobalPool {
+    fn try_admit(
+        &self,
+        _pool: Pool,
+        request: Label,
+    ) -> BoxFuture<'static, Result<RemoteDecision, String>> {
+        let (permits, replica) = (self.permits.clone(), self.replica.clone());
+        Box::pin(async move {
+            let holder = Holder::new(&replica, &request.to_string()).map_err(|e| e.to_string())?;
+            match permits.try_hold(holder).await.map_err(|e| e.to_string())? {
+                Hold::Held(lease) => Ok(RemoteDecision::Admitted(Box::new(GlobalPermit(lease)))),
+                Hold::Refused { holders, .. } => Ok(RemoteDecision::Refused(
+                    holders.iter().map(|h| h.holder.to_string()).collect(),
+                )),
+            }
+        })
+    }
+}
+
+/// A held global permit, its lease renewed until it is released.
+#[derive(Debug)]
+struct GlobalPermit(HeldLease);
+
+impl RemotePermit for GlobalPermit {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
+        Box::pin(async move { self.0.release().await.map_err(|e| e.to_string()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::remote::FrontSpec;
+
+    /// A replica's global spec is checked like the rest of the command line: loopback only,
+    /// a valid replica name, the async front.
+    #[test]
+    fn a_global_spec_is_checked_before_anything_starts() {
+        let global = r#""global":{"url":"redis://127.0.0.1:6379","run":"r","lease_ms":200}"#;
+        let ok = format!(r#"{{"front":"async","capacity":2,"replica":"r1",{global}}}"#);
+        let spec = FrontSpec::parse(&ok).expect("a valid replica spec");
+        assert_eq!(spec.replica.as_deref(), Some("r1"));
+        assert_eq!(FrontSpec::parse(&spec.to_arg()), Ok(spec));
+        for (bad, says) in [
+            (ok.replace("127.0.0.1", "10.0.0.1"), "loopback"),
+            (ok.replace(r#""replica":"r1","#, ""), "replica name"),
+            (ok.replace("r1", "r/1"), "replica"),
+            (ok.replace("async", "threaded"), "async front"),
+            (
+                ok.replace(r#""run""#, r#""bogus":1,"run""#),
+                "unknown field",
+            ),
+        ] {
+            let why = FrontSpec::parse(&bad).expect_err("refused");
+            assert!(why.contains(says), "{bad}: {why}");
+        }
+    }
+}

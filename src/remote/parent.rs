@@ -1,0 +1,198 @@
+//! The parent's side: [`RemoteFront`], a front serving in a child process of the lab.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use super::SUBCOMMAND;
+use super::protocol::{FromFront, FrontSpec, Ready, Stopped, ToFront};
+use crate::child::{ChildProcess, Exit, Signal};
+
+/// How long a child that failed, or was told to stop and did not, gets to exit before it is
+/// killed: it has nothing left to do but exit.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
+
+/// A server front in a child process: started, told to open its gate and to stop, and reaped.
+/// It dies with the parent (see [`ChildProcess`]); dropping it kills and reaps the child.
+#[derive(Debug)]
+pub(crate) struct RemoteFront {
+    child: ChildProcess,
+    ready: Ready,
+}
+
+/// A step with a front child failed. If the child ended (or had to be killed), it is reaped
+/// and `exit` says how it ended.
+#[derive(Debug)]
+pub(crate) struct FrontError {
+    /// What went wrong, in one line.
+    pub(crate) reason: String,
+    /// How the child ended, once reaped.
+    pub(crate) exit: Option<Exit>,
+}
+
+impl fmt::Display for FrontError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.exit {
+            Some(exit) => write!(f, "{}; the front's process {exit}", self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
+}
+
+/// A front that stopped when told to: its report, how its process ended, and the messages
+/// it sent between the stop command and its report (the last counts or events).
+#[derive(Debug)]
+pub(crate) struct Closed {
+    pub(crate) stopped: Stopped,
+    pub(crate) exit: Exit,
+    pub(crate) trailing: Vec<FromFront>,
+}
+
+impl RemoteFront {
+    /// Starts `program __front <spec>` (`program` is this lab's binary; any arguments it
+    /// already has come first) and waits up to `timeout` for it to be ready.
+    pub(crate) async fn start(
+        mut program: Command,
+        spec: &FrontSpec,
+        timeout: Duration,
+    ) -> Result<RemoteFront, FrontError> {
+        program.arg(SUBCOMMAND).arg(spec.to_arg());
+        let child = ChildProcess::spawn_command(program).map_err(|e| FrontError {
+            reason: format!(
+                "cannot start a process for the {} front: {e}",
+                spec.front.name()
+            ),
+            exit: None,
+        })?;
+        RemoteFront::attach(child, timeout).await
+    }
+
+    /// Takes over a started child whose next message is its first, and waits up to `timeout`
+    /// for it to be ready.
+    pub(crate) async fn attach(
+        mut child: ChildProcess,
+        timeout: Duration,
+    ) -> Result<RemoteFront, FrontError> {
+        let first = tokio::time::timeout(timeout, child.recv::<FromFront>()).await;
+        let reason = match first {
+            Ok(Ok(Some(FromFront::Ready(ready)))) => return Ok(RemoteFront { child, ready }),
+            Ok(Ok(Some(FromFront::Failed { reason }))) => reason,
+            Ok(Ok(Some(other))) => format!("the front's first message was not ready: {other:?}"),
+            Ok(Ok(None)) => "the front's process ended before it was ready".to_owned(),
+            Ok(Err(e)) => format!("reading the front's first message: {e}"),
+            Err(_) => format!("the front was not ready within {} s", timeout.as_secs()),
+        };
+        Err(end(child, reason).await)
+    }
+
+    /// The child's process id: its `/proc/<pid>` figures are the front's alone.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// Where the front listens: `127.0.0.1:<port>`.
+    pub(crate) fn address(&self) -> SocketAddr {
+        self.ready.address
+    }
+
+    /// The run token its callers must present.
+    pub(crate) fn token(&self) -> &str {
+        &self.ready.token
+    }
+
+    /// The front's next message: counts or events as its section records them. `None` once
+    /// its stdout has ended: it has exited (see [`RemoteFront::wait`]). Cancel-safe.
+    pub(crate) async fn next(&mut self) -> io::Result<Option<FromFront>> {
+        self.child.recv().await
+    }
+
+    /// Tells the front to open its slow gate.
+    pub(crate) async fn open_gate(&mut self) -> io::Result<()> {
+        self.child.send(&ToFront::OpenGate).await
+    }
+
+    /// SIGKILLs the child now (a test's fault; [`RemoteFront::wait`] then says so).
+    pub(crate) fn kill(&self) -> io::Result<()> {
+        self.child.signal(Signal::Kill)
+    }
+
+    /// SIGSTOPs the child: it freezes, sockets, timers and all, as a long pause would freeze
+    /// it. Its messages stop until [`RemoteFront::resume`].
+    pub(crate) fn pause(&self) -> io::Result<()> {
+        self.child.signal(Signal::Stop)
+    }
+
+    /// SIGCONTs a paused child.
+    pub(crate) fn resume(&self) -> io::Result<()> {
+        self.child.signal(Signal::Cont)
+    }
+
+    /// Waits until the child has ended and is reaped, and says how. For a child that ended on
+    /// its own, or was killed.
+    pub(crate) async fn wait(&mut self) -> io::Result<Exit> {
+        self.child.wait().await
+    }
+
+    /// Tells the front to stop and waits up to `timeout` for its report and its exit. An
+    /// `Err` means the front did not stop cleanly; the child is reaped either way.
+    pub(crate) async fn stop(mut self, timeout: Duration) -> Result<Closed, FrontError> {
+        let reported = tokio::time::timeout(timeout, self.stop_and_read()).await;
+        let reason = match reported {
+            Ok(Ok((stopped, trailing))) => {
+                return match self.child.close(EXIT_GRACE).await {
+                    Ok(exit) if exit.code == Some(0) => Ok(Closed {
+                        stopped,
+                        exit,
+                        trailing,
+                    }),
+                    Ok(exit) => Err(FrontError {
+                        reason: "the front reported its stop but did not exit cleanly".into(),
+                        exit: Some(exit),
+                    }),
+                    Err(e) => Err(FrontError {
+                        reason: format!("waiting for the front's process: {e}"),
+                        exit: None,
+                    }),
+                };
+            }
+            Ok(Err(reason)) => reason,
+            Err(_) => format!("the front did not stop within {} s", timeout.as_secs()),
+        };
+        Err(end(self.child, reason).await)
+    }
+
+    /// Sends stop, then reads up to the report.
+    async fn stop_and_read(&mut self) -> Result<(Stopped, Vec<FromFront>), String> {
+        self.child
+            .send(&ToFront::Stop)
+            .await
+            .map_err(|e| format!("telling the front to stop: {e}"))?;
+        let mut trailing = Vec::new();
+        loop {
+            match self.child.recv::<FromFront>().await {
+                Ok(Some(FromFront::Stopped(stopped))) => return Ok((*stopped, trailing)),
+                Ok(Some(FromFront::Failed { reason })) => return Err(reason),
+                Ok(Some(other)) => trailing.push(other),
+                Ok(None) => return Err("the front's process ended before its report".into()),
+                Err(e) => return Err(format!("reading the front's report: {e}")),
+            }
+        }
+    }
+}
+
+/// Ends `child` (it gets [`EXIT_GRACE`] to exit by itself, then SIGKILL), reaps it, and says
+/// why the step failed and how the child ended.
+async fn end(child: ChildProcess, reason: String) -> FrontError {
+    match child.close(EXIT_GRACE).await {
+        Ok(exit) => FrontError {
+            reason,
+            exit: Some(exit),
+        },
+        Err(e) => FrontError {
+            reason: format!("{reason}; then waiting for the front's process failed: {e}"),
+            exit: None,
+        },
+    }
+}

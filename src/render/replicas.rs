@@ -1,0 +1,519 @@
+//! `replicas` for a person: the requests as a table with one column per replica, what the
+//! evidence says about the limit in plain words, the pause and the crash with each window next
+//! to the lease, and each replica's own ledger side by side. Reads only the report.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::evidence::Decision;
+use crate::label::Label;
+use crate::render::text::columns;
+use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
+use crate::replicas::{Engine, ReplicaId, ReplicasReport};
+
+/// The report as text within 100 columns.
+pub fn render(report: &ReplicasReport) -> String {
+    let inputs = &report.inputs;
+    let (count, slots) = (inputs.replicas.get(), inputs.slots.get());
+    let mut out = format!(
+        "isolation-lab replicas --replicas {count} --slots {slots} --held {} --global {}{}\n",
+        inputs.held,
+        inputs.global,
+        if inputs.global.is_global() {
+            format!(" --lease-ms {}", inputs.lease_ms)
+        } else {
+            String::new()
+        }
+    );
+    let about = match &report.evidence.engine {
+        Some(engine) => {
+            let whose = if engine.started_by_the_run {
+                "a private redis-server this run started and stopped"
+            } else {
+                "the given Redis"
+            };
+            let lease = match inputs.lease_ms.get() {
+                0 => "without a lease: a dead holder's permit is never given back".to_owned(),
+                ms => format!(
+                    "with a {ms} ms lease, renewed every {} ms while held",
+                    ms / 3
+                ),
+            };
+            format!(
+                "{count} replica servers, each its own process. Every permit comes from ONE \
+                 Redis-backed semaphore of {slots}: a sorted set of holders in {whose} ({}, \
+                 keys isolation-lab:{{{}}}:*), each holder {lease}.",
+                engine.address, engine.run
+            )
+        }
+        None if inputs.global.is_global() => format!(
+            "{count} replica servers, each its own process. Every permit was to come from one \
+             Redis-backed semaphore of {slots}."
+        ),
+        None => format!(
+            "{count} replica servers, each its own process with its OWN semaphore of {slots} \
+             permits. Can they enforce one global limit of {slots}?"
+        ),
+    };
+    out.push_str(&wrap(&about, ""));
+    out.push('\n');
+    out.push_str(&requests(report));
+    out.push('\n');
+    out.push_str(&verdict(report));
+    if report.evidence.pause.is_some() || report.evidence.crash.is_some() {
+        out.push('\n');
+        out.push_str(&leases(report));
+    }
+    for skipped in &report.prediction.skipped {
+        out.push_str(&wrap(&format!("Not run: {skipped}."), "  "));
+    }
+    out.push('\n');
+    out.push_str(&ledgers(report));
+    if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
+        out.push_str(&wrap(
+            &format!(
+                "\nCleanup: the run's keys deleted ({} left); {} holder(s) still held a permit \
+                 then and were removed.",
+                cleanup.keys_left, cleanup.holders_removed
+            ),
+            "",
+        ));
+    }
+    out.push('\n');
+    for mismatch in &report.mismatches {
+        out.push_str(&wrap(&format!("Differs from the model: {mismatch}"), "  "));
+    }
+    match &report.failure {
+        Some(reason) => out.push_str(&wrap(&format!("FAILED: {reason}"), "  ")),
+        None if report.mismatches.is_empty() => {
+            out.push_str("Every observation matched the replicas model.\n");
+        }
+        None => {}
+    }
+    out
+}
+
+/// `text` wrapped at 100 columns, later lines indented by `indent`; a leading newline kept.
+fn wrap(text: &str, indent: &str) -> String {
+    const WIDTH: usize = 100;
+    let mut out = String::new();
+    let text = match text.strip_prefix('\n') {
+        Some(rest) => {
+            out.push('\n');
+            rest
+        }
+        None => text,
+    };
+    // Leading spaces indent the first line too.
+    let body = text.trim_start_matches(' ');
+    let mut line = text[..text.len() - body.len()].to_owned();
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        if !line.trim().is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = indent.to_owned();
+        } else if !line.trim().is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+fn replica_heading(report: &ReplicasReport, id: ReplicaId) -> String {
+    match report.evidence.replicas.iter().find(|r| r.id == id) {
+        Some(replica) => format!("{id} (pid {})", replica.pid),
+        None => id.to_string(),
+    }
+}
+
+fn outcome(sent: &Sent) -> String {
+    match sent.decision {
+        Decision::Admitted => "held".into(),
+        Decision::Refused if sent.held_by.is_empty() => "503".into(),
+        Decision::Refused => format!("503, held by {}", sent.held_by.join(" ")),
+    }
+}
+
+/// One row per request, one column per replica.
+fn requests(report: &ReplicasReport) -> String {
+    let ids: Vec<ReplicaId> = ReplicaId::all(report.inputs.replicas).collect();
+    let mut rows = vec![
+        std::iter::once("sent round robin".to_owned())
+            .chain(ids.iter().map(|&id| replica_heading(report, id)))
+            .collect::<Vec<_>>(),
+    ];
+    for sent in &report.evidence.sent {
+        let mut row = vec![sent.request.to_string()];
+        row.extend(ids.iter().map(|&id| {
+            if id == sent.replica {
+                outcome(sent)
+            } else {
+                String::new()
+            }
+        }));
+        rows.push(row);
+    }
+    let held = &report.evidence.held_at_once;
+    let mut row = vec!["held at once".to_owned()];
+    row.extend(ids.iter().map(|id| labels(held.get(id).map(Vec::as_slice))));
+    rows.push(row);
+    columns(&rows)
+}
+
+fn labels(labels: Option<&[Label]>) -> String {
+    match labels {
+        Some(labels) if !labels.is_empty() => {
+            let text: Vec<String> = labels.iter().map(Label::to_string).collect();
+            text.join(" ")
+        }
+        _ => "none".into(),
+    }
+}
+
+/// What the requests show about the limit, in words.
+fn verdict(report: &ReplicasReport) -> String {
+    let slots = report.inputs.slots.get();
+    let count = report.inputs.replicas.get();
+    if report.evidence.sent.len() < report.prediction.requests.len() {
+        return "The requests were not all decided: the run stopped early (below).\n".into();
+    }
+    let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
+    let word = number_word(slots);
+    if !report.inputs.global.is_global() {
+        let exceeded = if held > slots {
+            format!(
+                "{held} requests were held at once across {count} replicas: the global \
+                 {word}-permit limit is exceeded.\n"
+            )
+        } else {
+            format!(
+                "{held} requests were held at once across {count} replicas: within {slots}, only \
+                 because too few were sent (each replica would take {slots}).\n"
+            )
+        };
+        return format!(
+            "{exceeded}Each replica enforced its own {slots} permits, up to {count} x {slots} = {} \
+             in all; nothing made them one limit.\nFor one limit across replicas the permits \
+             must come from a shared engine: try --global local.\n",
+            count * slots
+        );
+    }
+    let mut out = format!(
+        "{held} requests were held at once across {count} replicas: the global {word}-permit \
+         limit holds.\n"
+    );
+    if held >= slots {
+        out.push_str(
+            "Every other request was refused at once (503, no queue), naming the holders across \
+             replicas.\n",
+        );
+    }
+    if let Some(engine) = &report.evidence.engine {
+        let _ = writeln!(
+            out,
+            "Redis's holders then: {}",
+            holders(&engine.holders_after_requests)
+        );
+    }
+    out
+}
+
+fn number_word(n: usize) -> String {
+    match n {
+        2 => "two".into(),
+        3 => "three".into(),
+        4 => "four".into(),
+        n => n.to_string(),
+    }
+}
+
+fn holders(holders: &[EngineHolder]) -> String {
+    if holders.is_empty() {
+        return "none".into();
+    }
+    let named: Vec<String> = holders
+        .iter()
+        .map(|h| match h.lease_left_ms {
+            Some(ms) => format!("{} ({ms} ms of lease left)", h.holder),
+            None => format!("{} (no lease)", h.holder),
+        })
+        .collect();
+    named.join(", ")
+}
+
+/// The pause and the crash: each window next to the lease, then what it means.
+fn leases(report: &ReplicasReport) -> String {
+    let lease_ms = report.inputs.lease_ms.get();
+    let lease_cell = if lease_ms == 0 {
+        "none".to_owned()
+    } else {
+        format!("{lease_ms} ms")
+    };
+    let mut rows = vec![
+        [
+            "",
+            "lease",
+            "left at the signal",
+            "window",
+            "probes refused",
+            "then",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    let mut notes = String::new();
+    if let Some(pause) = &report.evidence.pause {
+        let paused = pause.replica.map_or("?".into(), |r| r.to_string());
+        let probed = pause.probed.map_or("?".into(), |r| r.to_string());
+        let admitted: Vec<String> = pause
+            .probes
+            .iter()
+            .filter(|p| p.decision == Decision::Admitted)
+            .map(|p| p.request.to_string())
+            .collect();
+        let then = if admitted.is_empty() {
+            "no probe admitted".to_owned()
+        } else {
+            format!("{} admitted on {probed}", admitted.join(" "))
+        };
+        rows.push(vec![
+            format!("pause {paused} (SIGSTOP)"),
+            lease_cell.clone(),
+            left(&pause.holders),
+            window(pause.admitted_after_ms),
+            refused_before_admission(&pause.probes).to_string(),
+            then,
+        ]);
+        let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
+        let inside: Vec<String> = pause
+            .in_sections
+            .iter()
+            .map(|(id, held)| {
+                let mark = if Some(*id) == pause.replica {
+                    " (paused)"
+                } else {
+                    ""
+                };
+                format!("{id}{mark} {}", labels(Some(held)))
+            })
+            .collect();
+        let limit = report.inputs.slots.get();
+        let over = if in_sections > limit {
+            format!(": OVER-ADMISSION by {}", in_sections - limit)
+        } else {
+            String::new()
+        };
+        let engine = if pause.engine_holders.is_empty() {
+            "none".to_owned()
+        } else {
+            pause.engine_holders.join(" ")
+        };
+        notes.push_str(&wrap(
+            &format!(
+                "Pause: {paused} was stopped holding {}. Once its lease lapsed, {probed} was \
+                 admitted in its place while {paused}'s work still ran: inside work sections \
+                 {} = {in_sections}, the limit is {limit}{over}. Redis's holders then: {engine}; \
+                 {paused} still believed it held its permits.",
+                holders(&pause.holders),
+                inside.join(", "),
+            ),
+            "  ",
+        ));
+        if let Some(replica) = pause
+            .replica
+            .and_then(|id| report.evidence.replicas.iter().find(|r| r.id == id))
+            && let Some(permits) = &replica.permits
+            && !permits.lapsed.is_empty()
+        {
+            notes.push_str(&wrap(
+                &format!(
+                    "  Continued (SIGCONT), its work for {} finished at release, and found its \
+                     permit already gone when it gave it back.",
+                    labels(Some(&permits.lapsed))
+                ),
+                "  ",
+            ));
+        }
+        notes.push_str(&wrap(
+            "  A lease cannot tell a paused holder from a dead one. Fencing tokens would: the \
+             engine hands out an increasing number with each permit, and the guarded resource \
+             refuses a number lower than one it has already seen.",
+            "  ",
+        ));
+    }
+    if let Some(crash) = &report.evidence.crash {
+        let killed = crash.replica.map_or("?".into(), |r| r.to_string());
+        let probed = crash.probed.map_or("?".into(), |r| r.to_string());
+        let admitted = crash
+            .probes
+            .iter()
+            .find(|p| p.decision == Decision::Admitted);
+        let (window_cell, then) = match (admitted, crash.watched_ms) {
+            (Some(p), _) => (
+                window(crash.window_ms),
+                format!("{} admitted on {probed}", p.request),
+            ),
+            (None, Some(watched)) => (
+                format!("> {watched:.0} ms"),
+                "still refused: leaked".to_owned(),
+            ),
+            (None, None) => ("-".to_owned(), "no probe admitted".to_owned()),
+        };
+        rows.push(vec![
+            format!("crash {killed} (SIGKILL)"),
+            lease_cell,
+            left(&crash.dead_holders),
+            window_cell,
+            refused_before_admission(&crash.probes).to_string(),
+            then,
+        ]);
+        let meaning = if lease_ms > 0 {
+            "Every probe was refused, naming a dead holder, until its lease lapsed: the window is \
+             the lease it had left (at most the lease), plus up to one probe's pace."
+        } else {
+            "Without a lease a dead holder's permit never comes back: it leaked for the rest of \
+             the run, until the run's cleanup deleted its keys."
+        };
+        notes.push_str(&wrap(
+            &format!(
+                "Crash: {killed} was {} holding {}. {meaning}",
+                crash.exit,
+                holders(&crash.dead_holders)
+            ),
+            "  ",
+        ));
+    }
+    let mut out = columns(&rows);
+    out.push_str(
+        "(left at the signal: the paused or dead holders' lease, by Redis's clock; window: from \
+         the signal\n to the first admitted probe)\n\n",
+    );
+    out.push_str(&notes);
+    if lease_ms > 0 {
+        out.push_str(&wrap(
+            "A lease trades a leak for a possible double admission: a dead holder's permit comes \
+             back, but so does a paused holder's, while its work still runs.",
+            "",
+        ));
+    }
+    out
+}
+
+/// The least lease left among `holders`: when the first of their permits lapses.
+fn left(holders: &[EngineHolder]) -> String {
+    match holders.iter().filter_map(|h| h.lease_left_ms).min() {
+        Some(ms) => format!("{ms} ms"),
+        None if holders.is_empty() => "-".into(),
+        None => "never lapses".into(),
+    }
+}
+
+fn refused_before_admission(probes: &[Sent]) -> usize {
+    probes
+        .iter()
+        .take_while(|p| p.decision == Decision::Refused)
+        .count()
+}
+
+fn window(ms: Option<f64>) -> String {
+    ms.map_or("-".into(), |ms| format!("{ms:.0} ms"))
+}
+
+/// Each replica's own ledger, side by side.
+fn ledgers(report: &ReplicasReport) -> String {
+    let replicas: BTreeMap<ReplicaId, &ReplicaEvidence> =
+        report.evidence.replicas.iter().map(|r| (r.id, r)).collect();
+    if replicas.is_empty() {
+        return "No replica started.\n".into();
+    }
+    let mut rows = vec![
+        std::iter::once("each replica's own ledger".to_owned())
+            .chain(replicas.keys().map(ReplicaId::to_string))
+            .collect::<Vec<_>>(),
+    ];
+    type Cell = fn(&ReplicaEvidence) -> String;
+    let cells: [(&str, Cell); 7] = [
+        ("admitted / refused", |r| {
+            account_cell(r, |l| format!("{} / {}", l.admitted, l.refused))
+        }),
+        ("finished (cancelled)", |r| {
+            account_cell(r, |l| format!("{} ({})", l.finished, l.cancelled))
+        }),
+        ("peak inside at once", |r| {
+            account_cell(r, |l| l.peak.to_string())
+        }),
+        ("invariants", |r| {
+            account_cell(r, |l| match l.broken().count() {
+                0 => "all hold".into(),
+                n => format!("{n} BROKEN"),
+            })
+        }),
+        ("permits lapsed", |r| match &r.permits {
+            Some(p) if p.lapsed.is_empty() => "none".into(),
+            Some(p) => labels(Some(&p.lapsed)),
+            None => "-".into(),
+        }),
+        ("signals", |r| {
+            if r.signals.is_empty() {
+                "none".into()
+            } else {
+                r.signals
+                    .iter()
+                    .map(|s| s.split(':').next().unwrap_or(s).to_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        }),
+        ("process", |r| r.exit.clone().unwrap_or_else(|| "-".into())),
+    ];
+    for (heading, cell) in cells {
+        if heading == "permits lapsed" && !report.inputs.global.is_global() {
+            continue;
+        }
+        let mut row = vec![heading.to_owned()];
+        row.extend(replicas.values().map(|r| cell(r)));
+        rows.push(row);
+    }
+    let mut out = columns(&rows);
+    if matches!(report.inputs.global, Engine::Off) {
+        out.push_str(
+            "Each ledger balances on its own; together they admitted more than any one allows.\n",
+        );
+    }
+    out
+}
+
+fn account_cell(
+    replica: &ReplicaEvidence,
+    cell: fn(&crate::admission::audit::PoolLedger) -> String,
+) -> String {
+    match &replica.ledger {
+        Some(ledger) => ledger.values().map(cell).collect::<Vec<_>>().join(" "),
+        None if replica.signals.iter().any(|s| s.starts_with("SIGKILL")) => "- (killed)".into(),
+        None => "- (never reported)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    /// Notes wrap at 100 columns; a leading indent stays, later lines take the given one.
+    #[test]
+    fn notes_wrap_within_100_columns() {
+        let text = format!("  {}", "word ".repeat(60));
+        let wrapped = wrap(&text, "    ");
+        let lines: Vec<&str> = wrapped.lines().collect();
+        assert!(lines.len() == 4, "{wrapped}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.chars().count() <= 100 && !l.ends_with(' '))
+        );
+        assert!(lines[0].starts_with("  word") && lines[1].starts_with("    word"));
+        assert_eq!(wrap("\nshort", ""), "\nshort\n");
+    }
+}

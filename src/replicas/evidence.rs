@@ -1,0 +1,176 @@
+//! What a `replicas` run observed: each request's decision as its replica and its caller saw
+//! it, what the shared engine said, the pause and the crash, and each replica's own ledger once
+//! it stopped. The model checks it; the report presents it.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::inputs::ReplicaId;
+use crate::admission::audit::PoolLedger;
+use crate::admission::remote::Released;
+use crate::admission::section::FinalState;
+use crate::evidence::Decision;
+use crate::label::Label;
+use crate::policy::Pool;
+
+/// Everything a run observed. A part a failed run never reached is `None` or empty.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The shared engine, when permits were global.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineEvidence>,
+    /// Each replica, in order.
+    pub replicas: Vec<ReplicaEvidence>,
+    /// The slow requests sent round robin, each until held or refused, in order.
+    pub sent: Vec<Sent>,
+    /// Once every request was decided: the requests held inside each replica's work section.
+    pub held_at_once: BTreeMap<ReplicaId, Vec<Label>>,
+    /// A replica holding a permit paused (SIGSTOP) past its lease, if that part ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<PauseEvidence>,
+    /// A replica holding a permit killed (SIGKILL), if that part ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crash: Option<CrashEvidence>,
+    /// The held callers' responses after every gate opened.
+    pub released: Vec<Answer>,
+}
+
+/// One request sent to a replica, and the decision on it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sent {
+    /// The request.
+    pub request: Label,
+    /// The replica it was sent to.
+    pub replica: ReplicaId,
+    /// Held inside the work section, or refused with 503.
+    pub decision: Decision,
+    /// For a refusal, who held the permits, as `replica/request`: the shared engine's holders
+    /// (from the 503 body) with global permits, the replica's own holders without.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
+    /// Milliseconds since the part began (the pause or the kill): for probes only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<f64>,
+}
+
+/// A holder in the shared engine and what was left of its lease when read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineHolder {
+    /// `replica/request`.
+    pub holder: String,
+    /// Milliseconds of lease left, by the engine's clock; `None`: no lease, never lapses.
+    pub lease_left_ms: Option<u64>,
+}
+
+/// The Redis-backed engine of a run with global permits.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct EngineEvidence {
+    /// Where it listened.
+    pub address: String,
+    /// Whether the run started it (`--global local`) and stopped it.
+    pub started_by_the_run: bool,
+    /// The run's namespace: every key is `isolation-lab:{RUN}:...`.
+    pub run: String,
+    /// The engine's holders once every request was decided.
+    pub holders_after_requests: Vec<EngineHolder>,
+    /// At the end: the run's keys deleted, and how many holders still held then (a leaked
+    /// permit is removed here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cleanup: Option<Cleanup>,
+}
+
+/// The run's cleanup of its keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cleanup {
+    /// Holders that still held a permit when the keys were deleted.
+    pub holders_removed: usize,
+    /// Keys of the run left afterwards (0).
+    pub keys_left: usize,
+}
+
+/// A replica paused past its lease while it held permits.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PauseEvidence {
+    /// The paused replica.
+    pub replica: Option<ReplicaId>,
+    /// Its process.
+    pub pid: u32,
+    /// Its holders in the engine when it was paused, with their lease left.
+    pub holders: Vec<EngineHolder>,
+    /// The replica the probes went to.
+    pub probed: Option<ReplicaId>,
+    /// The probes, until the paused holders' permits were taken by others.
+    pub probes: Vec<Sent>,
+    /// Milliseconds from the pause to the first admitted probe.
+    pub admitted_after_ms: Option<f64>,
+    /// Then: the requests inside each replica's work section (the paused one's still there).
+    pub in_sections: BTreeMap<ReplicaId, Vec<Label>>,
+    /// Then: the engine's holders.
+    pub engine_holders: Vec<String>,
+    /// The replica was continued (SIGCONT) afterwards.
+    pub resumed: bool,
+}
+
+/// A replica killed while it held permits.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CrashEvidence {
+    /// The killed replica.
+    pub replica: Option<ReplicaId>,
+    /// Its process.
+    pub pid: u32,
+    /// How it ended, as its reaper saw it.
+    pub exit: String,
+    /// Its holders in the engine right after the kill, with their lease left.
+    pub dead_holders: Vec<EngineHolder>,
+    /// The replica the probes went to.
+    pub probed: Option<ReplicaId>,
+    /// The probes after the kill.
+    pub probes: Vec<Sent>,
+    /// Milliseconds from the kill to the first admitted probe: the window in which a dead
+    /// holder's permit was still refused to everyone.
+    pub window_ms: Option<f64>,
+    /// Without a lease: how long the refusals were watched.
+    pub watched_ms: Option<f64>,
+}
+
+/// A held caller's response after release.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    /// The request.
+    pub request: Label,
+    /// Its replica.
+    pub replica: ReplicaId,
+    /// The HTTP status, if a response came.
+    pub status: Option<u16>,
+    /// Why none came (its replica was killed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One replica's process and, once it stopped, its own account.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaEvidence {
+    /// `r1`..`r4`.
+    pub id: ReplicaId,
+    /// Its process id.
+    pub pid: u32,
+    /// Where it listened.
+    pub address: SocketAddr,
+    /// What the run did to it, beyond starting and stopping it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<String>,
+    /// Its ledger, pool by pool, with the invariants checked; `None` if it never reported.
+    pub ledger: Option<BTreeMap<Pool, PoolLedger>>,
+    /// Its section once it stopped.
+    pub final_state: Option<FinalState>,
+    /// With global permits: what became of the permits it took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<Released>,
+    /// How its process ended.
+    pub exit: Option<String>,
+    /// Why it did not stop cleanly, if it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}

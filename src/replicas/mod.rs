@@ -1,0 +1,25 @@
+//! `replicas`: can two servers' permits make one limit? Two to four replica servers, each its
+//! own child process (the lab's hidden `__front` subcommand) with its own work section and
+//! closed gate, behind a coordinator that balances slow requests round robin. With their own
+//! permits (`--global off`) each admits up to `slots`, so together they hold replicas × slots.
+//! With every permit from one Redis-backed semaphore (`--global local` or a loopback
+//! `redis://` URL) exactly `slots` are held across all of them, and a refusal names the
+//! holders. Then a replica holding permits is paused past its lease (its permits go to another
+//! replica while its work still runs: over-admission) and another is killed (its permits are
+//! refused to everyone until its lease ends, or leak without one).
+//!
+//! - `inputs`: the checked flags.
+//! - `model`: what the inputs predict, and the check of the evidence.
+//! - `evidence`: what a run observed.
+//! - `report`: inputs, prediction, evidence and differences, as one report.
+//! - `run`: the coordinator.
+
+pub mod evidence;
+pub mod inputs;
+pub mod model;
+pub mod report;
+pub mod run;
+
+pub use inputs::{Engine, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
+pub use report::ReplicasReport;
+pub use run::{Faults, Options, run, run_with};

@@ -1,0 +1,512 @@
+//! What the inputs predict, before any process starts, and the check of a run's evidence
+//! against it.
+//!
+//! - Own permits (`--global off`): each replica admits up to `slots`, so together they hold up
+//!   to replicas × slots — more than a "global" limit of `slots`.
+//! - Global permits: `slots` in all, across every replica; the rest are refused at once,
+//!   naming every holder (replica and request).
+//! - Pause (global, with a lease, all permits taken): the paused replica's holders lapse with
+//!   their lease and another replica takes their permits while the paused work still runs:
+//!   more requests inside work sections than the limit.
+//! - Crash (global, all permits taken): a probe is refused, naming the dead holders, until
+//!   their lease ends; then one is admitted. Without a lease they stay refused: the permits
+//!   leak until the run's cleanup deletes them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::evidence::{Evidence, Sent};
+use super::inputs::{ReplicaId, ReplicasInputs};
+use crate::evidence::Decision;
+use crate::label::Label;
+
+/// What the inputs predict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// The most requests the permits let inside work sections at once, across replicas.
+    pub limit_in_all: usize,
+    /// Each request in sending order: its replica, decision and, refused, who holds.
+    pub requests: Vec<Expected>,
+    /// Requests held at once across replicas once all are decided.
+    pub held_in_all: usize,
+    /// The same, per replica.
+    pub held_per_replica: BTreeMap<ReplicaId, usize>,
+    /// The pause, if it runs.
+    pub pause: Option<PausePlan>,
+    /// The crash, if it runs.
+    pub crash: Option<CrashPlan>,
+    /// Parts that do not run for these inputs, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+/// One request's predicted decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expected {
+    /// The request.
+    pub request: Label,
+    /// Its replica.
+    pub replica: ReplicaId,
+    /// Held or refused.
+    pub decision: Decision,
+    /// Refused: who holds the permits, `replica/request`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<String>,
+}
+
+/// The pause: which replica stops, and which is probed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PausePlan {
+    /// Paused past its lease.
+    pub paused: ReplicaId,
+    /// Probed until it takes the paused holders' permits.
+    pub probed: ReplicaId,
+    /// Requests inside work sections beyond the limit while it is paused: its holders.
+    pub over_admitted: usize,
+}
+
+/// The crash: which replica is killed, which is probed, and whether its permits lapse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrashPlan {
+    /// Killed while holding permits.
+    pub killed: ReplicaId,
+    /// Probed after the kill.
+    pub probed: ReplicaId,
+    /// With a lease the dead holders' permits lapse and a probe is admitted; without one
+    /// they leak for the rest of the run.
+    pub lapses: bool,
+}
+
+/// The holder name of `request` on `replica`, as the engine names it.
+pub fn holder(replica: ReplicaId, request: Label) -> String {
+    format!("{replica}/{request}")
+}
+
+/// What `inputs` predict.
+pub fn predict(inputs: &ReplicasInputs) -> Prediction {
+    let (count, slots) = (inputs.replicas, inputs.slots.get());
+    let global = inputs.global.is_global();
+    let mut holders: BTreeMap<ReplicaId, Vec<String>> =
+        ReplicaId::all(count).map(|r| (r, Vec::new())).collect();
+    let mut requests = Vec::new();
+    for (n, request) in Label::slow(inputs.held.get()).enumerate() {
+        let replica = ReplicaId::round_robin(n + 1, count);
+        let in_all: usize = holders.values().map(Vec::len).sum();
+        let full = if global {
+            in_all >= slots
+        } else {
+            holders[&replica].len() >= slots
+        };
+        let held_by = match (full, global) {
+            (false, _) => Vec::new(),
+            (true, true) => holders.values().flatten().cloned().collect(),
+            (true, false) => holders[&replica].clone(),
+        };
+        if !full && let Some(held) = holders.get_mut(&replica) {
+            held.push(holder(replica, request));
+        }
+        let decision = if full {
+            Decision::Refused
+        } else {
+            Decision::Admitted
+        };
+        requests.push(Expected {
+            request,
+            replica,
+            decision,
+            held_by,
+        });
+    }
+    let held_per_replica: BTreeMap<_, _> = holders.iter().map(|(&r, h)| (r, h.len())).collect();
+    let held_in_all = held_per_replica.values().sum();
+    let mut skipped = Vec::new();
+    let full = held_in_all >= slots;
+    let (first, second) = (ReplicaId(1), ReplicaId(2));
+    let pause = match (global, inputs.lease_ms.leased(), full) {
+        (true, true, true) => Some(PausePlan {
+            paused: second,
+            probed: first,
+            over_admitted: held_per_replica[&second],
+        }),
+        (false, ..) => None,
+        (true, false, _) => {
+            skipped.push("pause: without a lease nothing lapses while a replica is paused".into());
+            None
+        }
+        (true, true, false) => {
+            skipped.push(pause_or_crash_needs_full("pause"));
+            None
+        }
+    };
+    let crash = match (global, full) {
+        (true, true) => Some(CrashPlan {
+            killed: first,
+            probed: second,
+            lapses: inputs.lease_ms.leased(),
+        }),
+        (true, false) => {
+            skipped.push(pause_or_crash_needs_full("crash"));
+            None
+        }
+        (false, _) => None,
+    };
+    if !global {
+        skipped
+            .push("pause and crash: each replica's permits die with it; they need --global".into());
+    }
+    Prediction {
+        limit_in_all: if global { slots } else { slots * count.get() },
+        requests,
+        held_in_all,
+        held_per_replica,
+        pause,
+        crash,
+        skipped,
+    }
+}
+
+fn pause_or_crash_needs_full(part: &str) -> String {
+    format!(
+        "{part}: --held is below --slots, so a permit is free and a probe would be admitted \
+         without waiting for any lease"
+    )
+}
+
+fn names(held_by: &[String]) -> BTreeSet<&str> {
+    held_by.iter().map(String::as_str).collect()
+}
+
+/// The differences between `prediction` and `evidence`, in words; empty when they agree.
+/// Only what a run reached is checked: a failed run's failure says the rest.
+pub fn check(prediction: &Prediction, evidence: &Evidence) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for expected in &prediction.requests {
+        let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) else {
+            continue;
+        };
+        check_sent(expected, sent, &mut wrong);
+    }
+    if evidence.sent.len() == prediction.requests.len() {
+        let held: usize = evidence.held_at_once.values().map(Vec::len).sum();
+        if held != prediction.held_in_all {
+            wrong.push(format!(
+                "{held} requests held at once across replicas, expected {}",
+                prediction.held_in_all
+            ));
+        }
+        for (replica, &expected) in &prediction.held_per_replica {
+            let got = evidence.held_at_once.get(replica).map_or(0, Vec::len);
+            if got != expected {
+                wrong.push(format!("{replica} held {got}, expected {expected}"));
+            }
+        }
+        if let Some(engine) = &evidence.engine {
+            let expected: BTreeSet<String> = prediction
+                .requests
+                .iter()
+                .filter(|e| e.decision == Decision::Admitted)
+                .map(|e| holder(e.replica, e.request))
+                .collect();
+            let got: BTreeSet<String> = engine
+                .holders_after_requests
+                .iter()
+                .map(|h| h.holder.clone())
+                .collect();
+            if got != expected {
+                wrong.push(format!(
+                    "the engine's holders were {got:?}, expected {expected:?}"
+                ));
+            }
+        }
+    }
+    if let (Some(plan), Some(pause)) = (&prediction.pause, &evidence.pause) {
+        check_pause(plan, prediction.limit_in_all, pause, &mut wrong);
+    }
+    if let (Some(plan), Some(crash)) = (&prediction.crash, &evidence.crash) {
+        check_crash(plan, crash, &mut wrong);
+    }
+    check_replicas(prediction, evidence, &mut wrong);
+    if let Some(cleanup) = evidence.engine.as_ref().and_then(|e| e.cleanup) {
+        if cleanup.keys_left != 0 {
+            wrong.push(format!("{} keys of the run were left", cleanup.keys_left));
+        }
+        if let (Some(plan), Some(crash)) = (&prediction.crash, &evidence.crash)
+            && !plan.lapses
+            && cleanup.holders_removed < crash.dead_holders.len()
+        {
+            wrong.push(format!(
+                "cleanup removed {} holders, but {} leaked",
+                cleanup.holders_removed,
+                crash.dead_holders.len()
+            ));
+        }
+    }
+    wrong
+}
+
+fn check_sent(expected: &Expected, sent: &Sent, wrong: &mut Vec<String>) {
+    let request = expected.request;
+    if sent.replica != expected.replica {
+        wrong.push(format!(
+            "{request} went to {}, expected {}",
+            sent.replica, expected.replica
+        ));
+    }
+    if sent.decision != expected.decision {
+        wrong.push(format!(
+            "{request} was {}, expected {}",
+            decided(sent.decision),
+            decided(expected.decision)
+        ));
+    } else if names(&sent.held_by) != names(&expected.held_by) {
+        wrong.push(format!(
+            "{request}'s refusal named {:?}, expected {:?}",
+            sent.held_by, expected.held_by
+        ));
+    }
+}
+
+fn decided(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Admitted => "held",
+        Decision::Refused => "refused",
+    }
+}
+
+fn check_pause(
+    plan: &PausePlan,
+    limit: usize,
+    pause: &super::evidence::PauseEvidence,
+    wrong: &mut Vec<String>,
+) {
+    let paused: BTreeSet<&str> = pause.holders.iter().map(|h| h.holder.as_str()).collect();
+    if paused.len() != plan.over_admitted {
+        wrong.push(format!(
+            "the paused replica held {} permits, expected {}",
+            paused.len(),
+            plan.over_admitted
+        ));
+    }
+    let admitted = pause
+        .probes
+        .iter()
+        .filter(|p| p.decision == Decision::Admitted)
+        .count();
+    if admitted != plan.over_admitted {
+        wrong.push(format!(
+            "{admitted} probes took the paused replica's permits, expected {}",
+            plan.over_admitted
+        ));
+    }
+    let first_admitted = pause
+        .probes
+        .iter()
+        .position(|p| p.decision == Decision::Admitted);
+    let before = &pause.probes[..first_admitted.unwrap_or(pause.probes.len())];
+    if let Some(probe) = before
+        .iter()
+        .find(|p| !paused.iter().any(|h| p.held_by.iter().any(|b| b == h)))
+    {
+        wrong.push(format!(
+            "{} was refused before any paused holder lapsed without naming one",
+            probe.request
+        ));
+    }
+    let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
+    if in_sections != limit + plan.over_admitted {
+        wrong.push(format!(
+            "{in_sections} requests were inside work sections during the pause, expected {} \
+             (the limit {limit} plus the paused holders)",
+            limit + plan.over_admitted
+        ));
+    }
+    if let Some(holder) = pause
+        .engine_holders
+        .iter()
+        .find(|h| paused.contains(h.as_str()))
+    {
+        wrong.push(format!(
+            "the engine still named {holder} after its lease should have lapsed"
+        ));
+    }
+}
+
+fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: &mut Vec<String>) {
+    let dead: BTreeSet<&str> = crash
+        .dead_holders
+        .iter()
+        .map(|h| h.holder.as_str())
+        .collect();
+    if dead.is_empty() {
+        wrong.push(format!("{} held no permit when it was killed", plan.killed));
+    }
+    let first_admitted = crash
+        .probes
+        .iter()
+        .position(|p| p.decision == Decision::Admitted);
+    let refused = &crash.probes[..first_admitted.unwrap_or(crash.probes.len())];
+    if refused.is_empty() {
+        wrong.push("no probe was refused after the kill".into());
+    }
+    if let Some(probe) = refused
+        .iter()
+        .find(|p| !p.held_by.iter().any(|h| dead.contains(h.as_str())))
+    {
+        wrong.push(format!(
+            "{} was refused after the kill without naming a dead holder",
+            probe.request
+        ));
+    }
+    match (plan.lapses, first_admitted) {
+        (true, None) => wrong.push("no probe was admitted after the dead holders' lease".into()),
+        (false, Some(at)) => wrong.push(format!(
+            "{} was admitted although the dead holders had no lease",
+            crash.probes[at].request
+        )),
+        (false, None) => {
+            if let Some(h) = crash
+                .dead_holders
+                .iter()
+                .find(|h| h.lease_left_ms.is_some())
+            {
+                wrong.push(format!("{} had a lease, expected none", h.holder));
+            }
+        }
+        (true, Some(_)) => {}
+    }
+}
+
+fn check_replicas(prediction: &Prediction, evidence: &Evidence, wrong: &mut Vec<String>) {
+    let killed = prediction
+        .crash
+        .filter(|_| evidence.crash.is_some())
+        .map(|c| c.killed);
+    for replica in &evidence.replicas {
+        if Some(replica.id) == killed {
+            continue;
+        }
+        let Some(ledger) = &replica.ledger else {
+            continue;
+        };
+        for (pool, account) in ledger {
+            for rule in account.broken() {
+                wrong.push(format!("{}'s {pool} ledger broke: {rule}", replica.id));
+            }
+        }
+        if let Some(end) = &replica.final_state
+            && end.active_work.values().any(|&n| n != 0)
+        {
+            wrong.push(format!("{} ended with work inside its section", replica.id));
+        }
+        if let Some(permits) = &replica.permits {
+            for failure in &permits.failures {
+                wrong.push(format!("{}: {failure}", replica.id));
+            }
+            let paused = prediction
+                .pause
+                .filter(|p| p.paused == replica.id && evidence.pause.is_some());
+            if paused.is_none() && !permits.lapsed.is_empty() {
+                wrong.push(format!(
+                    "{}'s permits for {:?} lapsed while it was running",
+                    replica.id, permits.lapsed
+                ));
+            }
+            if let (Some(plan), Some(pause)) = (paused, &evidence.pause)
+                && permits.lapsed.len() != plan.over_admitted
+            {
+                wrong.push(format!(
+                    "{} found {} of its permits lapsed after the pause, expected {} ({:?})",
+                    replica.id,
+                    permits.lapsed.len(),
+                    plan.over_admitted,
+                    pause.holders
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Slots;
+    use crate::replicas::inputs::{Engine, LeaseMs, ReplicaCount, Requests};
+
+    fn inputs(replicas: u8, slots: u8, held: u8, global: Engine, lease: u32) -> ReplicasInputs {
+        ReplicasInputs {
+            replicas: ReplicaCount::new(replicas).expect("allowed"),
+            slots: Slots::new(slots).expect("allowed"),
+            held: Requests::new(held).expect("allowed"),
+            global,
+            lease_ms: LeaseMs::new(lease).expect("allowed"),
+        }
+    }
+
+    fn decisions(prediction: &Prediction) -> Vec<(String, String)> {
+        prediction
+            .requests
+            .iter()
+            .map(|e| (holder(e.replica, e.request), decided(e.decision).to_owned()))
+            .collect()
+    }
+
+    /// Own permits: 2 replicas × 2 slots hold all 4 requests — twice the "global" 2.
+    #[test]
+    fn own_permits_add_up_across_replicas() {
+        let p = predict(&inputs(2, 2, 4, Engine::Off, 2000));
+        assert_eq!((p.held_in_all, p.limit_in_all), (4, 4));
+        assert!(p.requests.iter().all(|e| e.decision == Decision::Admitted));
+        let p = predict(&inputs(3, 2, 8, Engine::Off, 2000));
+        assert_eq!(p.held_in_all, 6);
+        let refused: Vec<_> = p
+            .requests
+            .iter()
+            .filter(|e| !e.held_by.is_empty())
+            .collect();
+        assert_eq!(refused.len(), 2);
+        assert_eq!(refused[0].held_by, ["r1/S1", "r1/S4"], "S7 finds r1 full");
+        assert!(p.pause.is_none() && p.crash.is_none());
+    }
+
+    /// Global permits: `slots` in all; each refusal names every holder on every replica.
+    #[test]
+    fn global_permits_hold_slots_in_all() {
+        let p = predict(&inputs(2, 2, 4, Engine::Local, 2000));
+        assert_eq!(p.held_in_all, 2);
+        let expected = [
+            ("r1/S1", "held"),
+            ("r2/S2", "held"),
+            ("r1/S3", "refused"),
+            ("r2/S4", "refused"),
+        ];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(h, d)| (h.to_string(), d.to_string()))
+            .collect();
+        assert_eq!(decisions(&p), expected);
+        assert_eq!(p.requests[3].held_by, ["r1/S1", "r2/S2"]);
+        let pause = p.pause.expect("a lease and a full pool");
+        assert_eq!(
+            (pause.paused, pause.probed, pause.over_admitted),
+            (ReplicaId(2), ReplicaId(1), 1)
+        );
+        let crash = p.crash.expect("a full pool");
+        assert_eq!(
+            (crash.killed, crash.probed, crash.lapses),
+            (ReplicaId(1), ReplicaId(2), true)
+        );
+    }
+
+    /// Without a lease there is no pause part and the crash leaks; with a free permit neither
+    /// part runs.
+    #[test]
+    fn the_parts_that_run_depend_on_the_lease_and_a_full_pool() {
+        let p = predict(&inputs(2, 2, 4, Engine::Local, 0));
+        assert!(p.pause.is_none());
+        assert!(!p.crash.expect("a full pool").lapses);
+        let p = predict(&inputs(2, 4, 2, Engine::Local, 2000));
+        assert!(p.pause.is_none() && p.crash.is_none());
+        assert_eq!(p.skipped.len(), 2);
+    }
+}

@@ -1,0 +1,839 @@
+//! The `replicas` coordinator: starts the engine (with global permits) and the replica
+//! processes, balances the requests round robin — each sent only once the previous one is held
+//! or refused, as the lab does — pauses and kills replicas holding permits, releases every
+//! gate, stops everything it started on every path, and only then assembles the report.
+//!
+//! Every step waits on a replica's event, a caller's response, a process's exit or the
+//! engine's answer, under the safety timeout. The only timer that paces anything spaces the
+//! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::Value;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+
+use super::evidence::{
+    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, PauseEvidence,
+    ReplicaEvidence, Sent,
+};
+use super::inputs::{Engine, ReplicaId, ReplicasInputs};
+use super::model::{self, CrashPlan, PausePlan, holder};
+use super::report::ReplicasReport;
+use crate::admission::ledger::{Event, WorkEvent};
+use crate::admission::token::TOKEN_HEADER;
+use crate::evidence::Decision;
+use crate::global::{GlobalPermits, LocalRedis, LoopbackUrl};
+use crate::label::{LABEL_HEADER, Label};
+use crate::policy::Front;
+use crate::remote::{FromFront, FrontSpec, GlobalSpec, RemoteFront, Stream};
+
+/// The longest any one wait may take before the run fails as stalled.
+pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
+/// and the faults a test injects.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The lab's binary, started once per replica with its hidden `__front` subcommand;
+    /// `None`: this process's own executable.
+    pub program: Option<PathBuf>,
+    /// The longest any one wait may take.
+    pub safety_timeout: Duration,
+    /// Without a lease: how long a crash's refusals are watched before the run moves on.
+    pub leak_watch: Duration,
+    /// What to break (tests only).
+    pub faults: Faults,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            program: None,
+            safety_timeout: SAFETY_TIMEOUT,
+            leak_watch: Duration::from_millis(2000),
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// Faults a test injects once every request has been decided; the command line sets none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The run's own `redis-server` (`--global local`) is killed.
+    pub engine_dies: bool,
+    /// This replica's process is killed, unannounced.
+    pub replica_dies: Option<ReplicaId>,
+}
+
+/// Runs `inputs` with the default options.
+pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
+    run_with(inputs, Options::default()).await
+}
+
+/// Runs `inputs` with `options`, and reports. Whatever happens, every replica process and a
+/// `redis-server` the run started are stopped and reaped, and the run's keys deleted, before
+/// this returns.
+pub async fn run_with(inputs: ReplicasInputs, options: Options) -> ReplicasReport {
+    let mut run = Run {
+        inputs: inputs.clone(),
+        options,
+        replicas: Vec::new(),
+        engine: None,
+        evidence: Evidence::default(),
+        next_probe: inputs.held.get() as u16 + 1,
+    };
+    let failure = run.steps().await.err();
+    let failure = run.close(failure).await;
+    let mut evidence = run.evidence;
+    evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
+    ReplicasReport::assemble(inputs, evidence, failure)
+}
+
+/// The shared engine of a run with global permits.
+struct EngineHandle {
+    /// A `redis-server` the run started.
+    local: Option<LocalRedis>,
+    url: LoopbackUrl,
+    run: String,
+    /// The coordinator's own connection: to read holders and to clean up.
+    permits: Option<GlobalPermits>,
+}
+
+/// One replica process and its callers.
+struct Replica {
+    id: ReplicaId,
+    /// `None` once stopped or killed.
+    front: Option<RemoteFront>,
+    client: reqwest::Client,
+    base: String,
+    callers: JoinSet<Call>,
+    /// Admitted and not yet finished, as the replica's events say.
+    inside: Vec<Label>,
+    paused: bool,
+    evidence: ReplicaEvidence,
+}
+
+/// A caller's request and what it got.
+struct Call {
+    request: Label,
+    reply: Result<(u16, Value), String>,
+}
+
+struct Run {
+    inputs: ReplicasInputs,
+    options: Options,
+    replicas: Vec<Replica>,
+    engine: Option<EngineHandle>,
+    evidence: Evidence,
+    next_probe: u16,
+}
+
+impl Run {
+    async fn steps(&mut self) -> Result<(), String> {
+        self.start_engine().await?;
+        self.start_replicas().await?;
+        for (n, request) in Label::slow(self.inputs.held.get()).enumerate() {
+            let replica = ReplicaId::round_robin(n + 1, self.inputs.replicas);
+            let sent = self.decide(replica, request, None).await?;
+            self.evidence.sent.push(sent);
+        }
+        self.evidence.held_at_once = self
+            .replicas
+            .iter()
+            .map(|r| (r.id, r.inside.clone()))
+            .collect();
+        if self.engine.is_some() {
+            let holders = self.engine_holders("reading who holds the permits").await?;
+            if let Some(engine) = &mut self.evidence.engine {
+                engine.holders_after_requests = holders;
+            }
+        }
+        self.inject().await;
+        let prediction = model::predict(&self.inputs);
+        if let Some(plan) = prediction.pause {
+            self.pause(plan).await?;
+        }
+        if let Some(plan) = prediction.crash {
+            self.crash(plan).await?;
+        }
+        self.release().await
+    }
+
+    fn timeout(&self) -> Duration {
+        self.options.safety_timeout
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_millis(u64::from(self.inputs.lease_ms.get()))
+    }
+
+    /// Between probes: a fortieth of the lease, from 5 to 50 ms.
+    fn probe_pace(&self) -> Duration {
+        let lease = self.lease();
+        let pace = if lease.is_zero() {
+            self.options.leak_watch / 40
+        } else {
+            lease / 40
+        };
+        pace.clamp(Duration::from_millis(5), Duration::from_millis(50))
+    }
+
+    fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica, String> {
+        self.replicas
+            .iter_mut()
+            .find(|r| r.id == id)
+            .ok_or_else(|| format!("{id} is not one of the run's replicas"))
+    }
+
+    async fn start_engine(&mut self) -> Result<(), String> {
+        let (url, local) = match self.inputs.global {
+            Engine::Off => return Ok(()),
+            Engine::Url(url) => (url.loopback(), None),
+            Engine::Local => {
+                let redis = LocalRedis::start()
+                    .await
+                    .map_err(|e| format!("cannot start a private redis-server: {e:#}"))?;
+                (*redis.url(), Some(redis))
+            }
+        };
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|e| format!("no randomness for a run id: {e}"))?;
+        let run = format!("replicas-{:016x}", u64::from_le_bytes(random));
+        self.evidence.engine = Some(EngineEvidence {
+            address: url.to_string(),
+            started_by_the_run: local.is_some(),
+            run: run.clone(),
+            ..EngineEvidence::default()
+        });
+        let engine = self.engine.insert(EngineHandle {
+            local,
+            url,
+            run,
+            permits: None,
+        });
+        let slots = u32::try_from(self.inputs.slots.get()).expect("slots are 2 through 4");
+        let permits =
+            GlobalPermits::connect(&url, &engine.run, slots, self.inputs.lease_ms.lease())
+                .await
+                .map_err(|e| format!("cannot use the Redis at {url}: {e}"))?;
+        engine.permits = Some(permits);
+        Ok(())
+    }
+
+    async fn start_replicas(&mut self) -> Result<(), String> {
+        let program = match &self.options.program {
+            Some(program) => program.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| format!("cannot find this program to start replicas: {e}"))?,
+        };
+        let global = self.engine.as_ref().map(|engine| GlobalSpec {
+            url: engine.url.to_string(),
+            run: engine.run.clone(),
+            lease_ms: u64::from(self.inputs.lease_ms.get()),
+        });
+        for id in ReplicaId::all(self.inputs.replicas) {
+            let mut spec = FrontSpec::new(Front::Async, self.inputs.slots.get());
+            spec.stream = Stream::Events;
+            spec.drain_ms = self.timeout().as_millis() as u64;
+            spec.replica = Some(id.to_string());
+            spec.global = global.clone();
+            let front = RemoteFront::start(Command::new(&program), &spec, self.timeout())
+                .await
+                .map_err(|e| format!("{id} did not come up: {e}"))?;
+            let token = HeaderValue::from_str(front.token())
+                .map_err(|e| format!("{id}'s run token is not a header value: {e}"))?;
+            let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), token)]);
+            let client = crate::coordinator::client::loopback(headers)
+                .map_err(|e| format!("building the HTTP client: {e}"))?;
+            self.replicas.push(Replica {
+                id,
+                client,
+                base: format!("http://{}", front.address()),
+                callers: JoinSet::new(),
+                inside: Vec::new(),
+                paused: false,
+                evidence: ReplicaEvidence {
+                    id,
+                    pid: front.pid(),
+                    address: front.address(),
+                    signals: Vec::new(),
+                    ledger: None,
+                    final_state: None,
+                    permits: None,
+                    exit: None,
+                    problem: None,
+                },
+                front: Some(front),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends `request` to `replica` and waits until it is held or refused. `since`: when the
+    /// part began, for a probe's time.
+    async fn decide(
+        &mut self,
+        replica: ReplicaId,
+        request: Label,
+        since: Option<Instant>,
+    ) -> Result<Sent, String> {
+        let (timeout, global) = (self.timeout(), self.engine.is_some());
+        let replica = self.replica(replica)?;
+        replica.send(request);
+        let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
+        let (decision, held_by) = decided.map_err(|_| {
+            format!(
+                "{} gave no decision on {request} within {} s",
+                replica.id,
+                timeout.as_secs()
+            )
+        })??;
+        Ok(Sent {
+            request,
+            replica: replica.id,
+            decision,
+            held_by,
+            at_ms: since.map(|since| millis(since.elapsed())),
+        })
+    }
+
+    /// A new probe to `replica`: the next slow label after the requests.
+    async fn probe(&mut self, replica: ReplicaId, since: Instant) -> Result<Sent, String> {
+        let request = Label::Slow(self.next_probe);
+        self.next_probe = self.next_probe.saturating_add(1);
+        self.decide(replica, request, Some(since)).await
+    }
+
+    /// The engine's holders now, with their lease left by its clock.
+    async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>, String> {
+        let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+        let permits = permits.ok_or_else(|| format!("{doing}: no engine"))?;
+        let (now, holdings) = permits
+            .holders()
+            .await
+            .map_err(|e| format!("{doing}: {e}"))?;
+        Ok(holdings
+            .into_iter()
+            .map(|h| EngineHolder {
+                holder: h.holder.to_string(),
+                lease_left_ms: h.expires_at_ms.map(|end| end.saturating_sub(now)),
+            })
+            .collect())
+    }
+
+    async fn inject(&mut self) {
+        let faults = self.options.faults.clone();
+        if faults.engine_dies
+            && let Some(local) = self.engine.as_mut().and_then(|e| e.local.as_mut())
+        {
+            // A failed kill means it had already exited: dead either way.
+            let _ = local.kill();
+        }
+        if let Some(id) = faults.replica_dies
+            && let Ok(replica) = self.replica(id)
+            && let Some(front) = &replica.front
+        {
+            let _ = front.kill();
+        }
+    }
+
+    /// A replica holding permits is paused past its lease; another is probed until it has
+    /// taken the paused holders' permits while their work still runs; then the paused replica
+    /// is continued.
+    async fn pause(&mut self, plan: PausePlan) -> Result<(), String> {
+        let all = self
+            .engine_holders("reading who holds the permits before the pause")
+            .await?;
+        let prefix = format!("{}/", plan.paused);
+        let holders: Vec<EngineHolder> = all
+            .into_iter()
+            .filter(|h| h.holder.starts_with(&prefix))
+            .collect();
+        let names: Vec<String> = holders.iter().map(|h| h.holder.clone()).collect();
+        let replica = self.replica(plan.paused)?;
+        let front = replica
+            .front
+            .as_ref()
+            .ok_or("the replica to pause is gone")?;
+        let pid = front.pid();
+        front
+            .pause()
+            .map_err(|e| format!("cannot pause {}: {e}", plan.paused))?;
+        let since = Instant::now();
+        replica.paused = true;
+        replica
+            .evidence
+            .signals
+            .push("SIGSTOP: paused past its lease".into());
+        self.evidence.pause = Some(PauseEvidence {
+            replica: Some(plan.paused),
+            pid,
+            holders,
+            probed: Some(plan.probed),
+            ..PauseEvidence::default()
+        });
+        let limit = self.lease() + self.timeout();
+        let mut pace = pace(self.probe_pace());
+        let mut probes = Vec::new();
+        let mut admitted_after_ms = None;
+        let ended = loop {
+            if since.elapsed() > limit {
+                break Err(format!(
+                    "no probe to {} took {}'s permits within {} ms of the pause",
+                    plan.probed,
+                    plan.paused,
+                    limit.as_millis()
+                ));
+            }
+            let sent = match self.probe(plan.probed, since).await {
+                Ok(sent) => sent,
+                Err(why) => break Err(why),
+            };
+            let names_paused = sent.held_by.iter().any(|h| names.contains(h));
+            let decision = sent.decision;
+            if decision == Decision::Admitted {
+                admitted_after_ms = admitted_after_ms.or(sent.at_ms);
+            }
+            probes.push(sent);
+            match decision {
+                // The paused holders' permits are all taken again: by live holders only.
+                Decision::Refused if !names_paused => break Ok(()),
+                Decision::Refused => {
+                    pace.tick().await;
+                }
+                Decision::Admitted => {}
+            }
+        };
+        let in_sections = self
+            .replicas
+            .iter()
+            .filter(|r| r.front.is_some())
+            .map(|r| (r.id, r.inside.clone()))
+            .collect();
+        let engine_holders = match &ended {
+            Ok(()) => {
+                self.engine_holders("reading who holds the permits during the pause")
+                    .await
+            }
+            Err(_) => Ok(Vec::new()),
+        };
+        if let Some(pause) = &mut self.evidence.pause {
+            pause.probes = probes;
+            pause.admitted_after_ms = admitted_after_ms;
+            pause.in_sections = in_sections;
+        }
+        ended?;
+        let engine_holders = engine_holders?;
+        let replica = self.replica(plan.paused)?;
+        replica.resume()?;
+        if let Some(pause) = &mut self.evidence.pause {
+            pause.engine_holders = engine_holders.into_iter().map(|h| h.holder).collect();
+            pause.resumed = true;
+        }
+        Ok(())
+    }
+
+    /// A replica holding permits is killed; another is probed until a probe is admitted (with
+    /// a lease) or for the leak watch (without).
+    async fn crash(&mut self, plan: CrashPlan) -> Result<(), String> {
+        let timeout = self.timeout();
+        let replica = self.replica(plan.killed)?;
+        let mut front = replica.front.take().ok_or("the replica to kill is gone")?;
+        let pid = front.pid();
+        front
+            .kill()
+            .map_err(|e| format!("cannot kill {}: {e}", plan.killed))?;
+        let since = Instant::now();
+        let exit = tokio::time::timeout(timeout, front.wait()).await;
+        let exit = match exit {
+            Ok(Ok(exit)) => exit.to_string(),
+            Ok(Err(e)) => return Err(format!("waiting for the killed {}: {e}", plan.killed)),
+            Err(_) => return Err(format!("the killed {} did not end", plan.killed)),
+        };
+        replica.evidence.exit = Some(exit.clone());
+        replica
+            .evidence
+            .signals
+            .push("SIGKILL: crashed holding permits".into());
+        let all = self
+            .engine_holders("reading who holds the permits after the kill")
+            .await?;
+        let prefix = format!("{}/", plan.killed);
+        let dead_holders = all
+            .into_iter()
+            .filter(|h| h.holder.starts_with(&prefix))
+            .collect();
+        self.evidence.crash = Some(CrashEvidence {
+            replica: Some(plan.killed),
+            pid,
+            exit,
+            dead_holders,
+            probed: Some(plan.probed),
+            ..CrashEvidence::default()
+        });
+        let (watch, limit) = if plan.lapses {
+            (None, self.lease() + timeout)
+        } else {
+            (Some(self.options.leak_watch), self.options.leak_watch)
+        };
+        let mut pace = pace(self.probe_pace());
+        let mut probes = Vec::new();
+        let ended = loop {
+            let elapsed = since.elapsed();
+            if elapsed > limit {
+                break match watch {
+                    Some(_) => Ok(()),
+                    None => Err(format!(
+                        "no probe to {} was admitted within {} ms of the kill",
+                        plan.probed,
+                        limit.as_millis()
+                    )),
+                };
+            }
+            let sent = match self.probe(plan.probed, since).await {
+                Ok(sent) => sent,
+                Err(why) => break Err(why),
+            };
+            let admitted = sent.decision == Decision::Admitted;
+            probes.push(sent);
+            if admitted {
+                break Ok(());
+            }
+            pace.tick().await;
+        };
+        if let Some(crash) = &mut self.evidence.crash {
+            crash.window_ms = probes
+                .iter()
+                .find(|p| p.decision == Decision::Admitted)
+                .and_then(|p| p.at_ms);
+            crash.watched_ms = watch.map(|_| millis(since.elapsed()));
+            crash.probes = probes;
+        }
+        ended
+    }
+
+    /// Opens every live replica's gate and collects every held caller's response.
+    async fn release(&mut self) -> Result<(), String> {
+        let timeout = self.timeout();
+        for replica in &mut self.replicas {
+            if let Some(front) = &mut replica.front {
+                let opened = tokio::time::timeout(timeout, front.open_gate()).await;
+                match opened {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(replica.died(format!("opening its gate: {e}")).await),
+                    Err(_) => return Err(format!("{}: opening its gate stalled", replica.id)),
+                }
+            }
+        }
+        for replica in &mut self.replicas {
+            while !replica.callers.is_empty() {
+                let joined = tokio::time::timeout(timeout, replica.callers.join_next()).await;
+                let call = match joined {
+                    Ok(Some(Ok(call))) => call,
+                    Ok(Some(Err(e))) => return Err(format!("a caller task failed: {e}")),
+                    Ok(None) => break,
+                    Err(_) => {
+                        return Err(format!(
+                            "a released caller of {} got no response within {} s",
+                            replica.id,
+                            timeout.as_secs()
+                        ));
+                    }
+                };
+                let answer = match call.reply {
+                    // A live replica's held caller must be answered; only a killed one's may not.
+                    Err(why) if replica.front.is_some() => {
+                        let doing = format!("{}'s caller got no response: {why}", call.request);
+                        return Err(replica.died(doing).await);
+                    }
+                    Ok((status, _)) => Answer {
+                        request: call.request,
+                        replica: replica.id,
+                        status: Some(status),
+                        error: None,
+                    },
+                    Err(why) => Answer {
+                        request: call.request,
+                        replica: replica.id,
+                        status: None,
+                        error: Some(why),
+                    },
+                };
+                self.evidence.released.push(answer);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes everything on every path: continues a paused replica, lets held work leave,
+    /// stops every replica (at once, each within the safety timeout, then killed), deletes
+    /// the run's keys and stops a `redis-server` the run started. Returns the run's failure:
+    /// the first one.
+    async fn close(&mut self, mut failure: Option<String>) -> Option<String> {
+        let timeout = self.timeout();
+        // After a failure a replica that cannot stop soon is killed sooner: the run's failure
+        // is already known, and it must end within three safety timeouts.
+        let stop_within = match failure {
+            Some(_) => timeout.min(Duration::from_secs(2)),
+            None => timeout,
+        };
+        for replica in &mut self.replicas {
+            if replica.paused
+                && let Err(why) = replica.resume()
+            {
+                failure.get_or_insert(why);
+            }
+        }
+        if failure.is_some() {
+            // The run stopped early: held work must still leave so the replicas can drain.
+            for replica in &mut self.replicas {
+                if let Some(front) = &mut replica.front {
+                    let _ = tokio::time::timeout(timeout, front.open_gate()).await;
+                }
+                replica.callers.abort_all();
+                while replica.callers.join_next().await.is_some() {}
+            }
+        }
+        let mut stops = JoinSet::new();
+        for replica in &mut self.replicas {
+            if let Some(front) = replica.front.take() {
+                let id = replica.id;
+                stops.spawn(async move { (id, front.stop(stop_within).await) });
+            }
+        }
+        while let Some(stopped) = stops.join_next().await {
+            let problem = match stopped {
+                Ok((id, stopped)) => self.stopped(id, stopped),
+                Err(e) => Some(format!("stopping a replica failed: {e}")),
+            };
+            if let Some(problem) = problem {
+                failure.get_or_insert(problem);
+            }
+        }
+        if let Some(engine) = self.engine.take() {
+            if let Some(permits) = &engine.permits {
+                let cleaned = async {
+                    let removed = permits.cleanup().await?;
+                    Ok::<_, crate::global::GlobalError>((removed, permits.keys_left().await?))
+                };
+                match cleaned.await {
+                    Ok((holders_removed, keys_left)) => {
+                        if let Some(engine) = &mut self.evidence.engine {
+                            engine.cleanup = Some(Cleanup {
+                                holders_removed,
+                                keys_left,
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(format!("deleting the run's keys: {e}"));
+                    }
+                }
+            }
+            if let Some(local) = engine.local
+                && let Err(e) = local.stop().await
+            {
+                failure.get_or_insert(format!("stopping the private redis-server: {e:#}"));
+            }
+        }
+        failure
+    }
+
+    /// Records a replica's stop; returns what went wrong, if anything.
+    fn stopped(
+        &mut self,
+        id: ReplicaId,
+        stopped: Result<crate::remote::Closed, crate::remote::FrontError>,
+    ) -> Option<String> {
+        let replica = self.replica(id).ok()?;
+        match stopped {
+            Ok(closed) => {
+                for message in closed.trailing {
+                    if let FromFront::Event(event) = message {
+                        replica.observe(&event);
+                    }
+                }
+                let stopped = closed.stopped;
+                let evidence = &mut replica.evidence;
+                evidence.ledger = Some(stopped.ledger);
+                evidence.final_state = Some(stopped.final_state);
+                evidence.permits = stopped.permits;
+                evidence.exit = Some(closed.exit.to_string());
+                let problem = stopped
+                    .error
+                    .map(|e| format!("{id} did not stop cleanly: {e}"));
+                evidence.problem.clone_from(&problem);
+                problem
+            }
+            Err(e) => {
+                replica.evidence.exit = e.exit.as_ref().map(ToString::to_string);
+                let problem = format!("{id} did not stop cleanly: {e}");
+                replica.evidence.problem = Some(problem.clone());
+                Some(problem)
+            }
+        }
+    }
+}
+
+impl Replica {
+    /// Starts a caller: `GET /slow` as `request`.
+    fn send(&mut self, request: Label) {
+        let get = self
+            .client
+            .get(format!("{}/slow", self.base))
+            .header(LABEL_HEADER, request.to_string());
+        self.callers.spawn(async move {
+            let reply = async {
+                let response = get.send().await.map_err(|e| chain(&e))?;
+                let status = response.status().as_u16();
+                let bytes = response.bytes().await.map_err(|e| chain(&e))?;
+                let body = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("the {status} response is not JSON: {e}"))?;
+                Ok((status, body))
+            };
+            Call {
+                request,
+                reply: reply.await,
+            }
+        });
+    }
+
+    /// Follows the replica's own ledger: what is inside its work section.
+    fn observe(&mut self, event: &WorkEvent) {
+        match (event.event, event.request) {
+            (Event::Admitted, Some(request)) => self.inside.push(request),
+            (Event::Finished, Some(request)) => self.inside.retain(|&r| r != request),
+            _ => {}
+        }
+    }
+
+    /// Waits until `request` is held (the replica's event) or refused (its caller's 503),
+    /// with who holds the permits: the engine's holders from the 503 body, or the replica's
+    /// own.
+    async fn decision(
+        &mut self,
+        request: Label,
+        global: bool,
+    ) -> Result<(Decision, Vec<String>), String> {
+        let id = self.id;
+        loop {
+            let front = self.front.as_mut().ok_or_else(|| format!("{id} is gone"))?;
+            tokio::select! {
+                // Events first: a hold is recorded before anything else can answer.
+                biased;
+                message = front.next() => match message {
+                    Ok(Some(FromFront::Event(event))) => {
+                        self.observe(&event);
+                        if event.request == Some(request) && event.event == Event::Held {
+                            return Ok((Decision::Admitted, Vec::new()));
+                        }
+                    }
+                    Ok(Some(FromFront::Failed { reason })) => {
+                        return Err(format!("{id} failed: {reason}"));
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(self.died(format!("waiting for {request}")).await),
+                    Err(e) => return Err(format!("reading {id}'s messages: {e}")),
+                },
+                Some(joined) = self.callers.join_next() => {
+                    let call = joined.map_err(|e| format!("a caller task failed: {e}"))?;
+                    return self.refused(call, request, global);
+                }
+            }
+        }
+    }
+
+    /// A caller answered while `request` was being decided: its 503, if it is `request`'s.
+    fn refused(
+        &self,
+        call: Call,
+        request: Label,
+        global: bool,
+    ) -> Result<(Decision, Vec<String>), String> {
+        let id = self.id;
+        let (status, body) = call
+            .reply
+            .map_err(|why| format!("{}'s call to {id} failed: {why}", call.request))?;
+        let error = body.get("error").and_then(Value::as_str);
+        match (status, error) {
+            (503, Some("work_capacity_full")) if call.request == request => {
+                let held_by = if global {
+                    let named = body.get("held_by").and_then(Value::as_array);
+                    let named = named.into_iter().flatten().filter_map(Value::as_str);
+                    named.map(str::to_owned).collect()
+                } else {
+                    self.inside.iter().map(|&r| holder(id, r)).collect()
+                };
+                Ok((Decision::Refused, held_by))
+            }
+            (503, Some("work_permits_unavailable")) => Err(format!(
+                "{id} could not decide on {}: {}",
+                call.request,
+                body.get("detail")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no detail")
+            )),
+            _ => Err(format!(
+                "{} was answered {status} {body} by {id} while its work should be held",
+                call.request
+            )),
+        }
+    }
+
+    /// Says that the replica's process ended when it should not have, and how.
+    async fn died(&mut self, doing: String) -> String {
+        let id = self.id;
+        let Some(front) = &mut self.front else {
+            return format!("{id} is gone ({doing})");
+        };
+        match tokio::time::timeout(SAFETY_TIMEOUT, front.wait()).await {
+            Ok(Ok(exit)) => {
+                self.evidence.exit = Some(exit.to_string());
+                format!("{id} died unexpectedly ({doing}): its process {exit}")
+            }
+            _ => format!("{id} stopped answering ({doing})"),
+        }
+    }
+
+    /// Continues a paused replica.
+    fn resume(&mut self) -> Result<(), String> {
+        if !self.paused {
+            return Ok(());
+        }
+        if let Some(front) = &self.front {
+            front
+                .resume()
+                .map_err(|e| format!("cannot continue {}: {e}", self.id))?;
+        }
+        self.paused = false;
+        self.evidence.signals.push("SIGCONT: continued".into());
+        Ok(())
+    }
+}
+
+/// A pace for probes: the first tick after one `period`.
+fn pace(period: Duration) -> tokio::time::Interval {
+    let mut pace = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    pace.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    pace
+}
+
+fn millis(elapsed: Duration) -> f64 {
+    (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
+}
+
+/// An error and its sources, on one line.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,197 @@
+//! The binary under resource limits set from outside, as `prlimit` sets them: with too few
+//! descriptors or too little address space, a run on either front still ends — correctly, or
+//! with exit status 1 and one line on stderr — and never hangs. Stopping a server must not need
+//! a new socket, descriptor or thread, since the run may be failing for want of exactly those.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use isolation_lab::server::Front;
+
+/// A run still going after this is killed and counted as hung: a stalled run fails within the
+/// lab's own bound of 15 s.
+const KILL_AFTER: Duration = Duration::from_secs(20);
+
+/// Runs of each front under each limit.
+const RUNS: usize = 3;
+
+/// Runs at once. Most end in milliseconds; those whose server retries a failing accept wait
+/// out its pauses (about 0.13 s) without using a core.
+const AT_ONCE: usize = 8;
+
+/// Address-space limits are set this far above the smallest one the binary loads under (a
+/// debug build needs several times a release build's): there the threaded front's threads
+/// cannot get their stacks while the process itself runs. Limits right at the floor can land
+/// where the standard library aborts the process before any code of the lab's runs, so the test
+/// stays a few MiB above it.
+const ABOVE_FLOOR_MIB: [u64; 2] = [2, 6];
+
+/// The smallest address space, in MiB, under which the binary loads and answers `predict`
+/// (which starts no runtime, thread or socket).
+fn load_floor_mib() -> u64 {
+    let loads = |mib: u64| {
+        let limit = format!("--as={}", mib * 1024 * 1024);
+        let lab = env!("CARGO_BIN_EXE_isolation-lab");
+        let status = Command::new("prlimit")
+            .args([limit.as_str(), "--", lab, "predict"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        status.is_ok_and(|s| s.success())
+    };
+    (4..=256)
+        .find(|&mib| loads(mib))
+        .expect("the lab loads in 256 MiB")
+}
+
+/// Every front under every open-file limit from 4 to 16, and under small address-space limits,
+/// [`RUNS`] times each. Each run must exit 0 with a matching JSON report, or exit 1 with
+/// exactly one line on stderr (and a report, if it printed one, that says every handler was
+/// joined). A run killed after [`KILL_AFTER`] or ended by a signal fails the test.
+#[test]
+fn runs_under_resource_limits_end_with_a_report_or_one_line() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        println!("skipped: prlimit (util-linux) is not installed");
+        return;
+    }
+    let floor = load_floor_mib();
+    let address_space = ABOVE_FLOOR_MIB.map(|above| format!("--as={}", (floor + above) << 20));
+    let limits = (4..=16)
+        .map(|n| format!("--nofile={n}:{n}"))
+        .chain(address_space);
+    let mut jobs = Vec::new();
+    for limit in limits {
+        for front in Front::ALL {
+            jobs.extend(std::iter::repeat_n((front, limit.clone()), RUNS));
+        }
+    }
+    let jobs = Mutex::new(jobs);
+    let failures = Mutex::new(Vec::new());
+    thread::scope(|scope| {
+        for _ in 0..AT_ONCE {
+            scope.spawn(|| {
+                while let Some((front, limit)) = next(&jobs) {
+                    if let Err(failure) = run_once(front, &limit) {
+                        let context = format!("--server {} under prlimit {limit}", front.name());
+                        lock(&failures).push(format!("{context}: {failure}"));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        failures.is_empty(),
+        "{} runs did not end as they must:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn next(jobs: &Mutex<Vec<(Front, String)>>) -> Option<(Front, String)> {
+    lock(jobs).pop()
+}
+
+/// One run of the binary under `limit`, checked.
+fn run_once(front: Front, limit: &str) -> Result<(), String> {
+    let mut child = Command::new("prlimit")
+        .arg(limit)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_isolation-lab"))
+        .args(["--server", front.name()])
+        // The reported hang came with backtraces on: with them, a failing run captures one.
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("prlimit did not start: {e}"))?;
+    let (stdout, stderr, ended) = output_or_kill(&mut child)?;
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the run: {e}"))?;
+    if !ended {
+        return Err(format!(
+            "still running after {KILL_AFTER:?}: killed; stderr: {stderr}"
+        ));
+    }
+    match status.code() {
+        Some(0) => {
+            let report: serde_json::Value = serde_json::from_str(&stdout)
+                .map_err(|e| format!("exit 0 without a JSON report ({e}); stderr: {stderr}"))?;
+            if report["matches_model"] != true || !stderr.is_empty() {
+                return Err(format!("exit 0 but no clean match; stderr: {stderr}"));
+            }
+            Ok(())
+        }
+        Some(1) => {
+            let lines = stderr.lines().count();
+            if lines != 1 || !stderr.ends_with('\n') || stderr.contains("panicked") {
+                return Err(format!("exit 1 with {lines} lines on stderr: {stderr}"));
+            }
+            if stdout.is_empty() {
+                return Ok(());
+            }
+            let report: serde_json::Value = serde_json::from_str(&stdout)
+                .map_err(|e| format!("exit 1 with output that is not JSON ({e})"))?;
+            joined_everything(&report).map_err(|e| format!("{e}; stderr: {stderr}"))
+        }
+        _ => Err(format!("ended with {status}; stderr: {stderr}")),
+    }
+}
+
+/// A failed run's report still accounts for every handler it started: each connection it
+/// counted was joined, and none is alive.
+fn joined_everything(report: &serde_json::Value) -> Result<(), String> {
+    let policies = report["policies"].as_array().ok_or("no policies")?;
+    for policy in policies {
+        let server = &policy["server"];
+        if !server.is_null() && server["connection_tasks_stopped"] != true {
+            return Err(format!("a handler was not joined: server {server}"));
+        }
+        let handlers = &policy["resources"]["after_run"]["connection_handlers"];
+        if *handlers != 0 {
+            return Err(format!("{handlers} handlers alive after the run"));
+        }
+    }
+    Ok(())
+}
+
+/// The child's stdout and stderr once it has closed both (it ended), or, if it has not within
+/// [`KILL_AFTER`], after killing it; and whether it ended by itself.
+fn output_or_kill(child: &mut Child) -> Result<(String, String, bool), String> {
+    let mut stdout = child.stdout.take().ok_or("no stdout pipe")?;
+    let mut stderr = child.stderr.take().ok_or("no stderr pipe")?;
+    let (done, finished) = mpsc::channel();
+    let readers = thread::spawn(move || {
+        let mut err = String::new();
+        let reading = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        err.push_str(&reading.join().unwrap_or_default());
+        // The test may have given up waiting; then no one listens.
+        let _ = done.send(());
+        (out, err)
+    });
+    let ended = finished.recv_timeout(KILL_AFTER).is_ok();
+    if !ended {
+        // Killing it closes its pipes, which ends the readers.
+        let _ = child.kill();
+    }
+    let (out, err) = readers
+        .join()
+        .map_err(|_| "a reader thread panicked".to_owned())?;
+    Ok((out, err, ended))
+}

@@ -1,0 +1,467 @@
+//! `replicas` end to end: real replica processes (the lab's binary), real HTTP on loopback, and
+//! a real `redis-server` started per test on a free loopback port (skipped with one line where
+//! `redis-server` is not installed). Every test also checks that nothing is left running or
+//! listening, and no key of the run is left in Redis.
+
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use isolation_lab::evidence::Decision;
+use isolation_lab::label::Label;
+use isolation_lab::policy::Slots;
+use isolation_lab::replicas::evidence::Sent;
+use isolation_lab::replicas::{
+    Engine, Faults, LeaseMs, Options, ReplicaCount, ReplicaId, ReplicasInputs, ReplicasReport,
+    Requests, run_with,
+};
+
+/// The tests' lease: short, so a test is quick, yet renewed every 133 ms, so a replica keeps
+/// its permits on a busy machine.
+const LEASE_MS: u32 = 400;
+
+/// A guard against a hang; every test ends well within it.
+const GUARD: Duration = Duration::from_secs(60);
+
+fn inputs(replicas: u8, slots: u8, held: u8, global: Engine, lease_ms: u32) -> ReplicasInputs {
+    ReplicasInputs {
+        replicas: ReplicaCount::new(replicas).expect("an allowed replica count"),
+        slots: Slots::new(slots).expect("allowed slots"),
+        held: Requests::new(held).expect("an allowed request count"),
+        global,
+        lease_ms: LeaseMs::new(lease_ms).expect("an allowed lease"),
+    }
+}
+
+/// The lab's binary runs the replicas; a leak is watched briefly.
+fn options() -> Options {
+    Options {
+        program: Some(env!("CARGO_BIN_EXE_isolation-lab").into()),
+        leak_watch: Duration::from_millis(300),
+        ..Options::default()
+    }
+}
+
+async fn run(inputs: ReplicasInputs, options: Options) -> ReplicasReport {
+    tokio::time::timeout(GUARD, run_with(inputs, options))
+        .await
+        .expect("the run ended within its guard")
+}
+
+fn refuses(address: &str) -> bool {
+    let address: SocketAddr = address
+        .trim_start_matches("redis://")
+        .parse()
+        .expect("an address");
+    TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_err()
+}
+
+/// Every replica process is gone and its port closed; a private redis-server too.
+fn nothing_left(report: &ReplicasReport) {
+    assert!(!report.evidence.replicas.is_empty(), "replicas started");
+    for replica in &report.evidence.replicas {
+        let proc = format!("/proc/{}", replica.pid);
+        assert!(
+            !Path::new(&proc).exists(),
+            "{} ({proc}) still runs",
+            replica.id
+        );
+        assert!(
+            refuses(&replica.address.to_string()),
+            "{} still listens on {}",
+            replica.id,
+            replica.address
+        );
+    }
+    if let Some(engine) = report
+        .evidence
+        .engine
+        .as_ref()
+        .filter(|e| e.started_by_the_run)
+    {
+        assert!(
+            refuses(&engine.address),
+            "the private redis-server still listens"
+        );
+    }
+}
+
+fn held(report: &ReplicasReport, id: u8) -> Vec<Label> {
+    report.evidence.held_at_once[&ReplicaId(id)].clone()
+}
+
+fn balanced(report: &ReplicasReport, skip: Option<ReplicaId>) {
+    for replica in report
+        .evidence
+        .replicas
+        .iter()
+        .filter(|r| Some(r.id) != skip)
+    {
+        let ledger = replica
+            .ledger
+            .as_ref()
+            .expect("a stopped replica reports its ledger");
+        for (pool, account) in ledger {
+            let broken: Vec<_> = account.broken().collect();
+            assert!(broken.is_empty(), "{} {pool}: {broken:?}", replica.id);
+            assert_eq!(account.admitted, account.finished, "{}", replica.id);
+        }
+    }
+}
+
+/// Whether `redis-server` is on `PATH`; if not, says in one line that `test` is skipped.
+fn redis_or_skip(test: &str) -> bool {
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|dir| dir.join("redis-server").is_file())
+    });
+    if !on_path {
+        println!("skipped {test}: redis-server is not on PATH");
+    }
+    on_path
+}
+
+/// A `redis-server` of the test's own on a free loopback port, killed and reaped on drop.
+struct TestRedis {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl TestRedis {
+    /// Starts one, or says in one line why the test is skipped.
+    fn start(test: &str) -> Option<TestRedis> {
+        if !redis_or_skip(test) {
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("lab-test-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let stdout = child.stdout.take().expect("piped");
+        // Its log says when it accepts connections: wait for that line, not for a time.
+        let ready = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("Ready to accept connections"));
+        assert!(ready, "redis-server on port {port} never said it was ready");
+        Some(TestRedis { child, port, dir })
+    }
+
+    fn engine(&self) -> Engine {
+        format!("redis://127.0.0.1:{}", self.port)
+            .parse()
+            .expect("a loopback URL")
+    }
+
+    /// Every key the lab left in this Redis.
+    fn lab_keys(&self) -> Vec<String> {
+        let client =
+            redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).expect("a client");
+        let mut conn = client.get_connection().expect("the test's Redis answers");
+        redis::cmd("KEYS")
+            .arg("isolation-lab:*")
+            .query(&mut conn)
+            .expect("KEYS answers")
+    }
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn refused_naming(probes: &[Sent], holder: &str) -> bool {
+    probes
+        .iter()
+        .any(|p| p.decision == Decision::Refused && p.held_by.iter().any(|h| h == holder))
+}
+
+/// Own permits: 2 replicas × 2 slots hold all 4 requests at once — the "global" two-permit
+/// limit exceeded — and each replica's own ledger balances.
+#[tokio::test]
+async fn own_permits_two_replicas_of_two_hold_four() {
+    let report = run(inputs(2, 2, 4, Engine::Off, 2000), options()).await;
+    assert_eq!(report.failure, None);
+    assert_eq!(held(&report, 1), [Label::Slow(1), Label::Slow(3)]);
+    assert_eq!(held(&report, 2), [Label::Slow(2), Label::Slow(4)]);
+    assert!(report.matches_model, "{:?}", report.mismatches);
+    balanced(&report, None);
+    let ok = report
+        .evidence
+        .released
+        .iter()
+        .all(|a| a.status == Some(200));
+    assert!(
+        ok && report.evidence.released.len() == 4,
+        "{:?}",
+        report.evidence.released
+    );
+    let text = isolation_lab::render::replicas::render(&report);
+    assert!(
+        text.contains("the global two-permit limit is exceeded"),
+        "{text}"
+    );
+    nothing_left(&report);
+}
+
+/// Own permits: 3 replicas × 2 slots hold 6; the 7th and 8th are refused by a full replica.
+#[tokio::test]
+async fn own_permits_three_replicas_of_two_hold_six() {
+    let report = run(inputs(3, 2, 8, Engine::Off, 2000), options()).await;
+    assert_eq!(report.failure, None);
+    let total: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
+    assert_eq!(total, 6);
+    let refused: Vec<_> = report
+        .evidence
+        .sent
+        .iter()
+        .filter(|s| s.decision == Decision::Refused)
+        .map(|s| (s.request, s.held_by.clone()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (Label::Slow(7), vec!["r1/S1".to_owned(), "r1/S4".to_owned()]),
+            (Label::Slow(8), vec!["r2/S2".to_owned(), "r2/S5".to_owned()]),
+        ]
+    );
+    assert!(report.matches_model, "{:?}", report.mismatches);
+    balanced(&report, None);
+    nothing_left(&report);
+}
+
+/// One Redis-backed limit of 2 over 2 replicas: exactly 2 held in all, the rest refused naming
+/// both holders. Paused past its lease, r2's permit goes to r1 while r2's work still runs
+/// (over-admission); killed, r1's permits are refused to everyone, naming the dead holder,
+/// until their lease lapses, and then a probe is admitted. No key of the run is left.
+#[tokio::test]
+async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
+    let test = "a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses";
+    let Some(redis) = TestRedis::start(test) else {
+        return;
+    };
+    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options()).await;
+    assert_eq!(report.failure, None);
+    assert_eq!(held(&report, 1), [Label::Slow(1)]);
+    assert_eq!(held(&report, 2), [Label::Slow(2)]);
+    for refused in report
+        .evidence
+        .sent
+        .iter()
+        .filter(|s| s.decision == Decision::Refused)
+    {
+        let mut named = refused.held_by.clone();
+        named.sort();
+        assert_eq!(named, ["r1/S1", "r2/S2"], "{}", refused.request);
+    }
+
+    let pause = report.evidence.pause.as_ref().expect("the pause ran");
+    assert!(refused_naming(&pause.probes, "r2/S2"), "{:?}", pause.probes);
+    let inside: usize = pause.in_sections.values().map(Vec::len).sum();
+    assert_eq!(
+        inside, 3,
+        "the limit 2, plus the paused S2: {:?}",
+        pause.in_sections
+    );
+    assert!(!pause.engine_holders.iter().any(|h| h == "r2/S2"));
+    let r2 = &report.evidence.replicas[1];
+    assert_eq!(
+        r2.permits.as_ref().expect("global").lapsed,
+        [Label::Slow(2)]
+    );
+
+    let crash = report.evidence.crash.as_ref().expect("the crash ran");
+    assert!(crash.exit.contains("SIGKILL"), "{}", crash.exit);
+    assert!(crash.dead_holders.iter().any(|h| h.holder == "r1/S1"));
+    assert!(refused_naming(&crash.probes, "r1/S1"), "{:?}", crash.probes);
+    let last = crash.probes.last().expect("probes");
+    assert_eq!(last.decision, Decision::Admitted, "{:?}", crash.probes);
+    assert!(crash.window_ms.is_some());
+
+    assert!(report.matches_model, "{:?}", report.mismatches);
+    balanced(&report, Some(ReplicaId(1)));
+    let cleanup = report.evidence.engine.as_ref().and_then(|e| e.cleanup);
+    assert_eq!(cleanup.map(|c| c.keys_left), Some(0));
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    let text = isolation_lab::render::replicas::render(&report);
+    assert!(text.contains("OVER-ADMISSION by 1"), "{text}");
+    assert!(text.contains("left at the signal"), "{text}");
+    nothing_left(&report);
+}
+
+/// Without a lease a killed holder's permit leaks: every probe is refused naming it for the
+/// whole watch, and the run's cleanup removes it with the run's keys.
+#[tokio::test]
+async fn without_a_lease_a_dead_holders_permit_leaks_until_cleanup() {
+    let test = "without_a_lease_a_dead_holders_permit_leaks_until_cleanup";
+    let Some(redis) = TestRedis::start(test) else {
+        return;
+    };
+    let report = run(inputs(2, 2, 4, redis.engine(), 0), options()).await;
+    assert_eq!(report.failure, None);
+    assert!(
+        report.evidence.pause.is_none(),
+        "nothing lapses without a lease"
+    );
+    let crash = report.evidence.crash.as_ref().expect("the crash ran");
+    assert!(!crash.probes.is_empty());
+    assert!(crash.probes.iter().all(|p| p.decision == Decision::Refused));
+    assert!(refused_naming(&crash.probes, "r1/S1"));
+    assert!(crash.dead_holders.iter().all(|h| h.lease_left_ms.is_none()));
+    let cleanup = report
+        .evidence
+        .engine
+        .as_ref()
+        .and_then(|e| e.cleanup)
+        .expect("cleaned up");
+    assert_eq!(
+        (cleanup.holders_removed, cleanup.keys_left),
+        (1, 0),
+        "the leaked r1/S1"
+    );
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    assert!(report.matches_model, "{:?}", report.mismatches);
+    nothing_left(&report);
+}
+
+/// The run's own redis-server killed mid-run: the run fails with one line, and still stops
+/// and reaps every replica.
+#[tokio::test]
+async fn redis_killed_mid_run_fails_cleanly() {
+    if !redis_or_skip("redis_killed_mid_run_fails_cleanly") {
+        return;
+    }
+    let mut options = options();
+    options.faults = Faults {
+        engine_dies: true,
+        ..Faults::default()
+    };
+    let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
+    let failure = report.failure.clone().expect("the run failed");
+    assert!(!failure.contains('\n'), "one line: {failure}");
+    assert!(failure.contains("Redis"), "{failure}");
+    assert!(!report.matches_model);
+    nothing_left(&report);
+}
+
+/// A replica that dies unannounced fails the run with one line naming it.
+#[tokio::test]
+async fn a_replica_that_dies_fails_the_run_cleanly() {
+    let mut options = options();
+    options.faults = Faults {
+        replica_dies: Some(ReplicaId(2)),
+        ..Faults::default()
+    };
+    let report = run(inputs(2, 2, 4, Engine::Off, 2000), options).await;
+    let failure = report.failure.clone().expect("the run failed");
+    assert!(
+        failure.contains("r2") && failure.contains("SIGKILL"),
+        "{failure}"
+    );
+    assert!(!failure.contains('\n'));
+    nothing_left(&report);
+}
+
+/// A Redis that is not there fails the run at once, before any replica starts.
+#[tokio::test]
+async fn an_unreachable_redis_fails_before_any_replica_starts() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let engine: Engine = format!("redis://127.0.0.1:{port}")
+        .parse()
+        .expect("loopback");
+    let report = run(inputs(2, 2, 4, engine, 2000), options()).await;
+    let failure = report.failure.expect("the run failed");
+    assert!(failure.contains("cannot use the Redis at"), "{failure}");
+    assert!(report.evidence.replicas.is_empty());
+}
+
+/// A replica that never comes up (here a program that exits at once) fails the run.
+#[tokio::test]
+async fn a_replica_that_never_comes_up_fails_the_run() {
+    let options = Options {
+        program: Some("true".into()),
+        ..options()
+    };
+    let report = run(inputs(2, 2, 4, Engine::Off, 2000), options).await;
+    let failure = report.failure.expect("the run failed");
+    assert!(failure.contains("r1 did not come up"), "{failure}");
+    assert!(report.evidence.replicas.is_empty());
+}
+
+/// Refused inputs exit 2 with a message naming the flag and its allowed values, before any
+/// replica or redis-server is started.
+#[test]
+fn bad_input_exits_2_before_anything_starts() {
+    let cases: [(&[&str], &str); 10] = [
+        (&["--replicas", "1"], "2 through 4"),
+        (&["--replicas", "5"], "2 through 4"),
+        (&["--held", "17"], "1 through 16"),
+        (
+            &["--lease-ms", "199"],
+            "0 (no lease) or a whole number from 200 through 60000",
+        ),
+        (&["--lease-ms", "60001"], "200 through 60000"),
+        (&["--lease-ms", "-1"], "200 through 60000"),
+        (&["--global", "redis://10.1.2.3:6379"], "loopback"),
+        (&["--global", "redis://example.com:6379"], "example.com"),
+        (&["--global", "redis://127.0.0.1"], "port"),
+        (&["--global", "remote"], "expected off, local"),
+    ];
+    for (args, says) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+            .arg("replicas")
+            .args(args)
+            // The refusal comes from parsing, before any runtime exists; without redis-server on
+            // PATH no run could have gone ahead instead.
+            .env("PATH", "/nonexistent")
+            .stdin(Stdio::null())
+            .output()
+            .expect("the binary starts");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: no report");
+    }
+}
+
+/// The binary's JSON report of a run with own permits, as a user gets it.
+#[test]
+fn the_json_report_says_what_was_held() {
+    let output = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+        .args(["replicas", "--format", "json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary starts");
+    assert_eq!(output.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["lab"], "replicas");
+    assert_eq!(report["matches_model"], true);
+    assert_eq!(
+        report["evidence"]["held_at_once"]["r1"],
+        serde_json::json!(["S1", "S3"])
+    );
+    assert_eq!(report["prediction"]["held_in_all"], 4);
+}
