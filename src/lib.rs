@@ -22,6 +22,7 @@
 //! - [`report`]: the evidence and the model's check, as one serializable report.
 //! - [`outcome`], [`sweep`], [`compare`]: the teaching instruments' data.
 //! - [`remote`]: a front in a child process of the lab, and the protocol it speaks.
+//! - [`hold`]: what holding N requests costs on each front, each in a child process.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
@@ -36,6 +37,8 @@ pub mod coordinator;
 pub mod evidence;
 pub mod faults;
 pub(crate) mod global;
+#[cfg(unix)]
+pub mod hold;
 pub mod label;
 #[cfg(unix)]
 pub(crate) mod limits;

@@ -27,15 +27,6 @@
 //! - `child`: the child's side, [`serve`].
 //! - `parent`: the parent's side, `RemoteFront`.
 
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        unused_imports,
-        reason = "the parent's side is used by hold, and next by replicas"
-    )
-)]
-
 mod child;
 mod parent;
 mod protocol;

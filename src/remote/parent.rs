@@ -47,6 +47,13 @@ impl fmt::Display for FrontError {
 pub(crate) struct Closed {
     pub(crate) stopped: Stopped,
     pub(crate) exit: Exit,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "hold reads the totals in the report; events streams need it"
+        )
+    )]
     pub(crate) trailing: Vec<FromFront>,
 }
 
@@ -120,6 +127,13 @@ impl RemoteFront {
 
     /// Waits until the child has ended and is reaped, and says how. For a child that ended on
     /// its own, or was killed.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "hold learns how a child ended from stop; replicas, next"
+        )
+    )]
     pub(crate) async fn wait(&mut self) -> io::Result<Exit> {
         self.child.wait().await
     }

@@ -7,10 +7,13 @@
 //! - [`svg`]: a picture of a run, for a browser or a projector.
 //! - [`sweep`]: one matrix per policy over every allowed input.
 //! - [`compare`]: both fronts side by side.
+//! - [`hold`]: what holding N requests costs each front: a table, a reading, curves.
 
 pub mod compare;
 #[cfg(test)]
 pub(crate) mod fixtures;
+#[cfg(unix)]
+pub mod hold;
 pub mod svg;
 pub mod sweep;
 pub mod text;
