@@ -123,3 +123,40 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// Past one address's ports the callers go out from 127.0.0.1, 127.0.0.2, ... in turn:
+    /// seen from a plain listener, which accepts their connections and answers nothing.
+    #[tokio::test]
+    async fn callers_spread_over_source_addresses() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("an address");
+        let mut callers = Callers::new(address, "token", 2).expect("callers");
+        callers.send(4);
+        let mut sources = BTreeSet::new();
+        let mut streams = Vec::new();
+        for _ in 0..4 {
+            let accepted = tokio::time::timeout(Duration::from_secs(60), listener.accept()).await;
+            let (stream, peer) = accepted.expect("a caller connects").expect("accepted");
+            sources.insert(peer.ip());
+            streams.push(stream);
+        }
+        let expected =
+            BTreeSet::from(["127.0.0.1", "127.0.0.2"].map(|ip| ip.parse().expect("an IP")));
+        assert_eq!(sources, expected);
+        assert_eq!(callers.waiting(), 4);
+        callers.abort().await;
+        assert!(
+            Callers::new(address, "token", 255).is_err(),
+            "at most 254 sources"
+        );
+    }
+}

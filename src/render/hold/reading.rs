@@ -74,13 +74,17 @@ pub(super) fn sentences(report: &HoldReport) -> Vec<String> {
     out
 }
 
-/// The largest count every front held.
+/// The largest count every front that held any count held.
 fn common_count(fronts: &[FrontSeries]) -> Option<u32> {
-    let first = fronts.first()?;
+    let holding: Vec<&FrontSeries> = fronts
+        .iter()
+        .filter(|s| s.held().next().is_some())
+        .collect();
+    let first = holding.first()?;
     first
         .held()
         .map(|(n, _)| n)
-        .filter(|&n| fronts.iter().all(|s| s.held().any(|(m, _)| m == n)))
+        .filter(|&n| holding.iter().all(|s| s.held().any(|(m, _)| m == n)))
         .max()
 }
 
