@@ -1,14 +1,18 @@
-//! `hold` when a front fails: a front child SIGKILLed mid-hold is evidence of that front at
-//! that count, not a failure of the lab, and leaves no process behind. In its own process, so
-//! its check for leftover children sees only this test's.
+//! `hold` when a front fails: a front child SIGKILLed mid-hold, or one without room for its
+//! threads, is evidence of that front at that count, not a failure of the lab, and leaves no
+//! process behind. In a process of their own, one test at a time, so each check for leftover
+//! children sees only that test's.
 
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError, mpsc};
 use std::time::Duration;
 
 use isolation_lab::hold::{Config, Faults, HoldReport, Options, Outcome, Stage, hold};
 use isolation_lab::policy::Front;
 use isolation_lab::render;
+
+/// Held by each test for its whole run, so the children one sees are its own.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// How long a killed front may take to be reported: a guard, not a measurement.
 const REPORTED_WITHIN: Duration = Duration::from_secs(15);
@@ -53,6 +57,7 @@ fn hold_within(config: Config, options: Options) -> HoldReport {
 /// itself does not fail; the killed child is reaped and no child is left.
 #[test]
 fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let config = Config::new(&[200, 400], &Front::ALL).expect("valid counts");
     let options = Options {
         program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
@@ -89,4 +94,53 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
     let text = render::hold::text(&report);
     assert!(text.contains("killed by SIGKILL"), "{text}");
+}
+
+/// A front child limited to 256 MiB of address space (`ulimit -v`, set by a wrapper script
+/// that then execs the lab): the threaded front runs out of room for thread stacks before
+/// 400 held and fails, which is recorded at that count as the front's failure, with how it
+/// ended; the async front holds all 400 in the same room; the lab does not fail.
+#[test]
+fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let wrapper = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lab-in-256-mib");
+    let script = format!(
+        "#!/bin/sh\nulimit -v 262144 || exit 99\nexec '{}' \"$@\"\n",
+        env!("CARGO_BIN_EXE_isolation-lab")
+    );
+    std::fs::write(&wrapper, script).expect("write the wrapper");
+    let mut permissions = std::fs::metadata(&wrapper)
+        .expect("the wrapper")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).expect("make it executable");
+    let config = Config::new(&[400], &Front::ALL).expect("valid counts");
+    let options = Options {
+        program: Some(wrapper),
+        ..Options::default()
+    };
+    let report = hold(&config, &options);
+    assert_eq!(report.failure, None, "{report:#?}");
+    let outcome = |front| {
+        let series = report.series(front).expect("both fronts ran");
+        series.points[0].outcome.clone()
+    };
+    let Outcome::FrontFailed(failed) = outcome(Front::Threaded) else {
+        panic!("threaded at 400: {:?}", outcome(Front::Threaded));
+    };
+    // Either way a thread that cannot get its stack ends it: the accept loop's spawn fails
+    // (the server reports it), or a started thread aborts the process.
+    assert!(
+        failed.reason.contains("could not serve a connection")
+            || failed.reason.contains("killed by"),
+        "{failed:?}"
+    );
+    assert!(failed.held_before < 400, "{failed:?}");
+    assert!(is_gone(failed.pid.expect("it started")), "reaped");
+    assert!(
+        matches!(outcome(Front::Async), Outcome::Held(_)),
+        "{:?}",
+        outcome(Front::Async)
+    );
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
 }

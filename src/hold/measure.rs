@@ -306,7 +306,8 @@ async fn end_early(
             Some(error) => Broken::Front(FrontFailure {
                 pid: Some(pid),
                 stage,
-                held_before: held,
+                // The front's own count, which may be ahead of the last one read.
+                held_before: held.max(closed.stopped.counts.held),
                 reason: format!("its server failed: {error}"),
                 detail: why,
                 exit: Some(death(&closed.exit)),
