@@ -27,6 +27,8 @@ impl Callers {
     /// Callers of the front at `address` presenting `token`, going out from `sources`
     /// addresses, 127.0.0.1 onwards.
     pub(crate) fn new(address: SocketAddr, token: &str, sources: u64) -> Result<Callers, String> {
+        // At least one client, so that every caller has one.
+        let sources = sources.max(1);
         if sources > MAX_SOURCES {
             return Err(format!(
                 "{sources} source addresses are needed; the lab uses at most {MAX_SOURCES}"

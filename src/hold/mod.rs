@@ -10,7 +10,7 @@
 //! not run a count beyond one; a front that fails anyway is recorded at that N, with how its
 //! process ended, and is not run at larger counts.
 //!
-//! - `report`: what was measured; `render/hold.rs` draws it.
+//! - `report`: what was measured; `src/render/hold/` draws it.
 //! - `preflight`: the ceilings, and the counts each front runs.
 //! - `measure`: one measurement, from starting the child to reaping it.
 //! - `callers`: the parent's HTTP callers.

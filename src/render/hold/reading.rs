@@ -132,7 +132,7 @@ fn cost_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
                     .iter()
                     .find(|(_, f)| value(f) == high)
                     .map_or("", |(front, _)| front.name());
-                format!("{} times as much on the {most} front", figure(high / low))
+                format!("{:.1} times as much on the {most} front", high / low)
             };
             format!(
                 "{name} grew with N, {likeness}: {} per held request at N = {n}{note}.",
@@ -166,10 +166,7 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
     let slowest = times.iter().copied().fold(0.0, f64::max);
     let fastest = times.iter().copied().fold(f64::MAX, f64::min);
     let ratio = if at.len() > 1 && fastest > 0.0 && slowest >= 2.0 * fastest {
-        format!(
-            ", {} times as long on the slower",
-            figure(slowest / fastest)
-        )
+        format!(", {:.1} times as long on the slower", slowest / fastest)
     } else {
         String::new()
     };
