@@ -63,6 +63,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
         faults: Faults {
             kill_front_when_held: Some(100),
+            ..Faults::default()
         },
     };
     let report = hold_within(config, options);
@@ -83,7 +84,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         );
         assert!(failed.reason.contains("SIGKILL"), "{}", failed.reason);
         assert_eq!(failed.stage, Stage::Holding);
-        assert!((100..200).contains(&failed.held_before), "{failed:?}");
+        assert!((100..=200).contains(&failed.held_before), "{failed:?}");
         let pid = failed.pid.expect("the child had started");
         assert!(is_gone(pid), "{front:?}'s killed child {pid} is reaped");
         let Outcome::NotRun { reason } = &series.points[1].outcome else {
@@ -141,6 +142,39 @@ fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
         matches!(outcome(Front::Async), Outcome::Held(_)),
         "{:?}",
         outcome(Front::Async)
+    );
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
+}
+
+/// A request refused where every one must be admitted fails the lab, with the reason in one
+/// line: the measurement stops there, the rest is not run, and no child is left.
+#[test]
+fn a_refused_request_fails_the_lab() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let config = Config::new(&[50, 100], &[Front::Async]).expect("valid counts");
+    let options = Options {
+        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
+        faults: Faults {
+            pool_short_by: 1,
+            ..Faults::default()
+        },
+    };
+    let report = hold(&config, &options);
+    let failure = report.failure.clone().expect("the lab fails");
+    // The caller's 503 and the front's count of the refusal race; either tells.
+    assert!(
+        failure.contains("refused by a pool of 49 permits") || failure.contains("answered 503"),
+        "{failure}"
+    );
+    assert!(!failure.contains('\n'), "one line: {failure}");
+    let points = &report.series(Front::Async).expect("async ran").points;
+    assert!(
+        matches!(points[0].outcome, Outcome::LabFailed { .. }),
+        "{points:?}"
+    );
+    assert!(
+        matches!(points[1].outcome, Outcome::NotRun { .. }),
+        "{points:?}"
     );
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
 }

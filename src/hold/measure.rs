@@ -66,7 +66,8 @@ pub(crate) async fn held(
     held: u32,
     baseline: &Sample,
 ) -> Result<Figures, Broken> {
-    let capacity = usize::try_from(held).expect("a count of at most 50 000 fits in usize");
+    let permits = held.saturating_sub(setup.faults.pool_short_by).max(1);
+    let capacity = usize::try_from(permits).expect("a count of at most 50 000 fits in usize");
     let mut remote = start(setup, front, capacity).await?;
     let pid = remote.pid();
     let sources = limits::source_addresses_needed(u64::from(held), setup.limits);
@@ -81,7 +82,15 @@ pub(crate) async fn held(
     let sent = Instant::now();
     callers.send(held);
     let mut seen = 0;
-    let holding = hold_all(&mut remote, &mut callers, held, setup.faults, &mut seen).await;
+    let holding = hold_all(
+        &mut remote,
+        &mut callers,
+        held,
+        permits,
+        setup.faults,
+        &mut seen,
+    )
+    .await;
     if let Err(why) = holding {
         return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await);
     }
@@ -152,11 +161,13 @@ async fn hold_all(
     remote: &mut RemoteFront,
     callers: &mut Callers,
     held: u32,
+    permits: u32,
     faults: &Faults,
     seen: &mut u64,
 ) -> Result<(), String> {
     let mut killed = false;
-    while *seen < u64::from(held) {
+    // Once the test's fault has killed the front, wait for the end of it rather than sample it.
+    while killed || *seen < u64::from(held) {
         let step = tokio::time::timeout(STALL, async {
             tokio::select! {
                 message = remote.next() => Step::Front(message),
@@ -174,7 +185,7 @@ async fn hold_all(
             Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
                     return Err(format!(
-                        "{} requests were refused by a pool of {held} permits",
+                        "{} of {held} requests were refused by a pool of {permits} permits",
                         counts.refused
                     ));
                 }

@@ -89,6 +89,9 @@ pub struct Options {
 pub struct Faults {
     /// SIGKILL the front's child once it reports this many requests held.
     pub kill_front_when_held: Option<u64>,
+    /// Give the front's pool this many permits fewer than the requests sent, so some are
+    /// refused: a run that the lab must fail.
+    pub pool_short_by: u32,
 }
 
 /// Runs `hold` for `config` on a runtime of its own, dropped before this returns, so nothing
@@ -156,7 +159,7 @@ async fn measure_front<'a>(
     };
     let mut stopped = failure
         .as_ref()
-        .map(|_| "not run: the lab failed earlier".to_owned());
+        .map(|_| "the lab failed earlier".to_owned());
     if stopped.is_none() {
         match measure::idle(setup, front).await {
             Ok(sample) => series.baseline = Some(sample),
@@ -168,7 +171,7 @@ async fn measure_front<'a>(
             }
             Err(Broken::Lab(why)) => {
                 *failure = Some(format!("the {name} front at rest: {why}"));
-                stopped = Some("not run: the lab failed earlier".to_owned());
+                stopped = Some("the lab failed earlier".to_owned());
             }
         }
     }
@@ -193,7 +196,7 @@ async fn measure_front<'a>(
                     }
                     Err(Broken::Lab(why)) => {
                         *failure = Some(format!("the {name} front, {held} held: {why}"));
-                        stopped = Some("not run: the lab failed earlier".to_owned());
+                        stopped = Some("the lab failed earlier".to_owned());
                         Outcome::LabFailed { reason: why }
                     }
                 }
