@@ -7,6 +7,8 @@ use std::convert::Infallible;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
+#[cfg(unix)]
+use crate::hold;
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 #[cfg(unix)]
 use crate::remote::FrontSpec;
@@ -57,6 +59,7 @@ const EXAMPLES: &str = "Examples:
   isolation-lab replicas                      2 replicas' own permits: 4 held, not 2
   isolation-lab replicas --global local       one limit on Redis; a pause and a crash
   isolation-lab classroom                     a live page to step through with a room
+  isolation-lab hold --counts 10000           what holding 10 000 requests costs each front
 
 Flags of a subcommand go after it: isolation-lab predict --held 4.";
 
@@ -144,6 +147,26 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
     },
+    /// Hold N requests at the closed gate on each front, each front in a child process, and
+    /// measure what holding them costs: threads, memory, maps, kernel stack and time
+    #[cfg(unix)]
+    Hold {
+        /// Counts of held requests to measure, each 1 through 50000
+        #[arg(
+            long,
+            value_name = "N,N,...",
+            value_delimiter = ',',
+            value_parser = clap::value_parser!(u32).range(1..=i64::from(hold::MAX_COUNT)),
+            default_values_t = hold::DEFAULT_COUNTS
+        )]
+        counts: Vec<u32>,
+        /// The server fronts to measure
+        #[arg(long, value_enum, default_value_t = FrontsArg::Both)]
+        server: FrontsArg,
+        /// The report on stdout
+        #[arg(long, value_enum, default_value_t = HoldFormat::Text)]
+        format: HoldFormat,
+    },
     /// Serve one front as a child process of the lab, speaking JSON lines on stdin and stdout
     /// (internal: the instruments start it; `src/remote/` documents the protocol)
     #[cfg(unix)]
@@ -206,6 +229,39 @@ pub enum TableFormat {
     Text,
     /// The same, as JSON
     Json,
+}
+
+/// `--server` of `hold`: which fronts to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FrontsArg {
+    /// The async front only
+    Async,
+    /// The threaded front only
+    Threaded,
+    /// Both, async first
+    Both,
+}
+
+impl FrontsArg {
+    /// The fronts chosen, async first.
+    pub fn fronts(self) -> Vec<Front> {
+        match self {
+            FrontsArg::Async => vec![Front::Async],
+            FrontsArg::Threaded => vec![Front::Threaded],
+            FrontsArg::Both => Front::ALL.to_vec(),
+        }
+    }
+}
+
+/// How `hold` writes its report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HoldFormat {
+    /// One table, N down the side, both fronts side by side, and a reading of it
+    Text,
+    /// Every figure and the preflight, as JSON
+    Json,
+    /// The figures as curves against N on a log axis, each front's ceiling as a line
+    Svg,
 }
 
 /// `--mode`: which policies to run.
@@ -279,6 +335,9 @@ fn instead(subcommand: &str) -> Option<&'static str> {
         "classroom" => {
             "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held and --server"
         }
+        "hold" => {
+            "hold takes --counts N,N,..., --server async|threaded|both and --format text|json|svg"
+        }
         _ => return None,
     })
 }
@@ -310,6 +369,7 @@ where
         "record",
         "replicas",
         "classroom",
+        "hold",
     ];
     let words: Vec<String> = args
         .iter()
@@ -539,6 +599,34 @@ mod tests {
         );
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("Examples:"), "{help}");
+    }
+
+    /// `hold` measures the default counts on both fronts as a table unless told otherwise.
+    #[cfg(unix)]
+    #[test]
+    fn hold_defaults_to_its_counts_on_both_fronts() {
+        let cli = parse(&["hold"]).expect("valid");
+        let Some(Command::Hold {
+            counts,
+            server,
+            format,
+        }) = cli.command
+        else {
+            panic!("hold");
+        };
+        assert_eq!(counts, hold::DEFAULT_COUNTS);
+        assert_eq!(
+            (server.fronts(), format),
+            (Front::ALL.to_vec(), HoldFormat::Text)
+        );
+        let cli = parse(&["hold", "--counts", "5,50000", "--server", "threaded"]).expect("valid");
+        let Some(Command::Hold { counts, server, .. }) = cli.command else {
+            panic!("hold");
+        };
+        assert_eq!(
+            (counts, server.fronts()),
+            (vec![5, 50_000], vec![Front::Threaded])
+        );
     }
 
     /// The front child's subcommand takes one checked spec and stays out of the help.

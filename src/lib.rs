@@ -25,6 +25,7 @@
 //! - [`replicas`]: replica servers in child processes, with their own permits or one global
 //!   limit on Redis (`global`), paused and killed while they hold permits.
 //! - [`classroom`]: a live page that steps through a real run and lets the room join in.
+//! - [`hold`]: what holding N requests costs on each front, each in a child process.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
 
@@ -40,6 +41,8 @@ pub mod coordinator;
 pub mod evidence;
 pub mod faults;
 pub(crate) mod global;
+#[cfg(unix)]
+pub mod hold;
 pub mod label;
 #[cfg(unix)]
 pub(crate) mod limits;

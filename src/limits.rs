@@ -4,11 +4,6 @@
 //! side; on the thread-per-request front it also costs a thread and its memory maps, which is
 //! where the two fronts part. Reading the ceilings needs Linux's `/proc/sys`.
 
-#![cfg_attr(
-    not(test),
-    expect(dead_code, reason = "used by the hold and replicas instruments, next")
-)]
-
 use std::fmt;
 use std::io;
 

@@ -1,14 +1,18 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
 //! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`,
-//! `record REPORT`, `classroom`.
+//! `record REPORT`, `classroom`, `hold`, `replicas`.
 //! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
 //! 2 the command line (or the report given to `record`) was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
 
+#[cfg(unix)]
+use isolation_lab::cli::HoldFormat;
 use isolation_lab::cli::{Command, Format, TableFormat};
 use isolation_lab::coordinator::Options;
+#[cfg(unix)]
+use isolation_lab::hold;
 use isolation_lab::render::{self, svg, text};
 use isolation_lab::{classroom, compare, record, sweep};
 
@@ -127,6 +131,28 @@ fn main() -> ExitCode {
                 TableFormat::Json => json(&report),
             };
             emit(rendered, report.reason().as_deref())
+        }
+        #[cfg(unix)]
+        Some(Command::Hold {
+            counts,
+            server,
+            format,
+        }) => {
+            let config = match hold::Config::new(&counts, &server.fronts()) {
+                Ok(config) => config,
+                // The command line's parser checked the same: this is a safety net.
+                Err(reason) => {
+                    let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason}");
+                    return ExitCode::from(2);
+                }
+            };
+            let report = hold::hold(&config, &hold::Options::default());
+            let rendered = match format {
+                HoldFormat::Text => Ok(render::hold::text(&report)),
+                HoldFormat::Json => json(&report),
+                HoldFormat::Svg => Ok(render::hold::svg(&report)),
+            };
+            emit(rendered, report.failure.as_deref())
         }
         // A child process of the lab: its stdout is its parent's channel, so it prints nothing.
         #[cfg(unix)]

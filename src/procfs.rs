@@ -4,11 +4,6 @@
 //! machine (`tests/data/proc/`). On other OSes every reader fails with
 //! [`io::ErrorKind::Unsupported`].
 
-#![cfg_attr(
-    not(test),
-    expect(dead_code, reason = "used by the hold and replicas instruments, next")
-)]
-
 use std::io;
 
 use serde::{Deserialize, Serialize};

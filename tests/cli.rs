@@ -289,3 +289,49 @@ fn the_front_child_reports_ready_then_stopped() {
     );
     assert_eq!(output.status.code(), Some(0));
 }
+
+/// `hold` refuses a count outside 1 through 50 000, or anything that is not a count, a front
+/// or a format it knows, with exit 2 and a message naming the flag, and prints nothing.
+#[test]
+fn hold_refuses_what_it_cannot_measure() {
+    for (args, flag) in [
+        (&["hold", "--counts", "0"][..], "--counts"),
+        (&["hold", "--counts", "50001"], "--counts"),
+        (&["hold", "--counts", "10,abc"], "--counts"),
+        (&["hold", "--counts", ""], "--counts"),
+        (&["hold", "--server", "forked"], "--server"),
+        (&["hold", "--format", "png"], "--format"),
+        (&["hold", "--held", "4"], "--held"),
+    ] {
+        let (code, stdout, stderr) = run(&mut lab(args));
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+    let (_, _, stderr) = run(&mut lab(&["hold", "--counts", "50001"]));
+    assert!(stderr.contains("1..=50000"), "{stderr}");
+}
+
+/// `hold` as a user runs it, on small counts: a table and its reading, the same as JSON with
+/// the preflight, and a picture; each front in a child of the binary itself.
+#[test]
+fn hold_prints_a_table_json_and_a_picture() {
+    let (code, stdout, stderr) = run(&mut lab(&["hold", "--counts", "10,20"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("0 (idle)") && stdout.contains("What the figures show"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run(&mut lab(&["hold", "--counts", "10", "--format", "json"]));
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+    assert_eq!(report["instrument"], "hold");
+    assert!(report["preflight"]["limits"]["max_map_count"].is_number());
+    assert_eq!(report["fronts"][1]["points"][0]["outcome"], "held");
+    let args = [
+        "hold", "--counts", "10", "--server", "async", "--format", "svg",
+    ];
+    let (code, stdout, stderr) = run(&mut lab(&args));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.starts_with("<svg"), "{stdout:.100}");
+}

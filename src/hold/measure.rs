@@ -1,0 +1,391 @@
+//! One measurement: a fresh front child, N callers sent until the child reports N held, the
+//! child and the machine sampled, the gate opened, every answer checked, the child stopped,
+//! checked and reaped. Whatever goes wrong, the callers are aborted and joined and the child
+//! is reaped before this returns; a front that failed is told apart from a lab that did.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::Faults;
+use super::callers::Callers;
+use super::report::{Death, Figures, FrontFailure, PerRequest, Sample, Stage};
+use crate::admission::section::GateState;
+use crate::child::Exit;
+use crate::limits::{self, Limits};
+use crate::policy::{Front, Pool};
+use crate::procfs::{self, ProcessFigures};
+use crate::remote::{Closed, FromFront, FrontError, FrontSpec, RemoteFront};
+
+/// Fails a front that is not ready by then (the machine may be busy).
+const START: Duration = Duration::from_secs(60);
+/// Fails a hold or a release that makes no progress for this long: no request newly held, no
+/// caller answered. Generous, as a thread-per-connection front behind a full listen queue
+/// waits for its callers' SYN retries, which back off to tens of seconds.
+const STALL: Duration = Duration::from_secs(60);
+/// Fails a front that has not reported its stop by then.
+const STOP: Duration = Duration::from_secs(60);
+
+/// What every measurement needs.
+#[derive(Debug)]
+pub(crate) struct Setup<'a> {
+    /// The lab's binary, started as `<program> __front <spec>`.
+    pub(crate) program: &'a Path,
+    pub(crate) limits: &'a Limits,
+    pub(crate) faults: &'a Faults,
+}
+
+/// A measurement that gave no figures.
+#[derive(Debug)]
+pub(crate) enum Broken {
+    /// The front failed: evidence of where it stops.
+    Front(FrontFailure),
+    /// The lab failed: the run stops here and exits 1.
+    Lab(String),
+}
+
+/// The figures of the front at rest: started, nothing sent, stopped.
+pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
+    let remote = start(setup, front, 1).await?;
+    let sample = match ProcessFigures::read(remote.pid()) {
+        Ok(figures) => sample(figures),
+        Err(e) => {
+            let why = format!("reading the front's /proc figures: {e}");
+            return Err(end_early(remote, None, Stage::Starting, 0, why).await);
+        }
+    };
+    stop(remote, 0).await?;
+    Ok(sample)
+}
+
+/// Holds `held` requests on a fresh `front` child and measures what that costs, against the
+/// front's idle `baseline`.
+pub(crate) async fn held(
+    setup: &Setup<'_>,
+    front: Front,
+    held: u32,
+    baseline: &Sample,
+) -> Result<Figures, Broken> {
+    let permits = held.saturating_sub(setup.faults.pool_short_by).max(1);
+    let capacity = usize::try_from(permits).expect("a count of at most 50 000 fits in usize");
+    let mut remote = start(setup, front, capacity).await?;
+    let pid = remote.pid();
+    let sources = limits::source_addresses_needed(u64::from(held), setup.limits);
+    let mut callers = match Callers::new(remote.address(), remote.token(), sources) {
+        Ok(callers) => callers,
+        Err(why) => return Err(end_early(remote, None, Stage::Holding, 0, why).await),
+    };
+    let before = match Machine::read() {
+        Ok(machine) => machine,
+        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
+    };
+    let sent = Instant::now();
+    callers.send(held);
+    let mut seen = 0;
+    let holding = hold_all(
+        &mut remote,
+        &mut callers,
+        held,
+        permits,
+        setup.faults,
+        &mut seen,
+    )
+    .await;
+    if let Err(why) = holding {
+        return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await);
+    }
+    let time_to_hold = sent.elapsed();
+    let figures = ProcessFigures::read(pid).map_err(|e| format!("reading /proc/{pid}: {e}"));
+    let sampled = figures.and_then(|figures| Ok((sample(figures), Machine::read()?)));
+    let (process, after) = match sampled {
+        Ok(sampled) => sampled,
+        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
+    };
+    let opened = Instant::now();
+    let released = match remote.open_gate().await {
+        Ok(()) => answer_all(&mut remote, &mut callers).await,
+        Err(e) => Err(format!("opening the gate: {e}")),
+    };
+    if let Err(why) = released {
+        return Err(end_early(remote, Some(callers), Stage::Releasing, seen, why).await);
+    }
+    let time_to_release = opened.elapsed();
+    // Every caller has ended: the clients and their connections go now, before the stop.
+    drop(callers);
+    stop(remote, held).await?;
+    let kernel_stack_kib = signed(after.kernel_stack_kib) - signed(before.kernel_stack_kib);
+    let per = |now: u64, idle: u64| (signed(now) - signed(idle)) as f64 / f64::from(held);
+    Ok(Figures {
+        pid,
+        time_to_hold_ms: millis(time_to_hold),
+        time_to_release_ms: millis(time_to_release),
+        process,
+        kernel_stack_kib,
+        listen_overflows: after
+            .listen_overflows
+            .saturating_sub(before.listen_overflows),
+        source_addresses: sources,
+        per_request: PerRequest {
+            os_threads: per(process.os_threads, baseline.os_threads),
+            rss_kib: per(process.rss_kib, baseline.rss_kib),
+            address_space_kib: per(process.address_space_kib, baseline.address_space_kib),
+            memory_maps: per(process.memory_maps, baseline.memory_maps),
+            open_fds: per(process.open_fds, baseline.open_fds),
+            kernel_stack_kib: kernel_stack_kib as f64 / f64::from(held),
+        },
+    })
+}
+
+async fn start(setup: &Setup<'_>, front: Front, capacity: usize) -> Result<RemoteFront, Broken> {
+    let program = Command::new(setup.program);
+    let spec = FrontSpec::new(front, capacity);
+    RemoteFront::start(program, &spec, START)
+        .await
+        .map_err(|e| match e.exit {
+            // A process that started and ended is the front's doing; one that never started
+            // is the lab's.
+            Some(_) => Broken::Front(failure(None, Stage::Starting, 0, e)),
+            None => Broken::Lab(e.to_string()),
+        })
+}
+
+/// One thing that happened while waiting.
+enum Step {
+    Front(std::io::Result<Option<FromFront>>),
+    Caller(Option<Result<(), String>>),
+}
+
+/// Waits until the front reports `held` requests held (`seen` follows its count). `Err` if a
+/// caller ends first, the front says anything else or ends, or nothing moves for [`STALL`].
+async fn hold_all(
+    remote: &mut RemoteFront,
+    callers: &mut Callers,
+    held: u32,
+    permits: u32,
+    faults: &Faults,
+    seen: &mut u64,
+) -> Result<(), String> {
+    let mut killed = false;
+    // Once the test's fault has killed the front, wait for the end of it rather than sample it.
+    while killed || *seen < u64::from(held) {
+        let step = tokio::time::timeout(STALL, async {
+            tokio::select! {
+                message = remote.next() => Step::Front(message),
+                ended = callers.next() => Step::Caller(ended),
+            }
+        })
+        .await;
+        match step {
+            Err(_) => {
+                return Err(format!(
+                    "stalled: {seen} of {held} held, and none more for {} s",
+                    STALL.as_secs()
+                ));
+            }
+            Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
+                if counts.refused > 0 {
+                    return Err(format!(
+                        "{} of {held} requests were refused by a pool of {permits} permits",
+                        counts.refused
+                    ));
+                }
+                *seen = counts.held;
+                if !killed && faults.kill_front_when_held.is_some_and(|k| *seen >= k) {
+                    remote
+                        .kill()
+                        .map_err(|e| format!("killing the front (a test's fault): {e}"))?;
+                    killed = true;
+                }
+            }
+            Ok(Step::Front(message)) => return Err(unexpected(message)),
+            Ok(Step::Caller(Some(Ok(())))) => {
+                return Err("a caller was answered 200 while the gate was closed".into());
+            }
+            Ok(Step::Caller(Some(Err(why)))) => return Err(why),
+            Ok(Step::Caller(None)) => return Err("no caller is left waiting".into()),
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every caller has been answered 200. `Err` at the first that was not, if the
+/// front ends or says anything but counts, or if nothing moves for [`STALL`].
+async fn answer_all(remote: &mut RemoteFront, callers: &mut Callers) -> Result<(), String> {
+    while callers.waiting() > 0 {
+        let step = tokio::time::timeout(STALL, async {
+            tokio::select! {
+                biased;
+                ended = callers.next() => Step::Caller(ended),
+                message = remote.next() => Step::Front(message),
+            }
+        })
+        .await;
+        match step {
+            Err(_) => {
+                return Err(format!(
+                    "stalled: {} callers still waiting, none answered for {} s after the gate opened",
+                    callers.waiting(),
+                    STALL.as_secs()
+                ));
+            }
+            Ok(Step::Caller(Some(Ok(()))) | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
+            Ok(Step::Caller(Some(Err(why)))) => return Err(why),
+            Ok(Step::Caller(None)) => break,
+            Ok(Step::Front(message)) => return Err(unexpected(message)),
+        }
+    }
+    Ok(())
+}
+
+fn unexpected(message: std::io::Result<Option<FromFront>>) -> String {
+    match message {
+        Ok(None) => "the front's process ended".into(),
+        Ok(Some(message)) => format!("the front said {message:?} mid-run"),
+        Err(e) => format!("reading the front's messages: {e}"),
+    }
+}
+
+/// Stops the front and checks its report: a clean stop, an exact ledger with every one of
+/// `held` admitted, held and finished, none refused or cancelled, and full pools.
+async fn stop(remote: RemoteFront, held: u32) -> Result<(), Broken> {
+    let pid = remote.pid();
+    let closed = remote
+        .stop(STOP)
+        .await
+        .map_err(|e| Broken::Front(failure(Some(pid), Stage::Stopping, u64::from(held), e)))?;
+    check(&closed, u64::from(held)).map_err(Broken::Lab)
+}
+
+fn check(closed: &Closed, held: u64) -> Result<(), String> {
+    let stopped = &closed.stopped;
+    if let Some(error) = &stopped.error {
+        return Err(format!("the front did not stop cleanly: {error}"));
+    }
+    let server = &stopped.server;
+    if !server.connection_tasks_stopped || server.connection_tasks_aborted > 0 {
+        return Err(format!(
+            "the front's connection handlers did not all end by themselves: {server:?}"
+        ));
+    }
+    let ledger = stopped
+        .ledger
+        .get(&Pool::Shared)
+        .ok_or("the front's ledger has no shared pool")?;
+    if let Some(broken) = ledger.invariants.iter().find(|i| !i.holds) {
+        return Err(format!("the front's ledger broke {:?}", broken.rule));
+    }
+    let counts = (
+        ledger.admitted,
+        ledger.refused,
+        ledger.finished,
+        ledger.cancelled,
+    );
+    if counts != (held, 0, held, 0) || stopped.counts.held != held {
+        return Err(format!(
+            "the front's ledger shows {} admitted, {} refused, {} held, {} finished ({} \
+             cancelled), not {held} of each and none refused or cancelled",
+            ledger.admitted, ledger.refused, stopped.counts.held, ledger.finished, ledger.cancelled
+        ));
+    }
+    let state = &stopped.final_state;
+    let active = state.active_work.get(&Pool::Shared).copied();
+    // At rest the gate is never opened: the stop abandons it.
+    let gate_ok = held == 0 || state.gate == GateState::Open;
+    if active != Some(0) || !gate_ok {
+        return Err(format!("the front ended with {state:?}"));
+    }
+    Ok(())
+}
+
+/// Aborts and joins the callers, then stops the front (or reaps it, if it is gone), and says
+/// whose failure it was: the front's if its process died or its server failed, else the lab's,
+/// for `why`.
+async fn end_early(
+    remote: RemoteFront,
+    callers: Option<Callers>,
+    stage: Stage,
+    held: u64,
+    why: String,
+) -> Broken {
+    if let Some(callers) = callers {
+        callers.abort().await;
+    }
+    let pid = remote.pid();
+    match remote.stop(STOP).await {
+        Err(e) => Broken::Front(failure(Some(pid), stage, held, e)),
+        Ok(closed) => match closed.stopped.error {
+            Some(error) => Broken::Front(FrontFailure {
+                pid: Some(pid),
+                stage,
+                // The front's own count, which may be ahead of the last one read.
+                held_before: held.max(closed.stopped.counts.held),
+                reason: format!("its server failed: {error}"),
+                detail: why,
+                exit: Some(death(&closed.exit)),
+            }),
+            None => Broken::Lab(why),
+        },
+    }
+}
+
+/// A front that could not do its step: how its process ended when that was not clean, else
+/// the step's error.
+fn failure(pid: Option<u32>, stage: Stage, held: u64, error: FrontError) -> FrontFailure {
+    let exit = error.exit.as_ref().map(death);
+    let reason = match &exit {
+        Some(death) if !death.clean() => format!("its process was {}", death.how()),
+        _ => error.to_string(),
+    };
+    FrontFailure {
+        pid,
+        stage,
+        held_before: held,
+        reason,
+        detail: error.reason,
+        exit,
+    }
+}
+
+fn death(exit: &Exit) -> Death {
+    Death {
+        code: exit.code,
+        signal: exit.signal.map(|signal| signal.name.to_owned()),
+        last_stderr: exit.last_stderr.clone(),
+    }
+}
+
+fn sample(figures: ProcessFigures) -> Sample {
+    Sample {
+        os_threads: figures.os_threads,
+        rss_kib: figures.rss_kib,
+        address_space_kib: figures.address_space_kib,
+        memory_maps: figures.memory_maps,
+        open_fds: figures.open_fds,
+    }
+}
+
+/// The two machine-wide counters.
+struct Machine {
+    kernel_stack_kib: u64,
+    listen_overflows: u64,
+}
+
+impl Machine {
+    fn read() -> Result<Machine, String> {
+        let read = || {
+            Ok::<_, std::io::Error>(Machine {
+                kernel_stack_kib: procfs::kernel_stack_kib()?,
+                listen_overflows: procfs::listen_overflows()?,
+            })
+        };
+        read().map_err(|e| format!("reading the machine's counters: {e}"))
+    }
+}
+
+fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}

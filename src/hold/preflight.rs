@@ -1,0 +1,159 @@
+//! The preflight, a pure function of the ceilings read: what each front can reach here, and
+//! which (front, count) pairs run. A count beyond a front's ceiling is not run on that front,
+//! and says which ceiling and its value.
+
+use std::collections::BTreeMap;
+
+use super::report::{MachineLimits, Preflight, Reach};
+use crate::limits::{self, Limits};
+use crate::policy::Front;
+
+/// What the preflight decided for one count on one front.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Planned {
+    pub(crate) front: Front,
+    pub(crate) held: u32,
+    /// `Err` names the ceiling that refuses it.
+    pub(crate) runs: Result<(), String>,
+}
+
+/// The preflight of `fronts` holding each of `counts` under `limits`.
+pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Preflight, Vec<Planned>) {
+    let reach = Front::ALL
+        .into_iter()
+        .map(|front| {
+            let reach = limits::reach(limits, cost(front)).map(|reach| Reach {
+                held: reach.held,
+                ceiling: reach.ceiling.name().to_owned(),
+                value: reach.value,
+            });
+            (front, reach)
+        })
+        .collect::<BTreeMap<_, _>>();
+    let preflight = Preflight {
+        limits: MachineLimits {
+            max_map_count: limits.max_map_count,
+            pid_max: limits.pid_max,
+            threads_max: limits.threads_max,
+            threads_now: limits.threads_now,
+            nproc: limits.nproc.soft,
+            nofile: limits.nofile.soft,
+            nofile_hard: limits.nofile.hard,
+            local_ports: [limits.local_ports.0, limits.local_ports.1],
+        },
+        reach,
+        ports_per_address: limits::ports_per_address(limits),
+    };
+    let planned = fronts
+        .iter()
+        .flat_map(|&front| {
+            counts.iter().map(move |&held| Planned {
+                front,
+                held,
+                runs: limits::check(limits, cost(front), u64::from(held))
+                    .map_err(|refusal| refusal.to_string()),
+            })
+        })
+        .collect();
+    (preflight, planned)
+}
+
+/// What a front costs per held request, in the terms of `src/limits.rs`.
+fn cost(front: Front) -> limits::Front {
+    match front {
+        Front::Async => limits::Front::TaskPerRequest,
+        Front::Threaded => limits::Front::ThreadPerRequest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Rlimit;
+
+    /// A machine like this one, with descriptors plentiful so that memory maps bind first.
+    fn limits() -> Limits {
+        let plenty = Rlimit {
+            soft: Some(1_048_576),
+            hard: Some(1_048_576),
+        };
+        Limits {
+            max_map_count: 65_530,
+            pid_max: 4_194_304,
+            threads_max: 192_730,
+            threads_now: 137,
+            nproc: plenty,
+            nofile: plenty,
+            local_ports: (32_768, 60_999),
+        }
+    }
+
+    /// `vm.max_map_count` refuses 20 000 held threads, naming itself and its value, while the
+    /// async front runs the same count; counts within the ceiling run on both.
+    #[test]
+    fn a_count_beyond_max_map_count_is_not_run_on_threads() {
+        let (preflight, planned) = plan(&limits(), &Front::ALL, &[10, 14_680, 14_681, 20_000]);
+        let threaded = preflight.reach[&Front::Threaded]
+            .clone()
+            .expect("a ceiling");
+        assert_eq!(
+            (threaded.held, threaded.ceiling.as_str(), threaded.value),
+            (14_680, "vm.max_map_count", 65_530)
+        );
+        let runs = |front, held| {
+            let found = planned.iter().find(|p| p.front == front && p.held == held);
+            found.expect("planned").runs.clone()
+        };
+        for held in [10, 14_680, 14_681, 20_000] {
+            assert_eq!(runs(Front::Async, held), Ok(()), "async {held}");
+        }
+        assert_eq!(runs(Front::Threaded, 14_680), Ok(()));
+        let refused = runs(Front::Threaded, 20_000).expect_err("beyond the maps");
+        assert!(refused.contains("vm.max_map_count = 65530"), "{refused}");
+        assert!(refused.contains("at most 14680"), "{refused}");
+        assert!(runs(Front::Threaded, 14_681).is_err());
+        assert_eq!(planned.len(), 8, "every front and count is planned once");
+    }
+
+    /// With this machine's RLIMIT_NOFILE (20 000) descriptors bind both fronts first, the
+    /// threaded one sooner; the report keeps every ceiling read.
+    #[test]
+    fn descriptors_bind_first_here() {
+        let twenty = Rlimit {
+            soft: Some(20_000),
+            hard: Some(20_000),
+        };
+        let limits = Limits {
+            nofile: twenty,
+            ..limits()
+        };
+        let (preflight, planned) = plan(&limits, &[Front::Threaded], &[10_000]);
+        let reach = |front| preflight.reach[&front].clone().expect("a ceiling");
+        assert_eq!(
+            (reach(Front::Async).held, reach(Front::Threaded).held),
+            (17_936, 8_968)
+        );
+        assert_eq!(reach(Front::Threaded).ceiling, "RLIMIT_NOFILE");
+        assert_eq!(preflight.limits.nofile, Some(20_000));
+        assert_eq!(preflight.limits.local_ports, [32_768, 60_999]);
+        assert_eq!(preflight.ports_per_address, 25_409);
+        let refused = planned[0].runs.clone().expect_err("beyond the descriptors");
+        assert!(refused.contains("RLIMIT_NOFILE = 20000"), "{refused}");
+    }
+
+    /// Without a ceiling that applies, every count runs.
+    #[test]
+    fn unlimited_ceilings_run_everything() {
+        let unlimited = Rlimit {
+            soft: None,
+            hard: None,
+        };
+        let limits = Limits {
+            nofile: unlimited,
+            ..limits()
+        };
+        let (preflight, planned) = plan(&limits, &[Front::Async], &[50_000]);
+        assert_eq!(preflight.reach[&Front::Async], None);
+        assert_eq!(planned[0].runs, Ok(()));
+    }
+}

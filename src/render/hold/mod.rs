@@ -1,0 +1,95 @@
+//! `hold`'s report drawn for a person: a table with N down the side and both fronts side by
+//! side, a reading computed from its figures, and an SVG of the curves against N.
+//!
+//! - `table`: the text table and its notes.
+//! - `reading`: what the figures show, in sentences built from them.
+//! - `svg`: the curves on a log axis, each front's ceiling as a line.
+
+mod reading;
+mod svg;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use crate::hold::HoldReport;
+
+/// The text report: the table, its notes, the ceilings, and the reading.
+pub fn text(report: &HoldReport) -> String {
+    let mut out = table::render(report);
+    let sentences = reading::sentences(report);
+    if !sentences.is_empty() {
+        out.push_str("\nWhat the figures show:\n");
+        for sentence in sentences {
+            out.push_str(&wrap(&sentence, "- ", 96));
+        }
+    }
+    if let Some(failure) = &report.failure {
+        out.push_str(&format!("\nFAILED: {failure}\n"));
+    }
+    out
+}
+
+/// The SVG picture.
+pub fn svg(report: &HoldReport) -> String {
+    svg::render(report)
+}
+
+/// `text` as lines of at most `width` characters, the first led by `lead` and the rest
+/// indented to match.
+fn wrap(text: &str, lead: &str, width: usize) -> String {
+    let indent = " ".repeat(lead.chars().count());
+    let mut out = String::new();
+    let mut line = lead.to_owned();
+    let mut empty = true;
+    for word in text.split(' ') {
+        if !empty && line.chars().count() + 1 + word.chars().count() > width {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            line = indent.clone();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(line.trim_end());
+    out.push('\n');
+    out
+}
+
+/// A count with thin groups of three: `17 936`.
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// A figure with as many decimals as its size deserves: `0.25`, `16.0`, `2052`.
+fn figure(value: f64) -> String {
+    let size = value.abs();
+    if size >= 1000.0 {
+        format!("{value:.0}")
+    } else if size >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// Seconds from milliseconds: `0.21`, `14.3`.
+fn seconds(ms: f64) -> String {
+    let s = ms / 1000.0;
+    if s >= 10.0 {
+        format!("{s:.1}")
+    } else {
+        format!("{s:.2}")
+    }
+}

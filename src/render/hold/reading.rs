@@ -1,0 +1,238 @@
+//! What the figures show, in sentences computed from them: which costs grew with N on which
+//! front and by how much per held request, how long holding took, where each front's ceiling
+//! is, and how a front failed. Nothing here is canned: each sentence reads the report.
+
+use super::{count, figure, seconds};
+use crate::hold::{Figures, FrontSeries, HoldReport, Outcome, PerRequest};
+use crate::policy::Front;
+
+/// A cost per held request, and how much of it counts as growing with N.
+struct Cost {
+    name: &'static str,
+    unit: &'static str,
+    /// Per held request at or above this, the cost grew with N.
+    grows_from: f64,
+    per: fn(&PerRequest) -> f64,
+    note: &'static str,
+}
+
+const COSTS: [Cost; 5] = [
+    Cost {
+        name: "OS threads",
+        unit: "",
+        grows_from: 0.5,
+        per: |p| p.os_threads,
+        note: "",
+    },
+    Cost {
+        name: "Resident memory",
+        unit: " KiB",
+        grows_from: 1.0,
+        per: |p| p.rss_kib,
+        note: "",
+    },
+    Cost {
+        name: "Kernel stack",
+        unit: " KiB",
+        grows_from: 2.0,
+        per: |p| p.kernel_stack_kib,
+        note: " (machine-wide, outside the process's resident memory)",
+    },
+    Cost {
+        name: "Address space",
+        unit: " KiB",
+        grows_from: 64.0,
+        per: |p| p.address_space_kib,
+        note: " (reserved, mostly not resident)",
+    },
+    Cost {
+        name: "Memory maps",
+        unit: "",
+        grows_from: 0.5,
+        per: |p| p.memory_maps,
+        note: "",
+    },
+];
+
+/// The reading, a sentence per finding.
+pub(super) fn sentences(report: &HoldReport) -> Vec<String> {
+    let mut out = Vec::new();
+    let fronts = &report.fronts;
+    if let Some(held) = common_count(fronts) {
+        let at: Vec<(Front, &Figures)> = fronts
+            .iter()
+            .filter_map(|s| Some((s.front, s.held().find(|&(n, _)| n == held)?.1)))
+            .collect();
+        for cost in &COSTS {
+            out.push(cost_sentence(cost, held, &at));
+        }
+        out.push(time_sentence(held, &at));
+    }
+    for series in fronts {
+        out.extend(reach_sentence(report, series));
+    }
+    out
+}
+
+/// The largest count every front that held any count held.
+fn common_count(fronts: &[FrontSeries]) -> Option<u32> {
+    let holding: Vec<&FrontSeries> = fronts
+        .iter()
+        .filter(|s| s.held().next().is_some())
+        .collect();
+    let first = holding.first()?;
+    first
+        .held()
+        .map(|(n, _)| n)
+        .filter(|&n| holding.iter().all(|s| s.held().any(|(m, _)| m == n)))
+        .max()
+}
+
+fn cost_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
+    let value = |figures: &Figures| (cost.per)(&figures.per_request);
+    let amount = |figures: &Figures| format!("{}{}", signed(value(figures)), cost.unit);
+    let (grew, flat): (Vec<(Front, &Figures)>, Vec<_>) = at
+        .iter()
+        .copied()
+        .partition(|(_, figures)| value(figures) >= cost.grows_from);
+    let list = |fronts: &[(Front, &Figures)]| {
+        let parts: Vec<String> = fronts
+            .iter()
+            .map(|(front, figures)| format!("{} on the {} front", amount(figures), front.name()))
+            .collect();
+        parts.join(" and ")
+    };
+    let n = count(u64::from(held));
+    let name = cost.name;
+    let note = cost.note;
+    match (grew.as_slice(), flat.as_slice()) {
+        ([], flat) => format!(
+            "{name} did not grow with N: {} per held request at N = {n}{note}.",
+            list(flat)
+        ),
+        ([(front, figures)], []) => format!(
+            "{name} grew with N on the {} front: {} per held request at N = {n}{note}.",
+            front.name(),
+            amount(figures)
+        ),
+        ([(front, figures)], flat) => format!(
+            "{name} grew only on the {} front: {} per held request at N = {n}, against {}{note}.",
+            front.name(),
+            amount(figures),
+            list(flat)
+        ),
+        (grew, []) => {
+            let values: Vec<f64> = grew.iter().map(|(_, f)| value(f)).collect();
+            let high = values.iter().copied().fold(f64::MIN, f64::max);
+            let low = values.iter().copied().fold(f64::MAX, f64::min);
+            let likeness = if high <= low * 1.25 {
+                "about the same on each front".to_owned()
+            } else {
+                let most = grew
+                    .iter()
+                    .find(|(_, f)| value(f) == high)
+                    .map_or("", |(front, _)| front.name());
+                format!("{:.1} times as much on the {most} front", high / low)
+            };
+            format!(
+                "{name} grew with N, {likeness}: {} per held request at N = {n}{note}.",
+                list(grew)
+            )
+        }
+        (grew, flat) => format!(
+            "{name} grew with N: {} per held request at N = {n}, against {}{note}.",
+            list(grew),
+            list(flat)
+        ),
+    }
+}
+
+fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
+    let took: Vec<String> = at
+        .iter()
+        .map(|(front, f)| {
+            format!(
+                "{} s on the {} front",
+                seconds(f.time_to_hold_ms),
+                front.name()
+            )
+        })
+        .collect();
+    let overflows: Vec<String> = at
+        .iter()
+        .map(|(front, f)| format!("{} ({})", f.listen_overflows, front.name()))
+        .collect();
+    let times: Vec<f64> = at.iter().map(|(_, f)| f.time_to_hold_ms).collect();
+    let slowest = times.iter().copied().fold(0.0, f64::max);
+    let fastest = times.iter().copied().fold(f64::MAX, f64::min);
+    let ratio = if at.len() > 1 && fastest > 0.0 && slowest >= 2.0 * fastest {
+        format!(", {:.1} times as long on the slower", slowest / fastest)
+    } else {
+        String::new()
+    };
+    format!(
+        "Holding {} took {}{ratio}; listen-queue overflows meanwhile (machine-wide): {}.",
+        count(u64::from(held)),
+        took.join(" and "),
+        overflows.join(", ")
+    )
+}
+
+/// How far a front got here: its largest count held, its ceiling, and how it failed.
+fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
+    let front = series.front.name();
+    let mut out = Vec::new();
+    let ceiling = report
+        .preflight
+        .as_ref()
+        .and_then(|p| p.reach.get(&series.front).cloned().flatten());
+    let largest = series
+        .largest_held()
+        .map_or("none of its counts".to_owned(), |n| {
+            format!("up to {}", count(u64::from(n)))
+        });
+    let beyond = series
+        .points
+        .iter()
+        .filter(|p| matches!(p.outcome, Outcome::NotRun { .. }))
+        .count();
+    let ceiling = match ceiling {
+        Some(reach) => format!(
+            "; its ceiling here is {} held requests, set by {} = {}",
+            count(reach.held),
+            reach.ceiling,
+            reach.value
+        ),
+        None => String::new(),
+    };
+    let skipped = match beyond {
+        0 => String::new(),
+        1 => "; one count was not run".to_owned(),
+        n => format!("; {n} counts were not run"),
+    };
+    out.push(format!(
+        "The {front} front held {largest} in this run{ceiling}{skipped}."
+    ));
+    for point in &series.points {
+        if let Outcome::FrontFailed(failure) = &point.outcome {
+            out.push(format!(
+                "The {front} front failed at N = {} while {}, {} held: {}.",
+                count(u64::from(point.held)),
+                failure.stage.words(),
+                count(failure.held_before),
+                failure.reason
+            ));
+        }
+    }
+    out
+}
+
+/// A figure with its sign: `+9.46`, `-0.02`.
+fn signed(value: f64) -> String {
+    let text = figure(value);
+    if text.starts_with('-') {
+        text
+    } else {
+        format!("+{text}")
+    }
+}

@@ -1,0 +1,467 @@
+//! `hold` as a picture: six panels, one per figure, each front's curve against N on log–log
+//! axes, and each front's ceiling here (from the preflight) as a dashed vertical line. Plain
+//! SVG 1.1 with no script and nothing from outside; a `viewBox` as wide as a 1920-pixel
+//! window and no text under 17 units, like the run's picture (`src/render/svg.rs`).
+
+use std::fmt::Write;
+
+use super::count;
+use crate::hold::{Figures, FrontSeries, HoldReport, Outcome};
+use crate::policy::Front;
+
+// Okabe–Ito colours; each front also has its own marker shape, so colour is never alone.
+const BLUE: &str = "#0072B2";
+const VERMILLION: &str = "#D55E00";
+const INK: &str = "#1A1A1A";
+const GREY: &str = "#5E5E5E";
+const RULE: &str = "#C8C8C8";
+
+const WIDTH: f64 = 1920.0;
+const MARGIN: f64 = 32.0;
+const GAP: f64 = 48.0;
+const HEADER: f64 = 200.0;
+const PANEL_HEIGHT: f64 = 430.0;
+/// Room inside a panel: its title above the plot, tick labels left of and below it.
+const TITLE_ROOM: f64 = 44.0;
+const LEFT_ROOM: f64 = 86.0;
+const BOTTOM_ROOM: f64 = 62.0;
+const RIGHT_ROOM: f64 = 16.0;
+const FOOTER: f64 = 70.0;
+
+/// How a piece of text is set.
+#[derive(Clone, Copy)]
+struct Type {
+    size: f64,
+    bold: bool,
+    colour: &'static str,
+    anchor: &'static str,
+}
+
+const fn plain(size: f64, colour: &'static str, anchor: &'static str) -> Type {
+    Type {
+        size,
+        bold: false,
+        colour,
+        anchor,
+    }
+}
+
+// No text is set below 17 units: 17 pixels in a 1920-pixel window.
+const TITLE: Type = Type {
+    bold: true,
+    ..plain(34.0, INK, "start")
+};
+const ABOUT: Type = plain(20.0, GREY, "start");
+const LEGEND: Type = plain(20.0, INK, "start");
+const PANEL_TITLE: Type = Type {
+    bold: true,
+    ..plain(24.0, INK, "start")
+};
+const TICK_X: Type = plain(17.0, GREY, "middle");
+const TICK_Y: Type = plain(17.0, GREY, "end");
+const AXIS: Type = plain(18.0, GREY, "middle");
+const FOOT: Type = plain(18.0, GREY, "start");
+
+/// One figure drawn against N.
+struct Panel {
+    title: &'static str,
+    value: fn(&Figures) -> f64,
+}
+
+const PANELS: [Panel; 6] = [
+    Panel {
+        title: "Time to hold N (ms)",
+        value: |f| f.time_to_hold_ms,
+    },
+    Panel {
+        title: "OS threads",
+        value: |f| f.process.os_threads as f64,
+    },
+    Panel {
+        title: "Resident memory (MiB)",
+        value: |f| f.process.rss_kib as f64 / 1024.0,
+    },
+    Panel {
+        title: "Address space (MiB)",
+        value: |f| f.process.address_space_kib as f64 / 1024.0,
+    },
+    Panel {
+        title: "Memory maps",
+        value: |f| f.process.memory_maps as f64,
+    },
+    Panel {
+        title: "Kernel stack added (MiB, machine-wide)",
+        value: |f| f.kernel_stack_kib as f64 / 1024.0,
+    },
+];
+
+/// The SVG document.
+pub(super) fn render(report: &HoldReport) -> String {
+    let mut out = String::new();
+    draw(&mut out, report).expect("formatting into a String cannot fail");
+    out
+}
+
+fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
+    let rows = PANELS.len().div_ceil(3) as f64;
+    let height = HEADER + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER;
+    writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" role="img">"#
+    )?;
+    writeln!(out, "<title>isolation-lab hold</title>")?;
+    writeln!(
+        out,
+        r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
+    )?;
+    text(
+        out,
+        MARGIN,
+        50.0,
+        TITLE,
+        "What holding N requests costs each front",
+    )?;
+    text(
+        out,
+        MARGIN,
+        86.0,
+        ABOUT,
+        "Each point: N requests held at the closed gate, the front in a child process of its own. \
+         Both axes logarithmic. Dashed: the most the front can hold here (preflight).",
+    )?;
+    legend(out, report)?;
+    let x_range = x_range(report);
+    let panel_width = (WIDTH - 2.0 * MARGIN - 2.0 * GAP) / 3.0;
+    for (i, panel) in PANELS.iter().enumerate() {
+        let left = MARGIN + (i % 3) as f64 * (panel_width + GAP);
+        let top = HEADER + (i / 3) as f64 * (PANEL_HEIGHT + GAP);
+        draw_panel(out, report, panel, x_range, (left, top, panel_width))?;
+    }
+    let notes = footnote(report);
+    text(out, MARGIN, height - 28.0, FOOT, &notes)?;
+    writeln!(out, "</svg>")
+}
+
+/// A line per front: its marker and curve, what a held request is there, and its ceiling.
+fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
+    let ceilings = ceilings(report);
+    for (i, series) in report.fronts.iter().enumerate() {
+        let y = 128.0 + 32.0 * i as f64;
+        let (colour, _) = style(series.front);
+        writeln!(
+            out,
+            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{colour}" stroke-width="3"/>"#,
+            MARGIN,
+            y - 6.0,
+            MARGIN + 36.0,
+            y - 6.0
+        )?;
+        marker(out, series.front, MARGIN + 18.0, y - 6.0)?;
+        let front = series.front.name();
+        let words = format!("{front} front: {}", held_by(series.front));
+        text(out, MARGIN + 48.0, y, LEGEND, &words)?;
+        let dash = MARGIN + 560.0;
+        writeln!(
+            out,
+            r#"<line x1="{dash}" y1="{}" x2="{}" y2="{}" stroke="{colour}" stroke-width="2" stroke-dasharray="8 6"/>"#,
+            y - 6.0,
+            dash + 36.0,
+            y - 6.0
+        )?;
+        let ceiling = ceilings.iter().find(|(f, _, _)| *f == series.front);
+        let words = match ceiling {
+            Some((_, held, name)) => format!(
+                "its ceiling here: {} held requests, set by {name}",
+                count(*held as u64)
+            ),
+            None => "no ceiling read applies".to_owned(),
+        };
+        text(out, dash + 48.0, y, LEGEND, &words)?;
+    }
+    Ok(())
+}
+
+fn held_by(front: Front) -> &'static str {
+    match front {
+        Front::Async => "a held request parks a task",
+        Front::Threaded => "a held request blocks a thread",
+    }
+}
+
+/// The axis range of N: the counts held and the ceilings, with some room.
+fn x_range(report: &HoldReport) -> (f64, f64) {
+    let counts = report.counts.iter().map(|&n| f64::from(n));
+    let ceilings = ceilings(report).into_iter().map(|(_, held, _)| held);
+    range(counts.chain(ceilings))
+}
+
+/// Each front's ceiling: its front, the most requests, and the ceiling's name.
+fn ceilings(report: &HoldReport) -> Vec<(Front, f64, String)> {
+    let Some(preflight) = &report.preflight else {
+        return Vec::new();
+    };
+    report
+        .fronts
+        .iter()
+        .filter_map(|series| {
+            let reach = preflight.reach.get(&series.front)?.as_ref()?;
+            Some((series.front, reach.held as f64, reach.ceiling.clone()))
+        })
+        .collect()
+}
+
+/// A log range around `values` (those above zero): a little beyond the smallest and largest.
+fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (low, high) = values
+        .filter(|v| *v > 0.0)
+        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if low > high {
+        return (1.0, 10.0);
+    }
+    let (low, high) = (low / 1.6, high * 1.6);
+    if high / low < 10.0 {
+        let middle = (low * high).sqrt();
+        (middle / 3.2, middle * 3.2)
+    } else {
+        (low, high)
+    }
+}
+
+/// One panel, at `(left, top)` and `width` wide.
+fn draw_panel(
+    out: &mut String,
+    report: &HoldReport,
+    panel: &Panel,
+    x_range: (f64, f64),
+    (left, top, width): (f64, f64, f64),
+) -> std::fmt::Result {
+    writeln!(out, r#"<g class="panel">"#)?;
+    text(out, left, top + 26.0, PANEL_TITLE, panel.title)?;
+    let plot = Plot {
+        left: left + LEFT_ROOM,
+        right: left + width - RIGHT_ROOM,
+        top: top + TITLE_ROOM,
+        bottom: top + PANEL_HEIGHT - BOTTOM_ROOM,
+        x: x_range,
+        y: range(
+            report
+                .fronts
+                .iter()
+                .flat_map(|s| s.held().map(|(_, f)| (panel.value)(f))),
+        ),
+    };
+    plot.axes(out)?;
+    for (front, held, _) in ceilings(report) {
+        let (colour, _) = style(front);
+        let x = plot.x_of(held);
+        writeln!(
+            out,
+            r#"<line class="ceiling" x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="{colour}" stroke-width="2" stroke-dasharray="8 6"/>"#,
+            plot.top, plot.bottom
+        )?;
+    }
+    for series in &report.fronts {
+        draw_series(out, series, panel, &plot)?;
+    }
+    writeln!(out, "</g>")
+}
+
+fn draw_series(
+    out: &mut String,
+    series: &FrontSeries,
+    panel: &Panel,
+    plot: &Plot,
+) -> std::fmt::Result {
+    let (colour, class) = style(series.front);
+    let points: Vec<(f64, f64)> = series
+        .held()
+        .map(|(n, f)| (f64::from(n), (panel.value)(f)))
+        .filter(|&(_, v)| v > 0.0)
+        .map(|(n, v)| (plot.x_of(n), plot.y_of(v)))
+        .collect();
+    let path: Vec<String> = points
+        .iter()
+        .map(|(x, y)| format!("{x:.1},{y:.1}"))
+        .collect();
+    if points.len() > 1 {
+        writeln!(
+            out,
+            r#"<polyline class="{class}" points="{}" fill="none" stroke="{colour}" stroke-width="3"/>"#,
+            path.join(" ")
+        )?;
+    }
+    for &(x, y) in &points {
+        marker(out, series.front, x, y)?;
+    }
+    for point in &series.points {
+        if let Outcome::FrontFailed(_) = point.outcome {
+            let x = plot.x_of(f64::from(point.held));
+            let y = plot.top + 14.0;
+            writeln!(
+                out,
+                r#"<path class="failed" d="M{:.1},{:.1} l16,16 m0,-16 l-16,16" stroke="{colour}" stroke-width="4"/>"#,
+                x - 8.0,
+                y - 8.0
+            )?;
+            let failed = Type {
+                bold: true,
+                ..plain(17.0, colour, "start")
+            };
+            text(out, x + 12.0, y + 26.0, failed, "failed")?;
+        }
+    }
+    Ok(())
+}
+
+/// A front's colour and class.
+fn style(front: Front) -> (&'static str, &'static str) {
+    match front {
+        Front::Async => (BLUE, "async"),
+        Front::Threaded => (VERMILLION, "threaded"),
+    }
+}
+
+/// A circle for async, a square for threaded.
+fn marker(out: &mut String, front: Front, x: f64, y: f64) -> std::fmt::Result {
+    let (colour, class) = style(front);
+    match front {
+        Front::Async => writeln!(
+            out,
+            r#"<circle class="{class} point" cx="{x:.1}" cy="{y:.1}" r="7" fill="{colour}"/>"#
+        ),
+        Front::Threaded => writeln!(
+            out,
+            r#"<rect class="{class} point" x="{:.1}" y="{:.1}" width="13" height="13" fill="{colour}"/>"#,
+            x - 6.5,
+            y - 6.5
+        ),
+    }
+}
+
+/// Where a panel plots, and its log ranges.
+struct Plot {
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+    x: (f64, f64),
+    y: (f64, f64),
+}
+
+impl Plot {
+    fn x_of(&self, value: f64) -> f64 {
+        self.left + (self.right - self.left) * fraction(value, self.x)
+    }
+
+    fn y_of(&self, value: f64) -> f64 {
+        self.bottom - (self.bottom - self.top) * fraction(value, self.y)
+    }
+
+    /// The frame, the ticks with their labels, and the x-axis title.
+    fn axes(&self, out: &mut String) -> std::fmt::Result {
+        writeln!(
+            out,
+            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="{RULE}" stroke-width="1.5"/>"#,
+            self.left,
+            self.top,
+            self.right - self.left,
+            self.bottom - self.top
+        )?;
+        for tick in ticks(self.x) {
+            let x = self.x_of(tick);
+            writeln!(
+                out,
+                r#"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="{RULE}"/>"#,
+                self.top, self.bottom
+            )?;
+            text(out, x, self.bottom + 24.0, TICK_X, &label(tick))?;
+        }
+        for tick in ticks(self.y) {
+            let y = self.y_of(tick);
+            writeln!(
+                out,
+                r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{RULE}"/>"#,
+                self.left, self.right
+            )?;
+            text(out, self.left - 8.0, y + 6.0, TICK_Y, &label(tick))?;
+        }
+        let middle = (self.left + self.right) / 2.0;
+        text(out, middle, self.bottom + 52.0, AXIS, "N held")
+    }
+}
+
+/// Where `value` lies in a log `range`, from 0 to 1.
+fn fraction(value: f64, (low, high): (f64, f64)) -> f64 {
+    (value.ln() - low.ln()) / (high.ln() - low.ln())
+}
+
+/// Ticks at 1, 2 and 5 times the powers of ten in `range`; only the powers if that would make
+/// too many.
+fn ticks((low, high): (f64, f64)) -> Vec<f64> {
+    let first = low.log10().floor() as i32;
+    let last = high.log10().ceil() as i32;
+    let all = |steps: &[f64]| -> Vec<f64> {
+        (first..=last)
+            .flat_map(|power| steps.iter().map(move |step| step * 10f64.powi(power)))
+            .filter(|tick| (low..=high).contains(tick))
+            .collect()
+    };
+    let fine = all(&[1.0, 2.0, 5.0]);
+    if fine.len() <= 7 { fine } else { all(&[1.0]) }
+}
+
+/// A tick's label: `0.5`, `20`, `10 000`.
+fn label(tick: f64) -> String {
+    if tick >= 1.0 {
+        count(tick.round() as u64)
+    } else {
+        format!("{tick}")
+    }
+}
+
+/// Counts that gave no point, and why, in one line.
+fn footnote(report: &HoldReport) -> String {
+    let mut missing = Vec::new();
+    for series in &report.fronts {
+        for point in &series.points {
+            let what = match &point.outcome {
+                Outcome::Held(_) => continue,
+                Outcome::NotRun { .. } => "not run",
+                Outcome::FrontFailed(_) => "the front failed",
+                Outcome::LabFailed { .. } => "the lab failed",
+            };
+            missing.push(format!(
+                "{} {}: {what}",
+                series.front.name(),
+                count(u64::from(point.held))
+            ));
+        }
+    }
+    if missing.is_empty() {
+        "Every count was held on every front. Values at or below zero (a machine-wide change) are not drawn.".into()
+    } else {
+        format!(
+            "No point: {}. Values at or below zero are not drawn.",
+            missing.join("; ")
+        )
+    }
+}
+
+fn text(out: &mut String, x: f64, y: f64, set: Type, words: &str) -> std::fmt::Result {
+    let weight = if set.bold { "bold" } else { "normal" };
+    writeln!(
+        out,
+        r#"<text x="{x:.1}" y="{y:.1}" font-size="{}" font-weight="{weight}" fill="{}" text-anchor="{}">{}</text>"#,
+        set.size,
+        set.colour,
+        set.anchor,
+        escape(words)
+    )
+}
+
+fn escape(words: &str) -> String {
+    words
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

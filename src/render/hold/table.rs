@@ -1,0 +1,224 @@
+//! The table: N down the side; for each figure, the fronts side by side. The idle row gives
+//! each front's child at rest; every other memory figure is per held request, against it.
+
+use std::fmt::Write;
+
+use super::{count, figure, seconds, wrap};
+use crate::hold::{Figures, FrontSeries, HoldReport, Outcome, Sample};
+
+/// A column group: its heading, and its cell for a held count and for the idle baseline.
+struct Column {
+    heading: &'static str,
+    held: fn(&Figures) -> String,
+    idle: fn(&Sample) -> String,
+}
+
+const NONE: fn(&Sample) -> String = |_| String::new();
+
+const COLUMNS: [Column; 7] = [
+    Column {
+        heading: "hold s",
+        held: |f| seconds(f.time_to_hold_ms),
+        idle: NONE,
+    },
+    Column {
+        heading: "OS threads",
+        held: |f| f.process.os_threads.to_string(),
+        idle: |s| s.os_threads.to_string(),
+    },
+    Column {
+        heading: "RSS KiB/req",
+        held: |f| figure(f.per_request.rss_kib),
+        idle: |s| mib(s.rss_kib),
+    },
+    Column {
+        heading: "kstack/req*",
+        held: |f| figure(f.per_request.kernel_stack_kib),
+        idle: NONE,
+    },
+    Column {
+        heading: "VmSize/req",
+        held: |f| figure(f.per_request.address_space_kib),
+        idle: |s| mib(s.address_space_kib),
+    },
+    Column {
+        heading: "maps/req",
+        held: |f| figure(f.per_request.memory_maps),
+        idle: |s| s.memory_maps.to_string(),
+    },
+    Column {
+        heading: "overflows*",
+        held: |f| f.listen_overflows.to_string(),
+        idle: NONE,
+    },
+];
+
+/// The heading, the table, its notes and the ceilings.
+pub(super) fn render(report: &HoldReport) -> String {
+    let mut out = String::from(
+        "isolation-lab hold: N requests held at the closed gate, each front in a child process\n\n",
+    );
+    let fronts = &report.fronts;
+    let mut side = vec![String::new(), "N".to_owned(), "0 (idle)".to_owned()];
+    side.extend(report.counts.iter().map(|&n| count(u64::from(n))));
+    let groups: Vec<Group> = COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, column)| Group {
+            heading: column.heading,
+            fronts: fronts
+                .iter()
+                .map(|series| {
+                    let mut cells = vec![series.front.name().to_owned()];
+                    cells.push(series.baseline.as_ref().map_or("-".into(), column.idle));
+                    cells.extend(
+                        (0..report.counts.len()).map(|at| cell(series, at, column, i == 0)),
+                    );
+                    cells
+                })
+                .collect(),
+        })
+        .collect();
+    out.push_str(&layout(&side, &groups));
+    out.push_str(
+        "\nIdle: the front's child at rest. Per request (/req): the change from idle, divided by \
+         N; memory in KiB.\nRSS: resident memory. kstack: kernel stack. VmSize: address space. \
+         maps: memory maps. overflows: listen-queue overflows.\n* machine-wide: every \
+         program's threads and listeners count, not only the front's.\n",
+    );
+    let notes = notes(fronts);
+    if !notes.is_empty() {
+        out.push('\n');
+        out.push_str(&notes);
+    }
+    out.push('\n');
+    out.push_str(&wrap(&ceilings(report), "", 96));
+    out
+}
+
+/// A figure's column group: its heading over one column of cells per front, the first cell
+/// being the front's name.
+struct Group {
+    heading: &'static str,
+    fronts: Vec<Vec<String>>,
+}
+
+/// The side column, then each group with its heading spanning its fronts' columns; cells are
+/// right-aligned under their front's name.
+fn layout(side: &[String], groups: &[Group]) -> String {
+    let side_width = side.iter().map(|s| s.chars().count()).max().unwrap_or(0);
+    let mut lines: Vec<String> = side.iter().map(|s| format!("{s:<side_width$}")).collect();
+    for group in groups {
+        let mut widths: Vec<usize> = group
+            .fronts
+            .iter()
+            .map(|cells| cells.iter().map(|c| c.chars().count()).max().unwrap_or(0))
+            .collect();
+        let spanned = widths.iter().sum::<usize>() + widths.len().saturating_sub(1);
+        let heading = group.heading.chars().count();
+        if let Some(last) = widths.last_mut() {
+            *last += heading.saturating_sub(spanned);
+        }
+        let span = spanned.max(heading);
+        lines[0].push_str(&format!("  {:<span$}", group.heading));
+        for (row, line) in lines.iter_mut().enumerate().skip(1) {
+            line.push(' ');
+            for (cells, width) in group.fronts.iter().zip(&widths) {
+                let cell = cells.get(row - 1).map_or("", String::as_str);
+                line.push_str(&format!(" {cell:>width$}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// KiB as MiB, one decimal.
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// A figure's cell; a count without figures says why in its first group only (the notes
+/// below the table say more).
+fn cell(series: &FrontSeries, at: usize, column: &Column, first: bool) -> String {
+    let why = match series.points.get(at).map(|p| &p.outcome) {
+        Some(Outcome::Held(figures)) => return (column.held)(figures),
+        Some(Outcome::NotRun { .. }) => "not run",
+        Some(Outcome::FrontFailed(_)) => "FAILED",
+        Some(Outcome::LabFailed { .. }) => "lab failed",
+        None => "-",
+    };
+    if first { why.into() } else { "-".into() }
+}
+
+/// A line for every count that gave no figures: why.
+fn notes(fronts: &[FrontSeries]) -> String {
+    let mut out = String::new();
+    for series in fronts {
+        let front = series.front.name();
+        for point in &series.points {
+            let held = count(u64::from(point.held));
+            let _ = match &point.outcome {
+                Outcome::Held(_) => Ok(()),
+                Outcome::NotRun { reason } => writeln!(out, "{front}, {held}: not run: {reason}"),
+                Outcome::FrontFailed(failure) => writeln!(
+                    out,
+                    "{front}, {held}: the front FAILED while {} ({} held): {}{}",
+                    failure.stage.words(),
+                    count(failure.held_before),
+                    failure.reason,
+                    failure
+                        .exit
+                        .as_ref()
+                        .and_then(|d| d.last_stderr.as_ref())
+                        .map_or(String::new(), |line| format!(
+                            "; its last stderr line: {line}"
+                        ))
+                ),
+                Outcome::LabFailed { reason } => {
+                    writeln!(out, "{front}, {held}: the lab failed: {reason}")
+                }
+            };
+        }
+    }
+    out
+}
+
+/// What each front can reach here, from the preflight.
+fn ceilings(report: &HoldReport) -> String {
+    let Some(preflight) = &report.preflight else {
+        return String::new();
+    };
+    let reach: Vec<String> = preflight
+        .reach
+        .iter()
+        .map(|(front, reach)| match reach {
+            Some(reach) => format!(
+                "{} {} ({} = {})",
+                front.name(),
+                count(reach.held),
+                reach.ceiling,
+                reach.value
+            ),
+            None => format!("{} unbounded by the ceilings read", front.name()),
+        })
+        .collect();
+    let limits = &preflight.limits;
+    format!(
+        "Ceilings here (the most requests each front can hold): {}. Read: vm.max_map_count {}, \
+         kernel.pid_max {}, kernel.threads-max {}, RLIMIT_NPROC {}, RLIMIT_NOFILE {}, ports \
+         {}-{} per source address.",
+        reach.join(", "),
+        limits.max_map_count,
+        limits.pid_max,
+        limits.threads_max,
+        limits.nproc.map_or("unlimited".into(), |n| n.to_string()),
+        limits.nofile.map_or("unlimited".into(), |n| n.to_string()),
+        limits.local_ports[0],
+        limits.local_ports[1],
+    )
+}

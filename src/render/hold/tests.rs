@@ -1,0 +1,216 @@
+//! `hold`'s renderings, drawn from a report recorded on a real run (`hold --counts
+//! 10,100,1000 --format json`) and from changes to it that a run could produce.
+
+use super::{count, figure, seconds, svg, text, wrap};
+use crate::hold::{Death, FrontFailure, HoldReport, Outcome, Point, Stage};
+use crate::policy::Front;
+
+const RECORDED: &str = include_str!("../../../tests/fixtures/hold-10-100-1000.json");
+
+fn recorded() -> HoldReport {
+    serde_json::from_str(RECORDED).expect("the fixture is a report the lab wrote")
+}
+
+fn series(report: &mut HoldReport, front: Front) -> &mut crate::hold::FrontSeries {
+    let found = report.fronts.iter_mut().find(|s| s.front == front);
+    found.expect("both fronts were recorded")
+}
+
+/// The threaded front failing at 1 000, with an abort's last stderr line.
+fn threaded_aborts(report: &mut HoldReport) {
+    let threaded = series(report, Front::Threaded);
+    threaded.points[2] = Point {
+        held: 1_000,
+        outcome: Outcome::FrontFailed(FrontFailure {
+            pid: Some(4242),
+            stage: Stage::Holding,
+            held_before: 873,
+            reason: "its process was killed by SIGABRT".into(),
+            detail: "the front's process ended".into(),
+            exit: Some(Death {
+                code: None,
+                signal: Some("SIGABRT".into()),
+                last_stderr: Some("failed to set up alternative stack guard page".into()),
+            }),
+        }),
+    };
+}
+
+/// A report survives JSON both ways, with every figure and the preflight.
+#[test]
+fn the_report_round_trips_through_json() {
+    let report = recorded();
+    let json = serde_json::to_string(&report).expect("serializable");
+    let back: HoldReport = serde_json::from_str(&json).expect("readable");
+    assert_eq!(back, report);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let point = &value["fronts"][1]["points"][2];
+    for figure in [
+        "time_to_hold_ms",
+        "time_to_release_ms",
+        "os_threads",
+        "rss_kib",
+        "address_space_kib",
+        "memory_maps",
+        "kernel_stack_kib",
+        "listen_overflows",
+    ] {
+        assert!(point[figure].is_number(), "{figure}: {point}");
+    }
+    assert!(point["per_request"]["rss_kib"].is_number(), "{point}");
+    assert_eq!(value["preflight"]["limits"]["max_map_count"], 65_530);
+}
+
+/// The table has N down the side, both fronts side by side under each figure, the idle row
+/// first, and the figures of the report.
+#[test]
+fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
+    let report = recorded();
+    let text = text(&report);
+    let lines: Vec<&str> = text.lines().collect();
+    let names = lines
+        .iter()
+        .find(|l| l.starts_with("N "))
+        .expect("a header");
+    assert_eq!(names.matches("async").count(), 7, "{names}");
+    assert_eq!(names.matches("threaded").count(), 7, "{names}");
+    let rows: Vec<&str> = lines
+        .iter()
+        .filter(|l| {
+            ["0 (idle)", "10 ", "100 ", "1 000 "]
+                .iter()
+                .any(|s| l.starts_with(s))
+        })
+        .copied()
+        .collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    let threaded = report.series(Front::Threaded).expect("threaded");
+    let (_, at_1000) = threaded.held().last().expect("held at 1 000");
+    let threads = at_1000.process.os_threads.to_string();
+    assert!(
+        rows[3].split_whitespace().any(|cell| cell == threads),
+        "{}",
+        rows[3]
+    );
+    assert!(text.contains("RLIMIT_NOFILE = 20000"), "{text}");
+}
+
+/// The reading is computed from the figures: the same report with the async front's threads
+/// growing as fast as the threaded front's says so, instead of "only on the threaded front".
+#[test]
+fn the_reading_follows_the_figures() {
+    let report = recorded();
+    let reading = text(&report);
+    assert!(
+        reading.contains("OS threads grew only on the threaded front: +1.00 per held request"),
+        "{reading}"
+    );
+    assert!(
+        reading.contains("Memory maps grew only on the threaded front"),
+        "{reading}"
+    );
+    let mut changed = report.clone();
+    for point in &mut series(&mut changed, Front::Async).points {
+        if let Outcome::Held(figures) = &mut point.outcome {
+            figures.per_request.os_threads = 1.0;
+        }
+    }
+    let reading = text(&changed);
+    assert!(
+        reading.contains("OS threads grew with N, about the same on each front"),
+        "{reading}"
+    );
+}
+
+/// A front that failed is shown where it failed, with how its process ended and its last
+/// stderr line, in the table, the reading and the picture.
+#[test]
+fn a_failed_front_is_shown_with_how_it_died() {
+    let mut report = recorded();
+    threaded_aborts(&mut report);
+    let text = text(&report);
+    assert!(text.contains("FAILED"), "{text}");
+    assert!(text.contains("killed by SIGABRT"), "{text}");
+    assert!(
+        text.contains("failed to set up alternative stack guard page"),
+        "{text}"
+    );
+    assert!(
+        text.contains("The threaded front failed at N = 1 000 while holding, 873 held"),
+        "{text}"
+    );
+    assert!(text.contains("The threaded front held up to 100"), "{text}");
+    let svg = svg(&report);
+    let document = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    let failed = document
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("failed"));
+    assert_eq!(failed.count(), 6, "a mark in each panel");
+}
+
+/// The picture: six panels, a curve per front through each count held, each front's ceiling
+/// as a dashed line, a 1920-wide viewBox and no text under 17 units.
+#[test]
+fn the_picture_draws_each_front_and_its_ceiling_per_panel() {
+    let report = recorded();
+    let svg = svg(&report);
+    let document = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    let root = document.root_element();
+    let view_box = root.attribute("viewBox").expect("a viewBox");
+    assert!(view_box.starts_with("0 0 1920 "), "{view_box}");
+    let panels: Vec<_> = document
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("panel"))
+        .collect();
+    assert_eq!(panels.len(), 6);
+    for panel in &panels {
+        for front in Front::ALL {
+            let curve = panel
+                .descendants()
+                .find(|n| n.has_tag_name("polyline") && n.attribute("class") == Some(front.name()));
+            let points = curve.and_then(|c| c.attribute("points")).unwrap_or("");
+            let held = report.series(front).map_or(0, |s| s.held().count());
+            // Values at or below zero (a machine-wide change) are not drawn.
+            assert!(points.split(' ').count() <= held, "{front:?}: {points}");
+        }
+        let ceilings = panel
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("ceiling"));
+        assert_eq!(ceilings.count(), 2);
+    }
+    let threads = panels[1]
+        .descendants()
+        .find(|n| n.has_tag_name("polyline") && n.attribute("class") == Some("threaded"))
+        .and_then(|c| c.attribute("points"))
+        .expect("the threaded front's thread curve");
+    assert_eq!(threads.split(' ').count(), 3);
+    for node in document.descendants().filter(|n| n.has_tag_name("text")) {
+        let size: f64 = node
+            .attribute("font-size")
+            .and_then(|s| s.parse().ok())
+            .expect("every text has a size");
+        assert!(size >= 17.0, "{:?} is set at {size}", node.text());
+    }
+}
+
+/// Numbers read at a glance: groups of three, decimals by size.
+#[test]
+fn numbers_read_at_a_glance() {
+    assert_eq!(count(17_936), "17 936");
+    assert_eq!(count(100), "100");
+    assert_eq!(count(1_000_000), "1 000 000");
+    assert_eq!(figure(2052.4), "2052");
+    assert_eq!(figure(-2052.4), "-2052");
+    assert_eq!(figure(9.46), "9.46");
+    assert_eq!(figure(16.04), "16.0");
+    assert_eq!(figure(0.0), "0.00");
+    assert_eq!(seconds(210.0), "0.21");
+    assert_eq!(seconds(14_300.0), "14.3");
+}
+
+/// A long sentence wraps under its lead.
+#[test]
+fn long_sentences_wrap_under_their_lead() {
+    let wrapped = wrap("one two three four", "- ", 10);
+    assert_eq!(wrapped, "- one two\n  three\n  four\n");
+}

@@ -1,0 +1,79 @@
+//! `hold` with real front children (the lab's binary, started with its hidden `__front`) and
+//! real HTTP on loopback. One test in its own process, so no other test's threads or
+//! descriptors are counted with the parent's.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::load::{Resources, settled};
+use isolation_lab::hold::{Config, Options, Outcome, hold};
+use isolation_lab::policy::Front;
+
+/// The lab's own binary, as each front's child.
+fn options() -> Options {
+    Options {
+        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
+        ..Options::default()
+    }
+}
+
+/// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
+fn is_gone(pid: u32) -> bool {
+    let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
+    // SAFETY: signal 0 only checks that the process exists.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// N = 50 and 200 on both fronts: every request held and answered 200 (the instrument checks
+/// each answer and the child's ledger, or fails); the threaded front's child gains at least a
+/// thread per held request, the async front's none; every child is reaped; and the parent
+/// ends with the descriptors and threads it started with.
+#[test]
+fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
+    // The instrument raises the parent's RLIMIT_NOFILE first, which opens nothing.
+    let start = Resources::now();
+    let config = Config::new(&[50, 200], &Front::ALL).expect("valid counts");
+    let report = hold(&config, &options());
+    assert_eq!(report.failure, None, "{report:#?}");
+    assert!(report.preflight.is_some());
+    assert_eq!(report.fronts.len(), 2);
+    for series in &report.fronts {
+        let front = series.front;
+        let idle = series.baseline.expect("the idle child was measured");
+        assert_eq!(series.points.len(), 2, "{front:?}");
+        for point in &series.points {
+            let Outcome::Held(figures) = &point.outcome else {
+                panic!("{front:?}, {} held: {:?}", point.held, point.outcome);
+            };
+            let held = u64::from(point.held);
+            let threads = figures.process.os_threads;
+            match front {
+                Front::Threaded => assert!(
+                    threads >= idle.os_threads + held,
+                    "threaded, {held} held: {threads} threads, {} at rest",
+                    idle.os_threads
+                ),
+                Front::Async => assert_eq!(
+                    threads, idle.os_threads,
+                    "async, {held} held: the threads do not grow with N"
+                ),
+            }
+            assert!(
+                figures.process.open_fds >= idle.open_fds + held,
+                "{figures:?}"
+            );
+            assert!(
+                is_gone(figures.pid),
+                "{front:?}'s child {} is reaped",
+                figures.pid
+            );
+        }
+    }
+    assert_eq!(
+        settled(start),
+        start,
+        "the parent's descriptors and threads"
+    );
+}

@@ -1,0 +1,180 @@
+//! `hold` when a front fails: a front child SIGKILLed mid-hold, or one without room for its
+//! threads, is evidence of that front at that count, not a failure of the lab, and leaves no
+//! process behind. In a process of their own, one test at a time, so each check for leftover
+//! children sees only that test's.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError, mpsc};
+use std::time::Duration;
+
+use isolation_lab::hold::{Config, Faults, HoldReport, Options, Outcome, Stage, hold};
+use isolation_lab::policy::Front;
+use isolation_lab::render;
+
+/// Held by each test for its whole run, so the children one sees are its own.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// How long a killed front may take to be reported: a guard, not a measurement.
+const REPORTED_WITHIN: Duration = Duration::from_secs(15);
+
+/// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
+fn is_gone(pid: u32) -> bool {
+    let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
+    // SAFETY: signal 0 only checks that the process exists.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The children of every thread of this process, from `/proc/self/task/*/children`.
+fn children() -> Vec<String> {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("Linux /proc");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Runs `hold` on a thread of its own and waits for its report, failing the test if it takes
+/// longer than [`REPORTED_WITHIN`].
+fn hold_within(config: Config, options: Options) -> HoldReport {
+    let (send, report) = mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        let _ = send.send(hold(&config, &options));
+    });
+    let report = report
+        .recv_timeout(REPORTED_WITHIN)
+        .expect("hold reports a killed front within 15 s");
+    runner.join().expect("the hold thread does not panic");
+    report
+}
+
+/// Each front's child, SIGKILLed once 100 of 200 requests are held, is reported at 200 as a
+/// front that failed while holding, killed by SIGKILL; its larger count is not run; the lab
+/// itself does not fail; the killed child is reaped and no child is left.
+#[test]
+fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let config = Config::new(&[200, 400], &Front::ALL).expect("valid counts");
+    let options = Options {
+        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
+        faults: Faults {
+            kill_front_when_held: Some(100),
+            ..Faults::default()
+        },
+    };
+    let report = hold_within(config, options);
+    assert_eq!(
+        report.failure, None,
+        "a killed front is evidence: {report:#?}"
+    );
+    for series in &report.fronts {
+        let front = series.front;
+        let Outcome::FrontFailed(failed) = &series.points[0].outcome else {
+            panic!("{front:?} at 200: {:?}", series.points[0].outcome);
+        };
+        let exit = failed.exit.as_ref().expect("the killed child was reaped");
+        assert_eq!(
+            exit.signal.as_deref(),
+            Some("SIGKILL"),
+            "{front:?}: {failed:?}"
+        );
+        assert!(failed.reason.contains("SIGKILL"), "{}", failed.reason);
+        assert_eq!(failed.stage, Stage::Holding);
+        assert!((100..=200).contains(&failed.held_before), "{failed:?}");
+        let pid = failed.pid.expect("the child had started");
+        assert!(is_gone(pid), "{front:?}'s killed child {pid} is reaped");
+        let Outcome::NotRun { reason } = &series.points[1].outcome else {
+            panic!("{front:?} at 400: {:?}", series.points[1].outcome);
+        };
+        assert!(reason.contains("failed at 200"), "{reason}");
+    }
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
+    let text = render::hold::text(&report);
+    assert!(text.contains("killed by SIGKILL"), "{text}");
+}
+
+/// A front child limited to 256 MiB of address space (`ulimit -v`, set by a wrapper script
+/// that then execs the lab): the threaded front runs out of room for thread stacks before
+/// 400 held and fails, which is recorded at that count as the front's failure, with how it
+/// ended; the async front holds all 400 in the same room; the lab does not fail.
+#[test]
+fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let wrapper = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lab-in-256-mib");
+    let script = format!(
+        "#!/bin/sh\nulimit -v 262144 || exit 99\nexec '{}' \"$@\"\n",
+        env!("CARGO_BIN_EXE_isolation-lab")
+    );
+    std::fs::write(&wrapper, script).expect("write the wrapper");
+    let mut permissions = std::fs::metadata(&wrapper)
+        .expect("the wrapper")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).expect("make it executable");
+    let config = Config::new(&[400], &Front::ALL).expect("valid counts");
+    let options = Options {
+        program: Some(wrapper),
+        ..Options::default()
+    };
+    let report = hold(&config, &options);
+    assert_eq!(report.failure, None, "{report:#?}");
+    let outcome = |front| {
+        let series = report.series(front).expect("both fronts ran");
+        series.points[0].outcome.clone()
+    };
+    let Outcome::FrontFailed(failed) = outcome(Front::Threaded) else {
+        panic!("threaded at 400: {:?}", outcome(Front::Threaded));
+    };
+    // Either way a thread that cannot get its stack ends it: the accept loop's spawn fails
+    // (the server reports it), or a started thread aborts the process.
+    assert!(
+        failed.reason.contains("could not start serving one")
+            || failed.reason.contains("killed by"),
+        "{failed:?}"
+    );
+    assert!(failed.held_before < 400, "{failed:?}");
+    assert!(is_gone(failed.pid.expect("it started")), "reaped");
+    assert!(
+        matches!(outcome(Front::Async), Outcome::Held(_)),
+        "{:?}",
+        outcome(Front::Async)
+    );
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
+}
+
+/// A request refused where every one must be admitted fails the lab, with the reason in one
+/// line: the measurement stops there, the rest is not run, and no child is left.
+#[test]
+fn a_refused_request_fails_the_lab() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let config = Config::new(&[50, 100], &[Front::Async]).expect("valid counts");
+    let options = Options {
+        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
+        faults: Faults {
+            pool_short_by: 1,
+            ..Faults::default()
+        },
+    };
+    let report = hold(&config, &options);
+    let failure = report.failure.clone().expect("the lab fails");
+    // The caller's 503 and the front's count of the refusal race; either tells.
+    assert!(
+        failure.contains("refused by a pool of 49 permits") || failure.contains("answered 503"),
+        "{failure}"
+    );
+    assert!(!failure.contains('\n'), "one line: {failure}");
+    let points = &report.series(Front::Async).expect("async ran").points;
+    assert!(
+        matches!(points[0].outcome, Outcome::LabFailed { .. }),
+        "{points:?}"
+    );
+    assert!(
+        matches!(points[1].outcome, Outcome::NotRun { .. }),
+        "{points:?}"
+    );
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
+}
