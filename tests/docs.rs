@@ -19,6 +19,9 @@
 //!   the JSON Pointer (RFC 6901, in its URI fragment form) must resolve in FILE, saved by an
 //!   earlier command of the same file. When the span is followed by ` = ` and a second code
 //!   span, that span is JSON and must equal the value there.
+//! - A block that needs a program the lab does not ship says so in its info string,
+//!   `console needs=redis-server`: where that program is not on `PATH`, its commands are
+//!   skipped, with one line saying so; everywhere else (CI installs it) they are checked.
 //! - A command outside a `console` block is not checked, so a `sh` (`bash`, `shell`) block may
 //!   not hold one of the lab's commands; a `console` block may not run `cargo` (it would build
 //!   inside a test). Other fenced blocks (a synopsis, shown output) are left alone.
@@ -31,11 +34,12 @@ use serde_json::Value;
 /// One thing a doc claims, where it claims it.
 #[derive(Debug)]
 enum Claim {
-    /// `$ command`, and the lines shown under it.
+    /// `$ command`, and the lines shown under it; `needs` names a program it runs.
     Command {
         line: usize,
         command: String,
         expected: Vec<String>,
+        needs: Option<String>,
     },
     /// The first command of a `console` block (counted once per block).
     Block,
@@ -66,6 +70,8 @@ fn claims(markdown: &str) -> Vec<Claim> {
     let mut claims = Vec::new();
     // (backticks, the kind of block, its indent)
     let mut fence: Option<(usize, Fence, usize)> = None;
+    // The program the open `console` block needs, if any.
+    let mut needs: Option<String> = None;
     // The lines of the paragraph being read, for the code spans that run across lines.
     let mut prose: Vec<(usize, String)> = Vec::new();
     let mut prose_from = 0;
@@ -76,12 +82,16 @@ fn claims(markdown: &str) -> Vec<Claim> {
         match fence {
             None if ticks >= 3 => {
                 claims.extend(pointers(&mut prose));
-                let info = trimmed[ticks..].split_whitespace().next();
-                let kind = match info {
+                let mut info = trimmed[ticks..].split_whitespace();
+                let kind = match info.next() {
                     Some("console") => Fence::Checked,
                     Some("sh" | "bash" | "shell") => Fence::Shell,
                     _ => Fence::Other,
                 };
+                needs = info
+                    .find_map(|word| word.strip_prefix("needs="))
+                    .map(str::to_owned)
+                    .filter(|_| kind == Fence::Checked);
                 if kind == Fence::Checked {
                     claims.push(Claim::Block);
                 }
@@ -110,6 +120,7 @@ fn claims(markdown: &str) -> Vec<Claim> {
                     line,
                     command: command.to_owned(),
                     expected: Vec::new(),
+                    needs: needs.clone(),
                 }),
                 None => match claims.last_mut() {
                     Some(Claim::Command { expected, .. }) => {
@@ -330,6 +341,11 @@ struct Checked {
     failures: Vec<String>,
 }
 
+/// Whether `program` is an executable file in one of `path`'s directories.
+fn on_path(path: &std::ffi::OsStr, program: &str) -> bool {
+    std::env::split_paths(path).any(|dir| dir.join(program).is_file())
+}
+
 /// Runs and checks every claim of the doc at `relative` (from the repository's root).
 fn check(root: &Path, relative: &str) -> Checked {
     let markdown = std::fs::read_to_string(root.join(relative))
@@ -351,7 +367,12 @@ fn check(root: &Path, relative: &str) -> Checked {
                 line,
                 command,
                 expected,
+                needs,
             } => {
+                if let Some(program) = needs.filter(|program| !on_path(&path, program)) {
+                    println!("skipped {relative}:{line}: {program} is not on PATH");
+                    continue;
+                }
                 checked.commands += 1;
                 // stdout and stderr into one pipe, as a terminal shows them.
                 let output = Command::new("sh")

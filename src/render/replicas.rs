@@ -122,13 +122,6 @@ fn wrap(text: &str, indent: &str) -> String {
     out
 }
 
-fn replica_heading(report: &ReplicasReport, id: ReplicaId) -> String {
-    match report.evidence.replicas.iter().find(|r| r.id == id) {
-        Some(replica) => format!("{id} (pid {})", replica.pid),
-        None => id.to_string(),
-    }
-}
-
 fn outcome(sent: &Sent) -> String {
     match sent.decision {
         Decision::Admitted => "held".into(),
@@ -142,7 +135,7 @@ fn requests(report: &ReplicasReport) -> String {
     let ids: Vec<ReplicaId> = ReplicaId::all(report.inputs.replicas).collect();
     let mut rows = vec![
         std::iter::once("sent round robin".to_owned())
-            .chain(ids.iter().map(|&id| replica_heading(report, id)))
+            .chain(ids.iter().map(ReplicaId::to_string))
             .collect::<Vec<_>>(),
     ];
     for sent in &report.evidence.sent {
@@ -467,7 +460,10 @@ fn ledgers(report: &ReplicasReport) -> String {
                     .join(", ")
             }
         }),
-        ("process", |r| r.exit.clone().unwrap_or_else(|| "-".into())),
+        ("process", |r| {
+            let exit = r.exit.as_deref().unwrap_or("-");
+            format!("pid {}: {exit}", r.pid)
+        }),
     ];
     for (heading, cell) in cells {
         if heading == "permits lapsed" && !report.inputs.global.is_global() {
