@@ -14,6 +14,9 @@ struct Cost {
     grows_from: f64,
     per: fn(&PerRequest) -> f64,
     note: &'static str,
+    /// Read machine-wide: it counts as the front's only where the front's own threads grew
+    /// too (a kernel stack belongs to a thread), else it is what other processes did meanwhile.
+    machine_wide: bool,
 }
 
 const COSTS: [Cost; 5] = [
@@ -23,6 +26,7 @@ const COSTS: [Cost; 5] = [
         grows_from: 0.5,
         per: |p| p.os_threads,
         note: "",
+        machine_wide: false,
     },
     Cost {
         name: "Resident memory",
@@ -30,6 +34,7 @@ const COSTS: [Cost; 5] = [
         grows_from: 1.0,
         per: |p| p.rss_kib,
         note: "",
+        machine_wide: false,
     },
     Cost {
         name: "Kernel stack",
@@ -37,6 +42,7 @@ const COSTS: [Cost; 5] = [
         grows_from: 2.0,
         per: |p| p.kernel_stack_kib,
         note: " (machine-wide, outside the process's resident memory)",
+        machine_wide: true,
     },
     Cost {
         name: "Address space",
@@ -44,6 +50,7 @@ const COSTS: [Cost; 5] = [
         grows_from: 64.0,
         per: |p| p.address_space_kib,
         note: " (reserved, mostly not resident)",
+        machine_wide: false,
     },
     Cost {
         name: "Memory maps",
@@ -51,6 +58,7 @@ const COSTS: [Cost; 5] = [
         grows_from: 0.5,
         per: |p| p.memory_maps,
         note: "",
+        machine_wide: false,
     },
 ];
 
@@ -91,10 +99,11 @@ fn common_count(fronts: &[FrontSeries]) -> Option<u32> {
 fn cost_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
     let value = |figures: &Figures| (cost.per)(&figures.per_request);
     let amount = |figures: &Figures| format!("{}{}", signed(value(figures)), cost.unit);
-    let (grew, flat): (Vec<(Front, &Figures)>, Vec<_>) = at
-        .iter()
-        .copied()
-        .partition(|(_, figures)| value(figures) >= cost.grows_from);
+    let (grew, flat): (Vec<(Front, &Figures)>, Vec<_>) =
+        at.iter().copied().partition(|(_, figures)| {
+            let own = !cost.machine_wide || figures.per_request.os_threads >= 0.5;
+            value(figures) >= cost.grows_from && own
+        });
     let list = |fronts: &[(Front, &Figures)]| {
         let parts: Vec<String> = fronts
             .iter()

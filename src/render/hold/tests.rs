@@ -122,6 +122,23 @@ fn the_reading_follows_the_figures() {
     );
 }
 
+/// Kernel stack is read machine-wide, so it is the front's only where the front's own threads
+/// grew: other processes' threads that came and went meanwhile are not the async front's.
+#[test]
+fn machine_wide_noise_is_not_a_front_s_cost() {
+    let mut noisy = recorded();
+    for point in &mut series(&mut noisy, Front::Async).points {
+        if let Outcome::Held(figures) = &mut point.outcome {
+            figures.per_request.kernel_stack_kib = 7.6;
+        }
+    }
+    let reading = text(&noisy);
+    assert!(
+        reading.contains("Kernel stack grew only on the threaded front"),
+        "{reading}"
+    );
+}
+
 /// A front that failed is shown where it failed, with how its process ended and its last
 /// stderr line, in the table, the reading and the picture.
 #[test]
