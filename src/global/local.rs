@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -28,17 +28,6 @@ const PORT_ATTEMPTS: usize = 5;
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The server's last output lines kept to explain a failure.
 const KEPT_LINES: usize = 40;
-
-/// Whether a `redis-server` executable is on `PATH`, for tests that need one to skip cleanly.
-pub(crate) fn redis_server_available() -> bool {
-    let Some(paths) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&paths).any(|dir| {
-        std::fs::metadata(dir.join("redis-server"))
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    })
-}
 
 /// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
 /// own empty directory, no snapshots and no append-only file.
@@ -154,12 +143,14 @@ impl LocalRedis {
     }
 
     /// The server's process id.
+    #[cfg(test)]
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// The server's private directory (removed when it stops).
-    pub(crate) fn dir(&self) -> Option<&Path> {
+    #[cfg(test)]
+    pub(crate) fn dir(&self) -> Option<&std::path::Path> {
         self.dir.as_deref()
     }
 

@@ -1,6 +1,6 @@
-//! Helpers shared by the integration scenarios: the policy model computed here from contract
-//! `docs/contract.md` ("The policy model"; never read from the report's own `model` field), and checks whose failures print
-//! what was expected, what was observed, and for which run.
+//! Helpers shared by the integration scenarios: the policy model computed here from
+//! `docs/contract.md` ("The policy model"; never read from the report's own `model` field),
+//! and checks whose failures print what was expected, what was observed, and for which run.
 
 #![allow(dead_code, unreachable_pub)]
 
