@@ -28,6 +28,7 @@ use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, Lines};
 
 pub(crate) use link::{ToParent, parent_link};
 pub(crate) use process::{ChildProcess, Exit, Signal};
+pub(crate) use reaper::die_with_parent;
 
 /// The next line of `lines` as the JSON of a `T`; `None` at the end.
 async fn read_json_line<T, R>(lines: &mut Lines<R>) -> io::Result<Option<T>>

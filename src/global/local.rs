@@ -6,7 +6,6 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::url::LoopbackUrl;
+use crate::child::die_with_parent;
 
 /// The line `redis-server` logs once its listening socket is open (7.0 and later add a suffix).
 const READY_LINE: &str = "Ready to accept connections";
@@ -254,33 +254,6 @@ impl Drop for LocalRedis {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-}
-
-/// Makes the child get SIGKILL when the thread that spawns it ends (Linux).
-fn die_with_parent(command: &mut Command) {
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id();
-        // prctl reads its arguments as unsigned longs: pass them at that width.
-        let signal = libc::c_ulong::try_from(libc::SIGKILL).expect("SIGKILL is positive");
-        const ZERO: libc::c_ulong = 0;
-        // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-        // system calls (prctl, getppid), allocating nothing.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, ZERO, ZERO, ZERO) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died before the prctl: then nobody would kill us.
-                if u32::try_from(libc::getppid()) != Ok(parent) {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = command;
 }
 
 /// A port that was free a moment ago on 127.0.0.1. Another process may take it before the

@@ -4,7 +4,7 @@
 //! the holders, and per-holder leases timed by Redis's clock ([`Lease`], renewed by a
 //! [`HeldLease`]) bound how long a dead holder keeps its permit. [`LoopbackUrl`] keeps every
 //! connection on this machine; [`LocalRedis`] starts a private `redis-server` for tests and
-//! runs. A leaf: it uses none of the lab's other modules.
+//! runs. It uses none of the lab's other modules but `child`'s parent-death signal.
 
 mod lease;
 mod local;
