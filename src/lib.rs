@@ -40,6 +40,7 @@ pub mod compare;
 pub mod coordinator;
 pub mod evidence;
 pub mod faults;
+#[cfg(unix)]
 pub(crate) mod global;
 #[cfg(unix)]
 pub mod hold;

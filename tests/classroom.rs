@@ -3,14 +3,15 @@
 //! room's requests sent as a student's `curl` sends them. The last tests run the binary itself
 //! and end it with SIGINT.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use isolation_lab::classroom::{self, ClassroomReport, Config};
-use isolation_lab::coordinator::Options;
+use isolation_lab::classroom::ClassroomReport;
 use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -39,23 +40,7 @@ struct Session {
 
 impl Session {
     async fn start(inputs: Inputs, front: Front) -> Session {
-        let (announced, url) = oneshot::channel();
-        let (leave, left) = oneshot::channel::<()>();
-        let config = Config {
-            inputs,
-            options: Options::on(front),
-        };
-        let task = tokio::spawn(classroom::serve(
-            config,
-            async move {
-                let _ = left.await;
-            },
-            move |url: &str| {
-                let _ = announced.send(url.to_owned());
-                Ok(())
-            },
-        ));
-        let url = within(url).await.expect("the session announces its URL");
+        let common::Classroom { url, leave, task } = common::serve_classroom(inputs, front).await;
         assert!(
             url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
             "{url}"
@@ -115,17 +100,7 @@ impl Session {
     }
 
     async fn events(&self) -> Events {
-        let response = self.http.get(format!("{}/events", self.base)).send();
-        let response = within(response).await.expect("the event stream");
-        assert_eq!(
-            response.headers()["content-type"],
-            "text/event-stream",
-            "{response:?}"
-        );
-        Events {
-            response,
-            buffer: String::new(),
-        }
+        Events::open(&self.http, &self.base).await
     }
 
     async fn end(mut self) -> ClassroomReport {
@@ -159,6 +134,21 @@ struct Events {
 }
 
 impl Events {
+    /// The event stream of the session at `base`, as its page opens it.
+    async fn open(http: &reqwest::Client, base: &str) -> Events {
+        let response = http.get(format!("{base}/events")).send();
+        let response = within(response).await.expect("the event stream");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream",
+            "{response:?}"
+        );
+        Events {
+            response,
+            buffer: String::new(),
+        }
+    }
+
     async fn next(&mut self) -> Value {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
@@ -570,14 +560,7 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
                 .send()
         };
         assert_eq!(post("open-room").await.expect("open").status(), 200);
-        let mut events = Events {
-            response: http
-                .get(format!("{base}/events"))
-                .send()
-                .await
-                .expect("events"),
-            buffer: String::new(),
-        };
+        let mut events = Events::open(&http, &base).await;
         let state = events
             .until(|m| kind(m) == "state" && m["room"]["open"] == true)
             .await;
@@ -705,14 +688,7 @@ fn measure_memory_after_a_thousand_room_requests() {
         let page = page.expect("bytes");
         let text = String::from_utf8_lossy(&page);
         let control = text.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
-        let mut events = Events {
-            response: http
-                .get(format!("{base}/events"))
-                .send()
-                .await
-                .expect("events"),
-            buffer: String::new(),
-        };
+        let mut events = Events::open(&http, &base).await;
         let post = |action: &'static str| {
             http.post(format!("{base}/control/{action}"))
                 .header("lab-control", &control)

@@ -10,11 +10,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::webdriver::{Browser, skip_without_browser};
-use isolation_lab::classroom::{self, Config};
-use isolation_lab::coordinator::Options;
 use isolation_lab::policy::{Front, Inputs};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 /// Waits, in the page, until it has drawn at least `arguments[0]` control states (each order
 /// the page sends ends with one) and has its order's answer (so its buttons are live again).
@@ -157,34 +154,6 @@ return new Promise((resolve) => {
 });
 "#;
 
-/// A classroom session served by the library, as the binary serves it.
-struct Served {
-    url: String,
-    leave: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<classroom::ClassroomReport, String>>,
-}
-
-async fn serve(front: Front) -> Served {
-    let (announced, url) = oneshot::channel();
-    let (leave, left) = oneshot::channel::<()>();
-    let config = Config {
-        inputs: Inputs::default(),
-        options: Options::on(front),
-    };
-    let task = tokio::spawn(classroom::serve(
-        config,
-        async move {
-            let _ = left.await;
-        },
-        move |url: &str| {
-            let _ = announced.send(url.to_owned());
-            Ok(())
-        },
-    ));
-    let url = url.await.expect("the URL");
-    Served { url, leave, task }
-}
-
 /// Headless Chromium presses Next through the whole default sequence, on both fronts. The DOM
 /// shows partitioned S2 refused while the fast permit is idle, then F1 answered 200 before the
 /// gate opens; then the room's requests join the lanes, and the verdict says the run matched.
@@ -197,7 +166,7 @@ async fn the_page_steps_through_the_default_sequence_in_chromium() {
     browser.set_viewport(1920, 1080).await.expect("1920×1080");
     let mut page = Page { browser, states: 0 };
     for front in Front::ALL {
-        let served = serve(front).await;
+        let served = common::serve_classroom(Inputs::default(), front).await;
         step_through(&mut page, &served.url, front).await;
         let _ = served.leave.send(());
         let report = served.task.await.expect("joined").expect("the session ran");

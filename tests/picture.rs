@@ -200,11 +200,7 @@ fn write(path: &Path, contents: &[u8]) {
 /// that failed when a held caller disconnected), each opened in Chromium at 1920×1080: every text inside the picture, no two
 /// texts overlapping, and every text at 16 screen pixels or more. The screenshots are written
 /// to docs/*.png, and the default and `--held 4` pictures to docs/*.svg.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pictures_are_legible_at_1920_by_1080() {
-    if skip_without_browser("pictures_are_legible_at_1920_by_1080") {
-        return;
-    }
+async fn pictures_are_legible_at_1920_by_1080(browser: &Browser) {
     let pictures = [
         ("default-run", picture_from_binary(&[]).await, true),
         ("held-4", picture_from_binary(&["--held", "4"]).await, true),
@@ -216,7 +212,6 @@ async fn pictures_are_legible_at_1920_by_1080() {
         ("failed-run", failed_picture().await, false),
     ];
     let served = TempDir::new("isolation-lab-pictures").expect("a temporary directory");
-    let browser = Browser::start().await.expect("a browser session");
     let viewport = browser.set_viewport(1920, 1080).await;
     viewport.expect("a 1920×1080 viewport");
     let mut broken = Vec::new();
@@ -247,7 +242,6 @@ async fn pictures_are_legible_at_1920_by_1080() {
             write(&docs().join(format!("{name}.svg")), picture.as_bytes());
         }
     }
-    browser.quit().await.expect("the session ends");
     assert!(
         broken.is_empty(),
         "{} broken:\n{}",
@@ -257,12 +251,8 @@ async fn pictures_are_legible_at_1920_by_1080() {
 }
 
 /// The WebDriver client drives a page as a user would: types into a field, clicks a button,
-/// reads the result back with a script, takes a screenshot, and quits.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webdriver_client_types_clicks_and_reads_back() {
-    if skip_without_browser("webdriver_client_types_clicks_and_reads_back") {
-        return;
-    }
+/// reads the result back with a script, and takes a screenshot.
+async fn webdriver_client_types_clicks_and_reads_back(browser: &Browser) {
     let page = r#"<!doctype html><title>form</title>
 <input id="name">
 <button id="go" onclick="document.title = 'hello ' + document.getElementById('name').value">
@@ -270,7 +260,6 @@ go</button>"#;
     let served = TempDir::new("isolation-lab-page").expect("a temporary directory");
     let file = served.path().join("form.html");
     write(&file, page.as_bytes());
-    let browser = Browser::start().await.expect("a browser session");
     browser
         .navigate(&format!("file://{}", file.display()))
         .await
@@ -289,5 +278,18 @@ go</button>"#;
     assert!(error.contains("no such element"), "{error}");
     let png = browser.screenshot_png().await.expect("a screenshot");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+}
+
+/// One Chromium session serves both checks of this file, the WebDriver client's first (the
+/// pictures' check relies on it), then the pictures'; then the session quits. Starting a
+/// browser is most of their time, and two at once on a small machine take longer than both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webdriver_client_works_and_pictures_are_legible() {
+    if skip_without_browser("the_webdriver_client_works_and_pictures_are_legible") {
+        return;
+    }
+    let browser = Browser::start().await.expect("a browser session");
+    webdriver_client_types_clicks_and_reads_back(&browser).await;
+    pictures_are_legible_at_1920_by_1080(&browser).await;
     browser.quit().await.expect("the session ends");
 }

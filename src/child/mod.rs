@@ -8,16 +8,7 @@
 //! - `process`: the parent's side, [`ChildProcess`]: start, talk, signal, wait, close.
 //! - `reaper`: the thread that forks the child, waits for it and reaps it.
 //! - `stderr`: the child's stderr, read as it comes, down to its last line.
-//! - `link`: the child's side, [`FromParent`] and [`ToParent`].
-
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        unused_imports,
-        reason = "used by the hold and replicas instruments, next"
-    )
-)]
+//! - `link`: the child's side, [`FromParent`](link::FromParent) and [`ToParent`].
 
 mod link;
 mod process;
@@ -35,8 +26,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, Lines};
 
-pub(crate) use link::{FromParent, ToParent, parent_link};
-pub(crate) use process::{ChildProcess, Exit, ExitSignal, Signal};
+pub(crate) use link::{ToParent, parent_link};
+pub(crate) use process::{ChildProcess, Exit, Signal};
+pub(crate) use reaper::die_with_parent;
 
 /// The next line of `lines` as the JSON of a `T`; `None` at the end.
 async fn read_json_line<T, R>(lines: &mut Lines<R>) -> io::Result<Option<T>>

@@ -29,14 +29,6 @@ pub(crate) struct ChildProcess {
 }
 
 impl ChildProcess {
-    /// Starts this program again with `args` (the lab's hidden subcommand). See
-    /// [`ChildProcess::spawn_command`].
-    pub(crate) fn spawn(args: &[String]) -> io::Result<ChildProcess> {
-        let mut command = Command::new(std::env::current_exe()?);
-        command.args(args);
-        ChildProcess::spawn_command(command)
-    }
-
     /// Starts `command` with its stdin, stdout and stderr piped to this process (replacing any
     /// stdio it set) and, on Linux, with SIGKILL as its parent-death signal. Blocks the calling
     /// thread until the child has started, as [`Command::spawn`] does. Must be called within a

@@ -13,9 +13,10 @@ use super::{Signal, lock};
 /// Asks the kernel to SIGKILL the child when its parent goes. On Linux the "parent" is the
 /// thread that forked it, not the process: that is why [`Reaper`] forks from its own thread,
 /// which lives exactly as long as the child is unreaped, whatever thread owns the
-/// [`ChildProcess`](super::ChildProcess) or later drops it.
+/// [`ChildProcess`](super::ChildProcess) or later drops it. (The private `redis-server` of
+/// `src/global/local.rs` uses it too, and says which thread must start it.)
 #[cfg(target_os = "linux")]
-pub(super) fn die_with_parent(command: &mut Command) {
+pub(crate) fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs in the child between fork and exec. It calls only prctl and
     // getppid, which are async-signal-safe, and allocates nothing: its errors are OS codes.
@@ -35,7 +36,7 @@ pub(super) fn die_with_parent(command: &mut Command) {
 
 /// Elsewhere only the end of its stdin tells a child that its parent is gone.
 #[cfg(not(target_os = "linux"))]
-pub(super) fn die_with_parent(_command: &mut Command) {}
+pub(crate) fn die_with_parent(_command: &mut Command) {}
 
 /// The child's end of the three pipes, as the reaper thread hands them over.
 pub(super) struct Pipes {

@@ -7,8 +7,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
+use super::link::FromParent;
+use super::process::ExitSignal;
 use super::test_child::{self, step};
-use super::{ChildProcess, Exit, ExitSignal, FromParent, Signal, ToParent, parent_link};
+use super::{ChildProcess, Exit, Signal, ToParent, parent_link};
 
 const ENTRY: &str = "child::tests::child_entry";
 
@@ -114,20 +116,6 @@ fn is_gone(pid: u32) -> bool {
 
 fn signal_name(exit: &Exit) -> Option<&'static str> {
     exit.signal.map(|ExitSignal { name, .. }| name)
-}
-
-/// `spawn` starts this very program again: here the test binary, which lists its tests.
-#[tokio::test]
-async fn spawn_starts_this_program_again() {
-    let args = ["--list", "--exact", ENTRY, "--ignored"].map(String::from);
-    let mut child = ChildProcess::spawn(&args).expect("start this program");
-    let listed = step("the listing", child.next_line()).await;
-    assert_eq!(
-        listed.expect("read").as_deref(),
-        Some("child::tests::child_entry: test")
-    );
-    let exit = step("exit", child.wait()).await.expect("waited");
-    assert_eq!(exit.code, Some(0), "{exit}");
 }
 
 /// Messages go both ways as JSON lines.

@@ -100,8 +100,9 @@ pub(crate) fn loopback(headers: HeaderMap) -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
-/// An error and its sources, on one line, as `anyhow`'s `{:#}` prints them.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its sources, on one line, as `anyhow`'s `{:#}` prints them: a reqwest error's
+/// own text rarely says why (refused, reset, timed out); its sources do.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -5,9 +5,8 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::url::LoopbackUrl;
+use crate::child::die_with_parent;
 
 /// The line `redis-server` logs once its listening socket is open (7.0 and later add a suffix).
 const READY_LINE: &str = "Ready to accept connections";
@@ -28,17 +28,6 @@ const PORT_ATTEMPTS: usize = 5;
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The server's last output lines kept to explain a failure.
 const KEPT_LINES: usize = 40;
-
-/// Whether a `redis-server` executable is on `PATH`, for tests that need one to skip cleanly.
-pub(crate) fn redis_server_available() -> bool {
-    let Some(paths) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&paths).any(|dir| {
-        std::fs::metadata(dir.join("redis-server"))
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    })
-}
 
 /// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
 /// own empty directory, no snapshots and no append-only file.
@@ -154,12 +143,14 @@ impl LocalRedis {
     }
 
     /// The server's process id.
+    #[cfg(test)]
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// The server's private directory (removed when it stops).
-    pub(crate) fn dir(&self) -> Option<&Path> {
+    #[cfg(test)]
+    pub(crate) fn dir(&self) -> Option<&std::path::Path> {
         self.dir.as_deref()
     }
 
@@ -263,33 +254,6 @@ impl Drop for LocalRedis {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-}
-
-/// Makes the child get SIGKILL when the thread that spawns it ends (Linux).
-fn die_with_parent(command: &mut Command) {
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id();
-        // prctl reads its arguments as unsigned longs: pass them at that width.
-        let signal = libc::c_ulong::try_from(libc::SIGKILL).expect("SIGKILL is positive");
-        const ZERO: libc::c_ulong = 0;
-        // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-        // system calls (prctl, getppid), allocating nothing.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, signal, ZERO, ZERO, ZERO) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died before the prctl: then nobody would kill us.
-                if u32::try_from(libc::getppid()) != Ok(parent) {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = command;
 }
 
 /// A port that was free a moment ago on 127.0.0.1. Another process may take it before the

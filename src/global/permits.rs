@@ -93,16 +93,6 @@ impl Holder {
         };
         Holder::new(replica, request)
     }
-
-    /// The replica, e.g. `r1`.
-    pub(crate) fn replica(&self) -> &str {
-        &self.replica
-    }
-
-    /// The request, e.g. `S3`.
-    pub(crate) fn request(&self) -> &str {
-        &self.request
-    }
 }
 
 impl fmt::Display for Holder {
@@ -148,6 +138,7 @@ pub(crate) enum Decision {
 
 impl Decision {
     /// The Redis time of the decision.
+    #[cfg(test)]
     pub(crate) fn at_ms(&self) -> u64 {
         match self {
             Decision::Admitted { at_ms, .. } | Decision::Refused { at_ms, .. } => *at_ms,
@@ -174,6 +165,7 @@ pub(crate) enum Renewal {
 
 impl Renewal {
     /// Whether the holder still held its permit.
+    #[cfg(test)]
     pub(crate) fn held(&self) -> bool {
         matches!(self, Renewal::Renewed { .. })
     }
@@ -187,6 +179,14 @@ pub(crate) enum Hold {
     /// Refused at Redis time `at_ms`, naming the holders.
     Refused {
         /// The Redis time of the decision.
+        #[cfg_attr(
+            not(test),
+            expect(
+                dead_code,
+                reason = "a replica's refusal names the holders only; this module's tests \
+                          check the time against their leases"
+            )
+        )]
         at_ms: u64,
         /// The holders at that time.
         holders: Vec<Holding>,
@@ -405,11 +405,13 @@ impl GlobalPermits {
     }
 
     /// The run id.
+    #[cfg(test)]
     pub(crate) fn run(&self) -> &str {
         &self.inner.run
     }
 
     /// The number of permits.
+    #[cfg(test)]
     pub(crate) fn capacity(&self) -> u32 {
         self.inner.capacity
     }
@@ -675,7 +677,10 @@ mod tests {
         let holder = Holder::new("r1", "S3").expect("valid names");
         assert_eq!(holder.to_string(), "r1/S3");
         assert_eq!(Holder::parse("r1/S3").expect("valid form"), holder);
-        assert_eq!((holder.replica(), holder.request()), ("r1", "S3"));
+        assert_eq!(
+            (holder.replica.as_str(), holder.request.as_str()),
+            ("r1", "S3")
+        );
         for (replica, request) in [("", "S1"), ("r1", ""), ("r/1", "S1"), ("r1", "S 1")] {
             assert!(
                 Holder::new(replica, request).is_err(),

@@ -2,9 +2,12 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::lease::LeaseState;
+use super::permits::{Decision, Holding, MAX_LEASE_MS, REDIS_TIMEOUT, Renewal};
 use super::*;
 
 /// A guard against a hang: every test here ends well within it.
@@ -12,6 +15,17 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between probes of a lease that has not lapsed yet; the probe's answer, not this pace,
 /// decides when a probing loop ends.
 const PROBE_PACE: Duration = Duration::from_millis(5);
+
+/// Whether a `redis-server` executable is on `PATH`, for tests that need one to skip cleanly.
+fn redis_server_available() -> bool {
+    let Some(paths) = std::env::var_os("PATH") else {
+        return false;
+    };
+    std::env::split_paths(&paths).any(|dir| {
+        std::fs::metadata(dir.join("redis-server"))
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    })
+}
 
 /// Starts a private Redis, or prints one line and returns `None` when `redis-server` is missing.
 async fn redis_or_skip(test: &str) -> Option<LocalRedis> {

@@ -8,6 +8,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::task::JoinSet;
 
 use crate::admission::token::TOKEN_HEADER;
+use crate::coordinator::client::chain;
 use crate::label::{LABEL_HEADER, Label};
 
 /// The most source addresses used: 127.0.0.1 through 127.0.0.254.
@@ -112,18 +113,6 @@ impl Callers {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
     }
-}
-
-/// An error and its sources on one line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

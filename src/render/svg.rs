@@ -21,12 +21,12 @@ use crate::report::{PolicyReport, Report};
 
 // Okabe–Ito colours, distinguishable with the common colour-vision deficiencies. Colour never
 // carries a meaning alone: every mark also differs in shape, or is labelled in words.
-const BLUE: &str = "#0072B2";
+pub(super) const BLUE: &str = "#0072B2";
 const SKY: &str = "#56B4E9";
-const VERMILLION: &str = "#D55E00";
-const INK: &str = "#1A1A1A";
-const GREY: &str = "#5E5E5E";
-const RULE: &str = "#C8C8C8";
+pub(super) const VERMILLION: &str = "#D55E00";
+pub(super) const INK: &str = "#1A1A1A";
+pub(super) const GREY: &str = "#5E5E5E";
+pub(super) const RULE: &str = "#C8C8C8";
 const SHADE: &str = "#E8E8E8";
 
 /// The viewBox's width, whether it holds one panel or two: a 1920-pixel projector window's, so
@@ -994,9 +994,9 @@ impl fmt::Display for Paint {
     }
 }
 
-/// How a piece of text is set.
+/// How a piece of text is set: the run's picture and `hold`'s set their text alike.
 #[derive(Clone, Copy, Debug)]
-struct Type {
+pub(super) struct Type {
     size: f64,
     bold: bool,
     colour: &'static str,
@@ -1007,7 +1007,7 @@ struct Type {
 }
 
 impl Type {
-    const fn size(size: f64) -> Self {
+    pub(super) const fn size(size: f64) -> Self {
         Type {
             size,
             bold: false,
@@ -1017,15 +1017,15 @@ impl Type {
         }
     }
 
-    const fn bold(self) -> Self {
+    pub(super) const fn bold(self) -> Self {
         Type { bold: true, ..self }
     }
 
-    const fn colour(self, colour: &'static str) -> Self {
+    pub(super) const fn colour(self, colour: &'static str) -> Self {
         Type { colour, ..self }
     }
 
-    const fn anchor(self, anchor: &'static str) -> Self {
+    pub(super) const fn anchor(self, anchor: &'static str) -> Self {
         Type { anchor, ..self }
     }
 
@@ -1064,7 +1064,7 @@ fn line(out: &mut String, (x1, y1): (f64, f64), (x2, y2): (f64, f64), paint: Pai
 }
 
 /// A text element. `words` is escaped here, so every piece of text passes through one door.
-fn text(out: &mut String, (x, y): (f64, f64), style: Type, words: &str) -> fmt::Result {
+pub(super) fn text(out: &mut String, (x, y): (f64, f64), style: Type, words: &str) -> fmt::Result {
     let words = Escaped(words);
     writeln!(out, r#"<text x="{x:.1}" y="{y:.1}" {style}>{words}</text>"#)
 }

@@ -25,6 +25,7 @@ use super::model::{self, CrashPlan, PausePlan, holder};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::token::TOKEN_HEADER;
+use crate::coordinator::client::chain;
 use crate::evidence::Decision;
 use crate::global::{GlobalPermits, LocalRedis, LoopbackUrl};
 use crate::label::{LABEL_HEADER, Label};
@@ -824,16 +825,4 @@ fn pace(period: Duration) -> tokio::time::Interval {
 
 fn millis(elapsed: Duration) -> f64 {
     (elapsed.as_secs_f64() * 10_000.0).round() / 10.0
-}
-
-/// An error and its sources, on one line.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,6 +1,6 @@
-//! Helpers shared by the integration scenarios: the policy model computed here from contract
-//! `docs/contract.md` ("The policy model"; never read from the report's own `model` field), and checks whose failures print
-//! what was expected, what was observed, and for which run.
+//! Helpers shared by the integration scenarios: the policy model computed here from
+//! `docs/contract.md` ("The policy model"; never read from the report's own `model` field),
+//! and checks whose failures print what was expected, what was observed, and for which run.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -11,10 +11,11 @@ use std::net::{SocketAddr, TcpStream};
 
 use isolation_lab::admission::ledger::Event;
 use isolation_lab::admission::section::GateState;
+use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::evidence::Phase;
 use isolation_lab::label::Label;
-use isolation_lab::policy::{Held, Mode, Policy, Slots};
+use isolation_lab::policy::{Held, Inputs, Mode, Policy, Slots};
 use isolation_lab::report::PolicyReport;
 use isolation_lab::server::Front;
 
@@ -305,4 +306,38 @@ pub fn assert_port_closed(address: SocketAddr) {
             "{address}: {e}"
         ),
     }
+}
+
+/// A classroom session served by the library, as the binary serves it: the URL it announced,
+/// the sender that ends it (as Ctrl-C does the binary's), and the task that returns its report.
+pub struct Classroom {
+    pub url: String,
+    pub leave: tokio::sync::oneshot::Sender<()>,
+    pub task: tokio::task::JoinHandle<Result<ClassroomReport, String>>,
+}
+
+/// Starts a classroom session of `inputs` on `front` and waits (at most 10 s, a failure guard)
+/// for the URL it announces.
+pub async fn serve_classroom(inputs: Inputs, front: Front) -> Classroom {
+    let (announced, url) = tokio::sync::oneshot::channel();
+    let (leave, left) = tokio::sync::oneshot::channel::<()>();
+    let config = classroom::Config {
+        inputs,
+        options: Options::on(front),
+    };
+    let task = tokio::spawn(classroom::serve(
+        config,
+        async move {
+            let _ = left.await;
+        },
+        move |url: &str| {
+            let _ = announced.send(url.to_owned());
+            Ok(())
+        },
+    ));
+    let url = tokio::time::timeout(std::time::Duration::from_secs(10), url)
+        .await
+        .expect("the session announces its URL within 10 s (failure guard)")
+        .expect("the session announces its URL");
+    Classroom { url, leave, task }
 }

@@ -8,13 +8,7 @@ use std::fmt::Write;
 use super::count;
 use crate::hold::{Figures, FrontSeries, HoldReport, Outcome};
 use crate::policy::Front;
-
-// Okabe–Ito colours; each front also has its own marker shape, so colour is never alone.
-const BLUE: &str = "#0072B2";
-const VERMILLION: &str = "#D55E00";
-const INK: &str = "#1A1A1A";
-const GREY: &str = "#5E5E5E";
-const RULE: &str = "#C8C8C8";
+use crate::render::svg::{BLUE, GREY, RULE, Type, VERMILLION, text};
 
 const WIDTH: f64 = 1920.0;
 const MARGIN: f64 = 32.0;
@@ -28,39 +22,15 @@ const BOTTOM_ROOM: f64 = 62.0;
 const RIGHT_ROOM: f64 = 16.0;
 const FOOTER: f64 = 70.0;
 
-/// How a piece of text is set.
-#[derive(Clone, Copy)]
-struct Type {
-    size: f64,
-    bold: bool,
-    colour: &'static str,
-    anchor: &'static str,
-}
-
-const fn plain(size: f64, colour: &'static str, anchor: &'static str) -> Type {
-    Type {
-        size,
-        bold: false,
-        colour,
-        anchor,
-    }
-}
-
 // No text is set below 17 units: 17 pixels in a 1920-pixel window.
-const TITLE: Type = Type {
-    bold: true,
-    ..plain(34.0, INK, "start")
-};
-const ABOUT: Type = plain(20.0, GREY, "start");
-const LEGEND: Type = plain(20.0, INK, "start");
-const PANEL_TITLE: Type = Type {
-    bold: true,
-    ..plain(24.0, INK, "start")
-};
-const TICK_X: Type = plain(17.0, GREY, "middle");
-const TICK_Y: Type = plain(17.0, GREY, "end");
-const AXIS: Type = plain(18.0, GREY, "middle");
-const FOOT: Type = plain(18.0, GREY, "start");
+const TITLE: Type = Type::size(34.0).bold();
+const ABOUT: Type = Type::size(20.0).colour(GREY);
+const LEGEND: Type = Type::size(20.0);
+const PANEL_TITLE: Type = Type::size(24.0).bold();
+const TICK_X: Type = Type::size(17.0).colour(GREY).anchor("middle");
+const TICK_Y: Type = Type::size(17.0).colour(GREY).anchor("end");
+const AXIS: Type = Type::size(18.0).colour(GREY).anchor("middle");
+const FOOT: Type = Type::size(18.0).colour(GREY);
 
 /// One figure drawn against N.
 struct Panel {
@@ -116,15 +86,13 @@ fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     )?;
     text(
         out,
-        MARGIN,
-        50.0,
+        (MARGIN, 50.0),
         TITLE,
         "What holding N requests costs each front",
     )?;
     text(
         out,
-        MARGIN,
-        86.0,
+        (MARGIN, 86.0),
         ABOUT,
         "Each point: N requests held at the closed gate, the front in a child process of its own. \
          Both axes logarithmic. Dashed: the most the front can hold here (preflight).",
@@ -138,7 +106,7 @@ fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         draw_panel(out, report, panel, x_range, (left, top, panel_width))?;
     }
     let notes = footnote(report);
-    text(out, MARGIN, height - 28.0, FOOT, &notes)?;
+    text(out, (MARGIN, height - 28.0), FOOT, &notes)?;
     writeln!(out, "</svg>")
 }
 
@@ -159,7 +127,7 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         marker(out, series.front, MARGIN + 18.0, y - 6.0)?;
         let front = series.front.name();
         let words = format!("{front} front: {}", held_by(series.front));
-        text(out, MARGIN + 48.0, y, LEGEND, &words)?;
+        text(out, (MARGIN + 48.0, y), LEGEND, &words)?;
         let dash = MARGIN + 560.0;
         writeln!(
             out,
@@ -176,7 +144,7 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
             ),
             None => "no ceiling read applies".to_owned(),
         };
-        text(out, dash + 48.0, y, LEGEND, &words)?;
+        text(out, (dash + 48.0, y), LEGEND, &words)?;
     }
     Ok(())
 }
@@ -236,7 +204,7 @@ fn draw_panel(
     (left, top, width): (f64, f64, f64),
 ) -> std::fmt::Result {
     writeln!(out, r#"<g class="panel">"#)?;
-    text(out, left, top + 26.0, PANEL_TITLE, panel.title)?;
+    text(out, (left, top + 26.0), PANEL_TITLE, panel.title)?;
     let plot = Plot {
         left: left + LEFT_ROOM,
         right: left + width - RIGHT_ROOM,
@@ -303,17 +271,15 @@ fn draw_series(
                 x - 8.0,
                 y - 8.0
             )?;
-            let failed = Type {
-                bold: true,
-                ..plain(17.0, colour, "start")
-            };
-            text(out, x + 12.0, y + 26.0, failed, "failed")?;
+            let failed = Type::size(17.0).bold().colour(colour);
+            text(out, (x + 12.0, y + 26.0), failed, "failed")?;
         }
     }
     Ok(())
 }
 
-/// A front's colour and class.
+/// A front's colour (the run's picture's Okabe–Ito palette) and class. Each front also has
+/// its own marker shape ([`marker`]), so colour is never alone.
 fn style(front: Front) -> (&'static str, &'static str) {
     match front {
         Front::Async => (BLUE, "async"),
@@ -374,7 +340,7 @@ impl Plot {
                 r#"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="{RULE}"/>"#,
                 self.top, self.bottom
             )?;
-            text(out, x, self.bottom + 24.0, TICK_X, &label(tick))?;
+            text(out, (x, self.bottom + 24.0), TICK_X, &label(tick))?;
         }
         for tick in ticks(self.y) {
             let y = self.y_of(tick);
@@ -383,10 +349,10 @@ impl Plot {
                 r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{RULE}"/>"#,
                 self.left, self.right
             )?;
-            text(out, self.left - 8.0, y + 6.0, TICK_Y, &label(tick))?;
+            text(out, (self.left - 8.0, y + 6.0), TICK_Y, &label(tick))?;
         }
         let middle = (self.left + self.right) / 2.0;
-        text(out, middle, self.bottom + 52.0, AXIS, "N held")
+        text(out, (middle, self.bottom + 52.0), AXIS, "N held")
     }
 }
 
@@ -445,23 +411,4 @@ fn footnote(report: &HoldReport) -> String {
             missing.join("; ")
         )
     }
-}
-
-fn text(out: &mut String, x: f64, y: f64, set: Type, words: &str) -> std::fmt::Result {
-    let weight = if set.bold { "bold" } else { "normal" };
-    writeln!(
-        out,
-        r#"<text x="{x:.1}" y="{y:.1}" font-size="{}" font-weight="{weight}" fill="{}" text-anchor="{}">{}</text>"#,
-        set.size,
-        set.colour,
-        set.anchor,
-        escape(words)
-    )
-}
-
-fn escape(words: &str) -> String {
-    words
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
