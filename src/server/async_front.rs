@@ -124,12 +124,14 @@ impl Server {
                     }
                     // Most often a shortage of descriptors, in this process or the system: the
                     // connection stays queued, and a retry after a pause may well take it.
+                    // The back-off waits for the stop signal, for at most the pause: a retry, not
+                    // a step of the sequence.
                     Err(e) => match retry.failed() {
-                        Some(pause) => tokio::select! {
-                            biased;
-                            () = &mut shutdown => break,
-                            () = tokio::time::sleep(pause) => {}
-                        },
+                        Some(pause) => {
+                            if tokio::time::timeout(pause, &mut shutdown).await.is_ok() {
+                                break;
+                            }
+                        }
                         None => {
                             let gave_up = retry.gave_up("accepting connections", &e);
                             error = Some(format!("the server: {gave_up}"));
