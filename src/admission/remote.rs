@@ -81,6 +81,11 @@ enum Job {
         permit: Box<dyn RemotePermit>,
         done: Option<oneshot::Sender<()>>,
     },
+    /// An admission answered to a handler that was cancelled before it read the answer.
+    Orphan {
+        request: Label,
+        permit: Box<dyn RemotePermit>,
+    },
 }
 
 /// The section's link to its remote pool: the permits it holds now, per pool, and where jobs go.
@@ -96,6 +101,7 @@ impl fmt::Debug for Job {
         match self {
             Job::Admit { request, .. } => write!(f, "Admit({request})"),
             Job::Release { request, .. } => write!(f, "Release({request})"),
+            Job::Orphan { request, .. } => write!(f, "Orphan({request})"),
         }
     }
 }
@@ -133,7 +139,12 @@ impl RemoteLink {
             answer,
         })
         .map_err(|_| "the section is closed: no remote admission any more".to_owned())?;
-        answered
+        let mut unread = Unread {
+            link: self,
+            request,
+            answered,
+        };
+        (&mut unread.answered)
             .await
             .map_err(|_| "the remote pool's driver stopped before answering".to_owned())?
     }
@@ -166,6 +177,30 @@ impl RemoteLink {
         match lock(&self.jobs).as_ref() {
             Some(jobs) => jobs.send(job).map_err(|e| e.0),
             None => Err(job),
+        }
+    }
+}
+
+/// The answer slot of one [`RemoteLink::decide`]. The driver may answer after the handler was
+/// cancelled but before it read the answer: the admission would then be dropped with the slot,
+/// unreleased. Dropping the slot closes it first, so that the driver either fails to answer
+/// (and releases the orphan itself) or has answered, and the admission found here goes back.
+struct Unread<'a> {
+    link: &'a RemoteLink,
+    request: Label,
+    answered: oneshot::Receiver<Result<RemoteDecision, String>>,
+}
+
+impl Drop for Unread<'_> {
+    fn drop(&mut self) {
+        self.answered.close();
+        if let Ok(Ok(RemoteDecision::Admitted(permit))) = self.answered.try_recv() {
+            // The section closes only after every handler has been joined; were it closed,
+            // the permit would lapse with its lease.
+            let _ = self.link.send(Job::Orphan {
+                request: self.request,
+                permit,
+            });
         }
     }
 }
@@ -280,6 +315,7 @@ impl RemoteDriver {
                 }
                 Done::Released(request, result)
             }
+            Job::Orphan { request, permit } => Done::Orphaned(request, permit.release().await),
         }
     }
 }
@@ -457,6 +493,37 @@ mod tests {
             r1.events().is_empty(),
             "an undecided request leaves no event"
         );
+        balanced(&r1);
+    }
+
+    /// A handler cancelled after the driver has answered but before it read the answer loses
+    /// nothing either: the admission left in the answer slot goes back to the driver.
+    #[tokio::test]
+    async fn a_handler_cancelled_with_its_answer_unread_leaks_no_permit() {
+        let pool = shared(1);
+        pool.hold_up.store(true, Ordering::SeqCst);
+        let (r1, driver) = replica("r1", &pool);
+        let driver = tokio::spawn(driver.run());
+        {
+            let admit = r1.admit(Label::Slow(1), Route::Slow);
+            let mut admit = std::pin::pin!(admit);
+            assert!(futures_poll(admit.as_mut()).await.is_none());
+            pool.go.add_permits(1);
+            // Wait on the pool's own state. The driver admits and sends the answer in one poll
+            // of its round trip (this test's runtime has one thread), so once a holder shows,
+            // the answer is waiting, unread, in the handler's slot.
+            while lock(&pool.holders).is_empty() {
+                tokio::task::yield_now().await;
+            }
+        }
+        r1.close_remote();
+        let account = driver.await.expect("no panic");
+        assert!(
+            lock(&pool.holders).is_empty(),
+            "the unread admission was released: {account:?}"
+        );
+        assert_eq!(account.orphaned, [Label::Slow(1)]);
+        assert!(r1.events().is_empty());
         balanced(&r1);
     }
 
