@@ -373,7 +373,25 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
                 wrong.push(format!("{} had a lease, expected none", h.holder));
             }
         }
-        (true, Some(_)) => {}
+        (true, Some(at)) => {
+            // The kill's clock starts before the holders are read, and one machine's clock
+            // times both: no permit can lapse sooner after the kill than the shortest lease
+            // left then (less the millisecond Redis's `TIME` truncates).
+            let shortest = crash
+                .dead_holders
+                .iter()
+                .filter_map(|h| h.lease_left_ms)
+                .min();
+            let probe = &crash.probes[at];
+            if let (Some(left), Some(after)) = (shortest, probe.at_ms)
+                && after + 1.0 < left as f64
+            {
+                wrong.push(format!(
+                    "{} was admitted {after} ms after the kill, before the dead holders' lease                      ended ({left} ms left then)",
+                    probe.request
+                ));
+            }
+        }
     }
 }
 
@@ -495,6 +513,45 @@ mod tests {
         assert_eq!(
             (crash.killed, crash.probed, crash.lapses),
             (ReplicaId(1), ReplicaId(2), true)
+        );
+    }
+
+    /// A crash whose probe is admitted long before the dead holders' lease could have ended
+    /// (a sweep that removes live holders, say) disagrees with the model, even when an early
+    /// probe was refused naming a dead holder.
+    #[test]
+    fn an_admission_before_the_dead_holders_lease_ends_is_a_difference() {
+        use super::super::evidence::{CrashEvidence, EngineHolder};
+        let p = predict(&inputs(2, 2, 4, Engine::Local, 2000));
+        let plan = p.crash.expect("a full pool");
+        let probe = |n: u16, decision, held_by: &[&str], at_ms| Sent {
+            request: Label::Slow(n),
+            replica: ReplicaId(2),
+            decision,
+            held_by: held_by.iter().map(|h| h.to_string()).collect(),
+            at_ms: Some(at_ms),
+        };
+        let crash = |admitted_at_ms| CrashEvidence {
+            replica: Some(ReplicaId(1)),
+            dead_holders: vec![EngineHolder {
+                holder: "r1/S1".into(),
+                lease_left_ms: Some(1900),
+            }],
+            probed: Some(ReplicaId(2)),
+            probes: vec![
+                probe(5, Decision::Refused, &["r1/S1", "r2/S2"], 1.0),
+                probe(6, Decision::Admitted, &[], admitted_at_ms),
+            ],
+            window_ms: Some(admitted_at_ms),
+            ..CrashEvidence::default()
+        };
+        let mut wrong = Vec::new();
+        check_crash(&plan, &crash(1950.0), &mut wrong);
+        assert!(wrong.is_empty(), "{wrong:?}");
+        check_crash(&plan, &crash(3.0), &mut wrong);
+        assert!(
+            wrong.iter().any(|w| w.contains("before")),
+            "an admission 3 ms after the kill, with 1900 ms of lease left, was accepted: {wrong:?}"
         );
     }
 
