@@ -456,8 +456,23 @@ impl GlobalPermits {
 
     /// Tries to admit `holder` now and, if admitted, keeps its lease renewed (every third of
     /// the lease) until the returned [`HeldLease`] is released or dropped.
+    ///
+    /// A try-hold that fails on Redis gives back whatever the script may have admitted.
     pub(crate) async fn try_hold(&self, holder: Holder) -> Result<Hold, GlobalError> {
-        match self.try_acquire(&holder).await? {
+        let decision = match self.try_acquire(&holder).await {
+            Ok(decision) => decision,
+            Err(error @ (GlobalError::Redis { .. } | GlobalError::Reply { .. })) => {
+                // The script may have run although its answer never came back (a stalled Redis
+                // runs it late) or could not be read: nobody would release that permit. The
+                // release goes out on the same connection, so Redis runs it after the acquire;
+                // it removes this holder only, whose name no other attempt uses. If it fails
+                // too, Redis is gone and the acquire's error is the news.
+                let _ = self.release(&holder).await;
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
+        match decision {
             Decision::Admitted {
                 at_ms,
                 expires_at_ms,

@@ -482,6 +482,53 @@ async fn a_silent_redis_times_out() {
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
+/// A try-hold whose answer timed out may still have been admitted once a stalled Redis
+/// catches up: the failed try-hold gives that permit back, so nothing is leaked by it.
+#[tokio::test]
+async fn a_timed_out_try_hold_leaves_no_holder() {
+    let Some(redis) = redis_or_skip("a_timed_out_try_hold_leaves_no_holder").await else {
+        return;
+    };
+    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
+    guarded(async {
+        let permits = GlobalPermits::connect_within(
+            redis.url(),
+            "stalled",
+            1,
+            Lease::None,
+            Duration::from_millis(200),
+        )
+        .await
+        .expect("the private Redis accepts connections");
+        // Loads the scripts, so that the stalled acquire below is one EVALSHA that will run.
+        admitted(&permits, &holder("r9", "S9")).await;
+        assert!(
+            permits
+                .release(&holder("r9", "S9"))
+                .await
+                .expect("Redis answers")
+        );
+        // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let held = permits.try_hold(holder("r1", "S1")).await;
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        assert!(
+            matches!(held, Err(GlobalError::Redis { .. })),
+            "expected a timeout, got {held:?}"
+        );
+        // Queued behind everything sent before on the one connection, so it reads the state
+        // after the stalled commands have run.
+        let (_, holders) = permits.holders().await.expect("Redis answers again");
+        assert!(
+            holders.is_empty(),
+            "the timed-out try-hold left a holder: {holders:?}"
+        );
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
 /// Connecting where nothing listens fails at once.
 #[tokio::test]
 async fn connecting_to_a_closed_port_fails() {
