@@ -103,7 +103,8 @@ pub struct PauseEvidence {
     pub probed: Option<ReplicaId>,
     /// The probes, until the paused holders' permits were taken by others.
     pub probes: Vec<Sent>,
-    /// Milliseconds from the pause to the first admitted probe.
+    /// Milliseconds from the pause (from just before its holders were read) to the first
+    /// admitted probe.
     pub admitted_after_ms: Option<f64>,
     /// Then: the requests inside each replica's work section (the paused one's still there).
     pub in_sections: BTreeMap<ReplicaId, Vec<Label>>,

@@ -313,6 +313,17 @@ fn check_pause(
             probe.request
         ));
     }
+    // The pause's clock starts before the holders are read: no paused permit can lapse
+    // sooner than the shortest lease left then (less the millisecond `TIME` truncates).
+    let shortest = pause.holders.iter().filter_map(|h| h.lease_left_ms).min();
+    if let (Some(left), Some(after)) = (shortest, pause.admitted_after_ms)
+        && after + 1.0 < left as f64
+    {
+        wrong.push(format!(
+            "a probe was admitted {after} ms into the pause, before the paused holders' lease \
+             ended ({left} ms left then)"
+        ));
+    }
     let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
     if in_sections != limit + plan.over_admitted {
         wrong.push(format!(
@@ -552,6 +563,57 @@ mod tests {
         assert!(
             wrong.iter().any(|w| w.contains("before")),
             "an admission 3 ms after the kill, with 1900 ms of lease left, was accepted: {wrong:?}"
+        );
+    }
+
+    /// A pause whose probe takes a paused holder's permit long before that holder's lease
+    /// could have ended disagrees with the model.
+    #[test]
+    fn an_admission_before_the_paused_holders_lease_ends_is_a_difference() {
+        use super::super::evidence::{EngineHolder, PauseEvidence};
+        let p = predict(&inputs(2, 2, 4, Engine::Local, 2000));
+        let plan = p.pause.expect("a lease and a full pool");
+        let probe = |n: u16, decision, held_by: &[&str], at_ms| Sent {
+            request: Label::Slow(n),
+            replica: ReplicaId(1),
+            decision,
+            held_by: held_by.iter().map(|h| h.to_string()).collect(),
+            at_ms: Some(at_ms),
+        };
+        let pause = |admitted_at_ms| PauseEvidence {
+            replica: Some(ReplicaId(2)),
+            holders: vec![EngineHolder {
+                holder: "r2/S2".into(),
+                lease_left_ms: Some(1900),
+            }],
+            probed: Some(ReplicaId(1)),
+            probes: vec![
+                probe(5, Decision::Refused, &["r1/S1", "r2/S2"], 1.0),
+                probe(6, Decision::Admitted, &[], admitted_at_ms),
+                probe(
+                    7,
+                    Decision::Refused,
+                    &["r1/S1", "r1/S6"],
+                    admitted_at_ms + 1.0,
+                ),
+            ],
+            admitted_after_ms: Some(admitted_at_ms),
+            in_sections: [
+                (ReplicaId(1), vec![Label::Slow(1), Label::Slow(6)]),
+                (ReplicaId(2), vec![Label::Slow(2)]),
+            ]
+            .into(),
+            engine_holders: vec!["r1/S1".into(), "r1/S6".into()],
+            resumed: true,
+            ..PauseEvidence::default()
+        };
+        let mut wrong = Vec::new();
+        check_pause(&plan, p.limit_in_all, &pause(1950.0), &mut wrong);
+        assert!(wrong.is_empty(), "{wrong:?}");
+        check_pause(&plan, p.limit_in_all, &pause(3.0), &mut wrong);
+        assert!(
+            wrong.iter().any(|w| w.contains("before")),
+            "an admission 3 ms into the pause, with 1900 ms of lease left, was accepted: {wrong:?}"
         );
     }
 

@@ -346,6 +346,9 @@ impl Run {
     /// taken the paused holders' permits while their work still runs; then the paused replica
     /// is continued.
     async fn pause(&mut self, plan: PausePlan) -> Result<(), String> {
+        // The pause's clock starts before its holders' lease left is read, so that no probe
+        // can be admitted sooner on it than that lease left: the model checks exactly that.
+        let since = Instant::now();
         let all = self
             .engine_holders("reading who holds the permits before the pause")
             .await?;
@@ -364,7 +367,6 @@ impl Run {
         front
             .pause()
             .map_err(|e| format!("cannot pause {}: {e}", plan.paused))?;
-        let since = Instant::now();
         replica.paused = true;
         replica
             .evidence
