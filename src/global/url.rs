@@ -190,6 +190,18 @@ mod tests {
         refused("redis://[::ffff:127.0.0.1]:6379", "not a loopback");
         refused("redis://example.com:6379", "host `example.com` refused");
         refused("redis://127.0.0.1.example.com:6379", "refused");
+        refused("redis://127.0.0.1.evil.com:6379", "refused");
+        refused("redis://[::ffff:10.0.0.1]:6379", "not a loopback");
+        refused("redis://[::127.0.0.1]:6379", "not a loopback");
+        refused("redis://[::1%lo]:6379", "refused");
+        refused("redis://user@127.0.0.1:6379", "user name");
+        refused("redis://127.0.0.1:6379@10.0.0.1:6379", "user name");
+        refused("redis://10.0.0.1/@127.0.0.1:6379", "database path");
+        // Digits other than ASCII ones, in the host or the port.
+        refused("redis://\u{ff11}27.0.0.1:6379", "refused");
+        refused("redis://127.0.0.1:\u{0666}379", "not a number");
+        refused("redis://0177.0.0.1:6379", "refused");
+        refused("redis://2130706433:6379", "refused");
     }
 
     /// Malformed URLs and unsupported parts are refused with a message naming the part.
