@@ -37,6 +37,7 @@ use super::page;
 use super::room::{ROOM_HEADER, Room};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
+use crate::server::Backoff;
 
 /// The header that carries the control token.
 pub(crate) const CONTROL_HEADER: &str = "lab-control";
@@ -326,12 +327,14 @@ pub(crate) async fn serve(
     let mut open: Vec<(Arc<Owed>, AbortHandle)> = Vec::new();
     let mut served = Served::default();
     let mut stop_accepting = pin!(stop_accepting);
+    let mut retry = Backoff::default();
     loop {
         tokio::select! {
             biased;
             () = &mut stop_accepting => break,
             incoming = listener.accept() => match incoming {
                 Ok((stream, _peer)) => {
+                    retry.succeeded();
                     served.accepted += 1;
                     while let Some(ended) = tasks.try_join_next() {
                         count(&mut served, ended);
@@ -359,10 +362,23 @@ pub(crate) async fn serve(
                     });
                     open.push((owed, handle));
                 }
-                Err(e) => {
-                    served.error = Some(format!("the classroom could not accept a connection: {e}"));
-                    break;
-                }
+                // Most often a shortage of descriptors that passes: the connection stays queued
+                // and a retry after a pause may take it, as the lab's own front retries. The
+                // pause waits for the stop signal too. A shortage that outlasts every pause ends
+                // the session, which would otherwise go on with nobody able to reach it.
+                Err(e) => match retry.failed() {
+                    Some(pause) => {
+                        if tokio::time::timeout(pause, &mut stop_accepting).await.is_ok() {
+                            break;
+                        }
+                    }
+                    None => {
+                        let gave_up = retry.gave_up("accepting connections", &e);
+                        served.error = Some(format!("the classroom's server: {gave_up}"));
+                        app.finish.notify_one();
+                        break;
+                    }
+                },
             },
         }
     }
