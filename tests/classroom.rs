@@ -721,3 +721,30 @@ fn measure_memory_after_a_thousand_room_requests() {
     assert_eq!(report["room_requests"].as_array().map(Vec::len), Some(1000));
     println!("exit status {status:?}");
 }
+
+/// A stranger who sends half a request head and then nothing does not hold the session's end:
+/// Finish closes the session cleanly, with no failure, and the stranger's connection is closed.
+#[tokio::test]
+async fn a_half_sent_request_does_not_hold_the_end_of_the_session() {
+    let mut session = Session::start(Inputs::default(), Front::Async).await;
+    let mut stranger = TcpStream::connect(session.address).expect("connect");
+    stranger
+        .write_all(b"GET / HTTP/1.1\r\nHost: ")
+        .expect("half a head");
+    // The page's own request is served after it: the server has read the stranger's bytes.
+    assert_eq!(session.next().await["step"], "S1");
+    let (status, _) = session.control("finish", json!({})).await;
+    assert_eq!(status, 202);
+    let report = within(&mut session.task).await.expect("joined");
+    let report = report.expect("the session ran");
+    assert_eq!(report.failure, None, "{report:?}");
+    stranger
+        .set_read_timeout(Some(GUARD))
+        .expect("a read timeout");
+    let mut all = Vec::new();
+    let read = stranger.read_to_end(&mut all);
+    assert!(
+        read.is_ok(),
+        "the stranger's connection was closed: {read:?}"
+    );
+}

@@ -154,6 +154,19 @@ return new Promise((resolve) => {
 });
 "#;
 
+/// Presses → twice in a row, as a bouncing clicker does, and returns how many control orders
+/// the page sent for it (each is sent before the page's first `await`, so the count is whole).
+const CLICKER_BOUNCE: &str = r#"
+const fetch = window.fetch;
+let orders = 0;
+window.fetch = (...args) => { orders += 1; return fetch(...args); };
+for (let n = 0; n < 2; n++) {
+  document.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight" }));
+}
+window.fetch = fetch;
+return orders;
+"#;
+
 /// Headless Chromium presses Next through the whole default sequence, on both fronts. The DOM
 /// shows partitioned S2 refused while the fast permit is idle, then F1 answered 200 before the
 /// gate opens; then the room's requests join the lanes, and the verdict says the run matched.
@@ -195,14 +208,14 @@ async fn step_through(page: &mut Page, url: &str, front: Front) {
     );
     assert!(seen["room"].as_str().unwrap_or("").is_empty(), "{seen}");
     page.press("#next").await;
-    // S2 by the presenter's clicker: a key, not a click.
-    page.browser
-        .execute(
-            "document.dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowRight' }));",
-            &[],
-        )
+    // S2 by the presenter's clicker: a key, not a click — pressed twice before the page has
+    // redrawn (a clicker's bounce, or a held key), which is still one step.
+    let orders = page
+        .browser
+        .execute(CLICKER_BOUNCE, &[])
         .await
         .expect("a key");
+    assert_eq!(orders, json!(1), "a double press sent {orders} orders");
     page.states += 1;
     page.wait().await;
     let seen = page.read().await;

@@ -11,14 +11,15 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::{Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -36,6 +37,7 @@ use super::page;
 use super::room::{ROOM_HEADER, Room};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
+use crate::server::Backoff;
 
 /// The header that carries the control token.
 pub(crate) const CONTROL_HEADER: &str = "lab-control";
@@ -311,8 +313,8 @@ pub(crate) struct Served {
 /// Serves `app` until `stop_accepting`; then closes the listener and keeps serving the open
 /// connections (a room request waiting for its answer) until `drain`. Then it closes the event
 /// streams at once — a stream owes nothing, and a client that stopped reading would never let
-/// it finish — asks the rest to finish (Hyper closes idle ones at once), and joins every
-/// connection task; any still open after `limit` are aborted and reported.
+/// it finish — and every connection with no answer owed (idle, or a head never finished), asks
+/// the rest to finish, and joins every connection task; any still open after `limit` are aborted and reported.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Arc<App>,
@@ -322,25 +324,33 @@ pub(crate) async fn serve(
 ) -> Served {
     let graceful = GracefulShutdown::new();
     let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut open: Vec<(Arc<AtomicBool>, AbortHandle)> = Vec::new();
+    let mut open: Vec<(Arc<Owed>, AbortHandle)> = Vec::new();
     let mut served = Served::default();
     let mut stop_accepting = pin!(stop_accepting);
+    let mut retry = Backoff::default();
     loop {
         tokio::select! {
             biased;
             () = &mut stop_accepting => break,
             incoming = listener.accept() => match incoming {
                 Ok((stream, _peer)) => {
+                    retry.succeeded();
                     served.accepted += 1;
                     while let Some(ended) = tasks.try_join_next() {
                         count(&mut served, ended);
                     }
                     open.retain(|(_, handle)| !handle.is_finished());
-                    let streaming = Arc::new(AtomicBool::new(false));
-                    let (app, flag) = (app.clone(), streaming.clone());
+                    let owed = Arc::new(Owed::default());
+                    let (app, connection_owes) = (app.clone(), owed.clone());
                     let service = service_fn(move |request| {
-                        let (app, flag) = (app.clone(), flag.clone());
-                        async move { Ok::<_, Infallible>(app.handle(request, &flag).await) }
+                        let app = app.clone();
+                        let owing = Owing::new(connection_owes.clone());
+                        async move {
+                            let response = app.handle(request, &owing.0.streaming).await;
+                            Ok::<_, Infallible>(response.map(|body| {
+                                OwedBody { body, _owing: owing }.boxed()
+                            }))
+                        }
                     });
                     let mut builder = http1::Builder::new();
                     builder.max_buf_size(MAX_HEAD);
@@ -350,19 +360,36 @@ pub(crate) async fn serve(
                         // A client's broken connection is its own business, not the session's.
                         let _ = connection.await;
                     });
-                    open.push((streaming, handle));
+                    open.push((owed, handle));
                 }
-                Err(e) => {
-                    served.error = Some(format!("the classroom could not accept a connection: {e}"));
-                    break;
-                }
+                // Most often a shortage of descriptors that passes: the connection stays queued
+                // and a retry after a pause may take it, as the lab's own front retries. The
+                // pause waits for the stop signal too. A shortage that outlasts every pause ends
+                // the session, which would otherwise go on with nobody able to reach it.
+                Err(e) => match retry.failed() {
+                    Some(pause) => {
+                        if tokio::time::timeout(pause, &mut stop_accepting).await.is_ok() {
+                            break;
+                        }
+                    }
+                    None => {
+                        let gave_up = retry.gave_up("accepting connections", &e);
+                        served.error = Some(format!("the classroom's server: {gave_up}"));
+                        app.finish.notify_one();
+                        break;
+                    }
+                },
             },
         }
     }
     drop(listener);
     drain.await;
-    for (streaming, handle) in &open {
-        if streaming.load(Ordering::SeqCst) && !handle.is_finished() {
+    // A connection that owes nothing — no request being answered: a fresh one, an idle one,
+    // or one whose client sent part of a head and stopped — is closed at once: Hyper's
+    // graceful shutdown would wait for that head for ever.
+    for (owed, handle) in &open {
+        let owes = owed.answers.load(Ordering::SeqCst);
+        if (owed.streaming.load(Ordering::SeqCst) || owes == 0) && !handle.is_finished() {
             handle.abort();
         }
     }
@@ -380,6 +407,59 @@ pub(crate) async fn serve(
         count(&mut served, ended);
     }
     served
+}
+
+/// What one connection owes its client: how many answers are being made or sent, and whether
+/// one of them is an event stream.
+#[derive(Debug, Default)]
+struct Owed {
+    answers: AtomicUsize,
+    /// Set when an answer is an event stream.
+    streaming: AtomicBool,
+}
+
+/// One answer owed, from the moment its request reaches the service until its body is dropped
+/// (sent, or the connection gone).
+#[derive(Debug)]
+struct Owing(Arc<Owed>);
+
+impl Owing {
+    fn new(owed: Arc<Owed>) -> Self {
+        owed.answers.fetch_add(1, Ordering::SeqCst);
+        Owing(owed)
+    }
+}
+
+impl Drop for Owing {
+    fn drop(&mut self) {
+        self.0.answers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An answer's body, which owes its answer until it is dropped.
+struct OwedBody {
+    body: Body,
+    _owing: Owing,
+}
+
+impl hyper::body::Body for OwedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 fn count(served: &mut Served, ended: Result<(), tokio::task::JoinError>) {
