@@ -122,6 +122,33 @@ pub fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) -> Vec<
             ));
         }
     }
+    // Each request is sent once and never queued or replayed: a second decision or response
+    // for it (a refusal admitted later, say) is a difference even when the first matched.
+    let scripted = observed.responses.iter().filter(|r| !r.request.from_room());
+    for r in scripted.clone() {
+        if !expected.iter().any(|e| e.request == r.request) {
+            differ(format!(
+                "{}: a response to a request the sequence never sent",
+                r.request
+            ));
+        }
+    }
+    for e in expected {
+        let decisions = admissions.iter().filter(|a| a.request == e.request).count();
+        if decisions > 1 {
+            differ(format!(
+                "{}: {decisions} admission decisions for a request sent once",
+                e.request
+            ));
+        }
+        let responses = scripted.clone().filter(|r| r.request == e.request).count();
+        if responses > 1 {
+            differ(format!(
+                "{}: {responses} responses to a request sent once",
+                e.request
+            ));
+        }
+    }
 
     let held = held_slow(expected, Decision::Admitted);
     let refused = held_slow(expected, Decision::Refused);
@@ -251,6 +278,87 @@ mod tests {
     }
 
     use Label::Slow as S;
+
+    /// The evidence of a policy of a recorded report, as the model first checked it.
+    fn recorded(report: usize, policy: usize) -> (Policy, Held, Evidence) {
+        let reports = crate::render::fixtures::reports();
+        let report = &reports[report];
+        let p = &report.policies[policy];
+        let policy = Policy {
+            mode: p.mode,
+            slots: report.inputs.slots,
+        };
+        let evidence = Evidence {
+            work_events: p.work_events.clone(),
+            ledger: p.ledger.clone(),
+            observed: p.observed.clone(),
+            final_state: p.final_state.clone(),
+            client_threads_stopped: p.client_threads_stopped,
+            client_tasks_aborted: p.client_tasks_aborted,
+            resources: p.resources,
+            server: p.server.clone(),
+        };
+        (policy, report.inputs.held, evidence)
+    }
+
+    fn differences(policy: Policy, held: Held, evidence: &Evidence) -> Vec<String> {
+        check(policy, &expect(policy, held), evidence)
+    }
+
+    /// A refused request is never queued or replayed: the default run's partitioned S2, refused
+    /// and then admitted once the gate opened (its ledger still balanced, its first decision
+    /// and response still as the model expects), does not match the model.
+    #[test]
+    fn a_replayed_refusal_does_not_match() {
+        let (policy, held, mut evidence) = recorded(1, 1);
+        assert_eq!(differences(policy, held, &evidence), Vec::<String>::new());
+        let last = evidence.work_events.last().map_or(0, |e| e.seq);
+        for (seq, event, active_after) in [(1, Event::Admitted, 1), (2, Event::Finished, 0)] {
+            evidence
+                .work_events
+                .push(crate::admission::ledger::WorkEvent {
+                    seq: last + seq,
+                    request: Some(S(2)),
+                    pool: Pool::Slow,
+                    event,
+                    active_after,
+                    cancelled: false,
+                    held_by: Vec::new(),
+                });
+        }
+        let mut attempts: std::collections::BTreeMap<Pool, u64> = evidence
+            .ledger
+            .iter()
+            .map(|(&p, l)| (p, l.attempts))
+            .collect();
+        *attempts.entry(Pool::Slow).or_default() += 1;
+        evidence.ledger =
+            crate::admission::audit::audit(&evidence.work_events, &attempts, &policy.capacities());
+        let mut replayed = evidence.observed.responses[0].clone();
+        assert_eq!((replayed.request, replayed.status), (S(2), 503));
+        (replayed.status, replayed.phase, replayed.after_event) =
+            (200, Phase::AfterRelease, last + 2);
+        evidence.observed.responses.push(replayed);
+        let found = differences(policy, held, &evidence);
+        assert!(
+            found.iter().any(|d| d.starts_with("S2: ")),
+            "the replay of S2 is a difference: {found:?}"
+        );
+    }
+
+    /// A response to a request the sequence never sent does not match the model.
+    #[test]
+    fn a_response_nobody_asked_for_does_not_match() {
+        let (policy, held, mut evidence) = recorded(1, 0);
+        let mut stray = evidence.observed.responses[0].clone();
+        stray.request = S(3);
+        evidence.observed.responses.push(stray);
+        let found = differences(policy, held, &evidence);
+        assert!(
+            found.iter().any(|d| d.starts_with("S3: ")),
+            "the response to S3 is a difference: {found:?}"
+        );
+    }
 
     /// The workshop's worked examples, as the workshop states them.
     #[test]

@@ -65,7 +65,14 @@ pub fn load(path: &Path) -> Result<Report, Refused> {
         file: file.clone(),
         reason,
     };
-    let text = std::fs::read(path).map_err(|e| refuse(format!("cannot be read: {e}")))?;
+    let text =
+        read_at_most(path, MAX_REPORT).map_err(|e| refuse(format!("cannot be read: {e}")))?;
+    if text.len() > MAX_REPORT {
+        return Err(refuse(format!(
+            "is larger than any lab report (over {} MiB)",
+            MAX_REPORT >> 20
+        )));
+    }
     let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
         // The lab's other formats, saved by mistake, are named for what they are.
         let start = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
@@ -94,6 +101,20 @@ pub fn load(path: &Path) -> Result<Report, Refused> {
         }
     }
     serde_json::from_value(json).map_err(|e| refuse(format!("is not a whole lab report: {e}")))
+}
+
+/// The most a saved report may hold. A lab report is tens of kilobytes; the cap keeps a file
+/// with no end (`/dev/zero`, a pipe whose writer never stops) from being
+/// read into memory until the process runs out.
+const MAX_REPORT: usize = 16 << 20;
+
+/// Up to `limit + 1` bytes of `path`: one more than allowed says it is too large.
+fn read_at_most(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    let file = std::fs::File::open(path)?;
+    file.take(limit as u64 + 1).read_to_end(&mut text)?;
+    Ok(text)
 }
 
 /// The individual record of one saved report.

@@ -410,3 +410,25 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         );
     }
 }
+
+/// A file with no end (`/dev/zero`) is refused for its size, exit 2, rather than read into
+/// memory until the process runs out. Run under an address-space limit so that a lab that does
+/// read it whole fails with "out of memory" instead of taking the machine's memory.
+#[test]
+fn a_file_larger_than_any_report_is_refused_unread() {
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        println!("skipped: prlimit (util-linux) is not installed");
+        return;
+    }
+    let output = Command::new("prlimit")
+        .args(["--as=1073741824", "--", LAB, "record", "/dev/zero"])
+        .output()
+        .expect("prlimit starts");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(text(&output.stdout), "", "nothing on stdout");
+    assert!(
+        stderr.starts_with("error: /dev/zero is larger than any lab report"),
+        "{stderr}"
+    );
+}

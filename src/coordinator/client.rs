@@ -28,22 +28,14 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// A client presenting `token` to the server at `base` (`http://127.0.0.1:PORT`), which
-    /// serves `section`.
-    pub(crate) fn new(
-        token: &RunToken,
-        base: String,
-        section: Arc<WorkSection>,
-    ) -> Result<Self, String> {
-        let value = HeaderValue::from_str(&token.header_value())
-            .map_err(|e| format!("the run token: {e}"))?;
-        let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
-        let http = loopback(headers).map_err(|e| format!("building the HTTP client: {e}"))?;
-        Ok(Client {
+    /// A client sending with `http` (see [`with_token`]) to the server at `base`
+    /// (`http://127.0.0.1:PORT`), which serves `section`.
+    pub(crate) fn new(http: reqwest::Client, base: String, section: Arc<WorkSection>) -> Self {
+        Client {
             http,
             base,
             section,
-        })
+        }
     }
 
     /// The server's base URL.
@@ -88,6 +80,15 @@ impl Client {
             })
         }
     }
+}
+
+/// The HTTP client of a run, presenting `token` on every request. Built before the server
+/// starts, so that a run that cannot build it has nothing to stop.
+pub(crate) fn with_token(token: &RunToken) -> Result<reqwest::Client, String> {
+    let value =
+        HeaderValue::from_str(&token.header_value()).map_err(|e| format!("the run token: {e}"))?;
+    let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
+    loopback(headers).map_err(|e| format!("building the HTTP client: {e}"))
 }
 
 /// A client for loopback only: inherited proxy settings (`HTTP_PROXY`, `ALL_PROXY`, either

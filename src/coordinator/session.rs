@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 
-use super::client::{Client, Reply};
+use super::client::{self, Client, Reply};
 use super::failure::{Cause, Failure, Step};
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
@@ -79,6 +79,9 @@ impl Session {
         } else {
             (events, None)
         };
+        // Everything that can fail before the server starts is done first: once it runs, only
+        // `close` stops and joins it.
+        let http = client::with_token(token).map_err(setup)?;
         let started = server::start(
             front,
             section.clone(),
@@ -87,15 +90,7 @@ impl Session {
             timeout,
         );
         let (address, server) = started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?;
-        let client = Client::new(token, format!("http://{address}"), section.clone());
-        let client = match client {
-            Ok(client) => client,
-            Err(why) => {
-                // The server is running: stop it rather than leave it to a drop.
-                drop(server);
-                return Err(setup(why));
-            }
-        };
+        let client = Client::new(http, format!("http://{address}"), section.clone());
         Ok(Session {
             section,
             census,
