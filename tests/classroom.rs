@@ -107,10 +107,30 @@ impl Session {
         let _ = self.leave.take().expect("ended once").send(());
         let report = within(self.task).await.expect("the session ends");
         let report = report.expect("the session started");
-        // The listener is closed: the port refuses.
-        assert!(TcpStream::connect(self.address).is_err(), "still listening");
+        // The listener is closed: nothing there serves this session's page any more.
+        assert_not_serving(self.address, &self.control);
         report
     }
+}
+
+/// The session's listener is closed: a connection to its address is refused, or — when a server
+/// of another test running at the same time has since been given the same port by the OS —
+/// what answers there is not this session's page (it does not carry this session's token).
+fn assert_not_serving(address: std::net::SocketAddr, control: &str) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect(address) else {
+        return;
+    };
+    let head = format!("GET / HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    let _ = stream.set_read_timeout(Some(GUARD));
+    let _ = stream.write_all(head.as_bytes());
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        !answer.contains(control),
+        "{address} still serves this session's page after it ended"
+    );
 }
 
 async fn within<T>(future: impl Future<Output = T>) -> T {
@@ -484,10 +504,7 @@ async fn finish_closes_the_session_and_reports_an_unfinished_run() {
         assert_eq!((status, &body), (202, &json!({ "finishing": true })));
         let report = within(&mut session.task).await.expect("joined");
         let report = report.expect("the session ran");
-        assert!(
-            TcpStream::connect(session.address).is_err(),
-            "still listening"
-        );
+        assert_not_serving(session.address, &session.control);
         if steps == 0 {
             assert!(report.runs.is_empty() && report.matches_model, "{report:?}");
         } else {

@@ -245,16 +245,21 @@ impl Session {
         }
         let callers = self.account;
         let closing = |why: String| Failure::new(Step::Close, None, Cause::Server(why));
+        // A caller that panicked and a server that did not stop cleanly are both said, in order.
+        let both = |first: Option<String>, then: Option<String>| match (first, then) {
+            (Some(first), Some(then)) => Some(closing(first).then(closing(then))),
+            (first, then) => first.or(then).map(closing),
+        };
         match self.server.stop().await {
             Ok(stopped) => Closed {
                 callers,
                 server: Some(stopped.summary),
-                failure: failure.or(stopped.error).map(closing),
+                failure: both(failure, stopped.error),
             },
             Err(e) => Closed {
                 callers,
                 server: None,
-                failure: Some(closing(failure.unwrap_or(e))),
+                failure: both(failure, Some(e)),
             },
         }
     }
