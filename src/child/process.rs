@@ -32,7 +32,8 @@ impl ChildProcess {
     /// Starts `command` with its stdin, stdout and stderr piped to this process (replacing any
     /// stdio it set) and, on Linux, with SIGKILL as its parent-death signal. Blocks the calling
     /// thread until the child has started, as [`Command::spawn`] does. Must be called within a
-    /// Tokio runtime, which the pipes and the stderr reader use from then on.
+    /// Tokio runtime, which the pipes and the stderr reader use from then on. Puts an ignored
+    /// SIGCHLD back to its default first, so that the child is this process's to reap.
     pub(crate) fn spawn_command(mut command: Command) -> io::Result<ChildProcess> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(io::Error::other(

@@ -23,6 +23,8 @@ enum Message {
     Bye,
     /// The pid of a child's own child.
     Grandchild(u32),
+    /// How a child's own child ended: its exit code, or why waiting for it failed.
+    Exited(Result<Option<i32>, String>),
 }
 
 /// Not a test: the body of the child processes the tests below start, by role.
@@ -37,6 +39,7 @@ fn child_entry() {
             "echo" => echo().await,
             "stubborn" => stubborn().await,
             "spawner" => spawner().await,
+            "sigchld_ignored" => sigchld_ignored().await,
             "garbage" => {
                 let (_, mut to_parent) = parent_link().expect("the parent's pipes");
                 // A JSON string, but not a `Message`.
@@ -98,6 +101,24 @@ async fn spawner() -> i32 {
     let end = from_parent.next::<Message>().await;
     assert!(matches!(end, Ok(None)), "got {end:?}");
     0
+}
+
+/// Inherits SIGCHLD ignored (as from a parent that ignored it: the disposition survives
+/// exec), starts an echo child of its own, closes it and reports how it ended.
+async fn sigchld_ignored() -> i32 {
+    // SAFETY: sets one signal's disposition; no handler runs.
+    let ignored = unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    assert_ne!(
+        ignored,
+        libc::SIG_ERR,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    let mut to_parent = ToParent::stdout().expect("the parent's stdout");
+    let grandchild = test_child::spawn(ENTRY, "echo").await;
+    let exit = step("close", grandchild.close(Duration::from_secs(60))).await;
+    let exited = Message::Exited(exit.map(|exit| exit.code).map_err(|e| e.to_string()));
+    i32::from(to_parent.send(&exited).await.is_err())
 }
 
 async fn ping(child: &mut ChildProcess, n: u32) {
@@ -300,6 +321,18 @@ async fn a_killed_parent_takes_its_child_down() {
         (libc::CLD_KILLED, libc::SIGKILL),
         "how B ended"
     );
+}
+
+/// A lab started with SIGCHLD ignored still waits for its children and learns how they
+/// ended: an ignored SIGCHLD would have the kernel reap them at once, so that waiting fails
+/// (`ECHILD`) and a child's pid may be reused while the lab still means to signal it.
+#[tokio::test]
+async fn children_are_reaped_by_the_lab_even_if_sigchld_was_ignored() {
+    let mut child = test_child::spawn(ENTRY, "sigchld_ignored").await;
+    let exited = step("the grandchild's exit", child.recv::<Message>()).await;
+    assert_eq!(exited.expect("read"), Some(Message::Exited(Ok(Some(0)))));
+    let exit = step("exit", child.wait()).await.expect("waited");
+    assert_eq!(exit.code, Some(0), "{exit}");
 }
 
 fn kill_by_pidfd(pidfd: &OwnedFd) {
