@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::BufReader;
 use tokio::net::unix::pipe;
 
 use super::reaper::{Reaper, die_with_parent};
 use super::stderr::StderrTail;
-use super::{read_json_line, write_json_line};
+use super::{JsonLines, write_json_line};
 
 /// The parent's side of a child process that speaks JSON lines.
 ///
@@ -23,7 +23,7 @@ use super::{read_json_line, write_json_line};
 pub(crate) struct ChildProcess {
     /// `None` once closed: the child reads end of file, its cue to stop.
     stdin: Option<pipe::Sender>,
-    stdout: Lines<BufReader<pipe::Receiver>>,
+    stdout: JsonLines<BufReader<pipe::Receiver>>,
     stderr: StderrTail,
     reaper: Reaper,
 }
@@ -52,7 +52,7 @@ impl ChildProcess {
         let stderr = pipe::Receiver::from_owned_fd(pipes.stderr.into())?;
         Ok(ChildProcess {
             stdin: Some(stdin),
-            stdout: BufReader::new(stdout).lines(),
+            stdout: JsonLines::new(BufReader::new(stdout)),
             stderr: StderrTail::start(stderr),
             reaper,
         })
@@ -64,9 +64,9 @@ impl ChildProcess {
     }
 
     /// The child's next message; `None` once its stdout has ended (it exited or closed it).
-    /// An error names a line that is not the JSON of a `T`. Cancel-safe.
+    /// An error names a line that is not the JSON of a `T`, or one far too long. Cancel-safe.
     pub(crate) async fn recv<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
-        read_json_line(&mut self.stdout).await
+        self.stdout.next().await
     }
 
     /// Sends `message` to the child as one line. Not cancel-safe: a cancelled send may leave

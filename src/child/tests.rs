@@ -40,6 +40,7 @@ fn child_entry() {
             "stubborn" => stubborn().await,
             "spawner" => spawner().await,
             "sigchld_ignored" => sigchld_ignored().await,
+            "flood" => flood().await,
             "garbage" => {
                 let (_, mut to_parent) = parent_link().expect("the parent's pipes");
                 // A JSON string, but not a `Message`.
@@ -119,6 +120,14 @@ async fn sigchld_ignored() -> i32 {
     let exit = step("close", grandchild.close(Duration::from_secs(60))).await;
     let exited = Message::Exited(exit.map(|exit| exit.code).map_err(|e| e.to_string()));
     i32::from(to_parent.send(&exited).await.is_err())
+}
+
+/// Writes bytes that never end a line until the parent stops reading.
+async fn flood() -> i32 {
+    let mut stdout = ToParent::stdout().expect("the parent's stdout");
+    let chunk = vec![b'x'; 1 << 20];
+    while stdout.send_raw(&chunk).await.is_ok() {}
+    0
 }
 
 async fn ping(child: &mut ChildProcess, n: u32) {
@@ -267,6 +276,42 @@ async fn a_line_that_is_not_a_message_is_an_error() {
         .expect_err("not a message");
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
     assert!(error.to_string().contains("\"not a message\""), "{error}");
+}
+
+/// A child that writes without ever ending a line is refused once the line passes
+/// [`MAX_LINE`](super::MAX_LINE), rather than buffered for as long as it keeps writing.
+#[tokio::test]
+async fn an_endless_line_is_an_error_not_a_buffer() {
+    let mut child = test_child::spawn(ENTRY, "flood").await;
+    let error = step("the endless line", child.recv::<Message>())
+        .await
+        .expect_err("too long");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+    assert!(error.to_string().contains("longer than"), "{error}");
+    // It blocks writing the rest, so only the kill after the grace ends it.
+    let exit = step("close", child.close(Duration::from_millis(100))).await;
+    assert_eq!(signal_name(&exit.expect("closed")), Some("SIGKILL"));
+}
+
+/// Lines end at `\n` or `\r\n`; a last line without either still counts; a line of exactly
+/// `MAX_LINE` bytes is read, one byte more is refused.
+#[tokio::test]
+async fn lines_are_read_as_they_end_and_bounded() {
+    let mut lines = super::JsonLines::new(&b"1\r\n2\n\n3"[..]);
+    for expected in ["1", "2", "", "3"] {
+        let line = lines.next_line().await.expect("a line");
+        assert_eq!(line.as_deref(), Some(expected));
+    }
+    assert_eq!(lines.next_line().await.expect("the end"), None);
+    let mut longest = vec![b'7'; super::MAX_LINE];
+    longest.push(b'\n');
+    let mut lines = super::JsonLines::new(&longest[..]);
+    let line = lines.next_line().await.expect("the longest line");
+    assert_eq!(line.map(|line| line.len()), Some(super::MAX_LINE));
+    longest.insert(0, b'7');
+    let mut lines = super::JsonLines::new(&longest[..]);
+    let error = lines.next_line().await.expect_err("one byte too long");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
 }
 
 /// Dropping a running child kills and reaps it before `drop` returns.
