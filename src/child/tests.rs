@@ -41,6 +41,12 @@ fn child_entry() {
             "spawner" => spawner().await,
             "sigchld_ignored" => sigchld_ignored().await,
             "flood" => flood().await,
+            "shout" => {
+                // 8 MiB on stderr, with no end of line.
+                let shout = vec![b'y'; 8 << 20];
+                let written = std::io::Write::write_all(&mut std::io::stderr(), &shout);
+                i32::from(written.is_err())
+            }
             "garbage" => {
                 let (_, mut to_parent) = parent_link().expect("the parent's pipes");
                 // A JSON string, but not a `Message`.
@@ -312,6 +318,17 @@ async fn lines_are_read_as_they_end_and_bounded() {
     let mut lines = super::JsonLines::new(&longest[..]);
     let error = lines.next_line().await.expect_err("one byte too long");
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+}
+
+/// A child's stderr line is kept only up to a bound, however long it runs.
+#[tokio::test]
+async fn a_long_stderr_line_is_kept_in_part() {
+    let mut child = test_child::spawn(ENTRY, "shout").await;
+    let exit = step("exit", child.wait()).await.expect("waited");
+    assert_eq!(exit.code, Some(0));
+    let last = exit.last_stderr.expect("its line");
+    assert!(last.len() <= 4_096, "{} bytes kept", last.len());
+    assert!(last.starts_with("yyyy"), "{last:.20}");
 }
 
 /// Dropping a running child kills and reaps it before `drop` returns.
