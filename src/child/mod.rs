@@ -27,6 +27,8 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 pub(crate) use link::{ToParent, parent_link};
+#[cfg(test)]
+pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal};
 pub(crate) use reaper::die_with_parent;
 

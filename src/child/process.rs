@@ -113,12 +113,14 @@ impl ChildProcess {
         if let Ok(exit) = tokio::time::timeout(timeout, self.wait()).await {
             return exit;
         }
-        match self.signal(Signal::Kill) {
+        let killed = match self.signal(Signal::Kill) {
             // It ended between the timeout and the signal: its exit is waiting below.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            result => result?,
-        }
-        self.wait().await
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => false,
+            result => result.map(|()| true)?,
+        };
+        let mut exit = self.wait().await?;
+        exit.killed_after_grace = killed && exit.signal.is_some_and(|s| s.number == libc::SIGKILL);
+        Ok(exit)
     }
 }
 
@@ -154,6 +156,10 @@ pub(crate) struct Exit {
     /// panic message ("note: run with `RUST_BACKTRACE=1` ...") is skipped, so for a panic this
     /// is the panic message (without a backtrace in the environment).
     pub(crate) last_stderr: Option<String>,
+    /// Whether the SIGKILL that ended it was this process's, sent by
+    /// [`ChildProcess::close`] because the child did not exit within its grace: a child that
+    /// stopped responding, not one that crashed.
+    pub(crate) killed_after_grace: bool,
 }
 
 /// A signal that ended a process.
@@ -174,6 +180,7 @@ impl Exit {
                 name: signal_name(number),
             }),
             last_stderr,
+            killed_after_grace: false,
         }
     }
 }
