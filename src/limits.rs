@@ -176,6 +176,9 @@ pub(crate) enum Ceiling {
     /// Open files per process.
     #[serde(rename = "RLIMIT_NOFILE")]
     Nofile,
+    /// Ephemeral ports per source address, over at most [`MAX_SOURCE_ADDRESSES`] addresses.
+    #[serde(rename = "net.ipv4.ip_local_port_range")]
+    LocalPorts,
 }
 
 impl Ceiling {
@@ -187,6 +190,7 @@ impl Ceiling {
             Ceiling::ThreadsMax => "kernel.threads-max",
             Ceiling::Nproc => "RLIMIT_NPROC",
             Ceiling::Nofile => "RLIMIT_NOFILE",
+            Ceiling::LocalPorts => "net.ipv4.ip_local_port_range",
         }
     }
 }
@@ -249,7 +253,8 @@ fn usable(value: u64, in_use: u64) -> u64 {
 }
 
 /// The most requests `front` can hold under `limits`, and the ceiling that stops one more;
-/// `None` if none of them applies (all unlimited). Uses RLIMIT_NOFILE's soft limit: call
+/// `None` if none of them applies (the ephemeral ports always do, though on an ordinary range
+/// they allow millions). Uses RLIMIT_NOFILE's soft limit: call
 /// [`raise_nofile`] before reading the limits.
 ///
 /// Server and caller are separate processes with the same RLIMIT_NOFILE (a child inherits it),
@@ -289,6 +294,13 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
             cost.server_fds.max(cost.client_fds),
         ),
     ];
+    // Every held request is a connection from one of the caller's source addresses.
+    let (first, last) = limits.local_ports;
+    let ports = Reach {
+        held: ports_per_address(limits).saturating_mul(MAX_SOURCE_ADDRESSES),
+        ceiling: Ceiling::LocalPorts,
+        value: u64::from(last.saturating_sub(first)) + 1,
+    };
     ceilings
         .into_iter()
         .filter_map(|(ceiling, value, in_use, per_request)| {
@@ -299,6 +311,7 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
                 value,
             })
         })
+        .chain([ports])
         .min_by_key(|reach| reach.held)
 }
 
@@ -310,6 +323,9 @@ pub(crate) fn check(limits: &Limits, front: Front, held: u64) -> Result<(), Refu
         _ => Ok(()),
     }
 }
+
+/// The most source addresses the caller goes out from: 127.0.0.1 through 127.0.0.254.
+pub(crate) const MAX_SOURCE_ADDRESSES: u64 = 254;
 
 /// Connections the caller may open from one source address to the server: each takes an
 /// ephemeral port of that address, less the margin of [`usable`]. At least one.
@@ -497,7 +513,7 @@ mod tests {
         assert_eq!(check(&nproc, Front::TaskPerRequest, 100_000), Ok(()));
     }
 
-    /// With every ceiling that applies unlimited, nothing is refused.
+    /// With the rlimits unlimited, only the ephemeral ports bind: millions of requests.
     #[test]
     fn unlimited_ceilings_refuse_nothing() {
         let unlimited = Rlimit {
@@ -508,8 +524,13 @@ mod tests {
             nofile: unlimited,
             ..limits()
         };
-        assert_eq!(reach(&limits, Front::TaskPerRequest), None);
-        assert_eq!(check(&limits, Front::TaskPerRequest, u64::MAX), Ok(()));
+        let ports = Reach {
+            held: 25_409 * MAX_SOURCE_ADDRESSES,
+            ceiling: Ceiling::LocalPorts,
+            value: 28_232,
+        };
+        assert_eq!(reach(&limits, Front::TaskPerRequest), Some(ports));
+        assert_eq!(check(&limits, Front::TaskPerRequest, 6_453_886), Ok(()));
     }
 
     /// One source address has the ephemeral range less a tenth; beyond it, more addresses.

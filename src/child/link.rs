@@ -5,15 +5,15 @@ use std::os::fd::AsFd;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::BufReader;
 use tokio::net::unix::pipe;
 
-use super::{read_json_line, write_json_line};
+use super::{JsonLines, write_json_line};
 
 /// The child's side: the parent's commands, one JSON value per line on stdin.
 #[derive(Debug)]
 pub(crate) struct FromParent {
-    lines: Lines<BufReader<pipe::Receiver>>,
+    lines: JsonLines<BufReader<pipe::Receiver>>,
 }
 
 impl FromParent {
@@ -23,14 +23,15 @@ impl FromParent {
         let stdin = io::stdin().as_fd().try_clone_to_owned()?;
         let pipe = pipe::Receiver::from_owned_fd(stdin)?;
         Ok(FromParent {
-            lines: BufReader::new(pipe).lines(),
+            lines: JsonLines::new(BufReader::new(pipe)),
         })
     }
 
     /// The parent's next command; `None` when the parent is gone (or closed the child's stdin):
-    /// stop now. An error names a line that is not the JSON of a `T`. Cancel-safe.
+    /// stop now. An error names a line that is not the JSON of a `T`, or one far too long.
+    /// Cancel-safe.
     pub(crate) async fn next<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
-        read_json_line(&mut self.lines).await
+        self.lines.next().await
     }
 }
 
@@ -55,6 +56,12 @@ impl ToParent {
     /// gone: stop. Not cancel-safe: a cancelled send may leave half a line in the pipe.
     pub(crate) async fn send<T: Serialize>(&mut self, message: &T) -> io::Result<()> {
         write_json_line(&mut self.stdout, message).await
+    }
+
+    /// Writes `bytes` as they are: for a test child that breaks the protocol.
+    #[cfg(test)]
+    pub(crate) async fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        tokio::io::AsyncWriteExt::write_all(&mut self.stdout, bytes).await
     }
 }
 

@@ -24,25 +24,86 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt, Lines};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 pub(crate) use link::{ToParent, parent_link};
+#[cfg(test)]
+pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal};
 pub(crate) use reaper::die_with_parent;
 
-/// The next line of `lines` as the JSON of a `T`; `None` at the end.
-async fn read_json_line<T, R>(lines: &mut Lines<R>) -> io::Result<Option<T>>
-where
-    T: DeserializeOwned,
-    R: AsyncBufRead + Unpin,
-{
-    let Some(line) = lines.next_line().await? else {
-        return Ok(None);
-    };
-    serde_json::from_str(&line).map(Some).map_err(|e| {
-        let message = format!("not a message ({e}): {line:.200}");
-        io::Error::new(io::ErrorKind::InvalidData, message)
-    })
+/// The longest line either side reads: far above any message, so that a peer writing without
+/// end is refused instead of buffered.
+const MAX_LINE: usize = 64 << 20;
+
+/// Lines of one JSON value each, as either side reads the other's pipe: each line at most
+/// [`MAX_LINE`] bytes long, so a peer that writes without end costs an error, not memory.
+#[derive(Debug)]
+struct JsonLines<R> {
+    reader: R,
+    /// The line read so far, kept across calls: a cancelled read loses nothing.
+    line: Vec<u8>,
+}
+
+impl<R: AsyncBufRead + Unpin> JsonLines<R> {
+    fn new(reader: R) -> JsonLines<R> {
+        JsonLines {
+            reader,
+            line: Vec::new(),
+        }
+    }
+
+    /// The next line as the JSON of a `T`; `None` at the end. Cancel-safe.
+    async fn next<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        let Some(line) = self.next_line().await? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&line).map(Some).map_err(|e| {
+            let message = format!("not a message ({e}): {line:.200}");
+            io::Error::new(io::ErrorKind::InvalidData, message)
+        })
+    }
+
+    /// The next line, without its `\n` or `\r\n`; `None` at the end. An error for a line
+    /// longer than [`MAX_LINE`] (found as soon as it is, without reading the rest) or not
+    /// UTF-8: the peer breaks the protocol, and nothing it sends after can be trusted.
+    /// Cancel-safe: the only await is `fill_buf`, and what it gives is moved to `line` at once.
+    async fn next_line(&mut self) -> io::Result<Option<String>> {
+        loop {
+            let available = self.reader.fill_buf().await?;
+            if available.is_empty() {
+                if self.line.is_empty() {
+                    return Ok(None);
+                }
+                break;
+            }
+            let newline = available.iter().position(|&byte| byte == b'\n');
+            let taken = newline.map_or(available.len(), |at| at + 1);
+            let length = self.line.len() + taken - usize::from(newline.is_some());
+            if length > MAX_LINE {
+                self.line.clear();
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("not a message: a line longer than {MAX_LINE} bytes"),
+                ));
+            }
+            self.line.extend_from_slice(&available[..taken]);
+            self.reader.consume(taken);
+            if newline.is_some() {
+                break;
+            }
+        }
+        let mut line = std::mem::take(&mut self.line);
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        }
+        String::from_utf8(line)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
 }
 
 /// Writes `message` to `out` as one line of JSON.

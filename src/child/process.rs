@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::BufReader;
 use tokio::net::unix::pipe;
 
 use super::reaper::{Reaper, die_with_parent};
 use super::stderr::StderrTail;
-use super::{read_json_line, write_json_line};
+use super::{JsonLines, write_json_line};
 
 /// The parent's side of a child process that speaks JSON lines.
 ///
@@ -23,7 +23,7 @@ use super::{read_json_line, write_json_line};
 pub(crate) struct ChildProcess {
     /// `None` once closed: the child reads end of file, its cue to stop.
     stdin: Option<pipe::Sender>,
-    stdout: Lines<BufReader<pipe::Receiver>>,
+    stdout: JsonLines<BufReader<pipe::Receiver>>,
     stderr: StderrTail,
     reaper: Reaper,
 }
@@ -32,7 +32,8 @@ impl ChildProcess {
     /// Starts `command` with its stdin, stdout and stderr piped to this process (replacing any
     /// stdio it set) and, on Linux, with SIGKILL as its parent-death signal. Blocks the calling
     /// thread until the child has started, as [`Command::spawn`] does. Must be called within a
-    /// Tokio runtime, which the pipes and the stderr reader use from then on.
+    /// Tokio runtime, which the pipes and the stderr reader use from then on. Puts an ignored
+    /// SIGCHLD back to its default first, so that the child is this process's to reap.
     pub(crate) fn spawn_command(mut command: Command) -> io::Result<ChildProcess> {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(io::Error::other(
@@ -51,7 +52,7 @@ impl ChildProcess {
         let stderr = pipe::Receiver::from_owned_fd(pipes.stderr.into())?;
         Ok(ChildProcess {
             stdin: Some(stdin),
-            stdout: BufReader::new(stdout).lines(),
+            stdout: JsonLines::new(BufReader::new(stdout)),
             stderr: StderrTail::start(stderr),
             reaper,
         })
@@ -63,9 +64,9 @@ impl ChildProcess {
     }
 
     /// The child's next message; `None` once its stdout has ended (it exited or closed it).
-    /// An error names a line that is not the JSON of a `T`. Cancel-safe.
+    /// An error names a line that is not the JSON of a `T`, or one far too long. Cancel-safe.
     pub(crate) async fn recv<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
-        read_json_line(&mut self.stdout).await
+        self.stdout.next().await
     }
 
     /// Sends `message` to the child as one line. Not cancel-safe: a cancelled send may leave
@@ -112,12 +113,14 @@ impl ChildProcess {
         if let Ok(exit) = tokio::time::timeout(timeout, self.wait()).await {
             return exit;
         }
-        match self.signal(Signal::Kill) {
+        let killed = match self.signal(Signal::Kill) {
             // It ended between the timeout and the signal: its exit is waiting below.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            result => result?,
-        }
-        self.wait().await
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => false,
+            result => result.map(|()| true)?,
+        };
+        let mut exit = self.wait().await?;
+        exit.killed_after_grace = killed && exit.signal.is_some_and(|s| s.number == libc::SIGKILL);
+        Ok(exit)
     }
 }
 
@@ -153,6 +156,10 @@ pub(crate) struct Exit {
     /// panic message ("note: run with `RUST_BACKTRACE=1` ...") is skipped, so for a panic this
     /// is the panic message (without a backtrace in the environment).
     pub(crate) last_stderr: Option<String>,
+    /// Whether the SIGKILL that ended it was this process's, sent by
+    /// [`ChildProcess::close`] because the child did not exit within its grace: a child that
+    /// stopped responding, not one that crashed.
+    pub(crate) killed_after_grace: bool,
 }
 
 /// A signal that ended a process.
@@ -173,6 +180,7 @@ impl Exit {
                 name: signal_name(number),
             }),
             last_stderr,
+            killed_after_grace: false,
         }
     }
 }

@@ -63,6 +63,7 @@ pub(super) struct Reaper {
 
 impl Reaper {
     pub(super) fn start(mut command: Command) -> io::Result<(Reaper, Pipes)> {
+        keep_children_waitable()?;
         let (started, start) = mpsc::sync_channel(1);
         let (report_exit, exited) = oneshot::channel();
         let reaped = Arc::new(Mutex::new(false));
@@ -162,6 +163,34 @@ impl Drop for Reaper {
             let _ = thread.join();
         }
     }
+}
+
+/// Makes sure this process's children stay waitable. A SIGCHLD that is ignored, or handled
+/// with `SA_NOCLDWAIT`, has the kernel reap each child as it exits: waiting for it then fails
+/// (`ECHILD`), and its pid may be reused while [`Reaper::signal`] still takes it for the
+/// child's. An ignored disposition survives `exec`, so the lab inherits one from a parent that
+/// ignored SIGCHLD: it is put back to the default (which discards the signal but keeps the
+/// zombie for its parent to reap). A handler, if one is installed, is kept.
+fn keep_children_waitable() -> io::Result<()> {
+    // SAFETY: an all-zero sigaction is a valid value, and sigaction only writes to it.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: reads SIGCHLD's disposition into `action`, which is valid and writable.
+    if unsafe { libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut action) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let ignored = action.sa_sigaction == libc::SIG_IGN;
+    if !ignored && action.sa_flags & libc::SA_NOCLDWAIT == 0 {
+        return Ok(());
+    }
+    if ignored {
+        action.sa_sigaction = libc::SIG_DFL;
+    }
+    action.sa_flags &= !libc::SA_NOCLDWAIT;
+    // SAFETY: `action` is the disposition just read, with its handler and mask kept.
+    if unsafe { libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Waits until `child` has ended, then reaps it with `reaped` held.

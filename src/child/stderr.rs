@@ -28,13 +28,25 @@ impl StderrTail {
         let last = Arc::new(Mutex::new(None));
         let keep = last.clone();
         let reader = tokio::spawn(async move {
-            let mut lines = BufReader::new(pipe).split(b'\n');
+            let mut pipe = BufReader::new(pipe);
+            // The start of the current line, at most `KEPT_LINE` bytes of it: a child that
+            // writes without end costs this, not a buffer as long as its line.
+            let mut line = Vec::new();
             // A read error ends the tail like the end of the pipe: the line kept so far stands.
-            while let Ok(Some(line)) = lines.next_segment().await {
-                let line = String::from_utf8_lossy(&line);
-                let line = line.trim_end();
-                if !line.is_empty() && !line.starts_with(BACKTRACE_HINT) {
-                    *lock(&keep) = Some(line.to_owned());
+            while let Ok(available) = pipe.fill_buf().await {
+                if available.is_empty() {
+                    keep_line(&keep, &line);
+                    break;
+                }
+                let newline = available.iter().position(|&byte| byte == b'\n');
+                let text = &available[..newline.unwrap_or(available.len())];
+                let room = KEPT_LINE.saturating_sub(line.len());
+                line.extend_from_slice(&text[..text.len().min(room)]);
+                let taken = newline.map_or(available.len(), |at| at + 1);
+                pipe.consume(taken);
+                if newline.is_some() {
+                    keep_line(&keep, &line);
+                    line.clear();
                 }
             }
         });
@@ -65,6 +77,18 @@ impl Drop for StderrTail {
         if let Some(reader) = &self.reader {
             reader.abort();
         }
+    }
+}
+
+/// The most of one stderr line kept, in bytes.
+const KEPT_LINE: usize = 4_096;
+
+/// Keeps `line` as the last one worth showing, unless it is blank or the backtrace hint.
+fn keep_line(keep: &Mutex<Option<String>>, line: &[u8]) {
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_end();
+    if !line.is_empty() && !line.starts_with(BACKTRACE_HINT) {
+        *lock(keep) = Some(line.to_owned());
     }
 }
 

@@ -23,6 +23,8 @@ enum Message {
     Bye,
     /// The pid of a child's own child.
     Grandchild(u32),
+    /// How a child's own child ended: its exit code, or why waiting for it failed.
+    Exited(Result<Option<i32>, String>),
 }
 
 /// Not a test: the body of the child processes the tests below start, by role.
@@ -37,6 +39,14 @@ fn child_entry() {
             "echo" => echo().await,
             "stubborn" => stubborn().await,
             "spawner" => spawner().await,
+            "sigchld_ignored" => sigchld_ignored().await,
+            "flood" => flood().await,
+            "shout" => {
+                // 8 MiB on stderr, with no end of line.
+                let shout = vec![b'y'; 8 << 20];
+                let written = std::io::Write::write_all(&mut std::io::stderr(), &shout);
+                i32::from(written.is_err())
+            }
             "garbage" => {
                 let (_, mut to_parent) = parent_link().expect("the parent's pipes");
                 // A JSON string, but not a `Message`.
@@ -100,6 +110,32 @@ async fn spawner() -> i32 {
     0
 }
 
+/// Inherits SIGCHLD ignored (as from a parent that ignored it: the disposition survives
+/// exec), starts an echo child of its own, closes it and reports how it ended.
+async fn sigchld_ignored() -> i32 {
+    // SAFETY: sets one signal's disposition; no handler runs.
+    let ignored = unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    assert_ne!(
+        ignored,
+        libc::SIG_ERR,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+    let mut to_parent = ToParent::stdout().expect("the parent's stdout");
+    let grandchild = test_child::spawn(ENTRY, "echo").await;
+    let exit = step("close", grandchild.close(Duration::from_secs(60))).await;
+    let exited = Message::Exited(exit.map(|exit| exit.code).map_err(|e| e.to_string()));
+    i32::from(to_parent.send(&exited).await.is_err())
+}
+
+/// Writes bytes that never end a line until the parent stops reading.
+async fn flood() -> i32 {
+    let mut stdout = ToParent::stdout().expect("the parent's stdout");
+    let chunk = vec![b'x'; 1 << 20];
+    while stdout.send_raw(&chunk).await.is_ok() {}
+    0
+}
+
 async fn ping(child: &mut ChildProcess, n: u32) {
     child.send(&Message::Ping(n)).await.expect("send a ping");
     let answer = step("the pong", child.recv::<Message>()).await;
@@ -153,6 +189,10 @@ async fn sigkill_is_reported_and_reaped() {
     child.signal(Signal::Kill).expect("kill");
     let exit = step("exit", child.wait()).await.expect("waited");
     assert_eq!((exit.code, signal_name(&exit)), (None, Some("SIGKILL")));
+    assert!(
+        !exit.killed_after_grace,
+        "killed by the test, not by a close"
+    );
     assert!(is_gone(child.pid()), "pid {} is reaped", child.pid());
     let again = child
         .signal(Signal::Kill)
@@ -208,7 +248,9 @@ async fn close_kills_a_child_that_does_not_stop() {
     assert_eq!(up.expect("read up"), Some(Message::Pong(0)));
     let pid = child.pid();
     let exit = step("close", child.close(Duration::from_millis(100))).await;
-    assert_eq!(signal_name(&exit.expect("closed")), Some("SIGKILL"));
+    let exit = exit.expect("closed");
+    assert_eq!(signal_name(&exit), Some("SIGKILL"));
+    assert!(exit.killed_after_grace, "{exit:?}");
     assert!(is_gone(pid), "pid {pid} is reaped");
 }
 
@@ -246,6 +288,53 @@ async fn a_line_that_is_not_a_message_is_an_error() {
         .expect_err("not a message");
     assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
     assert!(error.to_string().contains("\"not a message\""), "{error}");
+}
+
+/// A child that writes without ever ending a line is refused once the line passes
+/// [`MAX_LINE`](super::MAX_LINE), rather than buffered for as long as it keeps writing.
+#[tokio::test]
+async fn an_endless_line_is_an_error_not_a_buffer() {
+    let mut child = test_child::spawn(ENTRY, "flood").await;
+    let error = step("the endless line", child.recv::<Message>())
+        .await
+        .expect_err("too long");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+    assert!(error.to_string().contains("longer than"), "{error}");
+    // It blocks writing the rest, so only the kill after the grace ends it.
+    let exit = step("close", child.close(Duration::from_millis(100))).await;
+    assert_eq!(signal_name(&exit.expect("closed")), Some("SIGKILL"));
+}
+
+/// Lines end at `\n` or `\r\n`; a last line without either still counts; a line of exactly
+/// `MAX_LINE` bytes is read, one byte more is refused.
+#[tokio::test]
+async fn lines_are_read_as_they_end_and_bounded() {
+    let mut lines = super::JsonLines::new(&b"1\r\n2\n\n3"[..]);
+    for expected in ["1", "2", "", "3"] {
+        let line = lines.next_line().await.expect("a line");
+        assert_eq!(line.as_deref(), Some(expected));
+    }
+    assert_eq!(lines.next_line().await.expect("the end"), None);
+    let mut longest = vec![b'7'; super::MAX_LINE];
+    longest.push(b'\n');
+    let mut lines = super::JsonLines::new(&longest[..]);
+    let line = lines.next_line().await.expect("the longest line");
+    assert_eq!(line.map(|line| line.len()), Some(super::MAX_LINE));
+    longest.insert(0, b'7');
+    let mut lines = super::JsonLines::new(&longest[..]);
+    let error = lines.next_line().await.expect_err("one byte too long");
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidData);
+}
+
+/// A child's stderr line is kept only up to a bound, however long it runs.
+#[tokio::test]
+async fn a_long_stderr_line_is_kept_in_part() {
+    let mut child = test_child::spawn(ENTRY, "shout").await;
+    let exit = step("exit", child.wait()).await.expect("waited");
+    assert_eq!(exit.code, Some(0));
+    let last = exit.last_stderr.expect("its line");
+    assert!(last.len() <= 4_096, "{} bytes kept", last.len());
+    assert!(last.starts_with("yyyy"), "{last:.20}");
 }
 
 /// Dropping a running child kills and reaps it before `drop` returns.
@@ -300,6 +389,18 @@ async fn a_killed_parent_takes_its_child_down() {
         (libc::CLD_KILLED, libc::SIGKILL),
         "how B ended"
     );
+}
+
+/// A lab started with SIGCHLD ignored still waits for its children and learns how they
+/// ended: an ignored SIGCHLD would have the kernel reap them at once, so that waiting fails
+/// (`ECHILD`) and a child's pid may be reused while the lab still means to signal it.
+#[tokio::test]
+async fn children_are_reaped_by_the_lab_even_if_sigchld_was_ignored() {
+    let mut child = test_child::spawn(ENTRY, "sigchld_ignored").await;
+    let exited = step("the grandchild's exit", child.recv::<Message>()).await;
+    assert_eq!(exited.expect("read"), Some(Message::Exited(Ok(Some(0)))));
+    let exit = step("exit", child.wait()).await.expect("waited");
+    assert_eq!(exit.code, Some(0), "{exit}");
 }
 
 fn kill_by_pidfd(pidfd: &OwnedFd) {

@@ -12,7 +12,7 @@ use crate::coordinator::client::chain;
 use crate::label::{LABEL_HEADER, Label};
 
 /// The most source addresses used: 127.0.0.1 through 127.0.0.254.
-const MAX_SOURCES: u64 = 254;
+const MAX_SOURCES: u64 = crate::limits::MAX_SOURCE_ADDRESSES;
 
 /// The callers of one measurement. Dropping it aborts those still waiting; [`Callers::abort`]
 /// also waits until each has ended, so their connections are closed.

@@ -312,7 +312,14 @@ async fn end_early(
     }
     let pid = remote.pid();
     match remote.stop(STOP).await {
-        Err(e) => Broken::Front(failure(Some(pid), stage, held, e)),
+        Err(e) => {
+            // What went wrong first, then what the stop found.
+            let detail = format!("{why}; then {}", e.reason);
+            Broken::Front(FrontFailure {
+                detail,
+                ..failure(Some(pid), stage, held, e)
+            })
+        }
         Ok(closed) => match closed.stopped.error {
             Some(error) => Broken::Front(FrontFailure {
                 pid: Some(pid),
@@ -332,8 +339,13 @@ async fn end_early(
 /// the step's error.
 fn failure(pid: Option<u32>, stage: Stage, held: u64, error: FrontError) -> FrontFailure {
     let exit = error.exit.as_ref().map(death);
-    let reason = match &exit {
-        Some(death) if !death.clean() => format!("its process was {}", death.how()),
+    let reason = match (&error.exit, &exit) {
+        // The lab's own SIGKILL, after the front stopped answering: say what it stopped doing.
+        (Some(ended), _) if ended.killed_after_grace => format!(
+            "it stopped responding ({}), so the lab killed it (SIGKILL)",
+            error.reason
+        ),
+        (_, Some(death)) if !death.clean() => format!("its process was {}", death.how()),
         _ => error.to_string(),
     };
     FrontFailure {
@@ -388,4 +400,41 @@ fn signed(value: u64) -> i64 {
 
 fn millis(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::child::{Exit, ExitSignal};
+
+    fn killed(after_grace: bool) -> FrontError {
+        FrontError {
+            reason: "the front did not stop within 60 s".into(),
+            exit: Some(Exit {
+                code: None,
+                signal: Some(ExitSignal {
+                    number: libc::SIGKILL,
+                    name: "SIGKILL",
+                }),
+                last_stderr: None,
+                killed_after_grace: after_grace,
+            }),
+        }
+    }
+
+    /// A front the lab had to kill because it stopped answering is reported as such, not as a
+    /// process that something else killed; one killed from outside still says so.
+    #[test]
+    fn a_front_the_lab_killed_says_it_stopped_responding() {
+        let stalled = failure(Some(7), Stage::Holding, 10, killed(true));
+        assert!(
+            stalled.reason.contains("stopped responding")
+                && stalled.reason.contains("did not stop within 60 s"),
+            "{stalled:?}"
+        );
+        let exit = stalled.exit.expect("reaped");
+        assert_eq!(exit.signal.as_deref(), Some("SIGKILL"));
+        let killed = failure(Some(7), Stage::Holding, 10, killed(false));
+        assert_eq!(killed.reason, "its process was killed by SIGKILL");
+    }
 }

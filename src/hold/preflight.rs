@@ -141,7 +141,32 @@ mod tests {
         assert!(refused.contains("RLIMIT_NOFILE = 20000"), "{refused}");
     }
 
-    /// Without a ceiling that applies, every count runs.
+    /// A narrow ephemeral-port range is a ceiling too: the callers go out from at most 254
+    /// source addresses, so a count that would need more is not run (before, it started a
+    /// front and then failed the lab when the callers could not be made).
+    #[test]
+    fn a_count_beyond_the_source_ports_is_not_run() {
+        let limits = Limits {
+            local_ports: (60_000, 60_099),
+            ..limits()
+        };
+        // 100 ports, less a tenth: 90 per address, 22 860 over 254 addresses.
+        let (preflight, planned) = plan(&limits, &[Front::Async], &[22_860, 22_861]);
+        let reach = preflight.reach[&Front::Async].clone().expect("a ceiling");
+        assert_eq!(
+            (reach.held, reach.ceiling.as_str(), reach.value),
+            (22_860, "net.ipv4.ip_local_port_range", 100)
+        );
+        assert_eq!(planned[0].runs, Ok(()));
+        let refused = planned[1].runs.clone().expect_err("beyond the ports");
+        assert!(
+            refused.contains("net.ipv4.ip_local_port_range = 100"),
+            "{refused}"
+        );
+        assert!(limits::source_addresses_needed(22_860, &limits) <= 254);
+    }
+
+    /// With the rlimits unlimited only the ephemeral ports bind, far beyond any count.
     #[test]
     fn unlimited_ceilings_run_everything() {
         let unlimited = Rlimit {
@@ -153,7 +178,12 @@ mod tests {
             ..limits()
         };
         let (preflight, planned) = plan(&limits, &[Front::Async], &[50_000]);
-        assert_eq!(preflight.reach[&Front::Async], None);
+        let reach = preflight.reach[&Front::Async].clone().expect("the ports");
+        // 25 409 ports per address, 254 addresses.
+        assert_eq!(
+            (reach.held, reach.ceiling.as_str()),
+            (6_453_886, "net.ipv4.ip_local_port_range")
+        );
         assert_eq!(planned[0].runs, Ok(()));
     }
 }
