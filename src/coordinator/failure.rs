@@ -100,10 +100,11 @@ impl Failure {
 
     /// This failure, then `also`.
     pub fn then(mut self, also: Failure) -> Self {
-        match &mut self.then {
-            Some(next) => **next = (**next).clone().then(also),
-            None => self.then = Some(Box::new(also)),
-        }
+        let last = match self.then.take() {
+            Some(next) => next.then(also),
+            None => also,
+        };
+        self.then = Some(Box::new(last));
         self
     }
 

@@ -4,7 +4,7 @@
 //! screenshot, quit. Every call is bounded by a timeout that fails with the command's name; the
 //! driver and its browser die with the test, whether it passes, panics or is killed.
 
-use std::ffi::{c_int, c_ulong};
+use std::ffi::c_ulong;
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -459,31 +459,20 @@ fn read_driver_output(
     let _ = drained.send(());
 }
 
-unsafe extern "C" {
-    fn prctl(option: c_int, ...) -> c_int;
-    fn kill(pid: c_int, signal: c_int) -> c_int;
-}
-
-const PR_SET_PDEATHSIG: c_int = 1;
-const SIGKILL: c_int = 9;
-const ESRCH: i32 = 3;
-
 /// Asks the kernel to kill the child when the thread that starts it ends (with the test
-/// process, at the latest), so a driver never outlives a test that was killed. `libc` is not a
-/// dependency of this crate: the two calls are declared here, from the C library every Rust
-/// program on Linux links.
+/// process, at the latest), so a driver never outlives a test that was killed.
 fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: between fork and exec only async-signal-safe calls are allowed: `prctl` and
     // `getppid` are system calls, and the errors are built without allocating.
     unsafe {
         command.pre_exec(move || {
-            if prctl(PR_SET_PDEATHSIG, SIGKILL as c_ulong) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as c_ulong) != 0 {
                 return Err(io::Error::last_os_error());
             }
             // The parent may have died between fork and prctl: no signal would come then.
             if std::os::unix::process::parent_id() != parent {
-                return Err(io::Error::from_raw_os_error(ESRCH));
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });
@@ -492,11 +481,11 @@ fn die_with_parent(command: &mut Command) {
 
 /// Sends SIGKILL to `pid`, a process this client learned it started.
 fn kill_process(pid: u32) {
-    let Ok(pid) = c_int::try_from(pid) else {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
         return;
     };
     // SAFETY: `kill` takes plain integers and touches no memory of ours.
-    if unsafe { kill(pid, SIGKILL) } != 0 {
+    if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
         eprintln!("killing {pid}: {}", io::Error::last_os_error());
     }
 }
