@@ -132,14 +132,7 @@ impl App {
             (Method::GET, "/events") => match self.journal.follow() {
                 Some(stream) => {
                     streaming.store(true, Ordering::SeqCst);
-                    let mut response = Response::new(stream.boxed());
-                    let headers = response.headers_mut();
-                    headers.insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("text/event-stream"),
-                    );
-                    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-                    response
+                    uncached(stream.boxed(), "text/event-stream")
                 }
                 None => answer(StatusCode::CONFLICT, json!({ "error": "session_ended" })),
             },
@@ -157,14 +150,10 @@ impl App {
     }
 
     fn page(&self) -> Response<Body> {
-        let mut response = Response::new(Full::new(self.page.clone()).boxed());
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        );
+        let body = Full::new(self.page.clone()).boxed();
         // The page carries the control token: never cached, framed or referred.
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let mut response = uncached(body, "text/html; charset=utf-8");
+        let headers = response.headers_mut();
         headers.insert(header::CONTENT_SECURITY_POLICY, self.policy.clone());
         headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
         headers.insert(
@@ -289,13 +278,18 @@ fn not_allowed() -> Response<Body> {
 
 /// A whole JSON answer.
 fn answer(status: StatusCode, body: Value) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    let body = Full::new(Bytes::from(body.to_string())).boxed();
+    let mut response = uncached(body, "application/json");
     *response.status_mut() = status;
+    response
+}
+
+/// A 200 response of `content_type` that no cache keeps: everything this server says belongs
+/// to one live session.
+fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(body);
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
