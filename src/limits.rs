@@ -9,6 +9,8 @@ use std::io;
 
 use serde::Serialize;
 
+use crate::policy::Front;
+
 /// The ceilings, as read from this machine and process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Limits {
@@ -107,15 +109,6 @@ impl Rlimit {
     }
 }
 
-/// The two server fronts, as far as their cost per held request goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub(crate) enum Front {
-    /// One OS thread per connection.
-    ThreadPerRequest,
-    /// One Tokio task per connection.
-    TaskPerRequest,
-}
-
 /// What one held request costs, beyond what the processes hold before the first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Cost {
@@ -140,7 +133,7 @@ const MAPS_PER_THREAD: u64 = 4;
 impl Front {
     fn cost(self) -> Cost {
         match self {
-            Front::ThreadPerRequest => Cost {
+            Front::Threaded => Cost {
                 threads: 1,
                 maps: MAPS_PER_THREAD,
                 // The socket, and a second handle on it to shut it down from the accept thread
@@ -148,7 +141,7 @@ impl Front {
                 server_fds: 2,
                 client_fds: 1,
             },
-            Front::TaskPerRequest => Cost {
+            Front::Async => Cost {
                 threads: 0,
                 maps: 0,
                 server_fds: 1,
@@ -220,8 +213,8 @@ pub(crate) struct Refusal {
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let front = match self.front {
-            Front::ThreadPerRequest => "thread-per-request",
-            Front::TaskPerRequest => "task-per-request",
+            Front::Threaded => "thread-per-request",
+            Front::Async => "task-per-request",
         };
         write!(
             f,
@@ -418,7 +411,7 @@ mod tests {
             },
             ..limits()
         };
-        let refusal = check(&limits, Front::ThreadPerRequest, 20_000).expect_err("too many maps");
+        let refusal = check(&limits, Front::Threaded, 20_000).expect_err("too many maps");
         // (65 530 - 256 - 6 553) / 4 maps per thread.
         let by_maps = Reach {
             held: 14_680,
@@ -430,8 +423,8 @@ mod tests {
             refusal.to_string().contains("vm.max_map_count = 65530"),
             "{refusal}"
         );
-        assert_eq!(check(&limits, Front::ThreadPerRequest, 14_680), Ok(()));
-        assert_eq!(check(&limits, Front::TaskPerRequest, 20_000), Ok(()));
+        assert_eq!(check(&limits, Front::Threaded, 14_680), Ok(()));
+        assert_eq!(check(&limits, Front::Async, 20_000), Ok(()));
     }
 
     /// With this machine's RLIMIT_NOFILE (20 000, hard and soft) descriptors stop both fronts
@@ -445,14 +438,14 @@ mod tests {
             ceiling: Ceiling::Nofile,
             value: 20_000,
         };
-        assert_eq!(reach(&limits, Front::TaskPerRequest), Some(by_fds));
-        assert_eq!(check(&limits, Front::TaskPerRequest, 17_936), Ok(()));
-        assert!(check(&limits, Front::TaskPerRequest, 17_937).is_err());
+        assert_eq!(reach(&limits, Front::Async), Some(by_fds));
+        assert_eq!(check(&limits, Front::Async, 17_936), Ok(()));
+        assert!(check(&limits, Front::Async, 17_937).is_err());
         let threads = Reach {
             held: 8_968,
             ..by_fds
         };
-        assert_eq!(reach(&limits, Front::ThreadPerRequest), Some(threads));
+        assert_eq!(reach(&limits, Front::Threaded), Some(threads));
     }
 
     /// A low RLIMIT_NOFILE stops both fronts, the threaded one sooner: two descriptors per
@@ -466,18 +459,18 @@ mod tests {
             },
             ..limits()
         };
-        let tasks = check(&limits, Front::TaskPerRequest, 2_000).expect_err("too few fds");
+        let tasks = check(&limits, Front::Async, 2_000).expect_err("too few fds");
         // 1 024 - 64 - 102.
         assert_eq!(
             (tasks.reach.ceiling, tasks.reach.held),
             (Ceiling::Nofile, 858)
         );
-        let threads = check(&limits, Front::ThreadPerRequest, 2_000).expect_err("too few fds");
+        let threads = check(&limits, Front::Threaded, 2_000).expect_err("too few fds");
         assert_eq!(
             (threads.reach.ceiling, threads.reach.held),
             (Ceiling::Nofile, 429)
         );
-        assert_eq!(check(&limits, Front::TaskPerRequest, 500), Ok(()));
+        assert_eq!(check(&limits, Front::Async, 500), Ok(()));
     }
 
     /// Threads also count against pids and threads on the whole machine, less those running.
@@ -492,7 +485,7 @@ mod tests {
             },
             ..limits()
         };
-        let refusal = check(&limits, Front::ThreadPerRequest, 20_000).expect_err("too few pids");
+        let refusal = check(&limits, Front::Threaded, 20_000).expect_err("too few pids");
         // 32 768 - 10 000 - 3 276.
         assert_eq!(
             (refusal.reach.ceiling, refusal.reach.held),
@@ -505,12 +498,12 @@ mod tests {
             },
             ..limits
         };
-        let refusal = check(&nproc, Front::ThreadPerRequest, 9_000).expect_err("too few procs");
+        let refusal = check(&nproc, Front::Threaded, 9_000).expect_err("too few procs");
         assert_eq!(
             (refusal.reach.ceiling, refusal.reach.held),
             (Ceiling::Nproc, 8_000)
         );
-        assert_eq!(check(&nproc, Front::TaskPerRequest, 100_000), Ok(()));
+        assert_eq!(check(&nproc, Front::Async, 100_000), Ok(()));
     }
 
     /// With the rlimits unlimited, only the ephemeral ports bind: millions of requests.
@@ -529,8 +522,8 @@ mod tests {
             ceiling: Ceiling::LocalPorts,
             value: 28_232,
         };
-        assert_eq!(reach(&limits, Front::TaskPerRequest), Some(ports));
-        assert_eq!(check(&limits, Front::TaskPerRequest, 6_453_886), Ok(()));
+        assert_eq!(reach(&limits, Front::Async), Some(ports));
+        assert_eq!(check(&limits, Front::Async, 6_453_886), Ok(()));
     }
 
     /// One source address has the ephemeral range less a tenth; beyond it, more addresses.

@@ -22,7 +22,7 @@ pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Prefli
     let reach = Front::ALL
         .into_iter()
         .map(|front| {
-            let reach = limits::reach(limits, cost(front)).map(|reach| Reach {
+            let reach = limits::reach(limits, front).map(|reach| Reach {
                 held: reach.held,
                 ceiling: reach.ceiling.name().to_owned(),
                 value: reach.value,
@@ -50,20 +50,12 @@ pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Prefli
             counts.iter().map(move |&held| Planned {
                 front,
                 held,
-                runs: limits::check(limits, cost(front), u64::from(held))
+                runs: limits::check(limits, front, u64::from(held))
                     .map_err(|refusal| refusal.to_string()),
             })
         })
         .collect();
     (preflight, planned)
-}
-
-/// What a front costs per held request, in the terms of `src/limits.rs`.
-fn cost(front: Front) -> limits::Front {
-    match front {
-        Front::Async => limits::Front::TaskPerRequest,
-        Front::Threaded => limits::Front::ThreadPerRequest,
-    }
 }
 
 #[cfg(test)]
