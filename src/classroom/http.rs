@@ -29,7 +29,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
-use tokio::task::{AbortHandle, JoinSet};
 
 use super::control::{Command, Order};
 use super::journal::Journal;
@@ -38,6 +37,7 @@ use super::room::{ROOM_HEADER, Room};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
 use crate::server::Backoff;
+use crate::server::connections::{Busy, Connections};
 
 /// The header that carries the control token.
 pub(crate) const CONTROL_HEADER: &str = "lab-control";
@@ -317,8 +317,7 @@ pub(crate) async fn serve(
     limit: Duration,
 ) -> Served {
     let graceful = GracefulShutdown::new();
-    let mut tasks: JoinSet<()> = JoinSet::new();
-    let mut open: Vec<(Arc<Owed>, AbortHandle)> = Vec::new();
+    let mut connections = Connections::default();
     let mut served = Served::default();
     let mut stop_accepting = pin!(stop_accepting);
     let mut retry = Backoff::default();
@@ -330,10 +329,7 @@ pub(crate) async fn serve(
                 Ok((stream, _peer)) => {
                     retry.succeeded();
                     served.accepted += 1;
-                    while let Some(ended) = tasks.try_join_next() {
-                        count(&mut served, ended);
-                    }
-                    open.retain(|(_, handle)| !handle.is_finished());
+                    connections.reap();
                     let owed = Arc::new(Owed::default());
                     let (app, connection_owes) = (app.clone(), owed.clone());
                     let service = service_fn(move |request| {
@@ -350,11 +346,10 @@ pub(crate) async fn serve(
                     builder.max_buf_size(MAX_HEAD);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     let connection = graceful.watch(connection);
-                    let handle = tasks.spawn(async move {
+                    connections.spawn(owed, async move {
                         // A client's broken connection is its own business, not the session's.
                         let _ = connection.await;
                     });
-                    open.push((owed, handle));
                 }
                 // Most often a shortage of descriptors that passes: the connection stays queued
                 // and a retry after a pause may take it, as the lab's own front retries. The
@@ -378,28 +373,15 @@ pub(crate) async fn serve(
     }
     drop(listener);
     drain.await;
-    // A connection that owes nothing — no request being answered: a fresh one, an idle one,
-    // or one whose client sent part of a head and stopped — is closed at once: Hyper's
-    // graceful shutdown would wait for that head for ever.
-    for (owed, handle) in &open {
-        let owes = owed.answers.load(Ordering::SeqCst);
-        if (owed.streaming.load(Ordering::SeqCst) || owes == 0) && !handle.is_finished() {
-            handle.abort();
-        }
-    }
-    if tokio::time::timeout(limit, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tasks.abort_all();
-        served.error.get_or_insert(format!(
-            "classroom connections were still open {} s after it asked them to close; aborted",
-            limit.as_secs()
-        ));
-    }
-    while let Some(ended) = tasks.join_next().await {
-        count(&mut served, ended);
-    }
+    // An event stream owes nothing (a client that stopped reading would never let it finish),
+    // nor does a connection with no request being answered: both are closed at once.
+    let drained = connections
+        .drain(graceful, limit, "classroom connections")
+        .await;
+    let ended = connections.ended;
+    served.joined = ended.completed + ended.aborted + ended.panicked.len() as u64;
+    let panicked = ended.panicked.into_iter().next();
+    served.error = served.error.or(drained).or(panicked);
     served
 }
 
@@ -416,6 +398,13 @@ struct Owed {
 /// (sent, or the connection gone).
 #[derive(Debug)]
 struct Owing(Arc<Owed>);
+
+/// Busy while it owes an answer that is not an event stream.
+impl Busy for Owed {
+    fn busy(&self) -> bool {
+        self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
+    }
+}
 
 impl Owing {
     fn new(owed: Arc<Owed>) -> Self {
@@ -453,16 +442,5 @@ impl hyper::body::Body for OwedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
-    }
-}
-
-fn count(served: &mut Served, ended: Result<(), tokio::task::JoinError>) {
-    served.joined += 1;
-    if let Err(e) = ended
-        && e.is_panic()
-    {
-        served
-            .error
-            .get_or_insert(format!("a classroom connection task panicked: {e}"));
     }
 }

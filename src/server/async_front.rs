@@ -1,7 +1,6 @@
 //! The async front: a Hyper HTTP/1 server on Tokio, a task per connection. A held request
 //! parks its task; the thread is free for everything else.
 
-use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -19,9 +18,9 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
-use super::{Backoff, Census, Handlers, Head, Reply, Stopped, answer, screen, work};
+use super::connections::Connections;
+use super::{Backoff, Census, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::faults::Faults;
@@ -117,7 +116,8 @@ impl Server {
                         let live = census.enter();
                         connections.spawn(serving, async move {
                             let _live = live;
-                            connection.await
+                            // A client's broken connection is its own business, not the run's.
+                            let _ = connection.await;
                         });
                         // Counted once its handler exists, as on the threaded front.
                         accepted += 1;
@@ -144,81 +144,15 @@ impl Server {
         // Stop accepting: from here on the port refuses connections.
         drop(listener);
 
-        // A connection not serving a request has nothing to finish. Hyper's graceful shutdown
-        // would close an idle one, but it waits for a head that a client started and never
-        // finished: close them all now, so no one outside the run can hold the shutdown up.
-        connections.close_idle();
-        if tokio::time::timeout(drain_limit, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            connections.tasks.abort_all();
-            error.get_or_insert(format!(
-                "connections were still open {} s after the server asked them to close; aborted",
-                drain_limit.as_secs()
-            ));
-        }
-        while let Some(ended) = connections.tasks.join_next_with_id().await {
-            connections.count(ended);
-        }
+        // A connection not serving a request has nothing to finish: closed at once, so no one
+        // outside the run can hold the shutdown up.
+        let drained = connections
+            .drain(graceful, drain_limit, "connections")
+            .await;
+        error = error.or(drained);
         connections
             .ended
             .stopped(address, accepted, &section, error)
-    }
-}
-
-/// The connection tasks, whether each is serving a request, and how the ended ones ended.
-#[derive(Default)]
-struct Connections {
-    tasks: JoinSet<hyper::Result<()>>,
-    open: HashMap<task::Id, (Arc<AtomicBool>, AbortHandle)>,
-    closed_idle: HashSet<task::Id>,
-    ended: Handlers,
-}
-
-impl Connections {
-    fn spawn(
-        &mut self,
-        serving: Arc<AtomicBool>,
-        task: impl Future<Output = hyper::Result<()>> + Send + 'static,
-    ) {
-        let handle = self.tasks.spawn(task);
-        self.open.insert(handle.id(), (serving, handle));
-    }
-
-    /// Joins the tasks that have ended, so nothing grows with the number of connections.
-    fn reap(&mut self) {
-        while let Some(ended) = self.tasks.try_join_next_with_id() {
-            self.count(ended);
-        }
-    }
-
-    /// Aborts every connection task that is not serving a request; they count as completed.
-    fn close_idle(&mut self) {
-        for (&id, (serving, handle)) in &self.open {
-            if !serving.load(Ordering::SeqCst) && !handle.is_finished() {
-                handle.abort();
-                self.closed_idle.insert(id);
-            }
-        }
-    }
-
-    /// Counts how one task ended. A connection's own error (a client that went away) is not
-    /// the run's failure; a panic in a handler is.
-    fn count(&mut self, ended: Result<(task::Id, hyper::Result<()>), JoinError>) {
-        let id = match &ended {
-            Ok((id, _)) => *id,
-            Err(e) => e.id(),
-        };
-        self.open.remove(&id);
-        let closed_idle = self.closed_idle.remove(&id);
-        match ended {
-            Err(e) if e.is_panic() => {
-                (self.ended.panicked).push(format!("a connection task panicked: {e}"))
-            }
-            Err(_) if !closed_idle => self.ended.aborted += 1,
-            Ok(_) | Err(_) => self.ended.completed += 1,
-        }
     }
 }
 

@@ -3,12 +3,15 @@
 //! connection handlers, and the summary a stopped server reports.
 //!
 //! - [`async_front`]: Hyper on Tokio, a task per connection.
-//! - [`threaded`]: `std::net`, an OS thread per connection, like the workshop's Python runner.
+//! - [`connections`]: a Hyper server's connection tasks, busy or not, closed and counted at stop
+//!   (the async front's and the classroom's).
+//! - [`threaded`]: `std::net`, an OS thread per connection, like the original Python runner of the workshop.
 //!
 //! Neither bounds connections or handlers: both accept and start a handler before any permit
 //! is checked. Only the declared work section is bounded.
 
 pub mod async_front;
+pub(crate) mod connections;
 pub(crate) mod threaded;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
