@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use super::client::Reply;
 use super::failure::{Cause, Failure, Left, Step};
-use super::session::{self, Session, within};
+use super::session::{self, Callers, Session, within};
 use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
-use crate::evidence::{Evidence, FastResponse, Observed};
+use crate::evidence::{Evidence, FastResponse, Observed, ServerSummary};
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::{Held, Policy};
 use crate::report::PolicyReport;
@@ -102,20 +102,12 @@ impl Run {
         );
         let session = session.map_err(|failure| {
             // The section exists: report it as it stands, and what the process holds now.
-            let after_run = session::count(&section, &census);
-            let evidence = Evidence {
-                resources: ResourceEvidence {
-                    before_fast: None,
-                    after_run: Some(after_run),
-                },
-                work_events: section.events(),
-                ledger: section.audit(),
-                observed: Observed::default(),
-                final_state: section.final_state(),
-                client_threads_stopped: true,
-                client_tasks_aborted: 0,
-                server: None,
+            let resources = ResourceEvidence {
+                before_fast: None,
+                after_run: Some(session::count(&section, &census)),
             };
+            let nobody = Callers::default();
+            let evidence = evidence(&section, Observed::default(), resources, nobody, None);
             Box::new(PolicyRun {
                 report: PolicyReport::assemble(policy, held, evidence),
                 failure: Some(failure),
@@ -211,17 +203,8 @@ impl Run {
             (first, also) => first.or(also),
         };
         self.resources.after_run = Some(session::count(&section, &self.census));
-        let callers = closed.callers;
-        let evidence = Evidence {
-            resources: self.resources,
-            work_events: section.events(),
-            ledger: section.audit(),
-            observed: self.observed,
-            final_state: section.final_state(),
-            client_threads_stopped: callers.joined == callers.spawned,
-            client_tasks_aborted: callers.aborted,
-            server: closed.server,
-        };
+        let (observed, resources) = (self.observed, self.resources);
+        let evidence = evidence(&section, observed, resources, closed.callers, closed.server);
         PolicyRun {
             report: PolicyReport::assemble(self.policy, self.held, evidence),
             failure,
@@ -367,6 +350,27 @@ impl Run {
 
 fn caller_failed((step, request): (Step, Option<Label>), why: String) -> Failure {
     Failure::new(step, request, Cause::Caller(why))
+}
+
+/// The evidence of a run once everything it opened is closed: the section as it stands, what
+/// the sequence observed and counted, and how its callers and server ended.
+fn evidence(
+    section: &WorkSection,
+    observed: Observed,
+    resources: ResourceEvidence,
+    callers: Callers,
+    server: Option<ServerSummary>,
+) -> Evidence {
+    Evidence {
+        resources,
+        work_events: section.events(),
+        ledger: section.audit(),
+        observed,
+        final_state: section.final_state(),
+        client_threads_stopped: callers.joined == callers.spawned,
+        client_tasks_aborted: callers.aborted,
+        server,
+    }
 }
 
 /// The report of a run that never started: no events, full pools, a closed gate.
