@@ -241,6 +241,18 @@ pub struct Inputs {
     pub held: Held,
 }
 
+impl Inputs {
+    /// The command-line flags that give these inputs: `--mode both --slots 2 --held 2`.
+    pub fn flags(&self) -> String {
+        format!(
+            "--mode {} --slots {} --held {}",
+            self.mode.name(),
+            self.slots,
+            self.held
+        )
+    }
+}
+
 impl Default for Inputs {
     /// The workshop's default run: both policies, two permits, two held slow requests.
     fn default() -> Self {

@@ -309,10 +309,8 @@ impl Record {
         Record {
             report: file.to_owned(),
             command: format!(
-                "isolation-lab --mode {} --slots {} --held {} --server {} > {}",
-                inputs.mode.name(),
-                inputs.slots,
-                inputs.held,
+                "isolation-lab {} --server {} > {}",
+                inputs.flags(),
                 runner.front.name(),
                 shell_word(file)
             ),

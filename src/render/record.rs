@@ -16,12 +16,7 @@ pub fn render(record: &Record) -> String {
     let _ = writeln!(out, "Command: {}", record.command);
     let _ = writeln!(out, "Version: {}, {}", record.version, record.runner);
     let inputs = &record.inputs;
-    let flags = format!(
-        "--mode {} --slots {} --held {}",
-        inputs.mode.name(),
-        inputs.slots,
-        inputs.held
-    );
+    let flags = inputs.flags();
     let _ = writeln!(
         out,
         "\nPrediction / mode / slots / held requests: {} / {} / {}",

@@ -74,12 +74,7 @@ pub fn prediction(inputs: &Inputs, outcomes: &[Outcome]) -> String {
 }
 
 fn heading(title: &str, inputs: &Inputs) -> String {
-    format!(
-        "{title}: --mode {} --slots {} --held {}\n\n",
-        inputs.mode.name(),
-        inputs.slots,
-        inputs.held
-    )
+    format!("{title}: {}\n\n", inputs.flags())
 }
 
 /// The table: one column per outcome, and an optional last row of given cells.
