@@ -85,20 +85,33 @@ impl Client {
 /// The HTTP client of a run, presenting `token` on every request. Built before the server
 /// starts, so that a run that cannot build it has nothing to stop.
 pub(crate) fn with_token(token: &RunToken) -> Result<reqwest::Client, String> {
-    let value =
-        HeaderValue::from_str(&token.header_value()).map_err(|e| format!("the run token: {e}"))?;
-    let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), value)]);
+    let headers = token_header(&token.header_value())?;
     loopback(headers).map_err(|e| format!("building the HTTP client: {e}"))
+}
+
+/// The header that presents a run's token (as its server wrote it) with every request.
+pub(crate) fn token_header(token: &str) -> Result<HeaderMap, String> {
+    let value = HeaderValue::from_str(token)
+        .map_err(|e| format!("the run token is not a header value: {e}"))?;
+    Ok(HeaderMap::from_iter([(
+        HeaderName::from_static(TOKEN_HEADER),
+        value,
+    )]))
 }
 
 /// A client for loopback only: inherited proxy settings (`HTTP_PROXY`, `ALL_PROXY`, either
 /// case) would send the lab's requests elsewhere, so they are ignored. `headers` go with every
 /// request.
 pub(crate) fn loopback(headers: HeaderMap) -> reqwest::Result<reqwest::Client> {
+    loopback_builder(headers).build()
+}
+
+/// [`loopback`]'s builder, for a client that needs more settings (a source address, no idle
+/// pool).
+pub(crate) fn loopback_builder(headers: HeaderMap) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .no_proxy()
         .default_headers(headers)
-        .build()
 }
 
 /// An error and its sources, on one line, as `anyhow`'s `{:#}` prints them: a reqwest error's

@@ -4,11 +4,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::task::JoinSet;
 
-use crate::admission::token::TOKEN_HEADER;
-use crate::coordinator::client::chain;
+use crate::coordinator::client::{self, chain};
 use crate::label::{LABEL_HEADER, Label};
 
 /// The most source addresses used: 127.0.0.1 through 127.0.0.254.
@@ -35,13 +33,13 @@ impl Callers {
                 "{sources} source addresses are needed; the lab uses at most {MAX_SOURCES}"
             ));
         }
-        let token = HeaderValue::from_str(token).map_err(|e| format!("the run token: {e}"))?;
-        let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), token)]);
+        let headers = client::token_header(token)?;
         let clients = (1..=sources)
             .map(|n| {
                 let last = u8::try_from(n).expect("at most MAX_SOURCES, checked above");
                 let source = Ipv4Addr::new(127, 0, 0, last);
-                let builder = reqwest::Client::builder();
+                // Loopback only, inherited proxy settings ignored, the token on every request.
+                let builder = client::loopback_builder(headers.clone());
                 // Binding a source address takes a port at bind time, a search that slows
                 // down as thousands are taken; one address needs no binding: connect picks.
                 let builder = if sources > 1 {
@@ -50,12 +48,9 @@ impl Callers {
                     builder
                 };
                 builder
-                    // Inherited proxy settings would send these requests elsewhere.
-                    .no_proxy()
                     // A connection that has answered closes rather than idles in a pool, so
                     // the parent's descriptors come back as the answers do.
                     .pool_max_idle_per_host(0)
-                    .default_headers(headers.clone())
                     .build()
                     .map_err(|e| format!("building the HTTP client for {source}: {e}"))
             })

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
@@ -24,7 +23,6 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
-use crate::admission::token::TOKEN_HEADER;
 use crate::coordinator::client::chain;
 use crate::evidence::Decision;
 use crate::global::{GlobalPermits, LocalRedis, LoopbackUrl};
@@ -245,9 +243,8 @@ impl Run {
             let front = RemoteFront::start(Command::new(&program), &spec, self.timeout())
                 .await
                 .map_err(|e| format!("{id} did not come up: {e}"))?;
-            let token = HeaderValue::from_str(front.token())
-                .map_err(|e| format!("{id}'s run token is not a header value: {e}"))?;
-            let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), token)]);
+            let headers = crate::coordinator::client::token_header(front.token())
+                .map_err(|e| format!("{id}: {e}"))?;
             let client = crate::coordinator::client::loopback(headers)
                 .map_err(|e| format!("building the HTTP client: {e}"))?;
             self.replicas.push(Replica {
