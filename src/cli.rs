@@ -8,10 +8,10 @@ use std::convert::Infallible;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 #[cfg(unix)]
+use crate::front_process::FrontSpec;
+#[cfg(unix)]
 use crate::hold;
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
-#[cfg(unix)]
-use crate::remote::FrontSpec;
 #[cfg(unix)]
 use crate::replicas::{Engine, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
 
@@ -168,7 +168,7 @@ pub enum Command {
         format: HoldFormat,
     },
     /// Serve one front as a child process of the lab, speaking JSON lines on stdin and stdout
-    /// (internal: the instruments start it; `src/remote/` documents the protocol)
+    /// (internal: the instruments start it; `src/front_process/` documents the protocol)
     #[cfg(unix)]
     #[command(name = "__front", hide = true)]
     Front {
@@ -633,22 +633,22 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn the_front_child_subcommand_is_hidden_and_checked() {
-        let spec = crate::remote::FrontSpec::new(Front::Threaded, 7);
-        let cli = parse(&[crate::remote::SUBCOMMAND, &spec.to_arg()]).expect("a valid spec");
+        let spec = crate::front_process::FrontSpec::new(Front::Threaded, 7);
+        let cli = parse(&[crate::front_process::SUBCOMMAND, &spec.to_arg()]).expect("a valid spec");
         assert!(matches!(cli.command, Some(Command::Front { spec: parsed }) if parsed == spec));
         for refused in [
-            &[crate::remote::SUBCOMMAND][..],
+            &[crate::front_process::SUBCOMMAND][..],
             &[
-                crate::remote::SUBCOMMAND,
+                crate::front_process::SUBCOMMAND,
                 r#"{"front":"async","capacity":0}"#,
             ],
-            &[crate::remote::SUBCOMMAND, "threaded"],
+            &[crate::front_process::SUBCOMMAND, "threaded"],
         ] {
             let error = parse(refused).expect_err("refused");
             assert_eq!(error.exit_code(), 2, "{refused:?}: {error}");
         }
         let help = Cli::command().render_long_help().to_string();
-        assert!(!help.contains(crate::remote::SUBCOMMAND), "{help}");
+        assert!(!help.contains(crate::front_process::SUBCOMMAND), "{help}");
     }
 
     #[test]

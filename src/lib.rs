@@ -21,9 +21,9 @@
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
 //! - [`outcome`], [`sweep`], [`compare`], [`record`]: the teaching instruments' data.
-//! - [`remote`]: a front in a child process of the lab, and the protocol it speaks.
+//! - [`front_process`]: a front in a child process of the lab, and the protocol it speaks.
 //! - [`replicas`]: replica servers in child processes, with their own permits or one global
-//!   limit on Redis (`global`), paused and killed while they hold permits.
+//!   limit on Redis (`redis_pool`), paused and killed while they hold permits.
 //! - [`classroom`]: a live page that steps through a real run and lets the room join in.
 //! - [`hold`]: what holding N requests costs on each front, each in a child process.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
@@ -41,7 +41,7 @@ pub mod coordinator;
 pub mod evidence;
 pub mod faults;
 #[cfg(unix)]
-pub(crate) mod global;
+pub mod front_process;
 #[cfg(unix)]
 pub mod hold;
 pub mod label;
@@ -53,7 +53,7 @@ pub mod policy;
 pub(crate) mod procfs;
 pub mod record;
 #[cfg(unix)]
-pub mod remote;
+pub(crate) mod redis_pool;
 pub mod render;
 #[cfg(unix)]
 pub mod replicas;

@@ -156,7 +156,7 @@ fn main() -> ExitCode {
         }
         // A child process of the lab: its stdout is its parent's channel, so it prints nothing.
         #[cfg(unix)]
-        Some(Command::Front { spec }) => ExitCode::from(isolation_lab::remote::serve(&spec)),
+        Some(Command::Front { spec }) => ExitCode::from(isolation_lab::front_process::serve(&spec)),
     }
 }
 

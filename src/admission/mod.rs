@@ -6,7 +6,7 @@
 //! - [`gate`]: the latched slow gate.
 //! - [`pools`]: one semaphore per pool (Tokio's or the bounded one), taken without waiting.
 //! - [`ledger`]: the ordered work events and the snapshots derived from them.
-//! - [`remote`]: permits from a pool shared with other processes, and the driver of its round
+//! - [`shared_pool`]: permits from a pool shared with other processes, and the driver of its round
 //!   trips.
 //! - [`section`]: the protected work section that ties them together.
 //! - [`token`]: the run token that only the run's own callers present.
@@ -16,8 +16,8 @@ pub(crate) mod bounded;
 pub(crate) mod gate;
 pub mod ledger;
 pub mod pools;
-pub mod remote;
 pub mod section;
+pub mod shared_pool;
 pub mod token;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::bounded::{BoundedPermit, BoundedSemaphore};
-use super::remote::{RemoteHeld, RemoteLink};
+use super::shared_pool::{SharedHeld, SharedLink};
 use crate::policy::{Allocation, Pool};
 
 /// Which semaphore backs the pools: each server front uses its own world's primitive.
@@ -26,7 +26,7 @@ enum Semaphores {
     Bounded(BTreeMap<Pool, Arc<BoundedSemaphore>>),
     /// Every pool's permits come from a pool shared with other processes; the link counts the
     /// ones this section holds.
-    Remote(Arc<RemoteLink>),
+    Remote(Arc<SharedLink>),
 }
 
 /// A permit of either kind. It returns to its pool when dropped, so capacity is never counted
@@ -40,7 +40,7 @@ pub(crate) enum Permit {
     /// From a bounded semaphore.
     Bounded(BoundedPermit),
     /// From a pool shared with other processes.
-    Remote(RemoteHeld),
+    Remote(SharedHeld),
 }
 
 /// The semaphores of one work section.
@@ -71,7 +71,7 @@ impl Pools {
     }
 
     /// Pools whose permits come from a pool shared with other processes, through `link`.
-    pub(crate) fn remote(allocation: Allocation, link: Arc<RemoteLink>) -> Self {
+    pub(crate) fn remote(allocation: Allocation, link: Arc<SharedLink>) -> Self {
         Self {
             allocation,
             semaphores: Semaphores::Remote(link),
@@ -79,7 +79,7 @@ impl Pools {
     }
 
     /// The link to the shared pool, if the permits are remote.
-    pub(crate) fn link(&self) -> Option<&Arc<RemoteLink>> {
+    pub(crate) fn link(&self) -> Option<&Arc<SharedLink>> {
         match &self.semaphores {
             Semaphores::Remote(link) => Some(link),
             Semaphores::Tokio(_) | Semaphores::Bounded(_) => None,

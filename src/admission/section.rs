@@ -3,7 +3,7 @@
 //! as a task (`run`) or a blocked thread (`run_blocking`); `perform` does both in one call.
 //!
 //! Admission is `async` because a pool shared with other processes decides after a round trip
-//! (see [`remote`](super::remote)); a local pool decides without awaiting, and the threaded
+//! (see [`shared_pool`](super::shared_pool)); a local pool decides without awaiting, and the threaded
 //! front, which has only local pools, admits with [`admit_now`](WorkSection::admit_now).
 
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ use super::gate::{Gate, Latch};
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
 use super::pools::{Permit, Permits, Pools};
-use super::remote::{RemoteDecision, RemoteDriver, RemoteLink, RemotePool};
+use super::shared_pool::{SharedDecision, SharedDriver, SharedLink, SharedPool};
 use super::token::RunToken;
 use crate::label::Label;
 use crate::policy::{Allocation, Pool, Route};
@@ -192,11 +192,11 @@ impl WorkSection {
     /// once the server has stopped, and then awaits the driver's account.
     pub fn with_remote(
         allocation: impl Into<Allocation>,
-        pool: Arc<dyn RemotePool>,
+        pool: Arc<dyn SharedPool>,
         token: RunToken,
-    ) -> (Self, RemoteDriver) {
+    ) -> (Self, SharedDriver) {
         let allocation = allocation.into();
-        let (link, driver) = RemoteLink::new(allocation.pools(), pool);
+        let (link, driver) = SharedLink::new(allocation.pools(), pool);
         let section = Self {
             pools: Pools::remote(allocation, link),
             gate: Arc::new(Gate::new()),
@@ -236,14 +236,14 @@ impl WorkSection {
         let decision = link.decide(pool, request).await;
         let mut ledger = self.ledger();
         match decision {
-            Ok(RemoteDecision::Admitted(permit)) => {
+            Ok(SharedDecision::Admitted(permit)) => {
                 ledger.attempt(pool);
                 let permit = Permit::Remote(link.hold(pool, request, permit));
                 let active = self.pools.active(pool);
                 ledger.record(Some(request), pool, Event::Admitted, active);
                 Ok(self.work(request, route, pool, permit))
             }
-            Ok(RemoteDecision::Refused(holders)) => {
+            Ok(SharedDecision::Refused(holders)) => {
                 ledger.attempt(pool);
                 let active = self.pools.active(pool);
                 let refused = ledger.record(Some(request), pool, Event::Refused, active);

@@ -14,7 +14,7 @@ use super::{Signal, lock};
 /// thread that forked it, not the process: that is why [`Reaper`] forks from its own thread,
 /// which lives exactly as long as the child is unreaped, whatever thread owns the
 /// [`ChildProcess`](super::ChildProcess) or later drops it. (The private `redis-server` of
-/// `src/global/local.rs` uses it too, and says which thread must start it.)
+/// `src/redis_pool/local.rs` uses it too, and says which thread must start it.)
 #[cfg(target_os = "linux")]
 pub(crate) fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();

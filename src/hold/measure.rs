@@ -12,10 +12,10 @@ use super::callers::Callers;
 use super::report::{Death, Figures, FrontFailure, PerRequest, Sample, Stage};
 use crate::admission::section::GateState;
 use crate::child::Exit;
+use crate::front_process::{Closed, FromFront, FrontError, FrontProcess, FrontSpec};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures};
-use crate::remote::{Closed, FromFront, FrontError, FrontSpec, RemoteFront};
 
 /// Fails a front that is not ready by then (the machine may be busy).
 const START: Duration = Duration::from_secs(60);
@@ -136,10 +136,10 @@ pub(crate) async fn held(
     })
 }
 
-async fn start(setup: &Setup<'_>, front: Front, capacity: usize) -> Result<RemoteFront, Broken> {
+async fn start(setup: &Setup<'_>, front: Front, capacity: usize) -> Result<FrontProcess, Broken> {
     let program = Command::new(setup.program);
     let spec = FrontSpec::new(front, capacity);
-    RemoteFront::start(program, &spec, START)
+    FrontProcess::start(program, &spec, START)
         .await
         .map_err(|e| match e.exit {
             // A process that started and ended is the front's doing; one that never started
@@ -158,7 +158,7 @@ enum Step {
 /// Waits until the front reports `held` requests held (`seen` follows its count). `Err` if a
 /// caller ends first, the front says anything else or ends, or nothing moves for [`STALL`].
 async fn hold_all(
-    remote: &mut RemoteFront,
+    remote: &mut FrontProcess,
     callers: &mut Callers,
     held: u32,
     permits: u32,
@@ -210,7 +210,7 @@ async fn hold_all(
 
 /// Waits until every caller has been answered 200. `Err` at the first that was not, if the
 /// front ends or says anything but counts, or if nothing moves for [`STALL`].
-async fn answer_all(remote: &mut RemoteFront, callers: &mut Callers) -> Result<(), String> {
+async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> Result<(), String> {
     while callers.waiting() > 0 {
         let step = tokio::time::timeout(STALL, async {
             tokio::select! {
@@ -247,7 +247,7 @@ fn unexpected(message: std::io::Result<Option<FromFront>>) -> String {
 
 /// Stops the front and checks its report: a clean stop, an exact ledger with every one of
 /// `held` admitted, held and finished, none refused or cancelled, and full pools.
-async fn stop(remote: RemoteFront, held: u32) -> Result<(), Broken> {
+async fn stop(remote: FrontProcess, held: u32) -> Result<(), Broken> {
     let pid = remote.pid();
     let closed = remote
         .stop(STOP)
@@ -301,7 +301,7 @@ fn check(closed: &Closed, held: u64) -> Result<(), String> {
 /// whose failure it was: the front's if its process died or its server failed, else the lab's,
 /// for `why`.
 async fn end_early(
-    remote: RemoteFront,
+    remote: FrontProcess,
     callers: Option<Callers>,
     stage: Stage,
     held: u64,

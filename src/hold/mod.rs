@@ -1,6 +1,6 @@
 //! `hold`: what a held request costs on each front, from ten to the threaded front's ceiling.
 //! For each front and each count N, a fresh front runs in a child process of the lab
-//! (`src/remote/`), so the figures read from its `/proc/<pid>` are its own and a front that
+//! (`src/front_process/`), so the figures read from its `/proc/<pid>` are its own and a front that
 //! dies cannot take the lab with it. The parent sends N callers with the run token and labels,
 //! waits until the child reports all N held, samples the child and two machine-wide counters,
 //! opens the gate, checks every answer is 200, then stops, checks and reaps the child. Each

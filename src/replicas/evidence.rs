@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::inputs::ReplicaId;
 use crate::admission::audit::PoolLedger;
-use crate::admission::remote::Released;
 use crate::admission::section::FinalState;
+use crate::admission::shared_pool::Released;
 use crate::evidence::Decision;
 use crate::label::Label;
 use crate::policy::Pool;

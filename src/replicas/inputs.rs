@@ -6,8 +6,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::global::{Lease, LoopbackUrl};
 use crate::policy::{Bounded, Slots};
+use crate::redis_pool::{Lease, LoopbackUrl};
 
 /// Replica servers, each its own child process: 2 through 4.
 pub type ReplicaCount = Bounded<2, 4>;
@@ -26,7 +26,7 @@ pub enum Engine {
     Url(RedisUrl),
 }
 
-/// A `redis://` URL on this machine, checked (see `src/global/url.rs`).
+/// A `redis://` URL on this machine, checked (see `src/redis_pool/url.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RedisUrl(LoopbackUrl);
 

@@ -25,10 +25,10 @@ use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::coordinator::client::chain;
 use crate::evidence::Decision;
-use crate::global::{GlobalPermits, LocalRedis, LoopbackUrl};
+use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Front;
-use crate::remote::{FromFront, FrontSpec, GlobalSpec, RemoteFront, Stream};
+use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
 
 /// The longest any one wait may take before the run fails as stalled.
 pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -106,7 +106,7 @@ struct EngineHandle {
 struct Replica {
     id: ReplicaId,
     /// `None` once stopped or killed.
-    front: Option<RemoteFront>,
+    front: Option<FrontProcess>,
     client: reqwest::Client,
     base: String,
     callers: JoinSet<Call>,
@@ -240,7 +240,7 @@ impl Run {
             spec.drain_ms = self.timeout().as_millis() as u64;
             spec.replica = Some(id.to_string());
             spec.global = global.clone();
-            let front = RemoteFront::start(Command::new(&program), &spec, self.timeout())
+            let front = FrontProcess::start(Command::new(&program), &spec, self.timeout())
                 .await
                 .map_err(|e| format!("{id} did not come up: {e}"))?;
             let headers = crate::coordinator::client::token_header(front.token())
@@ -618,7 +618,7 @@ impl Run {
             if let Some(permits) = &engine.permits {
                 let cleaned = async {
                     let removed = permits.cleanup().await?;
-                    Ok::<_, crate::global::GlobalError>((removed, permits.keys_left().await?))
+                    Ok::<_, crate::redis_pool::GlobalError>((removed, permits.keys_left().await?))
                 };
                 match cleaned.await {
                     Ok((holders_removed, keys_left)) => {
@@ -647,7 +647,7 @@ impl Run {
     fn stopped(
         &mut self,
         id: ReplicaId,
-        stopped: Result<crate::remote::Closed, crate::remote::FrontError>,
+        stopped: Result<crate::front_process::Closed, crate::front_process::FrontError>,
     ) -> Option<String> {
         let replica = self.replica(id).ok()?;
         match stopped {

@@ -1,4 +1,4 @@
-//! The parent's side: [`RemoteFront`], a front serving in a child process of the lab.
+//! The parent's side: [`FrontProcess`], a front serving in a child process of the lab.
 
 use std::fmt;
 use std::io;
@@ -17,7 +17,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(5);
 /// A server front in a child process: started, told to open its gate and to stop, and reaped.
 /// It dies with the parent (see [`ChildProcess`]); dropping it kills and reaps the child.
 #[derive(Debug)]
-pub(crate) struct RemoteFront {
+pub(crate) struct FrontProcess {
     child: ChildProcess,
     ready: Ready,
 }
@@ -50,14 +50,14 @@ pub(crate) struct Closed {
     pub(crate) trailing: Vec<FromFront>,
 }
 
-impl RemoteFront {
+impl FrontProcess {
     /// Starts `program __front <spec>` (`program` is this lab's binary; any arguments it
     /// already has come first) and waits up to `timeout` for it to be ready.
     pub(crate) async fn start(
         mut program: Command,
         spec: &FrontSpec,
         timeout: Duration,
-    ) -> Result<RemoteFront, FrontError> {
+    ) -> Result<FrontProcess, FrontError> {
         program.arg(SUBCOMMAND).arg(spec.to_arg());
         let child = ChildProcess::spawn_command(program).map_err(|e| FrontError {
             reason: format!(
@@ -66,7 +66,7 @@ impl RemoteFront {
             ),
             exit: None,
         })?;
-        RemoteFront::attach(child, timeout).await
+        FrontProcess::attach(child, timeout).await
     }
 
     /// Takes over a started child whose next message is its first, and waits up to `timeout`
@@ -74,10 +74,10 @@ impl RemoteFront {
     pub(crate) async fn attach(
         mut child: ChildProcess,
         timeout: Duration,
-    ) -> Result<RemoteFront, FrontError> {
+    ) -> Result<FrontProcess, FrontError> {
         let first = tokio::time::timeout(timeout, child.recv::<FromFront>()).await;
         let reason = match first {
-            Ok(Ok(Some(FromFront::Ready(ready)))) => return Ok(RemoteFront { child, ready }),
+            Ok(Ok(Some(FromFront::Ready(ready)))) => return Ok(FrontProcess { child, ready }),
             Ok(Ok(Some(FromFront::Failed { reason }))) => reason,
             Ok(Ok(Some(other))) => format!("the front's first message was not ready: {other:?}"),
             Ok(Ok(None)) => "the front's process ended before it was ready".to_owned(),
@@ -103,7 +103,7 @@ impl RemoteFront {
     }
 
     /// The front's next message: counts or events as its section records them. `None` once
-    /// its stdout has ended: it has exited (see [`RemoteFront::wait`]). Cancel-safe.
+    /// its stdout has ended: it has exited (see [`FrontProcess::wait`]). Cancel-safe.
     pub(crate) async fn next(&mut self) -> io::Result<Option<FromFront>> {
         self.child.recv().await
     }
@@ -113,13 +113,13 @@ impl RemoteFront {
         self.child.send(&ToFront::OpenGate).await
     }
 
-    /// SIGKILLs the child now (a test's fault; [`RemoteFront::wait`] then says so).
+    /// SIGKILLs the child now (a test's fault; [`FrontProcess::wait`] then says so).
     pub(crate) fn kill(&self) -> io::Result<()> {
         self.child.signal(Signal::Kill)
     }
 
     /// SIGSTOPs the child: it freezes, sockets, timers and all, as a long pause would freeze
-    /// it. Its messages stop until [`RemoteFront::resume`].
+    /// it. Its messages stop until [`FrontProcess::resume`].
     pub(crate) fn pause(&self) -> io::Result<()> {
         self.child.signal(Signal::Stop)
     }

@@ -31,9 +31,9 @@ fn front_entry() {
     std::process::exit(i32::from(serve(&spec)))
 }
 
-async fn start(spec: &FrontSpec) -> RemoteFront {
+async fn start(spec: &FrontSpec) -> FrontProcess {
     let child = test_child::spawn(ENTRY, &spec.to_arg()).await;
-    RemoteFront::attach(child, START)
+    FrontProcess::attach(child, START)
         .await
         .expect("the front child starts")
 }
@@ -68,7 +68,7 @@ fn hold(address: SocketAddr, token: &str, labels: &[Label]) -> JoinSet<Answer> {
     callers
 }
 
-fn callers_of(front: &RemoteFront, labels: &[Label]) -> JoinSet<Answer> {
+fn callers_of(front: &FrontProcess, labels: &[Label]) -> JoinSet<Answer> {
     hold(front.address(), front.token(), labels)
 }
 
@@ -80,7 +80,7 @@ async fn next_answer(callers: &mut JoinSet<Answer>) -> Answer {
 }
 
 /// Reads counts until `held` requests are held.
-async fn until_held(front: &mut RemoteFront, held: u64) -> Counts {
+async fn until_held(front: &mut FrontProcess, held: u64) -> Counts {
     loop {
         match step("counts", front.next()).await {
             Ok(Some(FromFront::Counts(counts))) if counts.held >= held => return counts,
@@ -241,14 +241,14 @@ async fn a_killed_front_child_is_reported_with_its_signal() {
 async fn a_child_that_is_not_a_front_fails_to_start() {
     let spec = FrontSpec::new(Front::Async, 1);
     let missing = std::process::Command::new("/nonexistent/isolation-lab");
-    let error: FrontError = RemoteFront::start(missing, &spec, START)
+    let error: FrontError = FrontProcess::start(missing, &spec, START)
         .await
         .expect_err("no such program");
     assert!(error.reason.contains("cannot start a process"), "{error}");
     assert!(error.exit.is_none());
     // `true __front <spec>` exits 0 without a word.
     let silent = std::process::Command::new("true");
-    let error = step("start", RemoteFront::start(silent, &spec, START))
+    let error = step("start", FrontProcess::start(silent, &spec, START))
         .await
         .expect_err("not a front");
     assert!(

@@ -2,7 +2,7 @@
 //! replicas' Redis-backed global limit. One round trip decides, one round trip releases.
 //!
 //! How a section awaits a decision that needs I/O, decided once: the round trips are not made
-//! by the request's handler but by the section's [`RemoteDriver`], a future its owner runs and
+//! by the request's handler but by the section's [`SharedDriver`], a future its owner runs and
 //! joins. A handler asks the driver and awaits its answer without holding the ledger lock, then
 //! records the decision under the lock. A `Work` that leaves hands its permit to the driver to
 //! release. So a handler cancelled mid-round-trip (its caller left) loses nothing: an admission
@@ -23,31 +23,31 @@ use super::lock;
 use crate::label::Label;
 use crate::policy::Pool;
 
-/// A boxed future, as the object-safe [`RemotePool`] returns them.
+/// A boxed future, as the object-safe [`SharedPool`] returns them.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A pool of permits shared with other processes: "try to admit this holder now, or refuse,
 /// naming the holders".
-pub trait RemotePool: Send + Sync + fmt::Debug {
+pub trait SharedPool: Send + Sync + fmt::Debug {
     /// Tries to admit `request` to `pool` now, without waiting for a permit.
     fn try_admit(
         &self,
         pool: Pool,
         request: Label,
-    ) -> BoxFuture<'static, Result<RemoteDecision, String>>;
+    ) -> BoxFuture<'static, Result<SharedDecision, String>>;
 }
 
 /// A remote pool's answer.
 #[derive(Debug)]
-pub enum RemoteDecision {
+pub enum SharedDecision {
     /// Admitted: the permit, to be released when the work leaves.
-    Admitted(Box<dyn RemotePermit>),
+    Admitted(Box<dyn SharedPermit>),
     /// Every permit was held, by these holders as the pool names them (such as `r1/S3`).
     Refused(Vec<String>),
 }
 
-/// A permit taken from a [`RemotePool`].
-pub trait RemotePermit: Send + Sync + fmt::Debug {
+/// A permit taken from a [`SharedPool`].
+pub trait SharedPermit: Send + Sync + fmt::Debug {
     /// Gives the permit back: `Ok(true)` released, `Ok(false)` it was no longer held (a lease
     /// lapsed, and another holder may have been admitted in its place).
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>>;
@@ -74,23 +74,23 @@ enum Job {
     Admit {
         pool: Pool,
         request: Label,
-        answer: oneshot::Sender<Result<RemoteDecision, String>>,
+        answer: oneshot::Sender<Result<SharedDecision, String>>,
     },
     Release {
         request: Label,
-        permit: Box<dyn RemotePermit>,
+        permit: Box<dyn SharedPermit>,
         done: Option<oneshot::Sender<()>>,
     },
     /// An admission answered to a handler that was cancelled before it read the answer.
     Orphan {
         request: Label,
-        permit: Box<dyn RemotePermit>,
+        permit: Box<dyn SharedPermit>,
     },
 }
 
 /// The section's link to its remote pool: the permits it holds now, per pool, and where jobs go.
 #[derive(Debug)]
-pub(crate) struct RemoteLink {
+pub(crate) struct SharedLink {
     held: BTreeMap<Pool, AtomicUsize>,
     /// `None` once the section is closed: the driver ends after its last job.
     jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
@@ -106,18 +106,18 @@ impl fmt::Debug for Job {
     }
 }
 
-impl RemoteLink {
+impl SharedLink {
     /// A link for `pools`, and the driver that serves it.
     pub(crate) fn new(
         pools: impl Iterator<Item = Pool>,
-        pool: Arc<dyn RemotePool>,
-    ) -> (Arc<RemoteLink>, RemoteDriver) {
+        pool: Arc<dyn SharedPool>,
+    ) -> (Arc<SharedLink>, SharedDriver) {
         let (jobs, queue) = mpsc::unbounded_channel();
-        let link = RemoteLink {
+        let link = SharedLink {
             held: pools.map(|p| (p, AtomicUsize::new(0))).collect(),
             jobs: Mutex::new(Some(jobs)),
         };
-        (Arc::new(link), RemoteDriver { pool, queue })
+        (Arc::new(link), SharedDriver { pool, queue })
     }
 
     /// Permits of `pool` this section holds now.
@@ -131,7 +131,7 @@ impl RemoteLink {
         &self,
         pool: Pool,
         request: Label,
-    ) -> Result<RemoteDecision, String> {
+    ) -> Result<SharedDecision, String> {
         let (answer, answered) = oneshot::channel();
         self.send(Job::Admit {
             pool,
@@ -154,12 +154,12 @@ impl RemoteLink {
         self: &Arc<Self>,
         pool: Pool,
         request: Label,
-        permit: Box<dyn RemotePermit>,
-    ) -> RemoteHeld {
+        permit: Box<dyn SharedPermit>,
+    ) -> SharedHeld {
         if let Some(held) = self.held.get(&pool) {
             held.fetch_add(1, Ordering::SeqCst);
         }
-        RemoteHeld {
+        SharedHeld {
             link: self.clone(),
             pool,
             request,
@@ -181,20 +181,20 @@ impl RemoteLink {
     }
 }
 
-/// The answer slot of one [`RemoteLink::decide`]. The driver may answer after the handler was
+/// The answer slot of one [`SharedLink::decide`]. The driver may answer after the handler was
 /// cancelled but before it read the answer: the admission would then be dropped with the slot,
 /// unreleased. Dropping the slot closes it first, so that the driver either fails to answer
 /// (and releases the orphan itself) or has answered, and the admission found here goes back.
 struct Unread<'a> {
-    link: &'a RemoteLink,
+    link: &'a SharedLink,
     request: Label,
-    answered: oneshot::Receiver<Result<RemoteDecision, String>>,
+    answered: oneshot::Receiver<Result<SharedDecision, String>>,
 }
 
 impl Drop for Unread<'_> {
     fn drop(&mut self) {
         self.answered.close();
-        if let Ok(Ok(RemoteDecision::Admitted(permit))) = self.answered.try_recv() {
+        if let Ok(Ok(SharedDecision::Admitted(permit))) = self.answered.try_recv() {
             // The section closes only after every handler has been joined; were it closed,
             // the permit would lapse with its lease.
             let _ = self.link.send(Job::Orphan {
@@ -208,16 +208,16 @@ impl Drop for Unread<'_> {
 /// A held remote permit. Dropping it (under the ledger lock, as a `Work` leaves) counts it as
 /// returned and hands it to the driver to release.
 #[derive(Debug)]
-pub(crate) struct RemoteHeld {
-    link: Arc<RemoteLink>,
+pub(crate) struct SharedHeld {
+    link: Arc<SharedLink>,
     pool: Pool,
     request: Label,
     /// Always `Some` until `drop` takes it.
-    permit: Option<Box<dyn RemotePermit>>,
+    permit: Option<Box<dyn SharedPermit>>,
     done: Option<oneshot::Sender<()>>,
 }
 
-impl RemoteHeld {
+impl SharedHeld {
     /// A receiver that completes once the driver has made the release round trip (whatever it
     /// found), so that a response is built only after the permit is back.
     pub(crate) fn released(&mut self) -> oneshot::Receiver<()> {
@@ -227,7 +227,7 @@ impl RemoteHeld {
     }
 }
 
-impl Drop for RemoteHeld {
+impl Drop for SharedHeld {
     fn drop(&mut self) {
         if let Some(held) = self.link.held.get(&self.pool) {
             held.fetch_sub(1, Ordering::SeqCst);
@@ -249,8 +249,8 @@ impl Drop for RemoteHeld {
 /// Makes the remote round trips of one section, concurrently, each owned by it: run it beside
 /// the server, close the section once the server has stopped, then await it for the account.
 #[derive(Debug)]
-pub struct RemoteDriver {
-    pool: Arc<dyn RemotePool>,
+pub struct SharedDriver {
+    pool: Arc<dyn SharedPool>,
     queue: mpsc::UnboundedReceiver<Job>,
 }
 
@@ -262,7 +262,7 @@ enum Done {
     Answered,
 }
 
-impl RemoteDriver {
+impl SharedDriver {
     /// Serves the section's jobs until it is closed and every job has ended.
     pub async fn run(mut self) -> Released {
         let mut running = JoinSet::new();
@@ -285,7 +285,7 @@ impl RemoteDriver {
         released
     }
 
-    async fn perform(pool: Arc<dyn RemotePool>, job: Job) -> Done {
+    async fn perform(pool: Arc<dyn SharedPool>, job: Job) -> Done {
         match job {
             Job::Admit {
                 pool: which,
@@ -296,10 +296,10 @@ impl RemoteDriver {
                 match answer.send(decision) {
                     Ok(()) => Done::Answered,
                     // The handler was cancelled while the pool decided: give back what it got.
-                    Err(Ok(RemoteDecision::Admitted(permit))) => {
+                    Err(Ok(SharedDecision::Admitted(permit))) => {
                         Done::Orphaned(request, permit.release().await)
                     }
-                    Err(Ok(RemoteDecision::Refused(_))) => Done::Answered,
+                    Err(Ok(SharedDecision::Refused(_))) => Done::Answered,
                     Err(Err(why)) => Done::Failed(format!("{request}: {why}")),
                 }
             }
@@ -370,12 +370,12 @@ mod tests {
         shared: Arc<Shared>,
     }
 
-    impl RemotePool for Replica {
+    impl SharedPool for Replica {
         fn try_admit(
             &self,
             _pool: Pool,
             request: Label,
-        ) -> BoxFuture<'static, Result<RemoteDecision, String>> {
+        ) -> BoxFuture<'static, Result<SharedDecision, String>> {
             let (shared, holder) = (self.shared.clone(), format!("{}/{request}", self.name));
             Box::pin(async move {
                 if shared.hold_up.load(Ordering::SeqCst) {
@@ -388,14 +388,14 @@ mod tests {
                 if holders.len() < shared.capacity {
                     holders.push(holder.clone());
                     drop(holders);
-                    return Ok(RemoteDecision::Admitted(Box::new(Held { holder, shared })));
+                    return Ok(SharedDecision::Admitted(Box::new(Held { holder, shared })));
                 }
-                Ok(RemoteDecision::Refused(holders.clone()))
+                Ok(SharedDecision::Refused(holders.clone()))
             })
         }
     }
 
-    impl RemotePermit for Held {
+    impl SharedPermit for Held {
         fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
             Box::pin(async move {
                 let mut holders = lock(&self.shared.holders);
@@ -406,7 +406,7 @@ mod tests {
         }
     }
 
-    fn replica(name: &'static str, shared: &Arc<Shared>) -> (Arc<WorkSection>, RemoteDriver) {
+    fn replica(name: &'static str, shared: &Arc<Shared>) -> (Arc<WorkSection>, SharedDriver) {
         let pool = Arc::new(Replica {
             name,
             shared: shared.clone(),

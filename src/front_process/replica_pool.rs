@@ -1,38 +1,38 @@
 //! A replica's permits from the Redis-backed global pool: the admission seam's
-//! [`RemotePool`] over [`GlobalPermits`]. Each admitted holder (`replica/request`) keeps its
+//! [`SharedPool`] over [`GlobalPermits`]. Each admitted holder (`replica/request`) keeps its
 //! lease renewed until its work leaves and the section's driver releases it.
 
-use crate::admission::remote::{BoxFuture, RemoteDecision, RemotePermit, RemotePool};
-use crate::global::{GlobalPermits, HeldLease, Hold, Holder};
+use crate::admission::shared_pool::{BoxFuture, SharedDecision, SharedPermit, SharedPool};
 use crate::label::Label;
 use crate::policy::Pool;
+use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder};
 
 /// One replica's view of the global pool: its holders are named after it.
 #[derive(Debug)]
-pub(crate) struct GlobalPool {
+pub(crate) struct ReplicaPool {
     permits: GlobalPermits,
     replica: String,
 }
 
-impl GlobalPool {
+impl ReplicaPool {
     /// The pool `permits`, for replica `replica`.
-    pub(crate) fn new(permits: GlobalPermits, replica: String) -> GlobalPool {
-        GlobalPool { permits, replica }
+    pub(crate) fn new(permits: GlobalPermits, replica: String) -> ReplicaPool {
+        ReplicaPool { permits, replica }
     }
 }
 
-impl RemotePool for GlobalPool {
+impl SharedPool for ReplicaPool {
     fn try_admit(
         &self,
         _pool: Pool,
         request: Label,
-    ) -> BoxFuture<'static, Result<RemoteDecision, String>> {
+    ) -> BoxFuture<'static, Result<SharedDecision, String>> {
         let (permits, replica) = (self.permits.clone(), self.replica.clone());
         Box::pin(async move {
             let holder = Holder::new(&replica, &request.to_string()).map_err(|e| e.to_string())?;
             match permits.try_hold(holder).await.map_err(|e| e.to_string())? {
-                Hold::Held(lease) => Ok(RemoteDecision::Admitted(Box::new(GlobalPermit(lease)))),
-                Hold::Refused { holders, .. } => Ok(RemoteDecision::Refused(
+                Hold::Held(lease) => Ok(SharedDecision::Admitted(Box::new(GlobalPermit(lease)))),
+                Hold::Refused { holders, .. } => Ok(SharedDecision::Refused(
                     holders.iter().map(|h| h.holder.to_string()).collect(),
                 )),
             }
@@ -44,7 +44,7 @@ impl RemotePool for GlobalPool {
 #[derive(Debug)]
 struct GlobalPermit(HeldLease);
 
-impl RemotePermit for GlobalPermit {
+impl SharedPermit for GlobalPermit {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
         Box::pin(async move { self.0.release().await.map_err(|e| e.to_string()) })
     }
@@ -52,7 +52,7 @@ impl RemotePermit for GlobalPermit {
 
 #[cfg(test)]
 mod tests {
-    use crate::remote::FrontSpec;
+    use crate::front_process::FrontSpec;
 
     /// A replica's global spec is checked like the rest of the command line: loopback only,
     /// a valid replica name, the async front.

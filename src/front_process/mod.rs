@@ -1,7 +1,7 @@
 //! A server front in a child process: the lab starts its own binary again with the hidden
 //! subcommand `isolation-lab __front <spec>`, so the front's `/proc/<pid>` figures are its own
 //! and a front that dies cannot take the lab with it. Instruments (`hold`, `replicas`) drive it
-//! through [`RemoteFront`](parent::RemoteFront); the child dies with its parent (see
+//! through [`FrontProcess`](parent::FrontProcess); the child dies with its parent (see
 //! `src/child/`).
 //!
 //! The protocol, one JSON value per line each way (`protocol` has the types):
@@ -28,18 +28,18 @@
 //!
 //! - `protocol`: the spec, commands and messages.
 //! - `child`: the child's side, [`serve`].
-//! - `global`: a replica's permits from the Redis-backed global pool.
-//! - `parent`: the parent's side, `RemoteFront`.
+//! - `replica_pool`: a replica's permits from the Redis-backed global pool.
+//! - `parent`: the parent's side, `FrontProcess`.
 
 mod child;
-mod global;
 mod parent;
 mod protocol;
+mod replica_pool;
 #[cfg(test)]
 mod tests;
 
 pub use child::serve;
-pub(crate) use parent::{Closed, FrontError, RemoteFront};
+pub(crate) use parent::{Closed, FrontError, FrontProcess};
 pub use protocol::{
     Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_CAPACITY, Ready, Stopped,
     Stream, ToFront,

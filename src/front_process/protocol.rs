@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::audit::PoolLedger;
 use crate::admission::ledger::{Event, WorkEvent};
-use crate::admission::remote::Released;
 use crate::admission::section::FinalState;
+use crate::admission::shared_pool::Released;
 use crate::evidence::ServerSummary;
 use crate::policy::{Front, Pool};
 
@@ -99,13 +99,13 @@ impl FrontSpec {
                     spec.capacity
                 ));
             }
-            crate::global::LoopbackUrl::parse(&global.url)?;
+            crate::redis_pool::LoopbackUrl::parse(&global.url)?;
             if spec.replica.is_none() {
                 return Err("global permits need a replica name for their holders".into());
             }
         }
         if let Some(replica) = &spec.replica {
-            crate::global::Holder::new(replica, "S1").map_err(|e| e.to_string())?;
+            crate::redis_pool::Holder::new(replica, "S1").map_err(|e| e.to_string())?;
         }
         Ok(spec)
     }

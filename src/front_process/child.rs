@@ -8,16 +8,16 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::global::GlobalPool;
 use super::protocol::{Counts, FromFront, FrontSpec, GlobalSpec, Ready, Stopped, Stream, ToFront};
+use super::replica_pool::ReplicaPool;
 use crate::admission::ledger::WorkEvent;
-use crate::admission::remote::Released;
 use crate::admission::section::WorkSection;
+use crate::admission::shared_pool::Released;
 use crate::admission::token::RunToken;
 use crate::child::{ToParent, parent_link};
 use crate::faults::Faults;
-use crate::global::{GlobalPermits, Lease, LoopbackUrl};
 use crate::policy::Allocation;
+use crate::redis_pool::{GlobalPermits, Lease, LoopbackUrl};
 use crate::server::{self, Census, Running};
 
 /// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
@@ -63,7 +63,7 @@ impl Serving {
         let (section, driver) = match (&spec.global, &spec.replica) {
             (Some(global), Some(replica)) => {
                 let permits = connect(global, spec.capacity).await?;
-                let pool = Arc::new(GlobalPool::new(permits, replica.clone()));
+                let pool = Arc::new(ReplicaPool::new(permits, replica.clone()));
                 let (section, driver) = WorkSection::with_remote(allocation, pool, token);
                 (section, Some(tokio::spawn(driver.run())))
             }
