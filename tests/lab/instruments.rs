@@ -1,7 +1,7 @@
 //! The teaching instruments: `predict` is the model and equals what every run shows; `sweep`
 //! runs exactly the 24 inputs and fits an 80-column terminal.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! given to the run (the command line's is 5 s: `the_command_line_waits_five_seconds`), so the
 //! deliberate stalls take a fraction of a second; then each fault's own checks read its runs.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

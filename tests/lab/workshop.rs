@@ -1,7 +1,7 @@
 //! The workshop's cases, each asserting the outcomes the workshop names, through real HTTP on
 //! loopback.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_matches_section_4, assert_structure};
 use isolation_lab::label::Label::{self, F1, Slow as S};

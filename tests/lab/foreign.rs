@@ -1,7 +1,7 @@
 //! Only the run's own callers can take a permit: requests without the run's token are refused
 //! with 403 before admission and leave no trace in the pools, the ledger or the model.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

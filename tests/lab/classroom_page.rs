@@ -5,7 +5,7 @@
 //! least 18 pixels, and nothing is cut off. `ISOLATION_LAB_SCREENSHOTS=1 cargo test --test
 //! classroom_page` writes its screenshots to `docs/`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -4,7 +4,7 @@
 //! are written to `docs/` (the default and `--held 4` pictures as SVG too), so the docs show
 //! exactly what was checked.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

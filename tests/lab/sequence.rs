@@ -2,7 +2,7 @@
 //! driven to the end it gives the same report as a whole run; closed early it fails, saying
 //! which step it never took, and still closes everything.
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_matches_section_4, assert_port_closed};
 use isolation_lab::coordinator::{Cause, Options, Planned, Run};

@@ -1,7 +1,7 @@
 //! Every allowed input — 2 modes × slots 2..=4 × held 1..=4, 24 policy runs, each on its own
 //! fresh server — against the policy model computed in the test from the policy model (`docs/contract.md`).
 
-mod common;
+use crate::common;
 
 use common::{Case, assert_matches_section_4, assert_structure};
 use isolation_lab::server::Front;

@@ -2,7 +2,7 @@
 //! is not serving a request — silent, or halfway through a head it never finishes — is closed at
 //! once rather than after the drain limit, every handler is joined, and the old port refuses.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! room's requests sent as a student's `curl` sends them. The last tests run the binary itself
 //! and end it with SIGINT.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -2,7 +2,7 @@
 //! a `tokio::time::timeout` around it — returns at once, even with work held at the gate, so
 //! the Tokio runtime that drops it goes on running its other tasks; the held work is abandoned.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
