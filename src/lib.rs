@@ -16,7 +16,7 @@
 //! - [`admission`]: pools, gate, ledger and run token; it knows no front and no test.
 //! - [`server`]: the fronts that turn HTTP into calls on the work section.
 //! - [`coordinator`]: one policy run — its session, its sequence, its HTTP client.
-//! - [`faults`]: what tests may break, given to the coordinator and the fronts from outside.
+//! - [`hooks`]: where a test may step into a run (the lab itself passes none).
 //! - [`resources`], [`evidence`]: what a run observed and cost.
 //! - [`model`]: what every run must show, checked against the evidence.
 //! - [`report`]: the evidence and the model's check, as one serializable report.
@@ -39,11 +39,11 @@ pub mod cli;
 pub mod compare;
 pub mod coordinator;
 pub mod evidence;
-pub mod faults;
 #[cfg(unix)]
 pub mod front_process;
 #[cfg(unix)]
 pub mod hold;
+pub mod hooks;
 pub mod label;
 #[cfg(unix)]
 pub(crate) mod limits;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
-use isolation_lab::faults::Faults;
+use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::{Mode, Policy, Slots};
 use isolation_lab::server::{self, Census, Front, Stopped, async_front};
 use tokio::sync::oneshot;
@@ -181,8 +181,8 @@ fn serve_async() -> Serving {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            let faults = Arc::new(Faults::default());
-            server.serve(section, census, faults, shutdown, GUARD).await
+            let hooks = Arc::new(NoHooks);
+            server.serve(section, census, hooks, shutdown, GUARD).await
         })
     });
     let (address, accepting_thread) = address.recv().expect("the server starts");
@@ -202,13 +202,7 @@ fn serve_async() -> Serving {
 fn serve_threaded() -> Serving {
     let (section, census) = section();
     let before = threads().expect("Linux /proc");
-    let started = server::start(
-        Front::Threaded,
-        section,
-        census,
-        Arc::new(Faults::default()),
-        GUARD,
-    );
+    let started = server::start(Front::Threaded, section, census, Arc::new(NoHooks), GUARD);
     let (address, running) = started.expect("127.0.0.1:0 binds");
     // The one thread that starting the server added is its accept thread.
     let added: Vec<u32> = threads()

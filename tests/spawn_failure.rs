@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
-use isolation_lab::faults::Faults;
+use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::{Mode, Policy, Slots};
 use isolation_lab::server::{self, Census, Front};
 
@@ -39,8 +39,8 @@ fn a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on() {
     };
     let section = WorkSection::new(policy, server::permits(Front::Threaded), token);
     let census = Arc::new(Census::default());
-    let faults = Arc::new(Faults::default());
-    let started = server::start(Front::Threaded, Arc::new(section), census, faults, GUARD);
+    let hooks = Arc::new(NoHooks);
+    let started = server::start(Front::Threaded, Arc::new(section), census, hooks, GUARD);
     let (address, running) = started.expect("127.0.0.1:0 binds");
 
     // Under the limit this process cannot start the process that lifts it: start it first,

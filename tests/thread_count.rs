@@ -12,7 +12,7 @@ use common::Case;
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
 use isolation_lab::coordinator::{Options, run_policy_with};
-use isolation_lab::faults::Faults;
+use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::Mode;
 use isolation_lab::resources::os_threads;
 use isolation_lab::server::{self, Census, Front};
@@ -60,7 +60,7 @@ fn every_threaded_run_ends_with_the_threads_it_started_with() {
             Front::Threaded,
             Arc::new(section),
             census,
-            Arc::new(Faults::default()),
+            Arc::new(NoHooks),
             std::time::Duration::from_secs(5),
         );
         let (address, running) = started.expect("127.0.0.1:0 binds");

@@ -40,7 +40,7 @@ use crate::report::Report;
 pub struct Config {
     /// The first run's inputs.
     pub inputs: Inputs,
-    /// The front, the safety timeout (and, in tests only, injected faults) of every run.
+    /// The front, the safety timeout (and, in tests only, their hooks) of every run.
     pub options: Options,
 }
 

@@ -10,12 +10,13 @@ pub mod failure;
 pub mod sequence;
 pub(crate) mod session;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use failure::{Cause, Failure, Left, Step};
 pub use sequence::{Planned, Run};
 
-use crate::faults::Faults;
+use crate::hooks::{Hooks, NoHooks};
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 
@@ -23,13 +24,13 @@ use crate::report::PolicyReport;
 /// given another: a stalled run exits within three of them, with everything it opened closed.
 pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How to run a policy: on which front, with which injected faults, and the safety timeout.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How to run a policy: on which front, with which hooks, and the safety timeout.
+#[derive(Clone, Debug)]
 pub struct Options {
     /// The server front.
     pub front: Front,
-    /// What to break (tests only; the default breaks nothing).
-    pub faults: Faults,
+    /// Where a test steps in (the command line's run: [`NoHooks`]).
+    pub hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run fails as stalled.
     pub safety_timeout: Duration,
 }
@@ -39,7 +40,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             front: Front::Async,
-            faults: Faults::default(),
+            hooks: Arc::new(NoHooks),
             safety_timeout: SAFETY_TIMEOUT,
         }
     }
@@ -51,6 +52,14 @@ impl Options {
         Options {
             front,
             ..Options::default()
+        }
+    }
+
+    /// These options with a test's `hooks`.
+    pub fn with_hooks(self, hooks: impl Hooks + 'static) -> Self {
+        Options {
+            hooks: Arc::new(hooks),
+            ..self
         }
     }
 }
@@ -89,7 +98,7 @@ pub async fn run_policy(policy: Policy, held: Held) -> PolicyRun {
     run_policy_with(policy, held, Options::default()).await
 }
 
-/// [`run_policy`] with `options`: another front, injected faults, another safety timeout —
+/// [`run_policy`] with `options`: another front, a test's hooks, another safety timeout —
 /// how tests show that every unhappy path ends the run with `failure` set and everything
 /// closed, joined and returned.
 pub async fn run_policy_with(policy: Policy, held: Held, options: Options) -> PolicyRun {

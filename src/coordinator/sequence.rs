@@ -79,7 +79,7 @@ impl Run {
     pub fn open(policy: Policy, held: Held, options: Options) -> Result<Run, Box<PolicyRun>> {
         let Options {
             front,
-            faults,
+            hooks,
             safety_timeout,
         } = options;
         let token = RunToken::generate().map_err(|e| {
@@ -97,7 +97,7 @@ impl Run {
             section.clone(),
             census.clone(),
             &token,
-            faults,
+            hooks,
             safety_timeout,
         );
         let session = session.map_err(|failure| {
@@ -223,7 +223,7 @@ impl Run {
         .await??;
         if decision == Event::Held {
             self.session.hold(request, caller.clone());
-            if self.session.faults().caller_disconnects == Some(request) {
+            if self.session.hooks().caller_leaves(request) {
                 return Err(self.disconnect(request, caller).await);
             }
             return Ok(());
@@ -255,7 +255,7 @@ impl Run {
     /// Steps 4–6: what the observer sees with the slow work held and what holding it costs;
     /// F1 and its actual response; then the held work still there and its callers waiting.
     async fn fast(&mut self) -> Result<(), Failure> {
-        let foreign = self.session.faults().foreign_requests;
+        let foreign = self.session.hooks().foreign_requests();
         if foreign > 0 {
             self.intrude(foreign).await?;
         }

@@ -13,7 +13,7 @@ use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::evidence::{Phase, ResponseRecord, ServerSummary};
-use crate::faults::Faults;
+use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
@@ -36,7 +36,7 @@ pub(crate) struct Session {
     /// The admitted slow callers, to check which are still waiting for their response.
     held: Vec<(Label, AbortHandle)>,
     server: Running,
-    faults: Arc<Faults>,
+    hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run is failed as stalled.
     pub(crate) timeout: Duration,
 }
@@ -66,14 +66,13 @@ impl Session {
         section: Arc<WorkSection>,
         census: Arc<Census>,
         token: &RunToken,
-        faults: Faults,
+        hooks: Arc<dyn Hooks>,
         timeout: Duration,
     ) -> Result<Self, Failure> {
         let setup = |why: String| Failure::new(Step::Start, None, Cause::Setup(why));
-        let faults = Arc::new(faults);
         // The observer subscribes before the server exists, so it misses nothing.
         let (_, events) = section.subscribe();
-        let (events, silenced) = if faults.observer_silent {
+        let (events, silenced) = if !hooks.observer_hears() {
             let (keep, never) = mpsc::unbounded_channel();
             (never, Some(keep))
         } else {
@@ -86,7 +85,7 @@ impl Session {
             front,
             section.clone(),
             census.clone(),
-            faults.clone(),
+            hooks.clone(),
             timeout,
         );
         let (address, server) = started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?;
@@ -101,14 +100,14 @@ impl Session {
             account: Callers::default(),
             held: Vec::new(),
             server,
-            faults,
+            hooks,
             timeout,
         })
     }
 
-    /// The faults a test injected (none on the command line).
-    pub(crate) fn faults(&self) -> &Faults {
-        &self.faults
+    /// The run's hooks (none on the command line).
+    pub(crate) fn hooks(&self) -> &dyn Hooks {
+        &*self.hooks
     }
 
     /// Starts `request`'s caller as a task of this session.
@@ -193,9 +192,9 @@ impl Session {
         None
     }
 
-    /// Opens the slow gate — unless a test made it stuck.
+    /// Opens the slow gate — unless a test's hook keeps it shut.
     pub(crate) fn open_gate(&self) {
-        if !self.faults.gate_stuck {
+        if self.hooks.gate_opens() {
             self.section.open_gate();
         }
     }

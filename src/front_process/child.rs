@@ -15,7 +15,7 @@ use crate::admission::section::WorkSection;
 use crate::admission::shared_pool::Released;
 use crate::admission::token::RunToken;
 use crate::child::{ToParent, parent_link};
-use crate::faults::Faults;
+use crate::hooks::NoHooks;
 use crate::policy::Allocation;
 use crate::redis_pool::{GlobalPermits, Lease, LoopbackUrl};
 use crate::server::{self, Census, Running};
@@ -77,7 +77,7 @@ impl Serving {
             spec.front,
             section.clone(),
             Arc::new(Census::default()),
-            Arc::new(Faults::default()),
+            Arc::new(NoHooks),
             Duration::from_millis(spec.drain_ms),
         )
         .map_err(|e| format!("cannot start the {} front: {e}", spec.front.name()))?;

@@ -23,7 +23,7 @@ use super::connections::Connections;
 use super::{Backoff, Census, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
-use crate::faults::Faults;
+use crate::hooks::Hooks;
 use crate::label::LABEL_HEADER;
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
@@ -59,7 +59,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
-        faults: Arc<Faults>,
+        hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
     ) -> Running {
         let (stop, stopped) = oneshot::channel::<()>();
@@ -67,7 +67,7 @@ impl Server {
             // A dropped sender also means stop.
             let _ = stopped.await;
         };
-        let task = tokio::spawn(self.serve(section, census, faults, shutdown, drain_limit));
+        let task = tokio::spawn(self.serve(section, census, hooks, shutdown, drain_limit));
         Running { stop, task }
     }
 
@@ -80,7 +80,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
-        faults: Arc<Faults>,
+        hooks: Arc<dyn Hooks>,
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
     ) -> Stopped {
@@ -100,14 +100,14 @@ impl Server {
                         retry.succeeded();
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
-                        let (section, faults) = (section.clone(), faults.clone());
+                        let (section, hooks) = (section.clone(), hooks.clone());
                         let flag = serving.clone();
                         let service = service_fn(move |request| {
-                            let (section, faults) = (section.clone(), faults.clone());
+                            let (section, hooks) = (section.clone(), hooks.clone());
                             let flag = flag.clone();
                             async move {
                                 let _serving = Serving::start(&flag);
-                                Ok::<_, Infallible>(handle(&section, &faults, request).await)
+                                Ok::<_, Infallible>(handle(&section, &*hooks, request).await)
                             }
                         });
                         let connection =
@@ -187,7 +187,7 @@ impl Running {
 /// Answers one request after screening it; see [`super::screen`] and [`super::answer`].
 async fn handle(
     section: &WorkSection,
-    faults: &Faults,
+    hooks: &dyn Hooks,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let headers = request.headers();
@@ -198,7 +198,7 @@ async fn handle(
         label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
     };
     let reply = match screen(section, head) {
-        Ok((label, route)) => answer(label, work(section, faults, label, route).await),
+        Ok((label, route)) => answer(label, work(section, hooks, label, route).await),
         Err(reply) => reply,
     };
     respond(reply)

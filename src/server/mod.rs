@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use crate::admission::pools::Permits;
 use crate::admission::section::{Verdict, Work, WorkSection};
 pub use crate::evidence::ServerSummary;
-use crate::faults::Faults;
+use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
 pub use crate::policy::Front;
 use crate::policy::Route;
@@ -115,20 +115,20 @@ pub fn start(
     front: Front,
     section: Arc<WorkSection>,
     census: Arc<Census>,
-    faults: Arc<Faults>,
+    hooks: Arc<dyn Hooks>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
     match front {
         Front::Async => {
             let server = async_front::Server::bind()?;
             let address = server.address();
-            let running = server.start(section, census, faults, drain_limit);
+            let running = server.start(section, census, hooks, drain_limit);
             Ok((address, Running::Async(running)))
         }
         Front::Threaded => {
             let server = threaded::Server::bind()?;
             let address = server.address();
-            let running = server.start(section, census, faults, drain_limit)?;
+            let running = server.start(section, census, hooks, drain_limit)?;
             Ok((address, Running::Threaded(running)))
         }
     }
@@ -273,16 +273,16 @@ pub(crate) fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Ro
     }
 }
 
-/// Admits and runs one request's work as a task, with the fault a test gave the front (none on
-/// the command line) injected inside the work section.
+/// Admits and runs one request's work as a task, calling the run's hooks inside the work
+/// section.
 pub(crate) async fn work(
     section: &WorkSection,
-    faults: &Faults,
+    hooks: &dyn Hooks,
     request: Label,
     route: Route,
 ) -> Verdict {
     match section.admit(request, route).await {
-        Ok(work) => inject(faults, work).run().await,
+        Ok(work) => inside(hooks, work).run().await,
         Err(denied) => denied.into(),
     }
 }
@@ -290,25 +290,20 @@ pub(crate) async fn work(
 /// [`work`] as a blocked thread.
 pub(crate) fn work_blocking(
     section: &WorkSection,
-    faults: &Faults,
+    hooks: &dyn Hooks,
     request: Label,
     route: Route,
 ) -> Verdict {
     match section.admit_now(request, route) {
-        Ok(work) => inject(faults, work).run_blocking(),
+        Ok(work) => inside(hooks, work).run_blocking(),
         Err(denied) => denied.into(),
     }
 }
 
-/// The injected handler panic, if this is its request: it unwinds with the admitted work (and
-/// its permit) inside the section, which records it leaving as cancelled.
-fn inject<'a>(faults: &Faults, work: Work<'a>) -> Work<'a> {
-    if faults.handler_panics == Some(work.request()) {
-        panic!(
-            "injected fault: the handler of {} panicked inside the work section",
-            work.request()
-        );
-    }
+/// Lets the run's hooks in with the admitted work: a hook that panics unwinds with the work
+/// (and its permit) inside the section, which records it leaving as cancelled.
+fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
+    hooks.inside_work(work.request());
     work
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use super::{Backoff, Census, Handlers, Head, Reply, Stopped, answer, screen, work_blocking};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
-use crate::faults::Faults;
+use crate::hooks::Hooks;
 use crate::label::LABEL_HEADER;
 
 /// The most a request head may take; the lab's own are a few hundred bytes.
@@ -168,7 +168,7 @@ struct Connection {
 /// What a connection thread shares with the accept thread.
 struct Shared {
     section: Arc<WorkSection>,
-    faults: Arc<Faults>,
+    hooks: Arc<dyn Hooks>,
     census: Arc<Census>,
     signal: Arc<Signal>,
 }
@@ -190,7 +190,7 @@ impl Server {
         self,
         section: Arc<WorkSection>,
         census: Arc<Census>,
-        faults: Arc<Faults>,
+        hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
     ) -> io::Result<Running> {
         let Server { listener, address } = self;
@@ -208,7 +208,7 @@ impl Server {
         });
         let shared = Arc::new(Shared {
             section,
-            faults,
+            hooks,
             census,
             signal: signal.clone(),
         });
@@ -612,7 +612,7 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
                 };
                 let reply = match screen(&shared.section, head) {
                     Ok((label, route)) => {
-                        let verdict = work_blocking(&shared.section, &shared.faults, label, route);
+                        let verdict = work_blocking(&shared.section, &*shared.hooks, label, route);
                         answer(label, verdict)
                     }
                     Err(reply) => reply,

@@ -14,6 +14,7 @@ use isolation_lab::admission::section::GateState;
 use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::evidence::Phase;
+use isolation_lab::hooks::Hooks;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Held, Inputs, Mode, Policy, Slots};
 use isolation_lab::report::PolicyReport;
@@ -340,4 +341,44 @@ pub async fn serve_classroom(inputs: Inputs, front: Front) -> Classroom {
         .expect("the session announces its URL within 10 s (failure guard)")
         .expect("the session announces its URL");
     Classroom { url, leave, task }
+}
+
+/// What a test breaks in one policy run, given to the run as its hooks. The default breaks
+/// nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// The gate ignores every opening, so held work can never leave on its own.
+    pub gate_stuck: bool,
+    /// The work section records its events but never tells the control observer.
+    pub observer_silent: bool,
+    /// This slow request's caller drops its connection while its work is held at the gate.
+    pub caller_disconnects: Option<Label>,
+    /// The handler of this request panics inside the work section, holding its permit.
+    pub handler_panics: Option<Label>,
+    /// Requests without the run's token, sent to the server while slow work is held.
+    pub foreign_requests: usize,
+}
+
+impl Hooks for Faults {
+    fn inside_work(&self, request: Label) {
+        if self.handler_panics == Some(request) {
+            panic!("injected fault: the handler of {request} panicked inside the work section");
+        }
+    }
+
+    fn gate_opens(&self) -> bool {
+        !self.gate_stuck
+    }
+
+    fn observer_hears(&self) -> bool {
+        !self.observer_silent
+    }
+
+    fn caller_leaves(&self, request: Label) -> bool {
+        self.caller_disconnects == Some(request)
+    }
+
+    fn foreign_requests(&self) -> usize {
+        self.foreign_requests
+    }
 }

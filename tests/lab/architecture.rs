@@ -76,7 +76,7 @@ fn data_flows_one_way() {
     let forbidden = [
         // Admission knows no front, no test hook, no report.
         ("admission", "server"),
-        ("admission", "faults"),
+        ("admission", "hooks"),
         ("admission", "report"),
         ("admission", "coordinator"),
         // The model and the ground floor never see the report.

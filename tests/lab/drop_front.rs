@@ -14,7 +14,7 @@ use common::Case;
 use isolation_lab::admission::ledger::{Event, WorkEvent};
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::{RunToken, TOKEN_HEADER};
-use isolation_lab::faults::Faults;
+use isolation_lab::hooks::NoHooks;
 use isolation_lab::label::{LABEL_HEADER, Label};
 use isolation_lab::policy::Mode;
 use isolation_lab::server::{self, Census, Front};
@@ -49,7 +49,7 @@ fn dropping_a_threaded_server_never_blocks_its_runtime() {
         Front::Threaded,
         section.clone(),
         census,
-        Arc::new(Faults::default()),
+        Arc::new(NoHooks),
         DRAIN,
     );
     let (address, running) = started.expect("127.0.0.1:0 binds");

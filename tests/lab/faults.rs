@@ -9,13 +9,12 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Case, assert_port_closed};
+use common::{Case, Faults, assert_port_closed};
 use isolation_lab::admission::ledger::{Event, WorkEvent};
 use isolation_lab::admission::section::GateState;
 use isolation_lab::coordinator::{
     Cause, Failure, Left, Options, PolicyRun, SAFETY_TIMEOUT, Step, run_policy_with,
 };
-use isolation_lab::faults::Faults;
 use isolation_lab::label::Label;
 use isolation_lab::policy::Mode;
 use isolation_lab::server::Front;
@@ -42,9 +41,8 @@ async fn fail_with(cases: &[(Front, Mode)], faults: Faults, timeout: Duration) -
         runs.spawn(async move {
             let case = Case::new(mode, 2, 2);
             let options = Options {
-                front,
-                faults,
                 safety_timeout: timeout,
+                ..Options::on(front).with_hooks(faults)
             };
             let run = run_policy_with(case.policy(), case.held(), options).await;
             (front, mode, run)

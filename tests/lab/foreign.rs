@@ -5,11 +5,11 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{Case, assert_matches_section_4, assert_structure};
+use common::{Case, Faults, assert_matches_section_4, assert_structure};
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::{RunToken, TOKEN_HEADER};
 use isolation_lab::coordinator::{Options, SAFETY_TIMEOUT, run_policy_with};
-use isolation_lab::faults::Faults;
+use isolation_lab::hooks::NoHooks;
 use isolation_lab::label::LABEL_HEADER;
 use isolation_lab::policy::Mode;
 use isolation_lab::server::{self, Census, Front};
@@ -25,11 +25,7 @@ async fn foreign_requests_during_a_run_change_nothing() {
                 foreign_requests: 4,
                 ..Faults::default()
             };
-            let options = Options {
-                front,
-                faults,
-                ..Options::default()
-            };
+            let options = Options::on(front).with_hooks(faults);
             let run = run_policy_with(case.policy(), case.held(), options).await;
             assert_eq!(run.failure, None);
             let report = run.report;
@@ -56,8 +52,8 @@ async fn only_the_run_token_reaches_admission() {
         let section = WorkSection::new(case.policy(), server::permits(front), token.clone());
         let section = Arc::new(section);
         let census = Arc::new(Census::default());
-        let faults = Arc::new(Faults::default());
-        let started = server::start(front, section.clone(), census, faults, SAFETY_TIMEOUT);
+        let hooks = Arc::new(NoHooks);
+        let started = server::start(front, section.clone(), census, hooks, SAFETY_TIMEOUT);
         let (address, running) = started.expect("127.0.0.1:0 binds");
         let client = reqwest::Client::builder()
             .no_proxy()

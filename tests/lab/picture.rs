@@ -9,9 +9,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::Faults;
 use common::webdriver::{Browser, TempDir, skip_without_browser};
 use isolation_lab::coordinator::Options;
-use isolation_lab::faults::Faults;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Inputs, ModeChoice};
 use isolation_lab::render::svg;
@@ -176,10 +176,7 @@ async fn failed_picture() -> String {
         caller_disconnects: Some(Label::Slow(1)),
         ..Faults::default()
     };
-    let options = Options {
-        faults,
-        ..Options::default()
-    };
+    let options = Options::default().with_hooks(faults);
     let report = isolation_lab::run_with(inputs, options).await;
     assert!(
         report.failure.is_some(),

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::common::Faults;
 use isolation_lab::coordinator::Options;
-use isolation_lab::faults::Faults;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Inputs, ModeChoice};
 use serde_json::{Value, json};
@@ -320,13 +320,10 @@ fn a_failed_runs_report_is_recorded() {
         mode: ModeChoice::Both,
         ..Inputs::default()
     };
-    let options = Options {
-        faults: Faults {
-            caller_disconnects: Some(Label::Slow(1)),
-            ..Faults::default()
-        },
-        ..Options::default()
-    };
+    let options = Options::default().with_hooks(Faults {
+        caller_disconnects: Some(Label::Slow(1)),
+        ..Faults::default()
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

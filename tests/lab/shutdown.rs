@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{Case, assert_port_closed};
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
-use isolation_lab::faults::Faults;
+use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::Mode;
 use isolation_lab::server::{self, Census, Front};
 
@@ -27,14 +27,8 @@ async fn outsiders_that_never_finish_a_request_do_not_hold_the_shutdown() {
         let census = Arc::new(Census::default());
         // A drain limit far longer than the test may take: reaching it would be the failure.
         let drain_limit = Duration::from_secs(30);
-        let faults = Arc::new(Faults::default());
-        let started = server::start(
-            front,
-            Arc::new(section),
-            census.clone(),
-            faults,
-            drain_limit,
-        );
+        let hooks = Arc::new(NoHooks);
+        let started = server::start(front, Arc::new(section), census.clone(), hooks, drain_limit);
         let (address, running) = started.expect("127.0.0.1:0 binds");
 
         let silent = TcpStream::connect(address).expect("the server accepts");

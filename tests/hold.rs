@@ -2,7 +2,7 @@
 //! real HTTP on loopback. One test in its own process, so no other test's threads or
 //! descriptors are counted with the parent's.
 
-use crate::common;
+mod common;
 
 use std::path::PathBuf;
 

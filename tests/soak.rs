@@ -1,7 +1,7 @@
 //! Soak: the quick load test, scaled up. Run it with
 //! `cargo test --release --test soak -- --ignored --nocapture`.
 
-use crate::common;
+mod common;
 
 use std::time::Instant;
 

@@ -1,0 +1,40 @@
+//! Where a test may step into a run. The sequence and the fronts call a run's [`Hooks`] at a
+//! few fixed points; the lab's own runs pass [`NoHooks`], whose every answer is "carry on".
+//! What a test breaks is written with the tests, never in the lab's code paths.
+
+use std::fmt::Debug;
+
+use crate::label::Label;
+
+/// The points where a run lets a test in. Every method's default leaves the run as it is.
+pub trait Hooks: Debug + Send + Sync {
+    /// Called inside the work section with `request`'s permit held, before its work runs; a
+    /// test may panic here, and the section records the work leaving as cancelled.
+    fn inside_work(&self, _request: Label) {}
+
+    /// Whether the sequence's opening of the slow gate opens it.
+    fn gate_opens(&self) -> bool {
+        true
+    }
+
+    /// Whether the section's events reach the control observer.
+    fn observer_hears(&self) -> bool {
+        true
+    }
+
+    /// Whether `request`'s caller drops its connection once its work is held at the gate.
+    fn caller_leaves(&self, _request: Label) -> bool {
+        false
+    }
+
+    /// How many requests without the run's token the sequence sends while slow work is held.
+    fn foreign_requests(&self) -> usize {
+        0
+    }
+}
+
+/// The command line's hooks: none.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl Hooks for NoHooks {}
