@@ -1,6 +1,6 @@
 //! The protected work section: admission by permit, the slow gate, and the ledger. A server
 //! front asks it to [`admit`](WorkSection::admit) a request, then runs the admitted [`Work`] —
-//! as a task (`run`) or a blocked thread (`run_blocking`); `perform` does both in one call.
+//! as a task (`run`) or a blocked thread (`run_blocking`).
 //!
 //! Admission is `async` because a pool shared with other processes decides after a round trip
 //! (see [`shared_pool`](super::shared_pool)); a local pool decides without awaiting, and the threaded
@@ -305,23 +305,6 @@ impl WorkSection {
         }
     }
 
-    /// Admits and runs one request's work, as a task: [`WorkSection::admit`], then
-    /// [`Work::run`].
-    pub async fn perform(&self, request: Label, route: Route) -> Verdict {
-        match self.admit(request, route).await {
-            Ok(work) => work.run().await,
-            Err(denied) => denied.into(),
-        }
-    }
-
-    /// Admits and runs one request's work, as a blocked thread.
-    pub fn perform_blocking(&self, request: Label, route: Route) -> Verdict {
-        match self.admit_now(request, route) {
-            Ok(work) => work.run_blocking(),
-            Err(denied) => denied.into(),
-        }
-    }
-
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
     pub fn open_gate(&self) {
         self.gate.open(|| {
@@ -535,6 +518,26 @@ impl Drop for Work<'_> {
         drop(self.permit.take());
         let active = self.section.pools.active(self.pool);
         ledger.finish(self.request, self.pool, active, !self.completed);
+    }
+}
+
+#[cfg(test)]
+impl WorkSection {
+    /// Admits and runs one request's work in one call, as a task: what a front does, for the
+    /// unit tests that stand in for one.
+    pub(crate) async fn perform(&self, request: Label, route: Route) -> Verdict {
+        match self.admit(request, route).await {
+            Ok(work) => work.run().await,
+            Err(denied) => denied.into(),
+        }
+    }
+
+    /// [`WorkSection::perform`] as a blocked thread.
+    pub(crate) fn perform_blocking(&self, request: Label, route: Route) -> Verdict {
+        match self.admit_now(request, route) {
+            Ok(work) => work.run_blocking(),
+            Err(denied) => denied.into(),
+        }
     }
 }
 

@@ -177,7 +177,7 @@ impl Handlers {
         Stopped {
             summary: ServerSummary {
                 address,
-                listener_closed: true,
+                listener_closed: refuses_connections(address),
                 connections_accepted: accepted,
                 connection_tasks_stopped: joined == accepted,
                 connection_tasks_aborted: self.aborted,
@@ -186,6 +186,16 @@ impl Handlers {
             error: error.or(panicked),
         }
     }
+}
+
+/// Whether `address` refuses a connection now: the evidence that a stopped server's listener
+/// is closed. On loopback the kernel answers a connect to a closed port at once, so this never
+/// waits; a port that accepts (the listener still open, or already another's) is not closed.
+fn refuses_connections(address: SocketAddr) -> bool {
+    matches!(
+        std::net::TcpStream::connect(address),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    )
 }
 
 /// The connection handlers alive right now, counted by a guard each handler holds.
@@ -339,6 +349,16 @@ pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `listener_closed` is observed, not asserted: a port with a listener accepts, and the
+    /// same port refuses once the listener is dropped.
+    #[test]
+    fn a_closed_listener_is_seen_refusing() {
+        let (listener, address) = bind_loopback().expect("127.0.0.1:0 binds");
+        assert!(!refuses_connections(address));
+        drop(listener);
+        assert!(refuses_connections(address));
+    }
 
     /// The pauses double from 1 ms to 64 ms; the failure after the last gives up, naming how
     /// many tries and how long they took. A success starts the pauses over.
