@@ -149,7 +149,7 @@ impl Room {
                 record.body = Some(reply.body);
                 record.after_event = reply.after_event;
             }
-            Err(why) => record.error = Some(why),
+            Err(why) => record.error = Some(format!("{why:#}")),
         }
         self.state().requests.push(record.clone());
         record

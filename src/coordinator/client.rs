@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::admission::section::WorkSection;
@@ -44,12 +45,12 @@ impl Client {
     }
 
     /// One caller: `GET <route>` with the request's label, and the whole JSON response, placed
-    /// on the ledger's axis by the last event recorded when it arrived. An `Err` is the reason,
-    /// in one line.
+    /// on the ledger's axis by the last event recorded when it arrived. An `Err` says what
+    /// failed, and its sources say why (a reqwest error's own text rarely does: refused, reset).
     pub(crate) fn call(
         &self,
         request: Label,
-    ) -> impl Future<Output = Result<Reply, String>> + Send + use<> {
+    ) -> impl Future<Output = anyhow::Result<Reply>> + Send + use<> {
         let client = self.clone();
         async move {
             let route = request.route();
@@ -61,17 +62,15 @@ impl Client {
             let response = sent
                 .send()
                 .await
-                .map_err(|e| format!("{request}: GET {route} failed: {}", chain(&e)))?;
+                .with_context(|| format!("{request}: GET {route} failed"))?;
             let status = response.status().as_u16();
-            let bytes = response.bytes().await.map_err(|e| {
-                format!(
-                    "{request}: reading the {status} response failed: {}",
-                    chain(&e)
-                )
-            })?;
+            let bytes = response
+                .bytes()
+                .await
+                .with_context(|| format!("{request}: reading the {status} response failed"))?;
             let after_event = client.section.last_seq();
             let body = serde_json::from_slice(&bytes)
-                .map_err(|e| format!("{request}: the {status} response is not JSON: {e}"))?;
+                .with_context(|| format!("{request}: the {status} response is not JSON"))?;
             Ok(Reply {
                 request,
                 status,
@@ -84,15 +83,14 @@ impl Client {
 
 /// The HTTP client of a run, presenting `token` on every request. Built before the server
 /// starts, so that a run that cannot build it has nothing to stop.
-pub(crate) fn with_token(token: &RunToken) -> Result<reqwest::Client, String> {
+pub(crate) fn with_token(token: &RunToken) -> anyhow::Result<reqwest::Client> {
     let headers = token_header(&token.header_value())?;
-    loopback(headers).map_err(|e| format!("building the HTTP client: {e}"))
+    loopback(headers).context("building the HTTP client")
 }
 
 /// The header that presents a run's token (as its server wrote it) with every request.
-pub(crate) fn token_header(token: &str) -> Result<HeaderMap, String> {
-    let value = HeaderValue::from_str(token)
-        .map_err(|e| format!("the run token is not a header value: {e}"))?;
+pub(crate) fn token_header(token: &str) -> anyhow::Result<HeaderMap> {
+    let value = HeaderValue::from_str(token).context("the run token is not a header value")?;
     Ok(HeaderMap::from_iter([(
         HeaderName::from_static(TOKEN_HEADER),
         value,
@@ -112,17 +110,4 @@ pub(crate) fn loopback_builder(headers: HeaderMap) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .no_proxy()
         .default_headers(headers)
-}
-
-/// An error and its sources, on one line, as `anyhow`'s `{:#}` prints them: a reqwest error's
-/// own text rarely says why (refused, reset, timed out); its sources do.
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -348,8 +348,8 @@ impl Run {
     }
 }
 
-fn caller_failed((step, request): (Step, Option<Label>), why: String) -> Failure {
-    Failure::new(step, request, Cause::Caller(why))
+fn caller_failed((step, request): (Step, Option<Label>), why: anyhow::Error) -> Failure {
+    Failure::new(step, request, Cause::Caller(format!("{why:#}")))
 }
 
 /// The evidence of a run once everything it opened is closed: the section as it stands, what

@@ -30,7 +30,7 @@ pub(crate) struct Session {
     _silenced: Option<mpsc::UnboundedSender<WorkEvent>>,
     pub(crate) client: Client,
     /// The callers; each returns its reply.
-    callers: JoinSet<Result<Reply, String>>,
+    callers: JoinSet<anyhow::Result<Reply>>,
     /// How many were spawned, joined and aborted.
     account: Callers,
     /// The admitted slow callers, to check which are still waiting for their response.
@@ -80,7 +80,7 @@ impl Session {
         };
         // Everything that can fail before the server starts is done first: once it runs, only
         // `close` stops and joins it.
-        let http = client::with_token(token).map_err(setup)?;
+        let http = client::with_token(token).map_err(|e| setup(format!("{e:#}")))?;
         let started = server::start(
             front,
             section.clone(),
@@ -144,11 +144,11 @@ impl Session {
             format!("{request} got no response")
         })
         .await?;
-        reply.map_err(|why| Failure::new(step, Some(request), Cause::Caller(why)))
+        reply.map_err(|why| Failure::new(step, Some(request), Cause::Caller(format!("{why:#}"))))
     }
 
     /// The next caller to end, joined and counted.
-    pub(crate) async fn join_caller(&mut self) -> Option<Result<Result<Reply, String>, JoinError>> {
+    pub(crate) async fn join_caller(&mut self) -> Option<Result<anyhow::Result<Reply>, JoinError>> {
         let joined = self.callers.join_next().await;
         self.account.joined += u64::from(joined.is_some());
         joined
@@ -170,7 +170,7 @@ impl Session {
                 },
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
                     self.account.joined += 1;
-                    let reply = joined(ended).map_err(|why| at(Cause::Caller(why)))?;
+                    let reply = joined(ended).map_err(|why| at(Cause::Caller(format!("{why:#}"))))?;
                     return Err(at(Cause::AnsweredEarly {
                         request: reply.request,
                         status: reply.status,
@@ -288,11 +288,11 @@ pub(crate) fn count(section: &WorkSection, census: &Census) -> Resources {
 
 /// The reply of a joined caller task, or why there is none.
 pub(crate) fn joined(
-    joined: Option<Result<Result<Reply, String>, JoinError>>,
-) -> Result<Reply, String> {
+    joined: Option<Result<anyhow::Result<Reply>, JoinError>>,
+) -> anyhow::Result<Reply> {
     match joined {
         Some(Ok(reply)) => reply,
-        Some(Err(e)) => Err(format!("a client task did not finish: {e}")),
-        None => Err("no client task was left to answer".into()),
+        Some(Err(e)) => Err(anyhow::Error::new(e).context("a client task did not finish")),
+        None => Err(anyhow::anyhow!("no client task was left to answer")),
     }
 }

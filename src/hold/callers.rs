@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use tokio::task::JoinSet;
 
-use crate::coordinator::client::{self, chain};
+use crate::coordinator::client;
 use crate::label::{LABEL_HEADER, Label};
 
 /// The most source addresses used: 127.0.0.1 through 127.0.0.254.
@@ -33,7 +33,7 @@ impl Callers {
                 "{sources} source addresses are needed; the lab uses at most {MAX_SOURCES}"
             ));
         }
-        let headers = client::token_header(token)?;
+        let headers = client::token_header(token).map_err(|e| format!("{e:#}"))?;
         let clients = (1..=sources)
             .map(|n| {
                 let last = u8::try_from(n).expect("at most MAX_SOURCES, checked above");
@@ -71,15 +71,16 @@ impl Callers {
                 .get(&self.url)
                 .header(LABEL_HEADER, label.to_string());
             self.tasks.spawn(async move {
-                let response = request
-                    .send()
-                    .await
-                    .map_err(|e| format!("{label}: GET /slow failed: {}", chain(&e)))?;
+                let response = request.send().await.map_err(|e| {
+                    format!("{label}: GET /slow failed: {:#}", anyhow::Error::new(e))
+                })?;
                 let status = response.status().as_u16();
-                let body = response
-                    .bytes()
-                    .await
-                    .map_err(|e| format!("{label}: reading its {status} answer: {}", chain(&e)))?;
+                let body = response.bytes().await.map_err(|e| {
+                    format!(
+                        "{label}: reading its {status} answer: {:#}",
+                        anyhow::Error::new(e)
+                    )
+                })?;
                 let body: serde_json::Value = serde_json::from_slice(&body)
                     .map_err(|e| format!("{label}: its {status} answer is not JSON: {e}"))?;
                 let named = body.get("request").and_then(|v| v.as_str());

@@ -23,7 +23,6 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
-use crate::coordinator::client::chain;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
 use crate::label::{LABEL_HEADER, Label};
@@ -244,7 +243,7 @@ impl Run {
                 .await
                 .map_err(|e| format!("{id} did not come up: {e}"))?;
             let headers = crate::coordinator::client::token_header(front.token())
-                .map_err(|e| format!("{id}: {e}"))?;
+                .map_err(|e| format!("{id}: {e:#}"))?;
             let client = crate::coordinator::client::loopback(headers)
                 .map_err(|e| format!("building the HTTP client: {e}"))?;
             self.replicas.push(Replica {
@@ -688,9 +687,15 @@ impl Replica {
             .header(LABEL_HEADER, request.to_string());
         self.callers.spawn(async move {
             let reply = async {
-                let response = get.send().await.map_err(|e| chain(&e))?;
+                let response = get
+                    .send()
+                    .await
+                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
                 let status = response.status().as_u16();
-                let bytes = response.bytes().await.map_err(|e| chain(&e))?;
+                let bytes = response
+                    .bytes()
+                    .await
+                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
                 let body = serde_json::from_slice(&bytes)
                     .map_err(|e| format!("the {status} response is not JSON: {e}"))?;
                 Ok((status, body))
