@@ -13,7 +13,8 @@ use isolation_lab::cli::{Command, Format, TableFormat};
 use isolation_lab::coordinator::Options;
 #[cfg(unix)]
 use isolation_lab::hold;
-use isolation_lab::render::{self, svg, text};
+use isolation_lab::lab::render::{picture as svg, text};
+use isolation_lab::render;
 use isolation_lab::{classroom, compare, record, sweep};
 
 fn main() -> ExitCode {
@@ -21,7 +22,7 @@ fn main() -> ExitCode {
     let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli.command {
         None => {
-            let run = isolation_lab::run_on(cli.run.server.into(), cli.run.inputs.inputs());
+            let run = isolation_lab::lab::run_on(cli.run.server.into(), cli.run.inputs.inputs());
             let Some(report) = runtime(run) else {
                 return ExitCode::from(1);
             };
@@ -34,7 +35,7 @@ fn main() -> ExitCode {
         }
         Some(Command::Predict { inputs, format }) => {
             let inputs = inputs.inputs();
-            let predictions = isolation_lab::predict(inputs);
+            let predictions = isolation_lab::lab::predict(inputs);
             let rendered = match format {
                 TableFormat::Text => Ok(text::prediction(&inputs, &predictions)),
                 TableFormat::Json => json(&predictions),
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             };
             let rendered = match format {
-                TableFormat::Text => Ok(render::sweep::render(&sweep)),
+                TableFormat::Text => Ok(sweep::render::render(&sweep)),
                 TableFormat::Json => json(&sweep),
             };
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
@@ -85,7 +86,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             };
             let rendered = match format {
-                TableFormat::Text => Ok(render::compare::render(&comparison)),
+                TableFormat::Text => Ok(compare::render::render(&comparison)),
                 TableFormat::Json => json(&comparison),
             };
             emit(rendered, comparison.failure().as_deref())
@@ -162,7 +163,7 @@ fn main() -> ExitCode {
 
 /// Runs `future` on the lab's runtime; `None` (after saying why) if the runtime cannot start.
 fn runtime<F: Future>(future: F) -> Option<F::Output> {
-    isolation_lab::block_on(future)
+    isolation_lab::lab::block_on(future)
         .map_err(|e| fail(&format!("cannot start the Tokio runtime: {e}")))
         .ok()
 }

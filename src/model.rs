@@ -281,7 +281,7 @@ mod tests {
 
     /// The evidence of a policy of a recorded report, as the model first checked it.
     fn recorded(report: usize, policy: usize) -> (Policy, Held, Evidence) {
-        let reports = crate::render::fixtures::reports();
+        let reports = crate::lab::fixtures::reports();
         let report = &reports[report];
         let p = &report.policies[policy];
         let policy = Policy {

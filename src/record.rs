@@ -508,7 +508,7 @@ fn shell_word(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::fixtures;
+    use crate::lab::fixtures;
 
     #[test]
     fn pointers_escape_tilde_and_slash() {

@@ -14,10 +14,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::journal::Journal;
 use super::room::{Room, Target};
-use crate::Invocation;
 use crate::admission::section::{RoomGate, RoomGateRefusal};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
 use crate::evidence::ResponseRecord;
+use crate::lab::Invocation;
 use crate::outcome::Outcome;
 use crate::policy::{Inputs, Mode, Policy, Route};
 use crate::report::Report;

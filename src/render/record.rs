@@ -5,9 +5,10 @@
 use std::fmt::Write;
 
 use crate::admission::section::GateState;
+use crate::draw::table::labels;
 use crate::evidence::Decision;
+use crate::lab::render::text::table;
 use crate::record::{Line, OWN_PREDICTION, PARTICIPANT, Record, Says, TO_FILL_IN};
-use crate::render::text::{labels, table};
 
 /// Renders `record` as text.
 pub fn render(record: &Record) -> String {

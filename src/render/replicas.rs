@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::draw::table::columns;
 use crate::evidence::Decision;
 use crate::label::Label;
-use crate::render::text::columns;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 

@@ -69,7 +69,8 @@ pub fn assert_default(report: &Report) {
 /// current-thread runtime, dropped before the report is read.
 pub fn sequential(front: Front, runs: usize) {
     for _ in 0..runs {
-        let report = isolation_lab::block_on(isolation_lab::run_on(front, Inputs::default()));
+        let report =
+            isolation_lab::lab::block_on(isolation_lab::lab::run_on(front, Inputs::default()));
         let report = report.expect("a runtime");
         assert_default(&report);
     }
@@ -85,7 +86,7 @@ pub fn concurrent(front: Front, labs: usize) {
     let reports = runtime.block_on(async {
         let mut running = tokio::task::JoinSet::new();
         for _ in 0..labs {
-            running.spawn(isolation_lab::run_on(front, Inputs::default()));
+            running.spawn(isolation_lab::lab::run_on(front, Inputs::default()));
         }
         running.join_all().await
     });

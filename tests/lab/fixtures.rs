@@ -56,7 +56,8 @@ fn recorded_reports_still_match_real_runs() {
                 slots,
                 held,
             };
-            let real = isolation_lab::block_on(isolation_lab::run(inputs)).expect("a runtime");
+            let real =
+                isolation_lab::lab::block_on(isolation_lab::lab::run(inputs)).expect("a runtime");
             assert!(real.matches_model, "{inputs:?}: {:?}", real.failure);
             let json = serde_json::to_string_pretty(&real).expect("a report serializes");
             let path = path(slots, held);

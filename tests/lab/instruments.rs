@@ -28,7 +28,7 @@ fn predict_follows_the_mode() {
         mode: ModeChoice::Both,
         ..Inputs::default()
     };
-    let modes: Vec<_> = isolation_lab::predict(inputs)
+    let modes: Vec<_> = isolation_lab::lab::predict(inputs)
         .iter()
         .map(|o| o.mode.name())
         .collect();
@@ -37,7 +37,7 @@ fn predict_follows_the_mode() {
         mode: ModeChoice::Shared,
         ..inputs
     };
-    assert_eq!(isolation_lab::predict(shared_only).len(), 1);
+    assert_eq!(isolation_lab::lab::predict(shared_only).len(), 1);
 }
 
 /// The sweep runs each of the 24 inputs once, all matching, and its text stays within 80
@@ -65,7 +65,7 @@ async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
             "{case:?}"
         );
     }
-    let text = isolation_lab::render::sweep::render(&sweep);
+    let text = isolation_lab::sweep::render::render(&sweep);
     for line in text.lines() {
         assert!(
             line.chars().count() <= 80,

@@ -12,9 +12,9 @@ use std::process::Command;
 use common::Faults;
 use common::webdriver::{Browser, TempDir, skip_without_browser};
 use isolation_lab::coordinator::Options;
+use isolation_lab::lab::render::picture;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Inputs, ModeChoice};
-use isolation_lab::render::svg;
 use serde::Deserialize;
 
 /// The smallest text a room should be shown, in screen pixels.
@@ -165,7 +165,7 @@ async fn picture_from_binary(args: &'static [&'static str]) -> String {
 
 /// The picture of a real run that failed: the default inputs, with S1's caller hanging up
 /// while its work is held at the gate. The library stops at the first policy that fails; the
-/// report is assembled as `isolation_lab::run_on` assembles it. (This fault fails at once and
+/// report is assembled as `isolation_lab::lab::run_on` assembles it. (This fault fails at once and
 /// its reason names no port, so the picture is the same on every run.)
 async fn failed_picture() -> String {
     let inputs = Inputs {
@@ -177,12 +177,12 @@ async fn failed_picture() -> String {
         ..Faults::default()
     };
     let options = Options::default().with_hooks(faults);
-    let report = isolation_lab::run_with(inputs, options).await;
+    let report = isolation_lab::lab::run_with(inputs, options).await;
     assert!(
         report.failure.is_some(),
         "a caller that disconnects while held fails the run"
     );
-    svg::render(&report)
+    picture::render(&report)
 }
 
 fn docs() -> PathBuf {

@@ -328,7 +328,7 @@ fn a_failed_runs_report_is_recorded() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let report = runtime.block_on(isolation_lab::run_with(inputs, options));
+    let report = runtime.block_on(isolation_lab::lab::run_with(inputs, options));
     drop(runtime);
     assert!(
         report.failure.is_some(),

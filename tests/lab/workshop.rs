@@ -16,7 +16,7 @@ fn f1_held_by(report: &isolation_lab::report::PolicyReport) -> Option<Vec<Label>
 /// partitioned admits S1, refuses S2 although the fast permit is idle, and admits F1.
 #[tokio::test]
 async fn default_run_shows_both_policies() {
-    let report = isolation_lab::run(Inputs::default()).await;
+    let report = isolation_lab::lab::run(Inputs::default()).await;
     assert!(report.matches_model, "{:?}", report.failure);
     assert_eq!(report.failure, None);
     let [shared, partitioned] = &report.policies[..] else {
@@ -124,7 +124,7 @@ async fn one_held_request_admits_f1_under_both() {
         held: "1".parse().expect("1 is allowed"),
         ..Inputs::default()
     };
-    let report = isolation_lab::run(inputs).await;
+    let report = isolation_lab::lab::run(inputs).await;
     assert!(report.matches_model);
     assert_eq!(report.policies.len(), 2);
     for policy in &report.policies {
@@ -149,7 +149,7 @@ async fn four_held_requests_explain_useful_and_refused_work() {
         held: "4".parse().expect("4 is allowed"),
         ..Inputs::default()
     };
-    let report = isolation_lab::run(inputs).await;
+    let report = isolation_lab::lab::run(inputs).await;
     assert!(report.matches_model);
     let [shared, partitioned] = &report.policies[..] else {
         panic!("two policies");

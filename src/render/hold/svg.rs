@@ -1,14 +1,14 @@
 //! `hold` as a picture: six panels, one per figure, each front's curve against N on log–log
 //! axes, and each front's ceiling here (from the preflight) as a dashed vertical line. Plain
 //! SVG 1.1 with no script and nothing from outside; a `viewBox` as wide as a 1920-pixel
-//! window and no text under 17 units, like the run's picture (`src/render/svg.rs`).
+//! window and no text under 17 units, like the run's picture (`src/lab/render/picture.rs`).
 
 use std::fmt::Write;
 
 use super::count;
+use crate::draw::svg::{BLUE, GREY, RULE, Type, VERMILLION, text};
 use crate::hold::{Figures, FrontSeries, HoldReport, Outcome};
 use crate::policy::Front;
-use crate::render::svg::{BLUE, GREY, RULE, Type, VERMILLION, text};
 
 const WIDTH: f64 = 1920.0;
 const MARGIN: f64 = 32.0;

@@ -2,6 +2,8 @@
 //! server — as one matrix per policy: the useful work, the refused work, whether F1 got in, and
 //! what the reservation cost.
 
+pub mod render;
+
 use serde::Serialize;
 
 use crate::coordinator::{self, Options};

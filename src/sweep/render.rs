@@ -2,8 +2,8 @@
 
 use std::fmt::Write;
 
+use crate::draw::table::columns;
 use crate::policy::{Held, Mode, Slots};
-use crate::render::text::columns;
 use crate::sweep::{Sweep, SweepRun};
 
 /// The matrices, within 80 columns.

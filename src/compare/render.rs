@@ -3,8 +3,8 @@
 use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
+use crate::draw::table::columns;
 use crate::policy::Front;
-use crate::render::text::columns;
 use crate::resources::Resources;
 
 /// The comparison as two tables within 80 columns, and what it means in plain sentences.

@@ -3,6 +3,8 @@
 //! section — while the resource evidence differs: a held request parks a task on the async
 //! front and blocks an OS thread on the threaded one.
 
+pub mod render;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -69,7 +71,7 @@ pub async fn compare(slots: Slots, held: Held) -> Comparison {
     };
     let mut reports = BTreeMap::new();
     for front in Front::ALL {
-        reports.insert(front, crate::run_on(front, inputs).await);
+        reports.insert(front, crate::lab::run_on(front, inputs).await);
     }
     let failures = reports
         .iter()

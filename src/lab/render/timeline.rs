@@ -122,7 +122,7 @@ mod tests {
 
     /// Every allowed input, both modes: one policy report each, recorded from real runs.
     fn recorded() -> Vec<PolicyReport> {
-        let reports = crate::render::fixtures::reports().into_iter();
+        let reports = crate::lab::fixtures::reports().into_iter();
         reports.flat_map(|report| report.policies).collect()
     }
 
