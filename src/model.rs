@@ -387,7 +387,7 @@ mod tests {
         );
     }
 
-    /// Section 4 for every input: admitted = min(held, slow capacity); shared F1 gets in only
+    /// The policy model (`docs/contract.md`) for every input: admitted = min(held, slow capacity); shared F1 gets in only
     /// when held < slots; partitioned F1 always; the probes after release always.
     #[test]
     fn section_four_for_every_input() {

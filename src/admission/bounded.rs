@@ -1,5 +1,5 @@
-//! A bounded semaphore for the threaded front, like Python's `threading.BoundedSemaphore` the
-//! workshop's runner uses: permits are taken without waiting, and a release beyond capacity is
+//! A bounded semaphore for the threaded front, in the manner of Python's
+//! `threading.BoundedSemaphore`: permits are taken without waiting, and a release beyond capacity is
 //! refused rather than silently growing the pool.
 
 use std::sync::{Arc, Mutex};

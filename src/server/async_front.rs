@@ -204,7 +204,10 @@ async fn handle(
     respond(reply)
 }
 
-/// A complete JSON response. The body is whole, so nothing outlives the handler (a streaming body would outlive the permit).
+/// A complete JSON response. The body is whole because a connection counts as busy only while
+/// its handler runs (`Serving`): at stop, a connection that is not busy is closed at once, so a
+/// body still streaming after its handler returned could be cut off mid-response. (The permit
+/// is not the reason: the work left the section, and returned it, before this reply was built.)
 fn respond(reply: Reply) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(reply.body.to_string())));
     *response.status_mut() = reply.status;

@@ -5,7 +5,7 @@
 //! - [`async_front`]: Hyper on Tokio, a task per connection.
 //! - [`connections`]: a Hyper server's connection tasks, busy or not, closed and counted at stop
 //!   (the async front's and the classroom's).
-//! - [`threaded`]: `std::net`, an OS thread per connection, like the original Python runner of the workshop.
+//! - [`threaded`]: `std::net`, an OS thread per connection: the classic threaded server shape.
 //!
 //! Neither bounds connections or handlers: both accept and start a handler before any permit
 //! is checked. Only the declared work section is bounded.

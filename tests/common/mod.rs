@@ -58,7 +58,7 @@ impl Case {
         cases
     }
 
-    /// Section 4: `/slow`'s capacity is all slots when shared, all but one when partitioned.
+    /// The policy model (`docs/contract.md`): `/slow`'s capacity is all slots when shared, all but one when partitioned.
     pub fn slow_capacity(self) -> u8 {
         match self.mode {
             Mode::Shared => self.slots,
