@@ -5,7 +5,6 @@ use std::os::fd::AsFd;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::BufReader;
 use tokio::net::unix::pipe;
 
 use super::{JsonLines, write_json_line};
@@ -13,7 +12,7 @@ use super::{JsonLines, write_json_line};
 /// The child's side: the parent's commands, one JSON value per line on stdin.
 #[derive(Debug)]
 pub(crate) struct FromParent {
-    lines: JsonLines<BufReader<pipe::Receiver>>,
+    lines: JsonLines<pipe::Receiver>,
 }
 
 impl FromParent {
@@ -23,7 +22,7 @@ impl FromParent {
         let stdin = io::stdin().as_fd().try_clone_to_owned()?;
         let pipe = pipe::Receiver::from_owned_fd(stdin)?;
         Ok(FromParent {
-            lines: JsonLines::new(BufReader::new(pipe)),
+            lines: JsonLines::new(pipe),
         })
     }
 

@@ -22,9 +22,11 @@ mod tests;
 use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use futures_util::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 pub(crate) use link::{ToParent, parent_link};
 #[cfg(test)]
@@ -36,20 +38,19 @@ pub(crate) use reaper::die_with_parent;
 /// end is refused instead of buffered.
 const MAX_LINE: usize = 64 << 20;
 
-/// Lines of one JSON value each, as either side reads the other's pipe: each line at most
-/// [`MAX_LINE`] bytes long, so a peer that writes without end costs an error, not memory.
+/// Lines of one JSON value each, as either side reads the other's pipe: tokio-util's line codec
+/// over the pipe, each line at most [`MAX_LINE`] bytes long, so a peer that writes without end
+/// costs an error, not memory. The codec keeps what it has read across calls, so a cancelled
+/// read loses nothing.
 #[derive(Debug)]
 struct JsonLines<R> {
-    reader: R,
-    /// The line read so far, kept across calls: a cancelled read loses nothing.
-    line: Vec<u8>,
+    lines: FramedRead<R, LinesCodec>,
 }
 
-impl<R: AsyncBufRead + Unpin> JsonLines<R> {
+impl<R: AsyncRead + Unpin> JsonLines<R> {
     fn new(reader: R) -> JsonLines<R> {
         JsonLines {
-            reader,
-            line: Vec::new(),
+            lines: FramedRead::new(reader, LinesCodec::new_with_max_length(MAX_LINE)),
         }
     }
 
@@ -64,45 +65,20 @@ impl<R: AsyncBufRead + Unpin> JsonLines<R> {
         })
     }
 
-    /// The next line, without its `\n` or `\r\n`; `None` at the end. An error for a line
-    /// longer than [`MAX_LINE`] (found as soon as it is, without reading the rest) or not
-    /// UTF-8: the peer breaks the protocol, and nothing it sends after can be trusted.
-    /// Cancel-safe: the only await is `fill_buf`, and what it gives is moved to `line` at once.
+    /// The next line, without its `\n` or `\r\n`; `None` at the end (a last line without
+    /// either still counts). An error for a line longer than [`MAX_LINE`] (found as soon as it
+    /// is, without reading the rest) or not UTF-8: the peer breaks the protocol, and nothing it
+    /// sends after can be trusted. Cancel-safe.
     async fn next_line(&mut self) -> io::Result<Option<String>> {
-        loop {
-            let available = self.reader.fill_buf().await?;
-            if available.is_empty() {
-                if self.line.is_empty() {
-                    return Ok(None);
-                }
-                break;
-            }
-            let newline = available.iter().position(|&byte| byte == b'\n');
-            let taken = newline.map_or(available.len(), |at| at + 1);
-            let length = self.line.len() + taken - usize::from(newline.is_some());
-            if length > MAX_LINE {
-                self.line.clear();
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("not a message: a line longer than {MAX_LINE} bytes"),
-                ));
-            }
-            self.line.extend_from_slice(&available[..taken]);
-            self.reader.consume(taken);
-            if newline.is_some() {
-                break;
-            }
+        match self.lines.next().await {
+            None => Ok(None),
+            Some(Ok(line)) => Ok(Some(line)),
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("not a message: a line longer than {MAX_LINE} bytes"),
+            )),
+            Some(Err(LinesCodecError::Io(e))) => Err(e),
         }
-        let mut line = std::mem::take(&mut self.line);
-        if line.last() == Some(&b'\n') {
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-        }
-        String::from_utf8(line)
-            .map(Some)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 }
 

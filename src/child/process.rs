@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::BufReader;
 use tokio::net::unix::pipe;
 
 use super::reaper::{Reaper, die_with_parent};
@@ -23,7 +22,7 @@ use super::{JsonLines, write_json_line};
 pub(crate) struct ChildProcess {
     /// `None` once closed: the child reads end of file, its cue to stop.
     stdin: Option<pipe::Sender>,
-    stdout: JsonLines<BufReader<pipe::Receiver>>,
+    stdout: JsonLines<pipe::Receiver>,
     stderr: StderrTail,
     reaper: Reaper,
 }
@@ -52,7 +51,7 @@ impl ChildProcess {
         let stderr = pipe::Receiver::from_owned_fd(pipes.stderr.into())?;
         Ok(ChildProcess {
             stdin: Some(stdin),
-            stdout: JsonLines::new(BufReader::new(stdout)),
+            stdout: JsonLines::new(stdout),
             stderr: StderrTail::start(stderr),
             reaper,
         })
