@@ -100,12 +100,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let record = record::Record::of(&saved, &report.display().to_string());
+            // Re-checked, never trusted: exit 1 when it does not hold together or did not match.
+            let shown = record::Shown::of(&saved, &report);
             let rendered = match format {
-                TableFormat::Text => Ok(render::record::render(&record)),
-                TableFormat::Json => json(&record),
+                TableFormat::Text => Ok(shown.text()),
+                TableFormat::Json => json(&shown),
             };
-            emit(rendered, None)
+            emit(rendered, shown.failure().as_deref())
         }
         #[cfg(unix)]
         Some(Command::Replicas {

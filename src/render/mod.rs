@@ -7,7 +7,6 @@
 //! - [`svg`]: a picture of a run, for a browser or a projector.
 //! - [`sweep`]: one matrix per policy over every allowed input.
 //! - [`compare`]: both fronts side by side.
-//! - [`record`]: the individual record of a saved report, with evidence pointers.
 //! - [`replicas`]: replica servers' requests, pause and crash, side by side.
 //! - [`hold`]: what holding N requests costs each front: a table, a reading, curves.
 
@@ -16,7 +15,6 @@ pub mod compare;
 pub(crate) mod fixtures;
 #[cfg(unix)]
 pub mod hold;
-pub mod record;
 #[cfg(unix)]
 pub mod replicas;
 pub mod svg;

@@ -1,12 +1,13 @@
 //! The individual record for a person: the lab's lines filled in, each evidence pointer under
-//! the line it supports with what it points at, and the person's lines left blank. Within 80
-//! columns but for the pointers, which are never cut.
+//! the line it supports with what it points at, the re-check's verdict, and the person's lines
+//! left blank. A report that does not hold together shows what contradicts what instead of its
+//! evidence. Within 80 columns but for the pointers, which are never cut.
 
 use std::fmt::Write;
 
+use super::{Line, OWN_PREDICTION, PARTICIPANT, Record, Says, Session, TO_FILL_IN, Verdict};
 use crate::admission::section::GateState;
 use crate::evidence::Decision;
-use crate::record::{Line, OWN_PREDICTION, PARTICIPANT, Record, Says, TO_FILL_IN};
 use crate::render::text::{labels, table};
 
 /// Renders `record` as text.
@@ -31,6 +32,23 @@ pub fn render(record: &Record) -> String {
     );
     out.push_str(&table(&record.prediction, None));
 
+    if let Verdict::DoesNotHold { findings } = &record.verdict {
+        let _ = writeln!(
+            out,
+            "\nThis report does not hold together: it was edited, or no run of the lab wrote \
+             it.\nNothing in it is vouched for. What contradicts what, with where it is:"
+        );
+        for finding in findings {
+            let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
+        }
+        let _ = writeln!(
+            out,
+            "\nThe run is not shown to match the policy model: run it again, and record the new \
+             report."
+        );
+        fill_in(&mut out);
+        return out;
+    }
     let _ = writeln!(
         out,
         "\nEvidence pointers: JSON Pointers into {}, each under what it shows.\n\
@@ -65,10 +83,72 @@ pub fn render(record: &Record) -> String {
             "did NOT match"
         }
     );
+    fill_in(&mut out);
+    out
+}
 
+/// The lines only the person can fill in, last.
+fn fill_in(out: &mut String) {
     let _ = writeln!(out, "\nTo fill in yourself:");
     for blank in TO_FILL_IN {
         let _ = writeln!(out, "{blank}:");
+    }
+}
+
+/// Renders the record of a classroom session: each run's record, the room's requests, and the
+/// session's verdict.
+pub fn session(session: &Session) -> String {
+    let runs = session.runs.len();
+    let mut out = format!(
+        "isolation-lab record of {}: a classroom session of {runs} run{}\n",
+        session.report,
+        if runs == 1 { "" } else { "s" }
+    );
+    for (i, record) in session.runs.iter().enumerate() {
+        let _ = writeln!(out, "\n== Run {} of {runs} ==\n", i + 1);
+        out.push_str(&render(record));
+    }
+    let _ = writeln!(
+        out,
+        "\nThe room's requests (outside the policy model; their work is in each run's ledger):"
+    );
+    if session.room_requests.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for room in &session.room_requests {
+        let answer = room
+            .status
+            .map_or("no answer".to_owned(), |s| format!("answered {s}"));
+        let _ = writeln!(
+            out,
+            "  {} {} in run {} ({}): {answer}\n    {}",
+            room.request,
+            room.route,
+            room.run,
+            room.mode.name(),
+            room.pointer
+        );
+    }
+    match &session.verdict {
+        Verdict::Matched => {
+            let _ = writeln!(out, "\nEvery run of the session matched the policy model.");
+        }
+        Verdict::DidNotMatch { reason } => {
+            let _ = writeln!(
+                out,
+                "\nThe session did NOT match the policy model: {reason}"
+            );
+        }
+        Verdict::DoesNotHold { findings } => {
+            let _ = writeln!(
+                out,
+                "\nThis report does not hold together: it was edited, or no session of the lab \
+                 wrote it. What contradicts what, with where it is:"
+            );
+            for finding in findings {
+                let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
+            }
+        }
     }
     out
 }
