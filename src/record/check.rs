@@ -433,7 +433,11 @@ impl<'a> PolicyCheck<'a> {
         if stored.matches != stored.mismatches.is_empty() {
             self.find(
                 &["model", "matches"],
-                "the model block says matches, and lists differences too".into(),
+                match stored.matches {
+                    true => "the model block says the run matched, and lists differences too",
+                    false => "the model block says the run did not match, but lists no difference",
+                }
+                .into(),
             );
         } else if stored.matches
             && let Some(first) = self.differences.first().cloned()

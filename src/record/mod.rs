@@ -203,6 +203,14 @@ impl Session {
         } else {
             Verdict::Matched
         };
+        if matches!(verdict, Verdict::DoesNotHold { .. }) {
+            // An edited session vouches for none of its runs, even those whose own parts agree.
+            for run in &mut runs {
+                run.evidence.clear();
+                run.verdict = verdict.clone();
+                run.matches_model = false;
+            }
+        }
         let room_requests = session
             .room_requests
             .iter()
@@ -253,6 +261,9 @@ pub struct Record {
     /// The lines left for the person to fill in: [`PARTICIPANT`], [`OWN_PREDICTION`], then
     /// [`TO_FILL_IN`].
     pub to_fill_in: Vec<&'static str>,
+    /// Where the report is in its file: `""`, or `/runs/<i>` in a classroom session's report.
+    #[serde(skip)]
+    prefix: String,
 }
 
 /// One evidence pointer: a place in the report, and what is there.
@@ -458,6 +469,7 @@ impl Record {
                 .into_iter()
                 .chain(TO_FILL_IN)
                 .collect(),
+            prefix: prefix.to_owned(),
         }
     }
 }

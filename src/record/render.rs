@@ -49,11 +49,21 @@ pub fn render(record: &Record) -> String {
         fill_in(&mut out);
         return out;
     }
+    // `/runs/2` reads `runs[2].`, so the example names the same place both ways.
+    let dotted: String =
+        record
+            .prefix
+            .split('/')
+            .skip(1)
+            .fold(String::new(), |at, part| match part.parse::<usize>() {
+                Ok(n) => format!("{}[{n}].", at.trim_end_matches('.')),
+                Err(_) => format!("{at}{part}."),
+            });
     let _ = writeln!(
         out,
         "\nEvidence pointers: JSON Pointers into {}, each under what it shows.\n\
-         /policies/0/admissions/1 is policies[0].admissions[1], counting from 0.",
-        record.report
+         {}/policies/0/admissions/1 is {dotted}policies[0].admissions[1], counting from 0.",
+        record.report, record.prefix
     );
     for line in Line::ALL {
         let cited: Vec<_> = record.evidence.iter().filter(|c| c.line == line).collect();
@@ -104,6 +114,19 @@ pub fn session(session: &Session) -> String {
         session.report,
         if runs == 1 { "" } else { "s" }
     );
+    if let Verdict::DoesNotHold { findings } = &session.verdict {
+        // An edited session vouches for none of its runs, even those whose own parts agree.
+        let _ = writeln!(
+            out,
+            "\nThis report does not hold together: it was edited, or no session of the lab \
+             wrote it.\nNothing in it is vouched for. What contradicts what, with where it is:"
+        );
+        for finding in findings {
+            let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
+        }
+        let _ = writeln!(out, "\nNo run of it is shown to match the policy model.");
+        return out;
+    }
     for (i, record) in session.runs.iter().enumerate() {
         let _ = writeln!(out, "\n== Run {} of {runs} ==\n", i + 1);
         out.push_str(&render(record));
@@ -139,16 +162,8 @@ pub fn session(session: &Session) -> String {
                 "\nThe session did NOT match the policy model: {reason}"
             );
         }
-        Verdict::DoesNotHold { findings } => {
-            let _ = writeln!(
-                out,
-                "\nThis report does not hold together: it was edited, or no session of the lab \
-                 wrote it. What contradicts what, with where it is:"
-            );
-            for finding in findings {
-                let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
-            }
-        }
+        // Shown above, instead of the runs.
+        Verdict::DoesNotHold { .. } => {}
     }
     out
 }
