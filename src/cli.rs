@@ -109,10 +109,13 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ServerArg::Async)]
         server: ServerArg,
     },
-    /// Print the individual record of a saved report: the command that reproduces it, the
-    /// model's prediction, JSON Pointers to the evidence, and lines left to fill in
+    /// Print the individual record of a saved report (or of each run of a classroom session's
+    /// report): the command that reproduces it, the model's prediction, JSON Pointers to the
+    /// evidence, and lines left to fill in. It re-checks the report from its evidence and says
+    /// "matched" only when that re-check does; exits 1 if it did not match, or names what was
+    /// edited or could not have happened
     Record {
-        /// A report saved from a run, e.g. isolation-lab > r.json
+        /// A report saved from a run, e.g. isolation-lab > r.json, or from isolation-lab classroom
         #[arg(value_name = "REPORT")]
         report: std::path::PathBuf,
         /// The record on stdout

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use isolation_lab::coordinator::Options;
 use isolation_lab::faults::Faults;
 use isolation_lab::label::Label;
-use isolation_lab::policy::{Inputs, ModeChoice};
+use isolation_lab::policy::{Front, Inputs, ModeChoice};
 use serde_json::{Value, json};
 
 const LAB: &str = env!("CARGO_BIN_EXE_isolation-lab");
@@ -896,12 +896,15 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
     }
 }
 
+/// A file's name, how it is made from the default run's report, and what its refusal says.
+type Malformed = (&'static str, fn(&mut Value), &'static str);
+
 /// A report no run could have written in its shape is refused, exit 2, naming the file and
 /// what is wrong, with nothing on stdout.
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [(&str, fn(&mut Value), &str); 9] = [
+    let cases: [Malformed; 9] = [
         (
             "twice",
             |r| {
@@ -986,27 +989,63 @@ fn failed_runs_are_not_called_edited_and_their_verdicts_cannot_be_edited() {
         .build()
         .expect("a runtime");
     let faults = [
-        Faults {
-            handler_panics: Some(Label::F1),
-            ..Faults::default()
-        },
-        Faults {
-            gate_stuck: true,
-            ..Faults::default()
-        },
-        Faults {
-            observer_silent: true,
-            ..Faults::default()
-        },
+        (
+            Front::Async,
+            Faults {
+                handler_panics: Some(Label::F1),
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Async,
+            Faults {
+                gate_stuck: true,
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Async,
+            Faults {
+                observer_silent: true,
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Threaded,
+            Faults {
+                handler_panics: Some(Label::F1),
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Threaded,
+            Faults {
+                caller_disconnects: Some(Label::Slow(1)),
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Threaded,
+            Faults {
+                gate_stuck: true,
+                ..Faults::default()
+            },
+        ),
     ];
-    for (i, faults) in faults.into_iter().enumerate() {
+    // The runs wait out their stuck steps side by side.
+    let _inside = runtime.enter();
+    let mut runs = tokio::task::JoinSet::new();
+    for (front, faults) in faults {
         let options = Options {
+            front,
             faults,
             // A failure guard that fires quickly: the stuck step is the test.
             safety_timeout: std::time::Duration::from_millis(300),
-            ..Options::default()
         };
-        let report = runtime.block_on(isolation_lab::run_with(Inputs::default(), options));
+        runs.spawn(isolation_lab::run_with(Inputs::default(), options));
+    }
+    let reports = runtime.block_on(runs.join_all());
+    for (i, report) in reports.into_iter().enumerate() {
         assert!(report.failure.is_some(), "fault {i} fails the run");
         let file = format!("fault-{i}.json");
         let json = serde_json::to_value(&report).expect("a report serializes");
