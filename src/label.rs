@@ -123,7 +123,7 @@ impl<'de> Deserialize<'de> for Label {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
         // A room request's label (`R<n>`) does not say its route: it is read as sent to `/slow`,
-        // and `record` gives it the route the classroom report's `room_requests` name.
+        // and `record` looks its route up in the classroom report's `room_requests`.
         if let Some(Label::Room(n, _)) = Label::read(&text, Route::Slow) {
             return Ok(Label::Room(n, Route::Slow));
         }

@@ -561,6 +561,21 @@ const EDITS: &[Edit] = &[
         "with 3 of the shared pool's 2 permits taken: more than the pool holds",
     ),
     (
+        "a third permit taken from a pool of 2",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/work_events/4/event", json!("admitted"));
+            set(r, "/policies/0/work_events/4/active_after", json!(3));
+        },
+        "F1 is admitted at seq 5 with every one of the shared pool's 2 permits already taken",
+    ),
+    (
+        "a cancelled handler answered 200",
+        DEFAULT,
+        |r| r["policies"][0]["work_events"][9]["cancelled"] = json!(true),
+        "S-after was answered 200, but its work was cancelled (seq 10)",
+    ),
+    (
         "only admissions say 3 of 2",
         HELD_1,
         |r| {

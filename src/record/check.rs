@@ -93,6 +93,17 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun>, prefix: &str) ->
                 ),
             );
         }
+        if check.dropped > 0 {
+            let more = format!(
+                "{}: and {} more contradictions, left out",
+                policy.mode.name(),
+                check.dropped
+            );
+            check.findings.push(Finding {
+                pointer: check.base.clone(),
+                says: more,
+            });
+        }
         findings.extend(check.findings);
         differences.push(check.differences);
     }
@@ -276,14 +287,6 @@ struct State {
     refused: Vec<Label>,
 }
 
-impl State {
-    fn shows(&self, snapshot: &Snapshot) -> bool {
-        self.active == snapshot.active_work
-            && self.held_at_gate == snapshot.held_at_gate
-            && self.refused == snapshot.refused
-    }
-}
-
 /// Words for what a snapshot or a state shows.
 fn showing(active: &BTreeMap<Pool, usize>, held: &[Label], refused: &[Label]) -> String {
     let taken: Vec<String> = active.iter().map(|(p, n)| format!("{p} {n}")).collect();
@@ -303,6 +306,66 @@ struct Decided {
     decision: Decision,
 }
 
+/// What the replay of a policy's ledger leaves for the other checks.
+struct Replayed<'a> {
+    /// The events, each refusal with the requests that held its pool then.
+    events: Vec<WorkEvent>,
+    /// Each request's first decision.
+    decided: BTreeMap<Label, Decided>,
+    /// Each request's work leaving the section: its `seq`, and whether it was cancelled.
+    finished: BTreeMap<Label, (u64, bool)>,
+    /// The `seq` of the gate's first opening.
+    gate: Option<u64>,
+    /// The state after the last event.
+    end: State,
+    /// The snapshots, and whether the ledger showed each at a moment of its step.
+    watch: Vec<Watch<'a>>,
+}
+
+/// A snapshot of the observer's, watched for along the replay between two positions.
+struct Watch<'a> {
+    name: &'static str,
+    when: &'static str,
+    snapshot: &'a Snapshot,
+    from: usize,
+    to: usize,
+    /// The ledger showed it at a position in the window.
+    seen: bool,
+    /// Whether the refusals so far equal the snapshot's, for the last length compared: they
+    /// only grow, so one comparison serves every position at that length.
+    refused: Option<(usize, bool)>,
+    /// The state at the window's end, for the message.
+    last: Option<State>,
+}
+
+impl Watch<'_> {
+    /// Looks at `state`, the ledger after `k` events.
+    fn look(&mut self, k: usize, state: &State) {
+        if k < self.from || k > self.to {
+            return;
+        }
+        if k == self.to {
+            self.last = Some(state.clone());
+        }
+        if self.seen
+            || state.active != self.snapshot.active_work
+            || state.held_at_gate != self.snapshot.held_at_gate
+            || state.refused.len() != self.snapshot.refused.len()
+        {
+            return;
+        }
+        let refused = match self.refused {
+            Some((len, same)) if len == state.refused.len() => same,
+            _ => {
+                let same = state.refused == self.snapshot.refused;
+                self.refused = Some((state.refused.len(), same));
+                same
+            }
+        };
+        self.seen = refused;
+    }
+}
+
 /// The check of one policy of a report.
 struct PolicyCheck<'a> {
     report: &'a Report,
@@ -314,8 +377,13 @@ struct PolicyCheck<'a> {
     /// The run failed in this policy: steps after the failure are missing, not contradicted.
     cut_short: bool,
     findings: Vec<Finding>,
+    /// Findings left out beyond [`MAX_FINDINGS`].
+    dropped: usize,
     differences: Vec<String>,
 }
+
+/// The most findings listed for one policy.
+const MAX_FINDINGS: usize = 40;
 
 impl<'a> PolicyCheck<'a> {
     fn new(
@@ -336,11 +404,18 @@ impl<'a> PolicyCheck<'a> {
             base,
             cut_short,
             findings: Vec::new(),
+            dropped: 0,
             differences: Vec::new(),
         }
     }
 
     fn find(&mut self, path: &[&str], says: String) {
+        // A report edited at its root contradicts itself everywhere after; the first ones say
+        // what a reader needs.
+        if self.findings.len() == MAX_FINDINGS {
+            self.dropped += 1;
+            return;
+        }
         let says = format!("{}: {says}", self.policy.mode.name());
         self.findings.push(Finding {
             pointer: format!("{}{}", self.base, pointer(path)),
@@ -397,12 +472,15 @@ impl<'a> PolicyCheck<'a> {
             );
         }
 
-        let (events, states, decided, gate) = self.replay();
-        self.admissions(&events);
-        self.ledger(&events);
-        self.responses(&events, &decided, gate);
-        self.snapshots(&events, &states, gate);
-        self.final_state(&states, gate);
+        let Some(replayed) = self.replay() else {
+            return;
+        };
+        self.admissions(&replayed.events);
+        self.ledger(&replayed.events);
+        self.responses(&replayed);
+        self.snapshots(&replayed);
+        self.final_state(&replayed.end, replayed.gate);
+        let events = replayed.events;
 
         // The evidence, rebuilt from the file alone, and the model's check of it.
         let attempts = file.ledger.iter().map(|(&p, l)| (p, l.attempts)).collect();
@@ -460,14 +538,7 @@ impl<'a> PolicyCheck<'a> {
     /// in, the state after each prefix (`states[k]` after `k` events), each request's decision,
     /// and the `seq` at which the gate opened.
     #[allow(clippy::type_complexity)]
-    fn replay(
-        &mut self,
-    ) -> (
-        Vec<WorkEvent>,
-        Vec<State>,
-        BTreeMap<Label, Decided>,
-        Option<u64>,
-    ) {
+    fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);
         let mut events = self.file.work_events.clone();
@@ -476,11 +547,14 @@ impl<'a> PolicyCheck<'a> {
             held_at_gate: Vec::new(),
             refused: Vec::new(),
         };
-        let mut states = vec![state.clone()];
+        let mut watch = self.watches(&events);
+        for w in &mut watch {
+            w.look(0, &state);
+        }
         let mut holders: BTreeMap<Pool, Vec<Label>> = BTreeMap::new();
         let mut decided: BTreeMap<Label, Decided> = BTreeMap::new();
         let mut inside = BTreeSet::new();
-        let mut finished = BTreeSet::new();
+        let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
         let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
@@ -590,7 +664,22 @@ impl<'a> PolicyCheck<'a> {
                             if e.event == Event::Admitted {
                                 inside.insert(request);
                                 holders.entry(e.pool).or_default().push(request);
-                                *state.active.entry(e.pool).or_default() += 1;
+                                let active = state.active.entry(e.pool).or_default();
+                                *active += 1;
+                                let capacity = policy.capacity(e.pool);
+                                if *active > capacity {
+                                    // Nothing after this can be replayed as the section would
+                                    // have run it; stopping here also keeps the replay's lists
+                                    // as short as the pools.
+                                    self.find(
+                                        &path,
+                                        format!(
+                                            "{request} is admitted at seq {seq} with every one of the {} pool's {capacity} permits already taken: a pool never admits beyond its capacity",
+                                            e.pool
+                                        ),
+                                    );
+                                    return None;
+                                }
                             } else {
                                 e.held_by = holders.get(&e.pool).cloned().unwrap_or_default();
                                 state.refused.push(request);
@@ -609,20 +698,20 @@ impl<'a> PolicyCheck<'a> {
                                     format!("{request} is held at seq {seq}, after the gate opened at seq {opened}: once open, it never closes"),
                                 );
                             }
-                            if !state.held_at_gate.contains(&request) {
+                            if inside.contains(&request) && !state.held_at_gate.contains(&request) {
                                 state.held_at_gate.push(request);
                             }
                         }
                         Event::Finished => {
                             if inside.remove(&request) {
-                                finished.insert(request);
+                                finished.insert(request, (seq, e.cancelled));
                                 if let Some(h) = holders.get_mut(&e.pool) {
                                     h.retain(|&r| r != request);
                                 }
                                 state.held_at_gate.retain(|&r| r != request);
                                 let active = state.active.entry(e.pool).or_default();
                                 *active = active.saturating_sub(1);
-                            } else if finished.contains(&request) {
+                            } else if finished.contains_key(&request) {
                                 self.find(
                                     &path,
                                     format!(
@@ -654,9 +743,67 @@ impl<'a> PolicyCheck<'a> {
                 };
                 self.find(&path, says);
             }
-            states.push(state.clone());
+            for w in &mut watch {
+                w.look(i + 1, &state);
+            }
         }
-        (events, states, decided, gate)
+        Some(Replayed {
+            events,
+            decided,
+            finished,
+            gate,
+            end: state,
+            watch,
+        })
+    }
+
+    /// Where the observer's snapshots must show the ledger's state: before F1 once every held
+    /// slow request was decided, and after F1's answer before the gate opened. Positions count
+    /// events: `k` is the state after the first `k`.
+    fn watches(&self, events: &[WorkEvent]) -> Vec<Watch<'a>> {
+        let observed = &self.file.observed;
+        let f1: Vec<usize> = (0..events.len())
+            .filter(|&i| events[i].request == Some(Label::F1))
+            .collect();
+        let opened = (0..events.len())
+            .find(|&i| events[i].event == Event::GateOpened)
+            .unwrap_or(events.len());
+        let first_f1 = f1.first().copied().unwrap_or(opened);
+        let held_sent = (0..opened.min(first_f1))
+            .rfind(|&i| matches!(events[i].request, Some(Label::Slow(_))))
+            .map_or(0, |i| i + 1);
+        let after_f1 = f1.last().map_or(opened, |&i| i + 1);
+        let windows = [
+            (
+                "observer_before_fast",
+                &observed.observer_before_fast,
+                held_sent,
+                first_f1,
+                "just before F1",
+            ),
+            (
+                "observer_after_fast_before_release",
+                &observed.observer_after_fast_before_release,
+                after_f1,
+                opened,
+                "just before the gate opened",
+            ),
+        ];
+        windows
+            .into_iter()
+            .filter_map(|(name, snapshot, from, to, when)| {
+                Some(Watch {
+                    name,
+                    when,
+                    snapshot: snapshot.as_ref()?,
+                    from,
+                    to: to.max(from),
+                    seen: false,
+                    refused: None,
+                    last: None,
+                })
+            })
+            .collect()
     }
 
     /// Whether a room gate of this run was closed at `seq`: a room request may wait there after
@@ -818,20 +965,12 @@ impl<'a> PolicyCheck<'a> {
 
     /// Each response must be what the front answers after the ledger's decision, in the phase
     /// the gate's opening gives it; every decision of the sequence has its response.
-    fn responses(
-        &mut self,
-        events: &[WorkEvent],
-        decided: &BTreeMap<Label, Decided>,
-        gate: Option<u64>,
-    ) {
+    fn responses(&mut self, replayed: &Replayed<'_>) {
+        let (events, decided, gate) = (&replayed.events, &replayed.decided, replayed.gate);
         let observed = &self.file.observed;
         let last = events.len() as u64;
-        let finished_at = |request: Label| {
-            events
-                .iter()
-                .find(|e| e.request == Some(request) && e.event == Event::Finished)
-                .map(|e| e.seq)
-        };
+        let finished_at = |request: Label| replayed.finished.get(&request).map(|&(seq, _)| seq);
+        let answered: BTreeSet<Label> = observed.responses.iter().map(|r| r.request).collect();
         for (i, r) in observed.responses.iter().enumerate() {
             let at = i.to_string();
             let path = ["responses", at.as_str()];
@@ -898,10 +1037,20 @@ impl<'a> PolicyCheck<'a> {
                 ),
                 _ => {}
             }
+            if let Some(&(seq, true)) = replayed.finished.get(&request)
+                && r.status == 200
+            {
+                self.find(
+                    &path,
+                    format!(
+                        "{request} was answered 200, but its work was cancelled (seq {seq}): work that is dropped sends no answer"
+                    ),
+                );
+            }
         }
         if !self.cut_short {
             for (&request, d) in decided {
-                if request.from_room() || observed.responses.iter().any(|r| r.request == request) {
+                if request.from_room() || answered.contains(&request) {
                     continue;
                 }
                 self.find(
@@ -959,61 +1108,34 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
-    /// The observer's snapshots must be the ledger's state at some moment of their step: before
-    /// F1 after every held request was decided, and after F1's answer before the gate opened.
-    fn snapshots(&mut self, events: &[WorkEvent], states: &[State], gate: Option<u64>) {
-        let observed = &self.file.observed;
-        let index_of = |seq: u64| seq.saturating_sub(1) as usize;
-        let f1: Vec<usize> = (0..events.len())
-            .filter(|&i| events[i].request == Some(Label::F1))
-            .collect();
-        let opened = gate.map_or(events.len(), index_of);
-        let held_sent = (0..opened.min(f1.first().copied().unwrap_or(opened)))
-            .rfind(|&i| matches!(events[i].request, Some(Label::Slow(_))))
-            .map_or(0, |i| i + 1);
-        let first_f1 = f1.first().copied().unwrap_or(opened);
-        let windows = [
-            (
-                "observer_before_fast",
-                &observed.observer_before_fast,
-                held_sent,
-                first_f1,
-                "just before F1",
-            ),
-            (
-                "observer_after_fast_before_release",
-                &observed.observer_after_fast_before_release,
-                f1.last().map_or(opened, |&i| i + 1),
-                opened,
-                "just before the gate opened",
-            ),
-        ];
-        for (name, snapshot, from, to, when) in windows {
-            let Some(snapshot) = snapshot else { continue };
-            let (from, to) = (from.min(states.len() - 1), to.min(states.len() - 1));
-            if (from..=to.max(from)).any(|k| states[k].shows(snapshot)) {
+    /// The observer's snapshots must be the ledger's state at some moment of their step.
+    fn snapshots(&mut self, replayed: &Replayed<'_>) {
+        for watch in &replayed.watch {
+            if watch.seen {
                 continue;
             }
-            let s = &states[to];
-            self.find(
-                &[name],
-                format!(
-                    "{name} disagrees with the ledger: it shows {}, but {when} the ledger shows {}",
+            let (name, snapshot) = (watch.name, watch.snapshot);
+            let says = match &watch.last {
+                Some(s) => format!(
+                    "{name} disagrees with the ledger: it shows {}, but {} the ledger shows {}",
                     showing(
                         &snapshot.active_work,
                         &snapshot.held_at_gate,
                         &snapshot.refused
                     ),
+                    watch.when,
                     showing(&s.active, &s.held_at_gate, &s.refused)
                 ),
-            );
+                None => format!("{name} was recorded at no moment the ledger reached"),
+            };
+            self.find(&[name], says);
         }
     }
 
     /// The final state must be where the ledger ends: its permits, and the gate.
-    fn final_state(&mut self, states: &[State], gate: Option<u64>) {
+    fn final_state(&mut self, at_end: &State, gate: Option<u64>) {
         let end = &self.file.final_state;
-        let last = states.last().map(|s| s.active.clone()).unwrap_or_default();
+        let last = &at_end.active;
         for (pool, capacity) in self.policy.capacities() {
             let taken = last.get(&pool).copied().unwrap_or(0);
             let active = end.active_work.get(&pool).copied();

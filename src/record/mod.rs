@@ -16,18 +16,19 @@
 //! - [`render`]: the record as text.
 //! - `shell`: file names as words the shell reads back as the same file.
 
-pub mod check;
-pub mod read;
-pub mod render;
+mod check;
+mod read;
+mod render;
 mod shell;
 
 use std::path::Path;
 
 use serde::Serialize;
 
-use self::check::{Checked, Finding, RoomOfRun};
-pub use self::read::{Refused, Saved, load};
-pub(crate) use self::shell::shell_word;
+pub use self::check::Finding;
+use self::check::{Checked, RoomOfRun};
+pub use self::read::{Classroom, Refused, RoomGate, RoomRequest, Saved, load};
+use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
 use crate::evidence::{AdmissionRecord, Decision, Phase};

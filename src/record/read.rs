@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
 use super::shell::shell_word;
@@ -29,15 +30,15 @@ const MAX_REPORT: usize = 16 << 20;
 pub struct Refused {
     /// The file as it was named, as a word the shell reads back as the same file.
     pub file: String,
-    /// What was wrong with it.
-    pub reason: String,
+    /// What was wrong with it, after the file's name: "cannot be read: …", "is not JSON: …".
+    pub reason: anyhow::Error,
 }
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} {}; record reads a report saved from a run, e.g. isolation-lab > r.json",
+            "{} {:#}; record reads a report saved from a run, e.g. isolation-lab > r.json",
             self.file, self.reason
         )
     }
@@ -112,7 +113,7 @@ pub struct RoomGate {
 /// Reads the report saved in `path`: a lab report or a classroom session's report, of a run
 /// that succeeded or failed.
 pub fn load(path: &Path) -> Result<Saved, Refused> {
-    let refuse = |reason: String| Refused {
+    let refuse = |reason: anyhow::Error| Refused {
         file: shell_word(path.as_os_str()),
         reason,
     };
@@ -122,22 +123,29 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
         let start = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
         let start = start.trim_start();
         if start.starts_with("isolation-lab ") {
-            refuse("is a text report, not the JSON one: save a run without --format".into())
+            refuse(anyhow!(
+                "is a text report, not the JSON one: save a run without --format"
+            ))
         } else if start.starts_with("<?xml") || start.starts_with("<svg") {
-            refuse("is a picture, not the JSON report: save a run without --format".into())
+            refuse(anyhow!(
+                "is a picture, not the JSON report: save a run without --format"
+            ))
         } else {
-            refuse(format!("is not JSON: {e}"))
+            refuse(anyhow::Error::new(e).context("is not JSON"))
         }
     })?;
     // Checked before the whole report, so that other JSON (`predict --format json`, say) is
     // named for what it lacks rather than for the first field serde trips on.
     let classroom = json.get("lab").is_none() && json.get("runs").is_some_and(|r| r.is_array());
     if classroom {
+        let whole = "is not a whole classroom report";
         let session: Classroom = serde_json::from_value(json)
-            .map_err(|e| refuse(format!("is not a whole classroom report: {e}")))?;
+            .context(whole)
+            .map_err(refuse)?;
         for (i, run) in session.runs.iter().enumerate() {
             shaped(run)
-                .map_err(|e| refuse(format!("is not a whole classroom report: runs[{i}] {e}")))?;
+                .with_context(|| format!("{whole}: runs[{i}]"))
+                .map_err(refuse)?;
         }
         for (i, room) in session.room_requests.iter().enumerate() {
             let why = if !room.request.from_room() {
@@ -151,53 +159,50 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
             } else {
                 continue;
             };
-            return Err(refuse(format!(
-                "is not a whole classroom report: room_requests[{i}] {why}"
-            )));
+            return Err(refuse(anyhow!("{whole}: room_requests[{i}] {why}")));
         }
         return Ok(Saved::Classroom(session));
     }
     match json.get("lab") {
         Some(lab) if lab == LAB => {}
         Some(lab) => {
-            return Err(refuse(format!(
+            return Err(refuse(anyhow!(
                 "is not a lab report: its \"lab\" is {lab}, not \"{LAB}\""
             )));
         }
         None => {
-            return Err(refuse(format!(
+            return Err(refuse(anyhow!(
                 "is not a lab report: it has no \"lab\": \"{LAB}\""
             )));
         }
     }
+    let whole = "is not a whole lab report";
     let report: Report = serde_json::from_value(json)
-        .map_err(|e| refuse(format!("is not a whole lab report: {e}")))?;
-    shaped(&report).map_err(|e| refuse(format!("is not a whole lab report: {e}")))?;
+        .context(whole)
+        .map_err(refuse)?;
+    shaped(&report).context(whole).map_err(refuse)?;
     Ok(Saved::Lab(report))
 }
 
 /// Whether `report` has the shape a run of its inputs gives it: its `lab`, and its policies in
 /// the order its mode runs them, each once (a run that stopped early has fewer).
-fn shaped(report: &Report) -> Result<(), String> {
+fn shaped(report: &Report) -> anyhow::Result<()> {
     if report.lab != LAB {
-        return Err(format!(
-            "is not a lab report: its \"lab\" is {:?}",
-            report.lab
-        ));
+        bail!("is not a lab report: its \"lab\" is {:?}", report.lab);
     }
     let modes = report.inputs.mode.modes();
     for (i, policy) in report.policies.iter().enumerate() {
         let name = policy.mode.name();
         if report.policies[..i].iter().any(|p| p.mode == policy.mode) {
-            return Err(format!("lists the {name} policy twice"));
+            bail!("lists the {name} policy twice");
         }
         if modes.get(i) != Some(&policy.mode) {
             let runs: Vec<&str> = modes.iter().map(|m| m.name()).collect();
-            return Err(format!(
+            bail!(
                 "has the {name} policy as policies[{i}], but --mode {} runs {}, in that order",
                 report.inputs.mode.name(),
                 runs.join(" then ")
-            ));
+            );
         }
     }
     Ok(())
@@ -211,31 +216,31 @@ fn shaped(report: &Report) -> Result<(), String> {
 /// (a FIFO's open returns at once; `O_NOCTTY` keeps a terminal from becoming ours) and the type
 /// of what was opened is checked again on the handle itself, which no rename can change.
 /// `O_NONBLOCK` changes nothing for a regular file's reads.
-fn read_regular(path: &Path, limit: usize) -> Result<Vec<u8>, String> {
-    let cannot = |e: std::io::Error| format!("cannot be read: {e}");
+fn read_regular(path: &Path, limit: usize) -> anyhow::Result<Vec<u8>> {
+    let cannot = "cannot be read";
     let regular = |metadata: &std::fs::Metadata| match kind(metadata) {
         None if metadata.len() > limit as u64 => Err(too_large(limit)),
         None => Ok(()),
-        Some(kind) => Err(format!(
+        Some(kind) => Err(anyhow!(
             "is {kind}, not a report file: record reads regular files only"
         )),
     };
-    regular(&std::fs::metadata(path).map_err(cannot)?)?;
-    let file = open_nonblocking(path).map_err(cannot)?;
-    regular(&file.metadata().map_err(cannot)?)?;
+    regular(&std::fs::metadata(path).context(cannot)?)?;
+    let file = open_nonblocking(path).context(cannot)?;
+    regular(&file.metadata().context(cannot)?)?;
     let mut text = Vec::new();
     // One byte more than allowed says the file grew past the cap while it was read.
     file.take(limit as u64 + 1)
         .read_to_end(&mut text)
-        .map_err(cannot)?;
+        .context(cannot)?;
     if text.len() > limit {
         return Err(too_large(limit));
     }
     Ok(text)
 }
 
-fn too_large(limit: usize) -> String {
-    format!("is larger than any lab report (over {} MiB)", limit >> 20)
+fn too_large(limit: usize) -> anyhow::Error {
+    anyhow!("is larger than any lab report (over {} MiB)", limit >> 20)
 }
 
 /// What a file that is not a regular file is, in words; `None` for a regular file.

@@ -11,7 +11,7 @@ use crate::evidence::Decision;
 use crate::render::text::{labels, table};
 
 /// Renders `record` as text.
-pub fn render(record: &Record) -> String {
+pub(crate) fn render(record: &Record) -> String {
     let mut out = format!("isolation-lab record of {}\n\n", record.report);
     let _ = writeln!(out, "{PARTICIPANT}:");
     let _ = writeln!(out, "Command: {}", record.command);
@@ -107,7 +107,7 @@ fn fill_in(out: &mut String) {
 
 /// Renders the record of a classroom session: each run's record, the room's requests, and the
 /// session's verdict.
-pub fn session(session: &Session) -> String {
+pub(crate) fn session(session: &Session) -> String {
     let runs = session.runs.len();
     let mut out = format!(
         "isolation-lab record of {}: a classroom session of {runs} run{}\n",
