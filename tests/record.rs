@@ -576,6 +576,18 @@ const EDITS: &[Edit] = &[
         "S-after was answered 200, but its work was cancelled (seq 10)",
     ),
     (
+        "another front named",
+        DEFAULT,
+        |r| set(r, "/runner/front", json!("threaded")),
+        "the runner says the threaded front ran, but describes another front's server",
+    ),
+    (
+        "the inputs edited",
+        DEFAULT,
+        |r| set(r, "/inputs/held", json!(1)),
+        "the report says it matched the policy model, but its own evidence does not",
+    ),
+    (
         "only admissions say 3 of 2",
         HELD_1,
         |r| {

@@ -108,6 +108,18 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun>, prefix: &str) ->
         differences.push(check.differences);
     }
 
+    let runner = &report.runner;
+    // Another version may describe its fronts in other words.
+    if runner.version == env!("CARGO_PKG_VERSION") && runner.server != runner.front.describe() {
+        findings.push(Finding {
+            pointer: at(&["runner", "server"]),
+            says: format!(
+                "the runner says the {} front ran, but describes another front's server: {}",
+                runner.front.name(),
+                runner.server
+            ),
+        });
+    }
     let modes = report.inputs.mode.modes();
     let claims = report.matches_model;
     if claims != report.failure.is_none() {
@@ -468,6 +480,19 @@ impl<'a> PolicyCheck<'a> {
                 format!(
                     "the server listened on {}, but the lab binds 127.0.0.1 only",
                     server.address
+                ),
+            );
+        }
+
+        if let Some(server) = &file.server
+            && server.connections_accepted == 0
+            && !file.observed.responses.is_empty()
+        {
+            self.find(
+                &["server", "connections_accepted"],
+                format!(
+                    "the server accepted no connection, yet {} responses came from it",
+                    file.observed.responses.len()
                 ),
             );
         }
