@@ -872,9 +872,10 @@ const EDITS: &[Edit] = &[
         "a classroom session's verdict edited",
         SESSION,
         |r| {
-            set(r, "/matches_model", json!(false));
+            r["runs"][0]["failure"] = json!("partitioned: S1: no response was received");
+            set(r, "/runs/0/matches_model", json!(false));
         },
-        "the session's matches_model is not what its runs and its failure say",
+        "the session says every run matched the policy model, but its runs do not",
     ),
 ];
 

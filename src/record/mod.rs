@@ -4,16 +4,16 @@
 //! report, each with what it points at — and the lines only the person who ran it can write
 //! left blank. `docs/handout.md` says how a student uses it.
 //!
-//! It vouches for nothing it reads. [`read`] takes a regular file only and refuses what no run
-//! could have written in its shape (exit status 2); [`check`] replays the report's ledger,
+//! It vouches for nothing it reads. `read` takes a regular file only and refuses what no run
+//! could have written in its shape (exit status 2); `check` replays the report's ledger,
 //! checks the rest of it against that, rebuilds the evidence and re-runs the model's check, so
 //! the record says "matched" only when that re-check does; an edited or impossible report is
 //! named as such (exit status 1). A classroom session's report is read run by run, with the
-//! room's requests listed beside them. [`render`] writes it all for a person.
+//! room's requests listed beside them. `render` writes it all for a person.
 //!
-//! - [`read`]: the file, its size and kind, parsed into the lab's report types.
-//! - [`check`]: the replay, the consistency checks and the model's re-check.
-//! - [`render`]: the record as text.
+//! - `read`: the file, its size and kind, parsed into the lab's report types.
+//! - `check`: the replay, the consistency checks and the model's re-check.
+//! - `render`: the record as text.
 //! - `shell`: file names as words the shell reads back as the same file.
 
 mod check;
@@ -138,14 +138,14 @@ impl Shown {
     /// Why `record` exits 1, in one line: the report does not hold together, or it holds
     /// together and its run did not match the model. `None` when it matched.
     pub fn failure(&self) -> Option<String> {
-        let (file, verdict) = match self {
-            Shown::Lab(record) => (&record.report, &record.verdict),
-            Shown::Classroom(session) => (&session.report, &session.verdict),
+        let (file, verdict, what) = match self {
+            Shown::Lab(record) => (&record.report, &record.verdict, "run"),
+            Shown::Classroom(session) => (&session.report, &session.verdict, "session"),
         };
         match verdict {
             Verdict::Matched => None,
             Verdict::DidNotMatch { reason } => Some(format!(
-                "{file}: the run did not match the policy model: {reason}"
+                "{file}: the {what} did not match the policy model: {reason}"
             )),
             Verdict::DoesNotHold { findings } => {
                 let first = findings.first().map_or(String::new(), |f| {
@@ -183,12 +183,14 @@ impl Session {
             runs.push(Record::of(run, file, &prefix, &checked));
         }
         findings.extend(check::room_requests(session));
-        let every_run = session.runs.iter().all(|r| r.matches_model);
-        let claims = session.matches_model;
-        if claims != (session.failure.is_none() && every_run) {
+        let every_run = runs.iter().all(|r| r.verdict == Verdict::Matched);
+        // A session that says it did not match is believed: only a claim of a match must be
+        // borne out by its runs.
+        if session.matches_model && !(session.failure.is_none() && every_run) {
             findings.push(Finding {
                 pointer: pointer(&["matches_model"]),
-                says: "the session's matches_model is not what its runs and its failure say".into(),
+                says: "the session says every run matched the policy model, but its runs do not"
+                    .into(),
             });
         }
         if let Some(failure) = &session.failure {
