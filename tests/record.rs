@@ -880,20 +880,28 @@ const EDITS: &[Edit] = &[
 ];
 
 /// Every edit of [`EDITS`] is named in the record's words, on stdout and in the one line on
-/// stderr, exit status 1, in both formats; no edited report is said to match. Unedited, each
-/// base still matches (exit 0).
+/// stderr, exit status 1, in both formats; no edited report is said to match. Every recorded
+/// fixture, unedited, still matches (exit 0).
 #[test]
 fn edited_reports_are_named_and_none_is_vouched_for() {
     let dir = scratch("edited");
-    for base in [DEFAULT, HELD_1, SESSION] {
-        std::fs::write(dir.join(base), fixture(base).to_string()).expect("written");
-        let output = lab(&dir, &["record", base]);
-        assert!(output.status.success(), "{base}: {}", text(&output.stderr));
-        assert!(
-            text(&output.stdout).contains("matched the policy model."),
-            "{base}"
-        );
+    // Every recorded lab report and classroom session, unedited, matches.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut unedited = 0;
+    for entry in std::fs::read_dir(&fixtures).expect("the fixtures are listed") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).expect("a name");
+        if !(name.starts_with("slots-") || name.starts_with("classroom-")) {
+            continue;
+        }
+        let output = Command::new(LAB).arg("record").arg(&path).output();
+        let output = output.expect("the binary starts");
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        let shown = text(&output.stdout);
+        assert!(shown.contains("matched the policy model."), "{name}");
+        unedited += 1;
     }
+    assert_eq!(unedited, 13, "12 lab reports and a classroom session");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let mut report = fixture(base);
         edit(&mut report);

@@ -86,11 +86,9 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun>, prefix: &str) ->
         if !check.differences.is_empty() && i != last {
             check.find(
                 &["model"],
-                format!(
-                    "the {} policy differs from the model, yet another policy follows it: the lab \
-                     stops at the first policy that differs",
-                    policy.mode.name()
-                ),
+                "it differs from the model, yet another policy follows it: the lab stops at \
+                 the first policy that differs"
+                    .into(),
             );
         }
         if check.dropped > 0 {
