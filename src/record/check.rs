@@ -43,23 +43,26 @@ pub(crate) struct Checked {
     pub(crate) differences: Vec<Vec<String>>,
 }
 
-/// The room's part in one run of a classroom session: the route of each room request, and the
-/// room gates closed on that run's ledger (`mode`, closed after, opened after).
-#[derive(Debug, Default)]
-pub(crate) struct RoomOfRun {
-    routes: BTreeMap<Label, Route>,
+/// The room's part in one run of a classroom session: the route of each room request (the
+/// session's, read once), and the room gates closed on that run's ledger (`mode`, closed after,
+/// opened after).
+#[derive(Debug)]
+pub(crate) struct RoomOfRun<'a> {
+    routes: &'a BTreeMap<Label, Route>,
     gates: Vec<(Mode, u64, Option<u64>)>,
 }
 
-impl RoomOfRun {
-    /// The room's part in run `run` of `session`.
-    pub(crate) fn of(session: &Classroom, run: usize) -> Self {
+/// The route of each of the room's requests in `session`.
+pub(crate) fn room_routes(session: &Classroom) -> BTreeMap<Label, Route> {
+    let routes = session.room_requests.iter();
+    routes.map(|r| (r.request, r.route)).collect()
+}
+
+impl<'a> RoomOfRun<'a> {
+    /// The room's part in run `run` of `session`, whose room's requests go to `routes`.
+    pub(crate) fn of(session: &Classroom, routes: &'a BTreeMap<Label, Route>, run: usize) -> Self {
         RoomOfRun {
-            routes: session
-                .room_requests
-                .iter()
-                .map(|r| (r.request, r.route))
-                .collect(),
+            routes,
             gates: session
                 .room_gates
                 .iter()
@@ -72,7 +75,7 @@ impl RoomOfRun {
 
 /// Checks `report`, found at `prefix` in the file (`""`, or `/runs/<i>` in a classroom report);
 /// `room` is the room's part in it when it is a classroom session's run.
-pub(crate) fn report(report: &Report, room: Option<&RoomOfRun>, prefix: &str) -> Checked {
+pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str) -> Checked {
     let mut findings = Vec::new();
     let mut differences = Vec::new();
     let at = |path: &[&str]| format!("{prefix}{}", pointer(path));
@@ -186,6 +189,8 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun>, prefix: &str) ->
 pub(crate) fn room_requests(session: &Classroom) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut seen = BTreeSet::new();
+    // Each policy's decisions by request, read once for all the room's requests.
+    let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
     for (i, room) in session.room_requests.iter().enumerate() {
         let mut find = |says: String| {
             findings.push(Finding {
@@ -209,9 +214,16 @@ pub(crate) fn room_requests(session: &Classroom) -> Vec<Finding> {
             ));
             continue;
         };
-        let decided = policy.work_events.iter().find(|e| {
-            e.request == Some(request) && matches!(e.event, Event::Admitted | Event::Refused)
-        });
+        let decided = decisions
+            .entry((room.run, room.mode.name()))
+            .or_insert_with(|| {
+                let events = policy.work_events.iter().rev();
+                let events = events.filter(|e| matches!(e.event, Event::Admitted | Event::Refused));
+                // Reversed, so that a request's first decision is the one kept.
+                events.filter_map(|e| Some((e.request?, e))).collect()
+            })
+            .get(&request)
+            .copied();
         match (room.status, decided) {
             (None, _) if room.error.is_some() => {}
             (None, _) => find(format!("{request} has neither an answer nor an error")),
@@ -381,7 +393,7 @@ struct PolicyCheck<'a> {
     report: &'a Report,
     file: &'a PolicyReport,
     policy: Policy,
-    room: Option<&'a RoomOfRun>,
+    room: Option<&'a RoomOfRun<'a>>,
     /// Where the policy is in the file.
     base: String,
     /// The run failed in this policy: steps after the failure are missing, not contradicted.
@@ -399,7 +411,7 @@ impl<'a> PolicyCheck<'a> {
     fn new(
         report: &'a Report,
         file: &'a PolicyReport,
-        room: Option<&'a RoomOfRun>,
+        room: Option<&'a RoomOfRun<'a>>,
         base: String,
         cut_short: bool,
     ) -> Self {

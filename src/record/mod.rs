@@ -169,8 +169,9 @@ impl Session {
         let mut findings = Vec::new();
         let mut failed = None;
         let mut runs = Vec::new();
+        let routes = check::room_routes(session);
         for (i, run) in session.runs.iter().enumerate() {
-            let room = RoomOfRun::of(session, i);
+            let room = RoomOfRun::of(session, &routes, i);
             let prefix = pointer(&["runs", &i.to_string()]);
             let checked = check::report(run, Some(&room), &prefix);
             match &checked.verdict {
