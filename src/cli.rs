@@ -390,11 +390,15 @@ where
             if named.is_some_and(|at| at > 0 && words[at + 1] == "record") =>
         {
             let at = named.map_or(0, |at| at + 1);
-            let file = words.get(at + 1).map_or("r.json", String::as_str);
+            // Shell words, so that the suggested command names the same file, whatever its
+            // name's bytes.
+            let word = |arg: &std::ffi::OsString| crate::record::shell_word(arg);
+            let file = args.get(at + 1).map_or("r.json".into(), word);
+            let flags: Vec<String> = args[1..at].iter().map(word).collect();
             Some(format!(
                 "record reads a saved report and takes no run flags; save the run, then record \
                  it: isolation-lab {} > {file} && isolation-lab record {file}",
-                words[1..at].join(" ")
+                flags.join(" ")
             ))
         }
         ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {

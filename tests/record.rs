@@ -1136,6 +1136,20 @@ fn a_file_name_that_is_not_utf8_is_shown_as_the_shell_reads_it() {
         shown.starts_with("isolation-lab record of $'r\\xff.json'\n"),
         "{shown}"
     );
+    // A run's flags given to `record` are refused with the command to use, the file quoted.
+    let misplaced = Command::new(LAB)
+        .args(["--held", "4", "record"])
+        .arg(name)
+        .output()
+        .expect("the binary starts");
+    let refused = text(&misplaced.stderr);
+    assert_eq!(misplaced.status.code(), Some(2), "{refused}");
+    assert!(
+        refused.contains(
+            "isolation-lab --held 4 > $'r\\xff.json' && isolation-lab record $'r\\xff.json'"
+        ),
+        "{refused}"
+    );
     let command = shown
         .lines()
         .find_map(|l| l.strip_prefix("Command: "))

@@ -28,7 +28,7 @@ use serde::Serialize;
 pub use self::check::Finding;
 use self::check::{Checked, RoomOfRun};
 pub use self::read::{Classroom, Refused, RoomGate, RoomRequest, Saved, load};
-use self::shell::shell_word;
+pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
 use crate::evidence::{AdmissionRecord, Decision, Phase};
