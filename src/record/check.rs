@@ -12,10 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::admission::audit;
+use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::GateState;
-use crate::evidence::{AdmissionRecord, Decision, Evidence, Phase};
+use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Mode, Policy, Pool, Route};
@@ -510,18 +510,12 @@ impl<'a> PolicyCheck<'a> {
         let Some(replayed) = self.replay() else {
             return;
         };
-        self.admissions(&replayed.events);
-        self.ledger(&replayed.events);
-        self.responses(&replayed);
-        self.snapshots(&replayed);
-        self.final_state(&replayed.end, replayed.gate);
-        let events = replayed.events;
-
-        // The evidence, rebuilt from the file alone, and the model's check of it.
+        // The evidence, rebuilt from the file alone: the replayed events, each refusal with its
+        // holders, and their audit, from the attempts the section counted.
         let attempts = file.ledger.iter().map(|(&p, l)| (p, l.attempts)).collect();
         let evidence = Evidence {
-            ledger: audit::audit(&events, &attempts, &capacities),
-            work_events: events,
+            ledger: audit::audit(&replayed.events, &attempts, &capacities),
+            work_events: replayed.events.clone(),
             observed: file.observed.clone(),
             final_state: file.final_state.clone(),
             client_threads_stopped: file.client_threads_stopped,
@@ -529,6 +523,13 @@ impl<'a> PolicyCheck<'a> {
             resources: file.resources,
             server: file.server.clone(),
         };
+        self.admissions(&evidence);
+        self.ledger(&evidence.ledger);
+        self.responses(&replayed);
+        self.snapshots(&replayed);
+        self.final_state(&replayed.end, replayed.gate);
+
+        // The model's check of that evidence.
         let held = self.report.inputs.held;
         let expected = model::expect(policy, held);
         self.differences = model::check(policy, &expected, &evidence);
@@ -853,26 +854,12 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// `admissions` must be the decisions among the work events, as the report derives them.
-    fn admissions(&mut self, events: &[WorkEvent]) {
-        let derived: Vec<AdmissionRecord> = events
-            .iter()
-            .filter_map(|e| {
-                let decision = match e.event {
-                    Event::Admitted => Decision::Admitted,
-                    Event::Refused => Decision::Refused,
-                    _ => return None,
-                };
-                let request = e.request?;
-                Some(AdmissionRecord {
-                    request,
-                    route: self.route(request).unwrap_or(request.route()),
-                    pool: e.pool,
-                    decision,
-                    active_after: e.active_after,
-                    held_by: (decision == Decision::Refused).then(|| e.held_by.clone()),
-                })
-            })
-            .collect();
+    fn admissions(&mut self, evidence: &Evidence) {
+        let mut derived = evidence.admissions();
+        for a in &mut derived {
+            // A room request's label does not carry its route: the classroom report does.
+            a.route = self.route(a.request).unwrap_or(a.route);
+        }
         let file = &self.file.admissions;
         for (i, (a, d)) in file.iter().zip(&derived).enumerate() {
             if a == d {
@@ -930,11 +917,9 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// Each pool's account and peak must be what the work events give.
-    fn ledger(&mut self, events: &[WorkEvent]) {
+    fn ledger(&mut self, audited: &BTreeMap<Pool, PoolLedger>) {
         let file = self.file;
-        let attempts = file.ledger.iter().map(|(&p, l)| (p, l.attempts)).collect();
-        let audited = audit::audit(events, &attempts, &self.policy.capacities());
-        for (pool, own) in &audited {
+        for (pool, own) in audited {
             let name = pool.name();
             let Some(stored) = file.ledger.get(pool) else {
                 self.find(
