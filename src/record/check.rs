@@ -22,8 +22,8 @@ use crate::policy::{Mode, Policy, Pool, Route};
 use crate::render::text::labels;
 use crate::report::{PolicyReport, Report};
 
-use super::read::Classroom;
-use super::{Verdict, pointer};
+use super::read::SavedSession;
+use super::{Recheck, pointer};
 
 /// A contradiction in a saved report, in words a student reads, and where it is.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -38,7 +38,7 @@ pub struct Finding {
 #[derive(Debug)]
 pub(crate) struct Checked {
     /// The verdict of the re-check.
-    pub(crate) verdict: Verdict,
+    pub(crate) verdict: Recheck,
     /// The model's differences, re-checked, for each policy of the report in order.
     pub(crate) differences: Vec<Vec<String>>,
 }
@@ -53,14 +53,18 @@ pub(crate) struct RoomOfRun<'a> {
 }
 
 /// The route of each of the room's requests in `session`.
-pub(crate) fn room_routes(session: &Classroom) -> BTreeMap<Label, Route> {
+pub(crate) fn room_routes(session: &SavedSession) -> BTreeMap<Label, Route> {
     let routes = session.room_requests.iter();
     routes.map(|r| (r.request, r.route)).collect()
 }
 
 impl<'a> RoomOfRun<'a> {
     /// The room's part in run `run` of `session`, whose room's requests go to `routes`.
-    pub(crate) fn of(session: &Classroom, routes: &'a BTreeMap<Label, Route>, run: usize) -> Self {
+    pub(crate) fn of(
+        session: &SavedSession,
+        routes: &'a BTreeMap<Label, Route>,
+        run: usize,
+    ) -> Self {
         RoomOfRun {
             routes,
             gates: session
@@ -171,13 +175,13 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     }
 
     let verdict = if !findings.is_empty() {
-        Verdict::DoesNotHold { findings }
+        Recheck::DoesNotHold { findings }
     } else if let Some(failure) = &report.failure {
-        Verdict::DidNotMatch {
+        Recheck::DidNotMatch {
             reason: failure.clone(),
         }
     } else {
-        Verdict::Matched
+        Recheck::Matched
     };
     Checked {
         verdict,
@@ -186,7 +190,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
 }
 
 /// Checks the room's requests of a classroom session against the runs' ledgers.
-pub(crate) fn room_requests(session: &Classroom) -> Vec<Finding> {
+pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut seen = BTreeSet::new();
     // Each policy's decisions by request, read once for all the room's requests.
@@ -303,7 +307,7 @@ fn answer_agrees(
 
 /// The ledger's state after some prefix of the events.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct State {
+struct LedgerState {
     active: BTreeMap<Pool, usize>,
     held_at_gate: Vec<Label>,
     refused: Vec<Label>,
@@ -339,7 +343,7 @@ struct Replayed<'a> {
     /// The `seq` of the gate's first opening.
     gate: Option<u64>,
     /// The state after the last event.
-    end: State,
+    end: LedgerState,
     /// The snapshots, and whether the ledger showed each at a moment of its step.
     watch: Vec<Watch<'a>>,
 }
@@ -357,12 +361,12 @@ struct Watch<'a> {
     /// only grow, so one comparison serves every position at that length.
     refused: Option<(usize, bool)>,
     /// The state at the window's end, for the message.
-    last: Option<State>,
+    last: Option<LedgerState>,
 }
 
 impl Watch<'_> {
     /// Looks at `state`, the ledger after `k` events.
-    fn look(&mut self, k: usize, state: &State) {
+    fn look(&mut self, k: usize, state: &LedgerState) {
         if k < self.from || k > self.to {
             return;
         }
@@ -578,7 +582,7 @@ impl<'a> PolicyCheck<'a> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);
         let mut events = self.file.work_events.clone();
-        let mut state = State {
+        let mut state = LedgerState {
             active: policy.per_pool(|_| 0),
             held_at_gate: Vec::new(),
             refused: Vec::new(),
@@ -1153,7 +1157,7 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// The final state must be where the ledger ends: its permits, and the gate.
-    fn final_state(&mut self, at_end: &State, gate: Option<u64>) {
+    fn final_state(&mut self, at_end: &LedgerState, gate: Option<u64>) {
         let end = &self.file.final_state;
         let last = &at_end.active;
         for (pool, capacity) in self.policy.capacities() {

@@ -27,7 +27,7 @@ use serde::Serialize;
 
 pub use self::check::Finding;
 use self::check::{Checked, RoomOfRun};
-pub use self::read::{Classroom, Refused, RoomGate, RoomRequest, Saved, load};
+pub use self::read::{Refused, Saved, SavedRoomGate, SavedRoomRequest, SavedSession, load};
 pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
@@ -55,7 +55,7 @@ pub const TO_FILL_IN: [&str; 5] = [
 /// What the re-check of a saved report found.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
-pub enum Verdict {
+pub enum Recheck {
     /// Every internal check passed, and the model's check, re-run on the evidence rebuilt from
     /// the file, found no difference.
     Matched,
@@ -79,12 +79,12 @@ pub enum Shown {
     /// A command-line run's report.
     Lab(Record),
     /// A classroom session's report.
-    Classroom(Session),
+    Classroom(SessionRecord),
 }
 
 /// The record of a classroom session's report: each run's record, and the room's requests.
 #[derive(Clone, Debug, Serialize)]
-pub struct Session {
+pub struct SessionRecord {
     /// The report's file, as a word the shell reads back as the same file.
     pub report: String,
     /// Each run's record, in the session's order; its pointers start `/runs/<i>`.
@@ -92,8 +92,8 @@ pub struct Session {
     /// The room's requests, outside every run's model.
     pub room_requests: Vec<RoomLine>,
     /// The re-check of the whole session: every run, the room's requests, its own verdict.
-    pub verdict: Verdict,
-    /// The re-check's verdict is [`Verdict::Matched`].
+    pub verdict: Recheck,
+    /// The re-check's verdict is [`Recheck::Matched`].
     pub matches_model: bool,
 }
 
@@ -123,7 +123,7 @@ impl Shown {
                 let checked = check::report(report, None, "");
                 Shown::Lab(Record::of(report, &file, "", &checked))
             }
-            Saved::Classroom(session) => Shown::Classroom(Session::of(session, &file)),
+            Saved::Classroom(session) => Shown::Classroom(SessionRecord::of(session, &file)),
         }
     }
 
@@ -143,11 +143,11 @@ impl Shown {
             Shown::Classroom(session) => (&session.report, &session.verdict, "session"),
         };
         match verdict {
-            Verdict::Matched => None,
-            Verdict::DidNotMatch { reason } => Some(format!(
+            Recheck::Matched => None,
+            Recheck::DidNotMatch { reason } => Some(format!(
                 "{file}: the {what} did not match the policy model: {reason}"
             )),
-            Verdict::DoesNotHold { findings } => {
+            Recheck::DoesNotHold { findings } => {
                 let first = findings.first().map_or(String::new(), |f| {
                     format!(": {} (at {})", f.says, f.pointer)
                 });
@@ -163,9 +163,9 @@ impl Shown {
     }
 }
 
-impl Session {
+impl SessionRecord {
     /// The record of a classroom `session` saved in `file` (a shell word).
-    fn of(session: &read::Classroom, file: &str) -> Session {
+    fn of(session: &read::SavedSession, file: &str) -> SessionRecord {
         let mut findings = Vec::new();
         let mut failed = None;
         let mut runs = Vec::new();
@@ -175,16 +175,16 @@ impl Session {
             let prefix = pointer(&["runs", &i.to_string()]);
             let checked = check::report(run, Some(&room), &prefix);
             match &checked.verdict {
-                Verdict::Matched => {}
-                Verdict::DidNotMatch { reason } => {
+                Recheck::Matched => {}
+                Recheck::DidNotMatch { reason } => {
                     failed.get_or_insert_with(|| format!("run {}: {reason}", i + 1));
                 }
-                Verdict::DoesNotHold { findings: found } => findings.extend(found.iter().cloned()),
+                Recheck::DoesNotHold { findings: found } => findings.extend(found.iter().cloned()),
             }
             runs.push(Record::of(run, file, &prefix, &checked));
         }
         findings.extend(check::room_requests(session));
-        let every_run = runs.iter().all(|r| r.verdict == Verdict::Matched);
+        let every_run = runs.iter().all(|r| r.verdict == Recheck::Matched);
         // A session that says it did not match is believed: only a claim of a match must be
         // borne out by its runs.
         if session.matches_model && !(session.failure.is_none() && every_run) {
@@ -201,13 +201,13 @@ impl Session {
             failed.get_or_insert_with(|| "the session ran nothing, so nothing was checked".into());
         }
         let verdict = if !findings.is_empty() {
-            Verdict::DoesNotHold { findings }
+            Recheck::DoesNotHold { findings }
         } else if let Some(reason) = failed {
-            Verdict::DidNotMatch { reason }
+            Recheck::DidNotMatch { reason }
         } else {
-            Verdict::Matched
+            Recheck::Matched
         };
-        if matches!(verdict, Verdict::DoesNotHold { .. }) {
+        if matches!(verdict, Recheck::DoesNotHold { .. }) {
             // An edited session vouches for none of its runs, even those whose own parts agree.
             for run in &mut runs {
                 run.evidence.clear();
@@ -228,11 +228,11 @@ impl Session {
                 pointer: pointer(&["room_requests", &i.to_string()]),
             })
             .collect();
-        Session {
+        SessionRecord {
             report: file.to_owned(),
             runs,
             room_requests,
-            matches_model: verdict == Verdict::Matched,
+            matches_model: verdict == Recheck::Matched,
             verdict,
         }
     }
@@ -256,8 +256,8 @@ pub struct Record {
     /// `isolation-lab predict` prints.
     pub prediction: Vec<Outcome>,
     /// The re-check of the report: never its own verdict.
-    pub verdict: Verdict,
-    /// The re-check's verdict is [`Verdict::Matched`].
+    pub verdict: Recheck,
+    /// The re-check's verdict is [`Recheck::Matched`].
     pub matches_model: bool,
     /// Where the report's evidence of each step is, in the order the record prints it; none
     /// for a report that does not hold together, whose evidence is vouched for by nothing.
@@ -421,7 +421,7 @@ impl Record {
         });
         let runner = &report.runner;
         let mut evidence = Vec::new();
-        let holds = !matches!(checked.verdict, Verdict::DoesNotHold { .. });
+        let holds = !matches!(checked.verdict, Recheck::DoesNotHold { .. });
         if let Some(reason) = report.failure.as_ref().filter(|_| holds) {
             evidence.push(Cited {
                 line: Line::Failure,
@@ -467,7 +467,7 @@ impl Record {
             inputs,
             prediction: prediction.collect(),
             verdict: checked.verdict.clone(),
-            matches_model: checked.verdict == Verdict::Matched,
+            matches_model: checked.verdict == Recheck::Matched,
             evidence,
             to_fill_in: [PARTICIPANT, OWN_PREDICTION]
                 .into_iter()

@@ -52,19 +52,19 @@ pub enum Saved {
     /// The report of one command-line run: `isolation-lab > r.json`.
     Lab(Report),
     /// The report a classroom session prints when it ends: `isolation-lab classroom > s.json`.
-    Classroom(Classroom),
+    Classroom(SavedSession),
 }
 
 /// A classroom session's report, as far as `record` reads it.
 #[derive(Debug, Deserialize)]
-pub struct Classroom {
+pub struct SavedSession {
     /// Every run of the session, each a lab report.
     pub runs: Vec<Report>,
     /// The room's requests, outside every run's model.
-    pub room_requests: Vec<RoomRequest>,
+    pub room_requests: Vec<SavedRoomRequest>,
     /// The gates the instructor closed for the room after a run's own gate had opened.
     #[serde(default)]
-    pub room_gates: Vec<RoomGate>,
+    pub room_gates: Vec<SavedRoomGate>,
     /// The session's own verdict: compared with the re-check, never taken as true.
     pub matches_model: bool,
     /// Why the session did not close cleanly.
@@ -74,7 +74,7 @@ pub struct Classroom {
 
 /// One request from the room, as the classroom report lists it.
 #[derive(Debug, Deserialize)]
-pub struct RoomRequest {
+pub struct SavedRoomRequest {
     /// `R<n>` (read with the route below).
     pub request: Label,
     /// Where it was sent.
@@ -98,7 +98,7 @@ pub struct RoomRequest {
 
 /// A room gate, as the classroom report lists it: where it closed and opened on a run's ledger.
 #[derive(Debug, Deserialize)]
-pub struct RoomGate {
+pub struct SavedRoomGate {
     /// The run: an index into `runs`.
     pub run: usize,
     /// Its policy.
@@ -139,7 +139,7 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
     let classroom = json.get("lab").is_none() && json.get("runs").is_some_and(|r| r.is_array());
     if classroom {
         let whole = "is not a whole classroom report";
-        let session: Classroom = serde_json::from_value(json)
+        let session: SavedSession = serde_json::from_value(json)
             .context(whole)
             .map_err(refuse)?;
         for (i, run) in session.runs.iter().enumerate() {

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{Line, OWN_PREDICTION, PARTICIPANT, Record, Says, Session, TO_FILL_IN, Verdict};
+use super::{Line, OWN_PREDICTION, PARTICIPANT, Recheck, Record, Says, SessionRecord, TO_FILL_IN};
 use crate::admission::section::GateState;
 use crate::evidence::Decision;
 use crate::render::text::{labels, table};
@@ -32,7 +32,7 @@ pub(crate) fn render(record: &Record) -> String {
     );
     out.push_str(&table(&record.prediction, None));
 
-    if let Verdict::DoesNotHold { findings } = &record.verdict {
+    if let Recheck::DoesNotHold { findings } = &record.verdict {
         let _ = writeln!(
             out,
             "\nThis report does not hold together: it was edited, or no run of the lab wrote \
@@ -107,14 +107,14 @@ fn fill_in(out: &mut String) {
 
 /// Renders the record of a classroom session: each run's record, the room's requests, and the
 /// session's verdict.
-pub(crate) fn session(session: &Session) -> String {
+pub(crate) fn session(session: &SessionRecord) -> String {
     let runs = session.runs.len();
     let mut out = format!(
         "isolation-lab record of {}: a classroom session of {runs} run{}\n",
         session.report,
         if runs == 1 { "" } else { "s" }
     );
-    if let Verdict::DoesNotHold { findings } = &session.verdict {
+    if let Recheck::DoesNotHold { findings } = &session.verdict {
         // An edited session vouches for none of its runs, even those whose own parts agree.
         let _ = writeln!(
             out,
@@ -153,17 +153,17 @@ pub(crate) fn session(session: &Session) -> String {
         );
     }
     match &session.verdict {
-        Verdict::Matched => {
+        Recheck::Matched => {
             let _ = writeln!(out, "\nEvery run of the session matched the policy model.");
         }
-        Verdict::DidNotMatch { reason } => {
+        Recheck::DidNotMatch { reason } => {
             let _ = writeln!(
                 out,
                 "\nThe session did NOT match the policy model: {reason}"
             );
         }
         // Shown above, instead of the runs.
-        Verdict::DoesNotHold { .. } => {}
+        Recheck::DoesNotHold { .. } => {}
     }
     out
 }
