@@ -343,7 +343,8 @@ fn every_pointer_points_at_what_its_line_says() {
 }
 
 /// A run that failed (S1's caller hangs up while held) is recorded too: its failure is cited
-/// at `/failure`, and every pointer into the policy it reached resolves.
+/// at `/failure`, every pointer into the policy it reached resolves, and the record says it did
+/// not match, exit 1, without calling the report edited.
 #[test]
 fn a_failed_runs_report_is_recorded() {
     let dir = scratch("failed");

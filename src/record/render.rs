@@ -33,14 +33,7 @@ pub(crate) fn render(record: &Record) -> String {
     out.push_str(&table(&record.prediction, None));
 
     if let Recheck::DoesNotHold { findings } = &record.verdict {
-        let _ = writeln!(
-            out,
-            "\nThis report does not hold together: it was edited, or no run of the lab wrote \
-             it.\nNothing in it is vouched for. What contradicts what, with where it is:"
-        );
-        for finding in findings {
-            let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
-        }
+        contradictions(&mut out, "run", findings);
         let _ = writeln!(
             out,
             "\nThe run is not shown to match the policy model: run it again, and record the new \
@@ -97,6 +90,19 @@ pub(crate) fn render(record: &Record) -> String {
     out
 }
 
+/// What contradicts what in a report no `what` (run, session) of the lab wrote, each under
+/// where it is.
+fn contradictions(out: &mut String, what: &str, findings: &[super::Finding]) {
+    let _ = writeln!(
+        out,
+        "\nThis report does not hold together: it was edited, or no {what} of the lab wrote \
+         it.\nNothing in it is vouched for. What contradicts what, with where it is:"
+    );
+    for finding in findings {
+        let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
+    }
+}
+
 /// The lines only the person can fill in, last.
 fn fill_in(out: &mut String) {
     let _ = writeln!(out, "\nTo fill in yourself:");
@@ -116,14 +122,7 @@ pub(crate) fn session(session: &SessionRecord) -> String {
     );
     if let Recheck::DoesNotHold { findings } = &session.verdict {
         // An edited session vouches for none of its runs, even those whose own parts agree.
-        let _ = writeln!(
-            out,
-            "\nThis report does not hold together: it was edited, or no session of the lab \
-             wrote it.\nNothing in it is vouched for. What contradicts what, with where it is:"
-        );
-        for finding in findings {
-            let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
-        }
+        contradictions(&mut out, "session", findings);
         let _ = writeln!(out, "\nNo run of it is shown to match the policy model.");
         return out;
     }
