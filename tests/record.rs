@@ -589,6 +589,18 @@ const EDITS: &[Edit] = &[
         "the report says it matched the policy model, but its own evidence does not",
     ),
     (
+        "F1's answer before release removed",
+        DEFAULT,
+        |r| set(r, "/policies/1/fast_response_before_release", json!(null)),
+        "F1's response before release is missing, though the run went to its end",
+    ),
+    (
+        "client tasks aborted in a clean run",
+        DEFAULT,
+        |r| set(r, "/policies/0/client_tasks_aborted", json!(2)),
+        "client_tasks_aborted is 2, yet the report records no failure",
+    ),
+    (
         "only admissions say 3 of 2",
         HELD_1,
         |r| {

@@ -511,6 +511,26 @@ impl<'a> PolicyCheck<'a> {
             );
         }
 
+        // Tasks are aborted only when a run fails.
+        let aborted = [
+            ("client_tasks_aborted", file.client_tasks_aborted),
+            (
+                "server/connection_tasks_aborted",
+                file.server
+                    .as_ref()
+                    .map_or(0, |s| s.connection_tasks_aborted),
+            ),
+        ];
+        for (field, count) in aborted.into_iter().filter(|(_, n)| *n > 0) {
+            if self.report.failure.is_none() {
+                let path: Vec<&str> = field.split('/').collect();
+                self.find(
+                    &path,
+                    format!("{field} is {count}, yet the report records no failure: tasks are aborted only when a run fails"),
+                );
+            }
+        }
+
         let Some(replayed) = self.replay() else {
             return;
         };
@@ -1086,6 +1106,12 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+        }
+        if observed.fast_response_before_release.is_none() && !self.cut_short {
+            self.find(
+                &["fast_response_before_release"],
+                "F1's response before release is missing, though the run went to its end".into(),
+            );
         }
         if let Some(f1) = &observed.fast_response_before_release {
             let answered = observed.responses.iter().find(|r| r.request == Label::F1);
