@@ -1193,7 +1193,7 @@ fn a_file_name_that_is_not_utf8_is_shown_as_the_shell_reads_it() {
 /// A classroom session's report (recorded from a real session in which the room sent three
 /// requests, one held at the run's gate and one at the room's) is read run by run: its run
 /// matches, the room's requests are listed with pointers, exit 0. A session built from two real
-/// runs matches too; one with no run is not said to match.
+/// runs matches too; one closed mid-run does not, and one with no run is not said to match.
 #[test]
 fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     let dir = scratch("classroom");
@@ -1245,6 +1245,26 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     let (built, shown) = self::record(&dir, "built.json");
     assert_eq!(built["runs"].as_array().map(Vec::len), Some(2));
     assert!(shown.contains("== Run 2 of 2 =="), "{shown}");
+
+    // A session closed mid-run, with a room request held at the gate (recorded from a real
+    // session ended with SIGINT): it did not match, and it is not called edited.
+    let closed = "session-closed-mid-run.json";
+    std::fs::write(dir.join(closed), fixture(closed).to_string()).expect("saved");
+    let output = lab(&dir, &["record", closed]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "isolation-lab: {closed}: the session did not match the policy model: run 1: shared: \
+             the run was closed before its next step"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        text(&output.stdout).contains("  R2 /slow in run 1 (shared): answered 200\n"),
+        "{}",
+        text(&output.stdout)
+    );
 
     let empty = json!({ "runs": [], "room_requests": [], "matches_model": true });
     std::fs::write(dir.join("empty.json"), empty.to_string()).expect("saved");
