@@ -529,6 +529,9 @@ type Edit = (&'static str, &'static str, fn(&mut Value), &'static str);
 
 const DEFAULT: &str = "slots-2-held-2.json";
 const HELD_1: &str = "slots-2-held-1.json";
+/// Saved from `isolation-lab classroom --mode partitioned --slots 3 --held 1`, driven through
+/// its page's control API as `a_room_request_is_held_and_then_answered` in `tests/classroom.rs`
+/// drives it, and ended with SIGINT.
 const SESSION: &str = "classroom-partitioned-3-1.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
@@ -1246,8 +1249,9 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     assert_eq!(built["runs"].as_array().map(Vec::len), Some(2));
     assert!(shown.contains("== Run 2 of 2 =="), "{shown}");
 
-    // A session closed mid-run, with a room request held at the gate (recorded from a real
-    // session ended with SIGINT): it did not match, and it is not called edited.
+    // A session closed mid-run (saved from `isolation-lab classroom`: S1 sent, the room's R1
+    // to /fast answered and its R2 to /slow held, then SIGINT): it did not match, and it is
+    // not called edited.
     let closed = "session-closed-mid-run.json";
     std::fs::write(dir.join(closed), fixture(closed).to_string()).expect("saved");
     let output = lab(&dir, &["record", closed]);
