@@ -1,8 +1,9 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
 //! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`,
 //! `record REPORT`, `classroom`, `hold`, `replicas`.
-//! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
-//! 2 the command line (or the report given to `record`) was refused.
+//! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr;
+//! for `record`, the report's re-check did not match or found it edited), 2 the command line
+//! (or the report given to `record`) was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
