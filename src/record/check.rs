@@ -1252,3 +1252,60 @@ fn decision_name(decision: Decision) -> &'static str {
         Decision::Refused => "refused",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::fixtures;
+
+    fn findings(checked: &Checked) -> Vec<String> {
+        match &checked.verdict {
+            Recheck::DoesNotHold { findings } => findings.iter().map(|f| f.says.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every report recorded from a real run re-checks as matched, with no difference.
+    #[test]
+    fn every_recorded_report_rechecks_as_matched() {
+        for recorded in fixtures::reports() {
+            let checked = report(&recorded, None, "");
+            assert_eq!(
+                checked.verdict,
+                Recheck::Matched,
+                "{:?}",
+                findings(&checked)
+            );
+            assert!(checked.differences.iter().all(Vec::is_empty));
+        }
+    }
+
+    /// The default run's shared F1, refused, edited to read 200 in its response (status and
+    /// body) while the ledger still refuses it: named at the response, and the stored verdict
+    /// is not believed.
+    #[test]
+    fn a_refusal_edited_into_a_200_is_named_where_it_was_edited() {
+        let mut edited = fixtures::reports().swap_remove(1);
+        let shared = &mut edited.policies[0];
+        let f1 = shared
+            .observed
+            .responses
+            .iter_mut()
+            .find(|r| r.request == Label::F1);
+        let f1 = f1.expect("the default run answers F1");
+        f1.status = 200;
+        f1.body = json!({ "request": "F1", "pool": "shared" });
+        let checked = report(&edited, None, "/runs/3");
+        let Recheck::DoesNotHold { findings } = &checked.verdict else {
+            panic!("an edited report is not vouched for: {:?}", checked.verdict);
+        };
+        assert_eq!(findings[0].pointer, "/runs/3/policies/0/responses/0");
+        assert!(
+            findings[0].says.starts_with(
+                "shared: F1's evidence says 200 but the ledger shows no fast admission"
+            ),
+            "{findings:?}"
+        );
+        assert!(!checked.differences[0].is_empty(), "the model differs too");
+    }
+}
