@@ -597,7 +597,6 @@ impl<'a> PolicyCheck<'a> {
     /// life and count of taken permits. Returns the events with each refusal's holders filled
     /// in, the state after each prefix (`states[k]` after `k` events), each request's decision,
     /// and the `seq` at which the gate opened.
-    #[allow(clippy::type_complexity)]
     fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);

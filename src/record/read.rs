@@ -188,7 +188,8 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
 /// the order its mode runs them, each once (a run that stopped early has fewer).
 fn shaped(report: &Report) -> anyhow::Result<()> {
     if report.lab != LAB {
-        bail!("is not a lab report: its \"lab\" is {:?}", report.lab);
+        let lab = serde_json::Value::from(report.lab.as_str());
+        bail!("is not a lab report: its \"lab\" is {lab}, not \"{LAB}\"");
     }
     let modes = report.inputs.mode.modes();
     for (i, policy) in report.policies.iter().enumerate() {
