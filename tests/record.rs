@@ -402,6 +402,11 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         ("text.txt", shown(&["--format", "text"])),
         ("picture.svg", shown(&["--format", "svg"])),
         ("predict.json", shown(&["predict", "--format", "json"])),
+        // Another instrument's runs, which a classroom report's are not.
+        (
+            "runs.json",
+            json!({ "front": "async", "runs": [], "matches_model": true }).to_string(),
+        ),
         (
             "other-lab.json",
             real.replace("concurrency-isolation", "another-lab"),
@@ -423,6 +428,7 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         ("text.txt", "is a text report, not the JSON one"),
         ("picture.svg", "is a picture, not the JSON report"),
         ("predict.json", "is not a lab report"),
+        ("runs.json", "is not a lab report: it has no \"lab\""),
         ("other-lab.json", "is not a lab report"),
         ("cut.json", "is not JSON"),
         ("no-runner.json", "missing field `runner`"),

@@ -136,7 +136,9 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
     })?;
     // Checked before the whole report, so that other JSON (`predict --format json`, say) is
     // named for what it lacks rather than for the first field serde trips on.
-    let classroom = json.get("lab").is_none() && json.get("runs").is_some_and(|r| r.is_array());
+    let classroom = json.get("lab").is_none()
+        && json.get("runs").is_some_and(|r| r.is_array())
+        && json.get("room_requests").is_some();
     if classroom {
         let whole = "is not a whole classroom report";
         let session: SavedSession = serde_json::from_value(json)
