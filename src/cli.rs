@@ -109,10 +109,13 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ServerArg::Async)]
         server: ServerArg,
     },
-    /// Print the individual record of a saved report: the command that reproduces it, the
-    /// model's prediction, JSON Pointers to the evidence, and lines left to fill in
+    /// Print the individual record of a saved report (or of each run of a classroom session's
+    /// report): the command that reproduces it, the model's prediction, JSON Pointers to the
+    /// evidence, and lines left to fill in. It re-checks the report from its evidence and says
+    /// "matched" only when that re-check does; exits 1 if it did not match, or names what was
+    /// edited or could not have happened
     Record {
-        /// A report saved from a run, e.g. isolation-lab > r.json
+        /// A report saved from a run, e.g. isolation-lab > r.json, or from isolation-lab classroom
         #[arg(value_name = "REPORT")]
         report: std::path::PathBuf,
         /// The record on stdout
@@ -387,11 +390,15 @@ where
             if named.is_some_and(|at| at > 0 && words[at + 1] == "record") =>
         {
             let at = named.map_or(0, |at| at + 1);
-            let file = words.get(at + 1).map_or("r.json", String::as_str);
+            // Shell words, so that the suggested command names the same file, whatever its
+            // name's bytes.
+            let word = |arg: &std::ffi::OsString| crate::record::shell_word(arg);
+            let file = args.get(at + 1).map_or("r.json".into(), word);
+            let flags: Vec<String> = args[1..at].iter().map(word).collect();
             Some(format!(
                 "record reads a saved report and takes no run flags; save the run, then record \
                  it: isolation-lab {} > {file} && isolation-lab record {file}",
-                words[1..at].join(" ")
+                flags.join(" ")
             ))
         }
         ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {

@@ -121,9 +121,12 @@ impl Serialize for Label {
 impl<'de> Deserialize<'de> for Label {
     /// A saved report's label, checked as the server checks a request's header.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        // A room request's label (`R<n>`) does not say its route, so it is not read back: a
-        // classroom session's report is for reading, not for replaying.
         let text = String::deserialize(deserializer)?;
+        // A room request's label (`R<n>`) does not say its route: it is read as sent to `/slow`,
+        // and `record` looks its route up in the classroom report's `room_requests`.
+        if let Some(Label::Room(n, _)) = Label::read(&text, Route::Slow) {
+            return Ok(Label::Room(n, Route::Slow));
+        }
         text.parse().map_err(|UnknownLabel| {
             serde::de::Error::custom(format!("not a lab request label: {text:?}"))
         })

@@ -1,8 +1,9 @@
 //! Run with `cargo run --release -- [--mode shared|partitioned|both] [--slots N] [--held N]
 //! [--server async|threaded] [--format json|text|svg]`, or `predict`, `sweep`, `compare`,
 //! `record REPORT`, `classroom`, `hold`, `replicas`.
-//! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr),
-//! 2 the command line (or the report given to `record`) was refused.
+//! Exit status: 0 the run matched the policy model, 1 it failed (a one-line reason on stderr;
+//! for `record`, the report's re-check did not match or found it edited), 2 the command line
+//! (or the report given to `record`) was refused.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -101,12 +102,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let record = record::Record::of(&saved, &report.display().to_string());
+            // Re-checked, never trusted: exit 1 when it does not hold together or did not match.
+            let shown = record::Shown::of(&saved, &report);
             let rendered = match format {
-                TableFormat::Text => Ok(render::record::render(&record)),
-                TableFormat::Json => json(&record),
+                TableFormat::Text => Ok(shown.text()),
+                TableFormat::Json => json(&shown),
             };
-            emit(rendered, None)
+            emit(rendered, shown.failure().as_deref())
         }
         #[cfg(unix)]
         Some(Command::Replicas {

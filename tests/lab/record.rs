@@ -1,15 +1,18 @@
 //! `isolation-lab record`, through the binary: every evidence pointer in a record resolves in
 //! the saved report and points at what its line says; the record's command reproduces the run;
-//! a failed run's report is recorded too; a file that is not a lab report is refused with exit
-//! status 2 before anything is printed.
+//! a failed run's report is recorded too, and says it did not match; an edited or impossible
+//! report is named as such, exit status 1, and never said to match; a file that is not a lab
+//! report, or is malformed, or is not a regular file, is refused with exit status 2 before
+//! anything is printed; a classroom session's report is read run by run.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::Faults;
 use isolation_lab::coordinator::Options;
 use isolation_lab::label::Label;
-use isolation_lab::policy::{Inputs, ModeChoice};
+use isolation_lab::policy::{Front, Inputs, ModeChoice};
 use serde_json::{Value, json};
 
 const LAB: &str = env!("CARGO_BIN_EXE_isolation-lab");
@@ -61,6 +64,25 @@ fn record(dir: &Path, file: &str) -> (Value, String) {
     (record, text(&shown.stdout))
 }
 
+/// `record file` of a run that failed, in both formats: each exits 1, saying on stderr that
+/// the run did not match, and not that the report was edited.
+fn record_failed(dir: &Path, file: &str) -> (Value, String) {
+    let json = lab(dir, &["record", file, "--format", "json"]);
+    let shown = lab(dir, &["record", file]);
+    for output in [&json, &shown] {
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "record {file}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "isolation-lab: {file}: the run did not match the policy model: "
+            )),
+            "{stderr}"
+        );
+    }
+    let record = serde_json::from_slice(&json.stdout).expect("record --format json is JSON");
+    (record, text(&shown.stdout))
+}
+
 /// The value at `pointer` in `report`, or a failure naming the pointer.
 fn at<'a>(report: &'a Value, pointer: &str) -> &'a Value {
     report
@@ -70,11 +92,19 @@ fn at<'a>(report: &'a Value, pointer: &str) -> &'a Value {
 
 /// The policy `/policies/<n>` a pointer falls in.
 fn policy_of(pointer: &str) -> String {
-    let mut parts = pointer.split('/').skip(1);
+    // In a classroom session's report, a run's pointers start `/runs/<i>`.
+    let (run, rest) = match pointer.strip_prefix("/runs/") {
+        Some(rest) => {
+            let (n, rest) = rest.split_once('/').unwrap_or((rest, ""));
+            (format!("/runs/{n}"), format!("/{rest}"))
+        }
+        None => (String::new(), pointer.to_owned()),
+    };
+    let mut parts = rest.split('/').skip(1);
     let (Some("policies"), Some(n)) = (parts.next(), parts.next()) else {
         panic!("{pointer} is not inside a policy");
     };
-    format!("/policies/{n}")
+    format!("{run}/policies/{n}")
 }
 
 fn sum(object: &Value) -> u64 {
@@ -293,7 +323,8 @@ fn every_pointer_points_at_what_its_line_says() {
         assert_eq!(decisions(&rerun), decisions(&report), "{command}");
     }
 
-    // The issue's own example: partitioned S2's refusal in the default run.
+    // Partitioned S2's refusal in the default run, as `docs/instructor-guide.md` explains
+    // `/policies/1/admissions/1`.
     let report: Value =
         serde_json::from_slice(&std::fs::read(dir.join("default.json")).expect("saved"))
             .expect("a report");
@@ -312,7 +343,8 @@ fn every_pointer_points_at_what_its_line_says() {
 }
 
 /// A run that failed (S1's caller hangs up while held) is recorded too: its failure is cited
-/// at `/failure`, and every pointer into the policy it reached resolves.
+/// at `/failure`, every pointer into the policy it reached resolves, and the record says it did
+/// not match, exit 1, without calling the report edited.
 #[test]
 fn a_failed_runs_report_is_recorded() {
     let dir = scratch("failed");
@@ -337,7 +369,8 @@ fn a_failed_runs_report_is_recorded() {
     let json = serde_json::to_string_pretty(&report).expect("a report serializes");
     std::fs::write(dir.join("failed.json"), &json).expect("saved");
     let report: Value = serde_json::from_str(&json).expect("JSON");
-    let (record, shown) = record(&dir, "failed.json");
+    let (record, shown) = record_failed(&dir, "failed.json");
+    assert_eq!(record["verdict"]["verdict"], "did_not_match", "{record}");
     let pointers = check_all(&report, &record, &shown);
     assert!(pointers.contains(&"/failure".to_owned()), "{pointers:?}");
     assert_eq!(record["matches_model"], false);
@@ -366,6 +399,11 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         ("text.txt", shown(&["--format", "text"])),
         ("picture.svg", shown(&["--format", "svg"])),
         ("predict.json", shown(&["predict", "--format", "json"])),
+        // Another instrument's runs, which a classroom report's are not.
+        (
+            "runs.json",
+            json!({ "front": "async", "runs": [], "matches_model": true }).to_string(),
+        ),
         (
             "other-lab.json",
             real.replace("concurrency-isolation", "another-lab"),
@@ -382,11 +420,12 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
     }
     let cases = [
         ("missing.json", "cannot be read"),
-        (".", "cannot be read"),
+        (".", "is a directory, not a report file"),
         ("not-json.json", "is not JSON"),
         ("text.txt", "is a text report, not the JSON one"),
         ("picture.svg", "is a picture, not the JSON report"),
         ("predict.json", "is not a lab report"),
+        ("runs.json", "is not a lab report: it has no \"lab\""),
         ("other-lab.json", "is not a lab report"),
         ("cut.json", "is not JSON"),
         ("no-runner.json", "missing field `runner`"),
@@ -408,24 +447,838 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
     }
 }
 
-/// A file with no end (`/dev/zero`) is refused for its size, exit 2, rather than read into
-/// memory until the process runs out. Run under an address-space limit so that a lab that does
-/// read it whole fails with "out of memory" instead of taking the machine's memory.
+/// A file larger than any report (a sparse one, so it takes no disk) is refused for its size,
+/// exit 2, unread; a device (`/dev/zero`, which has no end) and a FIFO with no writer are
+/// refused at once, for what they are, rather than read or waited on.
+#[cfg(unix)]
 #[test]
-fn a_file_larger_than_any_report_is_refused_unread() {
-    if Command::new("prlimit").arg("--version").output().is_err() {
-        println!("skipped: prlimit (util-linux) is not installed");
+fn only_a_regular_file_of_a_reports_size_is_read() {
+    let dir = scratch("not-regular");
+    let large = std::fs::File::create(dir.join("large.json")).expect("created");
+    large.set_len(17 << 20).expect("a sparse file");
+    let fifo = dir.join("fifo.json");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo makes a FIFO");
+    let cases = [
+        ("large.json", "is larger than any lab report"),
+        ("/dev/zero", "is a device, not a report file"),
+        ("fifo.json", "is a FIFO (a named pipe), not a report file"),
+    ];
+    for (file, says) in cases {
+        let mut child = Command::new(LAB)
+            .args(["record", file])
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let (sent, done) = std::sync::mpsc::channel();
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        std::thread::spawn(move || {
+            let read = |pipe: Option<std::process::ChildStdout>| {
+                let mut out = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut pipe.expect("piped"), &mut out);
+                out
+            };
+            let out = read(stdout);
+            let mut err = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stderr.expect("piped"), &mut err);
+            let _ = sent.send((out, err));
+        });
+        // A failure guard: a record that blocks on the FIFO is unblocked by a writer, then
+        // fails the test.
+        let Ok((out, err)) = done.recv_timeout(std::time::Duration::from_secs(10)) else {
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("record {file} blocked");
+        };
+        let status = child.wait().expect("the binary ends");
+        let stderr = text(&err);
+        assert_eq!(status.code(), Some(2), "{file}: {stderr}");
+        assert_eq!(text(&out), "", "{file}: nothing on stdout");
+        assert!(
+            stderr.starts_with(&format!("error: {file} {says}")),
+            "{file}: {stderr}"
+        );
+    }
+}
+
+/// A report recorded from a real run, from `tests/fixtures/`.
+fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("a recorded fixture");
+    serde_json::from_str(&text).expect("a fixture is JSON")
+}
+
+/// Sets the value at `pointer`.
+fn set(report: &mut Value, pointer: &str, value: Value) {
+    *report
+        .pointer_mut(pointer)
+        .unwrap_or_else(|| panic!("{pointer} resolves")) = value;
+}
+
+/// The array at `pointer`.
+fn list<'a>(report: &'a mut Value, pointer: &str) -> &'a mut Vec<Value> {
+    let found = report.pointer_mut(pointer);
+    let found = found.unwrap_or_else(|| panic!("{pointer} resolves"));
+    found.as_array_mut().expect("a list")
+}
+
+/// An edit of a real report, and what the record must say of it.
+type Edit = (&'static str, &'static str, fn(&mut Value), &'static str);
+
+const DEFAULT: &str = "slots-2-held-2.json";
+const HELD_1: &str = "slots-2-held-1.json";
+/// Saved from `isolation-lab classroom --mode partitioned --slots 3 --held 1`, driven through
+/// its page's control API as `a_room_request_is_held_and_then_answered` in `tests/classroom.rs`
+/// drives it, and ended with SIGINT.
+const SESSION: &str = "classroom-partitioned-3-1.json";
+
+/// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
+/// session's), each with the words its record must name it with. In the default run, shared
+/// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
+/// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
+const EDITS: &[Edit] = &[
+    (
+        "F1's 503 reads 200",
+        DEFAULT,
+        |r| {
+            let body = json!({ "request": "F1", "pool": "shared" });
+            set(r, "/policies/0/responses/0/status", json!(200));
+            set(r, "/policies/0/responses/0/body", body.clone());
+            set(
+                r,
+                "/policies/0/fast_response_before_release/status",
+                json!(200),
+            );
+            set(r, "/policies/0/fast_response_before_release/body", body);
+        },
+        "F1's evidence says 200 but the ledger shows no fast admission",
+    ),
+    (
+        "F1 takes 3 of 2 permits",
+        HELD_1,
+        |r| {
+            set(r, "/policies/0/admissions/1/active_after", json!(3));
+            set(r, "/policies/0/work_events/2/active_after", json!(3));
+        },
+        "with 3 of the shared pool's 2 permits taken: more than the pool holds",
+    ),
+    (
+        "a third permit taken from a pool of 2",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/work_events/4/event", json!("admitted"));
+            set(r, "/policies/0/work_events/4/active_after", json!(3));
+        },
+        "F1 is admitted at seq 5 with every one of the shared pool's 2 permits already taken",
+    ),
+    (
+        "a cancelled handler answered 200",
+        DEFAULT,
+        |r| r["policies"][0]["work_events"][9]["cancelled"] = json!(true),
+        "S-after was answered 200, but its work was cancelled (seq 10)",
+    ),
+    (
+        "another front named",
+        DEFAULT,
+        |r| set(r, "/runner/front", json!("threaded")),
+        "the runner says the threaded front ran, but describes another front's server",
+    ),
+    (
+        "the inputs edited",
+        DEFAULT,
+        |r| set(r, "/inputs/held", json!(1)),
+        "the report says it matched the policy model, but its own evidence does not",
+    ),
+    (
+        "F1's answer before release removed",
+        DEFAULT,
+        |r| set(r, "/policies/1/fast_response_before_release", json!(null)),
+        "F1's response before release is missing, though the run went to its end",
+    ),
+    (
+        "client tasks aborted in a clean run",
+        DEFAULT,
+        |r| set(r, "/policies/0/client_tasks_aborted", json!(2)),
+        "client_tasks_aborted is 2, yet the report records no failure",
+    ),
+    (
+        "only admissions say 3 of 2",
+        HELD_1,
+        |r| {
+            set(r, "/policies/0/admissions/1/active_after", json!(3));
+        },
+        "F1 took \"3 of 2\" shared permits",
+    ),
+    (
+        "a response with no admission",
+        DEFAULT,
+        |r| {
+            let mut stray = r["policies"][1]["responses"][0].clone();
+            stray["request"] = json!("S3");
+            stray["body"]["request"] = json!("S3");
+            list(r, "/policies/1/responses").push(stray);
+        },
+        "S3 has a response (503) but the ledger shows no admission decision for S3",
+    ),
+    (
+        "an admission with no response",
+        DEFAULT,
+        |r| {
+            list(r, "/policies/0/responses").retain(|x| x["request"] != "S-after");
+        },
+        "S-after was admitted at seq 9 but no response to it is recorded",
+    ),
+    (
+        "held_by names a request not holding",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/1/admissions/1/held_by", json!(["F1"]));
+        },
+        "S2's refusal says the slow pool was held by F1, but at that moment the ledger shows it held by S1",
+    ),
+    (
+        "work events out of seq order",
+        DEFAULT,
+        |r| {
+            list(r, "/policies/0/work_events").swap(2, 3);
+        },
+        "work_events are out of order: seq 4 comes before seq 3",
+    ),
+    (
+        "a gap in the work events",
+        DEFAULT,
+        |r| {
+            for event in list(r, "/policies/0/work_events").iter_mut().skip(5) {
+                event["seq"] = json!(event["seq"].as_u64().expect("a seq") + 1);
+            }
+        },
+        "work_events skip from seq 5 to seq 7",
+    ),
+    (
+        "a finished without an admitted",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/work_events/8/event", json!("finished"));
+        },
+        "S-after finishes at seq 9, but was never admitted",
+    ),
+    (
+        "final state not back to capacity",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/final_state/available_permits/shared",
+                json!(1),
+            );
+        },
+        "final_state says 1 of the shared pool's 2 permits are back, but its work events return 2",
+    ),
+    (
+        "a snapshot that disagrees with the ledger",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/1/observer_before_fast/refused", json!([]));
+        },
+        "observer_before_fast disagrees with the ledger",
+    ),
+    (
+        "a body that disagrees with its status",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/1/responses/0/body",
+                json!({ "request": "S2", "pool": "slow" }),
+            );
+        },
+        "S2's response is 503, but its body {\"pool\":\"slow\",\"request\":\"S2\"} is not the one the lab's front sends",
+    ),
+    (
+        "a phase wrong for the gate's opening",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/responses/0/phase", json!("after_release"));
+        },
+        "F1's response is marked after release, but it arrived after seq 5 and the gate opened at seq 6",
+    ),
+    (
+        "a refusal replayed",
+        DEFAULT,
+        |r| {
+            for (seq, event, active) in [(12, "admitted", 1), (13, "finished", 0)] {
+                let replayed = json!({ "seq": seq, "request": "S2", "pool": "slow",
+                                   "event": event, "active_after": active });
+                list(r, "/policies/1/work_events").push(replayed);
+            }
+        },
+        "S2 is admitted at seq 12 after it was already refused at seq 3",
+    ),
+    (
+        "matches_model edited to false",
+        DEFAULT,
+        |r| {
+            set(r, "/matches_model", json!(false));
+        },
+        "the report says it did not match the policy model, but records no failure",
+    ),
+    (
+        "a model block edited to say it did not match",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/1/model/matches", json!(false));
+        },
+        "the model block says the run did not match, but lists no difference",
+    ),
+    (
+        "the model's expectations edited",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/model/expected/2/status", json!(200));
+        },
+        "the model block's expectations are not the policy model's for --slots 2 --held 2",
+    ),
+    (
+        "a pool's capacity edited",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/pool_capacities/shared", json!(3));
+        },
+        "its pools hold shared 3, but shared with 2 slots has shared 2",
+    ),
+    (
+        "a route's pool edited",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/1/route_pools/~1fast", json!("slow"));
+        },
+        "/fast draws from the fast pool in partitioned",
+    ),
+    (
+        "the ledger's account edited",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/ledger/shared/refused", json!(0));
+        },
+        "the ledger's account of the shared pool says refused 0, but its work events give 1",
+    ),
+    (
+        "the peak edited",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/peak_active_work/shared", json!(1));
+        },
+        "peak_active_work of the shared pool is not the peak of its work events, 2",
+    ),
+    (
+        "the gate's opening removed",
+        HELD_1,
+        |r| {
+            set(r, "/policies/0/work_events/4/event", json!("held"));
+            set(r, "/policies/0/work_events/4/request", json!("S1"));
+        },
+        "final_state says the gate is open, but the ledger has no gate_opened event",
+    ),
+    (
+        "a pending caller dropped",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/slow_callers_pending_before_release",
+                json!(["S1"]),
+            );
+        },
+        "slow_callers_pending_before_release lists S1, but when the gate opened the ledger held S1 S2",
+    ),
+    (
+        "F1's answer edited in one place only",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/fast_response_before_release/status",
+                json!(200),
+            );
+        },
+        "fast_response_before_release says F1 200, but F1's response in responses is 503 before release",
+    ),
+    (
+        "a response after the ledger's end",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/responses/4/after_event", json!(99));
+        },
+        "F-after's response arrived after seq 99, but the ledger ends at seq 12",
+    ),
+    (
+        "a response before its work left",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/responses/1/after_event", json!(6));
+        },
+        "S1's response arrived after seq 6, before its work left the section at seq 7",
+    ),
+    (
+        "a server off loopback",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/server/address", json!("10.0.0.1:80"));
+        },
+        "the server listened on 10.0.0.1:80, but the lab binds 127.0.0.1 only",
+    ),
+    (
+        "a room's request in a command-line run",
+        DEFAULT,
+        |r| {
+            for i in [0, 1] {
+                set(
+                    r,
+                    &format!("/policies/0/work_events/{i}/request"),
+                    json!("R1"),
+                );
+            }
+            set(r, "/policies/0/admissions/0/request", json!("R1"));
+        },
+        "the ledger names R1, a request from a classroom's room, in the report of a command-line run",
+    ),
+    (
+        "a policy left out",
+        DEFAULT,
+        |r| {
+            list(r, "/policies").pop();
+        },
+        "--mode both runs 2 policies, but the report holds 1 (shared) and records no failure",
+    ),
+    (
+        "a room request's 200 reads 503",
+        SESSION,
+        |r| {
+            set(r, "/room_requests/0/status", json!(503));
+        },
+        "R1's evidence says 503 but the ledger shows the slow pool admitted R1",
+    ),
+    (
+        "a room request dropped from the list",
+        SESSION,
+        |r| {
+            list(r, "/room_requests").pop();
+        },
+        "the ledger names R2, but the room's requests list no R2",
+    ),
+    (
+        "a room request held after the room's gate opened",
+        SESSION,
+        |r| {
+            list(r, "/room_gates").clear();
+        },
+        "R2 is held at seq 15, after the gate opened at seq 7: once open, it never closes",
+    ),
+    (
+        "a classroom run's F1 edited",
+        SESSION,
+        |r| {
+            set(r, "/runs/0/policies/0/responses/0/status", json!(503));
+        },
+        "F1's evidence says 503 but the ledger shows the fast pool admitted F1",
+    ),
+    (
+        "a classroom session's verdict edited",
+        SESSION,
+        |r| {
+            r["runs"][0]["failure"] = json!("partitioned: S1: no response was received");
+            set(r, "/runs/0/matches_model", json!(false));
+        },
+        "the session says every run matched the policy model, but its runs do not",
+    ),
+];
+
+/// Every edit of [`EDITS`] is named in the record's words, on stdout and in the one line on
+/// stderr, exit status 1, in both formats; no edited report is said to match. Every recorded
+/// fixture, unedited, still matches (exit 0).
+#[test]
+fn edited_reports_are_named_and_none_is_vouched_for() {
+    let dir = scratch("edited");
+    // Every recorded lab report and classroom session, unedited, matches.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut unedited = 0;
+    for entry in std::fs::read_dir(&fixtures).expect("the fixtures are listed") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).expect("a name");
+        if !(name.starts_with("slots-") || name.starts_with("classroom-")) {
+            continue;
+        }
+        let output = Command::new(LAB).arg("record").arg(&path).output();
+        let output = output.expect("the binary starts");
+        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
+        let shown = text(&output.stdout);
+        assert!(shown.contains("matched the policy model."), "{name}");
+        unedited += 1;
+    }
+    assert_eq!(unedited, 13, "12 lab reports and a classroom session");
+    for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
+        let mut report = fixture(base);
+        edit(&mut report);
+        let file = format!("edit-{i}.json");
+        std::fs::write(dir.join(&file), report.to_string()).expect("written");
+        let shown = lab(&dir, &["record", &file]);
+        let (stdout, stderr) = (text(&shown.stdout), text(&shown.stderr));
+        let context = format!("{name} ({file}):\n{stdout}{stderr}");
+        assert_eq!(shown.status.code(), Some(1), "{context}");
+        assert!(stdout.contains(says), "{says:?} in {context}");
+        assert!(!stdout.contains("matched the policy model."), "{context}");
+        assert!(
+            stderr.starts_with(&format!(
+                "isolation-lab: {file} was edited, or no run of the lab wrote it: "
+            )) && stderr.lines().count() == 1,
+            "{context}"
+        );
+        let json = lab(&dir, &["record", &file, "--format", "json"]);
+        assert_eq!(json.status.code(), Some(1), "{context}");
+        let json: Value = serde_json::from_slice(&json.stdout).expect("record JSON");
+        assert_eq!(json["verdict"]["verdict"], "does_not_hold", "{context}");
+        assert_eq!(json["matches_model"], false, "{context}");
+        let findings = json["verdict"]["findings"].as_array().expect("findings");
+        for finding in findings {
+            let pointer = finding["pointer"].as_str().expect("a pointer");
+            assert!(report.pointer(pointer).is_some(), "{pointer}: {context}");
+        }
+    }
+}
+
+/// A file's name, how it is made from the default run's report, and what its refusal says.
+type Malformed = (&'static str, fn(&mut Value), &'static str);
+
+/// A report no run could have written in its shape is refused, exit 2, naming the file and
+/// what is wrong, with nothing on stdout.
+#[test]
+fn a_malformed_report_is_refused_with_exit_status_2() {
+    let dir = scratch("malformed");
+    let cases: [Malformed; 9] = [
+        (
+            "twice",
+            |r| {
+                let shared = r["policies"][0].clone();
+                list(r, "/policies").push(shared);
+            },
+            "lists the shared policy twice",
+        ),
+        (
+            "out-of-order",
+            |r| list(r, "/policies").reverse(),
+            "has the partitioned policy as policies[0], but --mode both runs shared then partitioned",
+        ),
+        (
+            "foreign-policy",
+            |r| set(r, "/inputs/mode", json!("shared")),
+            "has the partitioned policy as policies[1], but --mode shared runs shared",
+        ),
+        (
+            "slots",
+            |r| set(r, "/inputs/slots", json!(9)),
+            "expected a whole number from 2 through 4",
+        ),
+        (
+            "held",
+            |r| set(r, "/inputs/held", json!(0)),
+            "expected a whole number from 1 through 4",
+        ),
+        (
+            "mode",
+            |r| set(r, "/inputs/mode", json!("isolated")),
+            "unknown variant `isolated`",
+        ),
+        (
+            "no-events",
+            |r| {
+                r["policies"][0]
+                    .as_object_mut()
+                    .expect("a policy")
+                    .remove("work_events");
+            },
+            "missing field `work_events`",
+        ),
+        (
+            "label",
+            |r| set(r, "/policies/0/work_events/0/request", json!("S0")),
+            "not a lab request label: \"S0\"",
+        ),
+        (
+            "room-run",
+            |r| {
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [{ "request": "R1", "route": "/slow", "run": 3,
+                                    "mode": "shared", "after_event": 1 }] });
+                *r = session;
+            },
+            "is not a whole classroom report: room_requests[0] names run 3, but the session has 1 runs",
+        ),
+    ];
+    for (name, edit, says) in cases {
+        let mut report = fixture(DEFAULT);
+        edit(&mut report);
+        let file = format!("{name}.json");
+        std::fs::write(dir.join(&file), report.to_string()).expect("written");
+        let output = lab(&dir, &["record", &file]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{file}: {stderr}");
+        assert_eq!(text(&output.stdout), "", "{file}: nothing on stdout");
+        assert!(stderr.starts_with(&format!("error: {file} ")), "{stderr}");
+        assert!(stderr.contains(says), "{says:?} in {stderr}");
+    }
+}
+
+/// Runs that really failed — a handler that panics, a gate that never opens, the observer
+/// gone silent — are recorded as not matching, exit 1, and never called edited; and a real
+/// failed report whose verdicts are edited to say it matched is named.
+#[test]
+fn failed_runs_are_not_called_edited_and_their_verdicts_cannot_be_edited() {
+    let dir = scratch("faults");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let faults = [
+        (
+            Front::Async,
+            Faults {
+                handler_panics: Some(Label::F1),
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Async,
+            Faults {
+                gate_stuck: true,
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Async,
+            Faults {
+                observer_silent: true,
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Threaded,
+            Faults {
+                handler_panics: Some(Label::F1),
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Threaded,
+            Faults {
+                caller_disconnects: Some(Label::Slow(1)),
+                ..Faults::default()
+            },
+        ),
+        (
+            Front::Threaded,
+            Faults {
+                gate_stuck: true,
+                ..Faults::default()
+            },
+        ),
+    ];
+    // The runs wait out their stuck steps side by side.
+    let _inside = runtime.enter();
+    let mut runs = tokio::task::JoinSet::new();
+    for (front, faults) in faults {
+        let options = Options {
+            // A failure guard that fires quickly: the stuck step is the test.
+            safety_timeout: std::time::Duration::from_millis(300),
+            ..Options::on(front).with_hooks(faults)
+        };
+        runs.spawn(isolation_lab::lab::run_with(Inputs::default(), options));
+    }
+    let reports = runtime.block_on(runs.join_all());
+    for (i, report) in reports.into_iter().enumerate() {
+        assert!(report.failure.is_some(), "fault {i} fails the run");
+        let file = format!("fault-{i}.json");
+        let json = serde_json::to_value(&report).expect("a report serializes");
+        std::fs::write(dir.join(&file), json.to_string()).expect("saved");
+        record_failed(&dir, &file);
+
+        // Its verdicts edited to say it matched.
+        let mut lie = json;
+        lie.as_object_mut().expect("a report").remove("failure");
+        set(&mut lie, "/matches_model", json!(true));
+        for policy in list(&mut lie, "/policies") {
+            policy["model"]["matches"] = json!(true);
+            policy["model"]["mismatches"] = json!([]);
+        }
+        let file = format!("fault-{i}-lie.json");
+        std::fs::write(dir.join(&file), lie.to_string()).expect("saved");
+        let output = lab(&dir, &["record", &file]);
+        let stdout = text(&output.stdout);
+        assert_eq!(output.status.code(), Some(1), "{file}: {stdout}");
+        assert!(!stdout.contains("matched the policy model."), "{stdout}");
+        assert!(
+            stdout.contains("the model block says the run matched, but its evidence does not"),
+            "{stdout}"
+        );
+    }
+}
+
+/// A report in a file whose name is not UTF-8 (`r\xff.json`): the record names it, and the
+/// command it prints, in `$'…'` quotes that bash reads back as the same file — the command,
+/// run by bash, writes that very file.
+#[cfg(unix)]
+#[test]
+fn a_file_name_that_is_not_utf8_is_shown_as_the_shell_reads_it() {
+    use std::os::unix::ffi::OsStrExt;
+    let bash = Command::new("bash").arg("-c").arg("true").status();
+    if !bash.is_ok_and(|s| s.success()) {
+        let _ = writeln!(std::io::stderr(), "skipped: bash is not installed");
         return;
     }
-    let output = Command::new("prlimit")
-        .args(["--as=1073741824", "--", LAB, "record", "/dev/zero"])
+    let dir = scratch("non-utf8");
+    let name = std::ffi::OsStr::from_bytes(b"r\xff.json");
+    std::fs::write(dir.join(name), fixture(DEFAULT).to_string()).expect("saved");
+    let output = Command::new(LAB)
+        .arg("record")
+        .arg(name)
+        .current_dir(&dir)
         .output()
-        .expect("prlimit starts");
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert_eq!(text(&output.stdout), "", "nothing on stdout");
+        .expect("the binary starts");
+    let shown = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(
-        stderr.starts_with("error: /dev/zero is larger than any lab report"),
+        shown.starts_with("isolation-lab record of $'r\\xff.json'\n"),
+        "{shown}"
+    );
+    // A run's flags given to `record` are refused with the command to use, the file quoted.
+    let misplaced = Command::new(LAB)
+        .args(["--held", "4", "record"])
+        .arg(name)
+        .output()
+        .expect("the binary starts");
+    let refused = text(&misplaced.stderr);
+    assert_eq!(misplaced.status.code(), Some(2), "{refused}");
+    assert!(
+        refused.contains(
+            "isolation-lab --held 4 > $'r\\xff.json' && isolation-lab record $'r\\xff.json'"
+        ),
+        "{refused}"
+    );
+    let command = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("Command: "))
+        .expect("a command line");
+    assert!(command.ends_with(" > $'r\\xff.json'"), "{command}");
+
+    let again = dir.join("again");
+    std::fs::create_dir_all(&again).expect("a directory for the rerun");
+    let bin = Path::new(LAB).parent().expect("the binary's directory");
+    let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("a PATH");
+    let rerun = Command::new("bash")
+        .args(["-c", command])
+        .env("PATH", path)
+        .current_dir(&again)
+        .output()
+        .expect("bash starts");
+    assert!(rerun.status.success(), "{command}: {}", text(&rerun.stderr));
+    let written: Vec<_> = std::fs::read_dir(&again)
+        .expect("listed")
+        .map(|e| e.expect("an entry").file_name())
+        .collect();
+    assert_eq!(written, [name.to_owned()], "{command} writes the same file");
+}
+
+/// A classroom session's report (recorded from a real session in which the room sent three
+/// requests, one held at the run's gate and one at the room's) is read run by run: its run
+/// matches, the room's requests are listed with pointers, exit 0. A session built from two real
+/// runs matches too; one closed mid-run does not, and one with no run is not said to match.
+#[test]
+fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
+    let dir = scratch("classroom");
+    std::fs::write(dir.join("s.json"), fixture(SESSION).to_string()).expect("saved");
+    let (record, shown) = record(&dir, "s.json");
+    assert_eq!(record["verdict"]["verdict"], "matched", "{record}");
+    let requests: Vec<_> = record["room_requests"]
+        .as_array()
+        .expect("the room's requests")
+        .iter()
+        .map(|r| {
+            (
+                r["request"].clone(),
+                r["status"].clone(),
+                r["pointer"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            (json!("R1"), json!(200), json!("/room_requests/0")),
+            (json!("R3"), json!(200), json!("/room_requests/1")),
+            (json!("R2"), json!(200), json!("/room_requests/2")),
+        ]
+    );
+    assert!(
+        shown.contains("  R1 /slow in run 1 (partitioned): answered 200\n"),
+        "{shown}"
+    );
+    assert!(
+        shown.ends_with("Every run of the session matched the policy model.\n"),
+        "{shown}"
+    );
+    let session = fixture(SESSION);
+    let runs = record["runs"].as_array().expect("runs");
+    let lines: Vec<&str> = shown.lines().collect();
+    for cited in runs[0]["evidence"].as_array().expect("evidence") {
+        let pointer = check(&session, cited, &lines);
+        assert!(pointer.starts_with("/runs/0/policies/0/"), "{pointer}");
+    }
+
+    let built = json!({
+        "runs": [fixture(DEFAULT), fixture(HELD_1)],
+        "room_requests": [], "room_gates": [], "event_streams_dropped": 0,
+        "matches_model": true,
+    });
+    std::fs::write(dir.join("built.json"), built.to_string()).expect("saved");
+    let (built, shown) = self::record(&dir, "built.json");
+    assert_eq!(built["runs"].as_array().map(Vec::len), Some(2));
+    assert!(shown.contains("== Run 2 of 2 =="), "{shown}");
+
+    // A session closed mid-run (saved from `isolation-lab classroom`: S1 sent, the room's R1
+    // to /fast answered and its R2 to /slow held, then SIGINT): it did not match, and it is
+    // not called edited.
+    let closed = "session-closed-mid-run.json";
+    std::fs::write(dir.join(closed), fixture(closed).to_string()).expect("saved");
+    let output = lab(&dir, &["record", closed]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "isolation-lab: {closed}: the session did not match the policy model: run 1: shared: \
+             the run was closed before its next step"
+        )),
         "{stderr}"
+    );
+    assert!(
+        text(&output.stdout).contains("  R2 /slow in run 1 (shared): answered 200\n"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let empty = json!({ "runs": [], "room_requests": [], "matches_model": true });
+    std::fs::write(dir.join("empty.json"), empty.to_string()).expect("saved");
+    let output = lab(&dir, &["record", "empty.json"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("the session ran nothing"),
+        "{}",
+        text(&output.stderr)
     );
 }

@@ -3,12 +3,32 @@
 //! prediction for its inputs, and evidence pointers: JSON Pointers (RFC 6901) into the saved
 //! report, each with what it points at — and the lines only the person who ran it can write
 //! left blank. `docs/handout.md` says how a student uses it.
+//!
+//! It vouches for nothing it reads. `read` takes a regular file only and refuses what no run
+//! could have written in its shape (exit status 2); `check` replays the report's ledger,
+//! checks the rest of it against that, rebuilds the evidence and re-runs the model's check, so
+//! the record says "matched" only when that re-check does; an edited or impossible report is
+//! named as such (exit status 1). A classroom session's report is read run by run, with the
+//! room's requests listed beside them. `render` writes it all for a person.
+//!
+//! - `read`: the file, its size and kind, parsed into the lab's report types.
+//! - `check`: the replay, the consistency checks and the model's re-check.
+//! - `render`: the record as text.
+//! - `shell`: file names as words the shell reads back as the same file.
 
-use std::fmt;
+mod check;
+mod read;
+mod render;
+mod shell;
+
 use std::path::Path;
 
 use serde::Serialize;
 
+pub use self::check::Finding;
+use self::check::{Checked, RoomOfRun};
+pub use self::read::{Refused, Saved, SavedRoomGate, SavedRoomRequest, SavedSession, load};
+pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
 use crate::evidence::{AdmissionRecord, Decision, Phase};
@@ -16,9 +36,6 @@ use crate::label::Label;
 use crate::outcome::Outcome;
 use crate::policy::{Inputs, Mode, Policy, Pool, Route};
 use crate::report::{PolicyReport, Report};
-
-/// The `lab` field of every report this lab writes.
-const LAB: &str = "concurrency-isolation";
 
 /// The first line of the individual record: who ran it (the lab fills in the rest of it).
 pub const PARTICIPANT: &str = "Participant";
@@ -35,94 +52,199 @@ pub const TO_FILL_IN: [&str; 5] = [
     "Next bounded test / receiving role / evidence still needed",
 ];
 
-/// A saved report the record cannot be made from: the file could not be read, or it is not a
-/// lab report. The command line refuses it with exit status 2, as it refuses a bad flag.
-#[derive(Debug)]
-pub struct Refused {
-    /// The file as it was named.
-    pub file: String,
-    /// What was wrong with it.
-    pub reason: String,
+/// What the re-check of a saved report found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Recheck {
+    /// Every internal check passed, and the model's check, re-run on the evidence rebuilt from
+    /// the file, found no difference.
+    Matched,
+    /// The report holds together, and says the run failed or differed from the model.
+    DidNotMatch {
+        /// Why, in one line.
+        reason: String,
+    },
+    /// The report contradicts itself: it was edited, or no run of the lab could have written
+    /// it. Nothing in it is vouched for.
+    DoesNotHold {
+        /// Each contradiction, where it is.
+        findings: Vec<Finding>,
+    },
 }
 
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}; record reads a report saved from a run, e.g. isolation-lab > r.json",
-            self.file, self.reason
-        )
+/// What `record` shows of a saved file: the record of a lab report, or of a classroom session.
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum Shown {
+    /// A command-line run's report.
+    Lab(Record),
+    /// A classroom session's report.
+    Classroom(SessionRecord),
+}
+
+/// The record of a classroom session's report: each run's record, and the room's requests.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionRecord {
+    /// The report's file, as a word the shell reads back as the same file.
+    pub report: String,
+    /// Each run's record, in the session's order; its pointers start `/runs/<i>`.
+    pub runs: Vec<Record>,
+    /// The room's requests, outside every run's model.
+    pub room_requests: Vec<RoomLine>,
+    /// The re-check of the whole session: every run, the room's requests, its own verdict.
+    pub verdict: Recheck,
+    /// The re-check's verdict is [`Recheck::Matched`].
+    pub matches_model: bool,
+}
+
+/// One request from the room, as the record lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoomLine {
+    /// `R<n>`.
+    pub request: Label,
+    /// Where it was sent.
+    pub route: Route,
+    /// The run it reached, from 1 as the record numbers them.
+    pub run: usize,
+    /// The policy of that run.
+    pub mode: Mode,
+    /// Its answer's status; `None` when no answer came.
+    pub status: Option<u16>,
+    /// Where it is in the file.
+    pub pointer: String,
+}
+
+impl Shown {
+    /// What `record` shows of `saved`, read from the file at `path`: re-checked, never trusted.
+    pub fn of(saved: &Saved, path: &Path) -> Shown {
+        let file = shell_word(path.as_os_str());
+        match saved {
+            Saved::Lab(report) => {
+                let checked = check::report(report, None, "");
+                Shown::Lab(Record::of(report, &file, "", &checked))
+            }
+            Saved::Classroom(session) => Shown::Classroom(SessionRecord::of(session, &file)),
+        }
+    }
+
+    /// The record as text, for a person.
+    pub fn text(&self) -> String {
+        match self {
+            Shown::Lab(record) => render::render(record),
+            Shown::Classroom(session) => render::session(session),
+        }
+    }
+
+    /// Why `record` exits 1, in one line: the report does not hold together, or it holds
+    /// together and its run did not match the model. `None` when it matched.
+    pub fn failure(&self) -> Option<String> {
+        let (file, verdict, what) = match self {
+            Shown::Lab(record) => (&record.report, &record.verdict, "run"),
+            Shown::Classroom(session) => (&session.report, &session.verdict, "session"),
+        };
+        match verdict {
+            Recheck::Matched => None,
+            Recheck::DidNotMatch { reason } => Some(format!(
+                "{file}: the {what} did not match the policy model: {reason}"
+            )),
+            Recheck::DoesNotHold { findings } => {
+                let first = findings.first().map_or(String::new(), |f| {
+                    format!(": {} (at {})", f.says, f.pointer)
+                });
+                let more = match findings.len() {
+                    0 | 1 => String::new(),
+                    n => format!(", and {} more", n - 1),
+                };
+                Some(format!(
+                    "{file} was edited, or no run of the lab wrote it{first}{more}"
+                ))
+            }
+        }
     }
 }
 
-impl std::error::Error for Refused {}
-
-/// Reads the lab report saved in `path`: a report of a run that succeeded or failed, as the
-/// lab wrote it with `--format json`.
-pub fn load(path: &Path) -> Result<Report, Refused> {
-    let file = path.display().to_string();
-    let refuse = |reason: String| Refused {
-        file: file.clone(),
-        reason,
-    };
-    let text =
-        read_at_most(path, MAX_REPORT).map_err(|e| refuse(format!("cannot be read: {e}")))?;
-    if text.len() > MAX_REPORT {
-        return Err(refuse(format!(
-            "is larger than any lab report (over {} MiB)",
-            MAX_REPORT >> 20
-        )));
-    }
-    let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
-        // The lab's other formats, saved by mistake, are named for what they are.
-        let start = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
-        let start = start.trim_start();
-        if start.starts_with("isolation-lab ") {
-            refuse("is a text report, not the JSON one: save a run without --format".into())
-        } else if start.starts_with("<?xml") || start.starts_with("<svg") {
-            refuse("is a picture, not the JSON report: save a run without --format".into())
+impl SessionRecord {
+    /// The record of a classroom `session` saved in `file` (a shell word).
+    fn of(session: &read::SavedSession, file: &str) -> SessionRecord {
+        let mut findings = Vec::new();
+        let mut failed = None;
+        let mut runs = Vec::new();
+        let routes = check::room_routes(session);
+        for (i, run) in session.runs.iter().enumerate() {
+            let room = RoomOfRun::of(session, &routes, i);
+            let prefix = pointer(&["runs", &i.to_string()]);
+            let checked = check::report(run, Some(&room), &prefix);
+            match &checked.verdict {
+                Recheck::Matched => {}
+                Recheck::DidNotMatch { reason } => {
+                    failed.get_or_insert_with(|| format!("run {}: {reason}", i + 1));
+                }
+                Recheck::DoesNotHold { findings: found } => findings.extend(found.iter().cloned()),
+            }
+            runs.push(Record::of(run, file, &prefix, &checked));
+        }
+        findings.extend(check::room_requests(session));
+        let every_run = runs.iter().all(|r| r.verdict == Recheck::Matched);
+        // A session that says it did not match is believed: only a claim of a match must be
+        // borne out by its runs.
+        if session.matches_model && !(session.failure.is_none() && every_run) {
+            findings.push(Finding {
+                pointer: pointer(&["matches_model"]),
+                says: "the session says every run matched the policy model, but its runs do not"
+                    .into(),
+            });
+        }
+        if let Some(failure) = &session.failure {
+            failed.get_or_insert_with(|| failure.clone());
+        }
+        if session.runs.is_empty() {
+            failed.get_or_insert_with(|| "the session ran nothing, so nothing was checked".into());
+        }
+        let verdict = if !findings.is_empty() {
+            Recheck::DoesNotHold { findings }
+        } else if let Some(reason) = failed {
+            Recheck::DidNotMatch { reason }
         } else {
-            refuse(format!("is not JSON: {e}"))
+            Recheck::Matched
+        };
+        if matches!(verdict, Recheck::DoesNotHold { .. }) {
+            // An edited session vouches for none of its runs, even those whose own parts agree.
+            for run in &mut runs {
+                run.evidence.clear();
+                run.verdict = verdict.clone();
+                run.matches_model = false;
+            }
         }
-    })?;
-    // Checked before the whole report, so that other JSON (`predict --format json`, say) is
-    // named for what it lacks rather than for the first field serde trips on.
-    match json.get("lab") {
-        Some(lab) if lab == LAB => {}
-        Some(lab) => {
-            return Err(refuse(format!(
-                "is not a lab report: its \"lab\" is {lab}, not \"{LAB}\""
-            )));
-        }
-        None => {
-            return Err(refuse(format!(
-                "is not a lab report: it has no \"lab\": \"{LAB}\""
-            )));
+        let room_requests = session
+            .room_requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| RoomLine {
+                request: r.request,
+                route: r.route,
+                run: r.run + 1,
+                mode: r.mode,
+                status: r.status,
+                pointer: pointer(&["room_requests", &i.to_string()]),
+            })
+            .collect();
+        SessionRecord {
+            report: file.to_owned(),
+            runs,
+            room_requests,
+            matches_model: verdict == Recheck::Matched,
+            verdict,
         }
     }
-    serde_json::from_value(json).map_err(|e| refuse(format!("is not a whole lab report: {e}")))
-}
-
-/// The most a saved report may hold. A lab report is tens of kilobytes; the cap keeps a file
-/// with no end (`/dev/zero`, a pipe whose writer never stops) from being
-/// read into memory until the process runs out.
-const MAX_REPORT: usize = 16 << 20;
-
-/// Up to `limit + 1` bytes of `path`: one more than allowed says it is too large.
-fn read_at_most(path: &Path, limit: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut text = Vec::new();
-    let file = std::fs::File::open(path)?;
-    file.take(limit as u64 + 1).read_to_end(&mut text)?;
-    Ok(text)
 }
 
 /// The individual record of one saved report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Record {
-    /// The report's file, as it was named.
+    /// The report's file, as a word the shell reads back as the same file.
     pub report: String,
-    /// The command line that reproduces the run, writing its report to the same file.
+    /// The command line that reproduces the run, writing its report to the same file (for a
+    /// classroom session's run: the same inputs, run from the command line).
     pub command: String,
     /// The lab and version that wrote the report: `isolation-lab 0.1.0`.
     pub version: String,
@@ -133,13 +255,19 @@ pub struct Record {
     /// What the policy model predicts for those inputs, one outcome per policy: what
     /// `isolation-lab predict` prints.
     pub prediction: Vec<Outcome>,
-    /// The report's own verdict: every observation matched the model and nothing failed.
+    /// The re-check of the report: never its own verdict.
+    pub verdict: Recheck,
+    /// The re-check's verdict is [`Recheck::Matched`].
     pub matches_model: bool,
-    /// Where the report's evidence of each step is, in the order the record prints it.
+    /// Where the report's evidence of each step is, in the order the record prints it; none
+    /// for a report that does not hold together, whose evidence is vouched for by nothing.
     pub evidence: Vec<Cited>,
     /// The lines left for the person to fill in: [`PARTICIPANT`], [`OWN_PREDICTION`], then
     /// [`TO_FILL_IN`].
     pub to_fill_in: Vec<&'static str>,
+    /// Where the report is in its file: `""`, or `/runs/<i>` in a classroom session's report.
+    #[serde(skip)]
+    prefix: String,
 }
 
 /// One evidence pointer: a place in the report, and what is there.
@@ -269,7 +397,8 @@ pub enum Says {
         /// The report's one-line reason.
         reason: String,
     },
-    /// `model/mismatches`: how the run differed from the model, in words.
+    /// `model/mismatches`: how the run differed from the model, in words, as the re-check of
+    /// its evidence finds it.
     Mismatches {
         /// How many differences there are.
         count: usize,
@@ -279,8 +408,9 @@ pub enum Says {
 }
 
 impl Record {
-    /// The record of `report`, saved in the file named `file`.
-    pub fn of(report: &Report, file: &str) -> Self {
+    /// The record of `report`, found at `prefix` (`""`, or `/runs/<i>` in a classroom
+    /// session's report) in the file named `file` (a shell word), as `checked` found it.
+    pub(crate) fn of(report: &Report, file: &str, prefix: &str, checked: &Checked) -> Self {
         let inputs = report.inputs;
         let prediction = inputs.mode.modes().iter().map(|&mode| {
             let policy = Policy {
@@ -291,29 +421,37 @@ impl Record {
         });
         let runner = &report.runner;
         let mut evidence = Vec::new();
-        if let Some(reason) = &report.failure {
+        let holds = !matches!(checked.verdict, Recheck::DoesNotHold { .. });
+        if let Some(reason) = report.failure.as_ref().filter(|_| holds) {
             evidence.push(Cited {
                 line: Line::Failure,
                 mode: None,
-                pointer: pointer(&["failure"]),
+                pointer: format!("{prefix}{}", pointer(&["failure"])),
                 says: Says::Failure {
                     reason: reason.clone(),
                 },
             });
         }
-        for (index, policy) in report.policies.iter().enumerate() {
-            evidence.extend(cite_policy(index, policy));
+        let policies = report.policies.iter().zip(&checked.differences);
+        for (index, (policy, differences)) in policies.enumerate().filter(|_| holds) {
+            evidence.extend(cite_policy(prefix, index, policy, differences));
         }
         // Printed line by line: a stable sort keeps each line's pointers in policy order.
         evidence.sort_by_key(|cited| Line::ALL.iter().position(|&line| line == cited.line));
         Record {
             report: file.to_owned(),
-            command: format!(
-                "isolation-lab {} --server {} > {}",
-                inputs.flags(),
-                runner.front.name(),
-                shell_word(file)
-            ),
+            command: match prefix {
+                "" => format!(
+                    "isolation-lab {} --server {} > {file}",
+                    inputs.flags(),
+                    runner.front.name(),
+                ),
+                _ => format!(
+                    "isolation-lab {} --server {}",
+                    inputs.flags(),
+                    runner.front.name()
+                ),
+            },
             version: format!("{} {}", runner.name, runner.version),
             runner: match runner.version.as_str() {
                 // The command reproduces the run with the binary at hand: say so if it is
@@ -328,19 +466,26 @@ impl Record {
             },
             inputs,
             prediction: prediction.collect(),
-            matches_model: report.matches_model,
+            verdict: checked.verdict.clone(),
+            matches_model: checked.verdict == Recheck::Matched,
             evidence,
             to_fill_in: [PARTICIPANT, OWN_PREDICTION]
                 .into_iter()
                 .chain(TO_FILL_IN)
                 .collect(),
+            prefix: prefix.to_owned(),
         }
     }
 }
 
-/// Every evidence pointer into the policy at `/policies/<index>`, for whatever steps it
-/// reached.
-fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
+/// Every evidence pointer into the policy at `<prefix>/policies/<index>`, for whatever steps
+/// it reached; `differences` are the model's, re-checked.
+fn cite_policy(
+    prefix: &str,
+    index: usize,
+    policy: &PolicyReport,
+    differences: &[String],
+) -> Vec<Cited> {
     let at = index.to_string();
     let mut cited = Vec::new();
     let mut cite = |line, path: &[&str], says| {
@@ -349,7 +494,7 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
         cited.push(Cited {
             line,
             mode: Some(policy.mode),
-            pointer: pointer(&segments),
+            pointer: format!("{prefix}{}", pointer(&segments)),
             says,
         });
     };
@@ -473,9 +618,9 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
 
     // One pointer for all the differences: after a failure most of them only say that a
     // later step never happened.
-    if let Some(first) = policy.model.mismatches.first() {
+    if let Some(first) = differences.first() {
         let says = Says::Mismatches {
-            count: policy.model.mismatches.len(),
+            count: differences.len(),
             first: first.clone(),
         };
         cite(Line::Failure, &["model", "mismatches"], says);
@@ -492,17 +637,6 @@ pub fn pointer(tokens: &[&str]) -> String {
         out.push_str(&token.replace('~', "~0").replace('/', "~1"));
     }
     out
-}
-
-/// `word` as one word of a POSIX shell command: as it is when it holds no character the shell
-/// treats specially, otherwise in single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "._-/+,:=@%".contains(c);
-    if !word.is_empty() && word.chars().all(plain) {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]
@@ -527,15 +661,6 @@ mod tests {
         assert_eq!(value.pointer(&pointer(&["a~b"])), Some(&1.into()));
     }
 
-    #[test]
-    fn file_names_are_quoted_for_the_shell_only_when_needed() {
-        assert_eq!(shell_word("r.json"), "r.json");
-        assert_eq!(shell_word("runs/held-4.json"), "runs/held-4.json");
-        assert_eq!(shell_word("my run.json"), "'my run.json'");
-        assert_eq!(shell_word("it's.json"), r"'it'\''s.json'");
-        assert_eq!(shell_word(""), "''");
-    }
-
     /// Partitioned S2's refusal in the default run is `/policies/1/admissions/1`, with the
     /// fast permit idle beside it; the command reproduces the run.
     #[test]
@@ -546,7 +671,7 @@ mod tests {
             (default.inputs.slots.get(), default.inputs.held.get()),
             (2, 2)
         );
-        let record = Record::of(default, "r.json");
+        let record = Record::of(default, "r.json", "", &check::report(default, None, ""));
         assert_eq!(
             record.command,
             "isolation-lab --mode both --slots 2 --held 2 --server async > r.json"
@@ -572,7 +697,7 @@ mod tests {
         assert_eq!(record.runner, "Rust, Tokio 1, current-thread scheduler");
         let mut older = default.clone();
         older.runner.version = "0.0.1".into();
-        let older = Record::of(&older, "r.json");
+        let older = Record::of(&older, "r.json", "", &check::report(&older, None, ""));
         let reader = format!("; read by isolation-lab {}", env!("CARGO_PKG_VERSION"));
         assert!(older.runner.ends_with(&reader), "{older:?}");
         let lines: Vec<Line> = record.evidence.iter().map(|c| c.line).collect();

@@ -1,17 +1,18 @@
 //! The individual record for a person: the lab's lines filled in, each evidence pointer under
-//! the line it supports with what it points at, and the person's lines left blank. Within 80
-//! columns but for the pointers, which are never cut.
+//! the line it supports with what it points at, the re-check's verdict, and the person's lines
+//! left blank. A report that does not hold together shows what contradicts what instead of its
+//! evidence. Within 80 columns but for the pointers, which are never cut.
 
 use std::fmt::Write;
 
+use super::{Line, OWN_PREDICTION, PARTICIPANT, Recheck, Record, Says, SessionRecord, TO_FILL_IN};
 use crate::admission::section::GateState;
 use crate::draw::table::labels;
 use crate::evidence::Decision;
 use crate::lab::render::text::table;
-use crate::record::{Line, OWN_PREDICTION, PARTICIPANT, Record, Says, TO_FILL_IN};
 
 /// Renders `record` as text.
-pub fn render(record: &Record) -> String {
+pub(crate) fn render(record: &Record) -> String {
     let mut out = format!("isolation-lab record of {}\n\n", record.report);
     let _ = writeln!(out, "{PARTICIPANT}:");
     let _ = writeln!(out, "Command: {}", record.command);
@@ -32,11 +33,31 @@ pub fn render(record: &Record) -> String {
     );
     out.push_str(&table(&record.prediction, None));
 
+    if let Recheck::DoesNotHold { findings } = &record.verdict {
+        contradictions(&mut out, "run", findings);
+        let _ = writeln!(
+            out,
+            "\nThe run is not shown to match the policy model: run it again, and record the new \
+             report."
+        );
+        fill_in(&mut out);
+        return out;
+    }
+    // `/runs/2` reads `runs[2].`, so the example names the same place both ways.
+    let dotted: String =
+        record
+            .prefix
+            .split('/')
+            .skip(1)
+            .fold(String::new(), |at, part| match part.parse::<usize>() {
+                Ok(n) => format!("{}[{n}].", at.trim_end_matches('.')),
+                Err(_) => format!("{at}{part}."),
+            });
     let _ = writeln!(
         out,
         "\nEvidence pointers: JSON Pointers into {}, each under what it shows.\n\
-         /policies/0/admissions/1 is policies[0].admissions[1], counting from 0.",
-        record.report
+         {}/policies/0/admissions/1 is {dotted}policies[0].admissions[1], counting from 0.",
+        record.report, record.prefix
     );
     for line in Line::ALL {
         let cited: Vec<_> = record.evidence.iter().filter(|c| c.line == line).collect();
@@ -66,10 +87,83 @@ pub fn render(record: &Record) -> String {
             "did NOT match"
         }
     );
+    fill_in(&mut out);
+    out
+}
 
+/// What contradicts what in a report no `what` (run, session) of the lab wrote, each under
+/// where it is.
+fn contradictions(out: &mut String, what: &str, findings: &[super::Finding]) {
+    let _ = writeln!(
+        out,
+        "\nThis report does not hold together: it was edited, or no {what} of the lab wrote \
+         it.\nNothing in it is vouched for. What contradicts what, with where it is:"
+    );
+    for finding in findings {
+        let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
+    }
+}
+
+/// The lines only the person can fill in, last.
+fn fill_in(out: &mut String) {
     let _ = writeln!(out, "\nTo fill in yourself:");
     for blank in TO_FILL_IN {
         let _ = writeln!(out, "{blank}:");
+    }
+}
+
+/// Renders the record of a classroom session: each run's record, the room's requests, and the
+/// session's verdict.
+pub(crate) fn session(session: &SessionRecord) -> String {
+    let runs = session.runs.len();
+    let mut out = format!(
+        "isolation-lab record of {}: a classroom session of {runs} run{}\n",
+        session.report,
+        if runs == 1 { "" } else { "s" }
+    );
+    if let Recheck::DoesNotHold { findings } = &session.verdict {
+        // An edited session vouches for none of its runs, even those whose own parts agree.
+        contradictions(&mut out, "session", findings);
+        let _ = writeln!(out, "\nNo run of it is shown to match the policy model.");
+        return out;
+    }
+    for (i, record) in session.runs.iter().enumerate() {
+        let _ = writeln!(out, "\n== Run {} of {runs} ==\n", i + 1);
+        out.push_str(&render(record));
+    }
+    let _ = writeln!(
+        out,
+        "\nThe room's requests (outside the policy model; their work is in each run's ledger):"
+    );
+    if session.room_requests.is_empty() {
+        let _ = writeln!(out, "  none");
+    }
+    for room in &session.room_requests {
+        let answer = room
+            .status
+            .map_or("no answer".to_owned(), |s| format!("answered {s}"));
+        let _ = writeln!(
+            out,
+            "  {} {} in run {} ({}): {answer}\n    {}",
+            room.request,
+            room.route,
+            room.run,
+            room.mode.name(),
+            room.pointer
+        );
+    }
+    match &session.verdict {
+        Recheck::Matched => {
+            let _ = writeln!(out, "\nEvery run of the session matched the policy model.");
+        }
+        Recheck::DidNotMatch { reason } => {
+            let _ = writeln!(
+                out,
+                "\nThe session did NOT match the policy model: {reason}"
+            );
+        }
+        // Shown above, instead of the runs.
+        Recheck::DoesNotHold { .. } => {}
     }
     out
 }

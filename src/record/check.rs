@@ -1,0 +1,1310 @@
+//! The check of a saved report: `record` believes nothing it reads. It replays each policy's
+//! ledger (`work_events`) as the work section wrote it, checks every other part of the report
+//! against that replay — the admissions, the pool accounts, each response's status, body and
+//! phase, the observer's snapshots, the final state — rebuilds the run's [`Evidence`] from the
+//! file, and re-runs [`model::check`] on it with the model's expectations for the report's
+//! inputs. The report's own verdict (`matches_model`, `model.matches`) is only compared with
+//! that re-check. A contradiction is a [`Finding`]: the report was edited, or no run of the lab
+//! could have written it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::admission::audit::{self, PoolLedger};
+use crate::admission::ledger::{Event, Snapshot, WorkEvent};
+use crate::admission::section::GateState;
+use crate::draw::table::labels;
+use crate::evidence::{Decision, Evidence, Phase};
+use crate::label::Label;
+use crate::model;
+use crate::policy::{Mode, Policy, Pool, Route};
+use crate::report::{PolicyReport, Report};
+
+use super::read::SavedSession;
+use super::{Recheck, pointer};
+
+/// A contradiction in a saved report, in words a student reads, and where it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// A JSON Pointer (RFC 6901) into the saved file, at the part that contradicts the rest.
+    pub pointer: String,
+    /// What contradicts what.
+    pub says: String,
+}
+
+/// What the check of one lab report found.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The verdict of the re-check.
+    pub(crate) verdict: Recheck,
+    /// The model's differences, re-checked, for each policy of the report in order.
+    pub(crate) differences: Vec<Vec<String>>,
+}
+
+/// The room's part in one run of a classroom session: the route of each room request (the
+/// session's, read once), and the room gates closed on that run's ledger (`mode`, closed after,
+/// opened after).
+#[derive(Debug)]
+pub(crate) struct RoomOfRun<'a> {
+    routes: &'a BTreeMap<Label, Route>,
+    gates: Vec<(Mode, u64, Option<u64>)>,
+}
+
+/// The route of each of the room's requests in `session`.
+pub(crate) fn room_routes(session: &SavedSession) -> BTreeMap<Label, Route> {
+    let routes = session.room_requests.iter();
+    routes.map(|r| (r.request, r.route)).collect()
+}
+
+impl<'a> RoomOfRun<'a> {
+    /// The room's part in run `run` of `session`, whose room's requests go to `routes`.
+    pub(crate) fn of(
+        session: &SavedSession,
+        routes: &'a BTreeMap<Label, Route>,
+        run: usize,
+    ) -> Self {
+        RoomOfRun {
+            routes,
+            gates: session
+                .room_gates
+                .iter()
+                .filter(|g| g.run == run)
+                .map(|g| (g.mode, g.closed_after_event, g.opened_after_event))
+                .collect(),
+        }
+    }
+}
+
+/// Checks `report`, found at `prefix` in the file (`""`, or `/runs/<i>` in a classroom report);
+/// `room` is the room's part in it when it is a classroom session's run.
+pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str) -> Checked {
+    let mut findings = Vec::new();
+    let mut differences = Vec::new();
+    let at = |path: &[&str]| format!("{prefix}{}", pointer(path));
+    let last = report.policies.len().saturating_sub(1);
+    for (i, policy) in report.policies.iter().enumerate() {
+        // The lab stops at the first policy that fails, so only the last one can be cut short.
+        let cut_short = report.failure.is_some() && i == last;
+        let base = at(&["policies", &i.to_string()]);
+        let mut check = PolicyCheck::new(report, policy, room, base, cut_short);
+        check.run();
+        if !check.differences.is_empty() && i != last {
+            check.find(
+                &["model"],
+                "it differs from the model, yet another policy follows it: the lab stops at \
+                 the first policy that differs"
+                    .into(),
+            );
+        }
+        if check.dropped > 0 {
+            let more = format!(
+                "{}: and {} more contradictions, left out",
+                policy.mode.name(),
+                check.dropped
+            );
+            check.findings.push(Finding {
+                pointer: check.base.clone(),
+                says: more,
+            });
+        }
+        findings.extend(check.findings);
+        differences.push(check.differences);
+    }
+
+    let runner = &report.runner;
+    // Another version may describe its fronts in other words.
+    if runner.version == env!("CARGO_PKG_VERSION") && runner.server != runner.front.describe() {
+        findings.push(Finding {
+            pointer: at(&["runner", "server"]),
+            says: format!(
+                "the runner says the {} front ran, but describes another front's server: {}",
+                runner.front.name(),
+                runner.server
+            ),
+        });
+    }
+    let modes = report.inputs.mode.modes();
+    let claims = report.matches_model;
+    if claims != report.failure.is_none() {
+        findings.push(Finding {
+            pointer: at(&["matches_model"]),
+            says: match claims {
+                true => {
+                    "the report says it matched the policy model, and also that it failed".into()
+                }
+                false => "the report says it did not match the policy model, but records no \
+                          failure: a run that differs says why in \"failure\""
+                    .into(),
+            },
+        });
+    }
+    let first = differences
+        .iter()
+        .zip(&report.policies)
+        .find_map(|(d, p)| d.first().map(|d| format!("{}: {d}", p.mode.name())));
+    if report.failure.is_none() {
+        if let Some(first) = &first {
+            findings.push(Finding {
+                pointer: at(&["matches_model"]),
+                says: format!(
+                    "the report says it matched the policy model, but its own evidence does not: \
+                     {first}"
+                ),
+            });
+        }
+        if report.policies.len() < modes.len() {
+            let ran: Vec<&str> = report.policies.iter().map(|p| p.mode.name()).collect();
+            findings.push(Finding {
+                pointer: at(&["policies"]),
+                says: format!(
+                    "--mode {} runs {} policies, but the report holds {} ({}) and records no \
+                     failure that stopped it",
+                    report.inputs.mode.name(),
+                    modes.len(),
+                    report.policies.len(),
+                    if ran.is_empty() {
+                        "none".into()
+                    } else {
+                        ran.join(", ")
+                    }
+                ),
+            });
+        }
+    }
+
+    let verdict = if !findings.is_empty() {
+        Recheck::DoesNotHold { findings }
+    } else if let Some(failure) = &report.failure {
+        Recheck::DidNotMatch {
+            reason: failure.clone(),
+        }
+    } else {
+        Recheck::Matched
+    };
+    Checked {
+        verdict,
+        differences,
+    }
+}
+
+/// Checks the room's requests of a classroom session against the runs' ledgers.
+pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut seen = BTreeSet::new();
+    // Each policy's decisions by request, read once for all the room's requests.
+    let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
+    for (i, room) in session.room_requests.iter().enumerate() {
+        let mut find = |says: String| {
+            findings.push(Finding {
+                pointer: pointer(&["room_requests", &i.to_string()]),
+                says,
+            });
+        };
+        let request = room.request;
+        if !seen.insert(request) {
+            find(format!(
+                "{request} is listed twice: the classroom numbers each request of the room once"
+            ));
+            continue;
+        }
+        let run = &session.runs[room.run];
+        let Some(policy) = run.policies.iter().find(|p| p.mode == room.mode) else {
+            find(format!(
+                "{request} reached the {} policy of runs[{}], which has no such policy",
+                room.mode.name(),
+                room.run
+            ));
+            continue;
+        };
+        let decided = decisions
+            .entry((room.run, room.mode.name()))
+            .or_insert_with(|| {
+                let events = policy.work_events.iter().rev();
+                let events = events.filter(|e| matches!(e.event, Event::Admitted | Event::Refused));
+                // Reversed, so that a request's first decision is the one kept.
+                events.filter_map(|e| Some((e.request?, e))).collect()
+            })
+            .get(&request)
+            .copied();
+        match (room.status, decided) {
+            (None, _) if room.error.is_some() => {}
+            (None, _) => find(format!("{request} has neither an answer nor an error")),
+            (Some(status), None) => find(format!(
+                "{request}'s evidence says {status}, but the ledger of runs[{}] ({}) shows no \
+                 admission decision for {request}",
+                room.run,
+                room.mode.name()
+            )),
+            (Some(status), Some(event)) => {
+                let body = room.body.clone().unwrap_or(Value::Null);
+                if let Err(says) = answer_agrees(request, status, &body, event, room.route) {
+                    find(says);
+                }
+            }
+        }
+    }
+    findings
+}
+
+/// Whether `status` and `body` are what the lab's front answers `request` after the ledger's
+/// decision `event`; `Err` says how they differ.
+fn answer_agrees(
+    request: Label,
+    status: u16,
+    body: &Value,
+    event: &WorkEvent,
+    route: Route,
+) -> Result<(), String> {
+    let pool = event.pool;
+    let kind = match route {
+        Route::Slow => "slow",
+        Route::Fast => "fast",
+    };
+    let expected = match (event.event, status) {
+        (Event::Admitted, 200) => json!({ "request": request, "pool": pool }),
+        (Event::Refused, 503) => {
+            json!({ "error": "work_capacity_full", "pool": pool, "request": request })
+        }
+        // A failed run gives up on the work it holds, and says so.
+        (Event::Admitted, 503) if body["error"] == "work_abandoned" => {
+            json!({ "error": "work_abandoned", "pool": pool, "request": request })
+        }
+        (Event::Refused, 200) => {
+            return Err(format!(
+                "{request}'s evidence says 200 but the ledger shows no {kind} admission: the \
+                 {pool} pool refused {request} at seq {}",
+                event.seq
+            ));
+        }
+        (Event::Admitted, 503) => {
+            return Err(format!(
+                "{request}'s evidence says 503 but the ledger shows the {pool} pool admitted \
+                 {request} at seq {}",
+                event.seq
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "{request}'s evidence says HTTP {status}, which the lab's front never answers a \
+                 request the ledger {}",
+                match event.event {
+                    Event::Admitted => "admitted",
+                    _ => "refused",
+                }
+            ));
+        }
+    };
+    if *body != expected {
+        return Err(format!(
+            "{request}'s response is {status}, but its body {body} is not the one the lab's front \
+             sends with it: {expected}"
+        ));
+    }
+    Ok(())
+}
+
+/// The ledger's state after some prefix of the events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LedgerState {
+    active: BTreeMap<Pool, usize>,
+    held_at_gate: Vec<Label>,
+    refused: Vec<Label>,
+}
+
+/// Words for what a snapshot or a state shows.
+fn showing(active: &BTreeMap<Pool, usize>, held: &[Label], refused: &[Label]) -> String {
+    let taken: Vec<String> = active.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    format!(
+        "held at the gate {}, refused {}, permits taken {}",
+        labels(held),
+        labels(refused),
+        taken.join(", ")
+    )
+}
+
+/// A decision the ledger recorded.
+#[derive(Clone, Copy, Debug)]
+struct Decided {
+    seq: u64,
+    index: usize,
+    decision: Decision,
+}
+
+/// What the replay of a policy's ledger leaves for the other checks.
+struct Replayed<'a> {
+    /// The events, each refusal with the requests that held its pool then.
+    events: Vec<WorkEvent>,
+    /// Each request's first decision.
+    decided: BTreeMap<Label, Decided>,
+    /// Each request's work leaving the section: its `seq`, and whether it was cancelled.
+    finished: BTreeMap<Label, (u64, bool)>,
+    /// The `seq` of the gate's first opening.
+    gate: Option<u64>,
+    /// The state after the last event.
+    end: LedgerState,
+    /// The snapshots, and whether the ledger showed each at a moment of its step.
+    watch: Vec<Watch<'a>>,
+}
+
+/// A snapshot of the observer's, watched for along the replay between two positions.
+struct Watch<'a> {
+    name: &'static str,
+    when: &'static str,
+    snapshot: &'a Snapshot,
+    from: usize,
+    to: usize,
+    /// The ledger showed it at a position in the window.
+    seen: bool,
+    /// Whether the refusals so far equal the snapshot's, for the last length compared: they
+    /// only grow, so one comparison serves every position at that length.
+    refused: Option<(usize, bool)>,
+    /// The state at the window's end, for the message.
+    last: Option<LedgerState>,
+}
+
+impl Watch<'_> {
+    /// Looks at `state`, the ledger after `k` events.
+    fn look(&mut self, k: usize, state: &LedgerState) {
+        if k < self.from || k > self.to {
+            return;
+        }
+        if k == self.to {
+            self.last = Some(state.clone());
+        }
+        if self.seen
+            || state.active != self.snapshot.active_work
+            || state.held_at_gate != self.snapshot.held_at_gate
+            || state.refused.len() != self.snapshot.refused.len()
+        {
+            return;
+        }
+        let refused = match self.refused {
+            Some((len, same)) if len == state.refused.len() => same,
+            _ => {
+                let same = state.refused == self.snapshot.refused;
+                self.refused = Some((state.refused.len(), same));
+                same
+            }
+        };
+        self.seen = refused;
+    }
+}
+
+/// The check of one policy of a report.
+struct PolicyCheck<'a> {
+    report: &'a Report,
+    file: &'a PolicyReport,
+    policy: Policy,
+    room: Option<&'a RoomOfRun<'a>>,
+    /// Where the policy is in the file.
+    base: String,
+    /// The run failed in this policy: steps after the failure are missing, not contradicted.
+    cut_short: bool,
+    findings: Vec<Finding>,
+    /// Findings left out beyond [`MAX_FINDINGS`].
+    dropped: usize,
+    differences: Vec<String>,
+}
+
+/// The most findings listed for one policy.
+const MAX_FINDINGS: usize = 40;
+
+impl<'a> PolicyCheck<'a> {
+    fn new(
+        report: &'a Report,
+        file: &'a PolicyReport,
+        room: Option<&'a RoomOfRun<'a>>,
+        base: String,
+        cut_short: bool,
+    ) -> Self {
+        PolicyCheck {
+            report,
+            file,
+            policy: Policy {
+                mode: file.mode,
+                slots: report.inputs.slots,
+            },
+            room,
+            base,
+            cut_short,
+            findings: Vec::new(),
+            dropped: 0,
+            differences: Vec::new(),
+        }
+    }
+
+    fn find(&mut self, path: &[&str], says: String) {
+        // A report edited at its root contradicts itself everywhere after; the first ones say
+        // what a reader needs.
+        if self.findings.len() == MAX_FINDINGS {
+            self.dropped += 1;
+            return;
+        }
+        let says = format!("{}: {says}", self.policy.mode.name());
+        self.findings.push(Finding {
+            pointer: format!("{}{}", self.base, pointer(path)),
+            says,
+        });
+    }
+
+    /// The route `request` was sent to: its own, or for a room request the one the classroom
+    /// report lists.
+    fn route(&self, request: Label) -> Option<Route> {
+        match request {
+            Label::Room(..) => self.room?.routes.get(&request).copied(),
+            _ => Some(request.route()),
+        }
+    }
+
+    fn run(&mut self) {
+        let policy = self.policy;
+        let file = self.file;
+        let capacities = policy.capacities();
+        if file.pool_capacities != capacities {
+            self.find(
+                &["pool_capacities"],
+                format!(
+                    "its pools hold {}, but {} with {} slots has {}",
+                    counts(&file.pool_capacities),
+                    policy.mode.name(),
+                    policy.slots,
+                    counts(&capacities)
+                ),
+            );
+        }
+        for route in [Route::Slow, Route::Fast] {
+            let pool = policy.pool_for(route);
+            if file.route_pools.get(&route) != Some(&pool) {
+                self.find(
+                    &["route_pools", route.path()],
+                    format!(
+                        "{route} draws from the {pool} pool in {}",
+                        policy.mode.name()
+                    ),
+                );
+            }
+        }
+        if let Some(server) = &file.server
+            && !server.address.ip().is_loopback()
+        {
+            self.find(
+                &["server", "address"],
+                format!(
+                    "the server listened on {}, but the lab binds 127.0.0.1 only",
+                    server.address
+                ),
+            );
+        }
+
+        if let Some(server) = &file.server
+            && server.connections_accepted == 0
+            && !file.observed.responses.is_empty()
+        {
+            self.find(
+                &["server", "connections_accepted"],
+                format!(
+                    "the server accepted no connection, yet {} responses came from it",
+                    file.observed.responses.len()
+                ),
+            );
+        }
+
+        // Tasks are aborted only when a run fails.
+        let aborted = [
+            ("client_tasks_aborted", file.client_tasks_aborted),
+            (
+                "server/connection_tasks_aborted",
+                file.server
+                    .as_ref()
+                    .map_or(0, |s| s.connection_tasks_aborted),
+            ),
+        ];
+        for (field, count) in aborted.into_iter().filter(|(_, n)| *n > 0) {
+            if self.report.failure.is_none() {
+                let path: Vec<&str> = field.split('/').collect();
+                self.find(
+                    &path,
+                    format!("{field} is {count}, yet the report records no failure: tasks are aborted only when a run fails"),
+                );
+            }
+        }
+
+        let Some(replayed) = self.replay() else {
+            return;
+        };
+        // The evidence, rebuilt from the file alone: the replayed events, each refusal with its
+        // holders, and their audit, from the attempts the section counted.
+        let attempts = file.ledger.iter().map(|(&p, l)| (p, l.attempts)).collect();
+        let evidence = Evidence {
+            ledger: audit::audit(&replayed.events, &attempts, &capacities),
+            work_events: replayed.events.clone(),
+            observed: file.observed.clone(),
+            final_state: file.final_state.clone(),
+            client_threads_stopped: file.client_threads_stopped,
+            client_tasks_aborted: file.client_tasks_aborted,
+            resources: file.resources,
+            server: file.server.clone(),
+        };
+        self.admissions(&evidence);
+        self.ledger(&evidence.ledger);
+        self.responses(&replayed);
+        self.snapshots(&replayed);
+        self.final_state(&replayed.end, replayed.gate);
+
+        // The model's check of that evidence.
+        let held = self.report.inputs.held;
+        let expected = model::expect(policy, held);
+        self.differences = model::check(policy, &expected, &evidence);
+        if file.model.expected != expected {
+            self.find(
+                &["model", "expected"],
+                format!(
+                    "the model block's expectations are not the policy model's for --slots {} \
+                     --held {}",
+                    policy.slots, held
+                ),
+            );
+        }
+        let stored = &file.model;
+        if stored.matches != stored.mismatches.is_empty() {
+            self.find(
+                &["model", "matches"],
+                match stored.matches {
+                    true => "the model block says the run matched, and lists differences too",
+                    false => "the model block says the run did not match, but lists no difference",
+                }
+                .into(),
+            );
+        } else if stored.matches
+            && let Some(first) = self.differences.first().cloned()
+        {
+            self.find(
+                &["model", "matches"],
+                format!("the model block says the run matched, but its evidence does not: {first}"),
+            );
+        } else if !stored.matches && self.differences.is_empty() {
+            self.find(
+                &["model", "matches"],
+                "the model block lists differences from the model, but its evidence shows none"
+                    .into(),
+            );
+        }
+    }
+
+    /// Replays the ledger: checks each event's order, request, pool, place in its request's
+    /// life and count of taken permits. Returns the events with each refusal's holders filled
+    /// in, the state after each prefix (`states[k]` after `k` events), each request's decision,
+    /// and the `seq` at which the gate opened.
+    fn replay(&mut self) -> Option<Replayed<'a>> {
+        let policy = self.policy;
+        let slow_pool = policy.pool_for(Route::Slow);
+        let mut events = self.file.work_events.clone();
+        let mut state = LedgerState {
+            active: policy.per_pool(|_| 0),
+            held_at_gate: Vec::new(),
+            refused: Vec::new(),
+        };
+        let mut watch = self.watches(&events);
+        for w in &mut watch {
+            w.look(0, &state);
+        }
+        let mut holders: BTreeMap<Pool, Vec<Label>> = BTreeMap::new();
+        let mut decided: BTreeMap<Label, Decided> = BTreeMap::new();
+        let mut inside = BTreeSet::new();
+        let mut finished = BTreeMap::new();
+        let mut gate: Option<u64> = None;
+        let mut order_broken = false;
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        for (i, e) in events.iter_mut().enumerate() {
+            let at = i.to_string();
+            let path = ["work_events", at.as_str()];
+            let seq = e.seq;
+            let want = i as u64 + 1;
+            if seq != want && !order_broken {
+                order_broken = true;
+                let says = match i {
+                    _ if seq > want && seqs[i..].contains(&want) => {
+                        format!("work_events are out of order: seq {seq} comes before seq {want}")
+                    }
+                    0 => format!(
+                        "work_events start at seq {seq}; the ledger numbers its events from 1"
+                    ),
+                    _ if seq < want => format!(
+                        "work_events are out of order: seq {seq} comes after seq {}",
+                        want - 1
+                    ),
+                    _ => format!(
+                        "work_events skip from seq {} to seq {seq}: the ledger numbers every \
+                         event, with no gap",
+                        want - 1
+                    ),
+                };
+                self.find(&path, says);
+            }
+            let event = event_name(e.event);
+            match (e.event, e.request) {
+                (Event::GateOpened, None) => {
+                    if e.pool != slow_pool {
+                        self.find(
+                            &path,
+                            format!("the gate opens on the {} pool, but it holds the {slow_pool} pool's work", e.pool),
+                        );
+                    }
+                    if let Some(first) = gate {
+                        self.find(
+                            &path,
+                            format!("the gate opens again at seq {seq}, after it opened at seq {first}: it never closes"),
+                        );
+                    }
+                    gate.get_or_insert(seq);
+                }
+                (Event::GateOpened, Some(request)) => {
+                    self.find(
+                        &path,
+                        format!(
+                            "a gate_opened event names {request}; the gate opens for no request"
+                        ),
+                    );
+                }
+                (_, None) => self.find(&path, format!("a {event} event names no request")),
+                (_, Some(request)) => {
+                    match self.route(request) {
+                        None if self.room.is_some() => self.find(
+                            &path,
+                            format!("the ledger names {request}, but the room's requests list no {request}"),
+                        ),
+                        None => self.find(
+                            &path,
+                            format!("the ledger names {request}, a request from a classroom's room, in the report of a command-line run"),
+                        ),
+                        Some(route) if policy.pool_for(route) != e.pool => self.find(
+                            &path,
+                            format!(
+                                "{request}'s {event} event is on the {} pool, but {route} draws from the {} pool",
+                                e.pool,
+                                policy.pool_for(route)
+                            ),
+                        ),
+                        Some(_) => {}
+                    }
+                    if !e.cancelled || e.event == Event::Finished {
+                    } else {
+                        self.find(&path, format!("{request}'s {event} event says its work was cancelled; only work that leaves is"));
+                    }
+                    let before = decided.get(&request).copied();
+                    match e.event {
+                        Event::Admitted | Event::Refused => {
+                            if let Some(first) = before {
+                                self.find(
+                                    &path,
+                                    format!(
+                                        "{request} is {event} at seq {seq} after it was already {} at seq {}: a request is decided once, and a refusal is never queued or replayed",
+                                        decision_name(first.decision),
+                                        first.seq
+                                    ),
+                                );
+                            } else {
+                                let decision = if e.event == Event::Admitted {
+                                    Decision::Admitted
+                                } else {
+                                    Decision::Refused
+                                };
+                                decided.insert(
+                                    request,
+                                    Decided {
+                                        seq,
+                                        index: i,
+                                        decision,
+                                    },
+                                );
+                            }
+                            if e.event == Event::Admitted {
+                                inside.insert(request);
+                                holders.entry(e.pool).or_default().push(request);
+                                let active = state.active.entry(e.pool).or_default();
+                                *active += 1;
+                                let capacity = policy.capacity(e.pool);
+                                if *active > capacity {
+                                    // Nothing after this can be replayed as the section would
+                                    // have run it; stopping here also keeps the replay's lists
+                                    // as short as the pools.
+                                    self.find(
+                                        &path,
+                                        format!(
+                                            "{request} is admitted at seq {seq} with every one of the {} pool's {capacity} permits already taken: a pool never admits beyond its capacity",
+                                            e.pool
+                                        ),
+                                    );
+                                    return None;
+                                }
+                            } else {
+                                e.held_by = holders.get(&e.pool).cloned().unwrap_or_default();
+                                state.refused.push(request);
+                            }
+                        }
+                        Event::Held => {
+                            if !inside.contains(&request) {
+                                self.find(&path, format!("{request} is held at seq {seq}, but it is not inside the work section: no admission before it"));
+                            } else if self.route(request) == Some(Route::Fast) {
+                                self.find(&path, format!("{request} is held at the gate, but only /slow work waits there"));
+                            } else if let Some(opened) = gate
+                                && !self.room_gate_closed(request, seq)
+                            {
+                                self.find(
+                                    &path,
+                                    format!("{request} is held at seq {seq}, after the gate opened at seq {opened}: once open, it never closes"),
+                                );
+                            }
+                            if inside.contains(&request) && !state.held_at_gate.contains(&request) {
+                                state.held_at_gate.push(request);
+                            }
+                        }
+                        Event::Finished => {
+                            if inside.remove(&request) {
+                                finished.insert(request, (seq, e.cancelled));
+                                if let Some(h) = holders.get_mut(&e.pool) {
+                                    h.retain(|&r| r != request);
+                                }
+                                state.held_at_gate.retain(|&r| r != request);
+                                let active = state.active.entry(e.pool).or_default();
+                                *active = active.saturating_sub(1);
+                            } else if finished.contains_key(&request) {
+                                self.find(
+                                    &path,
+                                    format!(
+                                        "{request} finishes twice: its permit would go back twice"
+                                    ),
+                                );
+                            } else {
+                                self.find(&path, format!("{request} finishes at seq {seq}, but was never admitted: a finished without an admitted"));
+                            }
+                        }
+                        Event::GateOpened => {}
+                    }
+                }
+            }
+            let taken = state.active.get(&e.pool).copied().unwrap_or(0);
+            if e.active_after != taken {
+                let capacity = policy.capacity(e.pool);
+                let who = e.request.map_or("the gate".to_owned(), |r| r.to_string());
+                let says = if e.active_after > capacity {
+                    format!(
+                        "seq {seq} says {who} {event} with {} of the {} pool's {capacity} permits taken: more than the pool holds; the events before it leave {taken} taken",
+                        e.active_after, e.pool
+                    )
+                } else {
+                    format!(
+                        "seq {seq} says {} of the {} pool's permits are taken after {who} {event}, but the events before it leave {taken}",
+                        e.active_after, e.pool
+                    )
+                };
+                self.find(&path, says);
+            }
+            for w in &mut watch {
+                w.look(i + 1, &state);
+            }
+        }
+        Some(Replayed {
+            events,
+            decided,
+            finished,
+            gate,
+            end: state,
+            watch,
+        })
+    }
+
+    /// Where the observer's snapshots must show the ledger's state: before F1 once every held
+    /// slow request was decided, and after F1's answer before the gate opened. Positions count
+    /// events: `k` is the state after the first `k`.
+    fn watches(&self, events: &[WorkEvent]) -> Vec<Watch<'a>> {
+        let observed = &self.file.observed;
+        let f1: Vec<usize> = (0..events.len())
+            .filter(|&i| events[i].request == Some(Label::F1))
+            .collect();
+        let opened = (0..events.len())
+            .find(|&i| events[i].event == Event::GateOpened)
+            .unwrap_or(events.len());
+        let first_f1 = f1.first().copied().unwrap_or(opened);
+        let held_sent = (0..opened.min(first_f1))
+            .rfind(|&i| matches!(events[i].request, Some(Label::Slow(_))))
+            .map_or(0, |i| i + 1);
+        let after_f1 = f1.last().map_or(opened, |&i| i + 1);
+        let windows = [
+            (
+                "observer_before_fast",
+                &observed.observer_before_fast,
+                held_sent,
+                first_f1,
+                "just before F1",
+            ),
+            (
+                "observer_after_fast_before_release",
+                &observed.observer_after_fast_before_release,
+                after_f1,
+                opened,
+                "just before the gate opened",
+            ),
+        ];
+        windows
+            .into_iter()
+            .filter_map(|(name, snapshot, from, to, when)| {
+                Some(Watch {
+                    name,
+                    when,
+                    snapshot: snapshot.as_ref()?,
+                    from,
+                    to: to.max(from),
+                    seen: false,
+                    refused: None,
+                    last: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether a room gate of this run was closed at `seq`: a room request may wait there after
+    /// the run's own gate opened.
+    fn room_gate_closed(&self, request: Label, seq: u64) -> bool {
+        let Some(room) = self.room.filter(|_| request.from_room()) else {
+            return false;
+        };
+        room.gates.iter().any(|&(mode, closed, opened)| {
+            mode == self.policy.mode && closed < seq && opened.is_none_or(|o| seq <= o)
+        })
+    }
+
+    /// `admissions` must be the decisions among the work events, as the report derives them.
+    fn admissions(&mut self, evidence: &Evidence) {
+        let mut derived = evidence.admissions();
+        for a in &mut derived {
+            // A room request's label does not carry its route: the classroom report does.
+            a.route = self.route(a.request).unwrap_or(a.route);
+        }
+        let file = &self.file.admissions;
+        for (i, (a, d)) in file.iter().zip(&derived).enumerate() {
+            if a == d {
+                continue;
+            }
+            let at = i.to_string();
+            let path = ["admissions", at.as_str()];
+            let capacity = self.policy.capacity(a.pool);
+            let says = if (a.request, a.decision, a.pool) != (d.request, d.decision, d.pool) {
+                format!(
+                    "admissions[{i}] says {} was {} by the {} pool, but the work events say {} was {} by the {} pool",
+                    a.request,
+                    decision_name(a.decision),
+                    a.pool,
+                    d.request,
+                    decision_name(d.decision),
+                    d.pool
+                )
+            } else if a.active_after != d.active_after {
+                let beyond = if a.active_after > capacity {
+                    ": more than the pool holds"
+                } else {
+                    ""
+                };
+                format!(
+                    "{} took \"{} of {capacity}\" {} permits, but its work event says {} of {capacity}{beyond}",
+                    a.request, a.active_after, a.pool, d.active_after
+                )
+            } else if a.held_by != d.held_by {
+                format!(
+                    "{}'s refusal says the {} pool was held by {}, but at that moment the ledger shows it held by {}",
+                    a.request,
+                    a.pool,
+                    labels(a.held_by.iter().flatten()),
+                    labels(d.held_by.iter().flatten())
+                )
+            } else {
+                format!(
+                    "{} was sent to {}, but its route is {}",
+                    a.request, a.route, d.route
+                )
+            };
+            self.find(&path, says);
+        }
+        if file.len() != derived.len() {
+            self.find(
+                &["admissions"],
+                format!(
+                    "admissions lists {} decisions, but the work events hold {}",
+                    file.len(),
+                    derived.len()
+                ),
+            );
+        }
+    }
+
+    /// Each pool's account and peak must be what the work events give.
+    fn ledger(&mut self, audited: &BTreeMap<Pool, PoolLedger>) {
+        let file = self.file;
+        for (pool, own) in audited {
+            let name = pool.name();
+            let Some(stored) = file.ledger.get(pool) else {
+                self.find(
+                    &["ledger"],
+                    format!("the ledger has no account of the {pool} pool"),
+                );
+                continue;
+            };
+            let fields = [
+                ("admitted", stored.admitted, own.admitted),
+                ("refused", stored.refused, own.refused),
+                ("finished", stored.finished, own.finished),
+                ("cancelled", stored.cancelled, own.cancelled),
+                ("capacity", stored.capacity as u64, own.capacity as u64),
+                ("peak", stored.peak as u64, own.peak as u64),
+            ];
+            for (field, said, counted) in fields {
+                if said != counted {
+                    self.find(
+                        &["ledger", name, field],
+                        format!("the ledger's account of the {pool} pool says {field} {said}, but its work events give {counted}"),
+                    );
+                }
+            }
+            if stored.refusals != own.refusals {
+                self.find(
+                    &["ledger", name, "refusals"],
+                    format!("the ledger's refusals on the {pool} pool are not the refusals in its work events, with the requests holding the pool at each"),
+                );
+            }
+            for rule in &own.invariants {
+                let said = stored.invariants.iter().find(|i| i.rule == rule.rule);
+                if said.is_some_and(|s| s.holds != rule.holds) {
+                    self.find(
+                        &["ledger", name, "invariants"],
+                        format!(
+                            "the ledger says \"{}\" {} on the {pool} pool, but its work events show it {}",
+                            rule.rule,
+                            if rule.holds { "does not hold" } else { "holds" },
+                            if rule.holds { "holds" } else { "broken" }
+                        ),
+                    );
+                }
+            }
+            if file.peak_active_work.get(pool) != Some(&own.peak) {
+                self.find(
+                    &["peak_active_work", name],
+                    format!("peak_active_work of the {pool} pool is not the peak of its work events, {}", own.peak),
+                );
+            }
+        }
+        let extra = file.ledger.keys().chain(file.peak_active_work.keys());
+        if let Some(pool) = extra.copied().find(|p| !audited.contains_key(p)) {
+            self.find(
+                &["ledger"],
+                format!(
+                    "the report accounts for a {pool} pool, which {} does not have",
+                    self.policy.mode.name()
+                ),
+            );
+        }
+    }
+
+    /// Each response must be what the front answers after the ledger's decision, in the phase
+    /// the gate's opening gives it; every decision of the sequence has its response.
+    fn responses(&mut self, replayed: &Replayed<'_>) {
+        let (events, decided, gate) = (&replayed.events, &replayed.decided, replayed.gate);
+        let observed = &self.file.observed;
+        let last = events.len() as u64;
+        let finished_at = |request: Label| replayed.finished.get(&request).map(|&(seq, _)| seq);
+        let answered: BTreeSet<Label> = observed.responses.iter().map(|r| r.request).collect();
+        for (i, r) in observed.responses.iter().enumerate() {
+            let at = i.to_string();
+            let path = ["responses", at.as_str()];
+            let request = r.request;
+            if r.route != self.route(request).unwrap_or(request.route()) {
+                self.find(
+                    &path,
+                    format!(
+                        "{request}'s response came from {}, but {request} is sent to {}",
+                        r.route,
+                        request.route()
+                    ),
+                );
+            }
+            let Some(d) = decided.get(&request) else {
+                self.find(
+                    &path,
+                    format!("{request} has a response ({}) but the ledger shows no admission decision for {request}: a response with no admission", r.status),
+                );
+                continue;
+            };
+            let event = &events[d.index];
+            if let Err(says) = answer_agrees(request, r.status, &r.body, event, r.route) {
+                self.find(&path, says);
+            }
+            let phase = match gate {
+                Some(opened) if opened <= r.after_event => Phase::AfterRelease,
+                _ => Phase::BeforeRelease,
+            };
+            if r.after_event > last {
+                self.find(
+                    &path,
+                    format!("{request}'s response arrived after seq {}, but the ledger ends at seq {last}", r.after_event),
+                );
+            } else if r.phase != phase {
+                let opened =
+                    gate.map_or("never opened".to_owned(), |g| format!("opened at seq {g}"));
+                self.find(
+                    &path,
+                    format!(
+                        "{request}'s response is marked {}, but it arrived after seq {} and the gate {opened}: it came {}",
+                        r.phase.words(),
+                        r.after_event,
+                        phase.words()
+                    ),
+                );
+            }
+            let decisive = match d.decision {
+                Decision::Admitted => finished_at(request),
+                Decision::Refused => Some(d.seq),
+            };
+            match decisive {
+                Some(seq) if r.after_event < seq => self.find(
+                    &path,
+                    format!(
+                        "{request}'s response arrived after seq {}, before {} at seq {seq}: the permit leaves before the response is sent",
+                        r.after_event,
+                        if d.decision == Decision::Admitted { "its work left the section" } else { "its refusal" }
+                    ),
+                ),
+                None if r.status == 200 => self.find(
+                    &path,
+                    format!("{request} was answered 200, but its work never left the section"),
+                ),
+                _ => {}
+            }
+            if let Some(&(seq, true)) = replayed.finished.get(&request)
+                && r.status == 200
+            {
+                self.find(
+                    &path,
+                    format!(
+                        "{request} was answered 200, but its work was cancelled (seq {seq}): work that is dropped sends no answer"
+                    ),
+                );
+            }
+        }
+        if !self.cut_short {
+            for (&request, d) in decided {
+                if request.from_room() || answered.contains(&request) {
+                    continue;
+                }
+                self.find(
+                    &["work_events", &d.index.to_string()],
+                    format!(
+                        "{request} was {} at seq {} but no response to it is recorded: an admission with no response",
+                        decision_name(d.decision),
+                        d.seq
+                    ),
+                );
+            }
+        }
+        if observed.fast_response_before_release.is_none() && !self.cut_short {
+            self.find(
+                &["fast_response_before_release"],
+                "F1's response before release is missing, though the run went to its end".into(),
+            );
+        }
+        if let Some(f1) = &observed.fast_response_before_release {
+            let answered = observed.responses.iter().find(|r| r.request == Label::F1);
+            let agrees = answered.is_some_and(|r| {
+                f1.request == Label::F1
+                    && (r.status, &r.body, r.phase) == (f1.status, &f1.body, Phase::BeforeRelease)
+            });
+            if !agrees {
+                let there = answered.map_or("none".to_owned(), |r| {
+                    format!("{} {}", r.status, r.phase.words())
+                });
+                self.find(
+                    &["fast_response_before_release"],
+                    format!("fast_response_before_release says {} {}, but F1's response in responses is {there}", f1.request, f1.status),
+                );
+            }
+        }
+        if let (Some(pending), Some(opened)) = (&observed.slow_callers_pending_before_release, gate)
+        {
+            // Admitted slow callers of the sequence whose work had not left before the gate
+            // opened, and so had no response yet.
+            let held: Vec<Label> = decided
+                .iter()
+                .filter(|(r, d)| {
+                    matches!(r, Label::Slow(_))
+                        && d.decision == Decision::Admitted
+                        && d.seq < opened
+                })
+                .filter(|(r, _)| finished_at(**r).is_none_or(|f| f > opened))
+                .map(|(&r, _)| r)
+                .collect();
+            let mut said = pending.clone();
+            said.sort();
+            if said != held {
+                self.find(
+                    &["slow_callers_pending_before_release"],
+                    format!(
+                        "slow_callers_pending_before_release lists {}, but when the gate opened the ledger held {}",
+                        labels(pending),
+                        labels(&held)
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The observer's snapshots must be the ledger's state at some moment of their step.
+    fn snapshots(&mut self, replayed: &Replayed<'_>) {
+        for watch in &replayed.watch {
+            if watch.seen {
+                continue;
+            }
+            let (name, snapshot) = (watch.name, watch.snapshot);
+            let says = match &watch.last {
+                Some(s) => format!(
+                    "{name} disagrees with the ledger: it shows {}, but {} the ledger shows {}",
+                    showing(
+                        &snapshot.active_work,
+                        &snapshot.held_at_gate,
+                        &snapshot.refused
+                    ),
+                    watch.when,
+                    showing(&s.active, &s.held_at_gate, &s.refused)
+                ),
+                None => format!("{name} was recorded at no moment the ledger reached"),
+            };
+            self.find(&[name], says);
+        }
+    }
+
+    /// The final state must be where the ledger ends: its permits, and the gate.
+    fn final_state(&mut self, at_end: &LedgerState, gate: Option<u64>) {
+        let end = &self.file.final_state;
+        let last = &at_end.active;
+        for (pool, capacity) in self.policy.capacities() {
+            let taken = last.get(&pool).copied().unwrap_or(0);
+            let active = end.active_work.get(&pool).copied();
+            let available = end.available_permits.get(&pool).copied();
+            if active != Some(taken) {
+                self.find(
+                    &["final_state", "active_work"],
+                    format!(
+                        "final_state says {} of the {pool} pool's permits are taken, but its work events leave {taken}",
+                        active.map_or("none".to_owned(), |a| a.to_string())
+                    ),
+                );
+            }
+            if available != Some(capacity - taken.min(capacity)) {
+                self.find(
+                    &["final_state", "available_permits"],
+                    format!(
+                        "final_state says {} of the {pool} pool's {capacity} permits are back, but its work events return {}",
+                        available.map_or("none".to_owned(), |a| a.to_string()),
+                        capacity - taken.min(capacity)
+                    ),
+                );
+            }
+        }
+        let gate_says = match end.gate {
+            GateState::Open => gate.is_some(),
+            GateState::Closed | GateState::Abandoned => gate.is_none(),
+        };
+        if !gate_says {
+            self.find(
+                &["final_state", "gate"],
+                match gate {
+                    Some(seq) => {
+                        format!("final_state says the gate is not open, but it opened at seq {seq}")
+                    }
+                    None => {
+                        "final_state says the gate is open, but the ledger has no gate_opened event"
+                            .into()
+                    }
+                },
+            );
+        }
+    }
+}
+
+fn counts(map: &BTreeMap<Pool, usize>) -> String {
+    let parts: Vec<String> = map.iter().map(|(p, n)| format!("{p} {n}")).collect();
+    parts.join(", ")
+}
+
+fn event_name(event: Event) -> &'static str {
+    match event {
+        Event::Admitted => "admitted",
+        Event::Refused => "refused",
+        Event::Held => "held",
+        Event::Finished => "finished",
+        Event::GateOpened => "gate_opened",
+    }
+}
+
+fn decision_name(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Admitted => "admitted",
+        Decision::Refused => "refused",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lab::fixtures;
+
+    fn findings(checked: &Checked) -> Vec<String> {
+        match &checked.verdict {
+            Recheck::DoesNotHold { findings } => findings.iter().map(|f| f.says.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Every report recorded from a real run re-checks as matched, with no difference.
+    #[test]
+    fn every_recorded_report_rechecks_as_matched() {
+        for recorded in fixtures::reports() {
+            let checked = report(&recorded, None, "");
+            assert_eq!(
+                checked.verdict,
+                Recheck::Matched,
+                "{:?}",
+                findings(&checked)
+            );
+            assert!(checked.differences.iter().all(Vec::is_empty));
+        }
+    }
+
+    /// The default run's shared F1, refused, edited to read 200 in its response (status and
+    /// body) while the ledger still refuses it: named at the response, and the stored verdict
+    /// is not believed.
+    #[test]
+    fn a_refusal_edited_into_a_200_is_named_where_it_was_edited() {
+        let mut edited = fixtures::reports().swap_remove(1);
+        let shared = &mut edited.policies[0];
+        let f1 = shared
+            .observed
+            .responses
+            .iter_mut()
+            .find(|r| r.request == Label::F1);
+        let f1 = f1.expect("the default run answers F1");
+        f1.status = 200;
+        f1.body = json!({ "request": "F1", "pool": "shared" });
+        let checked = report(&edited, None, "/runs/3");
+        let Recheck::DoesNotHold { findings } = &checked.verdict else {
+            panic!("an edited report is not vouched for: {:?}", checked.verdict);
+        };
+        assert_eq!(findings[0].pointer, "/runs/3/policies/0/responses/0");
+        assert!(
+            findings[0].says.starts_with(
+                "shared: F1's evidence says 200 but the ledger shows no fast admission"
+            ),
+            "{findings:?}"
+        );
+        assert!(!checked.differences[0].is_empty(), "the model differs too");
+    }
+}

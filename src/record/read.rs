@@ -1,0 +1,286 @@
+//! Reading a saved report: a regular file only, at most [`MAX_REPORT`] bytes, parsed as a lab
+//! report or as a classroom session's report. What no run of the lab could have written in this
+//! shape (a field missing, an input out of range, a policy listed twice) is refused here, with
+//! exit status 2; what is shaped right but contradicts itself is for [`super::check`] to name.
+
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, anyhow, bail};
+use serde::Deserialize;
+
+use super::shell::shell_word;
+use crate::label::Label;
+use crate::policy::{Mode, Route};
+use crate::report::Report;
+
+/// The `lab` field of every report this lab writes.
+const LAB: &str = "concurrency-isolation";
+
+/// The most a saved report may hold. A lab report is tens of kilobytes; the cap keeps a file
+/// that grows while it is read from being read into memory until the process runs out.
+const MAX_REPORT: usize = 16 << 20;
+
+/// A saved report the record cannot be made from: the file could not be read, or it is not a
+/// report a run of the lab writes. The command line refuses it with exit status 2, as it
+/// refuses a bad flag.
+#[derive(Debug)]
+pub struct Refused {
+    /// The file as it was named, as a word the shell reads back as the same file.
+    pub file: String,
+    /// What was wrong with it, after the file's name: "cannot be read: …", "is not JSON: …".
+    pub reason: anyhow::Error,
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {:#}; record reads a report saved from a run, e.g. isolation-lab > r.json",
+            self.file, self.reason
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// What a saved file holds.
+#[derive(Debug)]
+pub enum Saved {
+    /// The report of one command-line run: `isolation-lab > r.json`.
+    Lab(Report),
+    /// The report a classroom session prints when it ends: `isolation-lab classroom > s.json`.
+    Classroom(SavedSession),
+}
+
+/// A classroom session's report, as far as `record` reads it.
+#[derive(Debug, Deserialize)]
+pub struct SavedSession {
+    /// Every run of the session, each a lab report.
+    pub runs: Vec<Report>,
+    /// The room's requests, outside every run's model.
+    pub room_requests: Vec<SavedRoomRequest>,
+    /// The gates the instructor closed for the room after a run's own gate had opened.
+    #[serde(default)]
+    pub room_gates: Vec<SavedRoomGate>,
+    /// The session's own verdict: compared with the re-check, never taken as true.
+    pub matches_model: bool,
+    /// Why the session did not close cleanly.
+    #[serde(default)]
+    pub failure: Option<String>,
+}
+
+/// One request from the room, as the classroom report lists it.
+#[derive(Debug, Deserialize)]
+pub struct SavedRoomRequest {
+    /// `R<n>` (read with the route below).
+    pub request: Label,
+    /// Where it was sent.
+    pub route: Route,
+    /// The run it reached: an index into `runs`, from 0.
+    pub run: usize,
+    /// The policy of that run it reached.
+    pub mode: Mode,
+    /// The status the run's front answered, if an answer came.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// The front's JSON body.
+    #[serde(default)]
+    pub body: Option<serde_json::Value>,
+    /// Why no answer came.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The last work event of the run's ledger when the answer came.
+    pub after_event: u64,
+}
+
+/// A room gate, as the classroom report lists it: where it closed and opened on a run's ledger.
+#[derive(Debug, Deserialize)]
+pub struct SavedRoomGate {
+    /// The run: an index into `runs`.
+    pub run: usize,
+    /// Its policy.
+    pub mode: Mode,
+    /// The last work event before the gate closed.
+    pub closed_after_event: u64,
+    /// The last work event before it opened; `None` if it never did.
+    #[serde(default)]
+    pub opened_after_event: Option<u64>,
+}
+
+/// Reads the report saved in `path`: a lab report or a classroom session's report, of a run
+/// that succeeded or failed.
+pub fn load(path: &Path) -> Result<Saved, Refused> {
+    let refuse = |reason: anyhow::Error| Refused {
+        file: shell_word(path.as_os_str()),
+        reason,
+    };
+    let text = read_regular(path, MAX_REPORT).map_err(refuse)?;
+    let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+        // The lab's other formats, saved by mistake, are named for what they are.
+        let start = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
+        let start = start.trim_start();
+        if start.starts_with("isolation-lab ") {
+            refuse(anyhow!(
+                "is a text report, not the JSON one: save a run without --format"
+            ))
+        } else if start.starts_with("<?xml") || start.starts_with("<svg") {
+            refuse(anyhow!(
+                "is a picture, not the JSON report: save a run without --format"
+            ))
+        } else {
+            refuse(anyhow::Error::new(e).context("is not JSON"))
+        }
+    })?;
+    // Checked before the whole report, so that other JSON (`predict --format json`, say) is
+    // named for what it lacks rather than for the first field serde trips on.
+    let classroom = json.get("lab").is_none()
+        && json.get("runs").is_some_and(|r| r.is_array())
+        && json.get("room_requests").is_some();
+    if classroom {
+        let whole = "is not a whole classroom report";
+        let session: SavedSession = serde_json::from_value(json)
+            .context(whole)
+            .map_err(refuse)?;
+        for (i, run) in session.runs.iter().enumerate() {
+            shaped(run)
+                .with_context(|| format!("{whole}: runs[{i}]"))
+                .map_err(refuse)?;
+        }
+        for (i, room) in session.room_requests.iter().enumerate() {
+            let why = if !room.request.from_room() {
+                format!("is labelled {}, not R<n>", room.request)
+            } else if room.run >= session.runs.len() {
+                format!(
+                    "names run {}, but the session has {} runs",
+                    room.run,
+                    session.runs.len()
+                )
+            } else {
+                continue;
+            };
+            return Err(refuse(anyhow!("{whole}: room_requests[{i}] {why}")));
+        }
+        return Ok(Saved::Classroom(session));
+    }
+    match json.get("lab") {
+        Some(lab) if lab == LAB => {}
+        Some(lab) => {
+            return Err(refuse(anyhow!(
+                "is not a lab report: its \"lab\" is {lab}, not \"{LAB}\""
+            )));
+        }
+        None => {
+            return Err(refuse(anyhow!(
+                "is not a lab report: it has no \"lab\": \"{LAB}\""
+            )));
+        }
+    }
+    let whole = "is not a whole lab report";
+    let report: Report = serde_json::from_value(json)
+        .context(whole)
+        .map_err(refuse)?;
+    shaped(&report).context(whole).map_err(refuse)?;
+    Ok(Saved::Lab(report))
+}
+
+/// Whether `report` has the shape a run of its inputs gives it: its `lab`, and its policies in
+/// the order its mode runs them, each once (a run that stopped early has fewer).
+fn shaped(report: &Report) -> anyhow::Result<()> {
+    if report.lab != LAB {
+        let lab = serde_json::Value::from(report.lab.as_str());
+        bail!("is not a lab report: its \"lab\" is {lab}, not \"{LAB}\"");
+    }
+    let modes = report.inputs.mode.modes();
+    for (i, policy) in report.policies.iter().enumerate() {
+        let name = policy.mode.name();
+        if report.policies[..i].iter().any(|p| p.mode == policy.mode) {
+            bail!("lists the {name} policy twice");
+        }
+        if modes.get(i) != Some(&policy.mode) {
+            let runs: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+            bail!(
+                "has the {name} policy as policies[{i}], but --mode {} runs {}, in that order",
+                report.inputs.mode.name(),
+                runs.join(" then ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Up to `limit` bytes of the regular file at `path`, or why it cannot be read.
+///
+/// A FIFO, a socket or a device is refused at once, from its metadata, without being opened: an
+/// open of a FIFO with no writer would block, and a device may do something on open. Between that
+/// check and the open the path can be swapped for one, so the file is opened with `O_NONBLOCK`
+/// (a FIFO's open returns at once; `O_NOCTTY` keeps a terminal from becoming ours) and the type
+/// of what was opened is checked again on the handle itself, which no rename can change.
+/// `O_NONBLOCK` changes nothing for a regular file's reads.
+fn read_regular(path: &Path, limit: usize) -> anyhow::Result<Vec<u8>> {
+    let cannot = "cannot be read";
+    let regular = |metadata: &std::fs::Metadata| match kind(metadata) {
+        None if metadata.len() > limit as u64 => Err(too_large(limit)),
+        None => Ok(()),
+        Some(kind) => Err(anyhow!(
+            "is {kind}, not a report file: record reads regular files only"
+        )),
+    };
+    regular(&std::fs::metadata(path).context(cannot)?)?;
+    let file = open_nonblocking(path).context(cannot)?;
+    regular(&file.metadata().context(cannot)?)?;
+    let mut text = Vec::new();
+    // One byte more than allowed says the file grew past the cap while it was read.
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut text)
+        .context(cannot)?;
+    if text.len() > limit {
+        return Err(too_large(limit));
+    }
+    Ok(text)
+}
+
+fn too_large(limit: usize) -> anyhow::Error {
+    anyhow!("is larger than any lab report (over {} MiB)", limit >> 20)
+}
+
+/// What a file that is not a regular file is, in words; `None` for a regular file.
+fn kind(metadata: &std::fs::Metadata) -> Option<&'static str> {
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        return None;
+    }
+    if kind.is_dir() {
+        return Some("a directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return Some("a FIFO (a named pipe)");
+        }
+        if kind.is_socket() {
+            return Some("a socket");
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return Some("a device");
+        }
+    }
+    Some("not a regular file")
+}
+
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
