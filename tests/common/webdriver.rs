@@ -15,6 +15,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -302,7 +304,9 @@ impl Browser {
         let encoded = shot
             .as_str()
             .ok_or_else(|| anyhow!("screenshot: not a string but {shot}"))?;
-        base64_decode(encoded).context("screenshot: decoding its base64")
+        STANDARD
+            .decode(encoded)
+            .context("screenshot: decoding its base64")
     }
 
     /// Ends the session (the driver closes the browser), then stops the driver and removes the
@@ -524,29 +528,4 @@ impl Drop for TempDir {
             eprintln!("removing {}: {e}", self.0.display());
         }
     }
-}
-
-/// Decodes standard base64 (with or without padding; whitespace ignored).
-fn base64_decode(text: &str) -> anyhow::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    let (mut bits, mut count) = (0u32, 0);
-    for c in text.bytes() {
-        let value = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => break,
-            c if c.is_ascii_whitespace() => continue,
-            c => bail!("not base64: byte {c:#04x}"),
-        };
-        bits = bits << 6 | u32::from(value);
-        count += 6;
-        if count >= 8 {
-            count -= 8;
-            out.push((bits >> count) as u8);
-        }
-    }
-    Ok(out)
 }
