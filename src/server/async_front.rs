@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::connections::Connections;
-use super::{Backoff, Census, Head, Reply, Stopped, answer, screen, work};
+use super::{Backoff, Census, Gates, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::faults::Faults;
@@ -31,6 +31,8 @@ use crate::label::LABEL_HEADER;
 pub struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    /// The gate each request's slow work waits at.
+    gates: Gates,
 }
 
 /// The server task, and how to tell it to stop.
@@ -46,7 +48,17 @@ impl Server {
         let (listener, address) = super::bind_loopback()?;
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
-        Ok(Server { listener, address })
+        Ok(Server {
+            listener,
+            address,
+            gates: Gates::default(),
+        })
+    }
+
+    /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
+    /// run's own).
+    pub(crate) fn at(self, gates: Gates) -> Self {
+        Server { gates, ..self }
     }
 
     /// The address the server listens on.
@@ -84,7 +96,11 @@ impl Server {
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
     ) -> Stopped {
-        let Server { listener, address } = self;
+        let Server {
+            listener,
+            address,
+            gates,
+        } = self;
         let graceful = GracefulShutdown::new();
         let mut connections = Connections::default();
         let mut accepted = 0;
@@ -100,14 +116,15 @@ impl Server {
                         retry.succeeded();
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
-                        let (section, faults) = (section.clone(), faults.clone());
+                        let given = (section.clone(), faults.clone(), gates.clone());
                         let flag = serving.clone();
                         let service = service_fn(move |request| {
-                            let (section, faults) = (section.clone(), faults.clone());
+                            let (section, faults, gates) = given.clone();
                             let flag = flag.clone();
                             async move {
                                 let _serving = Serving::start(&flag);
-                                Ok::<_, Infallible>(handle(&section, &faults, request).await)
+                                let answer = handle(&section, &faults, &gates, request).await;
+                                Ok::<_, Infallible>(answer)
                             }
                         });
                         let connection =
@@ -188,6 +205,7 @@ impl Running {
 async fn handle(
     section: &WorkSection,
     faults: &Faults,
+    gates: &Gates,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let headers = request.headers();
@@ -198,7 +216,7 @@ async fn handle(
         label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
     };
     let reply = match screen(section, head) {
-        Ok((label, route)) => answer(label, work(section, faults, label, route).await),
+        Ok((label, route)) => answer(label, work(section, faults, gates, label, route).await),
         Err(reply) => reply,
     };
     respond(reply)

@@ -48,6 +48,11 @@ impl Connections {
         self.open.insert(handle.id(), (busy, handle));
     }
 
+    /// How many connection tasks are open (as of the last [`Connections::reap`]).
+    pub(crate) fn open(&self) -> usize {
+        self.open.len()
+    }
+
     /// Joins the tasks that have ended, so nothing grows with the number of connections.
     pub(crate) fn reap(&mut self) {
         while let Some(ended) = self.tasks.try_join_next_with_id() {
