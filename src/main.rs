@@ -74,7 +74,9 @@ fn main() -> ExitCode {
                     urls.instructor, urls.room
                 );
                 let mut stderr = std::io::stderr().lock();
-                stderr.write_all(said.as_bytes()).and_then(|()| stderr.flush())
+                stderr
+                    .write_all(said.as_bytes())
+                    .and_then(|()| stderr.flush())
             };
             let Some(session) = runtime(classroom::run(config, announce)) else {
                 return ExitCode::from(1);

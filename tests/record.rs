@@ -3,6 +3,7 @@
 //! a failed run's report is recorded too; a file that is not a lab report is refused with exit
 //! status 2 before anything is printed.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -417,7 +418,10 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
 #[test]
 fn a_file_larger_than_any_report_is_refused_unread() {
     if Command::new("prlimit").arg("--version").output().is_err() {
-        println!("skipped: prlimit (util-linux) is not installed");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: prlimit (util-linux) is not installed"
+        );
         return;
     }
     let output = Command::new("prlimit")

@@ -139,9 +139,9 @@ fn step_name(step: Planned) -> String {
 fn stop_before(step: Planned, policy: Policy) -> Option<String> {
     match step {
         Planned::Fast => Some("what will F1 get?".into()),
-        Planned::Slow(request @ Label::Slow(2)) if policy.mode == Mode::Partitioned => {
-            Some(format!("what will {request} get? (the fast permit is free)"))
-        }
+        Planned::Slow(request @ Label::Slow(2)) if policy.mode == Mode::Partitioned => Some(
+            format!("what will {request} get? (the fast permit is free)"),
+        ),
         _ => None,
     }
 }
@@ -364,7 +364,8 @@ impl Driver {
         let front = self.options.front;
         let announced = self.announcement(mode, true);
         self.journal.begin(&announced);
-        self.journal.watch(run.section(), run.census(), front.name());
+        self.journal
+            .watch(run.section(), run.census(), front.name());
         self.room.set_open(false);
         self.room.aim(Some(Target {
             client: run.client().clone(),

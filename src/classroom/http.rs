@@ -15,13 +15,16 @@
 //!   [`HEADER_TIMEOUT`] of the connection opening or of the last answer, or the connection is
 //!   closed; a control body is at most 1 KiB and must arrive within [`BODY_TIMEOUT`] (408).
 //! - At most a limit of connections are open at once (from the descriptors this process may
-//!   open): one beyond it is closed as soon as it is accepted.
+//!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
+//!   yet whole) is closed to make room, so a flood of idle connections cannot lock the page
+//!   out; when every open one is answering, the new one is closed as soon as it is accepted.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
-use std::sync::{Arc, PoisonError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,6 +40,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::AbortHandle;
 
 use super::control::{Command, Order};
 use super::journal::Journal;
@@ -135,7 +139,11 @@ impl App {
     /// Answers one request on a connection that owes its client what `owed` counts. The answer
     /// is owed from the moment the request is whole: a control request whose body is still on
     /// its way owes nothing yet, so a session that ends meanwhile closes its connection.
-    async fn handle(&self, request: Request<Incoming>, owed: &Arc<Owed>) -> (Response<Body>, Owing) {
+    async fn handle(
+        &self,
+        request: Request<Incoming>,
+        owed: &Arc<Owed>,
+    ) -> (Response<Body>, Owing) {
         if !self.addressed_here(&request) {
             let detail = "only the page served at this address, from this address, may use it";
             let refused = answer(
@@ -147,7 +155,9 @@ impl App {
         let path = request.uri().path().to_owned();
         let method = request.method().clone();
         if method == Method::POST && path.starts_with("/control/") {
-            return self.control(&path["/control/".len()..], request, owed).await;
+            return self
+                .control(&path["/control/".len()..], request, owed)
+                .await;
         }
         let owing = Owing::new(owed.clone());
         let route = Route::from_path(&path);
@@ -233,7 +243,8 @@ impl App {
                     json!({ "error": "body_timeout", "detail": detail }),
                 );
                 // The rest of the body may still come: the connection cannot be reused.
-                (refused.headers_mut()).insert(header::CONNECTION, HeaderValue::from_static("close"));
+                (refused.headers_mut())
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
                 return (refused, owing);
             }
         };
@@ -353,7 +364,7 @@ pub(crate) struct Served {
     pub(crate) accepted: u64,
     /// Every connection task was joined.
     pub(crate) joined: u64,
-    /// Connections closed at once because `cap` were open.
+    /// Connections closed because `cap` were open: the oldest idle one, or the new one.
     pub(crate) refused: u64,
     /// What did not stop cleanly.
     pub(crate) error: Option<String>,
@@ -377,6 +388,8 @@ pub(crate) async fn serve(
     let mut served = Served::default();
     let mut stop_accepting = pin!(stop_accepting);
     let mut retry = Backoff::default();
+    // The open connections, oldest first, for closing the oldest idle one at the cap.
+    let mut by_age: VecDeque<(Arc<Owed>, AbortHandle)> = VecDeque::new();
     loop {
         tokio::select! {
             biased;
@@ -385,12 +398,22 @@ pub(crate) async fn serve(
                 Ok((stream, _peer)) => {
                     retry.succeeded();
                     connections.reap();
+                    by_age.retain(|(_, handle)| !handle.is_finished());
                     if connections.open() >= cap {
-                        // Refused: closed at once, so a flood of connections costs this server
-                        // no more than `cap` descriptors (the ones open time out).
+                        // The oldest connection with no request in progress makes room; with
+                        // none, the new one is refused, closed at once. Either way this server
+                        // holds at most `cap` connections, and idle ones end at the header
+                        // timeout.
+                        let idle = by_age.iter().position(|(owed, _)| owed.idle());
+                        match idle.and_then(|at| by_age.remove(at)) {
+                            Some((_, oldest)) => oldest.abort(),
+                            None => {
+                                served.refused += 1;
+                                drop(stream);
+                                continue;
+                            }
+                        }
                         served.refused += 1;
-                        drop(stream);
-                        continue;
                     }
                     served.accepted += 1;
                     let owed = Arc::new(Owed::default());
@@ -411,10 +434,11 @@ pub(crate) async fn serve(
                         .header_read_timeout(HEADER_TIMEOUT);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     let connection = graceful.watch(connection);
-                    connections.spawn(owed, async move {
+                    let handle = connections.spawn(owed.clone(), async move {
                         // A client's broken connection is its own business, not the session's.
                         let _ = connection.await;
                     });
+                    by_age.push_back((owed, handle));
                 }
                 // Most often a shortage of descriptors that passes: the connection stays queued
                 // and a retry after a pause may take it, as the lab's own front retries. The
@@ -471,6 +495,13 @@ struct Owing(Arc<Owed>);
 impl Busy for Owed {
     fn busy(&self) -> bool {
         self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
+    }
+}
+
+impl Owed {
+    /// No request in progress: between requests, or a head not yet whole.
+    fn idle(&self) -> bool {
+        self.answers.load(Ordering::SeqCst) == 0
     }
 }
 

@@ -88,7 +88,12 @@ impl Journal {
 
     /// Follows `section`, the run's now open: its events so far, then each one as it is
     /// recorded.
-    pub(crate) fn watch(&self, section: &Arc<WorkSection>, census: &Arc<Census>, front: &'static str) {
+    pub(crate) fn watch(
+        &self,
+        section: &Arc<WorkSection>,
+        census: &Arc<Census>,
+        front: &'static str,
+    ) {
         let mut inner = self.inner();
         inner.drain();
         let (past, events) = section.subscribe();

@@ -101,9 +101,7 @@ fn verdict(runs: &[Report], failure: Option<&str>) -> Option<String> {
         return Some("no run was made: the session ended before its first step".into());
     }
     let differs = runs.iter().find(|r| !r.matches_model)?;
-    Some(
-        (differs.failure.clone()).unwrap_or_else(|| "a run differed from the policy model".into()),
-    )
+    Some((differs.failure.clone()).unwrap_or_else(|| "a run differed from the policy model".into()))
 }
 
 /// Connections the server keeps open at most: enough for a room's browsers and requests, and
@@ -116,7 +114,9 @@ const RESERVED_DESCRIPTORS: u64 = 64;
 /// request costs three descriptors here: its connection to the classroom, and the run's
 /// client's connection to the run's front and that front's end of it.
 fn connection_cap(soft: Option<u64>) -> usize {
-    let usable = soft.map_or(u64::MAX, |soft| soft.saturating_sub(RESERVED_DESCRIPTORS) / 3);
+    let usable = soft.map_or(u64::MAX, |soft| {
+        soft.saturating_sub(RESERVED_DESCRIPTORS) / 3
+    });
     usize::try_from(usable).map_or(MOST_CONNECTIONS, |n| n.clamp(8, MOST_CONNECTIONS))
 }
 

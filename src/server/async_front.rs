@@ -131,7 +131,7 @@ impl Server {
                             http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                         let connection = graceful.watch(connection);
                         let live = census.enter();
-                        connections.spawn(serving, async move {
+                        let _ = connections.spawn(serving, async move {
                             let _live = live;
                             // A client's broken connection is its own business, not the run's.
                             let _ = connection.await;

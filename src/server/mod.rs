@@ -125,7 +125,11 @@ impl Gates {
 
 impl std::fmt::Debug for Gates {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let chosen = if self.0.is_some() { "chosen by label" } else { "the run's own" };
+        let chosen = if self.0.is_some() {
+            "chosen by label"
+        } else {
+            "the run's own"
+        };
         f.debug_tuple("Gates").field(&chosen).finish()
     }
 }

@@ -632,7 +632,13 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
                 };
                 let reply = match screen(&shared.section, head) {
                     Ok((label, route)) => {
-                        let verdict = work_blocking(&shared.section, &shared.faults, &shared.gates, label, route);
+                        let verdict = work_blocking(
+                            &shared.section,
+                            &shared.faults,
+                            &shared.gates,
+                            label,
+                            route,
+                        );
                         answer(label, verdict)
                     }
                     Err(reply) => reply,

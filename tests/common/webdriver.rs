@@ -5,6 +5,7 @@
 //! driver and its browser die with the test, whether it passes, panics or is killed.
 
 use std::ffi::c_ulong;
+use std::io::Write as _;
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -42,7 +43,10 @@ pub fn browser_available() -> bool {
 pub fn skip_without_browser(test: &str) -> bool {
     match missing_browser() {
         Some(missing) => {
-            println!("skipped {test}: {missing} is not installed");
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped {test}: {missing} is not installed"
+            );
             true
         }
         None => false,
