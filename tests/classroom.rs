@@ -613,6 +613,8 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     let failure = report["runs"][0]["failure"].as_str().unwrap_or("");
     assert!(failure.contains("closed before its next step"), "{report}");
     assert_eq!(report["room_requests"][0]["status"], 200);
+    // Run 1 on the page is run 1 in the report: `runs[0]`.
+    assert_eq!(report["room_requests"][0]["run"], 1, "{report}");
 }
 
 /// Starts the binary with `args` (the lab's own, or `prlimit` with the lab's after its own);

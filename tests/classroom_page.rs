@@ -39,6 +39,7 @@ return {
   enabled: [...document.querySelectorAll("button, select")].filter((b) => shown(b) && !b.disabled).map((b) => b.id || b.textContent),
   controls: shown(document.querySelector("#next")),
   ended: document.body.classList.contains("ended"),
+  form: ["mode", "slots", "held"].map((id) => document.getElementById(id).value),
 };
 "##;
 
@@ -287,6 +288,8 @@ async fn segment_2(page: &Page, front: Front) {
     );
     assert!(text(&seen, "s1").contains("not sent yet"), "{seen}");
     assert!(text(&seen, "policy").contains("not started"), "{seen}");
+    // New run starts from the command line's inputs.
+    assert_eq!(seen["form"], json!(["shared", "2", "1"]), "{seen}");
     // Its first press as a pointer presses: the button is where the window shows it.
     let seen = page.click("next").await;
     assert!(text(&seen, "next").starts_with("Send S1"), "{seen}");
