@@ -48,8 +48,12 @@ impl Session {
         let control = common::control_token(&url);
         let base = url.split("/#").next().expect("a base").to_owned();
         let address = base["http://".len()..].parse().expect("an address");
+        // A connection per request: the server closes a connection idle for its header timeout,
+        // and a request sent on one at that very moment would fail (a browser resends it; this
+        // client does not).
         let http = reqwest::Client::builder()
             .no_proxy()
+            .pool_max_idle_per_host(0)
             .build()
             .expect("a client");
         let page = http.get(format!("{base}/")).send().await.expect("the page");

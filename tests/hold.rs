@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::load::{self, settled};
+use common::load::{Resources, settled};
 use isolation_lab::hold::{Config, Options, Outcome, hold};
 use isolation_lab::policy::Front;
 
@@ -33,7 +33,7 @@ fn is_gone(pid: u32) -> bool {
 #[test]
 fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
     // The instrument raises the parent's RLIMIT_NOFILE first, which opens nothing.
-    let start = load::baseline();
+    let start = Resources::now();
     let config = Config::new(&[50, 200], &Front::ALL).expect("valid counts");
     let report = hold(&config, &options());
     assert_eq!(report.failure, None, "{report:#?}");

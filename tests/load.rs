@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::load;
+use common::load::{self, Resources};
 use isolation_lab::server::Front;
 
 /// On each front: 20 default labs in a row and 16 at once; then every input on both fronts
@@ -11,7 +11,7 @@ use isolation_lab::server::Front;
 /// return to their starting count.
 #[test]
 fn labs_in_bulk_match_the_model_and_leave_nothing_behind() {
-    let before = load::baseline();
+    let before = Resources::now();
     for front in Front::ALL {
         load::sequential(front, 20);
         assert_eq!(

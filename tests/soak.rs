@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::load;
+use common::load::{self, Resources};
 use isolation_lab::server::Front;
 
 /// On each front, 1 000 default labs in a row and 32 at once ten times over; then every input
@@ -14,7 +14,7 @@ use isolation_lab::server::Front;
 #[test]
 #[ignore = "a soak of several seconds; run it explicitly"]
 fn a_thousand_labs_leave_nothing_behind() {
-    let before = load::baseline();
+    let before = Resources::now();
     for front in Front::ALL {
         let started = Instant::now();
         load::sequential(front, 1_000);

@@ -277,15 +277,18 @@ pub async fn serve(
 }
 
 /// [`serve`] until the process is interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM). The
-/// handlers are in place before the URL is announced, so a signal sent as soon as it is read
-/// ends the session rather than the process.
+/// handlers are in place before the URLs are announced, so a signal sent as soon as they are
+/// read ends the session rather than the process; the previous handlers are back once it
+/// returns.
 pub async fn run(
     config: Config,
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,
 ) -> Result<ClassroomReport, String> {
     let interrupts =
         signal::Interrupts::catch().map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
-    serve(config, interrupts.caught(), announce).await
+    let report = serve(config, interrupts.caught(), announce).await;
+    drop(interrupts);
+    report
 }
 
 #[cfg(test)]

@@ -1,47 +1,111 @@
-//! Ctrl-C for a classroom session: SIGINT and SIGTERM end a session that serves, caught through
-//! Tokio's signal handling. Once caught, a signal stays caught for the rest of the process (a
-//! second Ctrl-C while the report is written is ignored); the process ends right after.
+//! Ctrl-C for a classroom session: SIGINT and SIGTERM are caught only while a session serves.
+//! The handler writes one byte to a pipe — about all a signal handler may safely do — and the
+//! session awaits the pipe's other end. Tokio's `signal` feature does the same, but it opens its
+//! socket pair in the first runtime of every process of the binary, whatever the command, and
+//! panics if it cannot (tokio 1.54, `signal/unix.rs`: `expect("failed to create UnixStream")`),
+//! as it cannot in a process at its descriptor limit (`tests/limits.rs`); this opens a pipe only
+//! here, says so when it cannot, and puts the previous handlers back when it is done.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 
-/// SIGINT and SIGTERM, caught from the moment this exists.
-#[derive(Debug)]
+use tokio::net::unix::pipe;
+
+/// The write end of the pipe the handler wakes the session through; -1 when none.
+static WAKE: AtomicI32 = AtomicI32::new(-1);
+
+const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+
+extern "C" fn caught(_signal: libc::c_int) {
+    let fd = WAKE.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: write(2) is async-signal-safe and the byte is static; errno is saved and put
+        // back, so the interrupted code never sees the handler's. A full pipe (the session has
+        // been woken already) is fine: the write fails and nothing waits on it.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::write(fd, b"!".as_ptr().cast(), 1);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, caught until this is dropped.
 pub(crate) struct Interrupts {
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    terminate: tokio::signal::unix::Signal,
+    read: pipe::Receiver,
+    /// Closed on drop, after the previous handlers are back.
+    _write: OwnedFd,
+    previous: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl std::fmt::Debug for Interrupts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let signals: Vec<_> = self.previous.iter().map(|(signal, _)| signal).collect();
+        f.debug_struct("Interrupts")
+            .field("signals", &signals)
+            .finish()
+    }
 }
 
 impl Interrupts {
-    /// Starts catching; must be called on a Tokio runtime with its I/O driver.
+    /// Starts catching; must be called on a Tokio runtime. Only one session catches at a time.
     pub(crate) fn catch() -> io::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok(Interrupts {
-                interrupt: signal(SignalKind::interrupt())?,
-                terminate: signal(SignalKind::terminate())?,
-            })
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
         }
-        #[cfg(not(unix))]
+        // SAFETY: both descriptors were just opened and nothing else owns them.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let read = pipe::Receiver::from_owned_fd(read)?;
+        if WAKE
+            .compare_exchange(-1, write.as_raw_fd(), Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
         {
-            Ok(Interrupts {})
+            return Err(io::Error::other("another session already catches Ctrl-C"));
         }
+        let mut interrupts = Interrupts {
+            read,
+            _write: write,
+            previous: Vec::new(),
+        };
+        for signal in SIGNALS {
+            // SAFETY: a zeroed sigaction is a valid value to fill in; the handler only writes
+            // to the pipe (see `caught`); `previous` receives the handler being replaced.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = caught as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                action.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut action.sa_mask);
+                let mut previous: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, &action, &mut previous) != 0 {
+                    // Dropping `interrupts` puts back what was replaced so far.
+                    return Err(io::Error::last_os_error());
+                }
+                interrupts.previous.push((signal, previous));
+            }
+        }
+        Ok(interrupts)
     }
 
     /// Waits until SIGINT or SIGTERM arrives (or has arrived since catching began).
-    pub(crate) async fn caught(mut self) {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
+    pub(crate) async fn caught(&self) {
+        // An error here would mean the pipe broke: nothing could wake the session then, so
+        // it is taken as the signal to leave.
+        let _ = self.read.readable().await;
+    }
+}
+
+impl Drop for Interrupts {
+    fn drop(&mut self) {
+        for (signal, previous) in &self.previous {
+            // SAFETY: `previous` is the action sigaction returned for this signal.
+            unsafe {
+                libc::sigaction(*signal, previous, std::ptr::null_mut());
+            }
         }
-        #[cfg(not(unix))]
-        {
-            // An error would mean Ctrl-C cannot be caught at all: the session then ends at once.
-            let _ = tokio::signal::ctrl_c().await;
-            let _ = &mut self;
-        }
+        // From here no new handler call can start; the pipe closes after this.
+        WAKE.store(-1, Ordering::SeqCst);
     }
 }

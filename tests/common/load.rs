@@ -32,18 +32,6 @@ impl Resources {
     }
 }
 
-/// The counts to compare a run's end against: taken after a Tokio runtime has been built and
-/// dropped, since the first runtime of a process opens its signal driver's socket pair, which
-/// every later runtime shares and which lives as long as the process (a constant, not a leak).
-pub fn baseline() -> Resources {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    drop(runtime);
-    Resources::now()
-}
-
 /// The counts once they have settled to `expected`, or as they stand after many re-reads. A
 /// thread that has been joined can still be listed in `/proc/self/task` for a moment (the
 /// kernel wakes the joiner before it releases the thread), so a count read right after a join
