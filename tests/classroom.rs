@@ -985,4 +985,6 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
     assert_eq!(status, Some(0), "{report}");
     assert_eq!(report["failure"], Value::Null, "{report}");
     assert_eq!(report["matches_model"], true, "{report}");
+    let refused = report["connections_refused"].as_u64().unwrap_or(0);
+    assert!(refused > 0, "the cap was reached: {report}");
 }

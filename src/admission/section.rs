@@ -304,8 +304,8 @@ impl WorkSection {
         self.gate.abandon();
     }
 
-    /// The run's own slow gate. A front may be given other gates for some requests (see
-    /// [`Gates`](crate::server::Gates)); this is the one the sequence opens.
+    /// The run's own slow gate: the one the sequence opens. Whoever starts a front may give it
+    /// other gates for some requests; the section records `held` at whichever gate is passed.
     pub(crate) fn gate(&self) -> &Arc<Gate> {
         &self.gate
     }

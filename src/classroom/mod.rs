@@ -75,6 +75,9 @@ pub struct ClassroomReport {
     pub room_gates: Vec<RoomGateRecord>,
     /// Event streams dropped because their client stopped reading (each may have reconnected).
     pub event_streams_dropped: u64,
+    /// Connections closed because the server's cap of open connections was reached: the oldest
+    /// idle one to make room, or a new one when none was idle.
+    pub connections_refused: u64,
     /// At least one run was made, every run matched the model, and the session closed
     /// cleanly: [`ClassroomReport::verdict`] is `None`.
     pub matches_model: bool,
@@ -253,8 +256,10 @@ pub async fn serve(
 
     let driven = driven.map_err(|e| format!("the classroom's driver failed: {e}"))?;
     let mut failure = failure;
+    let mut refused = 0;
     match served {
         Ok(served) => {
+            refused = served.refused;
             if let Some(error) = served.error {
                 failure.get_or_insert(error);
             }
@@ -272,6 +277,7 @@ pub async fn serve(
         room_requests: room.requests(),
         room_gates: driven.room_gates,
         event_streams_dropped: journal.dropped(),
+        connections_refused: refused,
         failure,
     })
 }
