@@ -99,8 +99,9 @@ pub enum Command {
         format: TableFormat,
     },
     /// Teach it live: serve a page on 127.0.0.1 that steps through a real run (Next, Space or
-    /// →) and lets the room send requests; prints the page's URL, then, at Ctrl-C or Finish, the
-    /// JSON report of the runs; exits 1 if a run differed from the model
+    /// →) and lets the room send requests; prints the page's addresses on stderr, then, at
+    /// Ctrl-C or Finish, the JSON report of the runs on stdout; exits 1 if a run differed from
+    /// the model or none was made
     Classroom {
         /// The first run's inputs (the page can start others).
         #[command(flatten)]
@@ -108,6 +109,10 @@ pub enum Command {
         /// The server front every run uses
         #[arg(long, value_enum, default_value_t = ServerArg::Async)]
         server: ServerArg,
+        /// Show the model's predictions from the start, rather than each as its evidence
+        /// arrives or Reveal is pressed
+        #[arg(long)]
+        show_predictions: bool,
     },
     /// Print the individual record of a saved report (or of each run of a classroom session's
     /// report): the command that reproduces it, the model's prediction, JSON Pointers to the
@@ -336,7 +341,7 @@ fn instead(subcommand: &str) -> Option<&'static str> {
             "replicas takes --replicas, --slots, --held, --global, --lease-ms and --format text|json"
         }
         "classroom" => {
-            "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held and --server"
+            "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held, --server and --show-predictions"
         }
         "hold" => {
             "hold takes --counts N,N,..., --server async|threaded|both and --format text|json|svg"

@@ -54,14 +54,31 @@ fn main() -> ExitCode {
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
             emit(rendered, failure)
         }
-        Some(Command::Classroom { inputs, server }) => {
+        Some(Command::Classroom {
+            inputs,
+            server,
+            show_predictions,
+        }) => {
             let config = classroom::Config {
                 inputs: inputs.inputs(),
                 options: Options::on(server.into()),
+                show_predictions,
             };
-            let announce = |url: &str| {
-                let mut stdout = std::io::stdout().lock();
-                writeln!(stdout, "{url}").and_then(|()| stdout.flush())
+            // On stderr, the terminal's: stdout is the JSON report alone, which
+            // `classroom > session.json` saves.
+            let announce = |urls: &classroom::Urls| {
+                let said = format!(
+                    "isolation-lab classroom: open the instructor's page (its controls: keep \
+                     this address off the projector and to yourself):\n  {}\n\
+                     the room's view, without controls: {}\n\
+                     Finish on the page, or Ctrl-C here, ends the session; its JSON report goes \
+                     to stdout.\n",
+                    urls.instructor, urls.room
+                );
+                let mut stderr = std::io::stderr().lock();
+                stderr
+                    .write_all(said.as_bytes())
+                    .and_then(|()| stderr.flush())
             };
             let Some(session) = runtime(classroom::run(config, announce)) else {
                 return ExitCode::from(1);
@@ -70,13 +87,7 @@ fn main() -> ExitCode {
                 Ok(report) => report,
                 Err(reason) => return fail(&reason),
             };
-            let failure = report.failure.clone().or_else(|| {
-                let differs = report.runs.iter().find_map(|r| r.failure.clone());
-                differs.or_else(|| {
-                    (!report.matches_model).then(|| "a run differed from the model".into())
-                })
-            });
-            emit(json(&report), failure.as_deref())
+            emit(json(&report), report.verdict().as_deref())
         }
         Some(Command::Compare {
             slots,

@@ -34,7 +34,10 @@ const TRIES: usize = 5;
 #[test]
 fn a_brief_descriptor_shortage_does_not_end_the_server() {
     if !cfg!(target_os = "linux") {
-        println!("skipped: the test reads /proc to see the server's thread block");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: the test reads /proc to see the server's thread block"
+        );
         return;
     }
     for front in Front::ALL {

@@ -28,7 +28,10 @@ const ROOM: u64 = 1024 * 1024;
 #[test]
 fn a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on() {
     if Command::new("prlimit").arg("--version").output().is_err() {
-        println!("skipped: prlimit (util-linux) is not installed");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: prlimit (util-linux) is not installed"
+        );
         return;
     }
     let token = RunToken::generate().expect("the OS has randomness");

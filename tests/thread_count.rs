@@ -32,7 +32,10 @@ const CYCLES: usize = 400;
 #[test]
 fn every_threaded_run_ends_with_the_threads_it_started_with() {
     let Some(before) = os_threads() else {
-        println!("skipped: this OS does not list a process's threads in /proc/self/task");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: this OS does not list a process's threads in /proc/self/task"
+        );
         return;
     };
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -93,36 +93,6 @@ pub enum GateState {
     Abandoned,
 }
 
-/// One generation of the room's own gate in a classroom session: closed by the instructor after
-/// the run's gate had opened, and opened again. Its changes are placed on the ledger's axis, as
-/// responses are: `closed_after_event` is the `seq` of the last work event recorded before it
-/// closed, so every `held` after that `seq` (and before `opened_after_event`) waited here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RoomGate {
-    /// 1 for the first room gate of a run, then 2, 3, …
-    pub generation: u32,
-    /// The last work event before the gate closed.
-    pub closed_after_event: u64,
-    /// The last work event before it opened; `None` while it is closed.
-    pub opened_after_event: Option<u64>,
-}
-
-/// Why the room's gate cannot close now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RoomGateRefusal {
-    /// The run's own gate is still closed: slow work already waits.
-    RunGateClosed,
-    /// A room gate is closed already.
-    AlreadyClosed,
-}
-
-/// The room's gates: the generation now in force (if any), and the record of every one.
-#[derive(Debug, Default)]
-struct RoomGates {
-    current: Option<Arc<Gate>>,
-    record: Vec<RoomGate>,
-}
-
 /// The section's state once the run is over: what `final_state` reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FinalState {
@@ -136,16 +106,13 @@ pub struct FinalState {
 
 /// The pools, gate and ledger of one policy run, and the token its callers must present.
 ///
-/// Locks: the room gates' lock, then a gate's, then the ledger's, in that order and never the
-/// other way round. None is held across an `.await`, so a std `Mutex` is the right tool. A pool's count is always
+/// Locks: a gate's, then the ledger's, in that order and never the other way round. None is held across an `.await`, so a std `Mutex` is the right tool. A pool's count is always
 /// read under the ledger lock, so every event's `active_after` is the semaphore's own.
 #[derive(Debug)]
 pub struct WorkSection {
     pools: Pools,
     /// The run's slow gate: a latch the sequence opens once.
     gate: Arc<Gate>,
-    /// A classroom's later gates for the room's own slow work, once the run's gate is open.
-    room: Mutex<RoomGates>,
     ledger: Mutex<Ledger>,
     token: RunToken,
     foreign_refused: AtomicU64,
@@ -158,7 +125,6 @@ impl WorkSection {
         Self {
             pools: Pools::new(allocation.into(), permits),
             gate: Arc::new(Gate::new()),
-            room: Mutex::new(RoomGates::default()),
             ledger: Mutex::new(Ledger::new()),
             token,
             foreign_refused: AtomicU64::new(0),
@@ -200,7 +166,6 @@ impl WorkSection {
         let section = Self {
             pools: Pools::remote(allocation, link),
             gate: Arc::new(Gate::new()),
-            room: Mutex::new(RoomGates::default()),
             ledger: Mutex::new(Ledger::new()),
             token,
             foreign_refused: AtomicU64::new(0),
@@ -315,68 +280,17 @@ impl WorkSection {
         });
     }
 
-    /// Abandons a gate that is still closed (the run's, and the room's if one is closed): held
-    /// work leaves unfinished. For tearing down a failed run whose held work cannot be aborted
-    /// (the threaded front's blocked threads).
+    /// Abandons the run's gate if it is still closed: held work leaves unfinished. For tearing
+    /// down a failed run whose held work cannot be aborted (the threaded front's blocked
+    /// threads).
     pub fn abandon_gate(&self) {
-        let room = lock(&self.room);
-        if let Some(gate) = &room.current {
-            gate.abandon();
-        }
         self.gate.abandon();
     }
 
-    /// Closes a fresh gate for the room's slow work, once the run's own gate has opened (that
-    /// one is a latch the sequence relies on, and never closes again). Only requests from the
-    /// room (`R<n>`) wait at it; the run's requests pass. Returns the new generation.
-    pub fn close_room_gate(&self) -> Result<RoomGate, RoomGateRefusal> {
-        let mut room = lock(&self.room);
-        if self.gate.latch() == Latch::Closed {
-            return Err(RoomGateRefusal::RunGateClosed);
-        }
-        if room
-            .current
-            .as_ref()
-            .is_some_and(|g| g.latch() == Latch::Closed)
-        {
-            return Err(RoomGateRefusal::AlreadyClosed);
-        }
-        let closed = RoomGate {
-            generation: room.record.len() as u32 + 1,
-            closed_after_event: self.last_seq(),
-            opened_after_event: None,
-        };
-        room.current = Some(Arc::new(Gate::new()));
-        room.record.push(closed);
-        Ok(closed)
-    }
-
-    /// Opens the room's gate if one is closed, releasing the room's held work; `None` if none
-    /// was closed.
-    pub fn open_room_gate(&self) -> Option<RoomGate> {
-        let mut room = lock(&self.room);
-        let gate = room.current.clone()?;
-        let mut at = None;
-        gate.open(|| at = Some(self.last_seq()));
-        let opened_after = at?;
-        let last = room.record.last_mut()?;
-        last.opened_after_event = Some(opened_after);
-        Some(*last)
-    }
-
-    /// Every room gate of this run, in order.
-    pub fn room_gates(&self) -> Vec<RoomGate> {
-        lock(&self.room).record.clone()
-    }
-
-    /// The gate `request`'s slow work waits at: the room's, when one is in force and the
-    /// request is the room's; otherwise the run's.
-    fn gate_for(&self, request: Label) -> Arc<Gate> {
-        let room = lock(&self.room);
-        match &room.current {
-            Some(gate) if request.from_room() => gate.clone(),
-            _ => self.gate.clone(),
-        }
+    /// The run's own slow gate: the one the sequence opens. Whoever starts a front may give it
+    /// other gates for some requests; the section records `held` at whichever gate is passed.
+    pub(crate) fn gate(&self) -> &Arc<Gate> {
+        &self.gate
     }
 
     /// What the control observer sees now.
@@ -454,16 +368,13 @@ impl Work<'_> {
         self.request
     }
 
-    /// Runs the work as a task: slow work waits at the gate, fast work has nothing to wait
-    /// for. The permit is back in the pool before this returns, so the caller builds its
+    /// Runs the work as a task: slow work waits at `gate` (the one its front was given for this
+    /// request; the run's own unless told otherwise), fast work has nothing to wait for. The permit is back in the pool before this returns, so the caller builds its
     /// response with it returned (a remote permit: once its release round trip is made).
     /// Dropping the future (a cancelled handler) leaves too, and still releases.
-    pub async fn run(mut self) -> Verdict {
+    pub(crate) async fn run(mut self, gate: &Gate) -> Verdict {
         let latch = match self.route {
-            Route::Slow => {
-                let gate = self.section.gate_for(self.request);
-                gate.pass(|| self.held()).await
-            }
+            Route::Slow => gate.pass(|| self.held()).await,
             Route::Fast => Latch::Open,
         };
         let released = match &mut self.permit {
@@ -479,14 +390,11 @@ impl Work<'_> {
         verdict
     }
 
-    /// Runs the work as a blocked thread. A thread cannot be cancelled from outside; it leaves
-    /// a held section only when the gate opens or is abandoned.
-    pub fn run_blocking(self) -> Verdict {
+    /// Runs the work as a blocked thread at `gate`. A thread cannot be cancelled from outside;
+    /// it leaves a held section only when the gate opens or is abandoned.
+    pub(crate) fn run_blocking(self, gate: &Gate) -> Verdict {
         let latch = match self.route {
-            Route::Slow => {
-                let gate = self.section.gate_for(self.request);
-                gate.pass_blocking(|| self.held())
-            }
+            Route::Slow => gate.pass_blocking(|| self.held()),
             Route::Fast => Latch::Open,
         };
         self.leave(latch)
@@ -527,7 +435,7 @@ impl WorkSection {
     /// unit tests that stand in for one.
     pub(crate) async fn perform(&self, request: Label, route: Route) -> Verdict {
         match self.admit(request, route).await {
-            Ok(work) => work.run().await,
+            Ok(work) => work.run(&self.gate).await,
             Err(denied) => denied.into(),
         }
     }
@@ -535,7 +443,7 @@ impl WorkSection {
     /// [`WorkSection::perform`] as a blocked thread.
     pub(crate) fn perform_blocking(&self, request: Label, route: Route) -> Verdict {
         match self.admit_now(request, route) {
-            Ok(work) => work.run_blocking(),
+            Ok(work) => work.run_blocking(&self.gate),
             Err(denied) => denied.into(),
         }
     }
@@ -663,41 +571,6 @@ mod tests {
         assert_eq!(events(&section), expected);
         assert_eq!(section.final_state().gate, GateState::Abandoned);
         assert_eq!(section.final_state().available_permits[&Pool::Shared], 2);
-    }
-
-    /// The room's gate closes only after the run's has opened; only the room's slow work waits
-    /// at it, and its closing and opening are placed on the ledger's axis.
-    #[test]
-    fn the_rooms_gate_holds_only_the_rooms_work() {
-        let section = section(Mode::Shared, 3, Permits::Tokio);
-        assert_eq!(
-            section.close_room_gate(),
-            Err(RoomGateRefusal::RunGateClosed)
-        );
-        section.open_gate();
-        let closed = section.close_room_gate().expect("the run's gate is open");
-        assert_eq!((closed.generation, closed.closed_after_event), (1, 1));
-        assert_eq!(
-            section.close_room_gate(),
-            Err(RoomGateRefusal::AlreadyClosed)
-        );
-        let mut r1 = pin!(section.perform(Label::Room(1, Route::Slow), Route::Slow));
-        assert!(
-            poll_once(r1.as_mut()).is_pending(),
-            "R1 waits at the room's gate"
-        );
-        let after = pin!(section.perform(Label::SlowAfter, Route::Slow));
-        assert_eq!(poll_once(after), Poll::Ready(Verdict::Done(Pool::Shared)));
-        let opened = section.open_room_gate().expect("a room gate was closed");
-        assert_eq!(opened.opened_after_event, Some(5));
-        assert_eq!(poll_once(r1), Poll::Ready(Verdict::Done(Pool::Shared)));
-        let second = section.close_room_gate().expect("the first one is open");
-        assert_eq!(second.generation, 2);
-        section.abandon_gate();
-        let r2 = pin!(section.perform(Label::Room(2, Route::Slow), Route::Slow));
-        assert_eq!(poll_once(r2), Poll::Ready(Verdict::Abandoned(Pool::Shared)));
-        assert_eq!(section.room_gates().len(), 2);
-        assert!(section.audit()[&Pool::Shared].broken().next().is_none());
     }
 
     /// Many threads and tasks admitting, holding, refusing and finishing at once while the gate

@@ -451,12 +451,12 @@ mod tests {
         assert_eq!(r1.snapshot().active_work[&Pool::Shared], 1);
         r1.open_gate();
         r2.open_gate();
-        assert_eq!(s1.run().await, Verdict::Done(Pool::Shared));
+        assert_eq!(s1.run(r1.gate()).await, Verdict::Done(Pool::Shared));
         assert!(
             lock(&pool.holders).len() == 1,
             "released before run returned"
         );
-        assert_eq!(s2.run().await, Verdict::Done(Pool::Shared));
+        assert_eq!(s2.run(r2.gate()).await, Verdict::Done(Pool::Shared));
         assert!(lock(&pool.holders).is_empty());
         r1.close_remote();
         r2.close_remote();
@@ -535,7 +535,7 @@ mod tests {
         let driver = tokio::spawn(driver.run());
         {
             let work = r1.admit(Label::Slow(1), Route::Slow).await.expect("free");
-            let run = std::pin::pin!(work.run());
+            let run = std::pin::pin!(work.run(r1.gate()));
             assert!(futures_poll(run).await.is_none(), "held at the closed gate");
         }
         r1.close_remote();

@@ -4,6 +4,10 @@
 //! run against the model — performed by the same [`Run`] the command line drives to its end.
 //! Policy runs gather into an invocation exactly as on the command line ([`Invocation`]): the
 //! first that fails or differs from the model ends it.
+//!
+//! A session starts before its first step: the page shows the first policy's empty board and
+//! "Next" opens its server. The driver also knows where a class stops to ask (before `F1` in
+//! each policy, before `S2` in partitioned mode) and tells the page, which marks the stop.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,12 +16,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use super::gates::{Refusal, RoomGate, RoomGates};
 use super::journal::Journal;
 use super::room::{Room, Target};
-use crate::admission::section::{RoomGate, RoomGateRefusal};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
 use crate::evidence::ResponseRecord;
 use crate::lab::Invocation;
+use crate::label::Label;
 use crate::outcome::Outcome;
 use crate::policy::{Inputs, Mode, Policy, Route};
 use crate::report::Report;
@@ -37,6 +42,8 @@ pub(crate) enum Command {
     OpenGate,
     /// Close a fresh gate for the room's slow work.
     CloseGate,
+    /// Show the model's predictions for the open run before its evidence arrives.
+    Reveal,
     /// Close everything: the session is ending.
     Leave,
 }
@@ -52,7 +59,7 @@ pub(crate) struct Order {
 /// A room gate of a closed run, as the session's report lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RoomGateRecord {
-    /// The run: an index into the report's `runs`.
+    /// The run's number, from 1, as the page shows it: `runs[run - 1]` of the report.
     pub run: usize,
     /// Its policy.
     pub mode: Mode,
@@ -68,10 +75,20 @@ pub(crate) struct Driven {
     pub(crate) room_gates: Vec<RoomGateRecord>,
 }
 
+/// How the page shows a session: what the command line asked for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Showing {
+    /// The command line's inputs, which the page's New run starts from.
+    pub(crate) inputs: Inputs,
+    /// Show the model's predictions from the start rather than as the evidence arrives.
+    pub(crate) predictions: bool,
+}
+
 /// The driver's state.
 #[derive(Debug)]
 pub(crate) struct Driver {
     options: Options,
+    showing: Showing,
     journal: Arc<Journal>,
     room: Arc<Room>,
     /// The classroom's own URL, for the room's commands.
@@ -102,6 +119,8 @@ struct Current {
 struct Open {
     run: Run,
     mode: Mode,
+    /// The room's gates of this run.
+    gates: Arc<RoomGates>,
     /// Its responses journaled so far.
     journaled: usize,
 }
@@ -112,6 +131,18 @@ fn step_name(step: Planned) -> String {
         Planned::Slow(request) | Planned::Probe(request) => request.to_string(),
         Planned::Fast => "F1".into(),
         Planned::Release => "release".into(),
+    }
+}
+
+/// The question a class is asked before `step`, if it is one of the stops: before F1 in each
+/// policy, before S2 in partitioned mode (when a fast permit is kept free).
+fn stop_before(step: Planned, policy: Policy) -> Option<String> {
+    match step {
+        Planned::Fast => Some("what will F1 get?".into()),
+        Planned::Slow(request @ Label::Slow(2)) if policy.mode == Mode::Partitioned => Some(
+            format!("what will {request} get? (the fast permit is free)"),
+        ),
+        _ => None,
     }
 }
 
@@ -134,12 +165,14 @@ fn step_words(step: Planned, policy: Policy) -> String {
 impl Driver {
     pub(crate) fn new(
         options: Options,
+        showing: Showing,
         journal: Arc<Journal>,
         room: Arc<Room>,
         base: String,
     ) -> Self {
         Driver {
             options,
+            showing,
             journal,
             room,
             base,
@@ -167,10 +200,12 @@ impl Driver {
         self.driven
     }
 
-    /// Starts an invocation of `inputs` and opens its first policy.
+    /// Starts an invocation of `inputs`: the page shows its first policy's board, and the
+    /// next step opens that policy's server.
     pub(crate) async fn start(&mut self, inputs: Inputs) {
         self.leave().await;
-        let modes = inputs.mode.modes().iter().copied().collect();
+        let modes: VecDeque<Mode> = inputs.mode.modes().iter().copied().collect();
+        let first = modes.front().copied();
         self.current = Some(Current {
             inputs,
             invocation: Invocation::new(inputs, &self.options),
@@ -178,8 +213,57 @@ impl Driver {
             open: None,
             touched: false,
         });
-        self.open_next().await;
+        if let Some(mode) = first {
+            let announced = self.announcement(mode, false);
+            self.journal.begin(&announced);
+        }
         self.state();
+    }
+
+    /// The page's `run` message for the current invocation's policy `mode`: the board it
+    /// draws, its predictions, and whether its server is open yet.
+    fn announcement(&self, mode: Mode, opened: bool) -> Value {
+        let Some(current) = self.current.as_ref() else {
+            return Value::Null;
+        };
+        let policy = Policy {
+            mode,
+            slots: current.inputs.slots,
+        };
+        let held = current.inputs.held;
+        let policies: Vec<&str> = current
+            .inputs
+            .mode
+            .modes()
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        let number = policies.iter().position(|m| *m == mode.name()).unwrap_or(0) + 1;
+        let plan: Vec<String> = Planned::all(held)
+            .map(step_name)
+            .chain(["close".to_owned()])
+            .collect();
+        let front = self.options.front;
+        json!({
+            "kind": "run",
+            "run": self.driven.runs.len() + 1,
+            "opened": opened,
+            "policy": number,
+            "policies": policies,
+            "mode": mode,
+            "slots": current.inputs.slots,
+            "held": held,
+            "front": front,
+            "front_words": front.describe(),
+            "pools": policy.pools(),
+            "capacities": policy.capacities(),
+            "route_pools": { "/slow": policy.pool_for(Route::Slow), "/fast": policy.pool_for(Route::Fast) },
+            "plan": plan,
+            "predicted": Outcome::predicted(policy, held),
+            "show_predictions": self.showing.predictions,
+            "session_inputs": self.showing.inputs,
+            "earlier": self.verdicts,
+        })
     }
 
     async fn perform(&mut self, command: Command) -> Result<Value, String> {
@@ -202,6 +286,14 @@ impl Driver {
             }
             Command::OpenGate => self.open_room_gate(),
             Command::CloseGate => self.close_room_gate(),
+            Command::Reveal => {
+                let open = self.current.as_ref().is_some_and(|c| c.open.is_some());
+                if !open {
+                    return Err("no run is open: its predictions show once it is".into());
+                }
+                self.journal.push(&json!({ "kind": "reveal" }));
+                Ok(json!({ "revealed": true }))
+            }
             Command::Leave => {
                 self.leave().await;
                 Ok(json!({ "left": true }))
@@ -259,7 +351,8 @@ impl Driver {
             slots: current.inputs.slots,
         };
         let held = current.inputs.held;
-        let run = match Run::open(policy, held, self.options.clone()) {
+        let gates = Arc::new(RoomGates::default());
+        let run = match Run::open_at(policy, held, self.options.clone(), gates.chooser()) {
             Ok(run) => run,
             Err(never_started) => {
                 let never_started = *never_started;
@@ -268,52 +361,26 @@ impl Driver {
                 return json!({ "step": "open", "failure": true });
             }
         };
-        let policies: Vec<&str> = current
-            .inputs
-            .mode
-            .modes()
-            .iter()
-            .map(|m| m.name())
-            .collect();
-        let plan: Vec<String> = Planned::all(held)
-            .map(step_name)
-            .chain(["close".to_owned()])
-            .collect();
         let front = self.options.front;
-        self.journal.begin(
-            &json!({
-                "kind": "run",
-                "run": index + 1,
-                "policy": policies.len() - current.modes.len(),
-                "policies": policies,
-                "mode": mode,
-                "slots": current.inputs.slots,
-                "held": held,
-                "front": front,
-                "front_words": front.describe(),
-                "pools": policy.pools(),
-                "capacities": policy.capacities(),
-                "route_pools": { "/slow": policy.pool_for(Route::Slow), "/fast": policy.pool_for(Route::Fast) },
-                "plan": plan,
-                "predicted": Outcome::predicted(policy, held),
-                "earlier": self.verdicts,
-            }),
-            run.section(),
-            run.census(),
-            front.name(),
-        );
+        let announced = self.announcement(mode, true);
+        self.journal.begin(&announced);
+        self.journal
+            .watch(run.section(), run.census(), front.name());
         self.room.set_open(false);
         self.room.aim(Some(Target {
             client: run.client().clone(),
             section: run.section().clone(),
-            run: index,
+            run: index + 1,
             mode,
         }));
-        current.open = Some(Open {
-            run,
-            mode,
-            journaled: 0,
-        });
+        if let Some(current) = self.current.as_mut() {
+            current.open = Some(Open {
+                run,
+                mode,
+                gates,
+                journaled: 0,
+            });
+        }
         json!({ "step": "open", "mode": mode })
     }
 
@@ -336,12 +403,12 @@ impl Driver {
         self.room.aim(None);
         self.room.set_open(false);
         let section = open.run.section().clone();
-        if let Some(gate) = section.open_room_gate() {
+        if let Some(gate) = open.gates.open(&section) {
             self.journal.push(&gate_message(gate, "open"));
         }
         let closed = open.run.close().await;
-        let gates = section.room_gates().into_iter().map(|gate| RoomGateRecord {
-            run: index,
+        let gates = open.gates.record().into_iter().map(|gate| RoomGateRecord {
+            run: index + 1,
             mode: open.mode,
             gate,
         });
@@ -388,14 +455,18 @@ impl Driver {
         let Some(mut current) = self.current.take() else {
             return;
         };
+        if !current.touched {
+            // Not a step taken, nor a request from the room: nothing to report.
+            if let Some(open) = current.open.take() {
+                let index = self.driven.runs.len();
+                self.close_run(index, open).await;
+            }
+            return;
+        }
         let index = self.driven.runs.len();
         if let Some(open) = current.open.take() {
-            let untouched = !current.touched && open.run.section().last_seq() == 0;
             let mode = open.mode;
             let run = self.close_run(index, open).await;
-            if untouched {
-                return;
-            }
             self.verdict(index, mode, &run);
             if !current.invocation.push(mode, run) {
                 current.modes.clear();
@@ -408,30 +479,29 @@ impl Driver {
         self.driven.runs.push(current.invocation.report());
     }
 
-    fn open_section(&self) -> Option<&Arc<crate::admission::section::WorkSection>> {
-        let open = self.current.as_ref()?.open.as_ref()?;
-        Some(open.run.section())
+    fn open_run(&self) -> Option<&Open> {
+        self.current.as_ref()?.open.as_ref()
     }
 
     fn close_room_gate(&mut self) -> Result<Value, String> {
-        let section = self.open_section().ok_or("no run is open")?;
-        match section.close_room_gate() {
+        let open = self.open_run().ok_or("no run is open")?;
+        match open.gates.close(open.run.section()) {
             Ok(gate) => {
                 let message = gate_message(gate, "closed");
                 self.journal.push(&message);
                 Ok(message)
             }
-            Err(RoomGateRefusal::RunGateClosed) => {
+            Err(Refusal::RunGateClosed) => {
                 Err("the run's own gate is still closed: it opens at the release step".into())
             }
-            Err(RoomGateRefusal::AlreadyClosed) => Err("the room's gate is already closed".into()),
+            Err(Refusal::AlreadyClosed) => Err("the room's gate is already closed".into()),
         }
     }
 
     fn open_room_gate(&mut self) -> Result<Value, String> {
-        let section = self.open_section().ok_or("no run is open")?;
-        let gate = section
-            .open_room_gate()
+        let open = self.open_run().ok_or("no run is open")?;
+        let gate = (open.gates)
+            .open(open.run.section())
             .ok_or("no room gate is closed (the run's own gate opens at the release step)")?;
         let message = gate_message(gate, "open");
         self.journal.push(&message);
@@ -446,9 +516,11 @@ impl Driver {
             (Some(_), Some(open)) => {
                 let (policy, _) = open.run.inputs();
                 match open.run.upcoming() {
-                    Some(step) => {
-                        json!({ "step": step_name(step), "words": step_words(step, policy) })
-                    }
+                    Some(step) => json!({
+                        "step": step_name(step),
+                        "words": step_words(step, policy),
+                        "ask": stop_before(step, policy),
+                    }),
                     None => json!({
                         "step": "close",
                         "words": "Close the server and check the run against the model",
@@ -463,9 +535,9 @@ impl Driver {
                 None => Value::Null,
             },
         };
-        let section = self.open_section();
-        let gate = section.map(|s| s.final_state().gate);
-        let room_gate = section.and_then(|s| s.room_gates().last().copied());
+        let open = self.open_run();
+        let gate = open.map(|o| o.run.section().final_state().gate);
+        let room_gate = open.and_then(|o| o.gates.last());
         self.journal.push(&json!({
             "kind": "state",
             "next": next,

@@ -4,16 +4,27 @@
 //! - `Host` must be `127.0.0.1:PORT` and an `Origin`, if sent, the page's own: this stops a web
 //!   page in the same browser from driving the lab by DNS rebinding or a cross-site request
 //!   (403). No CORS header is ever sent, so no other origin may read an answer.
-//! - `POST /control/<action>` needs the session's control token in `lab-control`; only the page
-//!   holds it. `GET /slow` and `/fast` need the room token in `lab-room`; the page shows it to
-//!   the room, and it lets the room do nothing else.
-//! - A request head is at most 16 KiB (Hyper's limit, 431 past it) and a control body 1 KiB.
+//! - `POST /control/<action>` needs the session's control token in `lab-control`. No answer of
+//!   this server carries it: it is printed on the terminal, in the instructor's URL after `#`
+//!   (a fragment, which a browser never sends), and the page keeps it in the tab's
+//!   `sessionStorage` (see `docs/design.md`, "The classroom's secrets"). `GET /` without it is
+//!   the room's view: the board, and the room's commands, no controls.
+//! - `GET /slow` and `/fast` need the room token in `lab-room`; the page shows it to the room,
+//!   and it lets the room do nothing else.
+//! - A request head is at most 16 KiB (Hyper's limit, 431 past it) and must arrive within
+//!   [`HEADER_TIMEOUT`] of the connection opening or of the last answer, or the connection is
+//!   closed; a control body is at most 1 KiB and must arrive within [`BODY_TIMEOUT`] (408).
+//! - At most a limit of connections are open at once (from the descriptors this process may
+//!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
+//!   yet whole) is closed to make room, so a flood of idle connections cannot lock the page
+//!   out; when every open one is answering, the new one is closed as soon as it is accepted.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,11 +35,12 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::task::AbortHandle;
 
 use super::control::{Command, Order};
 use super::journal::Journal;
@@ -45,6 +57,12 @@ pub(crate) const CONTROL_HEADER: &str = "lab-control";
 const MAX_HEAD: usize = 16 * 1024;
 /// The largest control body read.
 const MAX_BODY: usize = 1024;
+/// How long a connection may take to send a whole request head, from its opening or from its
+/// last answer: idle connections are closed after it. A browser or `curl` sends its head at
+/// once; anything slower is holding a descriptor.
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a control request's body may take to arrive after its head.
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -55,7 +73,7 @@ pub(crate) struct App {
     host: String,
     /// `http://127.0.0.1:PORT`: the only `Origin` accepted.
     origin: String,
-    /// The page, with its control token and script nonce in place.
+    /// The page, with its script nonce in place.
     page: Bytes,
     /// The page's Content-Security-Policy.
     policy: HeaderValue,
@@ -65,6 +83,8 @@ pub(crate) struct App {
     orders: mpsc::Sender<Order>,
     /// Told when the page presses Finish.
     pub(crate) finish: Notify,
+    /// Why the server stopped accepting before the session ended, if it did.
+    pub(crate) broken: std::sync::Mutex<Option<String>>,
 }
 
 impl App {
@@ -77,7 +97,7 @@ impl App {
         orders: mpsc::Sender<Order>,
     ) -> Self {
         let nonce = nonce.header_value();
-        let page = page::render(&control.header_value(), &nonce);
+        let page = page::render(&nonce);
         let policy = format!(
             "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; \
              connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
@@ -93,6 +113,7 @@ impl App {
             journal,
             orders,
             finish: Notify::new(),
+            broken: std::sync::Mutex::default(),
         }
     }
 
@@ -115,30 +136,40 @@ impl App {
         host_ok && target_ok && origin_ok
     }
 
-    /// Answers one request; `streaming` is set when the answer is an event stream.
-    async fn handle(&self, request: Request<Incoming>, streaming: &AtomicBool) -> Response<Body> {
+    /// Answers one request on a connection that owes its client what `owed` counts. The answer
+    /// is owed from the moment the request is whole: a control request whose body is still on
+    /// its way owes nothing yet, so a session that ends meanwhile closes its connection.
+    async fn handle(
+        &self,
+        request: Request<Incoming>,
+        owed: &Arc<Owed>,
+    ) -> (Response<Body>, Owing) {
         if !self.addressed_here(&request) {
             let detail = "only the page served at this address, from this address, may use it";
-            return answer(
+            let refused = answer(
                 StatusCode::FORBIDDEN,
                 json!({ "error": "wrong_host_or_origin", "detail": detail }),
             );
+            return (refused, Owing::new(owed.clone()));
         }
         let path = request.uri().path().to_owned();
         let method = request.method().clone();
+        if method == Method::POST && path.starts_with("/control/") {
+            return self
+                .control(&path["/control/".len()..], request, owed)
+                .await;
+        }
+        let owing = Owing::new(owed.clone());
         let route = Route::from_path(&path);
-        match (method, path.as_str()) {
+        let answer = match (method, path.as_str()) {
             (Method::GET, "/") => self.page(),
             (Method::GET, "/events") => match self.journal.follow() {
                 Some(stream) => {
-                    streaming.store(true, Ordering::SeqCst);
+                    owed.streaming.store(true, Ordering::SeqCst);
                     uncached(stream.boxed(), "text/event-stream")
                 }
                 None => answer(StatusCode::CONFLICT, json!({ "error": "session_ended" })),
             },
-            (Method::POST, path) if path.starts_with("/control/") => {
-                self.control(&path["/control/".len()..], request).await
-            }
             (Method::GET, _) if route.is_some() => {
                 let route = route.expect("matched just above");
                 self.room_request(route, request.headers()).await
@@ -146,12 +177,14 @@ impl App {
             (_, "/" | "/events") => not_allowed(),
             (_, path) if path.starts_with("/control/") || route.is_some() => not_allowed(),
             _ => answer(StatusCode::NOT_FOUND, json!({ "error": "not_found" })),
-        }
+        };
+        (answer, owing)
     }
 
     fn page(&self) -> Response<Body> {
         let body = Full::new(self.page.clone()).boxed();
-        // The page carries the control token: never cached, framed or referred.
+        // The page holds the control token once the instructor's URL has given it: never
+        // cached, framed or referred.
         let mut response = uncached(body, "text/html; charset=utf-8");
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_SECURITY_POLICY, self.policy.clone());
@@ -167,29 +200,59 @@ impl App {
         response
     }
 
-    /// A control action from the page.
-    async fn control(&self, action: &str, request: Request<Incoming>) -> Response<Body> {
+    /// A control action from the instructor's page; see [`App::handle`] for `owed`.
+    async fn control(
+        &self,
+        action: &str,
+        request: Request<Incoming>,
+        owed: &Arc<Owed>,
+    ) -> (Response<Body>, Owing) {
         let token = request
             .headers()
             .get(CONTROL_HEADER)
             .map(HeaderValue::as_bytes);
         if !self.control.admits(token) {
-            let detail = "controls need this session's control token, which only its page holds";
-            return answer(
+            let detail = "controls need this session's control token, which only the \
+                          instructor's URL printed on the terminal carries";
+            let refused = answer(
                 StatusCode::FORBIDDEN,
                 json!({ "error": "control_token", "detail": detail }),
             );
+            return (refused, Owing::new(owed.clone()));
         }
-        let body = match Limited::new(request.into_body(), MAX_BODY).collect().await {
-            Ok(body) => body.to_bytes(),
-            Err(_) => {
+        let whole = Limited::new(request.into_body(), MAX_BODY).collect();
+        let body = tokio::time::timeout(BODY_TIMEOUT, whole).await;
+        let owing = Owing::new(owed.clone());
+        let body = match body {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(_)) => {
                 let detail = format!("a control body is at most {MAX_BODY} bytes");
-                return answer(
+                let refused = answer(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     json!({ "error": "body_too_large", "detail": detail }),
                 );
+                return (refused, owing);
+            }
+            Err(_) => {
+                let detail = format!(
+                    "the control body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                );
+                let mut refused = answer(
+                    StatusCode::REQUEST_TIMEOUT,
+                    json!({ "error": "body_timeout", "detail": detail }),
+                );
+                // The rest of the body may still come: the connection cannot be reused.
+                (refused.headers_mut())
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return (refused, owing);
             }
         };
+        (self.order(action, &body).await, owing)
+    }
+
+    /// Performs the control `action` with its whole `body`.
+    async fn order(&self, action: &str, body: &Bytes) -> Response<Body> {
         let command = match action {
             "next" => Command::Next,
             "run-to-end" => Command::RunToEnd,
@@ -197,7 +260,8 @@ impl App {
             "close-room" => Command::Room(false),
             "open-gate" => Command::OpenGate,
             "close-gate" => Command::CloseGate,
-            "new-run" => match serde_json::from_slice::<Inputs>(&body) {
+            "reveal" => Command::Reveal,
+            "new-run" => match serde_json::from_slice::<Inputs>(body) {
                 Ok(inputs) => Command::NewRun(inputs),
                 Err(e) => {
                     let detail = format!(
@@ -300,6 +364,8 @@ pub(crate) struct Served {
     pub(crate) accepted: u64,
     /// Every connection task was joined.
     pub(crate) joined: u64,
+    /// Connections closed because `cap` were open: the oldest idle one, or the new one.
+    pub(crate) refused: u64,
     /// What did not stop cleanly.
     pub(crate) error: Option<String>,
 }
@@ -308,19 +374,22 @@ pub(crate) struct Served {
 /// connections (a room request waiting for its answer) until `drain`. Then it closes the event
 /// streams at once — a stream owes nothing, and a client that stopped reading would never let
 /// it finish — and every connection with no answer owed (idle, or a head never finished), asks
-/// the rest to finish, and joins every connection task; any still open after `limit` are aborted and reported.
+/// the rest to finish, and joins every connection task; any still open after `limit` are aborted
+/// and reported. While `cap` connections are open, one more is closed as soon as it is accepted.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Arc<App>,
-    stop_accepting: impl Future<Output = ()>,
-    drain: impl Future<Output = ()>,
+    (stop_accepting, drain): (impl Future<Output = ()>, impl Future<Output = ()>),
     limit: Duration,
+    cap: usize,
 ) -> Served {
     let graceful = GracefulShutdown::new();
     let mut connections = Connections::default();
     let mut served = Served::default();
     let mut stop_accepting = pin!(stop_accepting);
     let mut retry = Backoff::default();
+    // The open connections, oldest first, for closing the oldest idle one at the cap.
+    let mut by_age: VecDeque<(Arc<Owed>, AbortHandle)> = VecDeque::new();
     loop {
         tokio::select! {
             biased;
@@ -328,28 +397,48 @@ pub(crate) async fn serve(
             incoming = listener.accept() => match incoming {
                 Ok((stream, _peer)) => {
                     retry.succeeded();
-                    served.accepted += 1;
                     connections.reap();
+                    by_age.retain(|(_, handle)| !handle.is_finished());
+                    if connections.open() >= cap {
+                        // The oldest connection with no request in progress makes room; with
+                        // none, the new one is refused, closed at once. Either way this server
+                        // holds at most `cap` connections, and idle ones end at the header
+                        // timeout.
+                        let idle = by_age.iter().position(|(owed, _)| owed.idle());
+                        match idle.and_then(|at| by_age.remove(at)) {
+                            Some((_, oldest)) => oldest.abort(),
+                            None => {
+                                served.refused += 1;
+                                drop(stream);
+                                continue;
+                            }
+                        }
+                        served.refused += 1;
+                    }
+                    served.accepted += 1;
                     let owed = Arc::new(Owed::default());
                     let (app, connection_owes) = (app.clone(), owed.clone());
                     let service = service_fn(move |request| {
-                        let app = app.clone();
-                        let owing = Owing::new(connection_owes.clone());
+                        let (app, owed) = (app.clone(), connection_owes.clone());
                         async move {
-                            let response = app.handle(request, &owing.0.streaming).await;
+                            let (response, owing) = app.handle(request, &owed).await;
                             Ok::<_, Infallible>(response.map(|body| {
                                 OwedBody { body, _owing: owing }.boxed()
                             }))
                         }
                     });
                     let mut builder = http1::Builder::new();
-                    builder.max_buf_size(MAX_HEAD);
+                    builder
+                        .max_buf_size(MAX_HEAD)
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_TIMEOUT);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     let connection = graceful.watch(connection);
-                    connections.spawn(owed, async move {
+                    let handle = connections.spawn(owed.clone(), async move {
                         // A client's broken connection is its own business, not the session's.
                         let _ = connection.await;
                     });
+                    by_age.push_back((owed, handle));
                 }
                 // Most often a shortage of descriptors that passes: the connection stays queued
                 // and a retry after a pause may take it, as the lab's own front retries. The
@@ -363,7 +452,10 @@ pub(crate) async fn serve(
                     }
                     None => {
                         let gave_up = retry.gave_up("accepting connections", &e);
-                        served.error = Some(format!("the classroom's server: {gave_up}"));
+                        let why = format!("the classroom's server: {gave_up}");
+                        served.error = Some(why.clone());
+                        // Told before the session ends, so the page can say it too.
+                        *app.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
                         app.finish.notify_one();
                         break;
                     }
@@ -394,8 +486,8 @@ struct Owed {
     streaming: AtomicBool,
 }
 
-/// One answer owed, from the moment its request reaches the service until its body is dropped
-/// (sent, or the connection gone).
+/// One answer owed, from the moment its request is whole until its body is dropped (sent, or
+/// the connection gone).
 #[derive(Debug)]
 struct Owing(Arc<Owed>);
 
@@ -403,6 +495,13 @@ struct Owing(Arc<Owed>);
 impl Busy for Owed {
     fn busy(&self) -> bool {
         self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
+    }
+}
+
+impl Owed {
+    /// No request in progress: between requests, or a head not yet whole.
+    fn idle(&self) -> bool {
+        self.answers.load(Ordering::SeqCst) == 0
     }
 }
 

@@ -76,19 +76,26 @@ impl Journal {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the journal of a new policy run with its `run` message, then follows `section`:
-    /// its events so far, then each one as it is recorded. Every stream is told, and resets.
-    pub(crate) fn begin(
+    /// Starts the journal of a new policy run with its `run` message, following no section
+    /// yet. Every stream is told, and resets.
+    pub(crate) fn begin(&self, run: &Value) {
+        let mut inner = self.inner();
+        inner.drain();
+        inner.frames.clear();
+        inner.source = None;
+        inner.append(run);
+    }
+
+    /// Follows `section`, the run's now open: its events so far, then each one as it is
+    /// recorded.
+    pub(crate) fn watch(
         &self,
-        run: &Value,
         section: &Arc<WorkSection>,
         census: &Arc<Census>,
         front: &'static str,
     ) {
         let mut inner = self.inner();
         inner.drain();
-        inner.frames.clear();
-        inner.append(run);
         let (past, events) = section.subscribe();
         inner.source = Some(Source {
             events,
@@ -131,11 +138,12 @@ impl Journal {
         })
     }
 
-    /// Ends the session's streams with a last `ended` message; the pump returns.
-    pub(crate) fn end(&self) {
+    /// Ends the session's streams with a last `ended` message carrying the session's
+    /// `verdict` (`None`: every run matched the model); the pump returns.
+    pub(crate) fn end(&self, verdict: Option<&str>) {
         let mut inner = self.inner();
         inner.drain();
-        inner.append(&json!({ "kind": "ended" }));
+        inner.append(&json!({ "kind": "ended", "verdict": verdict }));
         inner.ended = true;
         inner.streams.clear();
         inner.source = None;
@@ -308,7 +316,8 @@ mod tests {
         let section = section();
         let census = Arc::new(Census::default());
         let _ = section.perform(Label::F1, Route::Fast).await;
-        journal.begin(&json!({ "kind": "run" }), &section, &census, "async");
+        journal.begin(&json!({ "kind": "run" }));
+        journal.watch(&section, &census, "async");
         let mut first = journal.follow().expect("the session is on");
         let past = text(&mut first).await;
         let kinds: Vec<&str> = past.matches("\"kind\":\"").collect();
@@ -326,7 +335,7 @@ mod tests {
         let mut again = journal.follow().expect("the session is on");
         let replay = text(&mut again).await;
         assert_eq!(replay.matches("data: ").count(), 7, "{replay}");
-        journal.end();
+        journal.end(None);
         assert!(text(&mut first).await.contains("ended"));
         assert!(
             first.frame().await.is_none(),
@@ -340,12 +349,8 @@ mod tests {
     async fn a_stalled_stream_is_dropped_when_its_buffer_is_full() {
         let journal = Journal::new(4);
         let section = section();
-        journal.begin(
-            &json!({ "kind": "run" }),
-            &section,
-            &Arc::default(),
-            "async",
-        );
+        journal.begin(&json!({ "kind": "run" }));
+        journal.watch(&section, &Arc::default(), "async");
         let stalled = journal.follow().expect("on");
         let mut reader = journal.follow().expect("on");
         let _ = text(&mut reader).await;

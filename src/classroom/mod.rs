@@ -3,9 +3,11 @@
 //! as Server-Sent Events as the ledger records them, and each "Next" is one step of the same
 //! [`Run`](crate::coordinator::Run) the command line drives to its end. When the session ends
 //! (Ctrl-C, or Finish on the page) every run is closed and checked against the model as the
-//! command line checks it, and the report is written: the class ends with its evidence.
+//! command line checks it, and the report is written: the class ends with its evidence. The
+//! page and the terminal say the same verdict ([`ClassroomReport::verdict`]).
 //!
 //! - [`control`]: the driver that owns the runs and performs the page's orders.
+//! - [`gates`]: the room's own gates, which the run's front is given for the room's requests.
 //! - [`journal`]: what the page is told, in ledger order, and its event streams.
 //! - [`room`]: the room's requests, numbered and sent on to the run's own front.
 //! - [`http`]: the classroom's server, its screening and its tokens.
@@ -13,6 +15,7 @@
 //! - [`signal`]: Ctrl-C, caught while a session serves.
 
 pub mod control;
+pub mod gates;
 pub(crate) mod http;
 pub(crate) mod journal;
 pub(crate) mod page;
@@ -25,7 +28,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use self::control::{Command, Driver, Order, RoomGateRecord};
+use self::control::{Command, Driver, Order, RoomGateRecord, Showing};
 use self::http::App;
 use self::journal::{Journal, STREAM_BUFFER};
 use self::room::{Room, RoomRequest};
@@ -38,17 +41,32 @@ use crate::report::Report;
 /// new runs with other inputs.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The first run's inputs.
+    /// The first run's inputs, and those the page's New run starts from.
     pub inputs: Inputs,
     /// The front, the safety timeout (and, in tests only, their hooks) of every run.
     pub options: Options,
+    /// Show the model's predictions at once, rather than each as its evidence arrives (or the
+    /// instructor presses Reveal).
+    pub show_predictions: bool,
+}
+
+/// The two addresses of a session, as the terminal shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Urls {
+    /// The instructor's page: `http://127.0.0.1:PORT/#control=TOKEN`. The token after `#` is a
+    /// fragment, which a browser never sends; it is this session's only key to its controls.
+    pub instructor: String,
+    /// The room's view, `http://127.0.0.1:PORT/`: the same page with no controls.
+    pub room: String,
 }
 
 /// The report of a classroom session: each run, exactly as the command line reports a run of
-/// the same inputs, and the room's requests and gates in lists of their own.
+/// the same inputs, and the room's requests and gates in lists of their own. Its shape is in
+/// `docs/design.md` ("The classroom's report").
 #[derive(Debug, Serialize)]
 pub struct ClassroomReport {
-    /// Every run of the session, in order. A run in which nothing was sent is left out.
+    /// Every run of the session, in order: run `n` on the page is `runs[n - 1]`. A run in which
+    /// no step was taken is left out.
     pub runs: Vec<Report>,
     /// Every request from the room, in the order their answers came. They are not part of any
     /// run's model check; their work events are in that run's ledger, labelled `R<n>`.
@@ -57,33 +75,100 @@ pub struct ClassroomReport {
     pub room_gates: Vec<RoomGateRecord>,
     /// Event streams dropped because their client stopped reading (each may have reconnected).
     pub event_streams_dropped: u64,
-    /// Every run matched the model, and the session closed cleanly.
+    /// Connections closed because the server's cap of open connections was reached: the oldest
+    /// idle one to make room, or a new one when none was idle.
+    pub connections_refused: u64,
+    /// At least one run was made, every run matched the model, and the session closed
+    /// cleanly: [`ClassroomReport::verdict`] is `None`.
     pub matches_model: bool,
     /// Why the session did not close cleanly, in one line; absent when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
 }
 
-/// Serves a classroom session on `127.0.0.1:0`: opens the first run, tells `announce` the page's
-/// URL (`http://127.0.0.1:PORT/`), and serves until `leave` resolves or the page presses Finish.
-/// Then it stops accepting, closes the open run (its gates open, so held requests are answered),
-/// ends the event streams, joins every connection, the driver and the journal's pump, and
-/// returns the report. `Err` only if the session could not start.
+impl ClassroomReport {
+    /// Why the session does not match the model, in the one line the terminal prints and the
+    /// page shows at the end; `None` when it does.
+    pub fn verdict(&self) -> Option<String> {
+        verdict(&self.runs, self.failure.as_deref())
+    }
+}
+
+/// The session's verdict from its runs and the failure of its own close, if any: the first
+/// reason found, or `None` when at least one run was made and every run matched.
+fn verdict(runs: &[Report], failure: Option<&str>) -> Option<String> {
+    if let Some(failure) = failure {
+        return Some(failure.to_owned());
+    }
+    if runs.is_empty() {
+        return Some("no run was made: the session ended before its first step".into());
+    }
+    let differs = runs.iter().find(|r| !r.matches_model)?;
+    Some((differs.failure.clone()).unwrap_or_else(|| "a run differed from the policy model".into()))
+}
+
+/// Connections the server keeps open at most: enough for a room's browsers and requests, and
+/// within the descriptors the process may open (see [`connection_cap`]).
+const MOST_CONNECTIONS: usize = 1024;
+/// Descriptors kept back from the connection cap for everything else the process opens.
+const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// The connection cap under a soft descriptor limit of `soft` (`None`: unlimited). A held room
+/// request costs three descriptors here: its connection to the classroom, and the run's
+/// client's connection to the run's front and that front's end of it.
+fn connection_cap(soft: Option<u64>) -> usize {
+    let usable = soft.map_or(u64::MAX, |soft| {
+        soft.saturating_sub(RESERVED_DESCRIPTORS) / 3
+    });
+    usize::try_from(usable).map_or(MOST_CONNECTIONS, |n| n.clamp(8, MOST_CONNECTIONS))
+}
+
+/// Raises the soft descriptor limit to the hard one, as `hold` does, and returns the cap on
+/// the server's connections under the limit now in force.
+fn descriptors() -> usize {
+    #[cfg(unix)]
+    {
+        // A limit that cannot be read or raised leaves the cap of the common default, 1024.
+        let soft = crate::limits::raise_nofile().map_or(Some(1024), |limit| limit.soft);
+        connection_cap(soft)
+    }
+    #[cfg(not(unix))]
+    {
+        connection_cap(Some(1024))
+    }
+}
+
+/// The listener: `127.0.0.1:0`, with a listen backlog as deep as a burst of a room's
+/// connections (std's default is 128).
+fn bind() -> std::io::Result<tokio::net::TcpListener> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((Ipv4Addr::LOCALHOST, 0).into())?;
+    socket.listen(1024)
+}
+
+/// Serves a classroom session on `127.0.0.1:0`: tells `announce` the page's two addresses, and
+/// serves until `leave` resolves or the page presses Finish. The page opens at the first run's
+/// first step. Then it stops accepting, closes the open run (its gates open, so held requests
+/// are answered), ends the event streams with the session's verdict, joins every connection,
+/// the driver and the journal's pump, and returns the report. `Err` only if the session could
+/// not start.
 pub async fn serve(
     config: Config,
     leave: impl Future<Output = ()>,
-    announce: impl FnOnce(&str) -> std::io::Result<()>,
+    announce: impl FnOnce(&Urls) -> std::io::Result<()>,
 ) -> Result<ClassroomReport, String> {
     let token = || RunToken::generate().map_err(|e| format!("cannot draw a random token: {e}"));
     let (control, room_token, nonce) = (token()?, token()?, token()?);
-    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .and_then(tokio::net::TcpListener::from_std)
-        .map_err(|e| format!("binding 127.0.0.1:0: {e}"))?;
+    let cap = descriptors();
+    let listener = bind().map_err(|e| format!("binding 127.0.0.1:0: {e}"))?;
     let address: SocketAddr = listener
         .local_addr()
         .map_err(|e| format!("reading the bound address: {e}"))?;
     let base = format!("http://{address}");
+    let urls = Urls {
+        instructor: format!("{base}/#control={}", control.header_value()),
+        room: format!("{base}/"),
+    };
     let journal = Arc::new(Journal::new(STREAM_BUFFER));
     let room = Arc::new(Room::new(room_token));
     let (orders, ordered) = mpsc::channel(16);
@@ -97,7 +182,17 @@ pub async fn serve(
     ));
     let limit = config.options.safety_timeout;
 
-    let mut driver = Driver::new(config.options, journal.clone(), room.clone(), base.clone());
+    let showing = Showing {
+        inputs: config.inputs,
+        predictions: config.show_predictions,
+    };
+    let mut driver = Driver::new(
+        config.options,
+        showing,
+        journal.clone(),
+        room.clone(),
+        base.clone(),
+    );
     driver.start(config.inputs).await;
     let driver = tokio::spawn(driver.drive(ordered));
     let pump = tokio::spawn({
@@ -109,17 +204,20 @@ pub async fn serve(
     let server = tokio::spawn(http::serve(
         listener,
         app.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-        async move {
-            let _ = drained.await;
-        },
+        (
+            async move {
+                let _ = stopped.await;
+            },
+            async move {
+                let _ = drained.await;
+            },
+        ),
         limit,
+        cap,
     ));
 
     let mut failure = None;
-    match announce(&format!("{base}/")) {
+    match announce(&urls) {
         Ok(()) => {
             tokio::select! {
                 () = leave => {}
@@ -143,14 +241,25 @@ pub async fn serve(
     drop(orders);
     let driven = driver.await;
     room.aim(None);
-    journal.end();
+    let broken = app.broken.lock().map_or(None, |b| b.clone());
+    let failure = failure.or(broken);
+    let told = match &driven {
+        Ok(driven) => verdict(&driven.runs, failure.as_deref()),
+        Err(e) => Some(format!("the classroom's driver failed: {e}")),
+    };
+    // The page is told the verdict the terminal will print, unless closing the connections
+    // that follow fails too; the report then says so.
+    journal.end(told.as_deref());
     let _ = drain.send(());
     let served = server.await;
     let pumped = pump.await;
 
     let driven = driven.map_err(|e| format!("the classroom's driver failed: {e}"))?;
+    let mut failure = failure;
+    let mut refused = 0;
     match served {
         Ok(served) => {
+            refused = served.refused;
             if let Some(error) = served.error {
                 failure.get_or_insert(error);
             }
@@ -163,25 +272,42 @@ pub async fn serve(
         failure.get_or_insert(format!("the journal's pump failed: {e}"));
     }
     Ok(ClassroomReport {
-        matches_model: failure.is_none() && driven.runs.iter().all(|r| r.matches_model),
+        matches_model: verdict(&driven.runs, failure.as_deref()).is_none(),
         runs: driven.runs,
         room_requests: room.requests(),
         room_gates: driven.room_gates,
         event_streams_dropped: journal.dropped(),
+        connections_refused: refused,
         failure,
     })
 }
 
 /// [`serve`] until the process is interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM). The
-/// handlers are in place before the URL is announced, so a signal sent as soon as it is read
-/// ends the session rather than the process; the previous handlers are back once it returns.
+/// handlers are in place before the URLs are announced, so a signal sent as soon as they are
+/// read ends the session rather than the process; the previous handlers are back once it
+/// returns.
 pub async fn run(
     config: Config,
-    announce: impl FnOnce(&str) -> std::io::Result<()>,
+    announce: impl FnOnce(&Urls) -> std::io::Result<()>,
 ) -> Result<ClassroomReport, String> {
     let interrupts =
         signal::Interrupts::catch().map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
     let report = serve(config, interrupts.caught(), announce).await;
     drop(interrupts);
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three descriptors per held room request, 64 kept back, never fewer than 8 connections
+    /// nor more than 1024.
+    #[test]
+    fn the_connection_cap_follows_the_descriptor_limit() {
+        assert_eq!(connection_cap(Some(1024)), 320);
+        assert_eq!(connection_cap(Some(20_000)), 1024);
+        assert_eq!(connection_cap(None), 1024);
+        assert_eq!(connection_cap(Some(10)), 8);
+    }
 }

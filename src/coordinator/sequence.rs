@@ -18,7 +18,7 @@ use crate::label::{LABEL_HEADER, Label};
 use crate::policy::{Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
-use crate::server::{self, Census};
+use crate::server::{self, Census, Gates};
 
 /// One step of the sequence, as planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +77,16 @@ impl Run {
     /// Opens a fresh server, pools and gate for `policy`: step 1. `Err` is the finished
     /// report of a run that could not start.
     pub fn open(policy: Policy, held: Held, options: Options) -> Result<Run, Box<PolicyRun>> {
+        Run::open_at(policy, held, options, Gates::default())
+    }
+
+    /// [`Run::open`], its front's slow work waiting at the gates `gates` picks.
+    pub(crate) fn open_at(
+        policy: Policy,
+        held: Held,
+        options: Options,
+        gates: Gates,
+    ) -> Result<Run, Box<PolicyRun>> {
         let Options {
             front,
             hooks,
@@ -97,7 +107,7 @@ impl Run {
             section.clone(),
             census.clone(),
             &token,
-            hooks,
+            (hooks, gates),
             safety_timeout,
         );
         let session = session.map_err(|failure| {

@@ -17,7 +17,7 @@ use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
-use crate::server::{self, Census, Running};
+use crate::server::{self, Census, Gates, Running};
 
 /// The server, client and callers of one policy run.
 #[derive(Debug)]
@@ -60,13 +60,14 @@ pub(crate) struct Closed {
 }
 
 impl Session {
-    /// Binds `127.0.0.1:0`, starts `front` serving `section`, and builds the client.
+    /// Binds `127.0.0.1:0`, starts `front` serving `section` (its slow work waiting at the
+    /// gates `gates` picks), and builds the client.
     pub(crate) fn open(
         front: Front,
         section: Arc<WorkSection>,
         census: Arc<Census>,
         token: &RunToken,
-        hooks: Arc<dyn Hooks>,
+        (hooks, gates): (Arc<dyn Hooks>, Gates),
         timeout: Duration,
     ) -> Result<Self, Failure> {
         let setup = |why: String| Failure::new(Step::Start, None, Cause::Setup(why));
@@ -81,11 +82,12 @@ impl Session {
         // Everything that can fail before the server starts is done first: once it runs, only
         // `close` stops and joins it.
         let http = client::with_token(token).map_err(|e| setup(format!("{e:#}")))?;
-        let started = server::start(
+        let started = server::start_at(
             front,
             section.clone(),
             census.clone(),
             hooks.clone(),
+            gates,
             timeout,
         );
         let (address, server) = started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?;

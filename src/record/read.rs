@@ -79,7 +79,9 @@ pub struct SavedRoomRequest {
     pub request: Label,
     /// Where it was sent.
     pub route: Route,
-    /// The run it reached: an index into `runs`, from 0.
+    /// The run it reached, as an index into `runs` (the report counts runs from 1, as the page
+    /// does).
+    #[serde(deserialize_with = "counted_from_one")]
     pub run: usize,
     /// The policy of that run it reached.
     pub mode: Mode,
@@ -96,10 +98,19 @@ pub struct SavedRoomRequest {
     pub after_event: u64,
 }
 
+/// A run number counted from 1, read as an index from 0; 0 is no run's number.
+fn counted_from_one<'de, D: serde::Deserializer<'de>>(numbers: D) -> Result<usize, D::Error> {
+    let number = usize::deserialize(numbers)?;
+    number
+        .checked_sub(1)
+        .ok_or_else(|| serde::de::Error::custom("runs are counted from 1"))
+}
+
 /// A room gate, as the classroom report lists it: where it closed and opened on a run's ledger.
 #[derive(Debug, Deserialize)]
 pub struct SavedRoomGate {
-    /// The run: an index into `runs`.
+    /// The run, as an index into `runs` (counted from 1 in the report).
+    #[serde(deserialize_with = "counted_from_one")]
     pub run: usize,
     /// Its policy.
     pub mode: Mode,
@@ -155,13 +166,21 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
             } else if room.run >= session.runs.len() {
                 format!(
                     "names run {}, but the session has {} runs",
-                    room.run,
+                    room.run + 1,
                     session.runs.len()
                 )
             } else {
                 continue;
             };
             return Err(refuse(anyhow!("{whole}: room_requests[{i}] {why}")));
+        }
+        if let Some((i, gate)) =
+            (session.room_gates.iter().enumerate()).find(|(_, gate)| gate.run >= session.runs.len())
+        {
+            let (run, runs) = (gate.run + 1, session.runs.len());
+            return Err(refuse(anyhow!(
+                "{whole}: room_gates[{i}] names run {run}, but the session has {runs} runs"
+            )));
         }
         return Ok(Saved::Classroom(session));
     }

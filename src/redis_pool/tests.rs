@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,7 +31,10 @@ fn redis_server_available() -> bool {
 /// Starts a private Redis, or prints one line and returns `None` when `redis-server` is missing.
 async fn redis_or_skip(test: &str) -> Option<LocalRedis> {
     if !redis_server_available() {
-        println!("skipped {test}: redis-server is not on PATH");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped {test}: redis-server is not on PATH"
+        );
         return None;
     }
     Some(

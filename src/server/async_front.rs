@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::connections::Connections;
-use super::{Backoff, Census, Head, Reply, Stopped, answer, screen, work};
+use super::{Backoff, Census, Gates, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
@@ -31,6 +31,8 @@ use crate::label::LABEL_HEADER;
 pub struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    /// The gate each request's slow work waits at.
+    gates: Gates,
 }
 
 /// The server task, and how to tell it to stop.
@@ -46,7 +48,17 @@ impl Server {
         let (listener, address) = super::bind_loopback()?;
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
-        Ok(Server { listener, address })
+        Ok(Server {
+            listener,
+            address,
+            gates: Gates::default(),
+        })
+    }
+
+    /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
+    /// run's own).
+    pub(crate) fn at(self, gates: Gates) -> Self {
+        Server { gates, ..self }
     }
 
     /// The address the server listens on.
@@ -84,7 +96,11 @@ impl Server {
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
     ) -> Stopped {
-        let Server { listener, address } = self;
+        let Server {
+            listener,
+            address,
+            gates,
+        } = self;
         let graceful = GracefulShutdown::new();
         let mut connections = Connections::default();
         let mut accepted = 0;
@@ -100,21 +116,22 @@ impl Server {
                         retry.succeeded();
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
-                        let (section, hooks) = (section.clone(), hooks.clone());
+                        let given = (section.clone(), hooks.clone(), gates.clone());
                         let flag = serving.clone();
                         let service = service_fn(move |request| {
-                            let (section, hooks) = (section.clone(), hooks.clone());
+                            let (section, hooks, gates) = given.clone();
                             let flag = flag.clone();
                             async move {
                                 let _serving = Serving::start(&flag);
-                                Ok::<_, Infallible>(handle(&section, &*hooks, request).await)
+                                let answer = handle(&section, &*hooks, &gates, request).await;
+                                Ok::<_, Infallible>(answer)
                             }
                         });
                         let connection =
                             http1::Builder::new().serve_connection(TokioIo::new(stream), service);
                         let connection = graceful.watch(connection);
                         let live = census.enter();
-                        connections.spawn(serving, async move {
+                        let _ = connections.spawn(serving, async move {
                             let _live = live;
                             // A client's broken connection is its own business, not the run's.
                             let _ = connection.await;
@@ -188,6 +205,7 @@ impl Running {
 async fn handle(
     section: &WorkSection,
     hooks: &dyn Hooks,
+    gates: &Gates,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let headers = request.headers();
@@ -198,7 +216,7 @@ async fn handle(
         label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
     };
     let reply = match screen(section, head) {
-        Ok((label, route)) => answer(label, work(section, hooks, label, route).await),
+        Ok((label, route)) => answer(label, work(section, hooks, gates, label, route).await),
         Err(reply) => reply,
     };
     respond(reply)

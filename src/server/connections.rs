@@ -38,14 +38,21 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
-    /// Runs one connection as a task of its own; `busy` says when it is answering.
+    /// Runs one connection as a task of its own; `busy` says when it is answering. Returns
+    /// a handle that can close it (it then counts as aborted).
     pub(crate) fn spawn(
         &mut self,
         busy: Arc<dyn Busy>,
         task: impl Future<Output = ()> + Send + 'static,
-    ) {
+    ) -> AbortHandle {
         let handle = self.tasks.spawn(task);
-        self.open.insert(handle.id(), (busy, handle));
+        self.open.insert(handle.id(), (busy, handle.clone()));
+        handle
+    }
+
+    /// How many connection tasks are open (as of the last [`Connections::reap`]).
+    pub(crate) fn open(&self) -> usize {
+        self.open.len()
     }
 
     /// Joins the tasks that have ended, so nothing grows with the number of connections.

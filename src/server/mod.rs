@@ -22,6 +22,7 @@ use std::time::Duration;
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
+use crate::admission::gate::Gate;
 use crate::admission::pools::Permits;
 use crate::admission::section::{Verdict, Work, WorkSection};
 pub use crate::evidence::ServerSummary;
@@ -99,6 +100,40 @@ impl Backoff {
     }
 }
 
+/// Which gate a request's slow work waits at, given to a front by whoever starts it. By
+/// default every request waits at the run's own gate (the one the sequence opens); a classroom
+/// session gives its room's requests gates of their own once the run's has opened. Admission
+/// knows nothing of who chose.
+#[derive(Clone, Default)]
+pub struct Gates(Option<Arc<GateFor>>);
+
+/// A choice of gate by label: `None` means the run's own.
+type GateFor = dyn Fn(Label) -> Option<Arc<Gate>> + Send + Sync;
+
+impl Gates {
+    /// The gate `choose` names for a request, or the run's own where it names none.
+    pub(crate) fn by(choose: impl Fn(Label) -> Option<Arc<Gate>> + Send + Sync + 'static) -> Self {
+        Gates(Some(Arc::new(choose)))
+    }
+
+    /// The gate `request` waits at in `section`.
+    pub(crate) fn pick(&self, section: &WorkSection, request: Label) -> Arc<Gate> {
+        let chosen = self.0.as_ref().and_then(|choose| choose(request));
+        chosen.unwrap_or_else(|| section.gate().clone())
+    }
+}
+
+impl std::fmt::Debug for Gates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chosen = if self.0.is_some() {
+            "chosen by label"
+        } else {
+            "the run's own"
+        };
+        f.debug_tuple("Gates").field(&chosen).finish()
+    }
+}
+
 /// A running server of either front.
 #[derive(Debug)]
 pub enum Running {
@@ -118,15 +153,28 @@ pub fn start(
     hooks: Arc<dyn Hooks>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
+    let gates = Gates::default();
+    start_at(front, section, census, hooks, gates, drain_limit)
+}
+
+/// [`start`], with the slow work of each request waiting at the gate `gates` picks for it.
+pub(crate) fn start_at(
+    front: Front,
+    section: Arc<WorkSection>,
+    census: Arc<Census>,
+    hooks: Arc<dyn Hooks>,
+    gates: Gates,
+    drain_limit: Duration,
+) -> std::io::Result<(SocketAddr, Running)> {
     match front {
         Front::Async => {
-            let server = async_front::Server::bind()?;
+            let server = async_front::Server::bind()?.at(gates);
             let address = server.address();
             let running = server.start(section, census, hooks, drain_limit);
             Ok((address, Running::Async(running)))
         }
         Front::Threaded => {
-            let server = threaded::Server::bind()?;
+            let server = threaded::Server::bind()?.at(gates);
             let address = server.address();
             let running = server.start(section, census, hooks, drain_limit)?;
             Ok((address, Running::Threaded(running)))
@@ -283,16 +331,20 @@ pub(crate) fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Ro
     }
 }
 
-/// Admits and runs one request's work as a task, calling the run's hooks inside the work
-/// section.
+/// Admits and runs one request's work as a task at the gate `gates` picks for it, calling the
+/// run's hooks inside the work section.
 pub(crate) async fn work(
     section: &WorkSection,
     hooks: &dyn Hooks,
+    gates: &Gates,
     request: Label,
     route: Route,
 ) -> Verdict {
     match section.admit(request, route).await {
-        Ok(work) => inside(hooks, work).run().await,
+        Ok(work) => {
+            let gate = gates.pick(section, request);
+            inside(hooks, work).run(&gate).await
+        }
         Err(denied) => denied.into(),
     }
 }
@@ -301,11 +353,15 @@ pub(crate) async fn work(
 pub(crate) fn work_blocking(
     section: &WorkSection,
     hooks: &dyn Hooks,
+    gates: &Gates,
     request: Label,
     route: Route,
 ) -> Verdict {
     match section.admit_now(request, route) {
-        Ok(work) => inside(hooks, work).run_blocking(),
+        Ok(work) => {
+            let gate = gates.pick(section, request);
+            inside(hooks, work).run_blocking(&gate)
+        }
         Err(denied) => denied.into(),
     }
 }

@@ -19,7 +19,9 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::{Backoff, Census, Handlers, Head, Reply, Stopped, answer, screen, work_blocking};
+use super::{
+    Backoff, Census, Gates, Handlers, Head, Reply, Stopped, answer, screen, work_blocking,
+};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
@@ -50,6 +52,8 @@ const STOP: Token = Token(1);
 pub(crate) struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    /// The gate each request's slow work waits at.
+    gates: Gates,
 }
 
 /// The accept thread, and how to tell it to stop. Dropping it without [`Running::stop`] tells
@@ -169,6 +173,7 @@ struct Connection {
 struct Shared {
     section: Arc<WorkSection>,
     hooks: Arc<dyn Hooks>,
+    gates: Gates,
     census: Arc<Census>,
     signal: Arc<Signal>,
 }
@@ -177,7 +182,17 @@ impl Server {
     /// Binds `127.0.0.1:0`.
     pub(crate) fn bind() -> io::Result<Self> {
         let (listener, address) = super::bind_loopback()?;
-        Ok(Server { listener, address })
+        Ok(Server {
+            listener,
+            address,
+            gates: Gates::default(),
+        })
+    }
+
+    /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
+    /// run's own).
+    pub(crate) fn at(self, gates: Gates) -> Self {
+        Server { gates, ..self }
     }
 
     /// The address the server listens on.
@@ -193,7 +208,11 @@ impl Server {
         hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
     ) -> io::Result<Running> {
-        let Server { listener, address } = self;
+        let Server {
+            listener,
+            address,
+            gates,
+        } = self;
         let (poller, waker) = Poller::new(listener).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -209,6 +228,7 @@ impl Server {
         let shared = Arc::new(Shared {
             section,
             hooks,
+            gates,
             census,
             signal: signal.clone(),
         });
@@ -612,7 +632,13 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
                 };
                 let reply = match screen(&shared.section, head) {
                     Ok((label, route)) => {
-                        let verdict = work_blocking(&shared.section, &*shared.hooks, label, route);
+                        let verdict = work_blocking(
+                            &shared.section,
+                            &*shared.hooks,
+                            &shared.gates,
+                            label,
+                            route,
+                        );
                         answer(label, verdict)
                     }
                     Err(reply) => reply,

@@ -309,8 +309,9 @@ pub fn assert_port_closed(address: SocketAddr) {
     }
 }
 
-/// A classroom session served by the library, as the binary serves it: the URL it announced,
-/// the sender that ends it (as Ctrl-C does the binary's), and the task that returns its report.
+/// A classroom session served by the library, as the binary serves it: the instructor's URL it
+/// announced (`http://127.0.0.1:PORT/#control=TOKEN`), the sender that ends it (as Ctrl-C does
+/// the binary's), and the task that returns its report.
 pub struct Classroom {
     pub url: String,
     pub leave: tokio::sync::oneshot::Sender<()>,
@@ -318,21 +319,22 @@ pub struct Classroom {
 }
 
 /// Starts a classroom session of `inputs` on `front` and waits (at most 10 s, a failure guard)
-/// for the URL it announces.
+/// for the instructor's URL it announces.
 pub async fn serve_classroom(inputs: Inputs, front: Front) -> Classroom {
     let (announced, url) = tokio::sync::oneshot::channel();
     let (leave, left) = tokio::sync::oneshot::channel::<()>();
     let config = classroom::Config {
         inputs,
         options: Options::on(front),
+        show_predictions: false,
     };
     let task = tokio::spawn(classroom::serve(
         config,
         async move {
             let _ = left.await;
         },
-        move |url: &str| {
-            let _ = announced.send(url.to_owned());
+        move |urls: &classroom::Urls| {
+            let _ = announced.send(urls.instructor.clone());
             Ok(())
         },
     ));
@@ -341,6 +343,14 @@ pub async fn serve_classroom(inputs: Inputs, front: Front) -> Classroom {
         .expect("the session announces its URL within 10 s (failure guard)")
         .expect("the session announces its URL");
     Classroom { url, leave, task }
+}
+
+/// The control token in an instructor's URL: what follows `#control=`.
+pub fn control_token(url: &str) -> String {
+    let token = url.split("#control=").nth(1);
+    token
+        .expect("the instructor's URL carries the control token")
+        .to_owned()
 }
 
 /// What a test breaks in one policy run, given to the run as its hooks. The default breaks

@@ -5,6 +5,7 @@
 //! driver and its browser die with the test, whether it passes, panics or is killed.
 
 use std::ffi::c_ulong;
+use std::io::Write as _;
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -39,12 +40,16 @@ pub fn browser_available() -> bool {
     missing_browser().is_none()
 }
 
-/// For a test that needs a browser: when one is missing, prints the one line saying `test` is
-/// skipped and why, and returns true; the test then returns.
+/// For a test that needs a browser: when one is missing, writes the one line saying `test` is
+/// skipped and why straight to stderr (where `cargo test` shows it: libtest captures `println!`
+/// and `eprintln!`), and returns true; the test then returns.
 pub fn skip_without_browser(test: &str) -> bool {
     match missing_browser() {
         Some(missing) => {
-            println!("skipped {test}: {missing} is not installed");
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped {test}: {missing} is not installed"
+            );
             true
         }
         None => false,
@@ -226,26 +231,23 @@ impl Browser {
         Ok(())
     }
 
-    /// Sizes the window so that its viewport (the page's `innerWidth` × `innerHeight`) is
-    /// `width` × `height` CSS pixels, and checks that it is. Even headless, Chromium's window
-    /// is larger than its viewport by the frame it would draw.
+    /// Sizes the viewport (the page's `innerWidth` × `innerHeight`) to `width` × `height` CSS
+    /// pixels at one device pixel per CSS pixel, and checks that it is. Chromium's DevTools
+    /// emulation sets it exactly, whatever the window's frame or smallest width.
     pub async fn set_viewport(&self, width: u32, height: u32) -> anyhow::Result<()> {
-        let viewport = "return [innerWidth, innerHeight, outerWidth, outerHeight];";
-        let sizes = self.execute(viewport, &[]).await?;
-        let size = |i: usize| sizes[i].as_i64().unwrap_or(0);
-        let frame = (size(2) - size(0), size(3) - size(1));
-        let rect = json!({
-            "width": i64::from(width) + frame.0,
-            "height": i64::from(height) + frame.1,
+        let metrics = json!({
+            "cmd": "Emulation.setDeviceMetricsOverride",
+            "params": { "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false },
         });
-        let path = self.path("/window/rect");
-        self.command("set window rect", "POST", &path, Some(rect))
+        let path = self.path("/goog/cdp/execute");
+        self.command("set device metrics", "POST", &path, Some(metrics))
             .await?;
+        let viewport = "return [innerWidth, innerHeight];";
         let sizes = self.execute(viewport, &[]).await?;
         let got = (sizes[0].as_i64(), sizes[1].as_i64());
         let wanted = (Some(i64::from(width)), Some(i64::from(height)));
         if got != wanted {
-            bail!("set viewport: expected {width}×{height}, got {got:?} ({sizes})");
+            bail!("set viewport: expected {width}×{height}, got {got:?}");
         }
         Ok(())
     }

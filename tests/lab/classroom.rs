@@ -42,24 +42,27 @@ impl Session {
     async fn start(inputs: Inputs, front: Front) -> Session {
         let common::Classroom { url, leave, task } = common::serve_classroom(inputs, front).await;
         assert!(
-            url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
+            url.starts_with("http://127.0.0.1:") && url.contains("/#control="),
             "{url}"
         );
-        let base = url.trim_end_matches('/').to_owned();
+        let control = common::control_token(&url);
+        let base = url.split("/#").next().expect("a base").to_owned();
         let address = base["http://".len()..].parse().expect("an address");
+        // A connection per request: the server closes a connection idle for its header timeout,
+        // and a request sent on one at that very moment would fail (a browser resends it; this
+        // client does not).
         let http = reqwest::Client::builder()
             .no_proxy()
+            .pool_max_idle_per_host(0)
             .build()
             .expect("a client");
-        let page = http.get(&url).send().await.expect("the page");
+        let page = http.get(format!("{base}/")).send().await.expect("the page");
         assert_eq!(page.status(), 200);
         let page = page.text().await.expect("the page's text");
-        let control = page
-            .split("const CONTROL = \"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .expect("the page carries its control token")
-            .to_owned();
+        assert!(
+            !page.contains(&control),
+            "the page carries the control token"
+        );
         Session {
             base,
             address,
@@ -226,8 +229,11 @@ async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_e
             assert_eq!(status, 200, "{body}");
             steps.push(body["step"].as_str().unwrap_or("?").to_owned());
         }
-        let run = ["S1", "S2", "F1", "release", "S-after", "F-after", "close"];
-        let expected: Vec<&str> = run.iter().chain(&["open"]).chain(&run).copied().collect();
+        // The page opens at the first step: the first Next opens the first policy's server.
+        let run = [
+            "open", "S1", "S2", "F1", "release", "S-after", "F-after", "close",
+        ];
+        let expected: Vec<&str> = run.iter().chain(&run).copied().collect();
         assert_eq!(steps, expected, "{front:?}");
         let seen = events
             .until(|m| kind(m) == "state" && m["complete"] == true)
@@ -237,13 +243,19 @@ async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_e
         assert_eq!(report.runs.len(), 1);
         let policies = &report.runs[0].policies;
         assert_eq!(policies.len(), 2);
-        // The stream, split at each run's `run` message.
+        // The stream, split at each run's `run` message once its server is open; the first
+        // policy is shown before it opens, with nothing on its ledger.
+        assert_eq!(seen[0]["kind"], "run", "{:?}", seen[0]);
+        assert_eq!(seen[0]["opened"], false, "{:?}", seen[0]);
         let mut runs: Vec<Vec<&Value>> = Vec::new();
         for message in &seen {
-            if kind(message) == "run" {
+            if kind(message) == "run" && message["opened"] == true {
                 runs.push(Vec::new());
             }
-            runs.last_mut().expect("a run message first").push(message);
+            match runs.last_mut() {
+                Some(run) => run.push(message),
+                None => assert_ne!(kind(message), "work", "{message}"),
+            }
         }
         assert_eq!(runs.len(), 2, "{front:?}");
         for (policy, told) in policies.iter().zip(&runs) {
@@ -332,6 +344,7 @@ async fn a_room_request_is_held_and_then_answered() {
         (status, refused["error"].as_str()),
         (409, Some("room_closed"))
     );
+    assert_eq!(session.next().await["step"], "open");
     assert_eq!(session.control("open-room", json!({})).await.0, 200);
     let r1 = session.room("/slow", &token);
     events.until(is_work("R1", "held")).await;
@@ -454,6 +467,7 @@ async fn strangers_are_refused_and_change_nothing() {
         .contains("access-control"),
         "no CORS header"
     );
+    assert_eq!(session.next().await["step"], "open");
     assert_eq!(session.next().await["step"], "S1");
     let report = session.end().await;
     let first = report.runs[0].policies[0].work_events.first().cloned();
@@ -476,7 +490,7 @@ async fn a_stalled_event_stream_does_not_block_the_run() {
     let (status, body) = session.control("run-to-end", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let steps = body["steps"].as_array().map_or(0, Vec::len);
-    assert_eq!(steps, 15, "{body}");
+    assert_eq!(steps, 16, "{body}");
     reader
         .until(|m| kind(m) == "state" && m["complete"] == true)
         .await;
@@ -492,10 +506,11 @@ async fn a_stalled_event_stream_does_not_block_the_run() {
 }
 
 /// Finish on the page ends the session as Ctrl-C does: a run closed before its end is reported
-/// as failed; a session in which nothing was sent reports no run at all.
+/// as failed; a session in which no step was taken reports no run at all, and does not match
+/// the model (nothing was shown).
 #[tokio::test]
 async fn finish_closes_the_session_and_reports_an_unfinished_run() {
-    for steps in [0, 1] {
+    for steps in [0, 2] {
         let mut session = Session::start(Inputs::default(), Front::Async).await;
         for _ in 0..steps {
             session.next().await;
@@ -506,7 +521,12 @@ async fn finish_closes_the_session_and_reports_an_unfinished_run() {
         let report = report.expect("the session ran");
         assert_not_serving(session.address, &session.control);
         if steps == 0 {
-            assert!(report.runs.is_empty() && report.matches_model, "{report:?}");
+            assert!(
+                report.runs.is_empty() && !report.matches_model,
+                "{report:?}"
+            );
+            let verdict = report.verdict().unwrap_or_default();
+            assert!(verdict.contains("no run was made"), "{verdict}");
         } else {
             assert!(!report.matches_model);
             let failure = report.runs[0].failure.as_deref().unwrap_or("");
@@ -520,7 +540,8 @@ async fn finish_closes_the_session_and_reports_an_unfinished_run() {
 #[test]
 fn sigint_ends_the_session_with_its_report() {
     let (mut child, url, lines) = spawn(&["classroom", "--mode", "partitioned"]);
-    let base = url.trim_end_matches('/').to_owned();
+    let base = url.split("/#").next().expect("a base").to_owned();
+    let control = common::control_token(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -530,9 +551,6 @@ fn sigint_ends_the_session_with_its_report() {
             .no_proxy()
             .build()
             .expect("a client");
-        let page = http.get(&url).send().await.expect("the page");
-        let page = page.text().await.expect("text");
-        let control = page.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
         let done = http
             .post(format!("{base}/control/run-to-end"))
             .header("lab-control", &control)
@@ -558,7 +576,8 @@ fn sigint_ends_the_session_with_its_report() {
 #[test]
 fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     let (mut child, url, lines) = spawn(&["classroom", "--server", "threaded", "--mode", "shared"]);
-    let base = url.trim_end_matches('/').to_owned();
+    let base = url.split("/#").next().expect("a base").to_owned();
+    let control = common::control_token(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -568,14 +587,12 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
             .no_proxy()
             .build()
             .expect("a client");
-        let page = http.get(&url).send().await.expect("the page").text().await;
-        let page = page.expect("text");
-        let control = page.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
         let post = |action: &str| {
             http.post(format!("{base}/control/{action}"))
                 .header("lab-control", &control)
                 .send()
         };
+        assert_eq!(post("next").await.expect("open the run").status(), 200);
         assert_eq!(post("open-room").await.expect("open").status(), 200);
         let mut events = Events::open(&http, &base).await;
         let state = events
@@ -600,18 +617,35 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     let failure = report["runs"][0]["failure"].as_str().unwrap_or("");
     assert!(failure.contains("closed before its next step"), "{report}");
     assert_eq!(report["room_requests"][0]["status"], 200);
+    // Run 1 on the page is run 1 in the report: `runs[0]`.
+    assert_eq!(report["room_requests"][0]["run"], 1, "{report}");
 }
 
-/// Starts the binary with `args`; returns it, the URL it printed, and its later stdout lines.
+/// Starts the binary with `args` (the lab's own, or `prlimit` with the lab's after its own);
+/// returns it, the instructor's URL it printed on stderr, and its stdout lines.
 fn spawn(args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+    spawn_under(&[], args)
+}
+
+fn spawn_under(wrapper: &[&str], args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
+    let lab = env!("CARGO_BIN_EXE_isolation-lab");
+    let mut command = match wrapper.split_first() {
+        Some((program, before)) => {
+            let mut command = Command::new(program);
+            command.args(before).arg(lab);
+            command
+        }
+        None => Command::new(lab),
+    };
+    let mut child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("the binary starts");
     let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
     let (send, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -620,7 +654,19 @@ fn spawn(args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
             }
         }
     });
-    let url = lines.recv_timeout(GUARD).expect("the URL line");
+    let (found, url) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("http://")
+                && line.contains("#control=")
+            {
+                let _ = found.send(line[at..].trim().to_owned());
+            }
+        }
+    });
+    let url = url
+        .recv_timeout(GUARD)
+        .expect("the instructor's URL on stderr");
     (child, url, lines)
 }
 
@@ -653,6 +699,7 @@ async fn measure_event_to_stream_delay() {
     let state = events.until(|m| kind(m) == "state").await;
     let command = state.last().expect("a state")["room"]["commands"][1].to_string();
     let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+    session.next().await;
     assert_eq!(session.control("open-room", json!({})).await.0, 200);
     let mut delays = Vec::new();
     for n in 1..=200 {
@@ -690,7 +737,8 @@ fn measure_memory_after_a_thousand_room_requests() {
         line.split_whitespace().nth(1).expect("kB").to_owned() + " kB"
     };
     let pid = child.id();
-    let base = url.trim_end_matches('/').to_owned();
+    let base = url.split("/#").next().expect("a base").to_owned();
+    let control = common::control_token(&url);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -701,17 +749,21 @@ fn measure_memory_after_a_thousand_room_requests() {
             .no_proxy()
             .build()
             .expect("a client");
-        let page = http.get(&url).send().await.expect("the page").bytes().await;
+        let page = http
+            .get(format!("{base}/"))
+            .send()
+            .await
+            .expect("the page")
+            .bytes()
+            .await;
         let page = page.expect("bytes");
-        let text = String::from_utf8_lossy(&page);
-        let control = text.split("const CONTROL = \"").nth(1).expect("a token")[..32].to_owned();
         let mut events = Events::open(&http, &base).await;
         let post = |action: &'static str| {
             http.post(format!("{base}/control/{action}"))
                 .header("lab-control", &control)
                 .send()
         };
-        for _ in 0..5 {
+        for _ in 0..6 {
             post("next").await.expect("a step");
         }
         post("open-room").await.expect("open");
@@ -749,7 +801,7 @@ async fn a_half_sent_request_does_not_hold_the_end_of_the_session() {
         .write_all(b"GET / HTTP/1.1\r\nHost: ")
         .expect("half a head");
     // The page's own request is served after it: the server has read the stranger's bytes.
-    assert_eq!(session.next().await["step"], "S1");
+    assert_eq!(session.next().await["step"], "open");
     let (status, _) = session.control("finish", json!({})).await;
     assert_eq!(status, 202);
     let report = within(&mut session.task).await.expect("joined");
@@ -764,4 +816,175 @@ async fn a_half_sent_request_does_not_hold_the_end_of_the_session() {
         read.is_ok(),
         "the stranger's connection was closed: {read:?}"
     );
+}
+
+/// One request as `curl` would send it, over a raw socket: `head` is the request line and
+/// headers (without the blank line); the answer is read to its end (the server closes).
+fn raw(address: SocketAddr, head: &str) -> String {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(GUARD))
+        .expect("a read timeout");
+    let request = format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("a request");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// From another local process with no token (raw HTTP, as `curl` sends it), no URL the server
+/// answers carries the control token: not the page, nor its event stream (read to its end, a
+/// whole session long), nor anything else; the room's view still gets the room's commands.
+#[tokio::test]
+async fn no_answer_without_the_token_carries_the_control_token() {
+    let session = Session::start(Inputs::default(), Front::Async).await;
+    let address = session.address;
+    let stream = tokio::task::spawn_blocking(move || raw(address, "GET /events HTTP/1.1"));
+    let mut events = session.events().await;
+    events.until(|m| kind(m) == "state").await;
+    session.next().await;
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    let paths = [
+        "GET / HTTP/1.1",
+        "GET /?control=1 HTTP/1.1",
+        "GET /room HTTP/1.1",
+        "GET /control/next HTTP/1.1",
+        "POST /control/next HTTP/1.1\r\nContent-Length: 0",
+        "GET /slow HTTP/1.1",
+        "GET /fast HTTP/1.1",
+        "GET /favicon.ico HTTP/1.1",
+        "OPTIONS / HTTP/1.1",
+        "GET http://127.0.0.1/ HTTP/1.1",
+    ];
+    let answers: Vec<String> =
+        tokio::task::spawn_blocking(move || paths.iter().map(|head| raw(address, head)).collect())
+            .await
+            .expect("joined");
+    for (head, answer) in paths.iter().zip(&answers) {
+        assert!(answer.starts_with("HTTP/1.1 "), "{head}: {answer}");
+        assert!(
+            !answer.contains(&session.control),
+            "{head} carries the token"
+        );
+    }
+    assert!(answers[0].contains("sessionStorage"), "the page");
+    let control = session.control.clone();
+    let report = session.end().await;
+    assert!(report.room_requests.is_empty());
+    let stream = within(stream).await.expect("joined");
+    assert!(
+        stream.contains("lab-room: "),
+        "the room's commands: {stream}"
+    );
+    assert!(stream.contains("\"kind\":\"ended\""), "{stream}");
+    assert!(
+        !stream.contains(&control),
+        "the event stream carries the token"
+    );
+}
+
+/// A control request whose body never arrives is answered 408 once the body timeout passes,
+/// and one still waiting for its body when the session ends is closed: neither fails the
+/// session's report.
+#[tokio::test]
+async fn a_stalled_control_body_ends_at_its_timeout_and_fails_nothing() {
+    let session = Session::start(inputs(ModeChoice::Shared, 2, 1), Front::Async).await;
+    let stall = |address: SocketAddr, control: &str| {
+        let mut stream = TcpStream::connect(address).expect("connect");
+        stream
+            .set_read_timeout(Some(GUARD))
+            .expect("a read timeout");
+        let head = format!(
+            "POST /control/next HTTP/1.1\r\nHost: {address}\r\nlab-control: {control}\r\n\
+             Content-Length: 10\r\n\r\n{{"
+        );
+        stream.write_all(head.as_bytes()).expect("a head");
+        stream
+    };
+    let mut timed_out = stall(session.address, &session.control);
+    let (status, body) = session.control("run-to-end", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut answer = Vec::new();
+        let _ = timed_out.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    });
+    let answer = within(answer).await.expect("joined");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    let mut at_end = stall(session.address, &session.control);
+    // Whether or not the server has read the stalled head when the session ends, the
+    // connection owes no answer: it is closed, and nothing waits for it.
+    assert_eq!(session.control("reveal", json!({})).await.0, 409);
+    let report = session.end().await;
+    assert_eq!(report.failure, None, "{report:?}");
+    assert!(report.matches_model, "{:?}", report.verdict());
+    let mut rest = Vec::new();
+    let read = at_end.read_to_end(&mut rest);
+    assert!(
+        read.is_ok() && rest.is_empty(),
+        "closed unanswered: {read:?}"
+    );
+}
+
+/// The binary under a 1024-descriptor limit (soft and hard, so it cannot raise it): 1 100 idle
+/// connections that never send a byte do not end the session; while they are open the page can
+/// still connect (the oldest idle connection makes room), and every one of them is closed — by
+/// the cap, or by the header timeout. Then the run goes on, and the session ends cleanly.
+#[test]
+fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing() {
+    if !std::path::Path::new("/usr/bin/prlimit").exists() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped a_flood_of_idle_connections: prlimit (util-linux) is not installed"
+        );
+        return;
+    }
+    let (mut child, url, lines) = spawn_under(
+        &["/usr/bin/prlimit", "--nofile=1024:1024", "--"],
+        &["classroom", "--mode", "shared", "--held", "1"],
+    );
+    let base = url.split("/#").next().expect("a base").to_owned();
+    let control = common::control_token(&url);
+    let address: SocketAddr = base["http://".len()..].parse().expect("an address");
+    let flood: Vec<TcpStream> = (0..1100)
+        .map(|_| TcpStream::connect(address).expect("connect"))
+        .collect();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let post = |action: &str| {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("a client");
+        let sent = http
+            .post(format!("{base}/control/{action}"))
+            .header("lab-control", &control)
+            .send();
+        runtime.block_on(async { within(sent).await.expect("answered").status() })
+    };
+    // The flood is open: the page still gets in.
+    assert_eq!(post("next"), 200);
+    for mut idle in flood {
+        idle.set_read_timeout(Some(GUARD)).expect("a read timeout");
+        let mut rest = Vec::new();
+        let read = idle.read_to_end(&mut rest);
+        let closed = match &read {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(
+            closed && rest.is_empty(),
+            "an idle connection was not closed: {read:?}"
+        );
+    }
+    assert_eq!(post("run-to-end"), 200);
+    let (status, report) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(0), "{report}");
+    assert_eq!(report["failure"], Value::Null, "{report}");
+    assert_eq!(report["matches_model"], true, "{report}");
+    let refused = report["connections_refused"].as_u64().unwrap_or(0);
+    assert!(refused > 0, "the cap was reached: {report}");
 }

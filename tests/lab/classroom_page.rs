@@ -1,87 +1,101 @@
-//! The classroom page in a real browser: headless Chromium opens a live session at 1920×1080,
-//! presses Next through the whole default sequence, and reads the DOM at the moments a class
-//! stops at — partitioned S2 refused while the fast permit sits idle, then F1 answered 200
-//! before the gate opens — then lets the room in. Every text on the page is checked to be at
-//! least 18 pixels, and nothing is cut off. `ISOLATION_LAB_SCREENSHOTS=1 cargo test --test
-//! classroom_page` writes its screenshots to `docs/`.
+//! The classroom page in a real browser, pressed as `docs/instructor-guide.md` tells an
+//! instructor to press it: one headless Chromium for the whole file, on both fronts. At each stop
+//! the guide names, the test reads what is on screen — the question to ask, F1 not yet
+//! answered, the model's answer hidden — then presses on; at the richest moment it sizes the
+//! window to 1280×720, 1920×1080 and 3840×2160 and checks that every text is at least 18 CSS
+//! pixels, no text overflows its box (inside chips too), every button lies inside the window;
+//! a narrow window stacks and scrolls. `ISOLATION_LAB_SCREENSHOTS=1 cargo test --test
+//! classroom_page` writes the screenshots to `docs/`.
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
 
 use common::webdriver::{Browser, skip_without_browser};
-use isolation_lab::policy::{Front, Inputs};
+use isolation_lab::classroom::ClassroomReport;
+use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
 use serde_json::{Value, json};
-
-/// Waits, in the page, until it has drawn at least `arguments[0]` control states (each order
-/// the page sends ends with one) and has its order's answer (so its buttons are live again).
-/// Event-driven (a MutationObserver); WebDriver bounds the wait.
-const STATES: &str = r#"
-const want = arguments[0];
-return new Promise((resolve) => {
-  const body = document.body;
-  const done = () => Number(body.dataset.states) >= want && body.dataset.busy === "0";
-  if (done()) return resolve(true);
-  const seen = new MutationObserver(() => {
-    if (done()) { seen.disconnect(); resolve(true); }
-  });
-  seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
-});
-"#;
 
 /// What a class looks at, read from the DOM.
 const READ: &str = r##"
-return (function read() {
 const text = (css) => { const e = document.querySelector(css); return e ? e.textContent : null; };
 const state = (css) => { const e = document.querySelector(css); return e ? e.dataset.state : null; };
+const lane = (r) => text(`.lane[data-request="${r}"]`);
+const shown = (e) => !!e && getComputedStyle(e).display !== "none" && e.getClientRects().length > 0;
 return {
   title: text("#title"),
-  s2: text('.lane[data-request="S2"]'),
-  f1: text('.lane[data-request="F1"]'),
-  fast_cells: [...document.querySelectorAll('.pool[data-pool="fast"] .cell')].map((c) => c.dataset.state),
+  policy: text("#policy"),
+  s1: lane("S1"), s2: lane("S2"), f1: lane("F1"),
+  cells: [...document.querySelectorAll(".pool .cell")].map((c) => c.closest(".pool").dataset.pool + ":" + c.dataset.state),
   gate: state("#gate"),
-  verdict: text("#verdict"),
+  badge: text("#verdict"),
+  asking: !!document.querySelector("#verdict .badge.ask"),
   room: text("#room"),
-  lanes: [...document.querySelectorAll(".lane")].map((l) => l.dataset.request),
   next: text("#nextwords"),
   resources: text("#resources"),
-  ledger: (document.querySelector("#ledger").lastElementChild || {}).textContent,
+  ledger: (document.querySelector("#ledger").lastElementChild || {}).textContent || "",
+  predictions: Object.fromEntries([...document.querySelectorAll("#predict tr[data-question]")].map((tr) =>
+    [tr.dataset.question, tr.querySelector("td.predicted").dataset.shown === "1" ? tr.children[1].textContent : null])),
+  enabled: [...document.querySelectorAll("button, select")].filter((b) => shown(b) && !b.disabled).map((b) => b.id || b.textContent),
+  controls: shown(document.querySelector("#next")),
+  ended: document.body.classList.contains("ended"),
+  form: ["mode", "slots", "held"].map((id) => document.getElementById(id).value),
 };
-})();
 "##;
 
-/// Waits, in the page, until what `READ` reads is `arguments[0]` (a reloaded page has redrawn
-/// itself from the event stream); WebDriver bounds the wait.
-const READS: &str = r##"
-// Keys in one order: the wanted object comes back from WebDriver with its keys sorted.
-const canon = (o) => JSON.stringify(Object.keys(o).sort().map((k) => [k, o[k]]));
-const want = canon(arguments[0]);
-const read = () => canon((() => { READ })());
-return new Promise((resolve) => {
-  if (read() === want) return resolve(true);
-  const seen = new MutationObserver(() => {
-    if (read() === want) { seen.disconnect(); resolve(true); }
-  });
+/// Presses the button `arguments[0]` (or, with `arguments[1]`, sends that key) and waits until
+/// the page has drawn the control state its order ends with and has the order's answer; then
+/// reads the page. Event-driven (a MutationObserver); WebDriver bounds the wait.
+const PRESS: &str = r##"
+const [id, key] = arguments;
+const body = document.body;
+const before = Number(body.dataset.states);
+const done = () => Number(body.dataset.states) > before && body.dataset.busy === "0";
+if (key) document.dispatchEvent(new KeyboardEvent("keydown", { key }));
+else document.getElementById(id).click();
+await new Promise((resolve) => {
+  if (done()) return resolve();
+  const seen = new MutationObserver(() => { if (done()) { seen.disconnect(); resolve(); } });
+  seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
+});
+return (() => { READ })();
+"##;
+
+/// Waits until `arguments[0]` (a JS expression) holds in the page, redrawing as the stream
+/// tells it; then reads the page.
+const UNTIL: &str = r##"
+const holds = new Function("return (" + arguments[0] + ");");
+await new Promise((resolve) => {
+  if (holds()) return resolve();
+  const seen = new MutationObserver(() => { if (holds()) { seen.disconnect(); resolve(); } });
   seen.observe(document.body, { childList: true, subtree: true, attributes: true });
 });
+return (() => { READ })();
 "##;
 
-/// The smallest text on the page, in CSS pixels, and whatever spills out of the window.
-const LEGIBLE: &str = r##"
+/// The smallest text on the page, any text wider than its box, any element outside its part of
+/// the page or the window, any button or select outside the window, and whether the page
+/// scrolls.
+const FITS: &str = r##"
 let smallest = 1000, where = "";
 const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
 for (let node = walker.nextNode(); node; node = walker.nextNode()) {
   if (!node.textContent.trim() || node.parentElement.closest("script, style")) continue;
+  if (!node.parentElement.getClientRects().length) continue;
   const size = parseFloat(getComputedStyle(node.parentElement).fontSize);
   if (size < smallest) { smallest = size; where = node.textContent.trim().slice(0, 40); }
 }
-// Everything lies inside its part of the page (header, main, footer) and the window; only
-// the ledger lets its oldest lines go out of sight above.
-const spills = [];
+const overflows = [], spills = [], outside = [];
+const stacked = innerWidth < 1280 || innerHeight < 720;
 for (const part of document.querySelectorAll("header, main, footer")) {
   const outer = part.getBoundingClientRect();
   for (const e of part.querySelectorAll("*")) {
-    if (e.parentElement.closest("#ledger")) continue;
+    if (!e.getClientRects().length || e.closest("svg")) continue;
+    // Text wider than its box: clipped, or spilling out of it (a chip that does not wrap).
+    if (e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0) {
+      overflows.push(e.tagName + "." + e.className + ": " + e.textContent.trim().slice(0, 50) + ` (${e.scrollWidth} > ${e.clientWidth})`);
+    }
+    if (stacked || e.parentElement.closest("#ledger")) continue;
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     const box = (e.parentElement.closest("section") || part).getBoundingClientRect();
@@ -92,219 +106,426 @@ for (const part of document.querySelectorAll("header, main, footer")) {
     }
   }
 }
-return { smallest, where, spills, width: document.documentElement.scrollWidth };
+for (const b of document.querySelectorAll("button, select")) {
+  if (!b.getClientRects().length || getComputedStyle(b).display === "none") continue;
+  const r = b.getBoundingClientRect();
+  const inside = r.left >= -0.5 && r.top >= -0.5 && r.right <= innerWidth + 0.5 && r.bottom <= innerHeight + 0.5;
+  if (!inside && !stacked) outside.push(b.id || b.textContent.trim());
+}
+const root = document.documentElement;
+const beyond = [...document.querySelectorAll("body *")].filter((e) => e.getBoundingClientRect().right > innerWidth + 0.5)
+  .map((e) => e.tagName + "#" + e.id + "." + e.className).slice(0, 8);
+return { beyond, smallest, where, overflows, spills, outside, wide: root.scrollWidth > innerWidth + 0.5,
+  scrolls: root.scrollHeight > innerHeight + 0.5, size: [innerWidth, innerHeight] };
 "##;
 
 fn docs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs")
 }
 
+fn inputs(mode: ModeChoice, slots: u8, held: u8) -> Inputs {
+    Inputs {
+        mode,
+        slots: Slots::new(slots).expect("allowed"),
+        held: Held::new(held).expect("allowed"),
+    }
+}
+
+/// A string field of what the page showed, or "".
+fn text<'a>(seen: &'a Value, field: &str) -> &'a str {
+    seen[field].as_str().unwrap_or("")
+}
+
 struct Page {
     browser: Browser,
-    states: u64,
 }
 
 impl Page {
-    /// Clicks `button` and waits until the page has drawn the answer's state.
-    async fn press(&mut self, button: &str) -> Value {
-        let element = self.browser.find(button).await.expect("the button");
+    /// Opens `url` and waits until the page has drawn its session's first control state.
+    async fn open(&self, url: &str) -> Value {
+        // From another document, so a URL that differs only after `#` loads the page afresh.
+        self.browser
+            .navigate("about:blank")
+            .await
+            .expect("a blank page");
+        self.browser.navigate(url).await.expect("the page loads");
+        self.until("Number(document.body.dataset.states) >= 1")
+            .await
+    }
+
+    /// Presses the button `id` as a pointer does: WebDriver finds where it is on screen and
+    /// clicks there (so it must be visible and not covered); then waits for its answer.
+    async fn click(&self, id: &str) -> Value {
+        let states = "return Number(document.body.dataset.states);";
+        let before = self.browser.execute(states, &[]).await.expect("the DOM");
+        let element = self
+            .browser
+            .find(&format!("#{id}"))
+            .await
+            .expect("the button");
         self.browser.click(&element).await.expect("a click");
-        self.states += 1;
-        self.wait().await;
-        self.read().await
+        let after = format!(
+            "Number(document.body.dataset.states) > {before} && document.body.dataset.busy === '0'"
+        );
+        self.until(&after).await
     }
 
-    async fn wait(&self) {
-        let drawn = self.browser.execute(STATES, &[json!(self.states)]).await;
-        drawn.expect("the page draws the new state");
+    /// Presses the button `id` (its click handler, as a key or a clicker would) and waits for
+    /// the answer's control state; returns what the page then shows.
+    async fn press(&self, id: &str) -> Value {
+        let script = PRESS.replace("READ", READ);
+        let seen = self
+            .browser
+            .execute(&script, &[json!(id), Value::Null])
+            .await;
+        seen.unwrap_or_else(|e| panic!("pressing {id}: {e:#}"))
     }
 
-    async fn read(&self) -> Value {
-        self.browser.execute(READ, &[]).await.expect("the DOM")
+    /// Sends `key` as a presenter's clicker or keyboard does, and waits for the answer.
+    async fn key(&self, key: &str) -> Value {
+        let script = PRESS.replace("READ", READ);
+        let seen = self
+            .browser
+            .execute(&script, &[Value::Null, json!(key)])
+            .await;
+        seen.unwrap_or_else(|e| panic!("pressing {key:?}: {e:#}"))
     }
 
-    async fn legible(&self, at: &str) {
-        let seen = self.browser.execute(LEGIBLE, &[]).await.expect("the DOM");
-        let smallest = seen["smallest"].as_f64().unwrap_or(0.0);
-        assert!(smallest >= 18.0, "{at}: text of {smallest} px: {seen}");
-        assert_eq!(seen["spills"], json!([]), "{at}: cut off: {seen}");
-        assert_eq!(seen["width"], json!(1920), "{at}: {seen}");
+    /// Presses Next `times` times; returns what the page shows after the last.
+    async fn next(&self, times: usize) -> Value {
+        let mut seen = Value::Null;
+        for _ in 0..times {
+            seen = self.press("next").await;
+        }
+        seen
     }
 
+    async fn until(&self, holds: &str) -> Value {
+        let script = UNTIL.replace("READ", READ);
+        let seen = self.browser.execute(&script, &[json!(holds)]).await;
+        seen.unwrap_or_else(|e| panic!("waiting for {holds}: {e:#}"))
+    }
+
+    /// At each projector size, and in a narrow window: legible, nothing overflowing, every
+    /// control on screen (or, narrow, stacked and scrolling); the screenshots of `shots`.
+    async fn fits(&self, at: &str, shots: Option<&str>) {
+        let sizes = [(1280, 720), (1920, 1080), (3840, 2160), (412, 915)];
+        for (width, height) in sizes {
+            self.browser
+                .set_viewport(width, height)
+                .await
+                .expect("sized");
+            let seen = self.browser.execute(FITS, &[]).await.expect("the DOM");
+            // Taken before the checks, so a failure leaves its picture.
+            if let Some(name) = shots.filter(|_| width >= 1280) {
+                let name = match width {
+                    1920 => format!("{name}.png"),
+                    _ => format!("{name}-{width}x{height}.png"),
+                };
+                self.screenshot(&name).await;
+            }
+            let what = format!("{at} at {width}×{height}: {seen}");
+            let smallest = seen["smallest"].as_f64().unwrap_or(0.0);
+            assert!(smallest >= 18.0, "{what}");
+            assert_eq!(seen["overflows"], json!([]), "{what}");
+            assert_eq!(
+                (&seen["wide"], &seen["beyond"]),
+                (&json!(false), &json!([])),
+                "{what}"
+            );
+            if width >= 1280 {
+                assert_eq!(seen["spills"], json!([]), "{what}");
+                assert_eq!(seen["outside"], json!([]), "{what}");
+                assert_eq!(seen["scrolls"], false, "{what}");
+            } else {
+                assert_eq!(seen["scrolls"], true, "stacked: {what}");
+            }
+        }
+        self.browser.set_viewport(1920, 1080).await.expect("sized");
+    }
+
+    /// Writes the page as it is now to `docs/name`, when asked: the room's screenshot shows
+    /// the session's token and port, so it differs on every run, and a plain `cargo test`
+    /// leaves the tree clean (and skips the time a 3840×2160 picture takes).
     async fn screenshot(&self, name: &str) {
+        if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_none() {
+            return;
+        }
         let png = self.browser.screenshot_png().await.expect("a screenshot");
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
-        // The room's screenshot shows the session's token and port, so it differs on every run:
-        // docs/ is rewritten only when asked, and a plain `cargo test` leaves the tree clean.
-        if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_some() {
-            std::fs::write(docs().join(name), png).expect("docs/ is writable");
-        }
+        std::fs::write(docs().join(name), png).expect("docs/ is writable");
     }
 }
 
-/// Waits, in the page, until an element matches `arguments[0]`; WebDriver bounds the wait.
-const APPEARS: &str = r#"
-const css = arguments[0];
-return new Promise((resolve) => {
-  if (document.querySelector(css)) return resolve(true);
-  const seen = new MutationObserver(() => {
-    if (document.querySelector(css)) { seen.disconnect(); resolve(true); }
-  });
-  seen.observe(document.body, { childList: true, subtree: true });
-});
-"#;
-
-/// Presses → twice in a row, as a bouncing clicker does, and returns how many control orders
-/// the page sent for it (each is sent before the page's first `await`, so the count is whole).
-const CLICKER_BOUNCE: &str = r#"
-const fetch = window.fetch;
-let orders = 0;
-window.fetch = (...args) => { orders += 1; return fetch(...args); };
-for (let n = 0; n < 2; n++) {
-  document.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight" }));
-}
-window.fetch = fetch;
-return orders;
-"#;
-
-/// Headless Chromium presses Next through the whole default sequence, on both fronts. The DOM
-/// shows partitioned S2 refused while the fast permit is idle, then F1 answered 200 before the
-/// gate opens; then the room's requests join the lanes, and the verdict says the run matched.
+/// Headless Chromium follows the instructor's guide press by press on both fronts: segment 2
+/// (`--mode shared --held 1`) and segment 3 (the default), stopping where the guide stops and
+/// reading the screen there; then the room joins, the page is sized for every projector, and
+/// Finish asks once and ends the session with the terminal's verdict.
 #[tokio::test]
-async fn the_page_steps_through_the_default_sequence_in_chromium() {
-    if skip_without_browser("the_page_steps_through_the_default_sequence_in_chromium") {
+async fn the_page_follows_the_instructors_guide_in_chromium() {
+    if skip_without_browser("the_page_follows_the_instructors_guide_in_chromium") {
         return;
     }
     let browser = Browser::start().await.expect("Chromium starts");
     browser.set_viewport(1920, 1080).await.expect("1920×1080");
-    let mut page = Page { browser, states: 0 };
+    let page = Page { browser };
     for front in Front::ALL {
-        let served = common::serve_classroom(Inputs::default(), front).await;
-        step_through(&mut page, &served.url, front).await;
-        let _ = served.leave.send(());
-        let report = served.task.await.expect("joined").expect("the session ran");
-        assert!(report.matches_model, "{report:?}");
-        assert_eq!(report.room_requests.len(), 2, "{front:?}");
+        segment_2(&page, front).await;
+        segment_3(&page, front).await;
     }
+    shown_predictions(&page).await;
     page.browser.quit().await.expect("the browser quits");
 }
 
-/// The default sequence and the room, pressed and read in the page at `url`; the async
-/// front's pages are the screenshots in `docs/`.
-async fn step_through(page: &mut Page, url: &str, front: Front) {
-    let shots = front == Front::Async;
-    page.browser.navigate(url).await.expect("the page loads");
-    page.states = 1;
-    page.wait().await;
-
-    // Shared: S1, S2, F1, release, S-after, F-after, close; then open partitioned.
-    for _ in 0..8 {
-        page.press("#next").await;
-    }
-    let seen = page.read().await;
+/// Segment 2, live: "press Next twice (a fresh server, then S1) and stop", and so on.
+async fn segment_2(page: &Page, front: Front) {
+    let served = common::serve_classroom(inputs(ModeChoice::Shared, 2, 1), front).await;
+    let seen = page.open(&served.url).await;
+    // The page opens at the first step: nothing sent, the server not yet open.
     assert!(
-        seen["title"].as_str().unwrap_or("").contains("PARTITIONED"),
+        text(&seen, "next").starts_with("Open a fresh server"),
         "{seen}"
     );
-    assert!(seen["room"].as_str().unwrap_or("").is_empty(), "{seen}");
-    page.press("#next").await;
-    // S2 by the presenter's clicker: a key, not a click — pressed twice before the page has
-    // redrawn (a clicker's bounce, or a held key), which is still one step.
-    let orders = page
-        .browser
-        .execute(CLICKER_BOUNCE, &[])
-        .await
-        .expect("a key");
-    assert_eq!(orders, json!(1), "a double press sent {orders} orders");
-    page.states += 1;
-    page.wait().await;
-    let seen = page.read().await;
-    let s2 = seen["s2"].as_str().unwrap_or("");
-    assert!(
-        s2.contains("refused 503: slow pool full, held by S1"),
+    assert!(text(&seen, "s1").contains("not sent yet"), "{seen}");
+    assert!(text(&seen, "policy").contains("not started"), "{seen}");
+    // New run starts from the command line's inputs.
+    assert_eq!(seen["form"], json!(["shared", "2", "1"]), "{seen}");
+    // Its first press as a pointer presses: the button is where the window shows it.
+    let seen = page.click("next").await;
+    assert!(text(&seen, "next").starts_with("Send S1"), "{seen}");
+    let seen = page.press("next").await;
+    // Stop: S1 held, one of two cells taken, no answer; ask what F1 will get.
+    assert!(text(&seen, "s1").contains("held at gate"), "{seen}");
+    assert!(!text(&seen, "s1").contains("answered"), "{seen}");
+    assert_eq!(
+        seen["cells"],
+        json!(["shared:taken", "shared:free"]),
         "{seen}"
     );
-    assert_eq!(seen["fast_cells"], json!(["idle"]), "{seen}");
-    page.legible("partitioned S2").await;
-
-    let seen = page.press("#next").await;
-    let f1 = seen["f1"].as_str().unwrap_or("");
-    assert!(f1.contains("answered 200 before release"), "{seen}");
+    assert!(seen["asking"] == true && text(&seen, "badge").contains("what will F1 get?"));
+    assert!(text(&seen, "f1").contains("not sent yet"), "{seen}");
+    assert_eq!(seen["predictions"]["F1 while held"], Value::Null);
+    let seen = page.press("next").await;
+    assert!(
+        text(&seen, "f1").contains("answered 200 before release"),
+        "{seen}"
+    );
     assert_eq!(seen["gate"], "closed", "{seen}");
-    let resources = seen["resources"].as_str().unwrap_or("");
+    let f1 = text(&seen["predictions"], "F1 while held");
+    assert_eq!(
+        f1, "200, shared pool",
+        "shown once F1's answer is in: {seen}"
+    );
+    let seen = page.press("next").await;
+    assert_eq!(seen["gate"], "open", "{seen}");
+    assert!(
+        text(&seen, "s1").contains("answered 200 after release"),
+        "{seen}"
+    );
+    let seen = page.next(3).await;
+    assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
+    finish(page, served, "Session over: matches the model").await;
+}
+
+/// Segment 3, live: shared to F1's stop and through; partitioned to the stops before S2 and
+/// before F1; then the room, the sizes, a reload, the room's view, and Finish.
+async fn segment_3(page: &Page, front: Front) {
+    let served = common::serve_classroom(Inputs::default(), front).await;
+    page.open(&served.url).await;
+    // "Next opens a fresh server, Next sends S1, Next sends S2. Stop here."
+    let seen = page.next(3).await;
+    assert!(text(&seen, "s1").contains("held at gate"), "{seen}");
+    assert!(text(&seen, "s2").contains("held at gate"), "{seen}");
+    assert_eq!(
+        seen["cells"],
+        json!(["shared:taken", "shared:taken"]),
+        "{seen}"
+    );
+    assert_eq!(seen["gate"], "closed", "{seen}");
+    let next = "Send F1 to /fast (shared pool) while the slow work is held";
+    assert_eq!(text(&seen, "next"), next, "{seen}");
+    assert!(text(&seen, "badge").contains("Ask the room: what will F1 get?"));
+    assert!(text(&seen, "f1").contains("not sent yet"), "{seen}");
+    let hidden = seen["predictions"].as_object().expect("rows");
+    assert!(
+        hidden.values().all(Value::is_null),
+        "every answer hidden: {seen}"
+    );
+    if front == Front::Async {
+        page.screenshot("classroom-ask.png").await;
+    }
+    let seen = page.press("next").await;
+    assert!(
+        text(&seen, "f1").contains("refused 503: shared pool full, held by S1, S2"),
+        "{seen}"
+    );
+    // "Next opens the gate, Next, Next sends the probes, Next closes and checks."
+    let seen = page.next(4).await;
+    assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
+    // "Partitioned: Next opens it, Next sends S1 and stop."
+    let seen = page.next(2).await;
+    assert!(text(&seen, "title").contains("PARTITIONED"), "{seen}");
+    assert!(text(&seen, "badge").contains("what will S2 get?"), "{seen}");
+    assert!(text(&seen, "s2").contains("not sent yet"), "{seen}");
+    assert_eq!(seen["predictions"]["Refused before F1"], Value::Null);
+    assert_eq!(seen["cells"], json!(["slow:taken", "fast:idle"]), "{seen}");
+    // S2 by the presenter's clicker: a key.
+    let seen = page.key("ArrowRight").await;
+    assert!(text(&seen, "s2").contains("refused 503: slow pool full, held by S1"));
+    assert_eq!(seen["cells"], json!(["slow:taken", "fast:idle"]), "{seen}");
+    assert!(text(&seen, "badge").contains("what will F1 get?"), "{seen}");
+    assert_eq!(seen["predictions"]["F1 while held"], Value::Null);
+    // Reveal (the R key) shows the model's answers before the evidence.
+    let seen = page.key("r").await;
+    let revealed = seen["predictions"].as_object().expect("rows");
+    assert!(revealed.values().all(Value::is_string), "{seen}");
+    let seen = page.press("next").await;
+    assert!(
+        text(&seen, "f1").contains("answered 200 before release"),
+        "{seen}"
+    );
+    assert_eq!(seen["gate"], "closed", "{seen}");
     let cost = match front {
         Front::Async => "a held request is a parked task",
         Front::Threaded => "each held request blocks one of those threads",
     };
-    assert!(resources.contains(cost), "{seen}");
-    if shots {
-        page.screenshot("classroom.png").await;
-    }
-    page.legible("partitioned F1").await;
+    assert!(text(&seen, "resources").contains(cost), "{seen}");
+    let shots = front == Front::Async;
+    page.fits("partitioned F1", shots.then_some("classroom"))
+        .await;
     // A reload rebuilds the page from the events so far: nothing lived only in the browser.
-    page.browser.navigate(url).await.expect("the page reloads");
-    let reads = READS.replace("READ", READ);
-    let redrawn = page.browser.execute(&reads, &[seen]).await;
-    redrawn.expect("the reloaded page draws what it drew before");
-    let states = page
-        .browser
-        .execute("return Number(document.body.dataset.states);", &[]);
-    page.states = states.await.expect("the DOM").as_u64().unwrap_or(0);
-
-    for _ in 0..3 {
-        page.press("#next").await;
+    let reloaded = page.open(&served.url.replace("/#", "/?reloaded#")).await;
+    for field in ["s2", "f1", "cells", "gate", "next", "predictions"] {
+        assert_eq!(reloaded[field], seen[field], "{field} after a reload");
     }
-    // After the sequence the room is in: its requests join the lanes.
-    let seen = page.read().await;
-    let room = seen["room"].as_str().unwrap_or("").to_owned();
+    room(page, &served.url, shots).await;
+    let seen = page.press("next").await;
+    assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
+    if shots {
+        page.screenshot("classroom-verdict.png").await;
+    }
+    finish(page, served, "Session over: matches the model").await;
+}
+
+/// After the sequence the room is in: its requests join the lanes, the room's gate holds one,
+/// and the room's view (the address without the token) shows the commands and no control.
+async fn room(page: &Page, url: &str, shots: bool) {
+    let seen = page.next(3).await;
+    let room = text(&seen, "room").to_owned();
     assert!(room.contains("curl -s -H 'lab-room: "), "{seen}");
+    assert!(room.contains("/slow"), "{seen}");
     let command = room.split("curl").nth(1).expect("a command");
     let token = &command.split("lab-room: ").nth(1).expect("a token")[..32];
     let http = reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("a client");
-    let base = url.trim_end_matches('/');
+    let base = url.split("/#").next().expect("a base");
     let fast = http
         .get(format!("{base}/fast"))
         .header("lab-room", token)
         .send();
     assert_eq!(fast.await.expect("answered").status(), 200);
-    page.press("#gateclose").await;
+    page.press("gateclose").await;
     let slow = http
         .get(format!("{base}/slow"))
         .header("lab-room", token)
         .send();
     let slow = tokio::spawn(slow);
-    let held = json!(r#".lane[data-request="R2"] .chip.held"#);
-    let appeared = page.browser.execute(APPEARS, &[held]).await;
-    appeared.expect("R2 is drawn held at the room's gate");
-    let seen = page.read().await;
+    let held = r#"!!document.querySelector('.lane[data-request="R2"] .chip.held')"#;
+    let seen = page.until(held).await;
     assert!(
-        seen["ledger"]
-            .as_str()
-            .unwrap_or("")
-            .contains("R2      held at gate"),
+        text(&seen, "ledger").contains("R2      held at gate"),
         "{seen}"
     );
     if shots {
+        page.fits("the room", None).await;
         page.screenshot("classroom-room.png").await;
     }
-    page.legible("the room").await;
-    let seen = page.press("#roomtoggle").await;
-    assert!(seen["room"].as_str().unwrap_or("").is_empty(), "{seen}");
-    page.press("#gateopen").await;
+    // The room's view: a tab without the token sees the board and the commands, no controls.
+    page.browser
+        .execute("sessionStorage.clear();", &[])
+        .await
+        .expect("cleared");
+    let watching = page.open(&format!("{base}/")).await;
+    assert_eq!(watching["controls"], false, "{watching}");
+    assert!(text(&watching, "room").contains("lab-room: "), "{watching}");
+    assert!(text(&watching, "s2").contains("refused 503"), "{watching}");
+    page.open(url).await;
+    let seen = page.press("roomtoggle").await;
+    assert_eq!(text(&seen, "room"), "", "{seen}");
+    page.press("gateopen").await;
     assert_eq!(slow.await.expect("joined").expect("answered").status(), 200);
-    let seen = page.press("#next").await;
-    assert!(
-        seen["verdict"]
-            .as_str()
-            .unwrap_or("")
-            .contains("Matches the model"),
-        "{seen}"
+}
+
+/// Finish asks once, in place; Keep going leaves everything as it was; Yes ends the session:
+/// the page shows `verdict`, the terminal's, and every control is disabled.
+async fn finish(page: &Page, served: common::Classroom, verdict: &str) -> ClassroomReport {
+    let asked = page.browser.execute(
+        "document.getElementById('finish').click(); return getComputedStyle(document.getElementById('confirm')).display;",
+        &[],
     );
-    if shots {
-        page.screenshot("classroom-verdict.png").await;
+    assert_ne!(asked.await.expect("the DOM"), "none", "Finish asks");
+    page.browser
+        .execute("document.getElementById('finishno').click();", &[])
+        .await
+        .expect("kept going");
+    let seen = page
+        .until("!document.getElementById('confirm').offsetParent")
+        .await;
+    assert!(
+        seen["enabled"]
+            .as_array()
+            .is_some_and(|e| e.contains(&json!("finish")))
+    );
+    page.browser
+        .execute(
+            "document.getElementById('finish').click(); document.getElementById('finishyes').click();",
+            &[],
+        )
+        .await
+        .expect("finished");
+    let seen = page
+        .until("document.body.classList.contains('ended')")
+        .await;
+    assert!(text(&seen, "badge").contains(verdict), "{seen}");
+    assert_eq!(seen["enabled"], json!([]), "after the end: {seen}");
+    let report = served.task.await.expect("joined").expect("the session ran");
+    match report.verdict() {
+        None => assert!(verdict.contains("matches the model")),
+        Some(why) => assert!(text(&seen, "badge").contains(&why), "{seen}"),
     }
-    page.legible("the verdict").await;
+    report
+}
+
+/// `--show-predictions`: the model's answers are on the board from the start; a session ended
+/// before its second policy says so, as the terminal does.
+async fn shown_predictions(page: &Page) {
+    let (announced, url) = tokio::sync::oneshot::channel();
+    let (leave, left) = tokio::sync::oneshot::channel::<()>();
+    let config = isolation_lab::classroom::Config {
+        inputs: Inputs::default(),
+        options: isolation_lab::coordinator::Options::default(),
+        show_predictions: true,
+    };
+    let task = tokio::spawn(isolation_lab::classroom::serve(
+        config,
+        async move {
+            let _ = left.await;
+        },
+        move |urls: &isolation_lab::classroom::Urls| {
+            let _ = announced.send(urls.instructor.clone());
+            Ok(())
+        },
+    ));
+    let url = url.await.expect("announced");
+    let seen = page.open(&url).await;
+    let shown = seen["predictions"].as_object().expect("rows");
+    assert!(shown.values().all(Value::is_string), "{seen}");
+    let seen = page.next(8).await;
+    assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
+    let served = common::Classroom { url, leave, task };
+    let why = "partitioned: not run, the session ended before it";
+    let report = finish(page, served, why).await;
+    assert_eq!(report.verdict().as_deref(), Some(why));
 }

@@ -1,5 +1,6 @@
 //! The binary as a user runs it: refused command lines, inherited proxies, and both formats.
 
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 
@@ -242,7 +243,10 @@ fn a_closed_stdout_is_not_a_crash() {
 #[test]
 fn piping_into_head_prints_one_byte() {
     if Command::new("bash").arg("--version").output().is_err() {
-        println!("skipped: bash is not installed (PIPESTATUS needs it)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: bash is not installed (PIPESTATUS needs it)"
+        );
         return;
     }
     let output = Command::new("bash")

@@ -26,6 +26,7 @@
 //!   not hold one of the lab's commands; a `console` block may not run `cargo` (it would build
 //!   inside a test). Other fenced blocks (a synopsis, shown output) are left alone.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -370,7 +371,10 @@ fn check(root: &Path, relative: &str) -> Checked {
                 needs,
             } => {
                 if let Some(program) = needs.filter(|program| !on_path(&path, program)) {
-                    println!("skipped {relative}:{line}: {program} is not on PATH");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "skipped {relative}:{line}: {program} is not on PATH"
+                    );
                     continue;
                 }
                 checked.commands += 1;

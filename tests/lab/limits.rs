@@ -4,6 +4,7 @@
 //! a new socket, descriptor or thread, since the run may be failing for want of exactly those.
 
 use std::io::Read;
+use std::io::Write as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -56,7 +57,10 @@ fn load_floor_mib() -> u64 {
 #[test]
 fn runs_under_resource_limits_end_with_a_report_or_one_line() {
     if Command::new("prlimit").arg("--version").output().is_err() {
-        println!("skipped: prlimit (util-linux) is not installed");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: prlimit (util-linux) is not installed"
+        );
         return;
     }
     let floor = load_floor_mib();

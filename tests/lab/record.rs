@@ -534,7 +534,9 @@ const DEFAULT: &str = "slots-2-held-2.json";
 const HELD_1: &str = "slots-2-held-1.json";
 /// Saved from `isolation-lab classroom --mode partitioned --slots 3 --held 1`, driven through
 /// its page's control API as `a_room_request_is_held_and_then_answered` in `tests/classroom.rs`
-/// drives it, and ended with SIGINT.
+/// drives it, and ended with SIGINT. (Since then the classroom's report counts runs from 1, as
+/// its page does, and counts the connections it refused: both fixtures were brought to that
+/// shape by adding 1 to each `run` and a `connections_refused` of 0.)
 const SESSION: &str = "classroom-partitioned-3-1.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom

@@ -5,6 +5,7 @@
 
 #![cfg(unix)]
 
+use std::io::Write as _;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -119,7 +120,10 @@ fn redis_or_skip(test: &str) -> bool {
         std::env::split_paths(&paths).any(|dir| dir.join("redis-server").is_file())
     });
     if !on_path {
-        println!("skipped {test}: redis-server is not on PATH");
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped {test}: redis-server is not on PATH"
+        );
     }
     on_path
 }
