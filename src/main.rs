@@ -127,7 +127,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             };
             let rendered = match format {
-                TableFormat::Text => Ok(render::replicas::render(&report)),
+                TableFormat::Text => Ok(isolation_lab::replicas::render::render(&report)),
                 TableFormat::Json => json(&report),
             };
             emit(rendered, report.reason().as_deref())

@@ -16,8 +16,8 @@ use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
 use isolation_lab::replicas::evidence::Sent;
 use isolation_lab::replicas::{
-    Engine, Faults, LeaseMs, Options, ReplicaCount, ReplicaId, ReplicasInputs, ReplicasReport,
-    Requests, run_with,
+    Engine, LeaseMs, ReplicaCount, ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions,
+    ReplicasReport, Requests, run_with,
 };
 
 /// The tests' lease: short, so a test is quick, yet renewed every 133 ms, so a replica keeps
@@ -38,15 +38,15 @@ fn inputs(replicas: u8, slots: u8, held: u8, global: Engine, lease_ms: u32) -> R
 }
 
 /// The lab's binary runs the replicas; a leak is watched briefly.
-fn options() -> Options {
-    Options {
+fn options() -> ReplicasOptions {
+    ReplicasOptions {
         program: Some(env!("CARGO_BIN_EXE_isolation-lab").into()),
         leak_watch: Duration::from_millis(300),
-        ..Options::default()
+        ..ReplicasOptions::default()
     }
 }
 
-async fn run(inputs: ReplicasInputs, options: Options) -> ReplicasReport {
+async fn run(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     tokio::time::timeout(GUARD, run_with(inputs, options))
         .await
         .expect("the run ended within its guard")
@@ -216,7 +216,7 @@ async fn own_permits_two_replicas_of_two_hold_four() {
         "{:?}",
         report.evidence.released
     );
-    let text = isolation_lab::render::replicas::render(&report);
+    let text = isolation_lab::replicas::render::render(&report);
     assert!(
         text.contains("the global two-permit limit is exceeded"),
         "{text}"
@@ -303,7 +303,7 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let cleanup = report.evidence.engine.as_ref().and_then(|e| e.cleanup);
     assert_eq!(cleanup.map(|c| c.keys_left), Some(0));
     assert_eq!(redis.lab_keys(), Vec::<String>::new());
-    let text = isolation_lab::render::replicas::render(&report);
+    let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("OVER-ADMISSION by 1"), "{text}");
     assert!(text.contains("left at the signal"), "{text}");
     nothing_left(&report);
@@ -352,9 +352,9 @@ async fn redis_killed_mid_run_fails_cleanly() {
         return;
     }
     let mut options = options();
-    options.faults = Faults {
+    options.faults = ReplicaFaults {
         engine_dies: true,
-        ..Faults::default()
+        ..ReplicaFaults::default()
     };
     let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
     let failure = report.failure.clone().expect("the run failed");
@@ -368,9 +368,9 @@ async fn redis_killed_mid_run_fails_cleanly() {
 #[tokio::test]
 async fn a_replica_that_dies_fails_the_run_cleanly() {
     let mut options = options();
-    options.faults = Faults {
+    options.faults = ReplicaFaults {
         replica_dies: Some(ReplicaId(2)),
-        ..Faults::default()
+        ..ReplicaFaults::default()
     };
     let report = run(inputs(2, 2, 4, Engine::Off, 2000), options).await;
     let failure = report.failure.clone().expect("the run failed");
@@ -401,7 +401,7 @@ async fn an_unreachable_redis_fails_before_any_replica_starts() {
 /// A replica that never comes up (here a program that exits at once) fails the run.
 #[tokio::test]
 async fn a_replica_that_never_comes_up_fails_the_run() {
-    let options = Options {
+    let options = ReplicasOptions {
         program: Some("true".into()),
         ..options()
     };

@@ -1,6 +1,6 @@
 //! Everything drawn for a person, read only from reports and the instruments' data: the text
-//! report and prediction table, the text timeline, the SVG picture, and the `sweep`, `compare`
-//! and `replicas` tables.
+//! report and prediction table, the text timeline, the SVG picture, and the `sweep` and `compare`
+//! tables.
 //!
 //! - [`text`]: the workshop's prediction table, predicted or filled in, and the text report.
 //! - [`timeline`]: one policy run's ledger as occupancy bars, in ledger order.
@@ -8,7 +8,6 @@
 //! - [`sweep`]: one matrix per policy over every allowed input.
 //! - [`compare`]: both fronts side by side.
 //! - [`record`]: the individual record of a saved report, with evidence pointers.
-//! - [`replicas`]: replica servers' requests, pause and crash, side by side.
 //! - [`hold`]: what holding N requests costs each front: a table, a reading, curves.
 
 pub mod compare;
@@ -17,8 +16,6 @@ pub(crate) mod fixtures;
 #[cfg(unix)]
 pub mod hold;
 pub mod record;
-#[cfg(unix)]
-pub mod replicas;
 pub mod svg;
 pub mod sweep;
 pub mod text;

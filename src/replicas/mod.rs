@@ -12,14 +12,16 @@
 //! - `model`: what the inputs predict, and the check of the evidence.
 //! - `evidence`: what a run observed.
 //! - `report`: inputs, prediction, evidence and differences, as one report.
-//! - `run`: the coordinator.
+//! - `run`: how it runs: the replicas, the engine, the pause and the crash.
+//! - `render`: the report as text for a person.
 
 pub mod evidence;
 pub mod inputs;
 pub mod model;
+pub mod render;
 pub mod report;
 pub mod run;
 
 pub use inputs::{Engine, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
 pub use report::ReplicasReport;
-pub use run::{Faults, Options, run, run_with};
+pub use run::{ReplicaFaults, ReplicasOptions, run, run_with};

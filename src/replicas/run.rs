@@ -23,6 +23,7 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
+use crate::coordinator::SAFETY_TIMEOUT;
 use crate::coordinator::client::chain;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
@@ -30,13 +31,10 @@ use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Front;
 use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
 
-/// The longest any one wait may take before the run fails as stalled.
-pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
 /// and the faults a test injects.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub struct ReplicasOptions {
     /// The lab's binary, started once per replica with its hidden `__front` subcommand;
     /// `None`: this process's own executable.
     pub program: Option<PathBuf>,
@@ -45,23 +43,23 @@ pub struct Options {
     /// Without a lease: how long a crash's refusals are watched before the run moves on.
     pub leak_watch: Duration,
     /// What to break (tests only).
-    pub faults: Faults,
+    pub faults: ReplicaFaults,
 }
 
-impl Default for Options {
+impl Default for ReplicasOptions {
     fn default() -> Self {
-        Options {
+        ReplicasOptions {
             program: None,
             safety_timeout: SAFETY_TIMEOUT,
             leak_watch: Duration::from_millis(2000),
-            faults: Faults::default(),
+            faults: ReplicaFaults::default(),
         }
     }
 }
 
 /// Faults a test injects once every request has been decided; the command line sets none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Faults {
+pub struct ReplicaFaults {
     /// The run's own `redis-server` (`--global local`) is killed.
     pub engine_dies: bool,
     /// This replica's process is killed, unannounced.
@@ -70,13 +68,13 @@ pub struct Faults {
 
 /// Runs `inputs` with the default options.
 pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
-    run_with(inputs, Options::default()).await
+    run_with(inputs, ReplicasOptions::default()).await
 }
 
 /// Runs `inputs` with `options`, and reports. Whatever happens, every replica process and a
 /// `redis-server` the run started are stopped and reaped, and the run's keys deleted, before
 /// this returns.
-pub async fn run_with(inputs: ReplicasInputs, options: Options) -> ReplicasReport {
+pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     let mut run = Run {
         inputs: inputs.clone(),
         options,
@@ -124,7 +122,7 @@ struct Call {
 
 struct Run {
     inputs: ReplicasInputs,
-    options: Options,
+    options: ReplicasOptions,
     replicas: Vec<Replica>,
     engine: Option<EngineHandle>,
     evidence: Evidence,
