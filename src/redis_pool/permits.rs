@@ -18,6 +18,12 @@ use super::url::LoopbackUrl;
 /// microseconds, so this only ever fires on a dead or stopped server.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a run's keys outlive their last write beyond one lease: longer than any gap
+/// between two calls of a live run (every call refreshes them; a run's longest quiet step is
+/// bounded by a few safety timeouts of 5 s), short enough that a killed run's keys are gone
+/// soon after.
+pub(crate) const KEYS_OUTLIVE_LEASE: Duration = Duration::from_secs(30);
+
 /// The longest lease accepted: expiries are Redis sorted-set scores (doubles), exact for
 /// whole milliseconds far beyond this.
 pub(crate) const MAX_LEASE_MS: u64 = 24 * 60 * 60 * 1000;
@@ -229,7 +235,7 @@ impl fmt::Display for GlobalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GlobalError::Invalid(why) => f.write_str(why),
-            GlobalError::Redis { doing, source } => write!(f, "Redis, {doing}: {source}"),
+            GlobalError::Redis { doing, source } => write!(f, "{doing}: {}", in_words(source)),
             GlobalError::Reply { doing, detail } => {
                 write!(f, "Redis, {doing}: unexpected reply: {detail}")
             }
@@ -244,6 +250,35 @@ impl fmt::Display for GlobalError {
             ),
         }
     }
+}
+
+/// What a Redis client error means, in one line of words: the client's own text can be a
+/// parser's multi-line dump when something other than Redis answers.
+fn in_words(error: &RedisError) -> String {
+    if error.is_connection_refusal() {
+        return "nothing listens there (connection refused)".to_owned();
+    }
+    if error.is_timeout() {
+        return format!(
+            "Redis did not answer within {} s (stopped or overloaded?)",
+            REDIS_TIMEOUT.as_secs()
+        );
+    }
+    if matches!(
+        error.kind(),
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+    ) {
+        return "what answers there does not speak Redis (its reply is not a Redis reply)"
+            .to_owned();
+    }
+    if error.is_connection_dropped() {
+        return "the connection to Redis was lost (did it exit?)".to_owned();
+    }
+    let text = error.to_string();
+    text.lines()
+        .next()
+        .unwrap_or("an error without a message")
+        .to_owned()
 }
 
 impl std::error::Error for GlobalError {
@@ -280,6 +315,8 @@ struct Inner {
     config_key: String,
     capacity: u32,
     lease: Lease,
+    /// Milliseconds the run's keys outlive their last write.
+    ttl_ms: u64,
     scripts: Scripts,
 }
 
@@ -354,6 +391,7 @@ impl GlobalPermits {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(redis_error)?;
+        let ttl_ms = lease.script_arg() + KEYS_OUTLIVE_LEASE.as_millis() as u64;
         let permits = GlobalPermits {
             inner: Arc::new(Inner {
                 run: run.to_owned(),
@@ -361,12 +399,30 @@ impl GlobalPermits {
                 config_key: format!("isolation-lab:{{{run}}}:config"),
                 capacity,
                 lease,
-                scripts: Scripts::new(),
+                ttl_ms,
+                scripts: Scripts::new(ttl_ms),
             }),
             conn,
         };
+        permits.load_scripts().await?;
         permits.agree().await?;
         Ok(permits)
+    }
+
+    /// Loads every script in one round trip, so no later `EVALSHA` can meet `NOSCRIPT`.
+    async fn load_scripts(&self) -> Result<(), GlobalError> {
+        let mut pipe = redis::pipe();
+        for source in self.inner.scripts.sources() {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+        }
+        let _: Vec<String> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: "loading the scripts",
+                source,
+            })?;
+        Ok(())
     }
 
     /// Records this run's settings, or checks them against those recorded.
@@ -379,6 +435,7 @@ impl GlobalPermits {
             .key(&inner.config_key)
             .arg(inner.capacity)
             .arg(inner.lease.script_arg())
+            .arg(inner.ttl_ms)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| GlobalError::Redis {
@@ -416,6 +473,17 @@ impl GlobalPermits {
         self.inner.capacity
     }
 
+    /// The SHA1 of every script, as `EVALSHA` names them.
+    #[cfg(test)]
+    pub(crate) fn script_hashes(&self) -> Vec<String> {
+        self.inner
+            .scripts
+            .sources()
+            .iter()
+            .map(|source| redis::Script::new(source).get_hash().to_owned())
+            .collect()
+    }
+
     /// The lease each holder gets.
     pub(crate) fn lease(&self) -> Lease {
         self.inner.lease
@@ -433,6 +501,7 @@ impl GlobalPermits {
                     .scripts
                     .acquire
                     .key(&inner.holders_key)
+                    .key(&inner.config_key)
                     .arg(inner.capacity)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
@@ -497,6 +566,7 @@ impl GlobalPermits {
                     .scripts
                     .release
                     .key(&inner.holders_key)
+                    .key(&inner.config_key)
                     .arg(holder.to_string()),
                 DOING,
             )
@@ -518,6 +588,7 @@ impl GlobalPermits {
                     .scripts
                     .renew
                     .key(&inner.holders_key)
+                    .key(&inner.config_key)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
                 DOING,
@@ -540,7 +611,14 @@ impl GlobalPermits {
         const DOING: &str = "reading the holders";
         let inner = &self.inner;
         let reply = self
-            .invoke(&mut inner.scripts.holders.key(&inner.holders_key), DOING)
+            .invoke(
+                inner
+                    .scripts
+                    .holders
+                    .key(&inner.holders_key)
+                    .key(&inner.config_key),
+                DOING,
+            )
             .await?;
         match array(&reply, DOING)? {
             [at, pairs @ ..] => Ok((uint(at, DOING)?, holdings(pairs, DOING)?)),

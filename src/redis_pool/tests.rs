@@ -573,7 +573,8 @@ async fn local_redis_leaves_nothing_behind() {
         return;
     };
     let (pid, dir) = (redis.pid(), redis.dir().expect("a fresh dir").to_owned());
-    assert!(process_exists(pid) && dir.is_dir());
+    assert!(process_exists(pid), "pid {pid} runs");
+    assert!(!dir.exists(), "{} is removed once ready", dir.display());
     drop(redis);
     assert!(!process_exists(pid), "pid {pid} is gone after drop");
     assert!(!dir.exists(), "{} is removed after drop", dir.display());
@@ -623,4 +624,54 @@ async fn measure_try_acquire_round_trip() {
          {admit_p90:?}), refused median {refuse_median:?} (p90 {refuse_p90:?})"
     );
     redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// Every key a run writes expires a little past its lease (each call refreshes it), and every
+/// script is loaded at connect, so a call left queued in a stalled Redis never meets
+/// `NOSCRIPT` with nobody left to retry it.
+#[tokio::test]
+async fn a_runs_keys_expire_and_its_scripts_are_loaded_at_connect() {
+    let Some(redis) =
+        redis_or_skip("a_runs_keys_expire_and_its_scripts_are_loaded_at_connect").await
+    else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "ttl", 2, Lease::Millis(500)).await;
+        let addr = redis.url().socket_addr();
+        let client = redis::Client::open(redis::ConnectionAddr::Tcp(
+            addr.ip().to_string(),
+            addr.port(),
+        ))
+        .expect("a TCP address is a valid client");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("the private Redis accepts connections");
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(permits.script_hashes())
+            .query_async(&mut conn)
+            .await
+            .expect("SCRIPT EXISTS answers");
+        assert!(loaded.iter().all(|&l| l), "{loaded:?}");
+        admitted(&permits, &holder("r1", "S1")).await;
+        let keys = keys_of_run(&redis, "ttl").await;
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL answers");
+            let most = 500 + super::permits::KEYS_OUTLIVE_LEASE.as_millis() as i64;
+            assert!(
+                ttl > 0 && ttl <= most,
+                "{key}: PTTL {ttl}, expected 1..={most}"
+            );
+        }
+        permits.cleanup().await.expect("cleanup");
+    })
+    .await;
+    redis.stop().await.expect("stops");
 }
