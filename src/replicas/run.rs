@@ -7,6 +7,7 @@
 //! engine's answer, under the safety timeout. The only timer that paces anything spaces the
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -83,11 +84,46 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         evidence: Evidence::default(),
         next_probe: inputs.held.get() as u16 + 1,
     };
-    let failure = run.steps().await.err();
+    // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
+    // stopped and reaped, the run's keys deleted, a private redis-server stopped.
+    let failure = match Interrupts::listen() {
+        Ok(mut interrupts) => tokio::select! {
+            ended = run.steps() => ended.err(),
+            signal = interrupts.recv() => Some(format!(
+                "interrupted by {signal}: everything the run started was stopped and its keys \
+                 deleted"
+            )),
+        },
+        Err(e) => Some(format!("cannot listen for Ctrl-C and SIGTERM: {e}")),
+    };
     let failure = run.close(failure).await;
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
     ReplicasReport::assemble(inputs, evidence, failure)
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, for as long as a run lasts.
+struct Interrupts {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn listen() -> std::io::Result<Interrupts> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Interrupts {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    /// The name of the first signal to come.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.int.recv() => "SIGINT (Ctrl-C)",
+            _ = self.term.recv() => "SIGTERM",
+        }
+    }
 }
 
 /// The shared engine of a run with global permits.
@@ -238,7 +274,11 @@ impl Run {
             spec.drain_ms = self.timeout().as_millis() as u64;
             spec.replica = Some(id.to_string());
             spec.global = global.clone();
-            let front = FrontProcess::start(Command::new(&program), &spec, self.timeout())
+            let mut command = Command::new(&program);
+            // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops
+            // every replica in order, rather than each replica at once.
+            command.process_group(0);
+            let front = FrontProcess::start(command, &spec, self.timeout())
                 .await
                 .map_err(|e| format!("{id} did not come up: {e}"))?;
             let headers = crate::coordinator::client::token_header(front.token())
@@ -427,7 +467,7 @@ impl Run {
         ended?;
         let engine_holders = engine_holders?;
         let replica = self.replica(plan.paused)?;
-        replica.resume()?;
+        replica.resume().await?;
         if let Some(pause) = &mut self.evidence.pause {
             pause.engine_holders = engine_holders.into_iter().map(|h| h.holder).collect();
             pause.resumed = true;
@@ -581,7 +621,7 @@ impl Run {
         };
         for replica in &mut self.replicas {
             if replica.paused
-                && let Err(why) = replica.resume()
+                && let Err(why) = replica.resume().await
             {
                 failure.get_or_insert(why);
             }
@@ -739,6 +779,11 @@ impl Replica {
                 },
                 Some(joined) = self.callers.join_next() => {
                     let call = joined.map_err(|e| format!("a caller task failed: {e}"))?;
+                    if call.reply.is_err() {
+                        // No response at all: the replica is gone or going; say how it ended.
+                        let doing = format!("while {} waited for its answer", call.request);
+                        return Err(self.died(doing).await);
+                    }
                     return self.refused(call, request, global);
                 }
             }
@@ -798,14 +843,16 @@ impl Replica {
     }
 
     /// Continues a paused replica.
-    fn resume(&mut self) -> Result<(), String> {
+    async fn resume(&mut self) -> Result<(), String> {
         if !self.paused {
             return Ok(());
         }
-        if let Some(front) = &self.front {
-            front
-                .resume()
-                .map_err(|e| format!("cannot continue {}: {e}", self.id))?;
+        if let Some(front) = &self.front
+            && front.resume().is_err()
+        {
+            // The only way SIGCONT fails on our own unreaped child: it is no longer there.
+            self.paused = false;
+            return Err(self.died("while it was paused".into()).await);
         }
         self.paused = false;
         self.evidence.signals.push("SIGCONT: continued".into());
