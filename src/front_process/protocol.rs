@@ -12,6 +12,7 @@ use crate::admission::section::FinalState;
 use crate::admission::shared_pool::Released;
 use crate::evidence::ServerSummary;
 use crate::policy::{Front, Pool};
+use crate::redis_pool::LeaseLoss;
 
 /// The most permits a child's shared pool may have: far above any count an instrument holds
 /// (`hold` stops at 50 000), low enough that a typo cannot ask for an absurd pool.
@@ -151,6 +152,8 @@ pub enum FromFront {
     Counts(Counts),
     /// One ledger event ([`Stream::Events`]).
     Event(WorkEvent),
+    /// With global permits: a holder's renewals found its lease lost, while its work went on.
+    LeaseLost(LeaseLoss),
     /// The server has stopped; the child exits 0 next.
     Stopped(Box<Stopped>),
     /// The child could not start or serve, and exits 1 next.

@@ -1,23 +1,37 @@
 //! A replica's permits from the Redis-backed global pool: the admission seam's
 //! [`SharedPool`] over [`GlobalPermits`]. Each admitted holder (`replica/request`) keeps its
-//! lease renewed until its work leaves and the section's driver releases it.
+//! lease renewed until its work leaves and the section's driver releases it. A lease its
+//! renewals find lost is reported at once on the pool's channel of losses, which the child
+//! relays to its parent.
+
+use tokio::sync::mpsc;
 
 use crate::admission::shared_pool::{BoxFuture, SharedDecision, SharedPermit, SharedPool};
 use crate::label::Label;
 use crate::policy::Pool;
-use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder};
+use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder, LeaseLoss, Losses};
 
 /// One replica's view of the global pool: its holders are named after it.
 #[derive(Debug)]
 pub(crate) struct ReplicaPool {
     permits: GlobalPermits,
     replica: String,
+    losses: Losses,
 }
 
 impl ReplicaPool {
-    /// The pool `permits`, for replica `replica`.
-    pub(crate) fn new(permits: GlobalPermits, replica: String) -> ReplicaPool {
-        ReplicaPool { permits, replica }
+    /// The pool `permits`, for replica `replica`, and the channel its lost leases come on.
+    pub(crate) fn new(
+        permits: GlobalPermits,
+        replica: String,
+    ) -> (ReplicaPool, mpsc::UnboundedReceiver<LeaseLoss>) {
+        let (losses, lost) = mpsc::unbounded_channel();
+        let pool = ReplicaPool {
+            permits,
+            replica,
+            losses,
+        };
+        (pool, lost)
     }
 }
 
@@ -28,9 +42,11 @@ impl SharedPool for ReplicaPool {
         request: Label,
     ) -> BoxFuture<'static, Result<SharedDecision, String>> {
         let (permits, replica) = (self.permits.clone(), self.replica.clone());
+        let losses = self.losses.clone();
         Box::pin(async move {
             let holder = Holder::new(&replica, &request.to_string()).map_err(|e| e.to_string())?;
-            match permits.try_hold(holder).await.map_err(|e| e.to_string())? {
+            let hold = permits.try_hold(holder, Some(losses)).await;
+            match hold.map_err(|e| e.to_string())? {
                 Hold::Held(lease) => Ok(SharedDecision::Admitted(Box::new(GlobalPermit(lease)))),
                 Hold::Refused { holders, .. } => Ok(SharedDecision::Refused(
                     holders.iter().map(|h| h.holder.to_string()).collect(),

@@ -231,6 +231,26 @@ impl LocalRedis {
         }
     }
 
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the server, as a stalled machine would: it
+    /// keeps its connections but answers nothing while stopped.
+    pub(crate) fn stall(&self, stopped: bool) -> io::Result<()> {
+        if self.child.is_none() {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        let pid = libc::pid_t::try_from(self.pid).map_err(io::Error::other)?;
+        let signal = if stopped {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        };
+        // SAFETY: `kill` has no memory effects; `pid` is our unreaped child (checked above),
+        // so the id cannot have been reused by another process.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Kills the server at once (SIGKILL) and reaps it, as a crash would end it. Its directory
     /// stays until [`LocalRedis::stop`] or drop.
     pub(crate) fn kill(&mut self) -> io::Result<()> {

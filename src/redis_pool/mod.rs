@@ -15,7 +15,8 @@ mod url;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use lease::HeldLease;
+pub(crate) use lease::{HeldLease, Losses};
+pub use lease::{LeaseLoss, LossCause};
 pub(crate) use local::LocalRedis;
 pub(crate) use permits::{GlobalError, GlobalPermits, Hold, Holder, Lease};
 pub(crate) use url::LoopbackUrl;

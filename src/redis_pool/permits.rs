@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, Value};
 
-use super::lease::HeldLease;
+use super::lease::{Confirmed, HeldLease, Losses};
 use super::scripts::Scripts;
 use super::url::LoopbackUrl;
 
@@ -527,7 +527,12 @@ impl GlobalPermits {
     /// the lease) until the returned [`HeldLease`] is released or dropped.
     ///
     /// A try-hold that fails on Redis gives back whatever the script may have admitted.
-    pub(crate) async fn try_hold(&self, holder: Holder) -> Result<Hold, GlobalError> {
+    pub(crate) async fn try_hold(
+        &self,
+        holder: Holder,
+        losses: Option<Losses>,
+    ) -> Result<Hold, GlobalError> {
+        let sent = tokio::time::Instant::now();
         let decision = match self.try_acquire(&holder).await {
             Ok(decision) => decision,
             Err(error @ (GlobalError::Redis { .. } | GlobalError::Reply { .. })) => {
@@ -548,8 +553,12 @@ impl GlobalPermits {
             } => Ok(Hold::Held(HeldLease::start(
                 self.clone(),
                 holder,
-                at_ms,
-                expires_at_ms,
+                Confirmed {
+                    at_ms,
+                    expires_at_ms,
+                    sent,
+                },
+                losses,
             ))),
             Decision::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
         }
@@ -647,6 +656,20 @@ impl GlobalPermits {
             }
             _ => Err(reply_error(DOING, &reply)),
         }
+    }
+
+    /// Deletes the holders key, as a lost or flushed Redis would: every permit is forgotten
+    /// while its holders still work. A fault for tests of the lab.
+    pub(crate) async fn forget_holders(&self) -> Result<(), GlobalError> {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&self.inner.holders_key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: "deleting the holders",
+                source,
+            })?;
+        Ok(())
     }
 
     /// How many keys of the run exist now, by a pattern over every key, not only the two this

@@ -275,12 +275,20 @@ async fn renewal_keeps_a_lease_alive() {
         let permits = connect(&redis, "renew", 1, Lease::Millis(LEASE)).await;
         assert_eq!(permits.lease(), Lease::Millis(LEASE));
         let b = holder("r2", "S2");
-        let held: HeldLease = match permits.try_hold(holder("r1", "S1")).await.expect("answers") {
+        let held: HeldLease = match permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
+        {
             Hold::Held(held) => held,
             refused => panic!("expected a held lease, got {refused:?}"),
         };
         assert_eq!(held.holder().to_string(), "r1/S1");
-        match permits.try_hold(b.clone()).await.expect("Redis answers") {
+        match permits
+            .try_hold(b.clone(), None)
+            .await
+            .expect("Redis answers")
+        {
             Hold::Refused { at_ms, holders } => {
                 assert_eq!(names(&holders), set(&["r1/S1"]));
                 assert!(holders[0].expires_at_ms > Some(at_ms));
@@ -334,7 +342,11 @@ async fn a_dropped_lease_lapses_and_a_removed_one_is_lost() {
     guarded(async {
         let permits = connect(&redis, "drop", 1, Lease::Millis(200)).await;
         let b = holder("r2", "S2");
-        let Hold::Held(held) = permits.try_hold(holder("r1", "S1")).await.expect("answers") else {
+        let Hold::Held(held) = permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
+        else {
             panic!("the first holder is admitted");
         };
         drop(held);
@@ -347,13 +359,16 @@ async fn a_dropped_lease_lapses_and_a_removed_one_is_lost() {
         };
         assert!(permits.release(&b).await.expect("Redis answers"));
 
-        let Hold::Held(mut held) = permits.try_hold(holder("r1", "S3")).await.expect("answers")
+        let Hold::Held(mut held) = permits
+            .try_hold(holder("r1", "S3"), None)
+            .await
+            .expect("answers")
         else {
             panic!("the permit is free again");
         };
         assert_eq!(permits.cleanup().await.expect("Redis answers"), 1);
         match held.lost().await {
-            LeaseState::Lost { at_ms } => assert!(at_ms >= admitted_at),
+            LeaseState::Lost { at_ms, .. } => assert!(at_ms >= admitted_at),
             other => panic!("expected the lease lost, got {other:?}"),
         }
         assert!(!held.release().await.expect("Redis answers"));
@@ -372,7 +387,11 @@ async fn no_lease_leaks_until_cleanup() {
     guarded(async {
         let permits = connect(&redis, "leak", 1, Lease::None).await;
         let b = holder("r2", "S2");
-        let held = match permits.try_hold(holder("r1", "S1")).await.expect("answers") {
+        let held = match permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
+        {
             Hold::Held(held) => held,
             refused => panic!("expected a held permit, got {refused:?}"),
         };
@@ -415,7 +434,10 @@ async fn redis_killed_mid_run_fails_fast() {
     };
     guarded(async {
         let permits = connect(&redis, "killed", 2, Lease::Millis(300)).await;
-        let Hold::Held(mut held) = permits.try_hold(holder("r1", "S1")).await.expect("answers")
+        let Hold::Held(mut held) = permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
         else {
             panic!("the first holder is admitted");
         };
@@ -510,7 +532,7 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
         );
         // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-        let held = permits.try_hold(holder("r1", "S1")).await;
+        let held = permits.try_hold(holder("r1", "S1"), None).await;
         // SAFETY: as above.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
         assert!(

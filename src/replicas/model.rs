@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{Evidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
+use crate::front_process::LossCause;
 use crate::label::Label;
 
 /// What the inputs predict.
@@ -173,6 +174,162 @@ fn pause_or_crash_needs_full(part: &str) -> String {
     )
 }
 
+/// When requests inside work sections were counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Moment {
+    /// Once every request was decided.
+    AfterRequests,
+    /// During the pause, once the probes had taken the paused holders' permits.
+    DuringPause,
+}
+
+/// More requests inside work sections at once, across replicas, than the limit: what the
+/// evidence shows of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverAdmission {
+    /// When it was counted.
+    pub when: Moment,
+    /// The requests inside work sections then, as `replica/request`.
+    pub inside: Vec<String>,
+    /// The limit: `--slots`, global or meant to be.
+    pub limit: usize,
+    /// How many beyond it.
+    pub over_by: usize,
+    /// With global permits: the holders inside whose lease had lapsed (Redis no longer named
+    /// them), each with why, when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lapsed: Vec<Lapsed>,
+    /// Without global permits: why, as there is no shared limit to lapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// A holder still inside its work section whose lease had lapsed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lapsed {
+    /// `replica/request`.
+    pub holder: String,
+    /// Whether the run had paused its replica then; otherwise it was live.
+    pub paused: bool,
+    /// Why, as its replica's renewals found it; `None` if the replica never said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<LossCause>,
+    /// How long its work went on after the run heard of the loss: until its caller was
+    /// answered, in milliseconds; `None` if it never was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worked_on_ms: Option<f64>,
+}
+
+impl Lapsed {
+    /// Why its lease lapsed, in words.
+    pub fn why(&self) -> String {
+        match (&self.cause, self.paused) {
+            (Some(cause), true) => format!("paused by the run (SIGSTOP): {cause}"),
+            (Some(cause), false) => format!("live: {cause}"),
+            (None, true) => "paused by the run (SIGSTOP) past its lease".to_owned(),
+            (None, false) => "live; its replica reported no lost lease".to_owned(),
+        }
+    }
+}
+
+/// Every over-admission the evidence shows, in order.
+pub fn over_admitted(inputs: &ReplicasInputs, evidence: &Evidence) -> Vec<OverAdmission> {
+    let limit = inputs.slots.get();
+    let global = inputs.global.is_global();
+    let mut seen = Vec::new();
+    let all_sent = evidence.sent.len() == inputs.held.get();
+    let inside = |sections: &BTreeMap<ReplicaId, Vec<Label>>| -> Vec<String> {
+        let each = sections
+            .iter()
+            .flat_map(|(&r, held)| held.iter().map(move |&q| (r, q)));
+        each.map(|(r, q)| holder(r, q)).collect()
+    };
+    let mut count = |when, inside: Vec<String>, named: Option<&[String]>, paused| {
+        if inside.len() <= limit {
+            return;
+        }
+        let (lapsed, why) = match named {
+            Some(named) => {
+                let lapsed = inside.iter().filter(|h| !named.contains(h));
+                let lapsed = lapsed.map(|h| lapsed_holder(h, paused, evidence));
+                (lapsed.collect(), None)
+            }
+            None if global => (Vec::new(), None),
+            None => (
+                Vec::new(),
+                Some(format!(
+                    "each replica admits up to {limit} with its own permits: nothing makes them \
+                     one limit"
+                )),
+            ),
+        };
+        seen.push(OverAdmission {
+            when,
+            over_by: inside.len() - limit,
+            inside,
+            limit,
+            lapsed,
+            why,
+        });
+    };
+    if all_sent {
+        let named: Option<Vec<String>> = evidence.engine.as_ref().map(|e| {
+            let holders = e.holders_after_requests.iter();
+            holders.map(|h| h.holder.clone()).collect()
+        });
+        count(
+            Moment::AfterRequests,
+            inside(&evidence.held_at_once),
+            named.as_deref(),
+            None,
+        );
+    }
+    if let Some(pause) = &evidence.pause
+        && !pause.in_sections.is_empty()
+    {
+        count(
+            Moment::DuringPause,
+            inside(&pause.in_sections),
+            Some(&pause.engine_holders),
+            pause.replica,
+        );
+    }
+    seen
+}
+
+fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &Evidence) -> Lapsed {
+    let replica = evidence
+        .replicas
+        .iter()
+        .find(|r| holder.starts_with(&format!("{}/", r.id)));
+    let loss = replica.and_then(|r| r.lease_losses.iter().find(|l| l.loss.holder == holder));
+    let answered = evidence
+        .released
+        .iter()
+        .find(|a| self::holder(a.replica, a.request) == holder)
+        .and_then(|a| a.at_ms);
+    Lapsed {
+        holder: holder.to_owned(),
+        paused: paused.is_some_and(|p| holder.starts_with(&format!("{p}/"))),
+        cause: loss.map(|l| l.loss.cause),
+        worked_on_ms: match (loss, answered) {
+            (Some(loss), Some(at)) => Some(((at - loss.seen_at_ms) * 10.0).round() / 10.0),
+            _ => None,
+        },
+    }
+}
+
+/// Items as a person reads them: `a, b and c`, or `none`.
+pub fn listed<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    let items: Vec<String> = items.map(|item| item.to_string()).collect();
+    match items.as_slice() {
+        [] => "none".to_owned(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 fn names(held_by: &[String]) -> BTreeSet<&str> {
     held_by.iter().map(String::as_str).collect()
 }
@@ -215,7 +372,9 @@ pub fn check(prediction: &Prediction, evidence: &Evidence) -> Vec<String> {
                 .collect();
             if got != expected {
                 wrong.push(format!(
-                    "the engine's holders were {got:?}, expected {expected:?}"
+                    "Redis's holders were {}, expected {}",
+                    listed(got.iter()),
+                    listed(expected.iter())
                 ));
             }
         }
@@ -261,8 +420,9 @@ fn check_sent(expected: &Expected, sent: &Sent, wrong: &mut Vec<String>) {
         ));
     } else if names(&sent.held_by) != names(&expected.held_by) {
         wrong.push(format!(
-            "{request}'s refusal named {:?}, expected {:?}",
-            sent.held_by, expected.held_by
+            "{request}'s refusal named {}, expected {}",
+            listed(sent.held_by.iter()),
+            listed(expected.held_by.iter())
         ));
     }
 }
@@ -295,7 +455,8 @@ fn check_pause(
         .count();
     if admitted != plan.over_admitted {
         wrong.push(format!(
-            "{admitted} probes took the paused replica's permits, expected {}",
+            "{admitted} probes were admitted during the pause, expected {} (one per paused \
+             holder)",
             plan.over_admitted
         ));
     }
@@ -398,7 +559,7 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
                 && after + 1.0 < left as f64
             {
                 wrong.push(format!(
-                    "{} was admitted {after} ms after the kill, before the dead holders' lease                      ended ({left} ms left then)",
+                    "{} was admitted {after} ms after the kill, before the dead holders' lease ended ({left} ms left then)",
                     probe.request
                 ));
             }
@@ -437,19 +598,20 @@ fn check_replicas(prediction: &Prediction, evidence: &Evidence, wrong: &mut Vec<
                 .filter(|p| p.paused == replica.id && evidence.pause.is_some());
             if paused.is_none() && !permits.lapsed.is_empty() {
                 wrong.push(format!(
-                    "{}'s permits for {:?} lapsed while it was running",
-                    replica.id, permits.lapsed
+                    "{}'s permits for {} lapsed while it was running",
+                    replica.id,
+                    listed(permits.lapsed.iter())
                 ));
             }
             if let (Some(plan), Some(pause)) = (paused, &evidence.pause)
                 && permits.lapsed.len() != plan.over_admitted
             {
                 wrong.push(format!(
-                    "{} found {} of its permits lapsed after the pause, expected {} ({:?})",
+                    "{} found {} of its permits lapsed after the pause, expected {} (it held {})",
                     replica.id,
                     permits.lapsed.len(),
                     plan.over_admitted,
-                    pause.holders
+                    listed(pause.holders.iter().map(|h| &h.holder))
                 ));
             }
         }

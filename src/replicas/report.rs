@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::Evidence;
 use super::inputs::ReplicasInputs;
-use super::model::{self, Prediction};
+use super::model::{self, Moment, OverAdmission, Prediction};
 
 /// The whole report of one `replicas` run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -20,6 +20,11 @@ pub struct ReplicasReport {
     pub prediction: Prediction,
     /// What the run observed.
     pub evidence: Evidence,
+    /// Every time more requests were inside work sections at once than the limit, with whose
+    /// lease had lapsed and why: expected during the pause and with own permits, a fault
+    /// otherwise. Reported whether or not the run failed.
+    #[serde(default)]
+    pub over_admitted: Vec<OverAdmission>,
     /// The observations that differ from the prediction, in words.
     pub mismatches: Vec<String>,
     /// Nothing failed and nothing differed.
@@ -29,12 +34,47 @@ pub struct ReplicasReport {
     pub failure: Option<String>,
 }
 
+impl OverAdmission {
+    /// What it was, in one sentence.
+    pub fn sentence(&self) -> String {
+        let when = match self.when {
+            Moment::AfterRequests => "once every request was decided",
+            Moment::DuringPause => "during the pause",
+        };
+        let mut text = format!(
+            "over-admission: {} requests inside work sections at once under a limit of {} {when} \
+             ({})",
+            self.inside.len(),
+            self.limit,
+            self.inside.join(" ")
+        );
+        for lapsed in &self.lapsed {
+            text.push_str(&format!(
+                "; {}'s lease had lapsed, {}",
+                lapsed.holder,
+                lapsed.why()
+            ));
+            if let Some(ms) = lapsed.worked_on_ms {
+                text.push_str(&format!(
+                    ", and its work went on for {ms:.0} ms after the run heard of it"
+                ));
+            }
+        }
+        if let Some(why) = &self.why {
+            text.push_str(&format!(": {why}"));
+        }
+        text
+    }
+}
+
 impl ReplicasReport {
     /// The report of `evidence`, checked against what `inputs` predict.
     pub fn assemble(inputs: ReplicasInputs, evidence: Evidence, failure: Option<String>) -> Self {
         let prediction = model::predict(&inputs);
         let mismatches = model::check(&prediction, &evidence);
+        let over_admitted = model::over_admitted(&inputs, &evidence);
         ReplicasReport {
+            over_admitted,
             lab: "replicas".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             matches_model: failure.is_none() && mismatches.is_empty(),
@@ -46,10 +86,20 @@ impl ReplicasReport {
         }
     }
 
-    /// Why the run exits 1, in one line: its failure, or its first difference from the model.
+    /// Why the run exits 1, in one line: its failure, an over-admission with global permits
+    /// once the requests were decided (named first: it is what went wrong for a person), or
+    /// its first difference from the model.
     pub fn reason(&self) -> Option<String> {
         if let Some(failure) = &self.failure {
             return Some(failure.clone());
+        }
+        if self.inputs.global.is_global()
+            && let Some(over) = self
+                .over_admitted
+                .iter()
+                .find(|o| o.when == Moment::AfterRequests)
+        {
+            return Some(over.sentence());
         }
         let first = self.mismatches.first()?;
         let more = match self.mismatches.len() {

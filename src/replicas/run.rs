@@ -17,8 +17,8 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::evidence::{
-    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, PauseEvidence,
-    ReplicaEvidence, Sent,
+    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, LapseSeen,
+    PauseEvidence, ReplicaEvidence, Sent,
 };
 use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
@@ -58,13 +58,25 @@ impl Default for ReplicasOptions {
     }
 }
 
-/// Faults a test injects once every request has been decided; the command line sets none.
+/// Faults a test injects; the command line sets none. Each is driven by a signal or a Redis
+/// command, and the run goes on once a replica's own report says the fault took effect.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaFaults {
-    /// The run's own `redis-server` (`--global local`) is killed.
+    /// Once every request is decided: the run's own `redis-server` (`--global local`) is
+    /// killed.
     pub engine_dies: bool,
-    /// This replica's process is killed, unannounced.
+    /// Once every request is decided: this replica's process is killed, unannounced.
     pub replica_dies: Option<ReplicaId>,
+    /// The run's own `redis-server` is stopped (SIGSTOP) just before this request is sent, and
+    /// continued once the first request's replica reports its holder's lease lost.
+    pub redis_stops_at: Option<Label>,
+    /// Once every request is decided: the holders key is deleted (`DEL`), and the run waits
+    /// until each holder's replica reports its lease lost.
+    pub holders_deleted: bool,
+    /// Once every request is decided: this replica is starved (stopped, unannounced) until
+    /// Redis no longer names its holders, then continued; the run waits until it reports its
+    /// leases lost.
+    pub replica_starved: Option<ReplicaId>,
 }
 
 /// Runs `inputs` with the default options.
@@ -77,6 +89,7 @@ pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
 /// this returns.
 pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     let mut run = Run {
+        started: Instant::now(),
         inputs: inputs.clone(),
         options,
         replicas: Vec::new(),
@@ -147,16 +160,20 @@ struct Replica {
     /// Admitted and not yet finished, as the replica's events say.
     inside: Vec<Label>,
     paused: bool,
+    /// When the run began: lease losses and answers are timed from it.
+    started: Instant,
     evidence: ReplicaEvidence,
 }
 
-/// A caller's request and what it got.
+/// A caller's request and what it got, and when.
 struct Call {
     request: Label,
     reply: Result<(u16, Value), String>,
+    at: Instant,
 }
 
 struct Run {
+    started: Instant,
     inputs: ReplicasInputs,
     options: ReplicasOptions,
     replicas: Vec<Replica>,
@@ -171,7 +188,11 @@ impl Run {
         self.start_replicas().await?;
         for (n, request) in Label::slow(self.inputs.held.get()).enumerate() {
             let replica = ReplicaId::round_robin(n + 1, self.inputs.replicas);
-            let sent = self.decide(replica, request, None).await?;
+            let sent = if self.options.faults.redis_stops_at == Some(request) {
+                self.decide_with_redis_stalled(replica, request).await?
+            } else {
+                self.decide(replica, request, None).await?
+            };
             self.evidence.sent.push(sent);
         }
         self.evidence.held_at_once = self
@@ -185,7 +206,7 @@ impl Run {
                 engine.holders_after_requests = holders;
             }
         }
-        self.inject().await;
+        self.inject().await?;
         let prediction = model::predict(&self.inputs);
         if let Some(plan) = prediction.pause {
             self.pause(plan).await?;
@@ -292,6 +313,7 @@ impl Run {
                 callers: JoinSet::new(),
                 inside: Vec::new(),
                 paused: false,
+                started: self.started,
                 evidence: ReplicaEvidence {
                     id,
                     pid: front.pid(),
@@ -300,6 +322,7 @@ impl Run {
                     ledger: None,
                     final_state: None,
                     permits: None,
+                    lease_losses: Vec::new(),
                     exit: None,
                     problem: None,
                 },
@@ -361,7 +384,114 @@ impl Run {
             .collect())
     }
 
-    async fn inject(&mut self) {
+    /// [`Run::decide`] with the run's own Redis stopped while `request` is sent: continued once
+    /// the first request's replica reports its holder's lease lost (Redis silent past it).
+    async fn decide_with_redis_stalled(
+        &mut self,
+        replica: ReplicaId,
+        request: Label,
+    ) -> Result<Sent, String> {
+        let timeout = self.timeout();
+        let local = self.engine.as_ref().and_then(|e| e.local.as_ref());
+        let local = local.ok_or("stalling Redis needs --global local")?;
+        local
+            .stall(true)
+            .map_err(|e| format!("cannot stop redis-server: {e}"))?;
+        let first = ReplicaId::round_robin(1, self.inputs.replicas);
+        let waited = async {
+            self.replica(replica)?.send(request);
+            self.replica(first)?.await_loss(timeout).await
+        };
+        let waited = waited.await;
+        if let Some(local) = self.engine.as_ref().and_then(|e| e.local.as_ref()) {
+            local
+                .stall(false)
+                .map_err(|e| format!("cannot continue redis-server: {e}"))?;
+        }
+        waited?;
+        let replica = self.replica(replica)?;
+        let global = true;
+        let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
+        let (decision, held_by) =
+            decided.map_err(|_| format!("{} gave no decision on {request}", replica.id))??;
+        Ok(Sent {
+            request,
+            replica: replica.id,
+            decision,
+            held_by,
+            at_ms: None,
+        })
+    }
+
+    /// The faults a test gives that take effect once every request is decided.
+    async fn inject(&mut self) -> Result<(), String> {
+        let timeout = self.timeout();
+        if self.options.faults.holders_deleted {
+            let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+            let permits = permits.ok_or("deleting the holders needs --global")?;
+            permits
+                .forget_holders()
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            for id in self.holding() {
+                self.replica(id)?.await_loss(timeout).await?;
+            }
+        }
+        if let Some(id) = self.options.faults.replica_starved {
+            self.starve(id).await?;
+        }
+        self.inject_deaths().await;
+        Ok(())
+    }
+
+    /// The replicas holding permits now, by their own ledgers.
+    fn holding(&self) -> Vec<ReplicaId> {
+        let holding = self.replicas.iter().filter(|r| !r.inside.is_empty());
+        holding.map(|r| r.id).collect()
+    }
+
+    /// Stops replica `id` unannounced until Redis no longer names its holders (read at the
+    /// probes' pace), then continues it and waits for it to report its leases lost.
+    async fn starve(&mut self, id: ReplicaId) -> Result<(), String> {
+        let timeout = self.timeout();
+        let limit = self.lease() + timeout;
+        let prefix = format!("{id}/");
+        let front = self
+            .replica(id)?
+            .front
+            .as_ref()
+            .ok_or("the replica is gone")?;
+        front
+            .pause()
+            .map_err(|e| format!("cannot stop {id}: {e}"))?;
+        let since = Instant::now();
+        let mut pace = pace(self.probe_pace());
+        let lapsed = loop {
+            let holders = self.engine_holders("reading the holders").await;
+            match holders {
+                Ok(holders) if !holders.iter().any(|h| h.holder.starts_with(&prefix)) => {
+                    break Ok(());
+                }
+                Ok(_) if since.elapsed() > limit => {
+                    break Err(format!("{id}'s holders did not lapse while it was stopped"));
+                }
+                Ok(_) => {
+                    pace.tick().await;
+                }
+                Err(why) => break Err(why),
+            }
+        };
+        let replica = self.replica(id)?;
+        if let Some(front) = &replica.front {
+            front
+                .resume()
+                .map_err(|e| format!("cannot continue {id}: {e}"))?;
+        }
+        lapsed?;
+        replica.await_loss(timeout).await
+    }
+
+    async fn inject_deaths(&mut self) {
         let faults = self.options.faults.clone();
         if faults.engine_dies
             && let Some(local) = self.engine.as_mut().and_then(|e| e.local.as_mut())
@@ -420,12 +550,23 @@ impl Run {
         let mut admitted_after_ms = None;
         let ended = loop {
             if since.elapsed() > limit {
-                break Err(format!(
-                    "no probe to {} took {}'s permits within {} ms of the pause",
-                    plan.probed,
-                    plan.paused,
-                    limit.as_millis()
-                ));
+                let admitted = probes
+                    .iter()
+                    .filter(|p: &&Sent| p.decision == Decision::Admitted);
+                break Err(match admitted.count() {
+                    0 => format!(
+                        "no probe to {} was admitted within {} ms of pausing {}",
+                        plan.probed,
+                        limit.as_millis(),
+                        plan.paused
+                    ),
+                    n => format!(
+                        "probes to {} were still admitted {} ms into the pause ({n} in all): \
+                         permits kept coming free",
+                        plan.probed,
+                        limit.as_millis()
+                    ),
+                });
             }
             let sent = match self.probe(plan.probed, since).await {
                 Ok(sent) => sent,
@@ -592,12 +733,14 @@ impl Run {
                         request: call.request,
                         replica: replica.id,
                         status: Some(status),
+                        at_ms: Some(millis(call.at.duration_since(self.started))),
                         error: None,
                     },
                     Err(why) => Answer {
                         request: call.request,
                         replica: replica.id,
                         status: None,
+                        at_ms: Some(millis(call.at.duration_since(self.started))),
                         error: Some(why),
                     },
                 };
@@ -691,8 +834,10 @@ impl Run {
         match stopped {
             Ok(closed) => {
                 for message in closed.trailing {
-                    if let FromFront::Event(event) = message {
-                        replica.observe(&event);
+                    match message {
+                        FromFront::Event(event) => replica.observe(&event),
+                        FromFront::LeaseLost(loss) => replica.lost(loss),
+                        _ => {}
                     }
                 }
                 let stopped = closed.stopped;
@@ -733,11 +878,49 @@ impl Replica {
                     .map_err(|e| format!("the {status} response is not JSON: {e}"))?;
                 Ok((status, body))
             };
+            let reply = reply.await;
             Call {
                 request,
-                reply: reply.await,
+                reply,
+                at: Instant::now(),
             }
         });
+    }
+
+    /// Records a lease the replica found lost.
+    fn lost(&mut self, loss: crate::front_process::LeaseLoss) {
+        self.evidence.lease_losses.push(LapseSeen {
+            loss,
+            seen_at_ms: millis(self.started.elapsed()),
+        });
+    }
+
+    /// Reads the replica's messages until it reports a lease lost (under `timeout`).
+    async fn await_loss(&mut self, timeout: Duration) -> Result<(), String> {
+        let id = self.id;
+        let before = self.evidence.lease_losses.len();
+        let waited = tokio::time::timeout(timeout, async {
+            while self.evidence.lease_losses.len() == before {
+                let front = self.front.as_mut().ok_or_else(|| format!("{id} is gone"))?;
+                match front.next().await {
+                    Ok(Some(FromFront::Event(event))) => self.observe(&event),
+                    Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
+                    Ok(Some(FromFront::Failed { reason })) => {
+                        return Err(format!("{id} failed: {reason}"));
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(format!("{id} ended its messages")),
+                    Err(e) => return Err(format!("reading {id}'s messages: {e}")),
+                }
+            }
+            Ok(())
+        });
+        waited.await.map_err(|_| {
+            format!(
+                "{id} reported no lost lease within {} s of the fault",
+                timeout.as_secs()
+            )
+        })?
     }
 
     /// Follows the replica's own ledger: what is inside its work section.
@@ -770,6 +953,7 @@ impl Replica {
                             return Ok((Decision::Admitted, Vec::new()));
                         }
                     }
+                    Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
                     Ok(Some(FromFront::Failed { reason })) => {
                         return Err(format!("{id} failed: {reason}"));
                     }
