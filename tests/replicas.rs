@@ -12,9 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use isolation_lab::evidence::Decision;
+use isolation_lab::front_process::LossCause;
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
 use isolation_lab::replicas::evidence::Sent;
+use isolation_lab::replicas::model::{Lapsed, Moment, OverAdmission};
 use isolation_lab::replicas::{
     Engine, LeaseMs, ReplicaCount, ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions,
     ReplicasReport, Requests, run_with,
@@ -119,7 +121,11 @@ fn redis_or_skip(test: &str) -> bool {
         std::env::split_paths(&paths).any(|dir| dir.join("redis-server").is_file())
     });
     if !on_path {
-        println!("skipped {test}: redis-server is not on PATH");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped {test}: redis-server is not on PATH"
+        );
     }
     on_path
 }
@@ -464,4 +470,245 @@ fn the_json_report_says_what_was_held() {
         serde_json::json!(["S1", "S3"])
     );
     assert_eq!(report["prediction"]["held_in_all"], 4);
+}
+
+/// The over-admission counted at `when`, with `holder` among its lapsed holders.
+fn lapsed<'a>(
+    report: &'a ReplicasReport,
+    when: Moment,
+    holder: &str,
+) -> (&'a OverAdmission, &'a Lapsed) {
+    let over = report
+        .over_admitted
+        .iter()
+        .find(|o| o.when == when)
+        .unwrap_or_else(|| panic!("no over-admission {when:?}: {:?}", report.over_admitted));
+    let lapsed = over
+        .lapsed
+        .iter()
+        .find(|l| l.holder == holder)
+        .unwrap_or_else(|| panic!("{holder} is not named lapsed: {over:?}"));
+    (over, lapsed)
+}
+
+/// Redis stopped (SIGSTOP) while S2's admission is on its way: r1's renewal gets no answer
+/// before S1's lease ends, so r1 reports the lease lost; continued, Redis admits S2 and then
+/// S3 while S1's work goes on: 3 inside work sections under a limit of 2, named with its cause,
+/// first in the run's one-line reason, and the headline does not say the limit held.
+#[tokio::test]
+async fn redis_stopped_during_an_admission_names_the_over_admission() {
+    if !redis_or_skip("redis_stopped_during_an_admission_names_the_over_admission") {
+        return;
+    }
+    let mut options = options();
+    options.faults.redis_stops_at = Some(Label::Slow(2));
+    let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
+    let (over, s1) = lapsed(&report, Moment::AfterRequests, "r1/S1");
+    assert_eq!((over.inside.len(), over.limit), (3, 2), "{over:?}");
+    assert!(!s1.paused, "a live holder");
+    assert!(
+        matches!(s1.cause, Some(LossCause::RedisSilent { .. })),
+        "{s1:?}"
+    );
+    let reason = report.reason().expect("the run exits 1");
+    assert!(
+        reason.starts_with("over-admission") && reason.contains("r1/S1"),
+        "{reason}"
+    );
+    assert!(reason.contains("Redis was unreachable"), "{reason}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("3 requests were held at once"), "{text}");
+    assert!(
+        text.contains("MORE than the global two-permit limit"),
+        "{text}"
+    );
+    assert!(!text.contains("limit holds"), "{text}");
+    assert!(!text.contains("Every observation matched"), "{text}");
+    assert!(
+        !text.contains("Some(") && !text.contains("[\""),
+        "no Debug: {text}"
+    );
+    nothing_left(&report);
+}
+
+/// The holders key deleted under live holders: each replica's next renewal finds its holder
+/// gone before its lease ended and says its permit was lost from Redis; the pause's probes are
+/// then admitted beside them, and the over-admission names both, the live one and the paused.
+#[tokio::test]
+async fn a_deleted_holders_key_is_named_permits_lost_from_redis() {
+    let Some(redis) = TestRedis::start("a_deleted_holders_key_is_named_permits_lost_from_redis")
+    else {
+        return;
+    };
+    let mut options = options();
+    options.faults.holders_deleted = true;
+    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
+    let (over, s1) = lapsed(&report, Moment::DuringPause, "r1/S1");
+    assert!(over.inside.len() > 2, "{over:?}");
+    assert_eq!(s1.cause, Some(LossCause::RemovedFromRedis), "{s1:?}");
+    assert!(!s1.paused);
+    let (_, s2) = lapsed(&report, Moment::DuringPause, "r2/S2");
+    assert!(s2.paused, "{s2:?}");
+    assert!(!report.matches_model);
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("lost from Redis"), "{text}");
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    nothing_left(&report);
+}
+
+/// A live holder starved past its lease (its replica stopped from outside the run until Redis
+/// dropped its holder): its renewal, late, finds the lease gone, and the over-admission names
+/// it as live, with how late it was and how long its work went on afterwards.
+#[tokio::test]
+async fn a_starved_live_holder_is_named_with_its_late_renewal() {
+    let Some(redis) = TestRedis::start("a_starved_live_holder_is_named_with_its_late_renewal")
+    else {
+        return;
+    };
+    let mut options = options();
+    options.faults.replica_starved = Some(ReplicaId(1));
+    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
+    let (_, s1) = lapsed(&report, Moment::DuringPause, "r1/S1");
+    assert!(!s1.paused, "{s1:?}");
+    assert!(
+        matches!(s1.cause, Some(LossCause::RenewedTooLate { .. })),
+        "{s1:?}"
+    );
+    assert!(s1.worked_on_ms.is_some_and(|ms| ms > 0.0), "{s1:?}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("r1/S1's lease had lapsed, live"), "{text}");
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    nothing_left(&report);
+}
+
+/// The headline compares the requests held at once with the limit for each count: under it,
+/// at it, and (own permits) only within it because too few were sent; a refusal is mentioned
+/// only when one happened.
+#[tokio::test]
+async fn the_headline_tells_the_count_against_the_limit() {
+    if !redis_or_skip("the_headline_tells_the_count_against_the_limit") {
+        return;
+    }
+    let cases = [
+        (
+            Engine::Local,
+            1,
+            "1 request was held at once across 2 replicas: under the global two-permit limit; a permit stayed free.",
+            false,
+        ),
+        (
+            Engine::Local,
+            2,
+            "2 requests were held at once across 2 replicas: the global two-permit limit holds.",
+            false,
+        ),
+        (
+            Engine::Off,
+            1,
+            "1 request was held at once across 2 replicas: within 2, only because too few were sent",
+            false,
+        ),
+        (
+            Engine::Off,
+            4,
+            "4 requests were held at once across 2 replicas: the global two-permit limit is exceeded.",
+            false,
+        ),
+    ];
+    for (engine, held, says, refusals) in cases {
+        let report = run(inputs(2, 2, held, engine.clone(), 200), options()).await;
+        assert!(
+            report.matches_model,
+            "{engine} {held}: {:?}",
+            report.mismatches
+        );
+        let text = isolation_lab::replicas::render::render(&report);
+        // Read as a person does: across the line breaks of wrapping.
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains(says), "{engine} {held}: {text}");
+        assert_eq!(text.contains("refused at once"), refusals, "{text}");
+        nothing_left(&report);
+    }
+}
+
+/// A connection of the test's own on which Redis will announce every write to a sorted set
+/// (keyspace notifications): how the test learns, as an event, that the lab admitted a holder.
+fn notifications(redis: &TestRedis) -> redis::Connection {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{}", redis.port)).expect("a client");
+    let mut conn = client.get_connection().expect("the test's Redis answers");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kz")
+        .query(&mut conn)
+        .expect("notifications on");
+    conn.set_read_timeout(Some(GUARD)).expect("a read timeout");
+    conn
+}
+
+/// The binary interrupted (SIGINT, as Ctrl-C sends it) while replicas hold permits: it exits 1
+/// saying so in one line, prints the partial report, and leaves no process, no port and no
+/// key; killed (SIGKILL), it leaves every key of its run to expire within a lease and a margin.
+#[test]
+fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
+    let Some(redis) = TestRedis::start("an_interrupted_or_killed_lab_leaves_nothing_alive") else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    for signal in [libc::SIGINT, libc::SIGKILL] {
+        let mut conn = notifications(&redis);
+        let mut pubsub = conn.as_pubsub();
+        pubsub
+            .psubscribe("__keyspace@0__:isolation-lab:*")
+            .expect("subscribed");
+        let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+            .args([
+                "replicas",
+                "--global",
+                &url,
+                "--lease-ms",
+                "60000",
+                "--format",
+                "json",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut admitted = 0;
+        while admitted < 2 {
+            let message = pubsub
+                .get_message()
+                .expect("a notification within the guard");
+            let event: String = message.get_payload().expect("a text payload");
+            admitted += usize::from(event == "zadd");
+        }
+        // SAFETY: `kill` has no memory effects; the pid is our unreaped child.
+        assert_eq!(unsafe { libc::kill(lab.id() as i32, signal) }, 0);
+        let output = lab.wait_with_output().expect("the lab ends");
+        drop(pubsub);
+        if signal == libc::SIGINT {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{stderr}");
+            assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            let report: ReplicasReport =
+                serde_json::from_slice(&output.stdout).expect("the partial report");
+            assert!(report.failure.is_some());
+            nothing_left(&report);
+            assert_eq!(redis.lab_keys(), Vec::<String>::new());
+        } else {
+            let keys = redis.lab_keys();
+            assert!(!keys.is_empty(), "a killed run cannot clean up");
+            let client = redis::Client::open(url.as_str()).expect("a client");
+            let mut conn = client.get_connection().expect("answers");
+            for key in keys {
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).expect("PTTL");
+                assert!(ttl > 0 && ttl <= 90_000, "{key}: PTTL {ttl}");
+                let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).expect("DEL");
+            }
+        }
+    }
 }
