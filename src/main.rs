@@ -114,6 +114,7 @@ fn main() -> ExitCode {
             held,
             global,
             lease_ms,
+            fencing,
             format,
         }) => {
             let inputs = isolation_lab::replicas::ReplicasInputs {
@@ -122,6 +123,7 @@ fn main() -> ExitCode {
                 held,
                 global,
                 lease_ms,
+                fencing,
             };
             let Some(report) = runtime(isolation_lab::replicas::run(inputs)) else {
                 return ExitCode::from(1);

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use isolation_lab::evidence::Decision;
-use isolation_lab::front_process::LossCause;
+use isolation_lab::front_process::{Effect, LossCause, Phase};
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
 use isolation_lab::replicas::evidence::Sent;
@@ -36,6 +36,7 @@ fn inputs(replicas: u8, slots: u8, held: u8, global: Engine, lease_ms: u32) -> R
         held: Requests::new(held).expect("an allowed request count"),
         global,
         lease_ms: LeaseMs::new(lease_ms).expect("an allowed lease"),
+        fencing: isolation_lab::replicas::Fencing::On,
     }
 }
 
@@ -304,6 +305,14 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     assert_eq!(last.decision, Decision::Admitted, "{:?}", crash.probes);
     assert!(crash.window_ms.is_some());
 
+    // Fenced at the dependency: the paused holder's late write is refused, naming the newer
+    // token the probe wrote for the same slot; never more than 2 writes stood at once.
+    let late = late_write(&report, "r2/S2");
+    assert!(!late.accepted && late.newest > late.fence.token, "{late:?}");
+    let dependency = report.dependency.as_ref().expect("global");
+    assert!(dependency.stale_accepted.is_empty(), "{dependency:?}");
+    assert!(dependency.standing_at_most <= 2, "{dependency:?}");
+
     assert!(report.matches_model, "{:?}", report.mismatches);
     balanced(&report, Some(ReplicaId(1)));
     let cleanup = report.evidence.engine.as_ref().and_then(|e| e.cleanup);
@@ -470,6 +479,39 @@ fn the_json_report_says_what_was_held() {
         serde_json::json!(["S1", "S3"])
     );
     assert_eq!(report["prediction"]["held_in_all"], 4);
+}
+
+/// `holder`'s last write as the dependency logged it.
+fn late_write(report: &ReplicasReport, holder: &str) -> Effect {
+    let engine = report.evidence.engine.as_ref().expect("global permits");
+    let mut effects = engine.effects.iter();
+    effects
+        .rfind(|e| e.holder == holder && e.phase == Phase::End)
+        .cloned()
+        .unwrap_or_else(|| panic!("{holder} wrote no end: {:?}", engine.effects))
+}
+
+/// `--fencing off`: the same pause, but the dependency trusts the lease alone and accepts the
+/// paused holder's stale write beside the newer holder's: 3 writes stood under a limit of 2.
+#[tokio::test]
+async fn with_fencing_off_the_stale_write_is_accepted() {
+    let Some(redis) = TestRedis::start("with_fencing_off_the_stale_write_is_accepted") else {
+        return;
+    };
+    let mut inputs = inputs(2, 2, 4, redis.engine(), LEASE_MS);
+    inputs.fencing = isolation_lab::replicas::Fencing::Off;
+    let report = run(inputs, options()).await;
+    assert!(report.matches_model, "{:?}", report.mismatches);
+    let late = late_write(&report, "r2/S2");
+    assert!(late.accepted && late.newest > late.fence.token, "{late:?}");
+    let dependency = report.dependency.as_ref().expect("global");
+    assert_eq!(dependency.stale_accepted.len(), 1, "{dependency:?}");
+    assert_eq!(dependency.standing_at_most, 3, "{dependency:?}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("ACCEPTED r2/S2's last write"), "{text}");
+    assert!(text.contains("--fencing off"), "{text}");
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    nothing_left(&report);
 }
 
 /// The over-admission counted at `when`, with `holder` among its lapsed holders.

@@ -65,7 +65,7 @@ impl Serving {
         let (section, driver, lost) = match (&spec.global, &spec.replica) {
             (Some(global), Some(replica)) => {
                 let permits = connect(global, spec.capacity).await?;
-                let (pool, lost) = ReplicaPool::new(permits, replica.clone());
+                let (pool, lost) = ReplicaPool::new(permits, replica.clone(), global.fencing);
                 let (section, driver) = WorkSection::with_remote(allocation, Arc::new(pool), token);
                 (section, Some(tokio::spawn(driver.run())), Some(lost))
             }

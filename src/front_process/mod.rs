@@ -39,7 +39,7 @@ mod replica_pool;
 #[cfg(test)]
 mod tests;
 
-pub use crate::redis_pool::{LeaseLoss, LossCause};
+pub use crate::redis_pool::{Effect, Fence, LeaseLoss, LossCause, Phase};
 pub use child::serve;
 pub(crate) use parent::{Closed, FrontError, FrontProcess};
 pub use protocol::{

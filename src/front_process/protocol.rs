@@ -61,6 +61,14 @@ pub struct GlobalSpec {
     pub run: String,
     /// Each holder's lease in milliseconds; 0 for none.
     pub lease_ms: u64,
+    /// Whether the run's dependency refuses an effect whose fencing token is older than the
+    /// newest it accepted for the slot (the default), or accepts any.
+    #[serde(default = "fencing_on")]
+    pub fencing: bool,
+}
+
+fn fencing_on() -> bool {
+    true
 }
 
 fn default_drain_ms() -> u64 {

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant, MissedTickBehavior};
 
-use super::permits::{GlobalError, GlobalPermits, Holder, Lease, Renewal};
+use super::permits::{Fence, GlobalError, GlobalPermits, Holder, Lease, Renewal};
 
 /// What the renewals of a held lease have found so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +110,8 @@ pub(crate) type Losses = mpsc::UnboundedSender<LeaseLoss>;
 pub(crate) struct HeldLease {
     permits: GlobalPermits,
     holder: Holder,
+    /// Its slot and fencing token.
+    fence: Fence,
     #[cfg_attr(
         not(test),
         expect(
@@ -132,6 +134,7 @@ impl HeldLease {
         permits: GlobalPermits,
         holder: Holder,
         admitted: Confirmed,
+        fence: Fence,
         losses: Option<Losses>,
     ) -> HeldLease {
         let Confirmed {
@@ -166,6 +169,7 @@ impl HeldLease {
         HeldLease {
             permits,
             holder,
+            fence,
             state,
             _unleased: unleased,
             renewer,
@@ -173,9 +177,18 @@ impl HeldLease {
     }
 
     /// Who holds the permit.
-    #[cfg(test)]
     pub(crate) fn holder(&self) -> &Holder {
         &self.holder
+    }
+
+    /// Its slot and fencing token.
+    pub(crate) fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// The permits it came from.
+    pub(crate) fn permits(&self) -> &GlobalPermits {
+        &self.permits
     }
 
     /// What the renewals have found so far.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, Value};
+use serde::{Deserialize, Serialize};
 
 use super::lease::{Confirmed, HeldLease, Losses};
 use super::scripts::Scripts;
@@ -132,6 +133,8 @@ pub(crate) enum Decision {
         at_ms: u64,
         /// When the lease ends unless renewed; `None` with [`Lease::None`].
         expires_at_ms: Option<u64>,
+        /// The permit's slot and fencing token.
+        fence: Fence,
     },
     /// Every permit was held; these are the holders, in order of expiry (then of name).
     Refused {
@@ -150,6 +153,53 @@ impl Decision {
             Decision::Admitted { at_ms, .. } | Decision::Refused { at_ms, .. } => *at_ms,
         }
     }
+}
+
+/// What an admitted holder shows the dependency: its permit slot (0 to capacity − 1) and its
+/// fencing token, newer than every token the run issued before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The permit slot.
+    pub slot: u64,
+    /// The fencing token.
+    pub token: u64,
+}
+
+/// Which end of its work an effect comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Right after admission: the work starts writing.
+    Begin,
+    /// When the work ends, just before its permit is given back.
+    End,
+}
+
+/// One effect as the dependency logged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effect {
+    /// `replica/request`.
+    pub holder: String,
+    /// Begin or end.
+    pub phase: Phase,
+    /// Its slot and token.
+    #[serde(flatten)]
+    pub fence: Fence,
+    /// Whether the dependency accepted it.
+    pub accepted: bool,
+    /// The newest token the dependency had accepted for the slot before it; 0 for none.
+    pub newest: u64,
+}
+
+/// The dependency's log as the script writes it: numbers as text.
+#[derive(Deserialize)]
+struct LoggedEffect {
+    holder: String,
+    phase: Phase,
+    slot: String,
+    token: String,
+    accepted: bool,
+    newest: String,
 }
 
 /// The answer of one renewal.
@@ -313,6 +363,8 @@ struct Inner {
     run: String,
     holders_key: String,
     config_key: String,
+    /// The run's six keys, in the order every script but `agree` takes them.
+    keys: [String; 6],
     capacity: u32,
     lease: Lease,
     /// Milliseconds the run's keys outlive their last write.
@@ -397,6 +449,8 @@ impl GlobalPermits {
                 run: run.to_owned(),
                 holders_key: format!("isolation-lab:{{{run}}}:holders"),
                 config_key: format!("isolation-lab:{{{run}}}:config"),
+                keys: ["holders", "config", "slots", "token", "resource", "effects"]
+                    .map(|name| format!("isolation-lab:{{{run}}}:{name}")),
                 capacity,
                 lease,
                 ttl_ms,
@@ -500,8 +554,12 @@ impl GlobalPermits {
                 inner
                     .scripts
                     .acquire
-                    .key(&inner.holders_key)
-                    .key(&inner.config_key)
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5])
                     .arg(inner.capacity)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
@@ -510,9 +568,13 @@ impl GlobalPermits {
             .await?;
         let (code, at_ms, rest) = coded(&reply, DOING)?;
         match (code, rest) {
-            (1, [expiry]) => Ok(Decision::Admitted {
+            (1, [expiry, slot, token]) => Ok(Decision::Admitted {
                 at_ms,
                 expires_at_ms: expiry_of(expiry, DOING)?,
+                fence: Fence {
+                    slot: uint(slot, DOING)?,
+                    token: uint(token, DOING)?,
+                },
             }),
             (2, []) => Err(GlobalError::AlreadyHeld(holder.clone())),
             (0, pairs) => Ok(Decision::Refused {
@@ -550,6 +612,7 @@ impl GlobalPermits {
             Decision::Admitted {
                 at_ms,
                 expires_at_ms,
+                fence,
             } => Ok(Hold::Held(HeldLease::start(
                 self.clone(),
                 holder,
@@ -558,6 +621,7 @@ impl GlobalPermits {
                     expires_at_ms,
                     sent,
                 },
+                fence,
                 losses,
             ))),
             Decision::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
@@ -574,8 +638,12 @@ impl GlobalPermits {
                 inner
                     .scripts
                     .release
-                    .key(&inner.holders_key)
-                    .key(&inner.config_key)
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5])
                     .arg(holder.to_string()),
                 DOING,
             )
@@ -596,8 +664,12 @@ impl GlobalPermits {
                 inner
                     .scripts
                     .renew
-                    .key(&inner.holders_key)
-                    .key(&inner.config_key)
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5])
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
                 DOING,
@@ -624,8 +696,12 @@ impl GlobalPermits {
                 inner
                     .scripts
                     .holders
-                    .key(&inner.holders_key)
-                    .key(&inner.config_key),
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5]),
                 DOING,
             )
             .await?;
@@ -645,8 +721,12 @@ impl GlobalPermits {
                 inner
                     .scripts
                     .cleanup
-                    .key(&inner.holders_key)
-                    .key(&inner.config_key),
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5]),
                 DOING,
             )
             .await?;
@@ -656,6 +736,84 @@ impl GlobalPermits {
             }
             _ => Err(reply_error(DOING, &reply)),
         }
+    }
+
+    /// Applies `holder`'s effect to the run's dependency, which (with `fencing`) refuses a
+    /// token older than the newest it has accepted for the slot. `Ok(true)`: accepted.
+    pub(crate) async fn effect(
+        &self,
+        holder: &Holder,
+        fence: Fence,
+        phase: Phase,
+        fencing: bool,
+    ) -> Result<bool, GlobalError> {
+        const DOING: &str = "applying an effect to the dependency";
+        let inner = &self.inner;
+        let phase = match phase {
+            Phase::Begin => "begin",
+            Phase::End => "end",
+        };
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .effect
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5])
+                    .arg(fence.slot)
+                    .arg(fence.token)
+                    .arg(holder.to_string())
+                    .arg(phase)
+                    .arg(u8::from(fencing)),
+                DOING,
+            )
+            .await?;
+        match array(&reply, DOING)? {
+            [accepted, _newest] => Ok(uint(accepted, DOING)? == 1),
+            _ => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    /// The dependency's log of every effect, oldest first.
+    pub(crate) async fn effects(&self) -> Result<Vec<Effect>, GlobalError> {
+        const DOING: &str = "reading the dependency's log";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .effects
+                    .key(&inner.keys[0])
+                    .key(&inner.keys[1])
+                    .key(&inner.keys[2])
+                    .key(&inner.keys[3])
+                    .key(&inner.keys[4])
+                    .key(&inner.keys[5]),
+                DOING,
+            )
+            .await?;
+        let number = |text: &str| text.parse::<u64>().map_err(|_| reply_error(DOING, &reply));
+        array(&reply, DOING)?
+            .iter()
+            .map(|line| {
+                let logged: LoggedEffect = serde_json::from_str(text(line, DOING)?)
+                    .map_err(|_| reply_error(DOING, line))?;
+                Ok(Effect {
+                    holder: logged.holder,
+                    phase: logged.phase,
+                    fence: Fence {
+                        slot: number(&logged.slot)?,
+                        token: number(&logged.token)?,
+                    },
+                    accepted: logged.accepted,
+                    newest: number(&logged.newest)?,
+                })
+            })
+            .collect()
     }
 
     /// Deletes the holders key, as a lost or flushed Redis would: every permit is forgotten

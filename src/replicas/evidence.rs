@@ -12,7 +12,7 @@ use crate::admission::audit::PoolLedger;
 use crate::admission::section::FinalState;
 use crate::admission::shared_pool::Released;
 use crate::evidence::Decision;
-use crate::front_process::LeaseLoss;
+use crate::front_process::{Effect, LeaseLoss};
 use crate::label::Label;
 use crate::policy::Pool;
 
@@ -76,6 +76,10 @@ pub struct EngineEvidence {
     pub run: String,
     /// The engine's holders once every request was decided.
     pub holders_after_requests: Vec<EngineHolder>,
+    /// The dependency's log, read just before the cleanup: every effect the replicas' work
+    /// applied, with its slot and token, and whether it was accepted.
+    #[serde(default)]
+    pub effects: Vec<Effect>,
     /// At the end: the run's keys deleted, and how many holders still held then (a leaked
     /// permit is removed here).
     #[serde(skip_serializing_if = "Option::is_none")]

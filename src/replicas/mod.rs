@@ -22,6 +22,6 @@ pub mod render;
 pub mod report;
 pub mod run;
 
-pub use inputs::{Engine, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
+pub use inputs::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
 pub use report::ReplicasReport;
 pub use run::{ReplicaFaults, ReplicasOptions, run, run_with};

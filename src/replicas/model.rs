@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{Evidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
-use crate::front_process::LossCause;
+use crate::front_process::{Effect, LossCause, Phase};
 use crate::label::Label;
 
 /// What the inputs predict.
@@ -40,6 +40,9 @@ pub struct Prediction {
     /// Parts that do not run for these inputs, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// Whether the dependency refuses stale fencing tokens.
+    #[serde(default)]
+    pub fencing: bool,
 }
 
 /// One request's predicted decision.
@@ -65,6 +68,11 @@ pub struct PausePlan {
     pub probed: ReplicaId,
     /// Requests inside work sections beyond the limit while it is paused: its holders.
     pub over_admitted: usize,
+    /// Whether the dependency refuses the paused holders' late effects (fencing on) or
+    /// accepts them (off). A newer holder of the same slot has written by then: each probe
+    /// admitted in a paused holder's place writes as its work begins.
+    #[serde(default)]
+    pub late_effects_refused: bool,
 }
 
 /// The crash: which replica is killed, which is probed, and whether its permits lapse.
@@ -129,6 +137,7 @@ pub fn predict(inputs: &ReplicasInputs) -> Prediction {
             paused: second,
             probed: first,
             over_admitted: held_per_replica[&second],
+            late_effects_refused: inputs.fencing.on(),
         }),
         (false, ..) => None,
         (true, false, _) => {
@@ -164,6 +173,7 @@ pub fn predict(inputs: &ReplicasInputs) -> Prediction {
         pause,
         crash,
         skipped,
+        fencing: inputs.fencing.on(),
     }
 }
 
@@ -219,6 +229,9 @@ pub struct Lapsed {
     /// answered, in milliseconds; `None` if it never was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worked_on_ms: Option<f64>,
+    /// Its work's last effect, as the dependency judged it; `None` if it never came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_effect: Option<Effect>,
 }
 
 impl Lapsed {
@@ -309,7 +322,14 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &Evidence) -
         .iter()
         .find(|a| self::holder(a.replica, a.request) == holder)
         .and_then(|a| a.at_ms);
+    let late_effect = evidence.engine.as_ref().and_then(|e| {
+        let mut effects = e.effects.iter();
+        effects
+            .rfind(|e| e.holder == holder && e.phase == Phase::End)
+            .cloned()
+    });
     Lapsed {
+        late_effect,
         holder: holder.to_owned(),
         paused: paused.is_some_and(|p| holder.starts_with(&format!("{p}/"))),
         cause: loss.map(|l| l.loss.cause),
@@ -381,6 +401,20 @@ pub fn check(prediction: &Prediction, evidence: &Evidence) -> Vec<String> {
     }
     if let (Some(plan), Some(pause)) = (&prediction.pause, &evidence.pause) {
         check_pause(plan, prediction.limit_in_all, pause, &mut wrong);
+        if pause.resumed && evidence.released.iter().any(|a| a.status.is_some()) {
+            check_late_effects(plan, pause, evidence, &mut wrong);
+        }
+    }
+    if let Some(engine) = &evidence.engine
+        && fencing_on(prediction)
+    {
+        let account = Dependency::of(&engine.effects);
+        for stale in &account.stale_accepted {
+            wrong.push(format!(
+                "the dependency accepted {}'s token {} for slot {} after accepting the newer {}",
+                stale.holder, stale.fence.token, stale.fence.slot, stale.newest
+            ));
+        }
     }
     if let (Some(plan), Some(crash)) = (&prediction.crash, &evidence.crash) {
         check_crash(plan, crash, &mut wrong);
@@ -431,6 +465,87 @@ fn decided(decision: Decision) -> &'static str {
     match decision {
         Decision::Admitted => "held",
         Decision::Refused => "refused",
+    }
+}
+
+/// Whether the run's dependency checks tokens, as the prediction was made for.
+fn fencing_on(prediction: &Prediction) -> bool {
+    prediction.fencing
+}
+
+/// The paused holders' effects at the end of their work: refused naming a newer token with
+/// fencing, accepted without.
+fn check_late_effects(
+    plan: &PausePlan,
+    pause: &super::evidence::PauseEvidence,
+    evidence: &Evidence,
+    wrong: &mut Vec<String>,
+) {
+    let Some(engine) = &evidence.engine else {
+        return;
+    };
+    for paused in &pause.holders {
+        let late = engine
+            .effects
+            .iter()
+            .find(|e| e.holder == paused.holder && e.phase == Phase::End);
+        match (late, plan.late_effects_refused) {
+            (None, _) => wrong.push(format!(
+                "{}'s work ended without its effect reaching the dependency",
+                paused.holder
+            )),
+            (Some(e), true) if e.accepted => wrong.push(format!(
+                "the dependency accepted the paused {}'s late effect (token {}), expected it \
+                 refused",
+                e.holder, e.fence.token
+            )),
+            (Some(e), true) if e.newest <= e.fence.token => wrong.push(format!(
+                "{}'s late effect was refused without a newer token for its slot",
+                e.holder
+            )),
+            (Some(e), false) if !e.accepted => wrong.push(format!(
+                "the dependency refused {}'s late effect with fencing off",
+                e.holder
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// The dependency's log, counted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dependency {
+    /// Effects it accepted.
+    pub accepted: usize,
+    /// Effects it refused, each with the newer token it had accepted for the slot.
+    pub refused: Vec<Effect>,
+    /// Effects it accepted although it had accepted a newer token for their slot (possible
+    /// only with fencing off): each one a stale holder's write landing beside a newer one's.
+    pub stale_accepted: Vec<Effect>,
+    /// The most holders whose writes stood at once: one per slot it accepted a token for, plus
+    /// every stale write accepted. With fencing it never exceeds the slots.
+    pub standing_at_most: usize,
+}
+
+impl Dependency {
+    /// The account of `effects`, in the dependency's order.
+    pub fn of(effects: &[Effect]) -> Dependency {
+        let slots: BTreeSet<u64> = effects
+            .iter()
+            .filter(|e| e.accepted)
+            .map(|e| e.fence.slot)
+            .collect();
+        let stale_accepted: Vec<Effect> = effects
+            .iter()
+            .filter(|e| e.accepted && e.fence.token < e.newest)
+            .cloned()
+            .collect();
+        Dependency {
+            accepted: effects.iter().filter(|e| e.accepted).count(),
+            refused: effects.iter().filter(|e| !e.accepted).cloned().collect(),
+            standing_at_most: slots.len() + stale_accepted.len(),
+            stale_accepted,
+        }
     }
 }
 
@@ -631,6 +746,7 @@ mod tests {
             held: Requests::new(held).expect("allowed"),
             global,
             lease_ms: LeaseMs::new(lease).expect("allowed"),
+            fencing: crate::replicas::Fencing::On,
         }
     }
 

@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::evidence::Decision;
+use crate::front_process::{Effect, Phase};
 use crate::label::Label;
 use crate::render::text::columns;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
+use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
 /// The report as text within 100 columns.
@@ -20,7 +22,12 @@ pub fn render(report: &ReplicasReport) -> String {
         inputs.held,
         inputs.global,
         if inputs.global.is_global() {
-            format!(" --lease-ms {}", inputs.lease_ms)
+            let fencing = if inputs.fencing.on() {
+                ""
+            } else {
+                " --fencing off"
+            };
+            format!(" --lease-ms {}{fencing}", inputs.lease_ms)
         } else {
             String::new()
         }
@@ -78,6 +85,21 @@ pub fn render(report: &ReplicasReport) -> String {
     }
     out.push('\n');
     out.push_str(&ledgers(report));
+    if let Some(dependency) = &report.dependency {
+        out.push_str(&wrap(
+            &format!(
+                "\nThe dependency (the newest token per permit slot in a Redis hash, guarded by \
+                 a Lua script; --fencing {}): {} effects accepted, {} refused; at most {} \
+                 holders' writes stood at once, for a limit of {}.",
+                report.inputs.fencing,
+                dependency.accepted,
+                dependency.refused.len(),
+                dependency.standing_at_most,
+                report.inputs.slots.get()
+            ),
+            "",
+        ));
+    }
     if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
         out.push_str(&wrap(
             &format!(
@@ -413,13 +435,38 @@ fn leases(report: &ReplicasReport) -> String {
                 "  ",
             ));
         }
-        if lesson {
+        let effects = report
+            .evidence
+            .engine
+            .as_ref()
+            .map(|e| e.effects.as_slice());
+        let late: Vec<&Effect> = pause
+            .holders
+            .iter()
+            .filter_map(|h| {
+                let mut effects = effects.unwrap_or_default().iter();
+                effects.rfind(|e| e.holder == h.holder && e.phase == Phase::End)
+            })
+            .collect();
+        for effect in &late {
             notes.push_str(&wrap(
-                "  A lease cannot tell a paused holder from a dead one. Fencing tokens would: \
-                 the engine hands out an increasing number with each permit, and the guarded \
-                 resource refuses a number lower than one it has already seen.",
+                &format!("  {}.", capitalized(&late_effect(effect))),
                 "  ",
             ));
+        }
+        if lesson && !late.is_empty() {
+            let lesson = if report.inputs.fencing.on() {
+                "  A lease cannot tell a paused holder from a dead one, and the holder cannot \
+                 know it was paused. Fencing tokens can: every admission took a token from one \
+                 counter in Redis that only grows, each write carries it, and the dependency \
+                 refuses a token older than the newest it accepted for that permit slot. The \
+                 protected resource, not the lock service, stopped the stale write."
+            } else {
+                "  With --fencing off the dependency trusted the lease alone and accepted the \
+                 stale write beside the newer holder's: the over-admission reached the \
+                 resource. Run it without --fencing off to see the dependency refuse it."
+            };
+            notes.push_str(&wrap(lesson, "  "));
         }
     }
     if let Some(crash) = &report.evidence.crash {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::Evidence;
 use super::inputs::ReplicasInputs;
-use super::model::{self, Moment, OverAdmission, Prediction};
+use super::model::{self, Dependency, Moment, OverAdmission, Prediction};
 
 /// The whole report of one `replicas` run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -25,6 +25,10 @@ pub struct ReplicasReport {
     /// otherwise. Reported whether or not the run failed.
     #[serde(default)]
     pub over_admitted: Vec<OverAdmission>,
+    /// With global permits: the shared dependency's account of the effects it accepted and
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<Dependency>,
     /// The observations that differ from the prediction, in words.
     pub mismatches: Vec<String>,
     /// Nothing failed and nothing differed.
@@ -59,11 +63,35 @@ impl OverAdmission {
                     ", and its work went on for {ms:.0} ms after the run heard of it"
                 ));
             }
+            if let Some(late) = &lapsed.late_effect {
+                text.push_str(&format!("; {}", late_effect(late)));
+            }
         }
         if let Some(why) = &self.why {
             text.push_str(&format!(": {why}"));
         }
         text
+    }
+}
+
+/// What the dependency did with a holder's last write, in words.
+pub fn late_effect(effect: &crate::front_process::Effect) -> String {
+    let (holder, token, slot) = (&effect.holder, effect.fence.token, effect.fence.slot);
+    match (effect.accepted, effect.newest > token) {
+        (false, _) => format!(
+            "the dependency refused {holder}'s last write (token {token}, slot {slot}): it had \
+             accepted the newer token {} for that slot",
+            effect.newest
+        ),
+        (true, true) => format!(
+            "the dependency ACCEPTED {holder}'s last write (token {token}, slot {slot}) although \
+             it had accepted the newer token {} for that slot",
+            effect.newest
+        ),
+        (true, false) => format!(
+            "the dependency accepted {holder}'s last write (token {token}, slot {slot}): no newer \
+             token had written to that slot"
+        ),
     }
 }
 
@@ -73,7 +101,9 @@ impl ReplicasReport {
         let prediction = model::predict(&inputs);
         let mismatches = model::check(&prediction, &evidence);
         let over_admitted = model::over_admitted(&inputs, &evidence);
+        let dependency = evidence.engine.as_ref().map(|e| Dependency::of(&e.effects));
         ReplicasReport {
+            dependency,
             over_admitted,
             lab: "replicas".into(),
             version: env!("CARGO_PKG_VERSION").into(),

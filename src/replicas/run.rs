@@ -288,6 +288,7 @@ impl Run {
             url: engine.url.to_string(),
             run: engine.run.clone(),
             lease_ms: u64::from(self.inputs.lease_ms.get()),
+            fencing: self.inputs.fencing.on(),
         });
         for id in ReplicaId::all(self.inputs.replicas) {
             let mut spec = FrontSpec::new(Front::Async, self.inputs.slots.get());
@@ -797,6 +798,16 @@ impl Run {
         }
         if let Some(engine) = self.engine.take() {
             if let Some(permits) = &engine.permits {
+                match permits.effects().await {
+                    Ok(effects) => {
+                        if let Some(engine) = &mut self.evidence.engine {
+                            engine.effects = effects;
+                        }
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(format!("reading the dependency's log: {e}"));
+                    }
+                }
                 let cleaned = async {
                     let removed = permits.cleanup().await?;
                     Ok::<_, crate::redis_pool::GlobalError>((removed, permits.keys_left().await?))
