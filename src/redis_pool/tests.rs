@@ -646,6 +646,35 @@ async fn measure_try_acquire_round_trip() {
         "try_acquire over {CALLS} calls each: admitted median {admit_median:?} (p90 \
          {admit_p90:?}), refused median {refuse_median:?} (p90 {refuse_p90:?})"
     );
+    // The same script, keys and arguments as the refused try-acquire, sent by redis-benchmark
+    // over one connection: the floor a client of this script can reach.
+    let port = redis.url().socket_addr().port().to_string();
+    let sha = permits.script_hashes()[0].clone();
+    let mut args = vec![
+        "-p".to_owned(),
+        port,
+        "-c".into(),
+        "1".into(),
+        "-n".into(),
+        "20000".into(),
+        "--csv".into(),
+        "EVALSHA".into(),
+        sha,
+        "6".into(),
+    ];
+    args.extend(
+        ["holders", "config", "slots", "token", "resource", "effects"]
+            .map(|k| format!("isolation-lab:{{measure}}:{k}")),
+    );
+    args.extend(["1", "60000", "r2/S2"].map(str::to_owned));
+    println!("redis-benchmark {}", args.join(" "));
+    match std::process::Command::new("redis-benchmark")
+        .args(&args)
+        .output()
+    {
+        Ok(out) => println!("{}", String::from_utf8_lossy(&out.stdout)),
+        Err(e) => println!("redis-benchmark not run: {e}"),
+    }
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
