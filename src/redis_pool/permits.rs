@@ -551,15 +551,7 @@ impl GlobalPermits {
         let inner = &self.inner;
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .acquire
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5])
+                self.keyed(&inner.scripts.acquire)
                     .arg(inner.capacity)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
@@ -635,16 +627,7 @@ impl GlobalPermits {
         let inner = &self.inner;
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .release
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5])
-                    .arg(holder.to_string()),
+                self.keyed(&inner.scripts.release).arg(holder.to_string()),
                 DOING,
             )
             .await?;
@@ -661,15 +644,7 @@ impl GlobalPermits {
         let inner = &self.inner;
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .renew
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5])
+                self.keyed(&inner.scripts.renew)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
                 DOING,
@@ -692,18 +667,7 @@ impl GlobalPermits {
         const DOING: &str = "reading the holders";
         let inner = &self.inner;
         let reply = self
-            .invoke(
-                inner
-                    .scripts
-                    .holders
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5]),
-                DOING,
-            )
+            .invoke(&mut self.keyed(&inner.scripts.holders), DOING)
             .await?;
         match array(&reply, DOING)? {
             [at, pairs @ ..] => Ok((uint(at, DOING)?, holdings(pairs, DOING)?)),
@@ -717,18 +681,7 @@ impl GlobalPermits {
         const DOING: &str = "deleting the run's keys";
         let inner = &self.inner;
         let reply = self
-            .invoke(
-                inner
-                    .scripts
-                    .cleanup
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5]),
-                DOING,
-            )
+            .invoke(&mut self.keyed(&inner.scripts.cleanup), DOING)
             .await?;
         match array(&reply, DOING)? {
             [live, _at] => {
@@ -755,15 +708,7 @@ impl GlobalPermits {
         };
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .effect
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5])
+                self.keyed(&inner.scripts.effect)
                     .arg(fence.slot)
                     .arg(fence.token)
                     .arg(holder.to_string())
@@ -783,18 +728,7 @@ impl GlobalPermits {
         const DOING: &str = "reading the dependency's log";
         let inner = &self.inner;
         let reply = self
-            .invoke(
-                inner
-                    .scripts
-                    .effects
-                    .key(&inner.keys[0])
-                    .key(&inner.keys[1])
-                    .key(&inner.keys[2])
-                    .key(&inner.keys[3])
-                    .key(&inner.keys[4])
-                    .key(&inner.keys[5]),
-                DOING,
-            )
+            .invoke(&mut self.keyed(&inner.scripts.effects), DOING)
             .await?;
         let number = |text: &str| text.parse::<u64>().map_err(|_| reply_error(DOING, &reply));
         array(&reply, DOING)?
@@ -842,6 +776,15 @@ impl GlobalPermits {
                 source,
             })?;
         Ok(keys.len())
+    }
+
+    /// `script` with the run's six keys, in the order every script but `agree` takes them.
+    fn keyed<'a>(&'a self, script: &'a redis::Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in &self.inner.keys {
+            invocation.key(key);
+        }
+        invocation
     }
 
     async fn invoke(

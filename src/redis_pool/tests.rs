@@ -79,18 +79,23 @@ async fn refused(permits: &GlobalPermits, who: &Holder) -> (u64, Vec<Holding>) {
     }
 }
 
-/// Every key of `run`, read with a connection of its own.
-async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
+/// A connection of the test's own, beside the module's.
+async fn own_connection(redis: &LocalRedis) -> redis::aio::MultiplexedConnection {
     let addr = redis.url().socket_addr();
     let client = redis::Client::open(redis::ConnectionAddr::Tcp(
         addr.ip().to_string(),
         addr.port(),
     ))
     .expect("a TCP address is a valid client");
-    let mut conn = client
+    client
         .get_multiplexed_async_connection()
         .await
-        .expect("the private Redis accepts connections");
+        .expect("the private Redis accepts connections")
+}
+
+/// Every key of `run`, read with a connection of its own.
+async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
+    let mut conn = own_connection(redis).await;
     redis::cmd("KEYS")
         .arg(format!("isolation-lab:{{{run}}}:*"))
         .query_async(&mut conn)
@@ -690,16 +695,7 @@ async fn a_runs_keys_expire_and_its_scripts_are_loaded_at_connect() {
     };
     guarded(async {
         let permits = connect(&redis, "ttl", 2, Lease::Millis(500)).await;
-        let addr = redis.url().socket_addr();
-        let client = redis::Client::open(redis::ConnectionAddr::Tcp(
-            addr.ip().to_string(),
-            addr.port(),
-        ))
-        .expect("a TCP address is a valid client");
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("the private Redis accepts connections");
+        let mut conn = own_connection(&redis).await;
         let loaded: Vec<bool> = redis::cmd("SCRIPT")
             .arg("EXISTS")
             .arg(permits.script_hashes())
