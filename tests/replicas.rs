@@ -734,7 +734,10 @@ fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
         if signal == libc::SIGINT {
             let stderr = String::from_utf8_lossy(&output.stderr);
             assert_eq!(output.status.code(), Some(1), "{stderr}");
-            assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+            assert!(
+                stderr.contains("interrupted by SIGINT or SIGTERM"),
+                "{stderr}"
+            );
             assert_eq!(stderr.lines().count(), 1, "{stderr}");
             let report: ReplicasReport =
                 serde_json::from_slice(&output.stdout).expect("the partial report");

@@ -24,6 +24,9 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
+// The lab's one catcher of Ctrl-C: a pipe opened only while a run catches, rather than
+// Tokio's `signal` feature, which holds descriptors open in every process of the binary.
+use crate::classroom::signal::Interrupts;
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::coordinator::client::chain;
 use crate::evidence::Decision;
@@ -98,45 +101,26 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         next_probe: inputs.held.get() as u16 + 1,
     };
     // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
-    // stopped and reaped, the run's keys deleted, a private redis-server stopped.
-    let failure = match Interrupts::listen() {
-        Ok(mut interrupts) => tokio::select! {
+    // stopped and reaped, the run's keys deleted, a private redis-server stopped. They stay
+    // caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
+    // process catches them (another run in the same process, as in tests, goes without).
+    let interrupts = Interrupts::catch().ok();
+    let failure = match &interrupts {
+        Some(interrupts) => tokio::select! {
             ended = run.steps() => ended.err(),
-            signal = interrupts.recv() => Some(format!(
-                "interrupted by {signal}: everything the run started was stopped and its keys \
-                 deleted"
-            )),
+            () = interrupts.caught() => Some(
+                "interrupted by SIGINT or SIGTERM (Ctrl-C): everything the run started was \
+                 stopped and its keys deleted"
+                    .to_owned(),
+            ),
         },
-        Err(e) => Some(format!("cannot listen for Ctrl-C and SIGTERM: {e}")),
+        None => run.steps().await.err(),
     };
     let failure = run.close(failure).await;
+    drop(interrupts);
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
     ReplicasReport::assemble(inputs, evidence, failure)
-}
-
-/// SIGINT (Ctrl-C) and SIGTERM, for as long as a run lasts.
-struct Interrupts {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-}
-
-impl Interrupts {
-    fn listen() -> std::io::Result<Interrupts> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Interrupts {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-        })
-    }
-
-    /// The name of the first signal to come.
-    async fn recv(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.int.recv() => "SIGINT (Ctrl-C)",
-            _ = self.term.recv() => "SIGTERM",
-        }
-    }
 }
 
 /// The shared engine of a run with global permits.
