@@ -895,6 +895,36 @@ mod tests {
         );
     }
 
+    /// The dependency's account: a stale write it accepted (fencing off) stands beside the
+    /// newer holder's on one slot, so more writes stood than there are slots; a refused one
+    /// names the newer token.
+    #[test]
+    fn the_dependency_counts_stale_writes_beyond_the_slots() {
+        use crate::front_process::{Effect, Fence, Phase};
+        let effect = |holder: &str, phase, slot, token, accepted, newest| Effect {
+            holder: holder.into(),
+            phase,
+            fence: Fence { slot, token },
+            accepted,
+            newest,
+        };
+        let run = |late_accepted| {
+            vec![
+                effect("r1/S1", Phase::Begin, 0, 11, true, 0),
+                effect("r2/S2", Phase::Begin, 1, 12, true, 0),
+                effect("r1/S5", Phase::Begin, 1, 13, true, 12),
+                effect("r2/S2", Phase::End, 1, 12, late_accepted, 13),
+            ]
+        };
+        let fenced = Dependency::of(&run(false));
+        assert_eq!((fenced.accepted, fenced.standing_at_most), (3, 2));
+        assert_eq!(fenced.refused[0].newest, 13);
+        assert!(fenced.stale_accepted.is_empty());
+        let open = Dependency::of(&run(true));
+        assert_eq!((open.accepted, open.standing_at_most), (4, 3));
+        assert_eq!(open.stale_accepted[0].holder, "r2/S2");
+    }
+
     /// Without a lease there is no pause part and the crash leaks; with a free permit neither
     /// part runs.
     #[test]
