@@ -116,20 +116,25 @@ impl ReplicasReport {
         }
     }
 
-    /// Why the run exits 1, in one line: its failure, an over-admission with global permits
-    /// once the requests were decided (named first: it is what went wrong for a person), or
-    /// its first difference from the model.
+    /// Why the run exits 1, in one line: what went wrong first. With global permits an
+    /// over-admission once the requests were decided comes before anything later (a failure
+    /// after it is added); otherwise the run's failure, or its first difference from the model.
     pub fn reason(&self) -> Option<String> {
-        if let Some(failure) = &self.failure {
-            return Some(failure.clone());
-        }
-        if self.inputs.global.is_global()
-            && let Some(over) = self
-                .over_admitted
-                .iter()
-                .find(|o| o.when == Moment::AfterRequests)
-        {
-            return Some(over.sentence());
+        let over = self
+            .over_admitted
+            .iter()
+            .find(|o| o.when == Moment::AfterRequests)
+            .filter(|_| self.inputs.global.is_global());
+        match (over, &self.failure) {
+            (Some(over), Some(failure)) => {
+                return Some(format!(
+                    "{}; then the run failed: {failure}",
+                    over.sentence()
+                ));
+            }
+            (Some(over), None) => return Some(over.sentence()),
+            (None, Some(failure)) => return Some(failure.clone()),
+            (None, None) => {}
         }
         let first = self.mismatches.first()?;
         let more = match self.mismatches.len() {
