@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
@@ -28,7 +29,6 @@ use crate::admission::ledger::{Event, WorkEvent};
 // Tokio's `signal` feature, which holds descriptors open in every process of the binary.
 use crate::classroom::signal::Interrupts;
 use crate::coordinator::SAFETY_TIMEOUT;
-use crate::coordinator::client::chain;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
 use crate::label::{LABEL_HEADER, Label};
@@ -107,14 +107,14 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     let interrupts = Interrupts::catch().ok();
     let failure = match &interrupts {
         Some(interrupts) => tokio::select! {
-            ended = run.steps() => ended.err(),
+            ended = run.steps() => ended.err().map(|e| format!("{e:#}")),
             () = interrupts.caught() => Some(
                 "interrupted by SIGINT or SIGTERM (Ctrl-C): everything the run started was \
                  stopped and its keys deleted"
                     .to_owned(),
             ),
         },
-        None => run.steps().await.err(),
+        None => run.steps().await.err().map(|e| format!("{e:#}")),
     };
     let failure = run.close(failure).await;
     drop(interrupts);
@@ -167,7 +167,7 @@ struct Run {
 }
 
 impl Run {
-    async fn steps(&mut self) -> Result<(), String> {
+    async fn steps(&mut self) -> Result<()> {
         self.start_engine().await?;
         self.start_replicas().await?;
         for (n, request) in Label::slow(self.inputs.held.get()).enumerate() {
@@ -220,26 +220,26 @@ impl Run {
         pace.clamp(Duration::from_millis(5), Duration::from_millis(50))
     }
 
-    fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica, String> {
+    fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica> {
         self.replicas
             .iter_mut()
             .find(|r| r.id == id)
-            .ok_or_else(|| format!("{id} is not one of the run's replicas"))
+            .ok_or_else(|| anyhow!("{id} is not one of the run's replicas"))
     }
 
-    async fn start_engine(&mut self) -> Result<(), String> {
+    async fn start_engine(&mut self) -> Result<()> {
         let (url, local) = match self.inputs.global {
             Engine::Off => return Ok(()),
             Engine::Url(url) => (url.loopback(), None),
             Engine::Local => {
                 let redis = LocalRedis::start()
                     .await
-                    .map_err(|e| format!("cannot start a private redis-server: {e:#}"))?;
+                    .context("cannot start a private redis-server")?;
                 (*redis.url(), Some(redis))
             }
         };
         let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|e| format!("no randomness for a run id: {e}"))?;
+        getrandom::fill(&mut random).map_err(|e| anyhow!("no randomness for a run id: {e}"))?;
         let run = format!("replicas-{:016x}", u64::from_le_bytes(random));
         self.evidence.engine = Some(EngineEvidence {
             address: url.to_string(),
@@ -257,16 +257,17 @@ impl Run {
         let permits =
             GlobalPermits::connect(&url, &engine.run, slots, self.inputs.lease_ms.lease())
                 .await
-                .map_err(|e| format!("cannot use the Redis at {url}: {e}"))?;
+                .with_context(|| format!("cannot use the Redis at {url}"))?;
         engine.permits = Some(permits);
         Ok(())
     }
 
-    async fn start_replicas(&mut self) -> Result<(), String> {
+    async fn start_replicas(&mut self) -> Result<()> {
         let program = match &self.options.program {
             Some(program) => program.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| format!("cannot find this program to start replicas: {e}"))?,
+            None => {
+                std::env::current_exe().context("cannot find this program to start replicas")?
+            }
         };
         let global = self.engine.as_ref().map(|engine| GlobalSpec {
             url: engine.url.to_string(),
@@ -286,11 +287,11 @@ impl Run {
             command.process_group(0);
             let front = FrontProcess::start(command, &spec, self.timeout())
                 .await
-                .map_err(|e| format!("{id} did not come up: {e}"))?;
+                .map_err(|e| anyhow!("{id} did not come up: {e}"))?;
             let headers = crate::coordinator::client::token_header(front.token())
-                .map_err(|e| format!("{id}: {e}"))?;
+                .map_err(|e| anyhow!("{id}: {e}"))?;
             let client = crate::coordinator::client::loopback(headers)
-                .map_err(|e| format!("building the HTTP client: {e}"))?;
+                .map_err(|e| anyhow!("building the HTTP client: {e}"))?;
             self.replicas.push(Replica {
                 id,
                 client,
@@ -324,13 +325,13 @@ impl Run {
         replica: ReplicaId,
         request: Label,
         since: Option<Instant>,
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent> {
         let (timeout, global) = (self.timeout(), self.engine.is_some());
         let replica = self.replica(replica)?;
         replica.send(request);
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
         let (decision, held_by) = decided.map_err(|_| {
-            format!(
+            anyhow!(
                 "{} gave no decision on {request} within {} s",
                 replica.id,
                 timeout.as_secs()
@@ -346,20 +347,17 @@ impl Run {
     }
 
     /// A new probe to `replica`: the next slow label after the requests.
-    async fn probe(&mut self, replica: ReplicaId, since: Instant) -> Result<Sent, String> {
+    async fn probe(&mut self, replica: ReplicaId, since: Instant) -> Result<Sent> {
         let request = Label::Slow(self.next_probe);
         self.next_probe = self.next_probe.saturating_add(1);
         self.decide(replica, request, Some(since)).await
     }
 
     /// The engine's holders now, with their lease left by its clock.
-    async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>, String> {
+    async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>> {
         let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
-        let permits = permits.ok_or_else(|| format!("{doing}: no engine"))?;
-        let (now, holdings) = permits
-            .holders()
-            .await
-            .map_err(|e| format!("{doing}: {e}"))?;
+        let permits = permits.ok_or_else(|| anyhow!("{doing}: no engine"))?;
+        let (now, holdings) = permits.holders().await.context(doing.to_owned())?;
         Ok(holdings
             .into_iter()
             .map(|h| EngineHolder {
@@ -375,13 +373,11 @@ impl Run {
         &mut self,
         replica: ReplicaId,
         request: Label,
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent> {
         let timeout = self.timeout();
         let local = self.engine.as_ref().and_then(|e| e.local.as_ref());
-        let local = local.ok_or("stalling Redis needs --global local")?;
-        local
-            .stall(true)
-            .map_err(|e| format!("cannot stop redis-server: {e}"))?;
+        let local = local.context("stalling Redis needs --global local")?;
+        local.stall(true).context("cannot stop redis-server")?;
         let first = ReplicaId::round_robin(1, self.inputs.replicas);
         let waited = async {
             self.replica(replica)?.send(request);
@@ -389,16 +385,14 @@ impl Run {
         };
         let waited = waited.await;
         if let Some(local) = self.engine.as_ref().and_then(|e| e.local.as_ref()) {
-            local
-                .stall(false)
-                .map_err(|e| format!("cannot continue redis-server: {e}"))?;
+            local.stall(false).context("cannot continue redis-server")?;
         }
         waited?;
         let replica = self.replica(replica)?;
         let global = true;
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
         let (decision, held_by) =
-            decided.map_err(|_| format!("{} gave no decision on {request}", replica.id))??;
+            decided.map_err(|_| anyhow!("{} gave no decision on {request}", replica.id))??;
         Ok(Sent {
             request,
             replica: replica.id,
@@ -409,15 +403,15 @@ impl Run {
     }
 
     /// The faults a test gives that take effect once every request is decided.
-    async fn inject(&mut self) -> Result<(), String> {
+    async fn inject(&mut self) -> Result<()> {
         let timeout = self.timeout();
         if self.options.faults.holders_deleted {
             let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
-            let permits = permits.ok_or("deleting the holders needs --global")?;
+            let permits = permits.context("deleting the holders needs --global")?;
             permits
                 .forget_holders()
                 .await
-                .map_err(|e| format!("{e:#}"))?;
+                .context("deleting the holders")?;
             for id in self.holding() {
                 self.replica(id)?.await_loss(timeout).await?;
             }
@@ -437,7 +431,7 @@ impl Run {
 
     /// Stops replica `id` unannounced until Redis no longer names its holders (read at the
     /// probes' pace), then continues it and waits for it to report its leases lost.
-    async fn starve(&mut self, id: ReplicaId) -> Result<(), String> {
+    async fn starve(&mut self, id: ReplicaId) -> Result<()> {
         let timeout = self.timeout();
         let limit = self.lease() + timeout;
         let prefix = format!("{id}/");
@@ -445,10 +439,8 @@ impl Run {
             .replica(id)?
             .front
             .as_ref()
-            .ok_or("the replica is gone")?;
-        front
-            .pause()
-            .map_err(|e| format!("cannot stop {id}: {e}"))?;
+            .context("the replica is gone")?;
+        front.pause().with_context(|| format!("cannot stop {id}"))?;
         let since = Instant::now();
         let mut pace = pace(self.probe_pace());
         let lapsed = loop {
@@ -458,7 +450,7 @@ impl Run {
                     break Ok(());
                 }
                 Ok(_) if since.elapsed() > limit => {
-                    break Err(format!("{id}'s holders did not lapse while it was stopped"));
+                    break Err(anyhow!("{id}'s holders did not lapse while it was stopped"));
                 }
                 Ok(_) => {
                     pace.tick().await;
@@ -470,7 +462,7 @@ impl Run {
         if let Some(front) = &replica.front {
             front
                 .resume()
-                .map_err(|e| format!("cannot continue {id}: {e}"))?;
+                .with_context(|| format!("cannot continue {id}"))?;
         }
         lapsed?;
         replica.await_loss(timeout).await
@@ -495,7 +487,7 @@ impl Run {
     /// A replica holding permits is paused past its lease; another is probed until it has
     /// taken the paused holders' permits while their work still runs; then the paused replica
     /// is continued.
-    async fn pause(&mut self, plan: PausePlan) -> Result<(), String> {
+    async fn pause(&mut self, plan: PausePlan) -> Result<()> {
         // The pause's clock starts before its holders' lease left is read, so that no probe
         // can be admitted sooner on it than that lease left: the model checks exactly that.
         let since = Instant::now();
@@ -512,11 +504,11 @@ impl Run {
         let front = replica
             .front
             .as_ref()
-            .ok_or("the replica to pause is gone")?;
+            .context("the replica to pause is gone")?;
         let pid = front.pid();
         front
             .pause()
-            .map_err(|e| format!("cannot pause {}: {e}", plan.paused))?;
+            .map_err(|e| anyhow!("cannot pause {}: {e}", plan.paused))?;
         replica.paused = true;
         replica
             .evidence
@@ -539,13 +531,13 @@ impl Run {
                     .iter()
                     .filter(|p: &&Sent| p.decision == Decision::Admitted);
                 break Err(match admitted.count() {
-                    0 => format!(
+                    0 => anyhow!(
                         "no probe to {} was admitted within {} ms of pausing {}",
                         plan.probed,
                         limit.as_millis(),
                         plan.paused
                     ),
-                    n => format!(
+                    n => anyhow!(
                         "probes to {} were still admitted {} ms into the pause ({n} in all): \
                          permits kept coming free",
                         plan.probed,
@@ -603,20 +595,23 @@ impl Run {
 
     /// A replica holding permits is killed; another is probed until a probe is admitted (with
     /// a lease) or for the leak watch (without).
-    async fn crash(&mut self, plan: CrashPlan) -> Result<(), String> {
+    async fn crash(&mut self, plan: CrashPlan) -> Result<()> {
         let timeout = self.timeout();
         let replica = self.replica(plan.killed)?;
-        let mut front = replica.front.take().ok_or("the replica to kill is gone")?;
+        let mut front = replica
+            .front
+            .take()
+            .context("the replica to kill is gone")?;
         let pid = front.pid();
         front
             .kill()
-            .map_err(|e| format!("cannot kill {}: {e}", plan.killed))?;
+            .map_err(|e| anyhow!("cannot kill {}: {e}", plan.killed))?;
         let since = Instant::now();
         let exit = tokio::time::timeout(timeout, front.wait()).await;
         let exit = match exit {
             Ok(Ok(exit)) => exit.to_string(),
-            Ok(Err(e)) => return Err(format!("waiting for the killed {}: {e}", plan.killed)),
-            Err(_) => return Err(format!("the killed {} did not end", plan.killed)),
+            Ok(Err(e)) => return Err(anyhow!("waiting for the killed {}: {e}", plan.killed)),
+            Err(_) => return Err(anyhow!("the killed {} did not end", plan.killed)),
         };
         replica.evidence.exit = Some(exit.clone());
         replica
@@ -651,7 +646,7 @@ impl Run {
             if elapsed > limit {
                 break match watch {
                     Some(_) => Ok(()),
-                    None => Err(format!(
+                    None => Err(anyhow!(
                         "no probe to {} was admitted within {} ms of the kill",
                         plan.probed,
                         limit.as_millis()
@@ -681,7 +676,7 @@ impl Run {
     }
 
     /// Opens every live replica's gate and collects every held caller's response.
-    async fn release(&mut self) -> Result<(), String> {
+    async fn release(&mut self) -> Result<()> {
         let timeout = self.timeout();
         for replica in &mut self.replicas {
             if let Some(front) = &mut replica.front {
@@ -689,7 +684,7 @@ impl Run {
                 match opened {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(replica.died(format!("opening its gate: {e}")).await),
-                    Err(_) => return Err(format!("{}: opening its gate stalled", replica.id)),
+                    Err(_) => return Err(anyhow!("{}: opening its gate stalled", replica.id)),
                 }
             }
         }
@@ -698,10 +693,10 @@ impl Run {
                 let joined = tokio::time::timeout(timeout, replica.callers.join_next()).await;
                 let call = match joined {
                     Ok(Some(Ok(call))) => call,
-                    Ok(Some(Err(e))) => return Err(format!("a caller task failed: {e}")),
+                    Ok(Some(Err(e))) => return Err(anyhow!("a caller task failed: {e}")),
                     Ok(None) => break,
                     Err(_) => {
-                        return Err(format!(
+                        return Err(anyhow!(
                             "a released caller of {} got no response within {} s",
                             replica.id,
                             timeout.as_secs()
@@ -751,7 +746,7 @@ impl Run {
             if replica.paused
                 && let Err(why) = replica.resume().await
             {
-                failure.get_or_insert(why);
+                failure.get_or_insert(format!("{why:#}"));
             }
         }
         if failure.is_some() {
@@ -866,9 +861,11 @@ impl Replica {
             .header(LABEL_HEADER, request.to_string());
         self.callers.spawn(async move {
             let reply = async {
-                let response = get.send().await.map_err(|e| chain(&e))?;
+                // The whole chain, in one line: reqwest's own message names only the request.
+                let chain = |e: reqwest::Error| format!("{:#}", anyhow::Error::from(e));
+                let response = get.send().await.map_err(chain)?;
                 let status = response.status().as_u16();
-                let bytes = response.bytes().await.map_err(|e| chain(&e))?;
+                let bytes = response.bytes().await.map_err(chain)?;
                 let body = serde_json::from_slice(&bytes)
                     .map_err(|e| format!("the {status} response is not JSON: {e}"))?;
                 Ok((status, body))
@@ -891,27 +888,27 @@ impl Replica {
     }
 
     /// Reads the replica's messages until it reports a lease lost (under `timeout`).
-    async fn await_loss(&mut self, timeout: Duration) -> Result<(), String> {
+    async fn await_loss(&mut self, timeout: Duration) -> Result<()> {
         let id = self.id;
         let before = self.evidence.lease_losses.len();
         let waited = tokio::time::timeout(timeout, async {
             while self.evidence.lease_losses.len() == before {
-                let front = self.front.as_mut().ok_or_else(|| format!("{id} is gone"))?;
+                let front = self.front.as_mut().ok_or_else(|| anyhow!("{id} is gone"))?;
                 match front.next().await {
                     Ok(Some(FromFront::Event(event))) => self.observe(&event),
                     Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
                     Ok(Some(FromFront::Failed { reason })) => {
-                        return Err(format!("{id} failed: {reason}"));
+                        return Err(anyhow!("{id} failed: {reason}"));
                     }
                     Ok(Some(_)) => {}
-                    Ok(None) => return Err(format!("{id} ended its messages")),
-                    Err(e) => return Err(format!("reading {id}'s messages: {e}")),
+                    Ok(None) => return Err(anyhow!("{id} ended its messages")),
+                    Err(e) => return Err(anyhow!("reading {id}'s messages: {e}")),
                 }
             }
             Ok(())
         });
         waited.await.map_err(|_| {
-            format!(
+            anyhow!(
                 "{id} reported no lost lease within {} s of the fault",
                 timeout.as_secs()
             )
@@ -930,14 +927,10 @@ impl Replica {
     /// Waits until `request` is held (the replica's event) or refused (its caller's 503),
     /// with who holds the permits: the engine's holders from the 503 body, or the replica's
     /// own.
-    async fn decision(
-        &mut self,
-        request: Label,
-        global: bool,
-    ) -> Result<(Decision, Vec<String>), String> {
+    async fn decision(&mut self, request: Label, global: bool) -> Result<(Decision, Vec<String>)> {
         let id = self.id;
         loop {
-            let front = self.front.as_mut().ok_or_else(|| format!("{id} is gone"))?;
+            let front = self.front.as_mut().ok_or_else(|| anyhow!("{id} is gone"))?;
             tokio::select! {
                 // Events first: a hold is recorded before anything else can answer.
                 biased;
@@ -950,14 +943,14 @@ impl Replica {
                     }
                     Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
                     Ok(Some(FromFront::Failed { reason })) => {
-                        return Err(format!("{id} failed: {reason}"));
+                        return Err(anyhow!("{id} failed: {reason}"));
                     }
                     Ok(Some(_)) => {}
                     Ok(None) => return Err(self.died(format!("waiting for {request}")).await),
-                    Err(e) => return Err(format!("reading {id}'s messages: {e}")),
+                    Err(e) => return Err(anyhow!("reading {id}'s messages: {e}")),
                 },
                 Some(joined) = self.callers.join_next() => {
-                    let call = joined.map_err(|e| format!("a caller task failed: {e}"))?;
+                    let call = joined.context("a caller task failed")?;
                     if call.reply.is_err() {
                         // No response at all: the replica is gone or going; say how it ended.
                         let doing = format!("while {} waited for its answer", call.request);
@@ -970,16 +963,11 @@ impl Replica {
     }
 
     /// A caller answered while `request` was being decided: its 503, if it is `request`'s.
-    fn refused(
-        &self,
-        call: Call,
-        request: Label,
-        global: bool,
-    ) -> Result<(Decision, Vec<String>), String> {
+    fn refused(&self, call: Call, request: Label, global: bool) -> Result<(Decision, Vec<String>)> {
         let id = self.id;
         let (status, body) = call
             .reply
-            .map_err(|why| format!("{}'s call to {id} failed: {why}", call.request))?;
+            .map_err(|why| anyhow!("{}'s call to {id} failed: {why}", call.request))?;
         let error = body.get("error").and_then(Value::as_str);
         match (status, error) {
             (503, Some("work_capacity_full")) if call.request == request => {
@@ -992,14 +980,14 @@ impl Replica {
                 };
                 Ok((Decision::Refused, held_by))
             }
-            (503, Some("work_permits_unavailable")) => Err(format!(
+            (503, Some("work_permits_unavailable")) => Err(anyhow!(
                 "{id} could not decide on {}: {}",
                 call.request,
                 body.get("detail")
                     .and_then(Value::as_str)
                     .unwrap_or("no detail")
             )),
-            _ => Err(format!(
+            _ => Err(anyhow!(
                 "{} was answered {status} {body} by {id} while its work should be held",
                 call.request
             )),
@@ -1007,22 +995,22 @@ impl Replica {
     }
 
     /// Says that the replica's process ended when it should not have, and how.
-    async fn died(&mut self, doing: String) -> String {
+    async fn died(&mut self, doing: String) -> anyhow::Error {
         let id = self.id;
         let Some(front) = &mut self.front else {
-            return format!("{id} is gone ({doing})");
+            return anyhow!("{id} is gone ({doing})");
         };
         match tokio::time::timeout(SAFETY_TIMEOUT, front.wait()).await {
             Ok(Ok(exit)) => {
                 self.evidence.exit = Some(exit.to_string());
-                format!("{id} died unexpectedly ({doing}): its process {exit}")
+                anyhow!("{id} died unexpectedly ({doing}): its process {exit}")
             }
-            _ => format!("{id} stopped answering ({doing})"),
+            _ => anyhow!("{id} stopped answering ({doing})"),
         }
     }
 
     /// Continues a paused replica.
-    async fn resume(&mut self) -> Result<(), String> {
+    async fn resume(&mut self) -> Result<()> {
         if !self.paused {
             return Ok(());
         }
