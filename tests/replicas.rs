@@ -757,3 +757,29 @@ fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
         }
     }
 }
+
+/// A `--global` URL that points at something other than Redis (here an HTTP server on
+/// loopback) fails the run at once, in one line that says so, before any replica starts.
+#[tokio::test]
+async fn a_url_that_is_not_redis_fails_in_one_line() {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let address = listener.local_addr().expect("an address");
+    // Answers the first connection as an HTTP server would, then ends.
+    let http = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut request = [0u8; 512];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let engine: Engine = format!("redis://{address}").parse().expect("loopback");
+    let report = run(inputs(2, 2, 4, engine, 2000), options()).await;
+    // Unblocks the server's accept if the run never connected (it must have: this is a guard).
+    let _ = TcpStream::connect(address);
+    http.join().expect("the HTTP stand-in ends");
+    let failure = report.failure.expect("the run failed");
+    assert!(!failure.contains('\n'), "one line: {failure}");
+    assert!(failure.contains("does not speak Redis"), "{failure}");
+    assert!(report.evidence.replicas.is_empty());
+}

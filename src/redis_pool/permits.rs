@@ -331,14 +331,9 @@ fn in_words(error: &RedisError) -> String {
         .to_owned()
 }
 
-impl std::error::Error for GlobalError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            GlobalError::Redis { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
+/// No source: the message already says in words what the client's error means, and the
+/// client's own text can be a parser's multi-line dump that a chain (`{:#}`) would print.
+impl std::error::Error for GlobalError {}
 
 /// A semaphore of `capacity` permits in Redis, shared by every replica that connects with the
 /// same run id. Cloning shares the connection.
