@@ -13,7 +13,7 @@ use crate::front_process::FrontSpec;
 use crate::hold;
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 #[cfg(unix)]
-use crate::replicas::{Engine, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
+use crate::replicas::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
 
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
@@ -151,6 +151,10 @@ pub enum Command {
         /// or 200 through 60000
         #[arg(long, value_name = "MS", default_value_t = LeaseMs::default(), allow_negative_numbers = true)]
         lease_ms: LeaseMs,
+        /// Whether the shared dependency the work writes to refuses a stale fencing token
+        /// (on) or accepts every write (off)
+        #[arg(long, value_enum, default_value_t = Fencing::On)]
+        fencing: Fencing,
         /// The report on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
@@ -338,7 +342,7 @@ fn instead(subcommand: &str) -> Option<&'static str> {
             "record reads a saved report (isolation-lab --held 4 > r.json, then isolation-lab record r.json); it takes the report's file and --format text|json"
         }
         "replicas" => {
-            "replicas takes --replicas, --slots, --held, --global, --lease-ms and --format text|json"
+            "replicas takes --replicas, --slots, --held, --global, --lease-ms, --fencing on|off and --format text|json"
         }
         "classroom" => {
             "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held, --server and --show-predictions"

@@ -128,6 +128,7 @@ fn main() -> ExitCode {
             held,
             global,
             lease_ms,
+            fencing,
             format,
         }) => {
             let inputs = isolation_lab::replicas::ReplicasInputs {
@@ -136,12 +137,13 @@ fn main() -> ExitCode {
                 held,
                 global,
                 lease_ms,
+                fencing,
             };
             let Some(report) = runtime(isolation_lab::replicas::run(inputs)) else {
                 return ExitCode::from(1);
             };
             let rendered = match format {
-                TableFormat::Text => Ok(render::replicas::render(&report)),
+                TableFormat::Text => Ok(isolation_lab::replicas::render::render(&report)),
                 TableFormat::Json => json(&report),
             };
             emit(rendered, report.reason().as_deref())

@@ -17,7 +17,7 @@ use crate::admission::token::RunToken;
 use crate::child::{ToParent, parent_link};
 use crate::hooks::NoHooks;
 use crate::policy::Allocation;
-use crate::redis_pool::{GlobalPermits, Lease, LoopbackUrl};
+use crate::redis_pool::{GlobalPermits, Lease, LeaseLoss, LoopbackUrl};
 use crate::server::{self, Census, Running};
 
 /// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
@@ -53,6 +53,8 @@ struct Serving {
     ready: Ready,
     /// With global permits: the task that makes the section's round trips to Redis.
     driver: Option<JoinHandle<Released>>,
+    /// With global permits: leases the renewals found lost.
+    lost: Option<mpsc::UnboundedReceiver<LeaseLoss>>,
 }
 
 impl Serving {
@@ -60,16 +62,16 @@ impl Serving {
         let token = RunToken::generate().map_err(|e| format!("no run token: {e}"))?;
         let ready_token = token.header_value();
         let allocation = Allocation::shared(spec.capacity);
-        let (section, driver) = match (&spec.global, &spec.replica) {
+        let (section, driver, lost) = match (&spec.global, &spec.replica) {
             (Some(global), Some(replica)) => {
                 let permits = connect(global, spec.capacity).await?;
-                let pool = Arc::new(ReplicaPool::new(permits, replica.clone()));
-                let (section, driver) = WorkSection::with_remote(allocation, pool, token);
-                (section, Some(tokio::spawn(driver.run())))
+                let (pool, lost) = ReplicaPool::new(permits, replica.clone(), global.fencing);
+                let (section, driver) = WorkSection::with_remote(allocation, Arc::new(pool), token);
+                (section, Some(tokio::spawn(driver.run())), Some(lost))
             }
             _ => {
                 let permits = server::permits(spec.front);
-                (WorkSection::new(allocation, permits, token), None)
+                (WorkSection::new(allocation, permits, token), None, None)
             }
         };
         let section = Arc::new(section);
@@ -91,6 +93,7 @@ impl Serving {
             running,
             ready,
             driver,
+            lost,
         })
     }
 }
@@ -118,6 +121,7 @@ async fn run(spec: &FrontSpec) -> u8 {
         running,
         ready,
         driver,
+        mut lost,
     } = match Serving::start(spec).await {
         Ok(serving) => serving,
         Err(reason) => {
@@ -152,6 +156,11 @@ async fn run(spec: &FrontSpec) -> u8 {
                         break;
                     }
                 }
+                Some(loss) = next_loss(&mut lost) => {
+                    if to_parent.send(&FromFront::LeaseLost(loss)).await.is_err() {
+                        break;
+                    }
+                }
             }
         }
     }
@@ -178,6 +187,11 @@ async fn run(spec: &FrontSpec) -> u8 {
     }
     // From here on a failed send means the parent is gone, and nobody is left to tell.
     let _ = forward.send(&mut to_parent, rest).await;
+    if let Some(lost) = &mut lost {
+        while let Ok(loss) = lost.try_recv() {
+            let _ = to_parent.send(&FromFront::LeaseLost(loss)).await;
+        }
+    }
     let message = match (stopped, problem) {
         (Ok(stopped), None) => FromFront::Stopped(Box::new(Stopped {
             server: stopped.summary,
@@ -195,6 +209,14 @@ async fn run(spec: &FrontSpec) -> u8 {
     let code = u8::from(matches!(message, FromFront::Failed { .. }));
     let _ = to_parent.send(&message).await;
     code
+}
+
+/// The next lost lease, or never without global permits.
+async fn next_loss(lost: &mut Option<mpsc::UnboundedReceiver<LeaseLoss>>) -> Option<LeaseLoss> {
+    match lost {
+        Some(lost) => lost.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `first` and every event already waiting after it.

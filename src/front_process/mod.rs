@@ -17,7 +17,8 @@
 //! - **Child → parent**, on its stdout ([`FromFront`], tagged by `"message"`): first `ready`
 //!   (`address`, run `token`, `pid`) or `failed` (`reason`, then exit 1); then `counts` (running
 //!   totals of the section's events, one line per batch) or `event` (every ledger event), as
-//!   the spec's `stream` asks; last, after a stop, `stopped` (the server summary, its error if
+//!   the spec's `stream` asks; `lease_lost` (a replica's holder whose renewals found its
+//!   lease lost, and why) whenever one is; last, after a stop, `stopped` (the server summary, its error if
 //!   any, the final state, the ledger audit and the totals), then exit 0.
 //! - **Parent → child**, on its stdin ([`ToFront`], tagged by `"command"`): `open_gate`, `stop`.
 //!   The end of stdin is a stop with nobody left to report to. On a stop the child abandons a
@@ -38,6 +39,7 @@ mod replica_pool;
 #[cfg(test)]
 mod tests;
 
+pub use crate::redis_pool::{Effect, Fence, LeaseLoss, LossCause, Phase};
 pub use child::serve;
 pub(crate) use parent::{Closed, FrontError, FrontProcess};
 pub use protocol::{

@@ -12,6 +12,7 @@ use crate::admission::section::FinalState;
 use crate::admission::shared_pool::Released;
 use crate::evidence::ServerSummary;
 use crate::policy::{Front, Pool};
+use crate::redis_pool::LeaseLoss;
 
 /// The most permits a child's shared pool may have: far above any count an instrument holds
 /// (`hold` stops at 50 000), low enough that a typo cannot ask for an absurd pool.
@@ -60,6 +61,14 @@ pub struct GlobalSpec {
     pub run: String,
     /// Each holder's lease in milliseconds; 0 for none.
     pub lease_ms: u64,
+    /// Whether the run's dependency refuses an effect whose fencing token is older than the
+    /// newest it accepted for the slot (the default), or accepts any.
+    #[serde(default = "fencing_on")]
+    pub fencing: bool,
+}
+
+fn fencing_on() -> bool {
+    true
 }
 
 fn default_drain_ms() -> u64 {
@@ -151,6 +160,8 @@ pub enum FromFront {
     Counts(Counts),
     /// One ledger event ([`Stream::Events`]).
     Event(WorkEvent),
+    /// With global permits: a holder's renewals found its lease lost, while its work went on.
+    LeaseLost(LeaseLoss),
     /// The server has stopped; the child exits 0 next.
     Stopped(Box<Stopped>),
     /// The child could not start or serve, and exits 1 next.

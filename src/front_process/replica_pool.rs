@@ -1,23 +1,41 @@
 //! A replica's permits from the Redis-backed global pool: the admission seam's
 //! [`SharedPool`] over [`GlobalPermits`]. Each admitted holder (`replica/request`) keeps its
-//! lease renewed until its work leaves and the section's driver releases it.
+//! lease renewed until its work leaves and the section's driver releases it. A lease its
+//! renewals find lost is reported at once on the pool's channel of losses, which the child
+//! relays to its parent.
+
+use tokio::sync::mpsc;
 
 use crate::admission::shared_pool::{BoxFuture, SharedDecision, SharedPermit, SharedPool};
 use crate::label::Label;
 use crate::policy::Pool;
-use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder};
+use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder, LeaseLoss, Losses, Phase};
 
 /// One replica's view of the global pool: its holders are named after it.
 #[derive(Debug)]
 pub(crate) struct ReplicaPool {
     permits: GlobalPermits,
     replica: String,
+    losses: Losses,
+    /// Whether the dependency checks fencing tokens.
+    fencing: bool,
 }
 
 impl ReplicaPool {
-    /// The pool `permits`, for replica `replica`.
-    pub(crate) fn new(permits: GlobalPermits, replica: String) -> ReplicaPool {
-        ReplicaPool { permits, replica }
+    /// The pool `permits`, for replica `replica`, and the channel its lost leases come on.
+    pub(crate) fn new(
+        permits: GlobalPermits,
+        replica: String,
+        fencing: bool,
+    ) -> (ReplicaPool, mpsc::UnboundedReceiver<LeaseLoss>) {
+        let (losses, lost) = mpsc::unbounded_channel();
+        let pool = ReplicaPool {
+            permits,
+            replica,
+            losses,
+            fencing,
+        };
+        (pool, lost)
     }
 }
 
@@ -28,10 +46,27 @@ impl SharedPool for ReplicaPool {
         request: Label,
     ) -> BoxFuture<'static, Result<SharedDecision, String>> {
         let (permits, replica) = (self.permits.clone(), self.replica.clone());
+        let (losses, fencing) = (self.losses.clone(), self.fencing);
         Box::pin(async move {
             let holder = Holder::new(&replica, &request.to_string()).map_err(|e| e.to_string())?;
-            match permits.try_hold(holder).await.map_err(|e| e.to_string())? {
-                Hold::Held(lease) => Ok(SharedDecision::Admitted(Box::new(GlobalPermit(lease)))),
+            let hold = permits.try_hold(holder.clone(), Some(losses)).await;
+            match hold.map_err(|e| e.to_string())? {
+                Hold::Held(lease) => {
+                    // The work begins by writing to the dependency with its token. Its answer
+                    // is the dependency's log; the work goes on either way, as work that
+                    // cannot see the lock service does.
+                    let fence = lease.fence();
+                    let begun = permits.effect(&holder, fence, Phase::Begin, fencing).await;
+                    let permit = GlobalPermit { lease, fencing };
+                    match begun {
+                        Ok(_) => Ok(SharedDecision::Admitted(Box::new(permit))),
+                        Err(e) => {
+                            // Dropping the permit stops its renewals; give it back first.
+                            let _ = permit.lease.release().await;
+                            Err(e.to_string())
+                        }
+                    }
+                }
                 Hold::Refused { holders, .. } => Ok(SharedDecision::Refused(
                     holders.iter().map(|h| h.holder.to_string()).collect(),
                 )),
@@ -42,11 +77,26 @@ impl SharedPool for ReplicaPool {
 
 /// A held global permit, its lease renewed until it is released.
 #[derive(Debug)]
-struct GlobalPermit(HeldLease);
+struct GlobalPermit {
+    lease: HeldLease,
+    fencing: bool,
+}
 
 impl SharedPermit for GlobalPermit {
+    /// The work's end: its last effect lands on the dependency (with its token, which a
+    /// fencing dependency refuses if a newer holder of the slot has written since), then the
+    /// permit goes back.
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
-        Box::pin(async move { self.0.release().await.map_err(|e| e.to_string()) })
+        Box::pin(async move {
+            let (holder, fence) = (self.lease.holder().clone(), self.lease.fence());
+            let permits = self.lease.permits().clone();
+            let ended = permits
+                .effect(&holder, fence, Phase::End, self.fencing)
+                .await;
+            let released = self.lease.release().await.map_err(|e| e.to_string());
+            ended.map_err(|e| e.to_string())?;
+            released
+        })
     }
 }
 

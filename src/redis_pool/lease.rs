@@ -2,14 +2,21 @@
 //!
 //! The renewal ticks every third of the lease on a Tokio interval: that timer is the lease's
 //! own clock (two renewals may be missed before the lease lapses), not a way to sequence
-//! anything. Dropping the lease stops renewing without releasing, as a holder that dies does:
-//! with a lease, the permit then lapses when the lease ends; without one, it leaks.
+//! anything. A renewal must be answered before the lease it renews would end (counted from
+//! when the last confirmed round trip was sent, by this process's clock): a Redis that stays
+//! silent past that point has let the lease lapse, whatever it answers later. Dropping the
+//! lease stops renewing without releasing, as a holder that dies does: with a lease, the
+//! permit then lapses when the lease ends; without one, it leaks.
+//!
+//! A lease found lost is reported once, with what is known of why, to whoever the holder was
+//! given ([`Losses`]): the replica tells its parent at once, so the run can name it.
 
-use tokio::sync::watch;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant, MissedTickBehavior};
 
-use super::permits::{GlobalError, GlobalPermits, Holder, Lease, Renewal};
+use super::permits::{Fence, GlobalError, GlobalPermits, Holder, Lease, Renewal};
 
 /// What the renewals of a held lease have found so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +35,8 @@ pub(crate) enum LeaseState {
     Lost {
         /// The Redis time of the renewal that found it gone.
         at_ms: u64,
+        /// What is known of why.
+        cause: LossCause,
     },
     /// A renewal failed (Redis gone or too slow): the lease lapses at `expires_at_ms` unless
     /// Redis is back and the holder releases it. Renewing has stopped; treat the permit as lost.
@@ -39,6 +48,61 @@ pub(crate) enum LeaseState {
     },
 }
 
+/// Why a lease was lost, as far as its holder can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "snake_case")]
+pub enum LossCause {
+    /// Redis no longer had the holder although its lease had not ended by Redis's clock: the
+    /// permit was lost from Redis (its key deleted or flushed).
+    RemovedFromRedis,
+    /// The lease ended before a renewal reached Redis: the renewal ran `late_ms` after the
+    /// lease's end, so this process (or its thread) did not run in time.
+    RenewedTooLate {
+        /// How long after the lease's end, by Redis's clock, the renewal arrived.
+        late_ms: u64,
+    },
+    /// Redis did not answer a renewal before the lease ended: it was unreachable (stopped,
+    /// overloaded, gone) for at least `silent_ms`.
+    RedisSilent {
+        /// How long the renewal went unanswered, by this process's clock.
+        silent_ms: u64,
+    },
+}
+
+impl std::fmt::Display for LossCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossCause::RemovedFromRedis => {
+                f.write_str("its permit was lost from Redis before its lease ended")
+            }
+            LossCause::RenewedTooLate { late_ms } => write!(
+                f,
+                "its renewal reached Redis {late_ms} ms after the lease had ended (the replica \
+                 did not run in time)"
+            ),
+            LossCause::RedisSilent { silent_ms } => write!(
+                f,
+                "Redis was unreachable for at least {silent_ms} ms, past the lease's end"
+            ),
+        }
+    }
+}
+
+/// A lease found lost by its holder's renewals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseLoss {
+    /// The holder, `replica/request`.
+    pub holder: String,
+    /// Why.
+    #[serde(flatten)]
+    pub cause: LossCause,
+    /// The Redis time the lease ended, as last confirmed.
+    pub lease_ended_at_ms: Option<u64>,
+}
+
+/// Where a holder reports a lease it found lost.
+pub(crate) type Losses = mpsc::UnboundedSender<LeaseLoss>;
+
 /// A global permit held by one holder, renewed every third of its lease until it is released
 /// ([`HeldLease::release`]) or dropped. Dropping it stops the renewals but does not release
 /// the permit: that takes a round trip to Redis, which `Drop` cannot await.
@@ -46,12 +110,14 @@ pub(crate) enum LeaseState {
 pub(crate) struct HeldLease {
     permits: GlobalPermits,
     holder: Holder,
+    /// Its slot and fencing token.
+    fence: Fence,
     #[cfg_attr(
         not(test),
         expect(
             dead_code,
-            reason = "the lab acts on no renewal's verdict: a lapsed lease shows in Redis's \
-                      holders; this module's tests watch the verdicts"
+            reason = "a lost lease reaches the lab through the losses channel; this module's \
+                      tests watch each renewal's verdict"
         )
     )]
     state: watch::Receiver<LeaseState>,
@@ -67,9 +133,15 @@ impl HeldLease {
     pub(super) fn start(
         permits: GlobalPermits,
         holder: Holder,
-        at_ms: u64,
-        expires_at_ms: Option<u64>,
+        admitted: Confirmed,
+        fence: Fence,
+        losses: Option<Losses>,
     ) -> HeldLease {
+        let Confirmed {
+            at_ms,
+            expires_at_ms,
+            sent,
+        } = admitted;
         let (tx, state) = watch::channel(LeaseState::Held {
             at_ms,
             expires_at_ms,
@@ -79,7 +151,17 @@ impl HeldLease {
             Lease::Millis(ms) => {
                 // At least 1 ms: a zero period would make the interval panic.
                 let period = Duration::from_millis((ms / 3).max(1));
-                let task = renew(permits.clone(), holder.clone(), period, tx, expires_at_ms);
+                let lease = Duration::from_millis(ms);
+                let task = renew(Renewer {
+                    permits: permits.clone(),
+                    holder: holder.clone(),
+                    period,
+                    lease,
+                    tx,
+                    expires_at_ms,
+                    sent,
+                    losses,
+                });
                 (Some(tokio::spawn(task)), None)
             }
             Lease::None => (None, Some(tx)),
@@ -87,6 +169,7 @@ impl HeldLease {
         HeldLease {
             permits,
             holder,
+            fence,
             state,
             _unleased: unleased,
             renewer,
@@ -94,9 +177,18 @@ impl HeldLease {
     }
 
     /// Who holds the permit.
-    #[cfg(test)]
     pub(crate) fn holder(&self) -> &Holder {
         &self.holder
+    }
+
+    /// Its slot and fencing token.
+    pub(crate) fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// The permits it came from.
+    pub(crate) fn permits(&self) -> &GlobalPermits {
+        &self.permits
     }
 
     /// What the renewals have found so far.
@@ -152,43 +244,111 @@ impl Drop for HeldLease {
     }
 }
 
-/// Renews `holder`'s lease every `period` until a renewal finds it lost or fails; reports each
-/// outcome on `tx`.
-async fn renew(
+/// A round trip Redis confirmed: when it decided (Redis time), until when the lease holds,
+/// and when this process sent it (the lease can last no longer than a lease from then).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Confirmed {
+    pub(super) at_ms: u64,
+    pub(super) expires_at_ms: Option<u64>,
+    pub(super) sent: Instant,
+}
+
+/// What a renewal task needs.
+struct Renewer {
     permits: GlobalPermits,
     holder: Holder,
     period: Duration,
+    lease: Duration,
     tx: watch::Sender<LeaseState>,
-    mut expires_at_ms: Option<u64>,
-) {
+    expires_at_ms: Option<u64>,
+    /// When the last confirmed round trip was sent.
+    sent: Instant,
+    losses: Option<Losses>,
+}
+
+/// Renews the holder's lease every period until a renewal finds it lost or fails; reports each
+/// outcome on the watch, and a loss to `losses`.
+async fn renew(task: Renewer) {
+    let Renewer {
+        permits,
+        holder,
+        period,
+        lease,
+        tx,
+        mut expires_at_ms,
+        mut sent,
+        losses,
+    } = task;
     let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
     // A starved runtime renews late rather than in a burst.
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut renewals = 0u32;
+    let report = |cause: LossCause, ended: Option<u64>| {
+        if let Some(losses) = &losses {
+            // The replica may be stopping and no longer listening: the state still says it.
+            let _ = losses.send(LeaseLoss {
+                holder: holder.to_string(),
+                cause,
+                lease_ended_at_ms: ended,
+            });
+        }
+    };
     loop {
         ticks.tick().await;
-        match permits.renew(&holder).await {
-            Ok(Renewal::Renewed {
+        let asked = Instant::now();
+        // Past the lease's end by this clock the lease has lapsed, answered or not.
+        let deadline = sent + lease;
+        let renewed = if asked >= deadline {
+            // Already past the lease's end before asking (this process did not run in time):
+            // Redis's answer says what became of the permit.
+            Ok(permits.renew(&holder).await)
+        } else {
+            tokio::time::timeout_at(deadline, permits.renew(&holder)).await
+        };
+        match renewed {
+            Ok(Ok(Renewal::Renewed {
                 at_ms,
                 expires_at_ms: expiry,
-            }) => {
+            })) => {
                 renewals = renewals.saturating_add(1);
                 expires_at_ms = expiry;
+                sent = asked;
                 tx.send_replace(LeaseState::Held {
                     at_ms,
                     expires_at_ms,
                     renewals,
                 });
             }
-            Ok(Renewal::Lost { at_ms }) => {
-                tx.send_replace(LeaseState::Lost { at_ms });
+            Ok(Ok(Renewal::Lost { at_ms })) => {
+                let cause = match expires_at_ms {
+                    Some(end) if at_ms >= end => LossCause::RenewedTooLate {
+                        late_ms: at_ms - end,
+                    },
+                    _ => LossCause::RemovedFromRedis,
+                };
+                tx.send_replace(LeaseState::Lost { at_ms, cause });
+                report(cause, expires_at_ms);
                 return;
             }
-            Err(error) => {
+            Ok(Err(error)) => {
                 tx.send_replace(LeaseState::Failed {
                     error: error.to_string(),
                     expires_at_ms,
                 });
+                let silent_ms = asked.elapsed().as_millis() as u64;
+                report(LossCause::RedisSilent { silent_ms }, expires_at_ms);
+                return;
+            }
+            Err(_) => {
+                let silent_ms = asked.elapsed().as_millis() as u64;
+                tx.send_replace(LeaseState::Failed {
+                    error: format!(
+                        "Redis did not answer a renewal within {silent_ms} ms, before the lease \
+                         ended"
+                    ),
+                    expires_at_ms,
+                });
+                report(LossCause::RedisSilent { silent_ms }, expires_at_ms);
                 return;
             }
         }

@@ -1,11 +1,18 @@
 //! A private `redis-server` child process on `127.0.0.1`, for tests and for a lab run that
 //! has no Redis of its own: fresh port, fresh directory, no persistence, and it dies with us.
+//!
+//! Its directory is removed as soon as it is ready: the server keeps it as its working
+//! directory (Linux lets a process's working directory be removed), and with no persistence
+//! it writes nothing there. So a lab killed with SIGKILL leaves no directory behind; one
+//! killed in the few milliseconds before that is swept by the next start, which removes every
+//! `isolation-lab-redis-PID-*` directory whose PID no longer runs.
 
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -47,6 +54,8 @@ pub(crate) struct LocalRedis {
     output: Option<JoinHandle<Vec<String>>>,
     /// `None` once removed.
     dir: Option<PathBuf>,
+    /// The directory, once removed (it is removed as soon as the server is ready).
+    removed_dir: Option<PathBuf>,
 }
 
 /// How one attempt to start a server ended.
@@ -74,6 +83,7 @@ impl LocalRedis {
     }
 
     async fn start_on(port: u16) -> Result<Attempt> {
+        sweep_stale_dirs();
         let dir = fresh_dir()?;
         // One pipe for stdout and stderr: the ready line comes on stdout, a bad option is
         // reported on stderr, and either explains a failure.
@@ -88,6 +98,9 @@ impl LocalRedis {
             .arg(&dir)
             .args(["--daemonize", "no", "--logfile", "", "--loglevel", "notice"])
             .stdin(Stdio::null())
+            // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops the
+            // server in order, rather than the server directly.
+            .process_group(0)
             .stdout(writer.try_clone().context("sharing the output pipe")?)
             .stderr(writer);
         die_with_parent(&mut command);
@@ -111,13 +124,24 @@ impl LocalRedis {
             child: Some(child),
             output: None,
             dir: Some(dir),
+            removed_dir: None,
         };
         // From here `redis` owns the process: any early return kills and reaps it.
         let output =
             pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).context("reading the pipe")?;
         redis.output = Some(tokio::spawn(read_output(output, ready_tx)));
         match tokio::time::timeout(STEP_TIMEOUT, ready_rx).await {
-            Ok(Ok(())) => Ok(Attempt::Ready(redis)),
+            Ok(Ok(())) => {
+                // Ready: the server has made the directory its working directory and will
+                // write nothing in it. Removed now, it cannot outlive a killed lab.
+                if let Some(dir) = redis.dir.take() {
+                    std::fs::remove_dir_all(&dir).with_context(|| {
+                        format!("removing redis-server's directory {}", dir.display())
+                    })?;
+                    redis.removed_dir = Some(dir);
+                }
+                Ok(Attempt::Ready(redis))
+            }
             Ok(Err(_)) => {
                 // The reader ended without the ready line: the server exited.
                 let lines = redis.collect_output().await?;
@@ -148,10 +172,10 @@ impl LocalRedis {
         self.pid
     }
 
-    /// The server's private directory (removed when it stops).
+    /// The server's private directory (already removed once it is ready).
     #[cfg(test)]
     pub(crate) fn dir(&self) -> Option<&std::path::Path> {
-        self.dir.as_deref()
+        self.dir.as_deref().or(self.removed_dir.as_deref())
     }
 
     /// Asks the server to exit (SIGTERM: with no persistence it saves nothing), waits for it
@@ -205,6 +229,26 @@ impl LocalRedis {
             Some(problem) => bail!(problem),
             None => Ok(()),
         }
+    }
+
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the server, as a stalled machine would: it
+    /// keeps its connections but answers nothing while stopped.
+    pub(crate) fn stall(&self, stopped: bool) -> io::Result<()> {
+        if self.child.is_none() {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        let pid = libc::pid_t::try_from(self.pid).map_err(io::Error::other)?;
+        let signal = if stopped {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        };
+        // SAFETY: `kill` has no memory effects; `pid` is our unreaped child (checked above),
+        // so the id cannot have been reused by another process.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Kills the server at once (SIGKILL) and reaps it, as a crash would end it. Its directory
@@ -263,12 +307,42 @@ fn free_port() -> Result<u16> {
     Ok(probe.local_addr().context("reading the free port")?.port())
 }
 
+/// The prefix of every private directory: `isolation-lab-redis-PID-RANDOM`.
+const DIR_PREFIX: &str = "isolation-lab-redis-";
+
+/// Removes the private directories of labs that no longer run (killed before their server was
+/// ready). Best effort: a directory that cannot be read or removed stays for a later sweep.
+fn sweep_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = entry.metadata().is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: `geteuid` has no preconditions and cannot fail.
+            m.is_dir() && m.uid() == unsafe { libc::geteuid() }
+        });
+        if ours && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// A new, empty, private directory under the system's temporary directory.
 fn fresh_dir() -> Result<PathBuf> {
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("randomness for a name: {e}"))?;
     let name = format!(
-        "isolation-lab-redis-{}-{:016x}",
+        "{DIR_PREFIX}{}-{:016x}",
         std::process::id(),
         u64::from_le_bytes(random)
     );

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, Value};
+use serde::{Deserialize, Serialize};
 
-use super::lease::HeldLease;
+use super::lease::{Confirmed, HeldLease, Losses};
 use super::scripts::Scripts;
 use super::url::LoopbackUrl;
 
@@ -17,6 +18,12 @@ use super::url::LoopbackUrl;
 /// or stopped must surface as an error, never as a hang. Loopback round trips take tens of
 /// microseconds, so this only ever fires on a dead or stopped server.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a run's keys outlive their last write beyond one lease: longer than any gap
+/// between two calls of a live run (every call refreshes them; a run's longest quiet step is
+/// bounded by a few safety timeouts of 5 s), short enough that a killed run's keys are gone
+/// soon after.
+pub(crate) const KEYS_OUTLIVE_LEASE: Duration = Duration::from_secs(30);
 
 /// The longest lease accepted: expiries are Redis sorted-set scores (doubles), exact for
 /// whole milliseconds far beyond this.
@@ -126,6 +133,8 @@ pub(crate) enum Decision {
         at_ms: u64,
         /// When the lease ends unless renewed; `None` with [`Lease::None`].
         expires_at_ms: Option<u64>,
+        /// The permit's slot and fencing token.
+        fence: Fence,
     },
     /// Every permit was held; these are the holders, in order of expiry (then of name).
     Refused {
@@ -144,6 +153,53 @@ impl Decision {
             Decision::Admitted { at_ms, .. } | Decision::Refused { at_ms, .. } => *at_ms,
         }
     }
+}
+
+/// What an admitted holder shows the dependency: its permit slot (0 to capacity − 1) and its
+/// fencing token, newer than every token the run issued before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    /// The permit slot.
+    pub slot: u64,
+    /// The fencing token.
+    pub token: u64,
+}
+
+/// Which end of its work an effect comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Right after admission: the work starts writing.
+    Begin,
+    /// When the work ends, just before its permit is given back.
+    End,
+}
+
+/// One effect as the dependency logged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effect {
+    /// `replica/request`.
+    pub holder: String,
+    /// Begin or end.
+    pub phase: Phase,
+    /// Its slot and token.
+    #[serde(flatten)]
+    pub fence: Fence,
+    /// Whether the dependency accepted it.
+    pub accepted: bool,
+    /// The newest token the dependency had accepted for the slot before it; 0 for none.
+    pub newest: u64,
+}
+
+/// The dependency's log as the script writes it: numbers as text.
+#[derive(Deserialize)]
+struct LoggedEffect {
+    holder: String,
+    phase: Phase,
+    slot: String,
+    token: String,
+    accepted: bool,
+    newest: String,
 }
 
 /// The answer of one renewal.
@@ -229,7 +285,7 @@ impl fmt::Display for GlobalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GlobalError::Invalid(why) => f.write_str(why),
-            GlobalError::Redis { doing, source } => write!(f, "Redis, {doing}: {source}"),
+            GlobalError::Redis { doing, source } => write!(f, "{doing}: {}", in_words(source)),
             GlobalError::Reply { doing, detail } => {
                 write!(f, "Redis, {doing}: unexpected reply: {detail}")
             }
@@ -246,14 +302,38 @@ impl fmt::Display for GlobalError {
     }
 }
 
-impl std::error::Error for GlobalError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            GlobalError::Redis { source, .. } => Some(source),
-            _ => None,
-        }
+/// What a Redis client error means, in one line of words: the client's own text can be a
+/// parser's multi-line dump when something other than Redis answers.
+fn in_words(error: &RedisError) -> String {
+    if error.is_connection_refusal() {
+        return "nothing listens there (connection refused)".to_owned();
     }
+    if error.is_timeout() {
+        return format!(
+            "Redis did not answer within {} s (stopped or overloaded?)",
+            REDIS_TIMEOUT.as_secs()
+        );
+    }
+    if matches!(
+        error.kind(),
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+    ) {
+        return "what answers there does not speak Redis (its reply is not a Redis reply)"
+            .to_owned();
+    }
+    if error.is_connection_dropped() {
+        return "the connection to Redis was lost (did it exit?)".to_owned();
+    }
+    let text = error.to_string();
+    text.lines()
+        .next()
+        .unwrap_or("an error without a message")
+        .to_owned()
 }
+
+/// No source: the message already says in words what the client's error means, and the
+/// client's own text can be a parser's multi-line dump that a chain (`{:#}`) would print.
+impl std::error::Error for GlobalError {}
 
 /// A semaphore of `capacity` permits in Redis, shared by every replica that connects with the
 /// same run id. Cloning shares the connection.
@@ -278,8 +358,12 @@ struct Inner {
     run: String,
     holders_key: String,
     config_key: String,
+    /// The run's six keys, in the order every script but `agree` takes them.
+    keys: [String; 6],
     capacity: u32,
     lease: Lease,
+    /// Milliseconds the run's keys outlive their last write.
+    ttl_ms: u64,
     scripts: Scripts,
 }
 
@@ -354,19 +438,40 @@ impl GlobalPermits {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(redis_error)?;
+        let ttl_ms = lease.script_arg() + KEYS_OUTLIVE_LEASE.as_millis() as u64;
         let permits = GlobalPermits {
             inner: Arc::new(Inner {
                 run: run.to_owned(),
                 holders_key: format!("isolation-lab:{{{run}}}:holders"),
                 config_key: format!("isolation-lab:{{{run}}}:config"),
+                keys: ["holders", "config", "slots", "token", "resource", "effects"]
+                    .map(|name| format!("isolation-lab:{{{run}}}:{name}")),
                 capacity,
                 lease,
-                scripts: Scripts::new(),
+                ttl_ms,
+                scripts: Scripts::new(ttl_ms),
             }),
             conn,
         };
+        permits.load_scripts().await?;
         permits.agree().await?;
         Ok(permits)
+    }
+
+    /// Loads every script in one round trip, so no later `EVALSHA` can meet `NOSCRIPT`.
+    async fn load_scripts(&self) -> Result<(), GlobalError> {
+        let mut pipe = redis::pipe();
+        for source in self.inner.scripts.sources() {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+        }
+        let _: Vec<String> = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: "loading the scripts",
+                source,
+            })?;
+        Ok(())
     }
 
     /// Records this run's settings, or checks them against those recorded.
@@ -379,6 +484,7 @@ impl GlobalPermits {
             .key(&inner.config_key)
             .arg(inner.capacity)
             .arg(inner.lease.script_arg())
+            .arg(inner.ttl_ms)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|source| GlobalError::Redis {
@@ -416,6 +522,17 @@ impl GlobalPermits {
         self.inner.capacity
     }
 
+    /// The SHA1 of every script, as `EVALSHA` names them.
+    #[cfg(test)]
+    pub(crate) fn script_hashes(&self) -> Vec<String> {
+        self.inner
+            .scripts
+            .sources()
+            .iter()
+            .map(|source| redis::Script::new(source).get_hash().to_owned())
+            .collect()
+    }
+
     /// The lease each holder gets.
     pub(crate) fn lease(&self) -> Lease {
         self.inner.lease
@@ -429,10 +546,7 @@ impl GlobalPermits {
         let inner = &self.inner;
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .acquire
-                    .key(&inner.holders_key)
+                self.keyed(&inner.scripts.acquire)
                     .arg(inner.capacity)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
@@ -441,9 +555,13 @@ impl GlobalPermits {
             .await?;
         let (code, at_ms, rest) = coded(&reply, DOING)?;
         match (code, rest) {
-            (1, [expiry]) => Ok(Decision::Admitted {
+            (1, [expiry, slot, token]) => Ok(Decision::Admitted {
                 at_ms,
                 expires_at_ms: expiry_of(expiry, DOING)?,
+                fence: Fence {
+                    slot: uint(slot, DOING)?,
+                    token: uint(token, DOING)?,
+                },
             }),
             (2, []) => Err(GlobalError::AlreadyHeld(holder.clone())),
             (0, pairs) => Ok(Decision::Refused {
@@ -458,7 +576,12 @@ impl GlobalPermits {
     /// the lease) until the returned [`HeldLease`] is released or dropped.
     ///
     /// A try-hold that fails on Redis gives back whatever the script may have admitted.
-    pub(crate) async fn try_hold(&self, holder: Holder) -> Result<Hold, GlobalError> {
+    pub(crate) async fn try_hold(
+        &self,
+        holder: Holder,
+        losses: Option<Losses>,
+    ) -> Result<Hold, GlobalError> {
+        let sent = tokio::time::Instant::now();
         let decision = match self.try_acquire(&holder).await {
             Ok(decision) => decision,
             Err(error @ (GlobalError::Redis { .. } | GlobalError::Reply { .. })) => {
@@ -476,11 +599,17 @@ impl GlobalPermits {
             Decision::Admitted {
                 at_ms,
                 expires_at_ms,
+                fence,
             } => Ok(Hold::Held(HeldLease::start(
                 self.clone(),
                 holder,
-                at_ms,
-                expires_at_ms,
+                Confirmed {
+                    at_ms,
+                    expires_at_ms,
+                    sent,
+                },
+                fence,
+                losses,
             ))),
             Decision::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
         }
@@ -493,11 +622,7 @@ impl GlobalPermits {
         let inner = &self.inner;
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .release
-                    .key(&inner.holders_key)
-                    .arg(holder.to_string()),
+                self.keyed(&inner.scripts.release).arg(holder.to_string()),
                 DOING,
             )
             .await?;
@@ -514,10 +639,7 @@ impl GlobalPermits {
         let inner = &self.inner;
         let reply = self
             .invoke(
-                inner
-                    .scripts
-                    .renew
-                    .key(&inner.holders_key)
+                self.keyed(&inner.scripts.renew)
                     .arg(inner.lease.script_arg())
                     .arg(holder.to_string()),
                 DOING,
@@ -540,7 +662,7 @@ impl GlobalPermits {
         const DOING: &str = "reading the holders";
         let inner = &self.inner;
         let reply = self
-            .invoke(&mut inner.scripts.holders.key(&inner.holders_key), DOING)
+            .invoke(&mut self.keyed(&inner.scripts.holders), DOING)
             .await?;
         match array(&reply, DOING)? {
             [at, pairs @ ..] => Ok((uint(at, DOING)?, holdings(pairs, DOING)?)),
@@ -554,14 +676,7 @@ impl GlobalPermits {
         const DOING: &str = "deleting the run's keys";
         let inner = &self.inner;
         let reply = self
-            .invoke(
-                inner
-                    .scripts
-                    .cleanup
-                    .key(&inner.holders_key)
-                    .key(&inner.config_key),
-                DOING,
-            )
+            .invoke(&mut self.keyed(&inner.scripts.cleanup), DOING)
             .await?;
         match array(&reply, DOING)? {
             [live, _at] => {
@@ -569,6 +684,79 @@ impl GlobalPermits {
             }
             _ => Err(reply_error(DOING, &reply)),
         }
+    }
+
+    /// Applies `holder`'s effect to the run's dependency, which (with `fencing`) refuses a
+    /// token older than the newest it has accepted for the slot. `Ok(true)`: accepted.
+    pub(crate) async fn effect(
+        &self,
+        holder: &Holder,
+        fence: Fence,
+        phase: Phase,
+        fencing: bool,
+    ) -> Result<bool, GlobalError> {
+        const DOING: &str = "applying an effect to the dependency";
+        let inner = &self.inner;
+        let phase = match phase {
+            Phase::Begin => "begin",
+            Phase::End => "end",
+        };
+        let reply = self
+            .invoke(
+                self.keyed(&inner.scripts.effect)
+                    .arg(fence.slot)
+                    .arg(fence.token)
+                    .arg(holder.to_string())
+                    .arg(phase)
+                    .arg(u8::from(fencing)),
+                DOING,
+            )
+            .await?;
+        match array(&reply, DOING)? {
+            [accepted, _newest] => Ok(uint(accepted, DOING)? == 1),
+            _ => Err(reply_error(DOING, &reply)),
+        }
+    }
+
+    /// The dependency's log of every effect, oldest first.
+    pub(crate) async fn effects(&self) -> Result<Vec<Effect>, GlobalError> {
+        const DOING: &str = "reading the dependency's log";
+        let inner = &self.inner;
+        let reply = self
+            .invoke(&mut self.keyed(&inner.scripts.effects), DOING)
+            .await?;
+        let number = |text: &str| text.parse::<u64>().map_err(|_| reply_error(DOING, &reply));
+        array(&reply, DOING)?
+            .iter()
+            .map(|line| {
+                let logged: LoggedEffect = serde_json::from_str(text(line, DOING)?)
+                    .map_err(|_| reply_error(DOING, line))?;
+                Ok(Effect {
+                    holder: logged.holder,
+                    phase: logged.phase,
+                    fence: Fence {
+                        slot: number(&logged.slot)?,
+                        token: number(&logged.token)?,
+                    },
+                    accepted: logged.accepted,
+                    newest: number(&logged.newest)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes the holders key, as a lost or flushed Redis would: every permit is forgotten
+    /// while its holders still work. A fault for tests of the lab.
+    pub(crate) async fn forget_holders(&self) -> Result<(), GlobalError> {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&self.inner.holders_key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|source| GlobalError::Redis {
+                doing: "deleting the holders",
+                source,
+            })?;
+        Ok(())
     }
 
     /// How many keys of the run exist now, by a pattern over every key, not only the two this
@@ -583,6 +771,15 @@ impl GlobalPermits {
                 source,
             })?;
         Ok(keys.len())
+    }
+
+    /// `script` with the run's six keys, in the order every script but `agree` takes them.
+    fn keyed<'a>(&'a self, script: &'a redis::Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in &self.inner.keys {
+            invocation.key(key);
+        }
+        invocation
     }
 
     async fn invoke(

@@ -83,18 +83,23 @@ async fn refused(permits: &GlobalPermits, who: &Holder) -> (u64, Vec<Holding>) {
     }
 }
 
-/// Every key of `run`, read with a connection of its own.
-async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
+/// A connection of the test's own, beside the module's.
+async fn own_connection(redis: &LocalRedis) -> redis::aio::MultiplexedConnection {
     let addr = redis.url().socket_addr();
     let client = redis::Client::open(redis::ConnectionAddr::Tcp(
         addr.ip().to_string(),
         addr.port(),
     ))
     .expect("a TCP address is a valid client");
-    let mut conn = client
+    client
         .get_multiplexed_async_connection()
         .await
-        .expect("the private Redis accepts connections");
+        .expect("the private Redis accepts connections")
+}
+
+/// Every key of `run`, read with a connection of its own.
+async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
+    let mut conn = own_connection(redis).await;
     redis::cmd("KEYS")
         .arg(format!("isolation-lab:{{{run}}}:*"))
         .query_async(&mut conn)
@@ -124,6 +129,7 @@ async fn capacity_two_admits_two_of_five() {
                 Decision::Admitted {
                     at_ms,
                     expires_at_ms,
+                    ..
                 } => {
                     assert_eq!(expires_at_ms, Some(at_ms + 60_000), "lease from Redis time");
                     admitted_at.push(who.to_string());
@@ -279,12 +285,20 @@ async fn renewal_keeps_a_lease_alive() {
         let permits = connect(&redis, "renew", 1, Lease::Millis(LEASE)).await;
         assert_eq!(permits.lease(), Lease::Millis(LEASE));
         let b = holder("r2", "S2");
-        let held: HeldLease = match permits.try_hold(holder("r1", "S1")).await.expect("answers") {
+        let held: HeldLease = match permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
+        {
             Hold::Held(held) => held,
             refused => panic!("expected a held lease, got {refused:?}"),
         };
         assert_eq!(held.holder().to_string(), "r1/S1");
-        match permits.try_hold(b.clone()).await.expect("Redis answers") {
+        match permits
+            .try_hold(b.clone(), None)
+            .await
+            .expect("Redis answers")
+        {
             Hold::Refused { at_ms, holders } => {
                 assert_eq!(names(&holders), set(&["r1/S1"]));
                 assert!(holders[0].expires_at_ms > Some(at_ms));
@@ -338,7 +352,11 @@ async fn a_dropped_lease_lapses_and_a_removed_one_is_lost() {
     guarded(async {
         let permits = connect(&redis, "drop", 1, Lease::Millis(200)).await;
         let b = holder("r2", "S2");
-        let Hold::Held(held) = permits.try_hold(holder("r1", "S1")).await.expect("answers") else {
+        let Hold::Held(held) = permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
+        else {
             panic!("the first holder is admitted");
         };
         drop(held);
@@ -351,13 +369,16 @@ async fn a_dropped_lease_lapses_and_a_removed_one_is_lost() {
         };
         assert!(permits.release(&b).await.expect("Redis answers"));
 
-        let Hold::Held(mut held) = permits.try_hold(holder("r1", "S3")).await.expect("answers")
+        let Hold::Held(mut held) = permits
+            .try_hold(holder("r1", "S3"), None)
+            .await
+            .expect("answers")
         else {
             panic!("the permit is free again");
         };
         assert_eq!(permits.cleanup().await.expect("Redis answers"), 1);
         match held.lost().await {
-            LeaseState::Lost { at_ms } => assert!(at_ms >= admitted_at),
+            LeaseState::Lost { at_ms, .. } => assert!(at_ms >= admitted_at),
             other => panic!("expected the lease lost, got {other:?}"),
         }
         assert!(!held.release().await.expect("Redis answers"));
@@ -376,7 +397,11 @@ async fn no_lease_leaks_until_cleanup() {
     guarded(async {
         let permits = connect(&redis, "leak", 1, Lease::None).await;
         let b = holder("r2", "S2");
-        let held = match permits.try_hold(holder("r1", "S1")).await.expect("answers") {
+        let held = match permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
+        {
             Hold::Held(held) => held,
             refused => panic!("expected a held permit, got {refused:?}"),
         };
@@ -419,7 +444,10 @@ async fn redis_killed_mid_run_fails_fast() {
     };
     guarded(async {
         let permits = connect(&redis, "killed", 2, Lease::Millis(300)).await;
-        let Hold::Held(mut held) = permits.try_hold(holder("r1", "S1")).await.expect("answers")
+        let Hold::Held(mut held) = permits
+            .try_hold(holder("r1", "S1"), None)
+            .await
+            .expect("answers")
         else {
             panic!("the first holder is admitted");
         };
@@ -514,7 +542,7 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
         );
         // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-        let held = permits.try_hold(holder("r1", "S1")).await;
+        let held = permits.try_hold(holder("r1", "S1"), None).await;
         // SAFETY: as above.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
         assert!(
@@ -577,7 +605,8 @@ async fn local_redis_leaves_nothing_behind() {
         return;
     };
     let (pid, dir) = (redis.pid(), redis.dir().expect("a fresh dir").to_owned());
-    assert!(process_exists(pid) && dir.is_dir());
+    assert!(process_exists(pid), "pid {pid} runs");
+    assert!(!dir.exists(), "{} is removed once ready", dir.display());
     drop(redis);
     assert!(!process_exists(pid), "pid {pid} is gone after drop");
     assert!(!dir.exists(), "{} is removed after drop", dir.display());
@@ -626,5 +655,75 @@ async fn measure_try_acquire_round_trip() {
         "try_acquire over {CALLS} calls each: admitted median {admit_median:?} (p90 \
          {admit_p90:?}), refused median {refuse_median:?} (p90 {refuse_p90:?})"
     );
+    // The same script, keys and arguments as the refused try-acquire, sent by redis-benchmark
+    // over one connection: the floor a client of this script can reach.
+    let port = redis.url().socket_addr().port().to_string();
+    let sha = permits.script_hashes()[0].clone();
+    let mut args = vec![
+        "-p".to_owned(),
+        port,
+        "-c".into(),
+        "1".into(),
+        "-n".into(),
+        "20000".into(),
+        "--csv".into(),
+        "EVALSHA".into(),
+        sha,
+        "6".into(),
+    ];
+    args.extend(
+        ["holders", "config", "slots", "token", "resource", "effects"]
+            .map(|k| format!("isolation-lab:{{measure}}:{k}")),
+    );
+    args.extend(["1", "60000", "r2/S2"].map(str::to_owned));
+    println!("redis-benchmark {}", args.join(" "));
+    match std::process::Command::new("redis-benchmark")
+        .args(&args)
+        .output()
+    {
+        Ok(out) => println!("{}", String::from_utf8_lossy(&out.stdout)),
+        Err(e) => println!("redis-benchmark not run: {e}"),
+    }
     redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// Every key a run writes expires a little past its lease (each call refreshes it), and every
+/// script is loaded at connect, so a call left queued in a stalled Redis never meets
+/// `NOSCRIPT` with nobody left to retry it.
+#[tokio::test]
+async fn a_runs_keys_expire_and_its_scripts_are_loaded_at_connect() {
+    let Some(redis) =
+        redis_or_skip("a_runs_keys_expire_and_its_scripts_are_loaded_at_connect").await
+    else {
+        return;
+    };
+    guarded(async {
+        let permits = connect(&redis, "ttl", 2, Lease::Millis(500)).await;
+        let mut conn = own_connection(&redis).await;
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(permits.script_hashes())
+            .query_async(&mut conn)
+            .await
+            .expect("SCRIPT EXISTS answers");
+        assert!(loaded.iter().all(|&l| l), "{loaded:?}");
+        admitted(&permits, &holder("r1", "S1")).await;
+        let keys = keys_of_run(&redis, "ttl").await;
+        assert_eq!(keys.len(), 4, "holders, config, slots, token: {keys:?}");
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .expect("PTTL answers");
+            let most = 500 + super::permits::KEYS_OUTLIVE_LEASE.as_millis() as i64;
+            assert!(
+                ttl > 0 && ttl <= most,
+                "{key}: PTTL {ttl}, expected 1..={most}"
+            );
+        }
+        permits.cleanup().await.expect("cleanup");
+    })
+    .await;
+    redis.stop().await.expect("stops");
 }

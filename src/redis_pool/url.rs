@@ -1,6 +1,12 @@
 //! A Redis URL that can only point at this machine: the lab sends nothing off the machine, so
 //! the address is checked once, before any process or socket exists, and a refusal names what
 //! is wrong with it.
+//!
+//! Parsed by hand rather than with the `url` crate (already in the build through `redis`):
+//! for a scheme it does not know, `url` keeps the host as opaque text, so every loopback and
+//! port check below, and every message naming what is refused, would remain; it would save
+//! only the split of `HOST:PORT`, and it accepts forms (percent-escapes, empty ports) that
+//! would each need a refusal of their own.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -44,6 +50,12 @@ impl LoopbackUrl {
             Some(slash) => rest.split_at(slash),
             None => (rest, ""),
         };
+        if authority.is_empty() && path.len() > 1 {
+            return Err(format!(
+                "`{shown}`: no host, only the path `{path}`: a Unix socket is not supported; \
+                 expected redis://127.0.0.1:PORT"
+            ));
+        }
         if !path.is_empty() && path != "/" {
             return Err(format!(
                 "`{shown}`: database path `{path}` refused: the lab uses database 0 and \
@@ -58,6 +70,12 @@ impl LoopbackUrl {
         }
         let (host, port) = split_host_port(authority).map_err(|why| format!("`{shown}`: {why}"))?;
         let ip = loopback_ip(host).map_err(|why| format!("`{shown}`: {why}"))?;
+        // The host first: a port is asked for only of an address the lab would use.
+        let Some(port) = port else {
+            return Err(format!(
+                "`{shown}`: a port is required, as in redis://{authority}:6379"
+            ));
+        };
         let port = match port.parse::<u16>() {
             Ok(0) => return Err(format!("`{shown}`: port 0 is not a port to connect to")),
             Ok(port) => port,
@@ -86,8 +104,8 @@ impl LoopbackUrl {
     }
 }
 
-/// Splits `HOST:PORT` or `[V6]:PORT`; the port is required.
-fn split_host_port(authority: &str) -> Result<(&str, &str), String> {
+/// Splits `HOST:PORT` or `[V6]:PORT`; `None` for a missing port.
+fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
     if authority.is_empty() {
         return Err("no host: expected redis://127.0.0.1:PORT".to_owned());
     }
@@ -96,19 +114,19 @@ fn split_host_port(authority: &str) -> Result<(&str, &str), String> {
             return Err("an IPv6 host opened with `[` is not closed with `]`".to_owned());
         };
         return match after.strip_prefix(':') {
-            Some(port) if !port.is_empty() => Ok((host, port)),
-            _ => Err("a port is required, as in redis://[::1]:6379".to_owned()),
+            Some(port) if !port.is_empty() => Ok((host, Some(port))),
+            _ if after.is_empty() || after == ":" => Ok((host, None)),
+            _ => Err(format!("`{after}` after the IPv6 host is not `:PORT`")),
         };
     }
     match authority.rsplit_once(':') {
         Some((host, _)) if host.contains(':') => {
             Err("an IPv6 host must be written in brackets, as in redis://[::1]:6379".to_owned())
         }
-        Some((host, port)) if !host.is_empty() && !port.is_empty() => Ok((host, port)),
+        Some((host, port)) if !host.is_empty() && !port.is_empty() => Ok((host, Some(port))),
         Some(("", _)) => Err("no host: expected redis://127.0.0.1:PORT".to_owned()),
-        _ => Err(format!(
-            "a port is required, as in redis://{authority}:6379"
-        )),
+        Some((host, _)) => Ok((host, None)),
+        None => Ok((authority, None)),
     }
 }
 
@@ -184,6 +202,15 @@ mod tests {
     #[test]
     fn refuses_other_hosts() {
         refused("redis://10.0.0.1:6379", "not a loopback");
+        // A host off the machine is refused as such, and no other address is suggested.
+        for off in [
+            "redis://10.0.0.1",
+            "redis://10.0.0.1:",
+            "redis://example.com",
+        ] {
+            let why = LoopbackUrl::parse(off).expect_err("refused");
+            assert!(!why.contains("as in"), "{off}: {why}");
+        }
         refused("redis://192.168.1.2:6379", "not a loopback");
         refused("redis://0.0.0.0:6379", "not a loopback");
         refused("redis://[::]:6379", "not a loopback");
@@ -215,6 +242,8 @@ mod tests {
         refused("redis://127.0.0.1", "port is required");
         refused("redis://127.0.0.1:", "port is required");
         refused("redis://[::1]", "port is required");
+        refused("redis://[::1]x", "not `:PORT`");
+        refused("redis:///tmp/redis.sock", "Unix socket");
         refused("redis://[::1:6379", "not closed");
         refused("redis://::1:6379", "brackets");
         refused("redis://:6379", "no host");

@@ -12,6 +12,7 @@ use crate::admission::audit::PoolLedger;
 use crate::admission::section::FinalState;
 use crate::admission::shared_pool::Released;
 use crate::evidence::Decision;
+use crate::front_process::{Effect, LeaseLoss};
 use crate::label::Label;
 use crate::policy::Pool;
 
@@ -75,6 +76,10 @@ pub struct EngineEvidence {
     pub run: String,
     /// The engine's holders once every request was decided.
     pub holders_after_requests: Vec<EngineHolder>,
+    /// The dependency's log, read just before the cleanup: every effect the replicas' work
+    /// applied, with its slot and token, and whether it was accepted.
+    #[serde(default)]
+    pub effects: Vec<Effect>,
     /// At the end: the run's keys deleted, and how many holders still held then (a leaked
     /// permit is removed here).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -137,7 +142,7 @@ pub struct CrashEvidence {
 }
 
 /// A held caller's response after release.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
     /// The request.
     pub request: Label,
@@ -145,9 +150,22 @@ pub struct Answer {
     pub replica: ReplicaId,
     /// The HTTP status, if a response came.
     pub status: Option<u16>,
+    /// When it came (or the call failed), in milliseconds since the run began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<f64>,
     /// Why none came (its replica was killed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// A lease a replica found lost, and when the run heard of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LapseSeen {
+    /// What the replica said: the holder, why, when its lease had ended.
+    #[serde(flatten)]
+    pub loss: LeaseLoss,
+    /// Milliseconds since the run began when the run heard of it.
+    pub seen_at_ms: f64,
 }
 
 /// One replica's process and, once it stopped, its own account.
@@ -169,6 +187,10 @@ pub struct ReplicaEvidence {
     /// With global permits: what became of the permits it took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permits: Option<Released>,
+    /// With global permits: its holders whose renewals found their lease lost, as it told the
+    /// run, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lease_losses: Vec<LapseSeen>,
     /// How its process ended.
     pub exit: Option<String>,
     /// Why it did not stop cleanly, if it did not.

@@ -156,6 +156,30 @@ impl fmt::Display for LeaseMs {
     }
 }
 
+/// Whether the shared dependency checks fencing tokens: `--fencing`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Fencing {
+    /// It refuses an effect whose token is older than the newest it accepted for the slot.
+    #[default]
+    On,
+    /// It accepts every effect, as a resource that trusts the lock alone.
+    Off,
+}
+
+impl Fencing {
+    /// Whether tokens are checked.
+    pub fn on(self) -> bool {
+        self == Fencing::On
+    }
+}
+
+impl fmt::Display for Fencing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.on() { "on" } else { "off" })
+    }
+}
+
 /// The checked inputs of one `replicas` run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicasInputs {
@@ -169,6 +193,9 @@ pub struct ReplicasInputs {
     pub global: Engine,
     /// Each global holder's lease; 0 for none.
     pub lease_ms: LeaseMs,
+    /// Whether the dependency checks fencing tokens.
+    #[serde(default)]
+    pub fencing: Fencing,
 }
 
 impl Default for ReplicasInputs {
@@ -179,6 +206,7 @@ impl Default for ReplicasInputs {
             held: Requests::new(4).expect("4 is an allowed number of requests"),
             global: Engine::Off,
             lease_ms: LeaseMs::default(),
+            fencing: Fencing::On,
         }
     }
 }

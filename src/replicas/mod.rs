@@ -6,20 +6,26 @@
 //! `redis://` URL) exactly `slots` are held across all of them, and a refusal names the
 //! holders. Then a replica holding permits is paused past its lease (its permits go to another
 //! replica while its work still runs: over-admission) and another is killed (its permits are
-//! refused to everyone until its lease ends, or leak without one).
+//! refused to everyone until its lease ends, or leak without one). Every admission carries a
+//! fencing token, and the work writes to a shared dependency that refuses a stale one
+//! (`--fencing off`: accepts it), so the paused holder's late write is refused where it lands.
+//! Every lease a replica finds lost is reported, and the report names each over-admission.
 //!
 //! - `inputs`: the checked flags.
 //! - `model`: what the inputs predict, and the check of the evidence.
 //! - `evidence`: what a run observed.
-//! - `report`: inputs, prediction, evidence and differences, as one report.
-//! - `run`: the coordinator.
+//! - `report`: inputs, prediction, evidence, over-admissions, the dependency's account and
+//!   differences, as one report.
+//! - `run`: how it runs: the replicas, the engine, the pause and the crash.
+//! - `render`: the report as text for a person.
 
 pub mod evidence;
 pub mod inputs;
 pub mod model;
+pub mod render;
 pub mod report;
 pub mod run;
 
-pub use inputs::{Engine, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
+pub use inputs::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
 pub use report::ReplicasReport;
-pub use run::{Faults, Options, run, run_with};
+pub use run::{ReplicaFaults, ReplicasOptions, run, run_with};

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{Evidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
+use crate::front_process::{Effect, LossCause, Phase};
 use crate::label::Label;
 
 /// What the inputs predict.
@@ -39,6 +40,9 @@ pub struct Prediction {
     /// Parts that do not run for these inputs, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// Whether the dependency refuses stale fencing tokens.
+    #[serde(default)]
+    pub fencing: bool,
 }
 
 /// One request's predicted decision.
@@ -64,6 +68,11 @@ pub struct PausePlan {
     pub probed: ReplicaId,
     /// Requests inside work sections beyond the limit while it is paused: its holders.
     pub over_admitted: usize,
+    /// Whether the dependency refuses the paused holders' late effects (fencing on) or
+    /// accepts them (off). A newer holder of the same slot has written by then: each probe
+    /// admitted in a paused holder's place writes as its work begins.
+    #[serde(default)]
+    pub late_effects_refused: bool,
 }
 
 /// The crash: which replica is killed, which is probed, and whether its permits lapse.
@@ -128,6 +137,7 @@ pub fn predict(inputs: &ReplicasInputs) -> Prediction {
             paused: second,
             probed: first,
             over_admitted: held_per_replica[&second],
+            late_effects_refused: inputs.fencing.on(),
         }),
         (false, ..) => None,
         (true, false, _) => {
@@ -163,6 +173,7 @@ pub fn predict(inputs: &ReplicasInputs) -> Prediction {
         pause,
         crash,
         skipped,
+        fencing: inputs.fencing.on(),
     }
 }
 
@@ -171,6 +182,172 @@ fn pause_or_crash_needs_full(part: &str) -> String {
         "{part}: --held is below --slots, so a permit is free and a probe would be admitted \
          without waiting for any lease"
     )
+}
+
+/// When requests inside work sections were counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Moment {
+    /// Once every request was decided.
+    AfterRequests,
+    /// During the pause, once the probes had taken the paused holders' permits.
+    DuringPause,
+}
+
+/// More requests inside work sections at once, across replicas, than the limit: what the
+/// evidence shows of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OverAdmission {
+    /// When it was counted.
+    pub when: Moment,
+    /// The requests inside work sections then, as `replica/request`.
+    pub inside: Vec<String>,
+    /// The limit: `--slots`, global or meant to be.
+    pub limit: usize,
+    /// How many beyond it.
+    pub over_by: usize,
+    /// With global permits: the holders inside whose lease had lapsed (Redis no longer named
+    /// them), each with why, when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lapsed: Vec<Lapsed>,
+    /// Without global permits: why, as there is no shared limit to lapse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// A holder still inside its work section whose lease had lapsed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Lapsed {
+    /// `replica/request`.
+    pub holder: String,
+    /// Whether the run had paused its replica then; otherwise it was live.
+    pub paused: bool,
+    /// Why, as its replica's renewals found it; `None` if the replica never said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<LossCause>,
+    /// How long its work went on after the run heard of the loss: until its caller was
+    /// answered, in milliseconds; `None` if it never was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worked_on_ms: Option<f64>,
+    /// Its work's last effect, as the dependency judged it; `None` if it never came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_effect: Option<Effect>,
+}
+
+impl Lapsed {
+    /// Why its lease lapsed, in words.
+    pub fn why(&self) -> String {
+        match (&self.cause, self.paused) {
+            (Some(cause), true) => format!("paused by the run (SIGSTOP): {cause}"),
+            (Some(cause), false) => format!("live: {cause}"),
+            (None, true) => "paused by the run (SIGSTOP) past its lease".to_owned(),
+            (None, false) => "live; its replica reported no lost lease".to_owned(),
+        }
+    }
+}
+
+/// Every over-admission the evidence shows, in order.
+pub fn over_admitted(inputs: &ReplicasInputs, evidence: &Evidence) -> Vec<OverAdmission> {
+    let limit = inputs.slots.get();
+    let global = inputs.global.is_global();
+    let mut seen = Vec::new();
+    let all_sent = evidence.sent.len() == inputs.held.get();
+    let inside = |sections: &BTreeMap<ReplicaId, Vec<Label>>| -> Vec<String> {
+        let each = sections
+            .iter()
+            .flat_map(|(&r, held)| held.iter().map(move |&q| (r, q)));
+        each.map(|(r, q)| holder(r, q)).collect()
+    };
+    let mut count = |when, inside: Vec<String>, named: Option<&[String]>, paused| {
+        if inside.len() <= limit {
+            return;
+        }
+        let (lapsed, why) = match named {
+            Some(named) => {
+                let lapsed = inside.iter().filter(|h| !named.contains(h));
+                let lapsed = lapsed.map(|h| lapsed_holder(h, paused, evidence));
+                (lapsed.collect(), None)
+            }
+            None if global => (Vec::new(), None),
+            None => (
+                Vec::new(),
+                Some(format!(
+                    "each replica admits up to {limit} with its own permits: nothing makes them \
+                     one limit"
+                )),
+            ),
+        };
+        seen.push(OverAdmission {
+            when,
+            over_by: inside.len() - limit,
+            inside,
+            limit,
+            lapsed,
+            why,
+        });
+    };
+    if all_sent {
+        let named: Option<Vec<String>> = evidence.engine.as_ref().map(|e| {
+            let holders = e.holders_after_requests.iter();
+            holders.map(|h| h.holder.clone()).collect()
+        });
+        count(
+            Moment::AfterRequests,
+            inside(&evidence.held_at_once),
+            named.as_deref(),
+            None,
+        );
+    }
+    if let Some(pause) = &evidence.pause
+        && !pause.in_sections.is_empty()
+    {
+        count(
+            Moment::DuringPause,
+            inside(&pause.in_sections),
+            Some(&pause.engine_holders),
+            pause.replica,
+        );
+    }
+    seen
+}
+
+fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &Evidence) -> Lapsed {
+    let replica = evidence
+        .replicas
+        .iter()
+        .find(|r| holder.starts_with(&format!("{}/", r.id)));
+    let loss = replica.and_then(|r| r.lease_losses.iter().find(|l| l.loss.holder == holder));
+    let answered = evidence
+        .released
+        .iter()
+        .find(|a| self::holder(a.replica, a.request) == holder)
+        .and_then(|a| a.at_ms);
+    let late_effect = evidence.engine.as_ref().and_then(|e| {
+        let mut effects = e.effects.iter();
+        effects
+            .rfind(|e| e.holder == holder && e.phase == Phase::End)
+            .cloned()
+    });
+    Lapsed {
+        late_effect,
+        holder: holder.to_owned(),
+        paused: paused.is_some_and(|p| holder.starts_with(&format!("{p}/"))),
+        cause: loss.map(|l| l.loss.cause),
+        worked_on_ms: match (loss, answered) {
+            (Some(loss), Some(at)) => Some(((at - loss.seen_at_ms) * 10.0).round() / 10.0),
+            _ => None,
+        },
+    }
+}
+
+/// Items as a person reads them: `a, b and c`, or `none`.
+pub fn listed<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    let items: Vec<String> = items.map(|item| item.to_string()).collect();
+    match items.as_slice() {
+        [] => "none".to_owned(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 fn names(held_by: &[String]) -> BTreeSet<&str> {
@@ -215,13 +392,29 @@ pub fn check(prediction: &Prediction, evidence: &Evidence) -> Vec<String> {
                 .collect();
             if got != expected {
                 wrong.push(format!(
-                    "the engine's holders were {got:?}, expected {expected:?}"
+                    "Redis's holders were {}, expected {}",
+                    listed(got.iter()),
+                    listed(expected.iter())
                 ));
             }
         }
     }
     if let (Some(plan), Some(pause)) = (&prediction.pause, &evidence.pause) {
         check_pause(plan, prediction.limit_in_all, pause, &mut wrong);
+        if pause.resumed && evidence.released.iter().any(|a| a.status.is_some()) {
+            check_late_effects(plan, pause, evidence, &mut wrong);
+        }
+    }
+    if let Some(engine) = &evidence.engine
+        && fencing_on(prediction)
+    {
+        let account = Dependency::of(&engine.effects);
+        for stale in &account.stale_accepted {
+            wrong.push(format!(
+                "the dependency accepted {}'s token {} for slot {} after accepting the newer {}",
+                stale.holder, stale.fence.token, stale.fence.slot, stale.newest
+            ));
+        }
     }
     if let (Some(plan), Some(crash)) = (&prediction.crash, &evidence.crash) {
         check_crash(plan, crash, &mut wrong);
@@ -261,8 +454,9 @@ fn check_sent(expected: &Expected, sent: &Sent, wrong: &mut Vec<String>) {
         ));
     } else if names(&sent.held_by) != names(&expected.held_by) {
         wrong.push(format!(
-            "{request}'s refusal named {:?}, expected {:?}",
-            sent.held_by, expected.held_by
+            "{request}'s refusal named {}, expected {}",
+            listed(sent.held_by.iter()),
+            listed(expected.held_by.iter())
         ));
     }
 }
@@ -271,6 +465,87 @@ fn decided(decision: Decision) -> &'static str {
     match decision {
         Decision::Admitted => "held",
         Decision::Refused => "refused",
+    }
+}
+
+/// Whether the run's dependency checks tokens, as the prediction was made for.
+fn fencing_on(prediction: &Prediction) -> bool {
+    prediction.fencing
+}
+
+/// The paused holders' effects at the end of their work: refused naming a newer token with
+/// fencing, accepted without.
+fn check_late_effects(
+    plan: &PausePlan,
+    pause: &super::evidence::PauseEvidence,
+    evidence: &Evidence,
+    wrong: &mut Vec<String>,
+) {
+    let Some(engine) = &evidence.engine else {
+        return;
+    };
+    for paused in &pause.holders {
+        let late = engine
+            .effects
+            .iter()
+            .find(|e| e.holder == paused.holder && e.phase == Phase::End);
+        match (late, plan.late_effects_refused) {
+            (None, _) => wrong.push(format!(
+                "{}'s work ended without its effect reaching the dependency",
+                paused.holder
+            )),
+            (Some(e), true) if e.accepted => wrong.push(format!(
+                "the dependency accepted the paused {}'s late effect (token {}), expected it \
+                 refused",
+                e.holder, e.fence.token
+            )),
+            (Some(e), true) if e.newest <= e.fence.token => wrong.push(format!(
+                "{}'s late effect was refused without a newer token for its slot",
+                e.holder
+            )),
+            (Some(e), false) if !e.accepted => wrong.push(format!(
+                "the dependency refused {}'s late effect with fencing off",
+                e.holder
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// The dependency's log, counted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dependency {
+    /// Effects it accepted.
+    pub accepted: usize,
+    /// Effects it refused, each with the newer token it had accepted for the slot.
+    pub refused: Vec<Effect>,
+    /// Effects it accepted although it had accepted a newer token for their slot (possible
+    /// only with fencing off): each one a stale holder's write landing beside a newer one's.
+    pub stale_accepted: Vec<Effect>,
+    /// The most holders whose writes stood at once: one per slot it accepted a token for, plus
+    /// every stale write accepted. With fencing it never exceeds the slots.
+    pub standing_at_most: usize,
+}
+
+impl Dependency {
+    /// The account of `effects`, in the dependency's order.
+    pub fn of(effects: &[Effect]) -> Dependency {
+        let slots: BTreeSet<u64> = effects
+            .iter()
+            .filter(|e| e.accepted)
+            .map(|e| e.fence.slot)
+            .collect();
+        let stale_accepted: Vec<Effect> = effects
+            .iter()
+            .filter(|e| e.accepted && e.fence.token < e.newest)
+            .cloned()
+            .collect();
+        Dependency {
+            accepted: effects.iter().filter(|e| e.accepted).count(),
+            refused: effects.iter().filter(|e| !e.accepted).cloned().collect(),
+            standing_at_most: slots.len() + stale_accepted.len(),
+            stale_accepted,
+        }
     }
 }
 
@@ -295,7 +570,8 @@ fn check_pause(
         .count();
     if admitted != plan.over_admitted {
         wrong.push(format!(
-            "{admitted} probes took the paused replica's permits, expected {}",
+            "{admitted} probes were admitted during the pause, expected {} (one per paused \
+             holder)",
             plan.over_admitted
         ));
     }
@@ -398,7 +674,7 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
                 && after + 1.0 < left as f64
             {
                 wrong.push(format!(
-                    "{} was admitted {after} ms after the kill, before the dead holders' lease                      ended ({left} ms left then)",
+                    "{} was admitted {after} ms after the kill, before the dead holders' lease ended ({left} ms left then)",
                     probe.request
                 ));
             }
@@ -437,19 +713,20 @@ fn check_replicas(prediction: &Prediction, evidence: &Evidence, wrong: &mut Vec<
                 .filter(|p| p.paused == replica.id && evidence.pause.is_some());
             if paused.is_none() && !permits.lapsed.is_empty() {
                 wrong.push(format!(
-                    "{}'s permits for {:?} lapsed while it was running",
-                    replica.id, permits.lapsed
+                    "{}'s permits for {} lapsed while it was running",
+                    replica.id,
+                    listed(permits.lapsed.iter())
                 ));
             }
             if let (Some(plan), Some(pause)) = (paused, &evidence.pause)
                 && permits.lapsed.len() != plan.over_admitted
             {
                 wrong.push(format!(
-                    "{} found {} of its permits lapsed after the pause, expected {} ({:?})",
+                    "{} found {} of its permits lapsed after the pause, expected {} (it held {})",
                     replica.id,
                     permits.lapsed.len(),
                     plan.over_admitted,
-                    pause.holders
+                    listed(pause.holders.iter().map(|h| &h.holder))
                 ));
             }
         }
@@ -469,6 +746,7 @@ mod tests {
             held: Requests::new(held).expect("allowed"),
             global,
             lease_ms: LeaseMs::new(lease).expect("allowed"),
+            fencing: crate::replicas::Fencing::On,
         }
     }
 
@@ -615,6 +893,36 @@ mod tests {
             wrong.iter().any(|w| w.contains("before")),
             "an admission 3 ms into the pause, with 1900 ms of lease left, was accepted: {wrong:?}"
         );
+    }
+
+    /// The dependency's account: a stale write it accepted (fencing off) stands beside the
+    /// newer holder's on one slot, so more writes stood than there are slots; a refused one
+    /// names the newer token.
+    #[test]
+    fn the_dependency_counts_stale_writes_beyond_the_slots() {
+        use crate::front_process::{Effect, Fence, Phase};
+        let effect = |holder: &str, phase, slot, token, accepted, newest| Effect {
+            holder: holder.into(),
+            phase,
+            fence: Fence { slot, token },
+            accepted,
+            newest,
+        };
+        let run = |late_accepted| {
+            vec![
+                effect("r1/S1", Phase::Begin, 0, 11, true, 0),
+                effect("r2/S2", Phase::Begin, 1, 12, true, 0),
+                effect("r1/S5", Phase::Begin, 1, 13, true, 12),
+                effect("r2/S2", Phase::End, 1, 12, late_accepted, 13),
+            ]
+        };
+        let fenced = Dependency::of(&run(false));
+        assert_eq!((fenced.accepted, fenced.standing_at_most), (3, 2));
+        assert_eq!(fenced.refused[0].newest, 13);
+        assert!(fenced.stale_accepted.is_empty());
+        let open = Dependency::of(&run(true));
+        assert_eq!((open.accepted, open.standing_at_most), (4, 3));
+        assert_eq!(open.stale_accepted[0].holder, "r2/S2");
     }
 
     /// Without a lease there is no pause part and the crash leaks; with a free permit neither

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::Evidence;
 use super::inputs::ReplicasInputs;
-use super::model::{self, Prediction};
+use super::model::{self, Dependency, Moment, OverAdmission, Prediction};
 
 /// The whole report of one `replicas` run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -20,6 +20,15 @@ pub struct ReplicasReport {
     pub prediction: Prediction,
     /// What the run observed.
     pub evidence: Evidence,
+    /// Every time more requests were inside work sections at once than the limit, with whose
+    /// lease had lapsed and why: expected during the pause and with own permits, a fault
+    /// otherwise. Reported whether or not the run failed.
+    #[serde(default)]
+    pub over_admitted: Vec<OverAdmission>,
+    /// With global permits: the shared dependency's account of the effects it accepted and
+    /// refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<Dependency>,
     /// The observations that differ from the prediction, in words.
     pub mismatches: Vec<String>,
     /// Nothing failed and nothing differed.
@@ -29,12 +38,73 @@ pub struct ReplicasReport {
     pub failure: Option<String>,
 }
 
+impl OverAdmission {
+    /// What it was, in one sentence.
+    pub fn sentence(&self) -> String {
+        let when = match self.when {
+            Moment::AfterRequests => "once every request was decided",
+            Moment::DuringPause => "during the pause",
+        };
+        let mut text = format!(
+            "over-admission: {} requests inside work sections at once under a limit of {} {when} \
+             ({})",
+            self.inside.len(),
+            self.limit,
+            self.inside.join(" ")
+        );
+        for lapsed in &self.lapsed {
+            text.push_str(&format!(
+                "; {}'s lease had lapsed, {}",
+                lapsed.holder,
+                lapsed.why()
+            ));
+            if let Some(ms) = lapsed.worked_on_ms {
+                text.push_str(&format!(
+                    ", and its work went on for {ms:.0} ms after the run heard of it"
+                ));
+            }
+            if let Some(late) = &lapsed.late_effect {
+                text.push_str(&format!("; {}", late_effect(late)));
+            }
+        }
+        if let Some(why) = &self.why {
+            text.push_str(&format!(": {why}"));
+        }
+        text
+    }
+}
+
+/// What the dependency did with a holder's last write, in words.
+pub fn late_effect(effect: &crate::front_process::Effect) -> String {
+    let (holder, token, slot) = (&effect.holder, effect.fence.token, effect.fence.slot);
+    match (effect.accepted, effect.newest > token) {
+        (false, _) => format!(
+            "the dependency refused {holder}'s last write (token {token}, slot {slot}): it had \
+             accepted the newer token {} for that slot",
+            effect.newest
+        ),
+        (true, true) => format!(
+            "the dependency ACCEPTED {holder}'s last write (token {token}, slot {slot}) although \
+             it had accepted the newer token {} for that slot",
+            effect.newest
+        ),
+        (true, false) => format!(
+            "the dependency accepted {holder}'s last write (token {token}, slot {slot}): no newer \
+             token had written to that slot"
+        ),
+    }
+}
+
 impl ReplicasReport {
     /// The report of `evidence`, checked against what `inputs` predict.
     pub fn assemble(inputs: ReplicasInputs, evidence: Evidence, failure: Option<String>) -> Self {
         let prediction = model::predict(&inputs);
         let mismatches = model::check(&prediction, &evidence);
+        let over_admitted = model::over_admitted(&inputs, &evidence);
+        let dependency = evidence.engine.as_ref().map(|e| Dependency::of(&e.effects));
         ReplicasReport {
+            dependency,
+            over_admitted,
             lab: "replicas".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             matches_model: failure.is_none() && mismatches.is_empty(),
@@ -46,10 +116,25 @@ impl ReplicasReport {
         }
     }
 
-    /// Why the run exits 1, in one line: its failure, or its first difference from the model.
+    /// Why the run exits 1, in one line: what went wrong first. With global permits an
+    /// over-admission once the requests were decided comes before anything later (a failure
+    /// after it is added); otherwise the run's failure, or its first difference from the model.
     pub fn reason(&self) -> Option<String> {
-        if let Some(failure) = &self.failure {
-            return Some(failure.clone());
+        let over = self
+            .over_admitted
+            .iter()
+            .find(|o| o.when == Moment::AfterRequests)
+            .filter(|_| self.inputs.global.is_global());
+        match (over, &self.failure) {
+            (Some(over), Some(failure)) => {
+                return Some(format!(
+                    "{}; then the run failed: {failure}",
+                    over.sentence()
+                ));
+            }
+            (Some(over), None) => return Some(over.sentence()),
+            (None, Some(failure)) => return Some(failure.clone()),
+            (None, None) => {}
         }
         let first = self.mismatches.first()?;
         let more = match self.mismatches.len() {

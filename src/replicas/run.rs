@@ -7,35 +7,38 @@
 //! engine's answer, under the safety timeout. The only timer that paces anything spaces the
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result, anyhow};
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::evidence::{
-    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, PauseEvidence,
-    ReplicaEvidence, Sent,
+    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, LapseSeen,
+    PauseEvidence, ReplicaEvidence, Sent,
 };
 use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
+// The lab's one catcher of Ctrl-C: a pipe opened only while a run catches, rather than
+// Tokio's `signal` feature, which holds descriptors open in every process of the binary.
+use crate::classroom::signal::Interrupts;
+use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Front;
 use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
 
-/// The longest any one wait may take before the run fails as stalled.
-pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
 /// and the faults a test injects.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub struct ReplicasOptions {
     /// The lab's binary, started once per replica with its hidden `__front` subcommand;
     /// `None`: this process's own executable.
     pub program: Option<PathBuf>,
@@ -44,39 +47,52 @@ pub struct Options {
     /// Without a lease: how long a crash's refusals are watched before the run moves on.
     pub leak_watch: Duration,
     /// What to break (tests only).
-    pub faults: Faults,
+    pub faults: ReplicaFaults,
 }
 
-impl Default for Options {
+impl Default for ReplicasOptions {
     fn default() -> Self {
-        Options {
+        ReplicasOptions {
             program: None,
             safety_timeout: SAFETY_TIMEOUT,
             leak_watch: Duration::from_millis(2000),
-            faults: Faults::default(),
+            faults: ReplicaFaults::default(),
         }
     }
 }
 
-/// Faults a test injects once every request has been decided; the command line sets none.
+/// Faults a test injects; the command line sets none. Each is driven by a signal or a Redis
+/// command, and the run goes on once a replica's own report says the fault took effect.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Faults {
-    /// The run's own `redis-server` (`--global local`) is killed.
+pub struct ReplicaFaults {
+    /// Once every request is decided: the run's own `redis-server` (`--global local`) is
+    /// killed.
     pub engine_dies: bool,
-    /// This replica's process is killed, unannounced.
+    /// Once every request is decided: this replica's process is killed, unannounced.
     pub replica_dies: Option<ReplicaId>,
+    /// The run's own `redis-server` is stopped (SIGSTOP) just before this request is sent, and
+    /// continued once the first request's replica reports its holder's lease lost.
+    pub redis_stops_at: Option<Label>,
+    /// Once every request is decided: the holders key is deleted (`DEL`), and the run waits
+    /// until each holder's replica reports its lease lost.
+    pub holders_deleted: bool,
+    /// Once every request is decided: this replica is starved (stopped, unannounced) until
+    /// Redis no longer names its holders, then continued; the run waits until it reports its
+    /// leases lost.
+    pub replica_starved: Option<ReplicaId>,
 }
 
 /// Runs `inputs` with the default options.
 pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
-    run_with(inputs, Options::default()).await
+    run_with(inputs, ReplicasOptions::default()).await
 }
 
 /// Runs `inputs` with `options`, and reports. Whatever happens, every replica process and a
 /// `redis-server` the run started are stopped and reaped, and the run's keys deleted, before
 /// this returns.
-pub async fn run_with(inputs: ReplicasInputs, options: Options) -> ReplicasReport {
+pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     let mut run = Run {
+        started: Instant::now(),
         inputs: inputs.clone(),
         options,
         replicas: Vec::new(),
@@ -84,8 +100,24 @@ pub async fn run_with(inputs: ReplicasInputs, options: Options) -> ReplicasRepor
         evidence: Evidence::default(),
         next_probe: inputs.held.get() as u16 + 1,
     };
-    let failure = run.steps().await.err();
+    // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
+    // stopped and reaped, the run's keys deleted, a private redis-server stopped. They stay
+    // caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
+    // process catches them (another run in the same process, as in tests, goes without).
+    let interrupts = Interrupts::catch().ok();
+    let failure = match &interrupts {
+        Some(interrupts) => tokio::select! {
+            ended = run.steps() => ended.err().map(|e| format!("{e:#}")),
+            () = interrupts.caught() => Some(
+                "interrupted by SIGINT or SIGTERM (Ctrl-C): everything the run started was \
+                 stopped and its keys deleted"
+                    .to_owned(),
+            ),
+        },
+        None => run.steps().await.err().map(|e| format!("{e:#}")),
+    };
     let failure = run.close(failure).await;
+    drop(interrupts);
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
     ReplicasReport::assemble(inputs, evidence, failure)
@@ -112,18 +144,22 @@ struct Replica {
     /// Admitted and not yet finished, as the replica's events say.
     inside: Vec<Label>,
     paused: bool,
+    /// When the run began: lease losses and answers are timed from it.
+    started: Instant,
     evidence: ReplicaEvidence,
 }
 
-/// A caller's request and what it got.
+/// A caller's request and what it got, and when.
 struct Call {
     request: Label,
     reply: Result<(u16, Value), String>,
+    at: Instant,
 }
 
 struct Run {
+    started: Instant,
     inputs: ReplicasInputs,
-    options: Options,
+    options: ReplicasOptions,
     replicas: Vec<Replica>,
     engine: Option<EngineHandle>,
     evidence: Evidence,
@@ -131,12 +167,16 @@ struct Run {
 }
 
 impl Run {
-    async fn steps(&mut self) -> Result<(), String> {
+    async fn steps(&mut self) -> Result<()> {
         self.start_engine().await?;
         self.start_replicas().await?;
         for (n, request) in Label::slow(self.inputs.held.get()).enumerate() {
             let replica = ReplicaId::round_robin(n + 1, self.inputs.replicas);
-            let sent = self.decide(replica, request, None).await?;
+            let sent = if self.options.faults.redis_stops_at == Some(request) {
+                self.decide_with_redis_stalled(replica, request).await?
+            } else {
+                self.decide(replica, request, None).await?
+            };
             self.evidence.sent.push(sent);
         }
         self.evidence.held_at_once = self
@@ -150,7 +190,7 @@ impl Run {
                 engine.holders_after_requests = holders;
             }
         }
-        self.inject().await;
+        self.inject().await?;
         let prediction = model::predict(&self.inputs);
         if let Some(plan) = prediction.pause {
             self.pause(plan).await?;
@@ -180,26 +220,26 @@ impl Run {
         pace.clamp(Duration::from_millis(5), Duration::from_millis(50))
     }
 
-    fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica, String> {
+    fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica> {
         self.replicas
             .iter_mut()
             .find(|r| r.id == id)
-            .ok_or_else(|| format!("{id} is not one of the run's replicas"))
+            .ok_or_else(|| anyhow!("{id} is not one of the run's replicas"))
     }
 
-    async fn start_engine(&mut self) -> Result<(), String> {
+    async fn start_engine(&mut self) -> Result<()> {
         let (url, local) = match self.inputs.global {
             Engine::Off => return Ok(()),
             Engine::Url(url) => (url.loopback(), None),
             Engine::Local => {
                 let redis = LocalRedis::start()
                     .await
-                    .map_err(|e| format!("cannot start a private redis-server: {e:#}"))?;
+                    .context("cannot start a private redis-server")?;
                 (*redis.url(), Some(redis))
             }
         };
         let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|e| format!("no randomness for a run id: {e}"))?;
+        getrandom::fill(&mut random).map_err(|e| anyhow!("no randomness for a run id: {e}"))?;
         let run = format!("replicas-{:016x}", u64::from_le_bytes(random));
         self.evidence.engine = Some(EngineEvidence {
             address: url.to_string(),
@@ -217,21 +257,23 @@ impl Run {
         let permits =
             GlobalPermits::connect(&url, &engine.run, slots, self.inputs.lease_ms.lease())
                 .await
-                .map_err(|e| format!("cannot use the Redis at {url}: {e}"))?;
+                .with_context(|| format!("cannot use the Redis at {url}"))?;
         engine.permits = Some(permits);
         Ok(())
     }
 
-    async fn start_replicas(&mut self) -> Result<(), String> {
+    async fn start_replicas(&mut self) -> Result<()> {
         let program = match &self.options.program {
             Some(program) => program.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| format!("cannot find this program to start replicas: {e}"))?,
+            None => {
+                std::env::current_exe().context("cannot find this program to start replicas")?
+            }
         };
         let global = self.engine.as_ref().map(|engine| GlobalSpec {
             url: engine.url.to_string(),
             run: engine.run.clone(),
             lease_ms: u64::from(self.inputs.lease_ms.get()),
+            fencing: self.inputs.fencing.on(),
         });
         for id in ReplicaId::all(self.inputs.replicas) {
             let mut spec = FrontSpec::new(Front::Async, self.inputs.slots.get());
@@ -239,13 +281,17 @@ impl Run {
             spec.drain_ms = self.timeout().as_millis() as u64;
             spec.replica = Some(id.to_string());
             spec.global = global.clone();
-            let front = FrontProcess::start(Command::new(&program), &spec, self.timeout())
+            let mut command = Command::new(&program);
+            // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops
+            // every replica in order, rather than each replica at once.
+            command.process_group(0);
+            let front = FrontProcess::start(command, &spec, self.timeout())
                 .await
-                .map_err(|e| format!("{id} did not come up: {e}"))?;
+                .map_err(|e| anyhow!("{id} did not come up: {e}"))?;
             let headers = crate::coordinator::client::token_header(front.token())
-                .map_err(|e| format!("{id}: {e:#}"))?;
+                .map_err(|e| anyhow!("{id}: {e:#}"))?;
             let client = crate::coordinator::client::loopback(headers)
-                .map_err(|e| format!("building the HTTP client: {e}"))?;
+                .map_err(|e| anyhow!("building the HTTP client: {e}"))?;
             self.replicas.push(Replica {
                 id,
                 client,
@@ -253,6 +299,7 @@ impl Run {
                 callers: JoinSet::new(),
                 inside: Vec::new(),
                 paused: false,
+                started: self.started,
                 evidence: ReplicaEvidence {
                     id,
                     pid: front.pid(),
@@ -261,6 +308,7 @@ impl Run {
                     ledger: None,
                     final_state: None,
                     permits: None,
+                    lease_losses: Vec::new(),
                     exit: None,
                     problem: None,
                 },
@@ -277,13 +325,13 @@ impl Run {
         replica: ReplicaId,
         request: Label,
         since: Option<Instant>,
-    ) -> Result<Sent, String> {
+    ) -> Result<Sent> {
         let (timeout, global) = (self.timeout(), self.engine.is_some());
         let replica = self.replica(replica)?;
         replica.send(request);
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
         let (decision, held_by) = decided.map_err(|_| {
-            format!(
+            anyhow!(
                 "{} gave no decision on {request} within {} s",
                 replica.id,
                 timeout.as_secs()
@@ -299,20 +347,17 @@ impl Run {
     }
 
     /// A new probe to `replica`: the next slow label after the requests.
-    async fn probe(&mut self, replica: ReplicaId, since: Instant) -> Result<Sent, String> {
+    async fn probe(&mut self, replica: ReplicaId, since: Instant) -> Result<Sent> {
         let request = Label::Slow(self.next_probe);
         self.next_probe = self.next_probe.saturating_add(1);
         self.decide(replica, request, Some(since)).await
     }
 
     /// The engine's holders now, with their lease left by its clock.
-    async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>, String> {
+    async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>> {
         let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
-        let permits = permits.ok_or_else(|| format!("{doing}: no engine"))?;
-        let (now, holdings) = permits
-            .holders()
-            .await
-            .map_err(|e| format!("{doing}: {e}"))?;
+        let permits = permits.ok_or_else(|| anyhow!("{doing}: no engine"))?;
+        let (now, holdings) = permits.holders().await.context(doing.to_owned())?;
         Ok(holdings
             .into_iter()
             .map(|h| EngineHolder {
@@ -322,7 +367,108 @@ impl Run {
             .collect())
     }
 
-    async fn inject(&mut self) {
+    /// [`Run::decide`] with the run's own Redis stopped while `request` is sent: continued once
+    /// the first request's replica reports its holder's lease lost (Redis silent past it).
+    async fn decide_with_redis_stalled(
+        &mut self,
+        replica: ReplicaId,
+        request: Label,
+    ) -> Result<Sent> {
+        let timeout = self.timeout();
+        let local = self.engine.as_ref().and_then(|e| e.local.as_ref());
+        let local = local.context("stalling Redis needs --global local")?;
+        local.stall(true).context("cannot stop redis-server")?;
+        let first = ReplicaId::round_robin(1, self.inputs.replicas);
+        let waited = async {
+            self.replica(replica)?.send(request);
+            self.replica(first)?.await_loss(timeout).await
+        };
+        let waited = waited.await;
+        if let Some(local) = self.engine.as_ref().and_then(|e| e.local.as_ref()) {
+            local.stall(false).context("cannot continue redis-server")?;
+        }
+        waited?;
+        let replica = self.replica(replica)?;
+        let global = true;
+        let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
+        let (decision, held_by) =
+            decided.map_err(|_| anyhow!("{} gave no decision on {request}", replica.id))??;
+        Ok(Sent {
+            request,
+            replica: replica.id,
+            decision,
+            held_by,
+            at_ms: None,
+        })
+    }
+
+    /// The faults a test gives that take effect once every request is decided.
+    async fn inject(&mut self) -> Result<()> {
+        let timeout = self.timeout();
+        if self.options.faults.holders_deleted {
+            let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+            let permits = permits.context("deleting the holders needs --global")?;
+            permits
+                .forget_holders()
+                .await
+                .context("deleting the holders")?;
+            for id in self.holding() {
+                self.replica(id)?.await_loss(timeout).await?;
+            }
+        }
+        if let Some(id) = self.options.faults.replica_starved {
+            self.starve(id).await?;
+        }
+        self.inject_deaths().await;
+        Ok(())
+    }
+
+    /// The replicas holding permits now, by their own ledgers.
+    fn holding(&self) -> Vec<ReplicaId> {
+        let holding = self.replicas.iter().filter(|r| !r.inside.is_empty());
+        holding.map(|r| r.id).collect()
+    }
+
+    /// Stops replica `id` unannounced until Redis no longer names its holders (read at the
+    /// probes' pace), then continues it and waits for it to report its leases lost.
+    async fn starve(&mut self, id: ReplicaId) -> Result<()> {
+        let timeout = self.timeout();
+        let limit = self.lease() + timeout;
+        let prefix = format!("{id}/");
+        let front = self
+            .replica(id)?
+            .front
+            .as_ref()
+            .context("the replica is gone")?;
+        front.pause().with_context(|| format!("cannot stop {id}"))?;
+        let since = Instant::now();
+        let mut pace = pace(self.probe_pace());
+        let lapsed = loop {
+            let holders = self.engine_holders("reading the holders").await;
+            match holders {
+                Ok(holders) if !holders.iter().any(|h| h.holder.starts_with(&prefix)) => {
+                    break Ok(());
+                }
+                Ok(_) if since.elapsed() > limit => {
+                    break Err(anyhow!("{id}'s holders did not lapse while it was stopped"));
+                }
+                Ok(_) => {
+                    pace.tick().await;
+                }
+                Err(why) => break Err(why),
+            }
+        };
+        let replica = self.replica(id)?;
+        if let Some(front) = &replica.front {
+            front
+                .resume()
+                .with_context(|| format!("cannot continue {id}"))?;
+        }
+        lapsed?;
+        replica.await_loss(timeout).await
+    }
+
+    async fn inject_deaths(&mut self) {
         let faults = self.options.faults.clone();
         if faults.engine_dies
             && let Some(local) = self.engine.as_mut().and_then(|e| e.local.as_mut())
@@ -341,7 +487,7 @@ impl Run {
     /// A replica holding permits is paused past its lease; another is probed until it has
     /// taken the paused holders' permits while their work still runs; then the paused replica
     /// is continued.
-    async fn pause(&mut self, plan: PausePlan) -> Result<(), String> {
+    async fn pause(&mut self, plan: PausePlan) -> Result<()> {
         // The pause's clock starts before its holders' lease left is read, so that no probe
         // can be admitted sooner on it than that lease left: the model checks exactly that.
         let since = Instant::now();
@@ -358,11 +504,11 @@ impl Run {
         let front = replica
             .front
             .as_ref()
-            .ok_or("the replica to pause is gone")?;
+            .context("the replica to pause is gone")?;
         let pid = front.pid();
         front
             .pause()
-            .map_err(|e| format!("cannot pause {}: {e}", plan.paused))?;
+            .map_err(|e| anyhow!("cannot pause {}: {e}", plan.paused))?;
         replica.paused = true;
         replica
             .evidence
@@ -381,12 +527,23 @@ impl Run {
         let mut admitted_after_ms = None;
         let ended = loop {
             if since.elapsed() > limit {
-                break Err(format!(
-                    "no probe to {} took {}'s permits within {} ms of the pause",
-                    plan.probed,
-                    plan.paused,
-                    limit.as_millis()
-                ));
+                let admitted = probes
+                    .iter()
+                    .filter(|p: &&Sent| p.decision == Decision::Admitted);
+                break Err(match admitted.count() {
+                    0 => anyhow!(
+                        "no probe to {} was admitted within {} ms of pausing {}",
+                        plan.probed,
+                        limit.as_millis(),
+                        plan.paused
+                    ),
+                    n => anyhow!(
+                        "probes to {} were still admitted {} ms into the pause ({n} in all): \
+                         permits kept coming free",
+                        plan.probed,
+                        limit.as_millis()
+                    ),
+                });
             }
             let sent = match self.probe(plan.probed, since).await {
                 Ok(sent) => sent,
@@ -428,7 +585,7 @@ impl Run {
         ended?;
         let engine_holders = engine_holders?;
         let replica = self.replica(plan.paused)?;
-        replica.resume()?;
+        replica.resume().await?;
         if let Some(pause) = &mut self.evidence.pause {
             pause.engine_holders = engine_holders.into_iter().map(|h| h.holder).collect();
             pause.resumed = true;
@@ -438,20 +595,23 @@ impl Run {
 
     /// A replica holding permits is killed; another is probed until a probe is admitted (with
     /// a lease) or for the leak watch (without).
-    async fn crash(&mut self, plan: CrashPlan) -> Result<(), String> {
+    async fn crash(&mut self, plan: CrashPlan) -> Result<()> {
         let timeout = self.timeout();
         let replica = self.replica(plan.killed)?;
-        let mut front = replica.front.take().ok_or("the replica to kill is gone")?;
+        let mut front = replica
+            .front
+            .take()
+            .context("the replica to kill is gone")?;
         let pid = front.pid();
         front
             .kill()
-            .map_err(|e| format!("cannot kill {}: {e}", plan.killed))?;
+            .map_err(|e| anyhow!("cannot kill {}: {e}", plan.killed))?;
         let since = Instant::now();
         let exit = tokio::time::timeout(timeout, front.wait()).await;
         let exit = match exit {
             Ok(Ok(exit)) => exit.to_string(),
-            Ok(Err(e)) => return Err(format!("waiting for the killed {}: {e}", plan.killed)),
-            Err(_) => return Err(format!("the killed {} did not end", plan.killed)),
+            Ok(Err(e)) => return Err(anyhow!("waiting for the killed {}: {e}", plan.killed)),
+            Err(_) => return Err(anyhow!("the killed {} did not end", plan.killed)),
         };
         replica.evidence.exit = Some(exit.clone());
         replica
@@ -486,7 +646,7 @@ impl Run {
             if elapsed > limit {
                 break match watch {
                     Some(_) => Ok(()),
-                    None => Err(format!(
+                    None => Err(anyhow!(
                         "no probe to {} was admitted within {} ms of the kill",
                         plan.probed,
                         limit.as_millis()
@@ -516,7 +676,7 @@ impl Run {
     }
 
     /// Opens every live replica's gate and collects every held caller's response.
-    async fn release(&mut self) -> Result<(), String> {
+    async fn release(&mut self) -> Result<()> {
         let timeout = self.timeout();
         for replica in &mut self.replicas {
             if let Some(front) = &mut replica.front {
@@ -524,7 +684,7 @@ impl Run {
                 match opened {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(replica.died(format!("opening its gate: {e}")).await),
-                    Err(_) => return Err(format!("{}: opening its gate stalled", replica.id)),
+                    Err(_) => return Err(anyhow!("{}: opening its gate stalled", replica.id)),
                 }
             }
         }
@@ -533,10 +693,10 @@ impl Run {
                 let joined = tokio::time::timeout(timeout, replica.callers.join_next()).await;
                 let call = match joined {
                     Ok(Some(Ok(call))) => call,
-                    Ok(Some(Err(e))) => return Err(format!("a caller task failed: {e}")),
+                    Ok(Some(Err(e))) => return Err(anyhow!("a caller task failed: {e}")),
                     Ok(None) => break,
                     Err(_) => {
-                        return Err(format!(
+                        return Err(anyhow!(
                             "a released caller of {} got no response within {} s",
                             replica.id,
                             timeout.as_secs()
@@ -553,12 +713,14 @@ impl Run {
                         request: call.request,
                         replica: replica.id,
                         status: Some(status),
+                        at_ms: Some(millis(call.at.duration_since(self.started))),
                         error: None,
                     },
                     Err(why) => Answer {
                         request: call.request,
                         replica: replica.id,
                         status: None,
+                        at_ms: Some(millis(call.at.duration_since(self.started))),
                         error: Some(why),
                     },
                 };
@@ -582,9 +744,9 @@ impl Run {
         };
         for replica in &mut self.replicas {
             if replica.paused
-                && let Err(why) = replica.resume()
+                && let Err(why) = replica.resume().await
             {
-                failure.get_or_insert(why);
+                failure.get_or_insert(format!("{why:#}"));
             }
         }
         if failure.is_some() {
@@ -615,6 +777,16 @@ impl Run {
         }
         if let Some(engine) = self.engine.take() {
             if let Some(permits) = &engine.permits {
+                match permits.effects().await {
+                    Ok(effects) => {
+                        if let Some(engine) = &mut self.evidence.engine {
+                            engine.effects = effects;
+                        }
+                    }
+                    Err(e) => {
+                        failure.get_or_insert(format!("reading the dependency's log: {e}"));
+                    }
+                }
                 let cleaned = async {
                     let removed = permits.cleanup().await?;
                     Ok::<_, crate::redis_pool::GlobalError>((removed, permits.keys_left().await?))
@@ -652,8 +824,10 @@ impl Run {
         match stopped {
             Ok(closed) => {
                 for message in closed.trailing {
-                    if let FromFront::Event(event) = message {
-                        replica.observe(&event);
+                    match message {
+                        FromFront::Event(event) => replica.observe(&event),
+                        FromFront::LeaseLost(loss) => replica.lost(loss),
+                        _ => {}
                     }
                 }
                 let stopped = closed.stopped;
@@ -687,24 +861,58 @@ impl Replica {
             .header(LABEL_HEADER, request.to_string());
         self.callers.spawn(async move {
             let reply = async {
-                let response = get
-                    .send()
-                    .await
-                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+                // The whole chain, in one line: reqwest's own message names only the request.
+                let chain = |e: reqwest::Error| format!("{:#}", anyhow::Error::from(e));
+                let response = get.send().await.map_err(chain)?;
                 let status = response.status().as_u16();
-                let bytes = response
-                    .bytes()
-                    .await
-                    .map_err(|e| format!("{:#}", anyhow::Error::new(e)))?;
+                let bytes = response.bytes().await.map_err(chain)?;
                 let body = serde_json::from_slice(&bytes)
                     .map_err(|e| format!("the {status} response is not JSON: {e}"))?;
                 Ok((status, body))
             };
+            let reply = reply.await;
             Call {
                 request,
-                reply: reply.await,
+                reply,
+                at: Instant::now(),
             }
         });
+    }
+
+    /// Records a lease the replica found lost.
+    fn lost(&mut self, loss: crate::front_process::LeaseLoss) {
+        self.evidence.lease_losses.push(LapseSeen {
+            loss,
+            seen_at_ms: millis(self.started.elapsed()),
+        });
+    }
+
+    /// Reads the replica's messages until it reports a lease lost (under `timeout`).
+    async fn await_loss(&mut self, timeout: Duration) -> Result<()> {
+        let id = self.id;
+        let before = self.evidence.lease_losses.len();
+        let waited = tokio::time::timeout(timeout, async {
+            while self.evidence.lease_losses.len() == before {
+                let front = self.front.as_mut().ok_or_else(|| anyhow!("{id} is gone"))?;
+                match front.next().await {
+                    Ok(Some(FromFront::Event(event))) => self.observe(&event),
+                    Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
+                    Ok(Some(FromFront::Failed { reason })) => {
+                        return Err(anyhow!("{id} failed: {reason}"));
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err(anyhow!("{id} ended its messages")),
+                    Err(e) => return Err(anyhow!("reading {id}'s messages: {e}")),
+                }
+            }
+            Ok(())
+        });
+        waited.await.map_err(|_| {
+            anyhow!(
+                "{id} reported no lost lease within {} s of the fault",
+                timeout.as_secs()
+            )
+        })?
     }
 
     /// Follows the replica's own ledger: what is inside its work section.
@@ -719,14 +927,10 @@ impl Replica {
     /// Waits until `request` is held (the replica's event) or refused (its caller's 503),
     /// with who holds the permits: the engine's holders from the 503 body, or the replica's
     /// own.
-    async fn decision(
-        &mut self,
-        request: Label,
-        global: bool,
-    ) -> Result<(Decision, Vec<String>), String> {
+    async fn decision(&mut self, request: Label, global: bool) -> Result<(Decision, Vec<String>)> {
         let id = self.id;
         loop {
-            let front = self.front.as_mut().ok_or_else(|| format!("{id} is gone"))?;
+            let front = self.front.as_mut().ok_or_else(|| anyhow!("{id} is gone"))?;
             tokio::select! {
                 // Events first: a hold is recorded before anything else can answer.
                 biased;
@@ -737,15 +941,21 @@ impl Replica {
                             return Ok((Decision::Admitted, Vec::new()));
                         }
                     }
+                    Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
                     Ok(Some(FromFront::Failed { reason })) => {
-                        return Err(format!("{id} failed: {reason}"));
+                        return Err(anyhow!("{id} failed: {reason}"));
                     }
                     Ok(Some(_)) => {}
                     Ok(None) => return Err(self.died(format!("waiting for {request}")).await),
-                    Err(e) => return Err(format!("reading {id}'s messages: {e}")),
+                    Err(e) => return Err(anyhow!("reading {id}'s messages: {e}")),
                 },
                 Some(joined) = self.callers.join_next() => {
-                    let call = joined.map_err(|e| format!("a caller task failed: {e}"))?;
+                    let call = joined.context("a caller task failed")?;
+                    if call.reply.is_err() {
+                        // No response at all: the replica is gone or going; say how it ended.
+                        let doing = format!("while {} waited for its answer", call.request);
+                        return Err(self.died(doing).await);
+                    }
                     return self.refused(call, request, global);
                 }
             }
@@ -753,16 +963,11 @@ impl Replica {
     }
 
     /// A caller answered while `request` was being decided: its 503, if it is `request`'s.
-    fn refused(
-        &self,
-        call: Call,
-        request: Label,
-        global: bool,
-    ) -> Result<(Decision, Vec<String>), String> {
+    fn refused(&self, call: Call, request: Label, global: bool) -> Result<(Decision, Vec<String>)> {
         let id = self.id;
         let (status, body) = call
             .reply
-            .map_err(|why| format!("{}'s call to {id} failed: {why}", call.request))?;
+            .map_err(|why| anyhow!("{}'s call to {id} failed: {why}", call.request))?;
         let error = body.get("error").and_then(Value::as_str);
         match (status, error) {
             (503, Some("work_capacity_full")) if call.request == request => {
@@ -775,14 +980,14 @@ impl Replica {
                 };
                 Ok((Decision::Refused, held_by))
             }
-            (503, Some("work_permits_unavailable")) => Err(format!(
+            (503, Some("work_permits_unavailable")) => Err(anyhow!(
                 "{id} could not decide on {}: {}",
                 call.request,
                 body.get("detail")
                     .and_then(Value::as_str)
                     .unwrap_or("no detail")
             )),
-            _ => Err(format!(
+            _ => Err(anyhow!(
                 "{} was answered {status} {body} by {id} while its work should be held",
                 call.request
             )),
@@ -790,29 +995,31 @@ impl Replica {
     }
 
     /// Says that the replica's process ended when it should not have, and how.
-    async fn died(&mut self, doing: String) -> String {
+    async fn died(&mut self, doing: String) -> anyhow::Error {
         let id = self.id;
         let Some(front) = &mut self.front else {
-            return format!("{id} is gone ({doing})");
+            return anyhow!("{id} is gone ({doing})");
         };
         match tokio::time::timeout(SAFETY_TIMEOUT, front.wait()).await {
             Ok(Ok(exit)) => {
                 self.evidence.exit = Some(exit.to_string());
-                format!("{id} died unexpectedly ({doing}): its process {exit}")
+                anyhow!("{id} died unexpectedly ({doing}): its process {exit}")
             }
-            _ => format!("{id} stopped answering ({doing})"),
+            _ => anyhow!("{id} stopped answering ({doing})"),
         }
     }
 
     /// Continues a paused replica.
-    fn resume(&mut self) -> Result<(), String> {
+    async fn resume(&mut self) -> Result<()> {
         if !self.paused {
             return Ok(());
         }
-        if let Some(front) = &self.front {
-            front
-                .resume()
-                .map_err(|e| format!("cannot continue {}: {e}", self.id))?;
+        if let Some(front) = &self.front
+            && front.resume().is_err()
+        {
+            // The only way SIGCONT fails on our own unreaped child: it is no longer there.
+            self.paused = false;
+            return Err(self.died("while it was paused".into()).await);
         }
         self.paused = false;
         self.evidence.signals.push("SIGCONT: continued".into());

@@ -5,7 +5,6 @@
 
 #![cfg(unix)]
 
-use std::io::Write as _;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -13,12 +12,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use isolation_lab::evidence::Decision;
+use isolation_lab::front_process::{Effect, LossCause, Phase};
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
 use isolation_lab::replicas::evidence::Sent;
+use isolation_lab::replicas::model::{Lapsed, Moment, OverAdmission};
 use isolation_lab::replicas::{
-    Engine, Faults, LeaseMs, Options, ReplicaCount, ReplicaId, ReplicasInputs, ReplicasReport,
-    Requests, run_with,
+    Engine, LeaseMs, ReplicaCount, ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions,
+    ReplicasReport, Requests, run_with,
 };
 
 /// The tests' lease: short, so a test is quick, yet renewed every 133 ms, so a replica keeps
@@ -35,19 +36,20 @@ fn inputs(replicas: u8, slots: u8, held: u8, global: Engine, lease_ms: u32) -> R
         held: Requests::new(held).expect("an allowed request count"),
         global,
         lease_ms: LeaseMs::new(lease_ms).expect("an allowed lease"),
+        fencing: isolation_lab::replicas::Fencing::On,
     }
 }
 
 /// The lab's binary runs the replicas; a leak is watched briefly.
-fn options() -> Options {
-    Options {
+fn options() -> ReplicasOptions {
+    ReplicasOptions {
         program: Some(env!("CARGO_BIN_EXE_isolation-lab").into()),
         leak_watch: Duration::from_millis(300),
-        ..Options::default()
+        ..ReplicasOptions::default()
     }
 }
 
-async fn run(inputs: ReplicasInputs, options: Options) -> ReplicasReport {
+async fn run(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     tokio::time::timeout(GUARD, run_with(inputs, options))
         .await
         .expect("the run ended within its guard")
@@ -120,6 +122,7 @@ fn redis_or_skip(test: &str) -> bool {
         std::env::split_paths(&paths).any(|dir| dir.join("redis-server").is_file())
     });
     if !on_path {
+        use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
             "skipped {test}: redis-server is not on PATH"
@@ -220,7 +223,7 @@ async fn own_permits_two_replicas_of_two_hold_four() {
         "{:?}",
         report.evidence.released
     );
-    let text = isolation_lab::render::replicas::render(&report);
+    let text = isolation_lab::replicas::render::render(&report);
     assert!(
         text.contains("the global two-permit limit is exceeded"),
         "{text}"
@@ -302,12 +305,20 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     assert_eq!(last.decision, Decision::Admitted, "{:?}", crash.probes);
     assert!(crash.window_ms.is_some());
 
+    // Fenced at the dependency: the paused holder's late write is refused, naming the newer
+    // token the probe wrote for the same slot; never more than 2 writes stood at once.
+    let late = late_write(&report, "r2/S2");
+    assert!(!late.accepted && late.newest > late.fence.token, "{late:?}");
+    let dependency = report.dependency.as_ref().expect("global");
+    assert!(dependency.stale_accepted.is_empty(), "{dependency:?}");
+    assert!(dependency.standing_at_most <= 2, "{dependency:?}");
+
     assert!(report.matches_model, "{:?}", report.mismatches);
     balanced(&report, Some(ReplicaId(1)));
     let cleanup = report.evidence.engine.as_ref().and_then(|e| e.cleanup);
     assert_eq!(cleanup.map(|c| c.keys_left), Some(0));
     assert_eq!(redis.lab_keys(), Vec::<String>::new());
-    let text = isolation_lab::render::replicas::render(&report);
+    let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("OVER-ADMISSION by 1"), "{text}");
     assert!(text.contains("left at the signal"), "{text}");
     nothing_left(&report);
@@ -356,9 +367,9 @@ async fn redis_killed_mid_run_fails_cleanly() {
         return;
     }
     let mut options = options();
-    options.faults = Faults {
+    options.faults = ReplicaFaults {
         engine_dies: true,
-        ..Faults::default()
+        ..ReplicaFaults::default()
     };
     let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
     let failure = report.failure.clone().expect("the run failed");
@@ -372,9 +383,9 @@ async fn redis_killed_mid_run_fails_cleanly() {
 #[tokio::test]
 async fn a_replica_that_dies_fails_the_run_cleanly() {
     let mut options = options();
-    options.faults = Faults {
+    options.faults = ReplicaFaults {
         replica_dies: Some(ReplicaId(2)),
-        ..Faults::default()
+        ..ReplicaFaults::default()
     };
     let report = run(inputs(2, 2, 4, Engine::Off, 2000), options).await;
     let failure = report.failure.clone().expect("the run failed");
@@ -405,7 +416,7 @@ async fn an_unreachable_redis_fails_before_any_replica_starts() {
 /// A replica that never comes up (here a program that exits at once) fails the run.
 #[tokio::test]
 async fn a_replica_that_never_comes_up_fails_the_run() {
-    let options = Options {
+    let options = ReplicasOptions {
         program: Some("true".into()),
         ..options()
     };
@@ -468,4 +479,307 @@ fn the_json_report_says_what_was_held() {
         serde_json::json!(["S1", "S3"])
     );
     assert_eq!(report["prediction"]["held_in_all"], 4);
+}
+
+/// `holder`'s last write as the dependency logged it.
+fn late_write(report: &ReplicasReport, holder: &str) -> Effect {
+    let engine = report.evidence.engine.as_ref().expect("global permits");
+    let mut effects = engine.effects.iter();
+    effects
+        .rfind(|e| e.holder == holder && e.phase == Phase::End)
+        .cloned()
+        .unwrap_or_else(|| panic!("{holder} wrote no end: {:?}", engine.effects))
+}
+
+/// `--fencing off`: the same pause, but the dependency trusts the lease alone and accepts the
+/// paused holder's stale write beside the newer holder's: 3 writes stood under a limit of 2.
+#[tokio::test]
+async fn with_fencing_off_the_stale_write_is_accepted() {
+    let Some(redis) = TestRedis::start("with_fencing_off_the_stale_write_is_accepted") else {
+        return;
+    };
+    let mut inputs = inputs(2, 2, 4, redis.engine(), LEASE_MS);
+    inputs.fencing = isolation_lab::replicas::Fencing::Off;
+    let report = run(inputs, options()).await;
+    assert!(report.matches_model, "{:?}", report.mismatches);
+    let late = late_write(&report, "r2/S2");
+    assert!(late.accepted && late.newest > late.fence.token, "{late:?}");
+    let dependency = report.dependency.as_ref().expect("global");
+    assert_eq!(dependency.stale_accepted.len(), 1, "{dependency:?}");
+    assert_eq!(dependency.standing_at_most, 3, "{dependency:?}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("ACCEPTED r2/S2's last write"), "{text}");
+    assert!(text.contains("--fencing off"), "{text}");
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    nothing_left(&report);
+}
+
+/// The over-admission counted at `when`, with `holder` among its lapsed holders.
+fn lapsed<'a>(
+    report: &'a ReplicasReport,
+    when: Moment,
+    holder: &str,
+) -> (&'a OverAdmission, &'a Lapsed) {
+    let over = report
+        .over_admitted
+        .iter()
+        .find(|o| o.when == when)
+        .unwrap_or_else(|| panic!("no over-admission {when:?}: {:?}", report.over_admitted));
+    let lapsed = over
+        .lapsed
+        .iter()
+        .find(|l| l.holder == holder)
+        .unwrap_or_else(|| panic!("{holder} is not named lapsed: {over:?}"));
+    (over, lapsed)
+}
+
+/// Redis stopped (SIGSTOP) while S2's admission is on its way: r1's renewal gets no answer
+/// before S1's lease ends, so r1 reports the lease lost; continued, Redis admits S2 and then
+/// S3 while S1's work goes on: 3 inside work sections under a limit of 2, named with its cause,
+/// first in the run's one-line reason, and the headline does not say the limit held.
+#[tokio::test]
+async fn redis_stopped_during_an_admission_names_the_over_admission() {
+    if !redis_or_skip("redis_stopped_during_an_admission_names_the_over_admission") {
+        return;
+    }
+    let mut options = options();
+    options.faults.redis_stops_at = Some(Label::Slow(2));
+    let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
+    let (over, s1) = lapsed(&report, Moment::AfterRequests, "r1/S1");
+    assert_eq!((over.inside.len(), over.limit), (3, 2), "{over:?}");
+    assert!(!s1.paused, "a live holder");
+    assert!(
+        matches!(s1.cause, Some(LossCause::RedisSilent { .. })),
+        "{s1:?}"
+    );
+    let reason = report.reason().expect("the run exits 1");
+    assert!(
+        reason.starts_with("over-admission") && reason.contains("r1/S1"),
+        "{reason}"
+    );
+    assert!(reason.contains("Redis was unreachable"), "{reason}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("3 requests were held at once"), "{text}");
+    assert!(
+        text.contains("MORE than the global two-permit limit"),
+        "{text}"
+    );
+    assert!(!text.contains("limit holds"), "{text}");
+    assert!(!text.contains("Every observation matched"), "{text}");
+    assert!(
+        !text.contains("Some(") && !text.contains("[\""),
+        "no Debug: {text}"
+    );
+    nothing_left(&report);
+}
+
+/// The holders key deleted under live holders: each replica's next renewal finds its holder
+/// gone before its lease ended and says its permit was lost from Redis; the pause's probes are
+/// then admitted beside them, and the over-admission names both, the live one and the paused.
+#[tokio::test]
+async fn a_deleted_holders_key_is_named_permits_lost_from_redis() {
+    let Some(redis) = TestRedis::start("a_deleted_holders_key_is_named_permits_lost_from_redis")
+    else {
+        return;
+    };
+    let mut options = options();
+    options.faults.holders_deleted = true;
+    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
+    let (over, s1) = lapsed(&report, Moment::DuringPause, "r1/S1");
+    assert!(over.inside.len() > 2, "{over:?}");
+    assert_eq!(s1.cause, Some(LossCause::RemovedFromRedis), "{s1:?}");
+    assert!(!s1.paused);
+    let (_, s2) = lapsed(&report, Moment::DuringPause, "r2/S2");
+    assert!(s2.paused, "{s2:?}");
+    assert!(!report.matches_model);
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("lost from Redis"), "{text}");
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    nothing_left(&report);
+}
+
+/// A live holder starved past its lease (its replica stopped from outside the run until Redis
+/// dropped its holder): its renewal, late, finds the lease gone, and the over-admission names
+/// it as live, with how late it was and how long its work went on afterwards.
+#[tokio::test]
+async fn a_starved_live_holder_is_named_with_its_late_renewal() {
+    let Some(redis) = TestRedis::start("a_starved_live_holder_is_named_with_its_late_renewal")
+    else {
+        return;
+    };
+    let mut options = options();
+    options.faults.replica_starved = Some(ReplicaId(1));
+    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
+    let (_, s1) = lapsed(&report, Moment::DuringPause, "r1/S1");
+    assert!(!s1.paused, "{s1:?}");
+    assert!(
+        matches!(s1.cause, Some(LossCause::RenewedTooLate { .. })),
+        "{s1:?}"
+    );
+    assert!(s1.worked_on_ms.is_some_and(|ms| ms > 0.0), "{s1:?}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("r1/S1's lease had lapsed, live"), "{text}");
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
+    nothing_left(&report);
+}
+
+/// The headline compares the requests held at once with the limit for each count: under it,
+/// at it, and (own permits) only within it because too few were sent; a refusal is mentioned
+/// only when one happened.
+#[tokio::test]
+async fn the_headline_tells_the_count_against_the_limit() {
+    if !redis_or_skip("the_headline_tells_the_count_against_the_limit") {
+        return;
+    }
+    let cases = [
+        (
+            Engine::Local,
+            1,
+            "1 request was held at once across 2 replicas: under the global two-permit limit; a permit stayed free.",
+            false,
+        ),
+        (
+            Engine::Local,
+            2,
+            "2 requests were held at once across 2 replicas: the global two-permit limit holds.",
+            false,
+        ),
+        (
+            Engine::Off,
+            1,
+            "1 request was held at once across 2 replicas: within 2, only because too few were sent",
+            false,
+        ),
+        (
+            Engine::Off,
+            4,
+            "4 requests were held at once across 2 replicas: the global two-permit limit is exceeded.",
+            false,
+        ),
+    ];
+    for (engine, held, says, refusals) in cases {
+        let report = run(inputs(2, 2, held, engine.clone(), 200), options()).await;
+        assert!(
+            report.matches_model,
+            "{engine} {held}: {:?}",
+            report.mismatches
+        );
+        let text = isolation_lab::replicas::render::render(&report);
+        // Read as a person does: across the line breaks of wrapping.
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(words.contains(says), "{engine} {held}: {text}");
+        assert_eq!(text.contains("refused at once"), refusals, "{text}");
+        nothing_left(&report);
+    }
+}
+
+/// A connection of the test's own on which Redis will announce every write to a sorted set
+/// (keyspace notifications): how the test learns, as an event, that the lab admitted a holder.
+fn notifications(redis: &TestRedis) -> redis::Connection {
+    let client =
+        redis::Client::open(format!("redis://127.0.0.1:{}", redis.port)).expect("a client");
+    let mut conn = client.get_connection().expect("the test's Redis answers");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kz")
+        .query(&mut conn)
+        .expect("notifications on");
+    conn.set_read_timeout(Some(GUARD)).expect("a read timeout");
+    conn
+}
+
+/// The binary interrupted (SIGINT, as Ctrl-C sends it) while replicas hold permits: it exits 1
+/// saying so in one line, prints the partial report, and leaves no process, no port and no
+/// key; killed (SIGKILL), it leaves every key of its run to expire within a lease and a margin.
+#[test]
+fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
+    let Some(redis) = TestRedis::start("an_interrupted_or_killed_lab_leaves_nothing_alive") else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    for signal in [libc::SIGINT, libc::SIGKILL] {
+        let mut conn = notifications(&redis);
+        let mut pubsub = conn.as_pubsub();
+        pubsub
+            .psubscribe("__keyspace@0__:isolation-lab:*")
+            .expect("subscribed");
+        let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+            .args([
+                "replicas",
+                "--global",
+                &url,
+                "--lease-ms",
+                "60000",
+                "--format",
+                "json",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let mut admitted = 0;
+        while admitted < 2 {
+            let message = pubsub
+                .get_message()
+                .expect("a notification within the guard");
+            let event: String = message.get_payload().expect("a text payload");
+            admitted += usize::from(event == "zadd");
+        }
+        // SAFETY: `kill` has no memory effects; the pid is our unreaped child.
+        assert_eq!(unsafe { libc::kill(lab.id() as i32, signal) }, 0);
+        let output = lab.wait_with_output().expect("the lab ends");
+        drop(pubsub);
+        if signal == libc::SIGINT {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{stderr}");
+            assert!(
+                stderr.contains("interrupted by SIGINT or SIGTERM"),
+                "{stderr}"
+            );
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            let report: ReplicasReport =
+                serde_json::from_slice(&output.stdout).expect("the partial report");
+            assert!(report.failure.is_some());
+            nothing_left(&report);
+            assert_eq!(redis.lab_keys(), Vec::<String>::new());
+        } else {
+            let keys = redis.lab_keys();
+            assert!(!keys.is_empty(), "a killed run cannot clean up");
+            let client = redis::Client::open(url.as_str()).expect("a client");
+            let mut conn = client.get_connection().expect("answers");
+            for key in keys {
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).expect("PTTL");
+                assert!(ttl > 0 && ttl <= 90_000, "{key}: PTTL {ttl}");
+                let _: () = redis::cmd("DEL").arg(&key).query(&mut conn).expect("DEL");
+            }
+        }
+    }
+}
+
+/// A `--global` URL that points at something other than Redis (here an HTTP server on
+/// loopback) fails the run at once, in one line that says so, before any replica starts.
+#[tokio::test]
+async fn a_url_that_is_not_redis_fails_in_one_line() {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let address = listener.local_addr().expect("an address");
+    // Answers the first connection as an HTTP server would, then ends.
+    let http = std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            let mut request = [0u8; 512];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let engine: Engine = format!("redis://{address}").parse().expect("loopback");
+    let report = run(inputs(2, 2, 4, engine, 2000), options()).await;
+    // Unblocks the server's accept if the run never connected (it must have: this is a guard).
+    let _ = TcpStream::connect(address);
+    http.join().expect("the HTTP stand-in ends");
+    let failure = report.failure.expect("the run failed");
+    assert!(!failure.contains('\n'), "one line: {failure}");
+    assert!(failure.contains("does not speak Redis"), "{failure}");
+    assert!(report.evidence.replicas.is_empty());
 }

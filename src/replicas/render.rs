@@ -7,8 +7,10 @@ use std::fmt::Write;
 
 use crate::draw::table::columns;
 use crate::evidence::Decision;
+use crate::front_process::{Effect, Phase};
 use crate::label::Label;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
+use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
 /// The report as text within 100 columns.
@@ -20,7 +22,12 @@ pub fn render(report: &ReplicasReport) -> String {
         inputs.held,
         inputs.global,
         if inputs.global.is_global() {
-            format!(" --lease-ms {}", inputs.lease_ms)
+            let fencing = if inputs.fencing.on() {
+                ""
+            } else {
+                " --fencing off"
+            };
+            format!(" --lease-ms {}{fencing}", inputs.lease_ms)
         } else {
             String::new()
         }
@@ -59,16 +66,40 @@ pub fn render(report: &ReplicasReport) -> String {
     out.push('\n');
     out.push_str(&requests(report));
     out.push('\n');
-    out.push_str(&verdict(report));
+    for line in verdict(report).lines() {
+        out.push_str(&wrap(line, ""));
+    }
+    // Without global permits the headline above is the over-admission, and the lesson.
+    let global = report.inputs.global.is_global();
+    for over in report.over_admitted.iter().filter(|_| global) {
+        out.push_str(&wrap(&format!("{}.", capitalized(&over.sentence())), "  "));
+    }
     if report.evidence.pause.is_some() || report.evidence.crash.is_some() {
         out.push('\n');
         out.push_str(&leases(report));
     }
-    for skipped in &report.prediction.skipped {
-        out.push_str(&wrap(&format!("Not run: {skipped}."), "  "));
+    if report.matches_model {
+        for skipped in &report.prediction.skipped {
+            out.push_str(&wrap(&format!("Not run: {skipped}."), "  "));
+        }
     }
     out.push('\n');
     out.push_str(&ledgers(report));
+    if let Some(dependency) = &report.dependency {
+        out.push_str(&wrap(
+            &format!(
+                "\nThe dependency (the newest token per permit slot in a Redis hash, guarded by \
+                 a Lua script; --fencing {}): {} effects accepted, {} refused; at most {} \
+                 holders' writes stood at once, for a limit of {}.",
+                report.inputs.fencing,
+                dependency.accepted,
+                dependency.refused.len(),
+                dependency.standing_at_most,
+                report.inputs.slots.get()
+            ),
+            "",
+        ));
+    }
     if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
         out.push_str(&wrap(
             &format!(
@@ -80,17 +111,27 @@ pub fn render(report: &ReplicasReport) -> String {
         ));
     }
     out.push('\n');
-    for mismatch in &report.mismatches {
-        out.push_str(&wrap(&format!("Differs from the model: {mismatch}"), "  "));
-    }
     match &report.failure {
+        // What failed first; the differences after it mostly say that later steps never ran.
         Some(reason) => out.push_str(&wrap(&format!("FAILED: {reason}"), "  ")),
         None if report.mismatches.is_empty() => {
             out.push_str("Every observation matched the replicas model.\n");
         }
-        None => {}
+        None => {
+            for mismatch in &report.mismatches {
+                out.push_str(&wrap(&format!("Differs from the model: {mismatch}"), "  "));
+            }
+        }
     }
     out
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 /// `text` wrapped at 100 columns, later lines indented by `indent`; a leading newline kept.
@@ -166,7 +207,8 @@ fn labels(labels: Option<&[Label]>) -> String {
     }
 }
 
-/// What the requests show about the limit, in words.
+/// What the requests show about the limit, in words: held at once against the limit, for
+/// whatever count the run held.
 fn verdict(report: &ReplicasReport) -> String {
     let slots = report.inputs.slots.get();
     let count = report.inputs.replicas.get();
@@ -175,33 +217,76 @@ fn verdict(report: &ReplicasReport) -> String {
     }
     let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
     let word = number_word(slots);
+    let refused: Vec<&Sent> = report
+        .evidence
+        .sent
+        .iter()
+        .filter(|s| s.decision == Decision::Refused)
+        .collect();
+    let requests = |n: usize| {
+        if n == 1 {
+            "request was"
+        } else {
+            "requests were"
+        }
+    };
     if !report.inputs.global.is_global() {
         let exceeded = if held > slots {
             format!(
-                "{held} requests were held at once across {count} replicas: the global \
-                 {word}-permit limit is exceeded.\n"
+                "{held} {} held at once across {count} replicas: the global {word}-permit limit \
+                 is exceeded.\n",
+                requests(held)
             )
         } else {
             format!(
-                "{held} requests were held at once across {count} replicas: within {slots}, only \
-                 because too few were sent (each replica would take {slots}).\n"
+                "{held} {} held at once across {count} replicas: within {slots}, only because \
+                 too few were sent (each replica would take {slots}).\n",
+                requests(held)
             )
         };
-        return format!(
-            "{exceeded}Each replica enforced its own {slots} permits, up to {count} x {slots} = {} \
-             in all; nothing made them one limit.\nFor one limit across replicas the permits \
-             must come from a shared engine: try --global local.\n",
-            count * slots
-        );
+        let mut out = exceeded;
+        if report.matches_model {
+            let _ = write!(
+                out,
+                "Each replica enforced its own {slots} permits, up to {count} x {slots} = {} in \
+                 all; nothing made them one limit.\nFor one limit across replicas the permits \
+                 must come from a shared engine: try --global local.\n",
+                count * slots
+            );
+        }
+        return out;
     }
-    let mut out = format!(
-        "{held} requests were held at once across {count} replicas: the global {word}-permit \
-         limit holds.\n"
-    );
-    if held >= slots {
-        out.push_str(
-            "Every other request was refused at once (503, no queue), naming the holders across \
-             replicas.\n",
+    let mut out = if held > slots {
+        format!(
+            "{held} {} held at once across {count} replicas: MORE than the global {word}-permit \
+             limit.\nThe limit did not hold: see the over-admission below.\n",
+            requests(held)
+        )
+    } else if held == slots {
+        format!(
+            "{held} {} held at once across {count} replicas: the global {word}-permit limit \
+             holds.\n",
+            requests(held)
+        )
+    } else {
+        format!(
+            "{held} {} held at once across {count} replicas: under the global {word}-permit \
+             limit; a permit stayed free.\n",
+            requests(held)
+        )
+    };
+    if !refused.is_empty() && held <= slots {
+        let named = refused.iter().all(|s| !s.held_by.is_empty());
+        let _ = writeln!(
+            out,
+            "The other {} {} refused at once (503, no queue){}.",
+            refused.len(),
+            if refused.len() == 1 { "was" } else { "were" },
+            if named {
+                ", each naming the holders across replicas"
+            } else {
+                ""
+            }
         );
     }
     if let Some(engine) = &report.evidence.engine {
@@ -304,20 +389,40 @@ fn leases(report: &ReplicasReport) -> String {
         } else {
             pause.engine_holders.join(" ")
         };
-        notes.push_str(&wrap(
-            &format!(
-                "Pause: {paused} was stopped holding {}. Once its lease lapsed, {probed} was \
-                 admitted in its place while {paused}'s work still ran: inside work sections \
-                 {} = {in_sections}, the limit is {limit}{over}. Redis's holders then: {engine}; \
-                 {paused} still believed it held its permits.",
-                holders(&pause.holders),
+        let lesson = report.matches_model;
+        let mut note = format!(
+            "Pause: {paused} was stopped (SIGSTOP) holding {}.",
+            holders(&pause.holders)
+        );
+        if admitted.is_empty() {
+            let _ = write!(
+                note,
+                " No probe to {probed} was admitted while it was stopped."
+            );
+        } else {
+            let _ = write!(
+                note,
+                " Then {} admitted on {probed} while {paused}'s work still ran: inside work \
+                 sections {} = {in_sections}, the limit is {limit}{over}.",
+                if admitted.len() == 1 {
+                    format!("{} was", admitted[0])
+                } else {
+                    format!("{} were", admitted.join(" "))
+                },
                 inside.join(", "),
-            ),
-            "  ",
-        ));
-        if let Some(replica) = pause
-            .replica
-            .and_then(|id| report.evidence.replicas.iter().find(|r| r.id == id))
+            );
+        }
+        if pause.resumed {
+            let _ = write!(note, " Redis's holders then: {engine}.");
+            if lesson {
+                let _ = write!(note, " {paused} still believed it held its permits.");
+            }
+        }
+        notes.push_str(&wrap(&note, "  "));
+        if lesson
+            && let Some(replica) = pause
+                .replica
+                .and_then(|id| report.evidence.replicas.iter().find(|r| r.id == id))
             && let Some(permits) = &replica.permits
             && !permits.lapsed.is_empty()
         {
@@ -330,12 +435,39 @@ fn leases(report: &ReplicasReport) -> String {
                 "  ",
             ));
         }
-        notes.push_str(&wrap(
-            "  A lease cannot tell a paused holder from a dead one. Fencing tokens would: the \
-             engine hands out an increasing number with each permit, and the guarded resource \
-             refuses a number lower than one it has already seen.",
-            "  ",
-        ));
+        let effects = report
+            .evidence
+            .engine
+            .as_ref()
+            .map(|e| e.effects.as_slice());
+        let late: Vec<&Effect> = pause
+            .holders
+            .iter()
+            .filter_map(|h| {
+                let mut effects = effects.unwrap_or_default().iter();
+                effects.rfind(|e| e.holder == h.holder && e.phase == Phase::End)
+            })
+            .collect();
+        for effect in &late {
+            notes.push_str(&wrap(
+                &format!("  {}.", capitalized(&late_effect(effect))),
+                "  ",
+            ));
+        }
+        if lesson && !late.is_empty() {
+            let lesson = if report.inputs.fencing.on() {
+                "  A lease cannot tell a paused holder from a dead one, and the holder cannot \
+                 know it was paused. Fencing tokens can: every admission took a token from one \
+                 counter in Redis that only grows, each write carries it, and the dependency \
+                 refuses a token older than the newest it accepted for that permit slot. The \
+                 protected resource, not the lock service, stopped the stale write."
+            } else {
+                "  With --fencing off the dependency trusted the lease alone and accepted the \
+                 stale write beside the newer holder's: the over-admission reached the \
+                 resource. Run it without --fencing off to see the dependency refuse it."
+            };
+            notes.push_str(&wrap(lesson, "  "));
+        }
     }
     if let Some(crash) = &report.evidence.crash {
         let killed = crash.replica.map_or("?".into(), |r| r.to_string());
@@ -370,6 +502,7 @@ fn leases(report: &ReplicasReport) -> String {
             "Without a lease a dead holder's permit never comes back: it leaked for the rest of \
              the run, until the run's cleanup deleted its keys."
         };
+        let meaning = if report.matches_model { meaning } else { "" };
         notes.push_str(&wrap(
             &format!(
                 "Crash: {killed} was {} holding {}. {meaning}",
@@ -385,7 +518,7 @@ fn leases(report: &ReplicasReport) -> String {
          the signal\n to the first admitted probe)\n\n",
     );
     out.push_str(&notes);
-    if lease_ms > 0 {
+    if lease_ms > 0 && report.matches_model {
         out.push_str(&wrap(
             "A lease trades a leak for a possible double admission: a dead holder's permit comes \
              back, but so does a paused holder's, while its work still runs.",
