@@ -23,6 +23,7 @@
 //! - `child`, [`front_process`]: a child process of the lab's, and a front running in one.
 //! - `redis_pool`: one limit shared by replica processes, kept in Redis.
 //! - `limits`, `procfs`: the process's resource limits, and what `/proc` says it costs.
+//! - `interrupts`: Ctrl-C and SIGTERM, caught while a session must close cleanly.
 //! - [`draw`]: SVG and text-table primitives.
 //!
 //! **The instruments**, a folder each:
@@ -51,6 +52,8 @@ pub mod front_process;
 #[cfg(unix)]
 pub mod hold;
 pub mod hooks;
+#[cfg(unix)]
+pub(crate) mod interrupts;
 pub mod lab;
 pub mod label;
 #[cfg(unix)]

@@ -12,7 +12,6 @@
 //! - [`room`]: the room's requests, numbered and sent on to the run's own front.
 //! - [`http`]: the classroom's server, its screening and its tokens.
 //! - [`page`]: the page itself.
-//! - [`signal`]: Ctrl-C, caught while a session serves.
 
 pub mod control;
 pub mod gates;
@@ -20,7 +19,6 @@ pub(crate) mod http;
 pub(crate) mod journal;
 pub(crate) mod page;
 pub mod room;
-pub(crate) mod signal;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -291,7 +289,7 @@ pub async fn run(
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,
 ) -> Result<ClassroomReport, String> {
     let interrupts =
-        signal::Interrupts::catch().map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
+        crate::interrupts::Interrupts::catch().map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
     let report = serve(config, interrupts.caught(), announce).await;
     drop(interrupts);
     report

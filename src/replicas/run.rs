@@ -27,10 +27,10 @@ use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
 // The lab's one catcher of Ctrl-C: a pipe opened only while a run catches, rather than
 // Tokio's `signal` feature, which holds descriptors open in every process of the binary.
-use crate::classroom::signal::Interrupts;
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
+use crate::interrupts::Interrupts;
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Front;
 use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
