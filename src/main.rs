@@ -148,9 +148,9 @@ fn main() -> ExitCode {
             };
             let report = hold::hold(&config, &hold::Options::default());
             let rendered = match format {
-                HoldFormat::Text => Ok(render::hold::text(&report)),
+                HoldFormat::Text => Ok(hold::render::text(&report)),
                 HoldFormat::Json => json(&report),
-                HoldFormat::Svg => Ok(render::hold::svg(&report)),
+                HoldFormat::Svg => Ok(hold::render::svg(&report)),
             };
             emit(rendered, report.failure.as_deref())
         }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use isolation_lab::hold::{Config, Faults, HoldReport, Options, Outcome, Stage, hold};
 use isolation_lab::policy::Front;
-use isolation_lab::render;
 
 /// Held by each test for its whole run, so the children one sees are its own.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -93,7 +92,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         assert!(reason.contains("failed at 200"), "{reason}");
     }
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
-    let text = render::hold::text(&report);
+    let text = isolation_lab::hold::render::text(&report);
     assert!(text.contains("killed by SIGKILL"), "{text}");
 }
 

@@ -8,7 +8,7 @@
 //!
 //! - **Spec**, the child's one argument: [`FrontSpec`], e.g.
 //!   `{"front":"async","capacity":200}` (optional: `"stream":"counts"|"events"`,
-//!   `"drain_ms"`, and for a replica `"replica":"r1"` with
+//!   `"drain_ms"`, `"backlog"`, and for a replica `"replica":"r1"` with
 //!   `"global":{"url":"redis://127.0.0.1:PORT","run":"...","lease_ms":2000}`: its permits then
 //!   come from that run's Redis-backed pool of `capacity`, and `stopped` also accounts for
 //!   each permit it took). Unknown fields and a capacity outside 1 through [`MAX_CAPACITY`] are
@@ -41,8 +41,8 @@ mod tests;
 pub use child::serve;
 pub(crate) use parent::{Closed, FrontError, FrontProcess};
 pub use protocol::{
-    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_CAPACITY, Ready, Stopped,
-    Stream, ToFront,
+    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_BACKLOG, MAX_CAPACITY, Ready,
+    Stopped, Stream, ToFront,
 };
 
 /// The hidden subcommand that runs a front as a child process.

@@ -9,22 +9,27 @@ use std::time::{Duration, Instant};
 
 use super::Faults;
 use super::callers::Callers;
-use super::report::{Death, Figures, FrontFailure, PerRequest, Sample, Stage};
+use super::preflight::Planned;
+use super::report::{
+    Death, DropScope, Figures, FrontFailure, ListenDrops, PerRequest, Sample, Stage,
+};
 use crate::admission::section::GateState;
 use crate::child::Exit;
 use crate::front_process::{Closed, FromFront, FrontError, FrontProcess, FrontSpec};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
-use crate::procfs::{self, ProcessFigures};
+use crate::procfs::{self, ProcessFigures, ProcessStat};
 
 /// Fails a front that is not ready by then (the machine may be busy).
-const START: Duration = Duration::from_secs(60);
+const START: Duration = Duration::from_secs(15);
 /// Fails a hold or a release that makes no progress for this long: no request newly held, no
-/// caller answered. Generous, as a thread-per-connection front behind a full listen queue
-/// waits for its callers' SYN retries, which back off to tens of seconds.
-const STALL: Duration = Duration::from_secs(60);
-/// Fails a front that has not reported its stop by then.
-const STOP: Duration = Duration::from_secs(60);
+/// caller answered. The listener's accept queue has room for every caller (see
+/// `preflight::backlog`), so no caller waits for a SYN retry that backs off for seconds; a
+/// front that moves nothing for this long is stuck, or stopped.
+const STALL: Duration = Duration::from_secs(10);
+/// Fails a front that has not reported its stop by then; it then gets a few seconds more to
+/// exit before it is killed, all within the lab's 15 s.
+const STOP: Duration = Duration::from_secs(8);
 
 /// What every measurement needs.
 #[derive(Debug)]
@@ -46,7 +51,7 @@ pub(crate) enum Broken {
 
 /// The figures of the front at rest: started, nothing sent, stopped.
 pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
-    let remote = start(setup, front, 1).await?;
+    let remote = start(setup, &FrontSpec::new(front, 1)).await?;
     let sample = match ProcessFigures::read(remote.pid()) {
         Ok(figures) => sample(figures),
         Err(e) => {
@@ -63,12 +68,17 @@ pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Brok
 pub(crate) async fn held(
     setup: &Setup<'_>,
     front: Front,
-    held: u32,
+    planned: &Planned,
     baseline: &Sample,
 ) -> Result<Figures, Broken> {
+    let held = planned.held;
     let permits = held.saturating_sub(setup.faults.pool_short_by).max(1);
     let capacity = usize::try_from(permits).expect("a count of at most 50 000 fits in usize");
-    let mut remote = start(setup, front, capacity).await?;
+    let spec = FrontSpec {
+        backlog: Some(planned.backlog),
+        ..FrontSpec::new(front, capacity)
+    };
+    let mut remote = start(setup, &spec).await?;
     let pid = remote.pid();
     let sources = limits::source_addresses_needed(u64::from(held), setup.limits);
     let mut callers = match Callers::new(remote.address(), remote.token(), sources) {
@@ -77,6 +87,10 @@ pub(crate) async fn held(
     };
     let before = match Machine::read() {
         Ok(machine) => machine,
+        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
+    };
+    let cpu_before = match Cpu::read(pid) {
+        Ok(cpu) => cpu,
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
     };
     let sent = Instant::now();
@@ -95,9 +109,11 @@ pub(crate) async fn held(
         return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await);
     }
     let time_to_hold = sent.elapsed();
+    let cpu = Cpu::read(pid).map(|after| after.since(cpu_before));
     let figures = ProcessFigures::read(pid).map_err(|e| format!("reading /proc/{pid}: {e}"));
-    let sampled = figures.and_then(|figures| Ok((sample(figures), Machine::read()?)));
-    let (process, after) = match sampled {
+    let sampled = cpu
+        .and_then(|cpu| figures.and_then(|figures| Ok((cpu, sample(figures), Machine::read()?))));
+    let (cpu, process, after) = match sampled {
         Ok(sampled) => sampled,
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
     };
@@ -112,7 +128,19 @@ pub(crate) async fn held(
     let time_to_release = opened.elapsed();
     // Every caller has ended: the clients and their connections go now, before the stop.
     drop(callers);
-    stop(remote, held).await?;
+    let closed = stop(remote, held).await?;
+    let listen_drops = match closed.stopped.listen_drops {
+        Some(count) => ListenDrops {
+            count,
+            scope: DropScope::FrontSocket,
+        },
+        None => ListenDrops {
+            count: after
+                .listen_overflows
+                .saturating_sub(before.listen_overflows),
+            scope: DropScope::Machine,
+        },
+    };
     let kernel_stack_kib = signed(after.kernel_stack_kib) - signed(before.kernel_stack_kib);
     let per = |now: u64, idle: u64| (signed(now) - signed(idle)) as f64 / f64::from(held);
     Ok(Figures {
@@ -121,9 +149,12 @@ pub(crate) async fn held(
         time_to_release_ms: millis(time_to_release),
         process,
         kernel_stack_kib,
-        listen_overflows: after
-            .listen_overflows
-            .saturating_sub(before.listen_overflows),
+        listen_backlog: planned
+            .backlog
+            .min(u32::try_from(setup.limits.somaxconn).unwrap_or(u32::MAX)),
+        listen_drops,
+        callers_cpu_ms: cpu.callers_ms,
+        front_cpu_ms: cpu.front_ms,
         source_addresses: sources,
         per_request: PerRequest {
             os_threads: per(process.os_threads, baseline.os_threads),
@@ -136,10 +167,9 @@ pub(crate) async fn held(
     })
 }
 
-async fn start(setup: &Setup<'_>, front: Front, capacity: usize) -> Result<FrontProcess, Broken> {
+async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Broken> {
     let program = Command::new(setup.program);
-    let spec = FrontSpec::new(front, capacity);
-    FrontProcess::start(program, &spec, START)
+    FrontProcess::start(program, spec, START)
         .await
         .map_err(|e| match e.exit {
             // A process that started and ended is the front's doing; one that never started
@@ -247,13 +277,14 @@ fn unexpected(message: std::io::Result<Option<FromFront>>) -> String {
 
 /// Stops the front and checks its report: a clean stop, an exact ledger with every one of
 /// `held` admitted, held and finished, none refused or cancelled, and full pools.
-async fn stop(remote: FrontProcess, held: u32) -> Result<(), Broken> {
+async fn stop(remote: FrontProcess, held: u32) -> Result<Closed, Broken> {
     let pid = remote.pid();
     let closed = remote
         .stop(STOP)
         .await
         .map_err(|e| Broken::Front(failure(Some(pid), Stage::Stopping, u64::from(held), e)))?;
-    check(&closed, u64::from(held)).map_err(Broken::Lab)
+    check(&closed, u64::from(held)).map_err(Broken::Lab)?;
+    Ok(closed)
 }
 
 fn check(closed: &Closed, held: u64) -> Result<(), String> {
@@ -311,6 +342,10 @@ async fn end_early(
         callers.abort().await;
     }
     let pid = remote.pid();
+    // A process stopped by a signal reads no command: asking it to stop would only wait.
+    if ProcessStat::read(pid).is_ok_and(|stat| stat.stopped()) {
+        return kill_stopped(remote, stage, held, why).await;
+    }
     match remote.stop(STOP).await {
         Err(e) => {
             // What went wrong first, then what the stop found.
@@ -333,6 +368,30 @@ async fn end_early(
             None => Broken::Lab(why),
         },
     }
+}
+
+/// Kills and reaps a front whose process is stopped (SIGSTOP, or a debugger), and says so.
+async fn kill_stopped(mut remote: FrontProcess, stage: Stage, held: u64, why: String) -> Broken {
+    let pid = remote.pid();
+    let reason = "its process was stopped (by SIGSTOP or a debugger), so the lab killed it \
+                  (SIGKILL)"
+        .to_owned();
+    let exit = match remote.kill() {
+        Ok(()) => remote.wait().await.ok(),
+        Err(_) => None,
+    };
+    if exit.is_none() {
+        // Not reaped yet: dropping it kills and reaps it.
+        drop(remote);
+    }
+    Broken::Front(FrontFailure {
+        pid: Some(pid),
+        stage,
+        held_before: held,
+        reason,
+        detail: why,
+        exit: exit.as_ref().map(death),
+    })
 }
 
 /// A front that could not do its step: how its process ended when that was not clean, else
@@ -373,6 +432,31 @@ fn sample(figures: ProcessFigures) -> Sample {
         address_space_kib: figures.address_space_kib,
         memory_maps: figures.memory_maps,
         open_fds: figures.open_fds,
+    }
+}
+
+/// CPU used so far by this process (the callers') and by the front's child.
+#[derive(Clone, Copy)]
+struct Cpu {
+    callers_ms: u64,
+    front_ms: u64,
+}
+
+impl Cpu {
+    fn read(front: u32) -> Result<Cpu, String> {
+        let read = |pid| ProcessStat::read(pid).map(|stat| stat.cpu_ms);
+        Ok(Cpu {
+            callers_ms: read(std::process::id())
+                .map_err(|e| format!("reading this process's CPU time: {e}"))?,
+            front_ms: read(front).map_err(|e| format!("reading the front's CPU time: {e}"))?,
+        })
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            callers_ms: self.callers_ms.saturating_sub(before.callers_ms),
+            front_ms: self.front_ms.saturating_sub(before.front_ms),
+        }
     }
 }
 

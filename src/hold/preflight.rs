@@ -13,8 +13,18 @@ use crate::policy::Front;
 pub(crate) struct Planned {
     pub(crate) front: Front,
     pub(crate) held: u32,
+    /// The accept queue the front's listener asks for: room for every caller, within
+    /// `net.core.somaxconn`, and never less than the 128 `std` asks for.
+    pub(crate) backlog: u32,
     /// `Err` names the ceiling that refuses it.
     pub(crate) runs: Result<(), String>,
+}
+
+/// The accept queue for `held` callers that connect at once: as many as `somaxconn` allows
+/// (the kernel cuts a longer one short), at least 128.
+pub(crate) fn backlog(held: u32, somaxconn: u64) -> u32 {
+    let most = u32::try_from(somaxconn).unwrap_or(u32::MAX).max(1);
+    held.max(128).min(most)
 }
 
 /// The preflight of `fronts` holding each of `counts` under `limits`.
@@ -40,6 +50,8 @@ pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Prefli
             nofile: limits.nofile.soft,
             nofile_hard: limits.nofile.hard,
             local_ports: [limits.local_ports.0, limits.local_ports.1],
+            somaxconn: limits.somaxconn,
+            address_space: limits.address_space.soft,
         },
         reach,
         ports_per_address: limits::ports_per_address(limits),
@@ -50,6 +62,7 @@ pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Prefli
             counts.iter().map(move |&held| Planned {
                 front,
                 held,
+                backlog: backlog(held, limits.somaxconn),
                 runs: limits::check(limits, front, u64::from(held))
                     .map_err(|refusal| refusal.to_string()),
             })
@@ -77,6 +90,11 @@ mod tests {
             nproc: plenty,
             nofile: plenty,
             local_ports: (32_768, 60_999),
+            somaxconn: 4_096,
+            address_space: Rlimit {
+                soft: None,
+                hard: None,
+            },
         }
     }
 
@@ -156,6 +174,18 @@ mod tests {
             "{refused}"
         );
         assert!(limits::source_addresses_needed(22_860, &limits) <= 254);
+    }
+
+    /// The accept queue holds every caller up to `somaxconn`, and never less than std's 128.
+    #[test]
+    fn the_backlog_is_sized_for_the_count() {
+        assert_eq!(backlog(10, 4_096), 128);
+        assert_eq!(backlog(1_000, 4_096), 1_000);
+        assert_eq!(backlog(10_000, 4_096), 4_096);
+        assert_eq!(backlog(10_000, 100), 100);
+        assert_eq!(backlog(10, 0), 1);
+        let (_, planned) = plan(&limits(), &[Front::Async], &[10_000]);
+        assert_eq!(planned[0].backlog, 4_096);
     }
 
     /// With the rlimits unlimited only the ephemeral ports bind, far beyond any count.

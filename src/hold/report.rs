@@ -58,6 +58,10 @@ pub struct MachineLimits {
     pub nofile_hard: Option<u64>,
     /// `net.ipv4.ip_local_port_range`: the first and last ephemeral port.
     pub local_ports: [u16; 2],
+    /// `net.core.somaxconn`: the longest accept queue a listener may have.
+    pub somaxconn: u64,
+    /// RLIMIT_AS, soft, in bytes: address space per process.
+    pub address_space: Option<u64>,
 }
 
 /// The most requests a front can hold here.
@@ -129,12 +133,51 @@ pub struct Figures {
     /// Change of `KernelStack` in `/proc/meminfo` over the hold: machine-wide, so other
     /// programs' threads count too.
     pub kernel_stack_kib: i64,
-    /// Change of `TcpExt: ListenOverflows` over the hold: machine-wide.
-    pub listen_overflows: u64,
+    /// The accept queue the front's listener had: `backlog` asked of the kernel, at most
+    /// `somaxconn`.
+    pub listen_backlog: u32,
+    /// Connections dropped at the front's listener over the measurement.
+    pub listen_drops: ListenDrops,
+    /// CPU the parent (the callers and nothing else) used from the first request sent to the
+    /// N-th held, from `/proc/self/stat`, in milliseconds.
+    pub callers_cpu_ms: u64,
+    /// CPU the front's child used over the same span, from `/proc/<pid>/stat`.
+    pub front_cpu_ms: u64,
     /// Source addresses the callers went out from (127.0.0.1 onwards).
     pub source_addresses: u64,
     /// Each figure's change from the idle baseline, divided by the requests held.
     pub per_request: PerRequest,
+}
+
+/// Connections a listener dropped (a full accept queue among them), and whose count it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenDrops {
+    /// How many.
+    pub count: u64,
+    /// Whose count.
+    pub scope: DropScope,
+}
+
+/// Where a count of listen drops comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropScope {
+    /// The front's own listener (`SO_MEMINFO`'s drops, read by the front's child): this run's
+    /// and nothing else's.
+    FrontSocket,
+    /// `TcpExt: ListenOverflows` of `/proc/net/netstat` over the hold, for every listener on
+    /// the machine: what is left where the kernel does not give the socket's own.
+    Machine,
+}
+
+impl DropScope {
+    /// Whose count, in words.
+    pub fn words(self) -> &'static str {
+        match self {
+            DropScope::FrontSocket => "the front's own listener",
+            DropScope::Machine => "every listener on the machine",
+        }
+    }
 }
 
 /// What a process holds, from `/proc/<pid>`.

@@ -9,13 +9,10 @@
 //! - [`compare`]: both fronts side by side.
 //! - [`record`]: the individual record of a saved report, with evidence pointers.
 //! - [`replicas`]: replica servers' requests, pause and crash, side by side.
-//! - [`hold`]: what holding N requests costs each front: a table, a reading, curves.
 
 pub mod compare;
 #[cfg(test)]
 pub(crate) mod fixtures;
-#[cfg(unix)]
-pub mod hold;
 pub mod record;
 #[cfg(unix)]
 pub mod replicas;

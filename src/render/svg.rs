@@ -21,12 +21,12 @@ use crate::report::{PolicyReport, Report};
 
 // Okabe–Ito colours, distinguishable with the common colour-vision deficiencies. Colour never
 // carries a meaning alone: every mark also differs in shape, or is labelled in words.
-pub(super) const BLUE: &str = "#0072B2";
+pub(crate) const BLUE: &str = "#0072B2";
 const SKY: &str = "#56B4E9";
-pub(super) const VERMILLION: &str = "#D55E00";
-pub(super) const INK: &str = "#1A1A1A";
-pub(super) const GREY: &str = "#5E5E5E";
-pub(super) const RULE: &str = "#C8C8C8";
+pub(crate) const VERMILLION: &str = "#D55E00";
+pub(crate) const INK: &str = "#1A1A1A";
+pub(crate) const GREY: &str = "#5E5E5E";
+pub(crate) const RULE: &str = "#C8C8C8";
 const SHADE: &str = "#E8E8E8";
 
 /// The viewBox's width, whether it holds one panel or two: a 1920-pixel projector window's, so
@@ -990,7 +990,7 @@ impl fmt::Display for Paint {
 
 /// How a piece of text is set: the run's picture and `hold`'s set their text alike.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Type {
+pub(crate) struct Type {
     size: f64,
     bold: bool,
     colour: &'static str,
@@ -1001,7 +1001,7 @@ pub(super) struct Type {
 }
 
 impl Type {
-    pub(super) const fn size(size: f64) -> Self {
+    pub(crate) const fn size(size: f64) -> Self {
         Type {
             size,
             bold: false,
@@ -1011,15 +1011,15 @@ impl Type {
         }
     }
 
-    pub(super) const fn bold(self) -> Self {
+    pub(crate) const fn bold(self) -> Self {
         Type { bold: true, ..self }
     }
 
-    pub(super) const fn colour(self, colour: &'static str) -> Self {
+    pub(crate) const fn colour(self, colour: &'static str) -> Self {
         Type { colour, ..self }
     }
 
-    pub(super) const fn anchor(self, anchor: &'static str) -> Self {
+    pub(crate) const fn anchor(self, anchor: &'static str) -> Self {
         Type { anchor, ..self }
     }
 
@@ -1058,7 +1058,7 @@ fn line(out: &mut String, (x1, y1): (f64, f64), (x2, y2): (f64, f64), paint: Pai
 }
 
 /// A text element. `words` is escaped here, so every piece of text passes through one door.
-pub(super) fn text(out: &mut String, (x, y): (f64, f64), style: Type, words: &str) -> fmt::Result {
+pub(crate) fn text(out: &mut String, (x, y): (f64, f64), style: Type, words: &str) -> fmt::Result {
     let words = Escaped(words);
     writeln!(out, r#"<text x="{x:.1}" y="{y:.1}" {style}>{words}</text>"#)
 }

@@ -174,10 +174,9 @@ struct Shared {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0`.
-    pub(crate) fn bind() -> io::Result<Self> {
-        let (listener, address) = super::bind_loopback()?;
-        Ok(Server { listener, address })
+    /// Serves on `listener`, bound to `address` (see `super::bind_loopback`).
+    pub(crate) fn from_std(listener: TcpListener, address: SocketAddr) -> Self {
+        Server { listener, address }
     }
 
     /// The address the server listens on.

@@ -161,15 +161,25 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
         .iter()
         .map(|(front, f)| {
             format!(
-                "{} s on the {} front",
+                "{} s on the {} front (its CPU {} s, the callers' {} s)",
                 seconds(f.time_to_hold_ms),
-                front.name()
+                front.name(),
+                seconds(f.front_cpu_ms as f64),
+                seconds(f.callers_cpu_ms as f64),
             )
         })
         .collect();
-    let overflows: Vec<String> = at
+    let drops: Vec<String> = at
         .iter()
-        .map(|(front, f)| format!("{} ({})", f.listen_overflows, front.name()))
+        .map(|(front, f)| {
+            format!(
+                "{} on the {} front (a backlog of {}; counted for {})",
+                f.listen_drops.count,
+                front.name(),
+                count(u64::from(f.listen_backlog)),
+                f.listen_drops.scope.words()
+            )
+        })
         .collect();
     let times: Vec<f64> = at.iter().map(|(_, f)| f.time_to_hold_ms).collect();
     let slowest = times.iter().copied().fold(0.0, f64::max);
@@ -180,10 +190,10 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
         String::new()
     };
     format!(
-        "Holding {} took {}{ratio}; listen-queue overflows meanwhile (machine-wide): {}.",
+        "Holding {} took {}{ratio}; connections dropped at the listener meanwhile: {}.",
         count(u64::from(held)),
         took.join(" and "),
-        overflows.join(", ")
+        drops.join(", ")
     )
 }
 
