@@ -28,10 +28,13 @@
 //! - [`hold`]: what holding N requests costs on each front, each in a child process.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
+//! - [`allocator`]: the binary's allocator: out of memory is one line; unwritten buffers
+//!   placed on pages.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
+pub mod allocator;
 #[cfg(unix)]
 pub(crate) mod child;
 pub mod classroom;

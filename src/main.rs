@@ -16,6 +16,11 @@ use isolation_lab::hold;
 use isolation_lab::render::{self, svg, text};
 use isolation_lab::{classroom, compare, record, sweep};
 
+/// Out of memory is one line and exit 1.
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: isolation_lab::allocator::LabAllocator = isolation_lab::allocator::LabAllocator;
+
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
     let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
