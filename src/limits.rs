@@ -166,8 +166,8 @@ impl Front {
 /// Address space each held thread reserves: Rust's default 2 MiB stack, its guard page and the
 /// alternate signal stack with its guard.
 const THREAD_ADDRESS_SPACE_KIB: u64 = 2 * 1024 + 32;
-/// Address space each held task adds, with room to spare: `hold` measures under 30 KiB.
-const TASK_ADDRESS_SPACE_KIB: u64 = 64;
+/// Address space each held task adds, with room to spare: `hold` measures ≈ 20 KiB.
+const TASK_ADDRESS_SPACE_KIB: u64 = 32;
 /// Address space a process of the lab takes before its first held request: the program, its
 /// libraries, the runtime, the heap's first arena. The child at rest measures ≈ 10 MiB.
 pub(crate) const BASE_ADDRESS_SPACE_KIB: u64 = 40 * 1024;
@@ -472,10 +472,11 @@ mod tests {
         assert_eq!(check(&limits, Front::Async, 20_000), Ok(()));
     }
 
-    /// With this machine's RLIMIT_NOFILE (20 000, hard and soft) descriptors stop both fronts
-    /// first: the threaded one near 9 000, as its server takes two per connection.
+    /// With this machine's RLIMIT_NOFILE (20 000, hard and soft) descriptors stop the async
+    /// front first; the threaded one, one descriptor per connection too, meets its memory maps
+    /// sooner.
     #[test]
-    fn nofile_stops_both_fronts_on_this_machine() {
+    fn nofile_stops_tasks_and_maps_stop_threads_on_this_machine() {
         let limits = limits();
         // (20 000 - 64 - 2 000) fds, one per request on each side.
         let by_fds = Reach {
@@ -487,14 +488,14 @@ mod tests {
         assert_eq!(check(&limits, Front::Async, 17_936), Ok(()));
         assert!(check(&limits, Front::Async, 17_937).is_err());
         let threads = Reach {
-            held: 8_968,
-            ..by_fds
+            held: 14_680,
+            ceiling: Ceiling::MaxMapCount,
+            value: 65_530,
         };
         assert_eq!(reach(&limits, Front::Threaded), Some(threads));
     }
 
-    /// A low RLIMIT_NOFILE stops both fronts, the threaded one sooner: two descriptors per
-    /// connection in its server.
+    /// A low RLIMIT_NOFILE stops both fronts alike: one descriptor per connection on each side.
     #[test]
     fn nofile_refuses_both_fronts() {
         let limits = Limits {
@@ -513,9 +514,41 @@ mod tests {
         let threads = check(&limits, Front::Threaded, 2_000).expect_err("too few fds");
         assert_eq!(
             (threads.reach.ceiling, threads.reach.held),
-            (Ceiling::Nofile, 429)
+            (Ceiling::Nofile, 858)
         );
         assert_eq!(check(&limits, Front::Async, 500), Ok(()));
+    }
+
+    /// RLIMIT_AS (here 64 MiB, as `prlimit --as=67108864`) leaves room for a few threads, each
+    /// reserving its stack, and for hundreds of tasks; the refusal names it in bytes.
+    #[test]
+    fn an_address_space_limit_stops_threads_long_before_tasks() {
+        let limits = Limits {
+            address_space: Rlimit {
+                soft: Some(67_108_864),
+                hard: None,
+            },
+            ..limits()
+        };
+        // (65 536 - 40 960 - 6 553) KiB.
+        let threads = check(&limits, Front::Threaded, 100).expect_err("no room for stacks");
+        assert_eq!(
+            (
+                threads.reach.ceiling,
+                threads.reach.held,
+                threads.reach.value
+            ),
+            (Ceiling::AddressSpace, 18_023 / 2_080, 67_108_864)
+        );
+        assert!(
+            threads.to_string().contains("RLIMIT_AS = 67108864"),
+            "{threads}"
+        );
+        let tasks = reach(&limits, Front::Async).expect("a ceiling");
+        assert_eq!(
+            (tasks.ceiling, tasks.held),
+            (Ceiling::AddressSpace, 18_023 / 32)
+        );
     }
 
     /// Threads also count against pids and threads on the whole machine, less those running.

@@ -15,7 +15,7 @@ use crate::child::test_child::{self, step};
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::{Front, Pool};
 
-const ENTRY: &str = "remote::tests::front_entry";
+const ENTRY: &str = "front_process::tests::front_entry";
 const START: Duration = Duration::from_secs(60);
 const STOP: Duration = Duration::from_secs(60);
 

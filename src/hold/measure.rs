@@ -179,14 +179,68 @@ async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Brok
         })
 }
 
+/// How often a wait looks at the front's process: a process stopped by a signal (SIGSTOP, a
+/// debugger) sends nothing and says nothing, and is found here rather than after [`STALL`].
+const WATCH: Duration = Duration::from_millis(250);
+
 /// One thing that happened while waiting.
 enum Step {
     Front(std::io::Result<Option<FromFront>>),
     Caller(Option<Result<(), String>>),
+    /// A look at the front's process, every [`WATCH`].
+    Watch,
+}
+
+/// Waits for the next step, failing a front whose process is stopped and a wait that has seen
+/// no progress since `deadline`. `callers_first`: take an ended caller before a message.
+async fn next_step(
+    remote: &mut FrontProcess,
+    callers: &mut Callers,
+    watch: &mut tokio::time::Interval,
+    deadline: tokio::time::Instant,
+    callers_first: bool,
+) -> Result<Step, Stall> {
+    let step = tokio::time::timeout_at(deadline, async {
+        if callers_first {
+            tokio::select! {
+                biased;
+                ended = callers.next() => Step::Caller(ended),
+                message = remote.next() => Step::Front(message),
+                _ = watch.tick() => Step::Watch,
+            }
+        } else {
+            tokio::select! {
+                message = remote.next() => Step::Front(message),
+                ended = callers.next() => Step::Caller(ended),
+                _ = watch.tick() => Step::Watch,
+            }
+        }
+    })
+    .await;
+    match step {
+        Err(_) => Err(Stall::NoProgress),
+        Ok(Step::Watch) if ProcessStat::read(remote.pid()).is_ok_and(|s| s.stopped()) => {
+            Err(Stall::Stopped)
+        }
+        Ok(step) => Ok(step),
+    }
+}
+
+/// Why a wait gave up.
+enum Stall {
+    NoProgress,
+    Stopped,
+}
+
+fn watch() -> tokio::time::Interval {
+    let mut watch = tokio::time::interval(WATCH);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    watch
 }
 
 /// Waits until the front reports `held` requests held (`seen` follows its count). `Err` if a
-/// caller ends first, the front says anything else or ends, or nothing moves for [`STALL`].
+/// caller ends first, the front says anything else, ends or is stopped, or nothing moves for
+/// [`STALL`].
 async fn hold_all(
     remote: &mut FrontProcess,
     callers: &mut Callers,
@@ -196,22 +250,23 @@ async fn hold_all(
     seen: &mut u64,
 ) -> Result<(), String> {
     let mut killed = false;
+    let mut watch = watch();
+    let mut deadline = tokio::time::Instant::now() + STALL;
     // Once the test's fault has killed the front, wait for the end of it rather than sample it.
     while killed || *seen < u64::from(held) {
-        let step = tokio::time::timeout(STALL, async {
-            tokio::select! {
-                message = remote.next() => Step::Front(message),
-                ended = callers.next() => Step::Caller(ended),
-            }
-        })
-        .await;
-        match step {
-            Err(_) => {
+        match next_step(remote, callers, &mut watch, deadline, false).await {
+            Err(Stall::NoProgress) => {
                 return Err(format!(
                     "stalled: {seen} of {held} held, and none more for {} s",
                     STALL.as_secs()
                 ));
             }
+            Err(Stall::Stopped) => {
+                return Err(format!(
+                    "the front's process stopped at {seen} of {held} held"
+                ));
+            }
+            Ok(Step::Watch) => {}
             Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
                     return Err(format!(
@@ -219,12 +274,20 @@ async fn hold_all(
                         counts.refused
                     ));
                 }
+                if counts.held > *seen {
+                    deadline = tokio::time::Instant::now() + STALL;
+                }
                 *seen = counts.held;
                 if !killed && faults.kill_front_when_held.is_some_and(|k| *seen >= k) {
                     remote
                         .kill()
                         .map_err(|e| format!("killing the front (a test's fault): {e}"))?;
                     killed = true;
+                }
+                if faults.stop_front_when_held.is_some_and(|k| *seen >= k) {
+                    remote
+                        .pause()
+                        .map_err(|e| format!("stopping the front (a test's fault): {e}"))?;
                 }
             }
             Ok(Step::Front(message)) => return Err(unexpected(message)),
@@ -239,26 +302,27 @@ async fn hold_all(
 }
 
 /// Waits until every caller has been answered 200. `Err` at the first that was not, if the
-/// front ends or says anything but counts, or if nothing moves for [`STALL`].
+/// front ends, is stopped or says anything but counts, or if nothing moves for [`STALL`].
 async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> Result<(), String> {
+    let mut watch = watch();
+    let mut deadline = tokio::time::Instant::now() + STALL;
     while callers.waiting() > 0 {
-        let step = tokio::time::timeout(STALL, async {
-            tokio::select! {
-                biased;
-                ended = callers.next() => Step::Caller(ended),
-                message = remote.next() => Step::Front(message),
-            }
-        })
-        .await;
-        match step {
-            Err(_) => {
+        match next_step(remote, callers, &mut watch, deadline, true).await {
+            Err(Stall::NoProgress) => {
                 return Err(format!(
                     "stalled: {} callers still waiting, none answered for {} s after the gate opened",
                     callers.waiting(),
                     STALL.as_secs()
                 ));
             }
-            Ok(Step::Caller(Some(Ok(()))) | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
+            Err(Stall::Stopped) => {
+                return Err(format!(
+                    "the front's process stopped with {} callers still waiting",
+                    callers.waiting()
+                ));
+            }
+            Ok(Step::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
+            Ok(Step::Watch | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
             Ok(Step::Caller(Some(Err(why)))) => return Err(why),
             Ok(Step::Caller(None)) => break,
             Ok(Step::Front(message)) => return Err(unexpected(message)),

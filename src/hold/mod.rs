@@ -94,6 +94,8 @@ pub struct Options {
 pub struct Faults {
     /// SIGKILL the front's child once it reports this many requests held.
     pub kill_front_when_held: Option<u64>,
+    /// SIGSTOP the front's child once it reports this many requests held.
+    pub stop_front_when_held: Option<u64>,
     /// Give the front's pool this many permits fewer than the requests sent, so some are
     /// refused: a run that the lab must fail.
     pub pool_short_by: u32,

@@ -53,7 +53,9 @@ fn the_report_round_trips_through_json() {
         "address_space_kib",
         "memory_maps",
         "kernel_stack_kib",
-        "listen_overflows",
+        "listen_backlog",
+        "callers_cpu_ms",
+        "front_cpu_ms",
     ] {
         assert!(point[figure].is_number(), "{figure}: {point}");
     }
@@ -72,8 +74,8 @@ fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
         .iter()
         .find(|l| l.starts_with("N "))
         .expect("a header");
-    assert_eq!(names.matches("async").count(), 7, "{names}");
-    assert_eq!(names.matches("threaded").count(), 7, "{names}");
+    assert_eq!(names.matches("async").count(), 9, "{names}");
+    assert_eq!(names.matches("threaded").count(), 9, "{names}");
     let rows: Vec<&str> = lines
         .iter()
         .filter(|l| {
