@@ -55,6 +55,13 @@ pub(crate) fn kernel_stack_kib() -> io::Result<u64> {
         .ok_or_else(|| invalid("/proc/meminfo has no KernelStack".into()))
 }
 
+/// `Slab` in `/proc/meminfo`, in KiB: the kernel's object caches, sockets among them, for the
+/// whole machine.
+pub(crate) fn kernel_slab_kib() -> io::Result<u64> {
+    let meminfo = read_proc("/proc/meminfo")?;
+    kib_field(&meminfo, "Slab").ok_or_else(|| invalid("/proc/meminfo has no Slab".into()))
+}
+
 /// `TcpExt: ListenOverflows` in `/proc/net/netstat`: how often, since boot, a listener's accept
 /// queue was full when a connection completed its handshake. Counts every listener in this
 /// network namespace, so compare two readings around a run.
@@ -254,6 +261,7 @@ mod tests {
     fn kernel_stack_parses_real_meminfo() {
         assert_eq!(kib_field(MEMINFO, "KernelStack"), Some(1912));
         assert_eq!(kib_field(MEMINFO, "NoSuchField"), None);
+        assert!(kib_field(MEMINFO, "Slab").is_some_and(|kib| kib > 0));
     }
 
     /// A netstat counter is the value in its name's column, in its own group.

@@ -153,6 +153,12 @@ async fn run(spec: &FrontSpec) -> u8 {
             tokio::select! {
                 command = from_parent.next::<ToFront>() => match command {
                     Ok(Some(ToFront::OpenGate)) => section.open_gate(),
+                    Ok(Some(ToFront::Census)) => {
+                        let census = FromFront::Census(crate::allocator::census());
+                        if to_parent.send(&census).await.is_err() {
+                            break;
+                        }
+                    }
                     // Told to stop, or the parent is gone: either way, stop now.
                     Ok(Some(ToFront::Stop) | None) => break,
                     Err(e) => {

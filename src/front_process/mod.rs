@@ -19,7 +19,8 @@
 //!   totals of the section's events, one line per batch) or `event` (every ledger event), as
 //!   the spec's `stream` asks; last, after a stop, `stopped` (the server summary, its error if
 //!   any, the final state, the ledger audit and the totals), then exit 0.
-//! - **Parent → child**, on its stdin ([`ToFront`], tagged by `"command"`): `open_gate`, `stop`.
+//! - **Parent → child**, on its stdin ([`ToFront`], tagged by `"command"`): `open_gate`, `stop`,
+//!   `census` (answered by a `census` message: the child's heap blocks by size).
 //!   The end of stdin is a stop with nobody left to report to. On a stop the child abandons a
 //!   gate that is still closed (held work is answered 503 `work_abandoned`), stops its server
 //!   (listener closed, connections drained and joined), reports and exits.

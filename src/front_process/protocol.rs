@@ -154,6 +154,8 @@ pub enum ToFront {
     /// Stop: abandon the gate if it is still closed, stop the server (drained and joined),
     /// send [`FromFront::Stopped`] and exit 0.
     Stop,
+    /// Send [`FromFront::Census`]: the blocks the child's heap holds now.
+    Census,
 }
 
 /// The child's messages, on its stdout. The first is [`FromFront::Ready`] or
@@ -167,6 +169,8 @@ pub enum FromFront {
     Counts(Counts),
     /// One ledger event ([`Stream::Events`]).
     Event(WorkEvent),
+    /// The blocks alive in the child's heap, by size, as [`ToFront::Census`] asked.
+    Census(crate::allocator::Census),
     /// The server has stopped; the child exits 0 next.
     Stopped(Box<Stopped>),
     /// The child could not start or serve, and exits 1 next.

@@ -11,7 +11,7 @@ use super::Faults;
 use super::callers::Callers;
 use super::preflight::Planned;
 use super::report::{
-    Death, DropScope, Figures, FrontFailure, ListenDrops, PerRequest, Sample, Stage,
+    Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
 use crate::admission::section::GateState;
 use crate::child::Exit;
@@ -51,13 +51,15 @@ pub(crate) enum Broken {
 
 /// The figures of the front at rest: started, nothing sent, stopped.
 pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
-    let remote = start(setup, &FrontSpec::new(front, 1)).await?;
-    let sample = match ProcessFigures::read(remote.pid()) {
-        Ok(figures) => sample(figures),
-        Err(e) => {
-            let why = format!("reading the front's /proc figures: {e}");
-            return Err(end_early(remote, None, Stage::Starting, 0, why).await);
-        }
+    let mut remote = start(setup, &FrontSpec::new(front, 1)).await?;
+    let figures = ProcessFigures::read(remote.pid())
+        .map_err(|e| format!("reading the front's /proc figures: {e}"));
+    let sample = match figures {
+        Ok(figures) => match remote.census().await {
+            Ok(heap) => sample(figures, heap),
+            Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
+        },
+        Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
     };
     stop(remote, 0).await?;
     Ok(sample)
@@ -111,10 +113,15 @@ pub(crate) async fn held(
     let time_to_hold = sent.elapsed();
     let cpu = Cpu::read(pid).map(|after| after.since(cpu_before));
     let figures = ProcessFigures::read(pid).map_err(|e| format!("reading /proc/{pid}: {e}"));
-    let sampled = cpu
-        .and_then(|cpu| figures.and_then(|figures| Ok((cpu, sample(figures), Machine::read()?))));
-    let (cpu, process, after) = match sampled {
+    let sampled =
+        cpu.and_then(|cpu| figures.and_then(|figures| Ok((cpu, figures, Machine::read()?))));
+    let (cpu, figures, after) = match sampled {
         Ok(sampled) => sampled,
+        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
+    };
+    // Asked after the figures: its answer is a few hundred bytes of the child's heap.
+    let process = match remote.census().await {
+        Ok(heap) => sample(figures, heap),
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
     };
     let opened = Instant::now();
@@ -142,6 +149,18 @@ pub(crate) async fn held(
         },
     };
     let kernel_stack_kib = signed(after.kernel_stack_kib) - signed(before.kernel_stack_kib);
+    let kernel_slab_kib = signed(after.kernel_slab_kib) - signed(before.kernel_slab_kib);
+    let heap_per_request = crate::allocator::CLASSES
+        .iter()
+        .enumerate()
+        .map(|(at, class)| HeapClass {
+            class: (*class).to_owned(),
+            blocks: (process.heap.blocks[at] - baseline.heap.blocks[at]) as f64 / f64::from(held),
+            kib: (process.heap.bytes[at] - baseline.heap.bytes[at]) as f64
+                / 1024.0
+                / f64::from(held),
+        })
+        .collect();
     let per = |now: u64, idle: u64| (signed(now) - signed(idle)) as f64 / f64::from(held);
     Ok(Figures {
         pid,
@@ -149,6 +168,8 @@ pub(crate) async fn held(
         time_to_release_ms: millis(time_to_release),
         process,
         kernel_stack_kib,
+        kernel_slab_kib,
+        heap_per_request,
         listen_backlog: planned
             .backlog
             .min(u32::try_from(setup.limits.somaxconn).unwrap_or(u32::MAX)),
@@ -163,6 +184,7 @@ pub(crate) async fn held(
             memory_maps: per(process.memory_maps, baseline.memory_maps),
             open_fds: per(process.open_fds, baseline.open_fds),
             kernel_stack_kib: kernel_stack_kib as f64 / f64::from(held),
+            kernel_slab_kib: kernel_slab_kib as f64 / f64::from(held),
         },
     })
 }
@@ -489,8 +511,9 @@ fn death(exit: &Exit) -> Death {
     }
 }
 
-fn sample(figures: ProcessFigures) -> Sample {
+fn sample(figures: ProcessFigures, heap: crate::allocator::Census) -> Sample {
     Sample {
+        heap,
         os_threads: figures.os_threads,
         rss_kib: figures.rss_kib,
         address_space_kib: figures.address_space_kib,
@@ -527,6 +550,7 @@ impl Cpu {
 /// The two machine-wide counters.
 struct Machine {
     kernel_stack_kib: u64,
+    kernel_slab_kib: u64,
     listen_overflows: u64,
 }
 
@@ -535,6 +559,7 @@ impl Machine {
         let read = || {
             Ok::<_, std::io::Error>(Machine {
                 kernel_stack_kib: procfs::kernel_stack_kib()?,
+                kernel_slab_kib: procfs::kernel_slab_kib()?,
                 listen_overflows: procfs::listen_overflows()?,
             })
         };

@@ -30,8 +30,8 @@ mod run;
 use std::path::PathBuf;
 
 pub use report::{
-    Death, DropScope, Figures, FrontFailure, FrontSeries, HoldReport, ListenDrops, MachineLimits,
-    Outcome, PerRequest, Point, Preflight, Reach, Sample, Stage,
+    Death, DropScope, Figures, FrontFailure, FrontSeries, HeapClass, HoldReport, ListenDrops,
+    MachineLimits, Outcome, PerRequest, Point, Preflight, Reach, Sample, Stage,
 };
 
 use crate::policy::Front;

@@ -143,6 +143,12 @@ pub struct Figures {
     pub callers_cpu_ms: u64,
     /// CPU the front's child used over the same span, from `/proc/<pid>/stat`.
     pub front_cpu_ms: u64,
+    /// Change of `Slab` in `/proc/meminfo` over the hold: machine-wide, so both ends of every
+    /// connection (the callers' sockets too) and other programs' objects count.
+    pub kernel_slab_kib: i64,
+    /// The front's heap per held request, by block size: its blocks alive with every request
+    /// held, less those at rest, divided by N. What is allocated, not what is resident.
+    pub heap_per_request: Vec<HeapClass>,
     /// Source addresses the callers went out from (127.0.0.1 onwards).
     pub source_addresses: u64,
     /// Each figure's change from the idle baseline, divided by the requests held.
@@ -180,6 +186,17 @@ impl DropScope {
     }
 }
 
+/// One size class of the heap per held request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeapClass {
+    /// Which blocks: `8 KiB`, `1 to 4 KiB`, ...
+    pub class: String,
+    /// Blocks per held request.
+    pub blocks: f64,
+    /// Their KiB per held request.
+    pub kib: f64,
+}
+
 /// What a process holds, from `/proc/<pid>`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
@@ -193,6 +210,9 @@ pub struct Sample {
     pub memory_maps: u64,
     /// Open file descriptors.
     pub open_fds: u64,
+    /// The blocks alive in its heap, by size (the lab's allocator counts them).
+    #[serde(default)]
+    pub heap: crate::allocator::Census,
 }
 
 /// Each figure's change from the front's idle baseline, per held request.
@@ -210,6 +230,8 @@ pub struct PerRequest {
     pub open_fds: f64,
     /// Kernel stack, KiB (machine-wide).
     pub kernel_stack_kib: f64,
+    /// Kernel slab, KiB (machine-wide: both ends of each connection).
+    pub kernel_slab_kib: f64,
 }
 
 /// How a front failed at one count.

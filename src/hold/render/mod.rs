@@ -16,6 +16,13 @@ use crate::hold::HoldReport;
 /// The text report: the table, its notes, the ceilings, and the reading.
 pub fn text(report: &HoldReport) -> String {
     let mut out = table::render(report);
+    let breakdown = reading::breakdown(report);
+    if !breakdown.is_empty() {
+        out.push_str("\nWhere a held request's memory goes, at each front's largest count:\n");
+        for sentence in breakdown {
+            out.push_str(&wrap(&sentence, "- ", 96));
+        }
+    }
     let sentences = reading::sentences(report);
     if !sentences.is_empty() {
         out.push_str("\nWhat the figures show:\n");

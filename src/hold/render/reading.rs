@@ -255,3 +255,53 @@ fn signed(value: f64) -> String {
         format!("+{text}")
     }
 }
+
+/// Where each front's held request goes, at its largest count held: resident memory, the heap
+/// by block size (allocated, not necessarily resident), and the kernel's slab.
+pub(super) fn breakdown(report: &HoldReport) -> Vec<String> {
+    report
+        .fronts
+        .iter()
+        .filter_map(|series| {
+            let (held, f) = series.held().last()?;
+            let classes: Vec<String> = f
+                .heap_per_request
+                .iter()
+                .filter(|c| c.blocks.abs() >= 0.005)
+                .rev()
+                .map(|c| {
+                    let what = if c.class == "8 KiB" {
+                        " (the size of Hyper's read and write buffers)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{} blocks of {}{what} = {} KiB",
+                        figure(c.blocks),
+                        c.class,
+                        figure(c.kib)
+                    )
+                })
+                .collect();
+            let allocated: f64 = f.heap_per_request.iter().map(|c| c.kib).sum();
+            let heap = if classes.is_empty() {
+                "its heap kept no count of blocks".to_owned()
+            } else {
+                format!(
+                    "its heap per held request: {}; {} KiB allocated in all",
+                    classes.join("; "),
+                    figure(allocated)
+                )
+            };
+            Some(format!(
+                "The {} front, {} held: {} KiB resident per held request; {heap}. The kernel's \
+                 slab grew {} KiB per held request (machine-wide: both ends of each connection, \
+                 outside any process's resident memory).",
+                series.front.name(),
+                count(u64::from(held)),
+                figure(f.per_request.rss_kib),
+                figure(f.per_request.kernel_slab_kib),
+            ))
+        })
+        .collect()
+}
