@@ -28,8 +28,8 @@
 //! - [`hold`]: what holding N requests costs on each front, each in a child process.
 //! - [`render`]: every text, table, timeline and SVG drawn from reports.
 //! - [`cli`]: the command line, mapped onto the library's types.
-//! - [`allocator`]: the binary's allocator: out of memory is one line; unwritten buffers
-//!   placed on pages.
+//! - [`allocator`]: the binary's allocator: out of memory is one line; a heap census by block
+//!   size; unwritten buffers placed on whole pages.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
