@@ -91,9 +91,10 @@ impl ProcessStat {
         parse_stat(&text, ticks).ok_or_else(|| invalid(format!("{path}: not a stat line")))
     }
 
-    /// Whether the process is stopped by a signal (`T`) or under a tracer (`t`).
+    /// Whether the process is stopped by a signal (`T`: SIGSTOP, SIGTSTP). A process under a
+    /// tracer shows `t` at each traced step, `strace` too, so that is not counted as stopped.
     pub(crate) fn stopped(&self) -> bool {
-        matches!(self.state, 'T' | 't')
+        self.state == 'T'
     }
 }
 
@@ -301,6 +302,8 @@ mod tests {
             }
         );
         assert!(stat.stopped());
+        let traced = parse_stat(&line.replace(") T ", ") t "), 100).expect("a stat line");
+        assert!(!traced.stopped(), "a traced step is not a stop");
         assert_eq!(parse_stat("4242 (x) S 1 2", 100), None);
     }
 

@@ -201,8 +201,8 @@ async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Brok
         })
 }
 
-/// How often a wait looks at the front's process: a process stopped by a signal (SIGSTOP, a
-/// debugger) sends nothing and says nothing, and is found here rather than after [`STALL`].
+/// How often a wait looks at the front's process: a process stopped by a signal (SIGSTOP)
+/// sends nothing and says nothing, and is found here rather than after [`STALL`].
 const WATCH: Duration = Duration::from_millis(250);
 
 /// One thing that happened while waiting.
@@ -456,12 +456,10 @@ async fn end_early(
     }
 }
 
-/// Kills and reaps a front whose process is stopped (SIGSTOP, or a debugger), and says so.
+/// Kills and reaps a front whose process is stopped (SIGSTOP), and says so.
 async fn kill_stopped(mut remote: FrontProcess, stage: Stage, held: u64, why: String) -> Broken {
     let pid = remote.pid();
-    let reason = "its process was stopped (by SIGSTOP or a debugger), so the lab killed it \
-                  (SIGKILL)"
-        .to_owned();
+    let reason = "its process was stopped (SIGSTOP), so the lab killed it (SIGKILL)".to_owned();
     let exit = match remote.kill() {
         Ok(()) => remote.wait().await.ok(),
         Err(_) => None,
