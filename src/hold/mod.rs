@@ -1,10 +1,13 @@
 //! `hold`: what a held request costs on each front, from ten to the threaded front's ceiling.
 //! For each front and each count N, a fresh front runs in a child process of the lab
 //! (`src/front_process/`), so the figures read from its `/proc/<pid>` are its own and a front that
-//! dies cannot take the lab with it. The parent sends N callers with the run token and labels,
-//! waits until the child reports all N held, samples the child and two machine-wide counters,
-//! opens the gate, checks every answer is 200, then stops, checks and reaps the child. Each
-//! figure is also given per held request, against the same front's child at rest (N = 0).
+//! dies cannot take the lab with it. The child listens with an accept queue sized for N. The
+//! parent sends N callers with the run token and labels (raw request heads, so the instrument
+//! costs less than what it measures), waits until the child reports all N held, samples the
+//! child (its `/proc` figures and its heap by block size), its own and the child's CPU and
+//! three machine-wide counters, opens the gate, checks every answer is 200, then stops, checks
+//! and reaps the child, which reports the connections its listener dropped. Each figure is also
+//! given per held request, against the same front's child at rest (N = 0).
 //!
 //! Before anything starts, the preflight reads the ceilings that would stop a front and does
 //! not run a count beyond one; a front that fails anyway is recorded at that N, with how its
