@@ -163,12 +163,14 @@ pub enum Command {
     /// measure what holding them costs: threads, memory, maps, kernel stack and time
     #[cfg(unix)]
     Hold {
-        /// Counts of held requests to measure, each 1 through 50000
+        /// Counts of held requests to measure, each 1 through 50000, given once
         #[arg(
             long,
             value_name = "N,N,...",
             value_delimiter = ',',
-            value_parser = clap::value_parser!(u32).range(1..=i64::from(hold::MAX_COUNT)),
+            // Given once, like every other flag: a second `--counts` is refused, not added.
+            action = clap::ArgAction::Set,
+            value_parser = hold_count,
             default_values_t = hold::DEFAULT_COUNTS
         )]
         counts: Vec<u32>,
@@ -188,6 +190,17 @@ pub enum Command {
         #[arg(value_name = "SPEC", value_parser = FrontSpec::parse)]
         spec: FrontSpec,
     },
+}
+
+/// A count of `--counts`: digits only (`u32`'s own parser would also take a leading `+`), 1
+/// through [`hold::MAX_COUNT`].
+#[cfg(unix)]
+fn hold_count(text: &str) -> Result<u32, String> {
+    Some(text)
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u32>().ok())
+        .filter(|n| (1..=hold::MAX_COUNT).contains(n))
+        .ok_or_else(|| format!("expected a whole number from 1 through {}", hold::MAX_COUNT))
 }
 
 /// The inputs of one lab run.
@@ -635,6 +648,17 @@ mod tests {
             (server.fronts(), format),
             (Front::ALL.to_vec(), HoldFormat::Text)
         );
+        // Digits only, and the flag once, as every other count and flag.
+        for refused in [
+            &["hold", "--counts", "+10"][..],
+            &["hold", "--counts", "10,+20"],
+            &["hold", "--counts", "0"],
+            &["hold", "--counts", "50001"],
+            &["hold", "--counts", "10", "--counts", "20"],
+        ] {
+            let error = parse(refused).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{refused:?}: {error}");
+        }
         let cli = parse(&["hold", "--counts", "5,50000", "--server", "threaded"]).expect("valid");
         let Some(Command::Hold { counts, server, .. }) = cli.command else {
             panic!("hold");

@@ -32,13 +32,14 @@
 //! - [`classroom`]: a live page that steps through a real run and lets the room join in.
 //! - [`hold`]: what holding N requests costs on each front, each in a child process.
 //! - [`replicas`]: replica servers with their own permits or one global limit on Redis.
-//! - [`render`]: the renderings of `record`, `replicas` and `hold`, moving into their folders.
 //!
-//! [`cli`] maps the command line onto all of it.
+//! [`cli`] maps the command line onto all of it; [`allocator`] is the binary's allocator (out
+//! of memory in one line, a heap census by block size, unwritten buffers on whole pages).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod admission;
+pub mod allocator;
 #[cfg(unix)]
 pub(crate) mod child;
 pub mod classroom;
@@ -65,7 +66,6 @@ pub(crate) mod procfs;
 pub mod record;
 #[cfg(unix)]
 pub(crate) mod redis_pool;
-pub mod render;
 #[cfg(unix)]
 pub mod replicas;
 pub mod report;

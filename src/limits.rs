@@ -29,6 +29,10 @@ pub(crate) struct Limits {
     pub(crate) nofile: Rlimit,
     /// `net.ipv4.ip_local_port_range`: the first and last ephemeral port, per source address.
     pub(crate) local_ports: (u16, u16),
+    /// `net.core.somaxconn`: the longest accept queue a listener may ask for.
+    pub(crate) somaxconn: u64,
+    /// RLIMIT_AS: address space per process, in bytes; a child inherits it.
+    pub(crate) address_space: Rlimit,
 }
 
 /// A resource limit of this process; `None` is unlimited.
@@ -56,6 +60,8 @@ impl Limits {
             local_ports: parse_port_range(&port_range).ok_or_else(|| {
                 invalid(format!("ip_local_port_range: not a range: {port_range:?}"))
             })?,
+            somaxconn: sysctl("net/core/somaxconn")?,
+            address_space: Rlimit::get(Resource::AddressSpace)?,
         })
     }
 }
@@ -83,6 +89,7 @@ pub(crate) fn raise_nofile() -> io::Result<Rlimit> {
 enum Resource {
     Nproc,
     Nofile,
+    AddressSpace,
 }
 
 impl Rlimit {
@@ -96,6 +103,7 @@ impl Rlimit {
             match resource {
                 Resource::Nproc => libc::getrlimit(libc::RLIMIT_NPROC, &mut limit),
                 Resource::Nofile => libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit),
+                Resource::AddressSpace => libc::getrlimit(libc::RLIMIT_AS, &mut limit),
             }
         };
         if result == -1 {
@@ -120,6 +128,8 @@ struct Cost {
     server_fds: u64,
     /// File descriptors in the caller's process (its client is async: no thread).
     client_fds: u64,
+    /// Address space in the server, KiB.
+    address_space_kib: u64,
 }
 
 /// Memory maps each Rust thread adds, measured on this kind of machine (Linux, glibc, Rust
@@ -136,20 +146,31 @@ impl Front {
             Front::Threaded => Cost {
                 threads: 1,
                 maps: MAPS_PER_THREAD,
-                // The socket, and a second handle on it to shut it down from the accept thread
-                // (see `src/server/threaded.rs`).
-                server_fds: 2,
+                // The socket: the accept thread shuts it down through a shared handle, not a
+                // second descriptor (`hold` measures 1.00 per held request).
+                server_fds: 1,
                 client_fds: 1,
+                address_space_kib: THREAD_ADDRESS_SPACE_KIB,
             },
             Front::Async => Cost {
                 threads: 0,
                 maps: 0,
                 server_fds: 1,
                 client_fds: 1,
+                address_space_kib: TASK_ADDRESS_SPACE_KIB,
             },
         }
     }
 }
+
+/// Address space each held thread reserves: Rust's default 2 MiB stack, its guard page and the
+/// alternate signal stack with its guard.
+const THREAD_ADDRESS_SPACE_KIB: u64 = 2 * 1024 + 32;
+/// Address space each held task adds, with room to spare: `hold` measures ≈ 20 KiB.
+const TASK_ADDRESS_SPACE_KIB: u64 = 32;
+/// Address space a process of the lab takes before its first held request: the program, its
+/// libraries, the runtime, the heap's first arena. The child at rest measures ≈ 10 MiB.
+pub(crate) const BASE_ADDRESS_SPACE_KIB: u64 = 40 * 1024;
 
 /// A ceiling that can stop a front from holding more requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -172,6 +193,9 @@ pub(crate) enum Ceiling {
     /// Ephemeral ports per source address, over at most [`MAX_SOURCE_ADDRESSES`] addresses.
     #[serde(rename = "net.ipv4.ip_local_port_range")]
     LocalPorts,
+    /// Address space per process.
+    #[serde(rename = "RLIMIT_AS")]
+    AddressSpace,
 }
 
 impl Ceiling {
@@ -184,6 +208,7 @@ impl Ceiling {
             Ceiling::Nproc => "RLIMIT_NPROC",
             Ceiling::Nofile => "RLIMIT_NOFILE",
             Ceiling::LocalPorts => "net.ipv4.ip_local_port_range",
+            Ceiling::AddressSpace => "RLIMIT_AS",
         }
     }
 }
@@ -286,6 +311,13 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
             BASE_FDS,
             cost.server_fds.max(cost.client_fds),
         ),
+        // In KiB; the limit is in bytes.
+        (
+            Ceiling::AddressSpace,
+            limits.address_space.soft.map(|bytes| bytes / 1024),
+            BASE_ADDRESS_SPACE_KIB,
+            cost.address_space_kib,
+        ),
     ];
     // Every held request is a connection from one of the caller's source addresses.
     let (first, last) = limits.local_ports;
@@ -303,6 +335,14 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
                 ceiling,
                 value,
             })
+        })
+        .map(|reach| match reach.ceiling {
+            // Counted in KiB above; the limit itself is given in bytes, as `prlimit` takes it.
+            Ceiling::AddressSpace => Reach {
+                value: limits.address_space.soft.unwrap_or(reach.value * 1024),
+                ..reach
+            },
+            _ => reach,
         })
         .chain([ports])
         .min_by_key(|reach| reach.held)
@@ -398,6 +438,11 @@ mod tests {
                 hard: Some(20_000),
             },
             local_ports: (32_768, 60_999),
+            somaxconn: 4_096,
+            address_space: Rlimit {
+                soft: None,
+                hard: None,
+            },
         }
     }
 
@@ -427,10 +472,11 @@ mod tests {
         assert_eq!(check(&limits, Front::Async, 20_000), Ok(()));
     }
 
-    /// With this machine's RLIMIT_NOFILE (20 000, hard and soft) descriptors stop both fronts
-    /// first: the threaded one near 9 000, as its server takes two per connection.
+    /// With this machine's RLIMIT_NOFILE (20 000, hard and soft) descriptors stop the async
+    /// front first; the threaded one, one descriptor per connection too, meets its memory maps
+    /// sooner.
     #[test]
-    fn nofile_stops_both_fronts_on_this_machine() {
+    fn nofile_stops_tasks_and_maps_stop_threads_on_this_machine() {
         let limits = limits();
         // (20 000 - 64 - 2 000) fds, one per request on each side.
         let by_fds = Reach {
@@ -442,14 +488,14 @@ mod tests {
         assert_eq!(check(&limits, Front::Async, 17_936), Ok(()));
         assert!(check(&limits, Front::Async, 17_937).is_err());
         let threads = Reach {
-            held: 8_968,
-            ..by_fds
+            held: 14_680,
+            ceiling: Ceiling::MaxMapCount,
+            value: 65_530,
         };
         assert_eq!(reach(&limits, Front::Threaded), Some(threads));
     }
 
-    /// A low RLIMIT_NOFILE stops both fronts, the threaded one sooner: two descriptors per
-    /// connection in its server.
+    /// A low RLIMIT_NOFILE stops both fronts alike: one descriptor per connection on each side.
     #[test]
     fn nofile_refuses_both_fronts() {
         let limits = Limits {
@@ -468,9 +514,41 @@ mod tests {
         let threads = check(&limits, Front::Threaded, 2_000).expect_err("too few fds");
         assert_eq!(
             (threads.reach.ceiling, threads.reach.held),
-            (Ceiling::Nofile, 429)
+            (Ceiling::Nofile, 858)
         );
         assert_eq!(check(&limits, Front::Async, 500), Ok(()));
+    }
+
+    /// RLIMIT_AS (here 64 MiB, as `prlimit --as=67108864`) leaves room for a few threads, each
+    /// reserving its stack, and for hundreds of tasks; the refusal names it in bytes.
+    #[test]
+    fn an_address_space_limit_stops_threads_long_before_tasks() {
+        let limits = Limits {
+            address_space: Rlimit {
+                soft: Some(67_108_864),
+                hard: None,
+            },
+            ..limits()
+        };
+        // (65 536 - 40 960 - 6 553) KiB.
+        let threads = check(&limits, Front::Threaded, 100).expect_err("no room for stacks");
+        assert_eq!(
+            (
+                threads.reach.ceiling,
+                threads.reach.held,
+                threads.reach.value
+            ),
+            (Ceiling::AddressSpace, 18_023 / 2_080, 67_108_864)
+        );
+        assert!(
+            threads.to_string().contains("RLIMIT_AS = 67108864"),
+            "{threads}"
+        );
+        let tasks = reach(&limits, Front::Async).expect("a ceiling");
+        assert_eq!(
+            (tasks.ceiling, tasks.held),
+            (Ceiling::AddressSpace, 18_023 / 32)
+        );
     }
 
     /// Threads also count against pids and threads on the whole machine, less those running.

@@ -15,8 +15,12 @@ use isolation_lab::coordinator::Options;
 #[cfg(unix)]
 use isolation_lab::hold;
 use isolation_lab::lab::render::{picture as svg, text};
-use isolation_lab::render;
 use isolation_lab::{classroom, compare, record, sweep};
+
+/// Out of memory is one line and exit 1.
+#[cfg(unix)]
+#[global_allocator]
+static ALLOCATOR: isolation_lab::allocator::LabAllocator = isolation_lab::allocator::LabAllocator;
 
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
@@ -164,9 +168,9 @@ fn main() -> ExitCode {
             };
             let report = hold::hold(&config, &hold::Options::default());
             let rendered = match format {
-                HoldFormat::Text => Ok(render::hold::text(&report)),
+                HoldFormat::Text => Ok(hold::render::text(&report)),
                 HoldFormat::Json => json(&report),
-                HoldFormat::Svg => Ok(render::hold::svg(&report)),
+                HoldFormat::Svg => Ok(hold::render::svg(&report)),
             };
             emit(rendered, report.failure.as_deref())
         }

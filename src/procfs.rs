@@ -55,6 +55,13 @@ pub(crate) fn kernel_stack_kib() -> io::Result<u64> {
         .ok_or_else(|| invalid("/proc/meminfo has no KernelStack".into()))
 }
 
+/// `Slab` in `/proc/meminfo`, in KiB: the kernel's object caches, sockets among them, for the
+/// whole machine.
+pub(crate) fn kernel_slab_kib() -> io::Result<u64> {
+    let meminfo = read_proc("/proc/meminfo")?;
+    kib_field(&meminfo, "Slab").ok_or_else(|| invalid("/proc/meminfo has no Slab".into()))
+}
+
 /// `TcpExt: ListenOverflows` in `/proc/net/netstat`: how often, since boot, a listener's accept
 /// queue was full when a connection completed its handshake. Counts every listener in this
 /// network namespace, so compare two readings around a run.
@@ -62,6 +69,85 @@ pub(crate) fn listen_overflows() -> io::Result<u64> {
     let netstat = read_proc("/proc/net/netstat")?;
     netstat_field(&netstat, "TcpExt", "ListenOverflows")
         .ok_or_else(|| invalid("/proc/net/netstat has no TcpExt ListenOverflows".into()))
+}
+
+/// What `/proc/<pid>/stat` says of a process: its state and the CPU it has used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessStat {
+    /// The state letter: `R` running, `S` sleeping, `T` stopped (SIGSTOP), `Z` zombie, ...
+    pub(crate) state: char,
+    /// CPU time used, user and system, in milliseconds (the kernel counts clock ticks).
+    pub(crate) cpu_ms: u64,
+}
+
+impl ProcessStat {
+    /// Reads `/proc/<pid>/stat`; `pid` may be this process's own.
+    pub(crate) fn read(pid: u32) -> io::Result<ProcessStat> {
+        let path = format!("/proc/{pid}/stat");
+        let text = read_proc(&path)?;
+        // SAFETY: sysconf only reads a constant of the system.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks = u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100);
+        parse_stat(&text, ticks).ok_or_else(|| invalid(format!("{path}: not a stat line")))
+    }
+
+    /// Whether the process is stopped by a signal (`T`: SIGSTOP, SIGTSTP). A process under a
+    /// tracer shows `t` at each traced step, `strace` too, so that is not counted as stopped.
+    pub(crate) fn stopped(&self) -> bool {
+        self.state == 'T'
+    }
+}
+
+/// The state and `utime + stime` of a `/proc/<pid>/stat` line. The command name, in
+/// parentheses, may hold spaces and parentheses itself: the fields start after the last `)`.
+fn parse_stat(text: &str, ticks_per_second: u64) -> Option<ProcessStat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    // After the name: state, ppid, pgrp, session, tty_nr, tpgid, flags, minflt, cminflt,
+    // majflt, cmajflt, utime, stime.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let cpu_ms = (utime + stime).saturating_mul(1000) / ticks_per_second;
+    Some(ProcessStat { state, cpu_ms })
+}
+
+/// Connections a listening socket dropped since it was made: the kernel's `sk_drops`, which a
+/// listener counts up on every `ListenDrops` of its own (a full accept queue included), read
+/// with `SO_MEMINFO` (Linux 3.6 and later). `fd` must be the listener, or a duplicate of it.
+pub(crate) fn listen_drops(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    /// `SO_MEMINFO` in `asm-generic/socket.h` (x86, Arm, RISC-V; MIPS and SPARC differ).
+    const SO_MEMINFO: libc::c_int = 55;
+    /// `SK_MEMINFO_VARS` in `linux/sock_diag.h`; the kernel writes at most as many as given.
+    const VARS: usize = 9;
+    const DROPS: usize = libc::SK_MEMINFO_DROPS as usize;
+    if !cfg!(target_os = "linux") {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a socket's drops are read on Linux only",
+        ));
+    }
+    let mut meminfo = [0u32; VARS];
+    let mut len = libc::socklen_t::try_from(std::mem::size_of_val(&meminfo))
+        .expect("36 bytes fit in socklen_t");
+    // SAFETY: `meminfo` is writable for `len` bytes, and the kernel writes at most `len`.
+    let result = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            meminfo.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if result == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if (len as usize) < (DROPS + 1) * std::mem::size_of::<u32>() {
+        return Err(invalid("SO_MEMINFO gave no drop count".into()));
+    }
+    Ok(u64::from(meminfo[DROPS]))
 }
 
 /// The three figures `ProcessFigures` takes from `/proc/<pid>/status`.
@@ -176,6 +262,7 @@ mod tests {
     fn kernel_stack_parses_real_meminfo() {
         assert_eq!(kib_field(MEMINFO, "KernelStack"), Some(1912));
         assert_eq!(kib_field(MEMINFO, "NoSuchField"), None);
+        assert!(kib_field(MEMINFO, "Slab").is_some_and(|kib| kib > 0));
     }
 
     /// A netstat counter is the value in its name's column, in its own group.
@@ -199,6 +286,25 @@ mod tests {
             netstat_field("TcpExt: ListenOverflows\n", "TcpExt", "ListenOverflows"),
             None
         );
+    }
+
+    /// A stat line's state and CPU time, past a name with spaces and parentheses in it.
+    #[test]
+    fn stat_parses_past_an_awkward_name() {
+        let line = "4242 (isolation (lab) x) T 1 4242 4242 0 -1 4194560 131 0 0 0 150 25 0 0 \
+                    20 0 1 0 83 10485760 1600 18446744073709551615\n";
+        let stat = parse_stat(line, 100).expect("a stat line");
+        assert_eq!(
+            stat,
+            ProcessStat {
+                state: 'T',
+                cpu_ms: 1750
+            }
+        );
+        assert!(stat.stopped());
+        let traced = parse_stat(&line.replace(") T ", ") t "), 100).expect("a stat line");
+        assert!(!traced.stopped(), "a traced step is not a stop");
+        assert_eq!(parse_stat("4242 (x) S 1 2", 100), None);
     }
 
     /// Memory maps are counted by line.
@@ -228,5 +334,10 @@ mod tests {
         assert!(figures.open_fds >= 4, "{figures:?}");
         assert!(kernel_stack_kib().expect("read /proc/meminfo") > 0);
         listen_overflows().expect("read /proc/net/netstat");
+        let own = ProcessStat::read(std::process::id()).expect("read /proc/self/stat");
+        assert!(!own.stopped(), "{own:?}");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        use std::os::fd::AsFd;
+        assert_eq!(listen_drops(listener.as_fd()).expect("SO_MEMINFO"), 0);
     }
 }

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use isolation_lab::hold::{Config, Faults, HoldReport, Options, Outcome, Stage, hold};
 use isolation_lab::policy::Front;
-use isolation_lab::render;
 
 /// Held by each test for its whole run, so the children one sees are its own.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -93,7 +92,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         assert!(reason.contains("failed at 200"), "{reason}");
     }
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
-    let text = render::hold::text(&report);
+    let text = isolation_lab::hold::render::text(&report);
     assert!(text.contains("killed by SIGKILL"), "{text}");
 }
 
@@ -177,4 +176,67 @@ fn a_refused_request_fails_the_lab() {
         "{points:?}"
     );
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
+}
+
+/// A front's child stopped by SIGSTOP once 100 of 200 are held answers nothing and reads no
+/// command: it is found stopped, killed and reaped, and reported as a front that failed while
+/// holding, within 15 s (not after a minute's stall); the lab itself does not fail.
+#[test]
+fn a_stopped_front_is_reported_within_15_s() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let config = Config::new(&[200], &[Front::Async]).expect("valid counts");
+    let options = Options {
+        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
+        faults: Faults {
+            stop_front_when_held: Some(100),
+            ..Faults::default()
+        },
+    };
+    let report = hold_within(config, options);
+    assert_eq!(
+        report.failure, None,
+        "a stopped front is evidence: {report:#?}"
+    );
+    let series = report.series(Front::Async).expect("async ran");
+    let Outcome::FrontFailed(failed) = &series.points[0].outcome else {
+        panic!("async at 200: {:?}", series.points[0].outcome);
+    };
+    assert!(failed.reason.contains("stopped"), "{failed:?}");
+    assert!(failed.detail.contains("stopped at"), "{failed:?}");
+    assert_eq!(failed.stage, Stage::Holding);
+    let exit = failed.exit.as_ref().expect("the stopped child was reaped");
+    assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{failed:?}");
+    assert!(is_gone(failed.pid.expect("it started")), "reaped");
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
+}
+
+/// Under an address-space limit too small for a front (`prlimit --as=33554432`), `hold` starts
+/// no child and fails with one line on stderr, exit 1: no allocation failure, no backtrace.
+#[test]
+fn an_address_space_limit_fails_in_one_line() {
+    use std::os::unix::process::CommandExt;
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    command.args(["hold", "--counts", "10,100,1000"]);
+    // SAFETY: setrlimit is async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 33_554_432,
+                rlim_max: 33_554_432,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let output = command.output().expect("the lab runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("isolation-lab: RLIMIT_AS = 33554432 bytes leaves no room"),
+        "{stderr}"
+    );
 }

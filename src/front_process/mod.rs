@@ -8,7 +8,7 @@
 //!
 //! - **Spec**, the child's one argument: [`FrontSpec`], e.g.
 //!   `{"front":"async","capacity":200}` (optional: `"stream":"counts"|"events"`,
-//!   `"drain_ms"`, and for a replica `"replica":"r1"` with
+//!   `"drain_ms"`, `"backlog"`, and for a replica `"replica":"r1"` with
 //!   `"global":{"url":"redis://127.0.0.1:PORT","run":"...","lease_ms":2000}`: its permits then
 //!   come from that run's Redis-backed pool of `capacity`, and `stopped` also accounts for
 //!   each permit it took). Unknown fields and a capacity outside 1 through [`MAX_CAPACITY`] are
@@ -20,7 +20,8 @@
 //!   the spec's `stream` asks; `lease_lost` (a replica's holder whose renewals found its
 //!   lease lost, and why) whenever one is; last, after a stop, `stopped` (the server summary, its error if
 //!   any, the final state, the ledger audit and the totals), then exit 0.
-//! - **Parent → child**, on its stdin ([`ToFront`], tagged by `"command"`): `open_gate`, `stop`.
+//! - **Parent → child**, on its stdin ([`ToFront`], tagged by `"command"`): `open_gate`, `stop`,
+//!   `census` (answered by a `census` message: the child's heap blocks by size).
 //!   The end of stdin is a stop with nobody left to report to. On a stop the child abandons a
 //!   gate that is still closed (held work is answered 503 `work_abandoned`), stops its server
 //!   (listener closed, connections drained and joined), reports and exits.
@@ -28,24 +29,24 @@
 //! The child's stderr is for people; the parent keeps its last line to explain a death.
 //!
 //! - `protocol`: the spec, commands and messages.
-//! - `child`: the child's side, [`serve`].
+//! - `serve`: the child's side, [`serve`].
 //! - `replica_pool`: a replica's permits from the Redis-backed global pool.
 //! - `parent`: the parent's side, `FrontProcess`.
 
-mod child;
 mod parent;
 mod protocol;
 mod replica_pool;
+mod serve;
 #[cfg(test)]
 mod tests;
 
 pub use crate::redis_pool::{Effect, Fence, LeaseLoss, LossCause, Phase};
-pub use child::serve;
 pub(crate) use parent::{Closed, FrontError, FrontProcess};
 pub use protocol::{
-    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_CAPACITY, Ready, Stopped,
-    Stream, ToFront,
+    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_BACKLOG, MAX_CAPACITY, Ready,
+    Stopped, Stream, ToFront,
 };
+pub use serve::serve;
 
 /// The hidden subcommand that runs a front as a child process.
 pub const SUBCOMMAND: &str = "__front";

@@ -113,6 +113,24 @@ impl FrontProcess {
         self.child.send(&ToFront::OpenGate).await
     }
 
+    /// Asks the front for the blocks its heap holds now, and reads up to its answer, past any
+    /// counts sent before it.
+    pub(crate) async fn census(&mut self) -> Result<crate::allocator::Census, String> {
+        self.child
+            .send(&ToFront::Census)
+            .await
+            .map_err(|e| format!("asking the front for its heap: {e}"))?;
+        loop {
+            match self.child.recv::<FromFront>().await {
+                Ok(Some(FromFront::Census(census))) => return Ok(census),
+                Ok(Some(FromFront::Counts(_))) => {}
+                Ok(Some(other)) => return Err(format!("the front said {other:?}, not its heap")),
+                Ok(None) => return Err("the front's process ended before its heap".into()),
+                Err(e) => return Err(format!("reading the front's heap: {e}")),
+            }
+        }
+    }
+
     /// SIGKILLs the child now (a test's fault; [`FrontProcess::wait`] then says so).
     pub(crate) fn kill(&self) -> io::Result<()> {
         self.child.signal(Signal::Kill)

@@ -47,7 +47,15 @@ pub struct FrontSpec {
     /// the child's own (async front only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalSpec>,
+    /// The listener's accept queue, 1 through [`MAX_BACKLOG`] (the kernel caps it at
+    /// `net.core.somaxconn`); without it, the 128 `std` asks for. With it, the child also
+    /// reports the connections its listener dropped (`listen_drops` in `stopped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<u32>,
 }
+
+/// The longest accept queue a spec may ask for: the kernel's own ceiling for `somaxconn`.
+pub const MAX_BACKLOG: u32 = 65_535;
 
 /// Where a replica's global permits come from: `{"url":"redis://127.0.0.1:6379",
 /// "run":"replicas-1a2b","lease_ms":2000}`. Every replica of a run names the same run id,
@@ -85,6 +93,7 @@ impl FrontSpec {
             drain_ms: DEFAULT_DRAIN_MS,
             replica: None,
             global: None,
+            backlog: None,
         }
     }
 
@@ -96,6 +105,13 @@ impl FrontSpec {
             return Err(format!(
                 "capacity {} is outside 1 through {MAX_CAPACITY}",
                 spec.capacity
+            ));
+        }
+        if let Some(backlog) = spec.backlog
+            && !(1..=MAX_BACKLOG).contains(&backlog)
+        {
+            return Err(format!(
+                "backlog {backlog} is outside 1 through {MAX_BACKLOG}"
             ));
         }
         if let Some(global) = &spec.global {
@@ -147,6 +163,8 @@ pub enum ToFront {
     /// Stop: abandon the gate if it is still closed, stop the server (drained and joined),
     /// send [`FromFront::Stopped`] and exit 0.
     Stop,
+    /// Send [`FromFront::Census`]: the blocks the child's heap holds now.
+    Census,
 }
 
 /// The child's messages, on its stdout. The first is [`FromFront::Ready`] or
@@ -162,6 +180,8 @@ pub enum FromFront {
     Event(WorkEvent),
     /// With global permits: a holder's renewals found its lease lost, while its work went on.
     LeaseLost(LeaseLoss),
+    /// The blocks alive in the child's heap, by size, as [`ToFront::Census`] asked.
+    Census(crate::allocator::Census),
     /// The server has stopped; the child exits 0 next.
     Stopped(Box<Stopped>),
     /// The child could not start or serve, and exits 1 next.
@@ -232,4 +252,8 @@ pub struct Stopped {
     /// With global permits: what became of each permit the child took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<Released>,
+    /// With a `backlog` in the spec: connections the front's own listener dropped while it
+    /// listened (its `sk_drops`, a full accept queue included), if the kernel says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen_drops: Option<u64>,
 }

@@ -1,24 +1,39 @@
-//! The callers of one measurement: a task per held request, each on its own loopback
-//! connection, with the run token and its label, spread over 127.0.0.x source addresses so no
-//! address runs out of ephemeral ports. Each checks its own answer: 200 naming its label.
+//! The callers of one measurement: a task per held request on one small `JoinSet`, each a plain
+//! loopback `TcpStream` that writes one request head (the run token, its label,
+//! `connection: close`) and reads the answer to the end, spread over 127.0.0.x source
+//! addresses so no address runs out of ephemeral ports. Each checks its own answer: 200 naming
+//! its label.
+//!
+//! Why not an HTTP client library: the instrument must cost less than what it measures. A
+//! pooled client keeps per-connection state, timers and a second buffer layer on the caller's
+//! side, and on a two-core machine its CPU competed with the front it measured. A raw head on
+//! a socket is what a load generator writes; Hyper's client connection without a pool would be
+//! the next lightest, at the price of a task and two buffers per caller.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinSet;
 
-use crate::coordinator::client;
+use crate::admission::token::TOKEN_HEADER;
 use crate::label::{LABEL_HEADER, Label};
 
 /// The most source addresses used: 127.0.0.1 through 127.0.0.254.
 const MAX_SOURCES: u64 = crate::limits::MAX_SOURCE_ADDRESSES;
 
+/// The most bytes of an answer read: the front's answers are a few hundred bytes.
+const MAX_ANSWER: u64 = 16 * 1024;
+
 /// The callers of one measurement. Dropping it aborts those still waiting; [`Callers::abort`]
 /// also waits until each has ended, so their connections are closed.
 #[derive(Debug)]
 pub(crate) struct Callers {
-    url: String,
-    /// One client per source address.
-    clients: Vec<reqwest::Client>,
+    address: SocketAddr,
+    /// Every head's fixed part: the request line, host and token.
+    head: Arc<str>,
+    sources: u64,
     tasks: JoinSet<Result<(), String>>,
 }
 
@@ -26,38 +41,23 @@ impl Callers {
     /// Callers of the front at `address` presenting `token`, going out from `sources`
     /// addresses, 127.0.0.1 onwards.
     pub(crate) fn new(address: SocketAddr, token: &str, sources: u64) -> Result<Callers, String> {
-        // At least one client, so that every caller has one.
+        // At least one address, so that every caller has one.
         let sources = sources.max(1);
         if sources > MAX_SOURCES {
             return Err(format!(
                 "{sources} source addresses are needed; the lab uses at most {MAX_SOURCES}"
             ));
         }
-        let headers = client::token_header(token).map_err(|e| format!("{e:#}"))?;
-        let clients = (1..=sources)
-            .map(|n| {
-                let last = u8::try_from(n).expect("at most MAX_SOURCES, checked above");
-                let source = Ipv4Addr::new(127, 0, 0, last);
-                // Loopback only, inherited proxy settings ignored, the token on every request.
-                let builder = client::loopback_builder(headers.clone());
-                // Binding a source address takes a port at bind time, a search that slows
-                // down as thousands are taken; one address needs no binding: connect picks.
-                let builder = if sources > 1 {
-                    builder.local_address(IpAddr::V4(source))
-                } else {
-                    builder
-                };
-                builder
-                    // A connection that has answered closes rather than idles in a pool, so
-                    // the parent's descriptors come back as the answers do.
-                    .pool_max_idle_per_host(0)
-                    .build()
-                    .map_err(|e| format!("building the HTTP client for {source}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
+        // The token comes from the front's child: a line break in it would write a header of
+        // its choosing.
+        if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the front's run token is not a plain header value".into());
+        }
+        let head = format!("GET /slow HTTP/1.1\r\nhost: {address}\r\n{TOKEN_HEADER}: {token}\r\n");
         Ok(Callers {
-            url: format!("http://{address}/slow"),
-            clients,
+            address,
+            head: head.into(),
+            sources,
             tasks: JoinSet::new(),
         })
     }
@@ -66,28 +66,18 @@ impl Callers {
     pub(crate) fn send(&mut self, count: u32) {
         let labels = Label::slow(usize::try_from(count).unwrap_or(usize::MAX));
         for (n, label) in labels.enumerate() {
-            let client = &self.clients[n % self.clients.len()];
-            let request = client
-                .get(&self.url)
-                .header(LABEL_HEADER, label.to_string());
+            // Binding a source address takes a port at bind time, a search that slows down as
+            // thousands are taken; one address needs no binding: connect picks.
+            let source = (self.sources > 1).then(|| {
+                let last = (n as u64 % self.sources) + 1;
+                let last = u8::try_from(last).expect("at most MAX_SOURCES, checked in new");
+                Ipv4Addr::new(127, 0, 0, last)
+            });
+            let (address, head) = (self.address, self.head.clone());
             self.tasks.spawn(async move {
-                let response = request.send().await.map_err(|e| {
-                    format!("{label}: GET /slow failed: {:#}", anyhow::Error::new(e))
-                })?;
-                let status = response.status().as_u16();
-                let body = response.bytes().await.map_err(|e| {
-                    format!(
-                        "{label}: reading its {status} answer: {:#}",
-                        anyhow::Error::new(e)
-                    )
-                })?;
-                let body: serde_json::Value = serde_json::from_slice(&body)
-                    .map_err(|e| format!("{label}: its {status} answer is not JSON: {e}"))?;
-                let named = body.get("request").and_then(|v| v.as_str());
-                if status != 200 || named != Some(label.to_string().as_str()) {
-                    return Err(format!("{label}: answered {status} {body}, not 200"));
-                }
-                Ok(())
+                call(address, source, &head, label)
+                    .await
+                    .map_err(|why| format!("{label}: GET /slow: {why}"))
             });
         }
     }
@@ -111,6 +101,65 @@ impl Callers {
     }
 }
 
+/// One caller: connect, write the head, read the answer to its end, check it.
+async fn call(
+    address: SocketAddr,
+    source: Option<Ipv4Addr>,
+    head: &str,
+    label: Label,
+) -> Result<(), String> {
+    let mut stream = connect(address, source)
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    let request = format!("{head}{LABEL_HEADER}: {label}\r\nconnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("writing the request: {e}"))?;
+    let mut answer = Vec::new();
+    (&mut stream)
+        .take(MAX_ANSWER)
+        .read_to_end(&mut answer)
+        .await
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    check(&answer, label)
+}
+
+async fn connect(address: SocketAddr, source: Option<Ipv4Addr>) -> std::io::Result<TcpStream> {
+    match source {
+        None => TcpStream::connect(address).await,
+        Some(source) => {
+            let socket = TcpSocket::new_v4()?;
+            socket.bind(SocketAddrV4::new(source, 0).into())?;
+            socket.connect(address).await
+        }
+    }
+}
+
+/// Whether `answer`, read to the connection's end, is a 200 whose JSON body names `label`.
+fn check(answer: &[u8], label: Label) -> Result<(), String> {
+    let mut headers = [httparse::EMPTY_HEADER; 16];
+    let mut response = httparse::Response::new(&mut headers);
+    let parsed = response
+        .parse(answer)
+        .map_err(|e| format!("the answer is not HTTP: {e}"))?;
+    let httparse::Status::Complete(head_len) = parsed else {
+        return Err(format!(
+            "the connection closed after {} bytes, mid-head",
+            answer.len()
+        ));
+    };
+    let status = response.code.unwrap_or(0);
+    let body = &answer[head_len..];
+    let json: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| format!("its {status} answer is not JSON: {e}"))?;
+    let named = json.get("request").and_then(|v| v.as_str());
+    if status != 200 || named != Some(label.to_string().as_str()) {
+        return Err(format!("answered {status} {json}, not 200"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -121,7 +170,7 @@ mod tests {
     use super::*;
 
     /// Past one address's ports the callers go out from 127.0.0.1, 127.0.0.2, ... in turn:
-    /// seen from a plain listener, which accepts their connections and answers nothing.
+    /// seen from a plain listener, which accepts their connections and reads their heads.
     #[tokio::test]
     async fn callers_spread_over_source_addresses() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -131,7 +180,7 @@ mod tests {
         let mut sources = BTreeSet::new();
         let mut streams = Vec::new();
         for _ in 0..4 {
-            let accepted = tokio::time::timeout(Duration::from_secs(60), listener.accept()).await;
+            let accepted = tokio::time::timeout(Duration::from_secs(15), listener.accept()).await;
             let (stream, peer) = accepted.expect("a caller connects").expect("accepted");
             sources.insert(peer.ip());
             streams.push(stream);
@@ -139,11 +188,37 @@ mod tests {
         let expected =
             BTreeSet::from(["127.0.0.1", "127.0.0.2"].map(|ip| ip.parse().expect("an IP")));
         assert_eq!(sources, expected);
+        // Each head carries the token and a label of its own, and asks to close.
+        let mut head = vec![0; 512];
+        let read = tokio::time::timeout(Duration::from_secs(15), streams[0].read(&mut head)).await;
+        let head = String::from_utf8_lossy(&head[..read.expect("a head").expect("read")]);
+        assert!(head.starts_with("GET /slow HTTP/1.1\r\n"), "{head}");
+        assert!(head.contains("\r\nlab-token: token\r\n"), "{head}");
+        assert!(head.contains("\r\nlab-request: S"), "{head}");
+        assert!(head.ends_with("\r\nconnection: close\r\n\r\n"), "{head}");
         assert_eq!(callers.waiting(), 4);
         callers.abort().await;
         assert!(
             Callers::new(address, "token", 255).is_err(),
             "at most 254 sources"
         );
+        assert!(
+            Callers::new(address, "to\r\nken", 1).is_err(),
+            "a plain token"
+        );
+    }
+
+    /// Only a 200 that names the caller's own label passes.
+    #[test]
+    fn an_answer_passes_only_as_200_naming_its_label() {
+        let label = Label::slow(1).next().expect("S1");
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 33\r\n\r\n{\"request\":\"S1\",\"pool\":\"shared\"}";
+        assert_eq!(check(ok, label), Ok(()));
+        let other = b"HTTP/1.1 200 OK\r\n\r\n{\"request\":\"S2\"}";
+        assert!(check(other, label).is_err());
+        let refused = b"HTTP/1.1 503 Service Unavailable\r\n\r\n{\"request\":\"S1\"}";
+        assert!(check(refused, label).expect_err("503").contains("503"));
+        assert!(check(b"HTTP/1.1 200 OK\r\ncontent-le", label).is_err());
+        assert!(check(b"", label).is_err());
     }
 }

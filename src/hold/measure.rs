@@ -9,22 +9,27 @@ use std::time::{Duration, Instant};
 
 use super::Faults;
 use super::callers::Callers;
-use super::report::{Death, Figures, FrontFailure, PerRequest, Sample, Stage};
+use super::preflight::Planned;
+use super::report::{
+    Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
+};
 use crate::admission::section::GateState;
 use crate::child::Exit;
 use crate::front_process::{Closed, FromFront, FrontError, FrontProcess, FrontSpec};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
-use crate::procfs::{self, ProcessFigures};
+use crate::procfs::{self, ProcessFigures, ProcessStat};
 
 /// Fails a front that is not ready by then (the machine may be busy).
-const START: Duration = Duration::from_secs(60);
+const START: Duration = Duration::from_secs(15);
 /// Fails a hold or a release that makes no progress for this long: no request newly held, no
-/// caller answered. Generous, as a thread-per-connection front behind a full listen queue
-/// waits for its callers' SYN retries, which back off to tens of seconds.
-const STALL: Duration = Duration::from_secs(60);
-/// Fails a front that has not reported its stop by then.
-const STOP: Duration = Duration::from_secs(60);
+/// caller answered. The listener's accept queue has room for every caller (see
+/// `preflight::backlog`), so no caller waits for a SYN retry that backs off for seconds; a
+/// front that moves nothing for this long is stuck, or stopped.
+const STALL: Duration = Duration::from_secs(10);
+/// Fails a front that has not reported its stop by then; it then gets a few seconds more to
+/// exit before it is killed, all within the lab's 15 s.
+const STOP: Duration = Duration::from_secs(8);
 
 /// What every measurement needs.
 #[derive(Debug)]
@@ -46,13 +51,15 @@ pub(crate) enum Broken {
 
 /// The figures of the front at rest: started, nothing sent, stopped.
 pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
-    let remote = start(setup, front, 1).await?;
-    let sample = match ProcessFigures::read(remote.pid()) {
-        Ok(figures) => sample(figures),
-        Err(e) => {
-            let why = format!("reading the front's /proc figures: {e}");
-            return Err(end_early(remote, None, Stage::Starting, 0, why).await);
-        }
+    let mut remote = start(setup, &FrontSpec::new(front, 1)).await?;
+    let figures = ProcessFigures::read(remote.pid())
+        .map_err(|e| format!("reading the front's /proc figures: {e}"));
+    let sample = match figures {
+        Ok(figures) => match remote.census().await {
+            Ok(heap) => sample(figures, heap),
+            Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
+        },
+        Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
     };
     stop(remote, 0).await?;
     Ok(sample)
@@ -63,12 +70,17 @@ pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Brok
 pub(crate) async fn held(
     setup: &Setup<'_>,
     front: Front,
-    held: u32,
+    planned: &Planned,
     baseline: &Sample,
 ) -> Result<Figures, Broken> {
+    let held = planned.held;
     let permits = held.saturating_sub(setup.faults.pool_short_by).max(1);
     let capacity = usize::try_from(permits).expect("a count of at most 50 000 fits in usize");
-    let mut remote = start(setup, front, capacity).await?;
+    let spec = FrontSpec {
+        backlog: Some(planned.backlog),
+        ..FrontSpec::new(front, capacity)
+    };
+    let mut remote = start(setup, &spec).await?;
     let pid = remote.pid();
     let sources = limits::source_addresses_needed(u64::from(held), setup.limits);
     let mut callers = match Callers::new(remote.address(), remote.token(), sources) {
@@ -77,6 +89,10 @@ pub(crate) async fn held(
     };
     let before = match Machine::read() {
         Ok(machine) => machine,
+        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
+    };
+    let cpu_before = match Cpu::read(pid) {
+        Ok(cpu) => cpu,
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
     };
     let sent = Instant::now();
@@ -95,10 +111,17 @@ pub(crate) async fn held(
         return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await);
     }
     let time_to_hold = sent.elapsed();
+    let cpu = Cpu::read(pid).map(|after| after.since(cpu_before));
     let figures = ProcessFigures::read(pid).map_err(|e| format!("reading /proc/{pid}: {e}"));
-    let sampled = figures.and_then(|figures| Ok((sample(figures), Machine::read()?)));
-    let (process, after) = match sampled {
+    let sampled =
+        cpu.and_then(|cpu| figures.and_then(|figures| Ok((cpu, figures, Machine::read()?))));
+    let (cpu, figures, after) = match sampled {
         Ok(sampled) => sampled,
+        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
+    };
+    // Asked after the figures: its answer is a few hundred bytes of the child's heap.
+    let process = match remote.census().await {
+        Ok(heap) => sample(figures, heap),
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
     };
     let opened = Instant::now();
@@ -112,8 +135,32 @@ pub(crate) async fn held(
     let time_to_release = opened.elapsed();
     // Every caller has ended: the clients and their connections go now, before the stop.
     drop(callers);
-    stop(remote, held).await?;
+    let closed = stop(remote, held).await?;
+    let listen_drops = match closed.stopped.listen_drops {
+        Some(count) => ListenDrops {
+            count,
+            scope: DropScope::FrontSocket,
+        },
+        None => ListenDrops {
+            count: after
+                .listen_overflows
+                .saturating_sub(before.listen_overflows),
+            scope: DropScope::Machine,
+        },
+    };
     let kernel_stack_kib = signed(after.kernel_stack_kib) - signed(before.kernel_stack_kib);
+    let kernel_slab_kib = signed(after.kernel_slab_kib) - signed(before.kernel_slab_kib);
+    let heap_per_request = crate::allocator::CLASSES
+        .iter()
+        .enumerate()
+        .map(|(at, class)| HeapClass {
+            class: (*class).to_owned(),
+            blocks: (process.heap.blocks[at] - baseline.heap.blocks[at]) as f64 / f64::from(held),
+            kib: (process.heap.bytes[at] - baseline.heap.bytes[at]) as f64
+                / 1024.0
+                / f64::from(held),
+        })
+        .collect();
     let per = |now: u64, idle: u64| (signed(now) - signed(idle)) as f64 / f64::from(held);
     Ok(Figures {
         pid,
@@ -121,9 +168,14 @@ pub(crate) async fn held(
         time_to_release_ms: millis(time_to_release),
         process,
         kernel_stack_kib,
-        listen_overflows: after
-            .listen_overflows
-            .saturating_sub(before.listen_overflows),
+        kernel_slab_kib,
+        heap_per_request,
+        listen_backlog: planned
+            .backlog
+            .min(u32::try_from(setup.limits.somaxconn).unwrap_or(u32::MAX)),
+        listen_drops,
+        callers_cpu_ms: cpu.callers_ms,
+        front_cpu_ms: cpu.front_ms,
         source_addresses: sources,
         per_request: PerRequest {
             os_threads: per(process.os_threads, baseline.os_threads),
@@ -132,14 +184,14 @@ pub(crate) async fn held(
             memory_maps: per(process.memory_maps, baseline.memory_maps),
             open_fds: per(process.open_fds, baseline.open_fds),
             kernel_stack_kib: kernel_stack_kib as f64 / f64::from(held),
+            kernel_slab_kib: kernel_slab_kib as f64 / f64::from(held),
         },
     })
 }
 
-async fn start(setup: &Setup<'_>, front: Front, capacity: usize) -> Result<FrontProcess, Broken> {
+async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Broken> {
     let program = Command::new(setup.program);
-    let spec = FrontSpec::new(front, capacity);
-    FrontProcess::start(program, &spec, START)
+    FrontProcess::start(program, spec, START)
         .await
         .map_err(|e| match e.exit {
             // A process that started and ended is the front's doing; one that never started
@@ -149,14 +201,68 @@ async fn start(setup: &Setup<'_>, front: Front, capacity: usize) -> Result<Front
         })
 }
 
+/// How often a wait looks at the front's process: a process stopped by a signal (SIGSTOP)
+/// sends nothing and says nothing, and is found here rather than after [`STALL`].
+const WATCH: Duration = Duration::from_millis(250);
+
 /// One thing that happened while waiting.
 enum Step {
     Front(std::io::Result<Option<FromFront>>),
     Caller(Option<Result<(), String>>),
+    /// A look at the front's process, every [`WATCH`].
+    Watch,
+}
+
+/// Waits for the next step, failing a front whose process is stopped and a wait that has seen
+/// no progress since `deadline`. `callers_first`: take an ended caller before a message.
+async fn next_step(
+    remote: &mut FrontProcess,
+    callers: &mut Callers,
+    watch: &mut tokio::time::Interval,
+    deadline: tokio::time::Instant,
+    callers_first: bool,
+) -> Result<Step, Stall> {
+    let step = tokio::time::timeout_at(deadline, async {
+        if callers_first {
+            tokio::select! {
+                biased;
+                ended = callers.next() => Step::Caller(ended),
+                message = remote.next() => Step::Front(message),
+                _ = watch.tick() => Step::Watch,
+            }
+        } else {
+            tokio::select! {
+                message = remote.next() => Step::Front(message),
+                ended = callers.next() => Step::Caller(ended),
+                _ = watch.tick() => Step::Watch,
+            }
+        }
+    })
+    .await;
+    match step {
+        Err(_) => Err(Stall::NoProgress),
+        Ok(Step::Watch) if ProcessStat::read(remote.pid()).is_ok_and(|s| s.stopped()) => {
+            Err(Stall::Stopped)
+        }
+        Ok(step) => Ok(step),
+    }
+}
+
+/// Why a wait gave up.
+enum Stall {
+    NoProgress,
+    Stopped,
+}
+
+fn watch() -> tokio::time::Interval {
+    let mut watch = tokio::time::interval(WATCH);
+    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    watch
 }
 
 /// Waits until the front reports `held` requests held (`seen` follows its count). `Err` if a
-/// caller ends first, the front says anything else or ends, or nothing moves for [`STALL`].
+/// caller ends first, the front says anything else, ends or is stopped, or nothing moves for
+/// [`STALL`].
 async fn hold_all(
     remote: &mut FrontProcess,
     callers: &mut Callers,
@@ -166,22 +272,23 @@ async fn hold_all(
     seen: &mut u64,
 ) -> Result<(), String> {
     let mut killed = false;
+    let mut watch = watch();
+    let mut deadline = tokio::time::Instant::now() + STALL;
     // Once the test's fault has killed the front, wait for the end of it rather than sample it.
     while killed || *seen < u64::from(held) {
-        let step = tokio::time::timeout(STALL, async {
-            tokio::select! {
-                message = remote.next() => Step::Front(message),
-                ended = callers.next() => Step::Caller(ended),
-            }
-        })
-        .await;
-        match step {
-            Err(_) => {
+        match next_step(remote, callers, &mut watch, deadline, false).await {
+            Err(Stall::NoProgress) => {
                 return Err(format!(
                     "stalled: {seen} of {held} held, and none more for {} s",
                     STALL.as_secs()
                 ));
             }
+            Err(Stall::Stopped) => {
+                return Err(format!(
+                    "the front's process stopped at {seen} of {held} held"
+                ));
+            }
+            Ok(Step::Watch) => {}
             Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
                     return Err(format!(
@@ -189,12 +296,20 @@ async fn hold_all(
                         counts.refused
                     ));
                 }
+                if counts.held > *seen {
+                    deadline = tokio::time::Instant::now() + STALL;
+                }
                 *seen = counts.held;
                 if !killed && faults.kill_front_when_held.is_some_and(|k| *seen >= k) {
                     remote
                         .kill()
                         .map_err(|e| format!("killing the front (a test's fault): {e}"))?;
                     killed = true;
+                }
+                if faults.stop_front_when_held.is_some_and(|k| *seen >= k) {
+                    remote
+                        .pause()
+                        .map_err(|e| format!("stopping the front (a test's fault): {e}"))?;
                 }
             }
             Ok(Step::Front(message)) => return Err(unexpected(message)),
@@ -209,26 +324,27 @@ async fn hold_all(
 }
 
 /// Waits until every caller has been answered 200. `Err` at the first that was not, if the
-/// front ends or says anything but counts, or if nothing moves for [`STALL`].
+/// front ends, is stopped or says anything but counts, or if nothing moves for [`STALL`].
 async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> Result<(), String> {
+    let mut watch = watch();
+    let mut deadline = tokio::time::Instant::now() + STALL;
     while callers.waiting() > 0 {
-        let step = tokio::time::timeout(STALL, async {
-            tokio::select! {
-                biased;
-                ended = callers.next() => Step::Caller(ended),
-                message = remote.next() => Step::Front(message),
-            }
-        })
-        .await;
-        match step {
-            Err(_) => {
+        match next_step(remote, callers, &mut watch, deadline, true).await {
+            Err(Stall::NoProgress) => {
                 return Err(format!(
                     "stalled: {} callers still waiting, none answered for {} s after the gate opened",
                     callers.waiting(),
                     STALL.as_secs()
                 ));
             }
-            Ok(Step::Caller(Some(Ok(()))) | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
+            Err(Stall::Stopped) => {
+                return Err(format!(
+                    "the front's process stopped with {} callers still waiting",
+                    callers.waiting()
+                ));
+            }
+            Ok(Step::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
+            Ok(Step::Watch | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
             Ok(Step::Caller(Some(Err(why)))) => return Err(why),
             Ok(Step::Caller(None)) => break,
             Ok(Step::Front(message)) => return Err(unexpected(message)),
@@ -247,13 +363,14 @@ fn unexpected(message: std::io::Result<Option<FromFront>>) -> String {
 
 /// Stops the front and checks its report: a clean stop, an exact ledger with every one of
 /// `held` admitted, held and finished, none refused or cancelled, and full pools.
-async fn stop(remote: FrontProcess, held: u32) -> Result<(), Broken> {
+async fn stop(remote: FrontProcess, held: u32) -> Result<Closed, Broken> {
     let pid = remote.pid();
     let closed = remote
         .stop(STOP)
         .await
         .map_err(|e| Broken::Front(failure(Some(pid), Stage::Stopping, u64::from(held), e)))?;
-    check(&closed, u64::from(held)).map_err(Broken::Lab)
+    check(&closed, u64::from(held)).map_err(Broken::Lab)?;
+    Ok(closed)
 }
 
 fn check(closed: &Closed, held: u64) -> Result<(), String> {
@@ -311,6 +428,10 @@ async fn end_early(
         callers.abort().await;
     }
     let pid = remote.pid();
+    // A process stopped by a signal reads no command: asking it to stop would only wait.
+    if ProcessStat::read(pid).is_ok_and(|stat| stat.stopped()) {
+        return kill_stopped(remote, stage, held, why).await;
+    }
     match remote.stop(STOP).await {
         Err(e) => {
             // What went wrong first, then what the stop found.
@@ -333,6 +454,28 @@ async fn end_early(
             None => Broken::Lab(why),
         },
     }
+}
+
+/// Kills and reaps a front whose process is stopped (SIGSTOP), and says so.
+async fn kill_stopped(mut remote: FrontProcess, stage: Stage, held: u64, why: String) -> Broken {
+    let pid = remote.pid();
+    let reason = "its process was stopped (SIGSTOP), so the lab killed it (SIGKILL)".to_owned();
+    let exit = match remote.kill() {
+        Ok(()) => remote.wait().await.ok(),
+        Err(_) => None,
+    };
+    if exit.is_none() {
+        // Not reaped yet: dropping it kills and reaps it.
+        drop(remote);
+    }
+    Broken::Front(FrontFailure {
+        pid: Some(pid),
+        stage,
+        held_before: held,
+        reason,
+        detail: why,
+        exit: exit.as_ref().map(death),
+    })
 }
 
 /// A front that could not do its step: how its process ended when that was not clean, else
@@ -366,8 +509,9 @@ fn death(exit: &Exit) -> Death {
     }
 }
 
-fn sample(figures: ProcessFigures) -> Sample {
+fn sample(figures: ProcessFigures, heap: crate::allocator::Census) -> Sample {
     Sample {
+        heap,
         os_threads: figures.os_threads,
         rss_kib: figures.rss_kib,
         address_space_kib: figures.address_space_kib,
@@ -376,9 +520,35 @@ fn sample(figures: ProcessFigures) -> Sample {
     }
 }
 
+/// CPU used so far by this process (the callers') and by the front's child.
+#[derive(Clone, Copy)]
+struct Cpu {
+    callers_ms: u64,
+    front_ms: u64,
+}
+
+impl Cpu {
+    fn read(front: u32) -> Result<Cpu, String> {
+        let read = |pid| ProcessStat::read(pid).map(|stat| stat.cpu_ms);
+        Ok(Cpu {
+            callers_ms: read(std::process::id())
+                .map_err(|e| format!("reading this process's CPU time: {e}"))?,
+            front_ms: read(front).map_err(|e| format!("reading the front's CPU time: {e}"))?,
+        })
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            callers_ms: self.callers_ms.saturating_sub(before.callers_ms),
+            front_ms: self.front_ms.saturating_sub(before.front_ms),
+        }
+    }
+}
+
 /// The two machine-wide counters.
 struct Machine {
     kernel_stack_kib: u64,
+    kernel_slab_kib: u64,
     listen_overflows: u64,
 }
 
@@ -387,6 +557,7 @@ impl Machine {
         let read = || {
             Ok::<_, std::io::Error>(Machine {
                 kernel_stack_kib: procfs::kernel_stack_kib()?,
+                kernel_slab_kib: procfs::kernel_slab_kib()?,
                 listen_overflows: procfs::listen_overflows()?,
             })
         };

@@ -1,35 +1,43 @@
 //! `hold`: what a held request costs on each front, from ten to the threaded front's ceiling.
 //! For each front and each count N, a fresh front runs in a child process of the lab
 //! (`src/front_process/`), so the figures read from its `/proc/<pid>` are its own and a front that
-//! dies cannot take the lab with it. The parent sends N callers with the run token and labels,
-//! waits until the child reports all N held, samples the child and two machine-wide counters,
-//! opens the gate, checks every answer is 200, then stops, checks and reaps the child. Each
-//! figure is also given per held request, against the same front's child at rest (N = 0).
+//! dies cannot take the lab with it. The child listens with an accept queue sized for N. The
+//! parent sends N callers with the run token and labels (raw request heads, so the instrument
+//! costs less than what it measures), waits until the child reports all N held, samples the
+//! child (its `/proc` figures and its heap by block size), its own and the child's CPU and
+//! three machine-wide counters, opens the gate, checks every answer is 200, then stops, checks
+//! and reaps the child, which reports the connections its listener dropped. Each figure is also
+//! given per held request, against the same front's child at rest (N = 0).
 //!
 //! Before anything starts, the preflight reads the ceilings that would stop a front and does
 //! not run a count beyond one; a front that fails anyway is recorded at that N, with how its
 //! process ended, and is not run at larger counts.
 //!
-//! - `report`: what was measured; `src/render/hold/` draws it.
-//! - `preflight`: the ceilings, and the counts each front runs.
-//! - `measure`: one measurement, from starting the child to reaping it.
-//! - `callers`: the parent's HTTP callers.
+//! The rooms, as every instrument has them:
+//!
+//! - `run`: how it runs: the preflight, then each front's baseline and counts, in order.
+//! - `measure`: its evidence: one measurement, from starting the child to reaping it, and
+//!   `callers`, the parent's raw HTTP callers.
+//! - `preflight`: its model: the ceilings, what each front can reach under them, and the counts
+//!   each front runs.
+//! - `report`: what was measured.
+//! - `render`: the report drawn for a person (text, SVG).
 
 mod callers;
 mod measure;
 mod preflight;
+pub mod render;
 mod report;
+mod run;
 
 use std::path::PathBuf;
 
 pub use report::{
-    Death, Figures, FrontFailure, FrontSeries, HoldReport, MachineLimits, Outcome, PerRequest,
-    Point, Preflight, Reach, Sample, Stage,
+    Death, DropScope, Figures, FrontFailure, FrontSeries, HeapClass, HoldReport, ListenDrops,
+    MachineLimits, Outcome, PerRequest, Point, Preflight, Reach, Sample, Stage,
 };
 
-use crate::limits::{self, Limits};
 use crate::policy::Front;
-use measure::{Broken, Setup};
 
 /// The counts a plain `hold` measures: under half a minute on a 2-core machine.
 pub const DEFAULT_COUNTS: [u32; 4] = [10, 100, 1_000, 4_000];
@@ -89,123 +97,14 @@ pub struct Options {
 pub struct Faults {
     /// SIGKILL the front's child once it reports this many requests held.
     pub kill_front_when_held: Option<u64>,
+    /// SIGSTOP the front's child once it reports this many requests held.
+    pub stop_front_when_held: Option<u64>,
     /// Give the front's pool this many permits fewer than the requests sent, so some are
     /// refused: a run that the lab must fail.
     pub pool_short_by: u32,
 }
 
-/// Runs `hold` for `config` on a runtime of its own, dropped before this returns, so nothing
-/// it started outlives the report. Raises this process's RLIMIT_NOFILE soft limit to the hard
-/// one first (the children inherit it).
-pub fn hold(config: &Config, options: &Options) -> HoldReport {
-    let mut report = HoldReport {
-        instrument: "hold".into(),
-        counts: config.counts.clone(),
-        preflight: None,
-        fronts: Vec::new(),
-        failure: None,
-    };
-    if let Err(e) = start(config, options, &mut report) {
-        report.failure = Some(e);
-    }
-    report
-}
-
-/// The preflight, then every measurement; `Err` if nothing could start.
-fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<(), String> {
-    limits::raise_nofile().map_err(|e| format!("cannot raise RLIMIT_NOFILE: {e}"))?;
-    let limits = Limits::read().map_err(|e| format!("cannot read the ceilings: {e}"))?;
-    let (preflight, planned) = preflight::plan(&limits, &config.fronts, &config.counts);
-    report.preflight = Some(preflight);
-    let program = match &options.program {
-        Some(program) => program.clone(),
-        None => std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?,
-    };
-    let setup = Setup {
-        program: &program,
-        limits: &limits,
-        faults: &options.faults,
-    };
-    // One thread: the parent's callers are tasks, so it stays one thread however many it
-    // holds, and it leaves the other core to the front being measured.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the Tokio runtime: {e}"))?;
-    runtime.block_on(async {
-        for &front in &config.fronts {
-            let plan = planned.iter().filter(|p| p.front == front);
-            let series = measure_front(&setup, front, plan, &mut report.failure).await;
-            report.fronts.push(series);
-        }
-    });
-    drop(runtime);
-    Ok(())
-}
-
-/// One front's baseline and counts. Stops measuring, marking the rest not run, once the
-/// front fails or the lab does (then `failure` says why).
-async fn measure_front<'a>(
-    setup: &Setup<'_>,
-    front: Front,
-    plan: impl Iterator<Item = &'a preflight::Planned>,
-    failure: &mut Option<String>,
-) -> FrontSeries {
-    let name = front.name();
-    let mut series = FrontSeries {
-        front,
-        baseline: None,
-        points: Vec::new(),
-    };
-    let mut stopped = failure
-        .as_ref()
-        .map(|_| "the lab failed earlier".to_owned());
-    if stopped.is_none() {
-        match measure::idle(setup, front).await {
-            Ok(sample) => series.baseline = Some(sample),
-            Err(Broken::Front(failed)) => {
-                stopped = Some(format!(
-                    "the {name} front failed at rest: {}",
-                    failed.reason
-                ));
-            }
-            Err(Broken::Lab(why)) => {
-                *failure = Some(format!("the {name} front at rest: {why}"));
-                stopped = Some("the lab failed earlier".to_owned());
-            }
-        }
-    }
-    for planned in plan {
-        let held = planned.held;
-        let outcome = match (&stopped, &planned.runs, series.baseline) {
-            (Some(reason), _, _) => Outcome::NotRun {
-                reason: reason.clone(),
-            },
-            (None, Err(reason), _) => Outcome::NotRun {
-                reason: reason.clone(),
-            },
-            (None, Ok(()), None) => Outcome::NotRun {
-                reason: "no baseline".into(),
-            },
-            (None, Ok(()), Some(baseline)) => {
-                match measure::held(setup, front, held, &baseline).await {
-                    Ok(figures) => Outcome::Held(figures),
-                    Err(Broken::Front(failed)) => {
-                        stopped = Some(format!("the {name} front failed at {held} held"));
-                        Outcome::FrontFailed(failed)
-                    }
-                    Err(Broken::Lab(why)) => {
-                        *failure = Some(format!("the {name} front, {held} held: {why}"));
-                        stopped = Some("the lab failed earlier".to_owned());
-                        Outcome::LabFailed { reason: why }
-                    }
-                }
-            }
-        };
-        series.points.push(Point { held, outcome });
-    }
-    series
-}
+pub use run::hold;
 
 #[cfg(test)]
 mod tests {

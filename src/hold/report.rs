@@ -58,6 +58,10 @@ pub struct MachineLimits {
     pub nofile_hard: Option<u64>,
     /// `net.ipv4.ip_local_port_range`: the first and last ephemeral port.
     pub local_ports: [u16; 2],
+    /// `net.core.somaxconn`: the longest accept queue a listener may have.
+    pub somaxconn: u64,
+    /// RLIMIT_AS, soft, in bytes: address space per process.
+    pub address_space: Option<u64>,
 }
 
 /// The most requests a front can hold here.
@@ -129,12 +133,68 @@ pub struct Figures {
     /// Change of `KernelStack` in `/proc/meminfo` over the hold: machine-wide, so other
     /// programs' threads count too.
     pub kernel_stack_kib: i64,
-    /// Change of `TcpExt: ListenOverflows` over the hold: machine-wide.
-    pub listen_overflows: u64,
+    /// The accept queue the front's listener had: `backlog` asked of the kernel, at most
+    /// `somaxconn`.
+    pub listen_backlog: u32,
+    /// Connections dropped at the front's listener over the measurement.
+    pub listen_drops: ListenDrops,
+    /// CPU the parent (the callers and nothing else) used from the first request sent to the
+    /// N-th held, from `/proc/self/stat`, in milliseconds.
+    pub callers_cpu_ms: u64,
+    /// CPU the front's child used over the same span, from `/proc/<pid>/stat`.
+    pub front_cpu_ms: u64,
+    /// Change of `Slab` in `/proc/meminfo` over the hold: machine-wide, so both ends of every
+    /// connection (the callers' sockets too) and other programs' objects count.
+    pub kernel_slab_kib: i64,
+    /// The front's heap per held request, by block size: its blocks alive with every request
+    /// held, less those at rest, divided by N. What is allocated, not what is resident.
+    pub heap_per_request: Vec<HeapClass>,
     /// Source addresses the callers went out from (127.0.0.1 onwards).
     pub source_addresses: u64,
     /// Each figure's change from the idle baseline, divided by the requests held.
     pub per_request: PerRequest,
+}
+
+/// Connections a listener dropped (a full accept queue among them), and whose count it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenDrops {
+    /// How many.
+    pub count: u64,
+    /// Whose count.
+    pub scope: DropScope,
+}
+
+/// Where a count of listen drops comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropScope {
+    /// The front's own listener (`SO_MEMINFO`'s drops, read by the front's child): this run's
+    /// and nothing else's.
+    FrontSocket,
+    /// `TcpExt: ListenOverflows` of `/proc/net/netstat` over the hold, for every listener on
+    /// the machine: what is left where the kernel does not give the socket's own.
+    Machine,
+}
+
+impl DropScope {
+    /// Whose count, in words.
+    pub fn words(self) -> &'static str {
+        match self {
+            DropScope::FrontSocket => "the front's own listener",
+            DropScope::Machine => "every listener on the machine",
+        }
+    }
+}
+
+/// One size class of the heap per held request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeapClass {
+    /// Which blocks: `8 KiB`, `1 to 4 KiB`, ...
+    pub class: String,
+    /// Blocks per held request.
+    pub blocks: f64,
+    /// Their KiB per held request.
+    pub kib: f64,
 }
 
 /// What a process holds, from `/proc/<pid>`.
@@ -150,6 +210,9 @@ pub struct Sample {
     pub memory_maps: u64,
     /// Open file descriptors.
     pub open_fds: u64,
+    /// The blocks alive in its heap, by size (the lab's allocator counts them).
+    #[serde(default)]
+    pub heap: crate::allocator::Census,
 }
 
 /// Each figure's change from the front's idle baseline, per held request.
@@ -167,6 +230,8 @@ pub struct PerRequest {
     pub open_fds: f64,
     /// Kernel stack, KiB (machine-wide).
     pub kernel_stack_kib: f64,
+    /// Kernel slab, KiB (machine-wide: both ends of each connection).
+    pub kernel_slab_kib: f64,
 }
 
 /// How a front failed at one count.

@@ -24,7 +24,8 @@ use super::{Backoff, Census, Gates, Head, Reply, Stopped, answer, screen, work};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
-use crate::label::LABEL_HEADER;
+use crate::label::{LABEL_HEADER, Label};
+use crate::policy::Route;
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
 #[derive(Debug)]
@@ -46,6 +47,14 @@ impl Server {
     /// Binds `127.0.0.1:0`; must be called on a Tokio runtime.
     pub fn bind() -> std::io::Result<Self> {
         let (listener, address) = super::bind_loopback()?;
+        Server::from_std(listener, address)
+    }
+
+    /// Serves on `listener`, bound to `address`; must be called on a Tokio runtime.
+    pub(crate) fn from_std(
+        listener: std::net::TcpListener,
+        address: SocketAddr,
+    ) -> std::io::Result<Self> {
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
         Ok(Server {
@@ -119,16 +128,31 @@ impl Server {
                         let given = (section.clone(), hooks.clone(), gates.clone());
                         let flag = serving.clone();
                         let service = service_fn(move |request| {
+                            // Screened before the handler's future exists, and dropped: the
+                            // request's head points into Hyper's read buffer, and while it
+                            // lived Hyper's next read (watching for the client going away
+                            // while the work is held) had to take a second buffer.
                             let (section, hooks, gates) = given.clone();
+                            let screened = screen_request(&section, &request);
+                            drop(request);
                             let flag = flag.clone();
                             async move {
                                 let _serving = Serving::start(&flag);
-                                let answer = handle(&section, &*hooks, &gates, request).await;
-                                Ok::<_, Infallible>(answer)
+                                let reply = match screened {
+                                    Ok((label, route)) => {
+                                        answer(label, work(&section, &*hooks, &gates, label, route).await)
+                                    }
+                                    Err(reply) => reply,
+                                };
+                                Ok::<_, Infallible>(respond(reply))
                             }
                         });
-                        let connection =
-                            http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                        // Hyper allocates its 8 KiB response-head buffer here; a held request
+                        // never writes to it, so placed on whole pages it stays unresident
+                        // (see `src/allocator.rs`).
+                        let connection = crate::allocator::on_pages(|| {
+                            http1::Builder::new().serve_connection(TokioIo::new(stream), service)
+                        });
                         let connection = graceful.watch(connection);
                         let live = census.enter();
                         let _ = connections.spawn(serving, async move {
@@ -201,13 +225,12 @@ impl Running {
     }
 }
 
-/// Answers one request after screening it; see [`super::screen`] and [`super::answer`].
-async fn handle(
+/// Screens one request (see [`super::screen`]): its label and route, or the reply that refuses
+/// it. Keeps nothing of the request.
+fn screen_request(
     section: &WorkSection,
-    hooks: &dyn Hooks,
-    gates: &Gates,
-    request: Request<Incoming>,
-) -> Response<Full<Bytes>> {
+    request: &Request<Incoming>,
+) -> Result<(Label, Route), Reply> {
     let headers = request.headers();
     let head = Head {
         is_get: request.method() == Method::GET,
@@ -215,11 +238,7 @@ async fn handle(
         token: headers.get(TOKEN_HEADER).map(HeaderValue::as_bytes),
         label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
     };
-    let reply = match screen(section, head) {
-        Ok((label, route)) => answer(label, work(section, hooks, gates, label, route).await),
-        Err(reply) => reply,
-    };
-    respond(reply)
+    screen(section, head)
 }
 
 /// A complete JSON response. The body is whole because a connection counts as busy only while

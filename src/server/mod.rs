@@ -41,9 +41,26 @@ pub fn permits(front: Front) -> Permits {
 
 /// Binds the lab's only address, for either front: an ephemeral port on the IPv4 loopback.
 /// Nothing on the command line or in the environment changes it.
-fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {
+pub(crate) fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     let address = listener.local_addr()?;
+    Ok((listener, address))
+}
+
+/// [`bind_loopback`], listening with an accept queue of `backlog` connections (the kernel caps
+/// it at `net.core.somaxconn`) instead of the 128 `std` asks for: a front that is sent
+/// thousands of connections at once needs room to queue them while it accepts.
+pub(crate) fn bind_loopback_with_backlog(
+    backlog: u32,
+) -> std::io::Result<(TcpListener, SocketAddr)> {
+    use std::os::fd::AsRawFd;
+    let (listener, address) = bind_loopback()?;
+    let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+    // Listening again on a listening socket changes its backlog (Linux, the BSDs).
+    // SAFETY: the descriptor is the listener's own, open for the call.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
     Ok((listener, address))
 }
 
@@ -166,15 +183,29 @@ pub(crate) fn start_at(
     gates: Gates,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
+    let bound = bind_loopback()?;
+    start_on(front, bound, section, census, hooks, gates, drain_limit)
+}
+
+/// [`start`] on a listener already bound (see [`bind_loopback_with_backlog`]).
+pub(crate) fn start_on(
+    front: Front,
+    (listener, address): (TcpListener, SocketAddr),
+    section: Arc<WorkSection>,
+    census: Arc<Census>,
+    hooks: Arc<dyn Hooks>,
+    gates: Gates,
+    drain_limit: Duration,
+) -> std::io::Result<(SocketAddr, Running)> {
     match front {
         Front::Async => {
-            let server = async_front::Server::bind()?.at(gates);
+            let server = async_front::Server::from_std(listener, address)?.at(gates);
             let address = server.address();
             let running = server.start(section, census, hooks, drain_limit);
             Ok((address, Running::Async(running)))
         }
         Front::Threaded => {
-            let server = threaded::Server::bind()?.at(gates);
+            let server = threaded::Server::from_std(listener, address).at(gates);
             let address = server.address();
             let running = server.start(section, census, hooks, drain_limit)?;
             Ok((address, Running::Threaded(running)))

@@ -179,14 +179,13 @@ struct Shared {
 }
 
 impl Server {
-    /// Binds `127.0.0.1:0`.
-    pub(crate) fn bind() -> io::Result<Self> {
-        let (listener, address) = super::bind_loopback()?;
-        Ok(Server {
+    /// Serves on `listener`, bound to `address` (see `super::bind_loopback`).
+    pub(crate) fn from_std(listener: TcpListener, address: SocketAddr) -> Self {
+        Server {
             listener,
             address,
             gates: Gates::default(),
-        })
+        }
     }
 
     /// The server, its requests' slow work waiting at the gates `gates` picks (by default the

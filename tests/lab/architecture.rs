@@ -85,7 +85,7 @@ fn data_flows_one_way() {
         ("label", "report"),
         // Reports never reach their renderings or a front.
         ("report", "server"),
-        ("report", "render"),
+        ("report", "draw"),
         // The ground floor stands alone.
         ("policy", "admission"),
         ("label", "admission"),
@@ -99,7 +99,7 @@ fn data_flows_one_way() {
     }
     // Renderings read reports and the instruments' data; their own code names no front and
     // starts nothing (the instruments they read do).
-    for module in ["render", "report", "model", "evidence", "outcome"] {
+    for module in ["draw", "report", "model", "evidence", "outcome"] {
         for front in ["server", "coordinator"] {
             assert!(
                 !graph[module].contains(front),
@@ -107,5 +107,148 @@ fn data_flows_one_way() {
                 graph[module]
             );
         }
+    }
+}
+
+/// The modules every instrument stands on. They name no instrument, so an instrument can be
+/// read, changed or removed without touching the ground under the others.
+const GROUND: [&str; 20] = [
+    "allocator",
+    "interrupts",
+    "admission",
+    "child",
+    "coordinator",
+    "draw",
+    "evidence",
+    "front_process",
+    "hooks",
+    "label",
+    "limits",
+    "model",
+    "outcome",
+    "policy",
+    "procfs",
+    "redis_pool",
+    "report",
+    "resources",
+    "server",
+    "cli",
+];
+
+/// The instruments: each one folder, with the same rooms.
+const INSTRUMENTS: [&str; 7] = [
+    "lab",
+    "sweep",
+    "compare",
+    "record",
+    "classroom",
+    "hold",
+    "replicas",
+];
+
+/// The rooms an instrument may have, named alike in every instrument's folder.
+const ROOMS: [&str; 7] = [
+    "mod", "run", "evidence", "model", "report", "render", "tests",
+];
+
+#[test]
+fn every_module_is_ground_or_an_instrument() {
+    let graph = graph();
+    for module in graph
+        .keys()
+        .filter(|m| !["lib", "main"].contains(&m.as_str()))
+    {
+        assert!(
+            GROUND.contains(&module.as_str()) || INSTRUMENTS.contains(&module.as_str()),
+            "{module} is neither ground nor an instrument: say which in this test and in \
+             docs/design.md"
+        );
+    }
+}
+
+#[test]
+fn the_ground_names_no_instrument() {
+    let graph = graph();
+    for ground in GROUND.iter().filter(|&&g| g != "cli") {
+        for instrument in INSTRUMENTS {
+            assert!(
+                !reaches(&graph, ground, instrument),
+                "{ground} reaches the instrument {instrument}: {:?}",
+                graph[*ground]
+            );
+        }
+    }
+}
+
+#[test]
+fn each_instrument_is_one_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for instrument in INSTRUMENTS {
+        assert!(
+            src.join(instrument).join("mod.rs").is_file(),
+            "src/{instrument}/mod.rs"
+        );
+        assert!(
+            !src.join(format!("{instrument}.rs")).exists(),
+            "src/{instrument}.rs beside its folder"
+        );
+    }
+}
+
+#[test]
+fn no_module_name_means_two_things() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut pending = vec![src.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            let relative = path
+                .strip_prefix(&src)
+                .expect("under src/")
+                .display()
+                .to_string();
+            let name = path
+                .file_stem()
+                .expect("a name")
+                .to_string_lossy()
+                .into_owned();
+            if path.is_dir() {
+                pending.push(path.clone());
+            } else if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            if ROOMS.contains(&name.as_str()) || ["lib", "main"].contains(&name.as_str()) {
+                continue;
+            }
+            seen.entry(name).or_default().push(relative);
+        }
+    }
+    let twice: Vec<_> = seen
+        .into_iter()
+        .filter(|(_, places)| places.len() > 1)
+        .collect();
+    assert!(twice.is_empty(), "module names used twice: {twice:?}");
+}
+
+#[test]
+fn admission_knows_no_front_classroom_or_test() {
+    let graph = graph();
+    let admission = &graph["admission"];
+    for other in [
+        "server",
+        "front_process",
+        "hooks",
+        "coordinator",
+        "report",
+        "classroom",
+    ]
+    .into_iter()
+    .chain(INSTRUMENTS)
+    {
+        assert!(
+            !admission.contains(other),
+            "admission names {other}: {admission:?}"
+        );
     }
 }

@@ -294,8 +294,9 @@ fn the_front_child_reports_ready_then_stopped() {
     assert_eq!(output.status.code(), Some(0));
 }
 
-/// `hold` refuses a count outside 1 through 50 000, or anything that is not a count, a front
-/// or a format it knows, with exit 2 and a message naming the flag, and prints nothing.
+/// `hold` refuses a count outside 1 through 50 000, a count with a sign, a second `--counts`,
+/// or anything that is not a count, a front or a format it knows, with exit 2 and a message
+/// naming the flag, and prints nothing.
 #[test]
 fn hold_refuses_what_it_cannot_measure() {
     for (args, flag) in [
@@ -306,6 +307,8 @@ fn hold_refuses_what_it_cannot_measure() {
         (&["hold", "--server", "forked"], "--server"),
         (&["hold", "--format", "png"], "--format"),
         (&["hold", "--held", "4"], "--held"),
+        (&["hold", "--counts", "+10"], "--counts"),
+        (&["hold", "--counts", "10", "--counts", "20"], "--counts"),
     ] {
         let (code, stdout, stderr) = run(&mut lab(args));
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
@@ -313,7 +316,7 @@ fn hold_refuses_what_it_cannot_measure() {
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
     }
     let (_, _, stderr) = run(&mut lab(&["hold", "--counts", "50001"]));
-    assert!(stderr.contains("1..=50000"), "{stderr}");
+    assert!(stderr.contains("from 1 through 50000"), "{stderr}");
 }
 
 /// `hold` as a user runs it, on small counts: a table and its reading, the same as JSON with

@@ -53,7 +53,9 @@ fn the_report_round_trips_through_json() {
         "address_space_kib",
         "memory_maps",
         "kernel_stack_kib",
-        "listen_overflows",
+        "listen_backlog",
+        "callers_cpu_ms",
+        "front_cpu_ms",
     ] {
         assert!(point[figure].is_number(), "{figure}: {point}");
     }
@@ -72,8 +74,8 @@ fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
         .iter()
         .find(|l| l.starts_with("N "))
         .expect("a header");
-    assert_eq!(names.matches("async").count(), 7, "{names}");
-    assert_eq!(names.matches("threaded").count(), 7, "{names}");
+    assert_eq!(names.matches("async").count(), 9, "{names}");
+    assert_eq!(names.matches("threaded").count(), 9, "{names}");
     let rows: Vec<&str> = lines
         .iter()
         .filter(|l| {
@@ -230,4 +232,38 @@ fn numbers_read_at_a_glance() {
 fn long_sentences_wrap_under_their_lead() {
     let wrapped = wrap("one two three four", "- ", 10);
     assert_eq!(wrapped, "- one two\n  three\n  four\n");
+}
+
+/// The breakdown reads each front's heap by block size and its kernel slab at its largest count,
+/// from the figures: change them and the sentence follows.
+#[test]
+fn the_breakdown_follows_the_heap_figures() {
+    let mut report = recorded();
+    let text = text(&report);
+    assert!(
+        text.contains("Where a held request's memory goes"),
+        "{text}"
+    );
+    let async_front = series(&mut report, Front::Async);
+    let Outcome::Held(figures) = &mut async_front.points[2].outcome else {
+        panic!("the fixture held 1 000 on the async front");
+    };
+    for class in &mut figures.heap_per_request {
+        (class.blocks, class.kib) = if class.class == "8 KiB" {
+            (3.0, 24.0)
+        } else {
+            (0.0, 0.0)
+        };
+    }
+    figures.per_request.kernel_slab_kib = 7.25;
+    let sentence = super::reading::breakdown(&report).remove(0);
+    assert!(
+        sentence.starts_with("The async front, 1 000 held:"),
+        "{sentence}"
+    );
+    assert!(
+        sentence.contains("3.00 blocks of 8 KiB (the size of Hyper's read and write buffers) = 24.0 KiB; 24.0 KiB allocated in all"),
+        "{sentence}"
+    );
+    assert!(sentence.contains("slab grew 7.25 KiB"), "{sentence}");
 }

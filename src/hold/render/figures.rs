@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::{count, figure, seconds, wrap};
-use crate::hold::{Figures, FrontSeries, HoldReport, Outcome, Sample};
+use crate::hold::{DropScope, Figures, FrontSeries, HoldReport, Outcome, Sample};
 
 /// A column group: its heading, and its cell for a held count and for the idle baseline.
 struct Column {
@@ -15,10 +15,20 @@ struct Column {
 
 const NONE: fn(&Sample) -> String = |_| String::new();
 
-const COLUMNS: [Column; 7] = [
+const COLUMNS: [Column; 9] = [
     Column {
         heading: "hold s",
         held: |f| seconds(f.time_to_hold_ms),
+        idle: NONE,
+    },
+    Column {
+        heading: "CPU s callers",
+        held: |f| seconds(f.callers_cpu_ms as f64),
+        idle: NONE,
+    },
+    Column {
+        heading: "CPU s front",
+        held: |f| seconds(f.front_cpu_ms as f64),
         idle: NONE,
     },
     Column {
@@ -47,8 +57,11 @@ const COLUMNS: [Column; 7] = [
         idle: |s| s.memory_maps.to_string(),
     },
     Column {
-        heading: "overflows*",
-        held: |f| f.listen_overflows.to_string(),
+        heading: "drops",
+        held: |f| match f.listen_drops.scope {
+            DropScope::FrontSocket => f.listen_drops.count.to_string(),
+            DropScope::Machine => format!("{}*", f.listen_drops.count),
+        },
         idle: NONE,
     },
 ];
@@ -82,9 +95,11 @@ pub(super) fn render(report: &HoldReport) -> String {
     out.push_str(&layout(&side, &groups));
     out.push_str(
         "\nIdle: the front's child at rest. Per request (/req): the change from idle, divided by \
-         N; memory in KiB.\nRSS: resident memory. kstack: kernel stack. VmSize: address space. \
-         maps: memory maps. overflows: listen-queue overflows.\n* machine-wide: every \
-         program's threads and listeners count, not only the front's.\n",
+         N; memory in KiB.\nhold s: from the first request sent to the N-th held. CPU s: what \
+         the callers (the lab's own process) and the front's child used over that time.\nRSS: \
+         resident memory. kstack: kernel stack. VmSize: address space. maps: memory maps. \
+         drops: connections the front's listener dropped, a full accept queue among them.\n* \
+         machine-wide: every program's threads and listeners count, not only the front's.\n",
     );
     let notes = notes(fronts);
     if !notes.is_empty() {
@@ -211,7 +226,7 @@ fn ceilings(report: &HoldReport) -> String {
     format!(
         "Ceilings here (the most requests each front can hold): {}. Read: vm.max_map_count {}, \
          kernel.pid_max {}, kernel.threads-max {}, RLIMIT_NPROC {}, RLIMIT_NOFILE {}, ports \
-         {}-{} per source address.",
+         {}-{} per source address, net.core.somaxconn {}, RLIMIT_AS {}.",
         reach.join(", "),
         limits.max_map_count,
         limits.pid_max,
@@ -220,5 +235,9 @@ fn ceilings(report: &HoldReport) -> String {
         limits.nofile.map_or("unlimited".into(), |n| n.to_string()),
         limits.local_ports[0],
         limits.local_ports[1],
+        limits.somaxconn,
+        limits
+            .address_space
+            .map_or("unlimited".into(), |n| format!("{n} bytes")),
     )
 }

@@ -161,15 +161,25 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
         .iter()
         .map(|(front, f)| {
             format!(
-                "{} s on the {} front",
+                "{} s on the {} front (its CPU {} s, the callers' {} s)",
                 seconds(f.time_to_hold_ms),
-                front.name()
+                front.name(),
+                seconds(f.front_cpu_ms as f64),
+                seconds(f.callers_cpu_ms as f64),
             )
         })
         .collect();
-    let overflows: Vec<String> = at
+    let drops: Vec<String> = at
         .iter()
-        .map(|(front, f)| format!("{} ({})", f.listen_overflows, front.name()))
+        .map(|(front, f)| {
+            format!(
+                "{} on the {} front (a backlog of {}; counted for {})",
+                f.listen_drops.count,
+                front.name(),
+                count(u64::from(f.listen_backlog)),
+                f.listen_drops.scope.words()
+            )
+        })
         .collect();
     let times: Vec<f64> = at.iter().map(|(_, f)| f.time_to_hold_ms).collect();
     let slowest = times.iter().copied().fold(0.0, f64::max);
@@ -180,10 +190,10 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
         String::new()
     };
     format!(
-        "Holding {} took {}{ratio}; listen-queue overflows meanwhile (machine-wide): {}.",
+        "Holding {} took {}{ratio}; connections dropped at the listener meanwhile: {}.",
         count(u64::from(held)),
         took.join(" and "),
-        overflows.join(", ")
+        drops.join(", ")
     )
 }
 
@@ -244,4 +254,54 @@ fn signed(value: f64) -> String {
     } else {
         format!("+{text}")
     }
+}
+
+/// Where each front's held request goes, at its largest count held: resident memory, the heap
+/// by block size (allocated, not necessarily resident), and the kernel's slab.
+pub(super) fn breakdown(report: &HoldReport) -> Vec<String> {
+    report
+        .fronts
+        .iter()
+        .filter_map(|series| {
+            let (held, f) = series.held().last()?;
+            let classes: Vec<String> = f
+                .heap_per_request
+                .iter()
+                .filter(|c| c.blocks.abs() >= 0.005)
+                .rev()
+                .map(|c| {
+                    let what = if c.class == "8 KiB" {
+                        " (the size of Hyper's read and write buffers)"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{} blocks of {}{what} = {} KiB",
+                        figure(c.blocks),
+                        c.class,
+                        figure(c.kib)
+                    )
+                })
+                .collect();
+            let allocated: f64 = f.heap_per_request.iter().map(|c| c.kib).sum();
+            let heap = if classes.is_empty() {
+                "its heap kept no count of blocks".to_owned()
+            } else {
+                format!(
+                    "its heap per held request: {}; {} KiB allocated in all",
+                    classes.join("; "),
+                    figure(allocated)
+                )
+            };
+            Some(format!(
+                "The {} front, {} held: {} KiB resident per held request; {heap}. The kernel's \
+                 slab grew {} KiB per held request (machine-wide: both ends of each connection, \
+                 outside any process's resident memory).",
+                series.front.name(),
+                count(u64::from(held)),
+                figure(f.per_request.rss_kib),
+                figure(f.per_request.kernel_slab_kib),
+            ))
+        })
+        .collect()
 }

@@ -55,6 +55,9 @@ struct Serving {
     driver: Option<JoinHandle<Released>>,
     /// With global permits: leases the renewals found lost.
     lost: Option<mpsc::UnboundedReceiver<LeaseLoss>>,
+    /// With a backlog in the spec: a second descriptor of the listener, to read its drops.
+    /// It keeps the socket listening, so it is closed before the server stops.
+    listener: Option<std::net::TcpListener>,
 }
 
 impl Serving {
@@ -75,14 +78,25 @@ impl Serving {
             }
         };
         let section = Arc::new(section);
-        let (address, running) = server::start(
+        let cannot = |e| format!("cannot start the {} front: {e}", spec.front.name());
+        let (bound, listener) = match spec.backlog {
+            Some(backlog) => {
+                let bound = server::bind_loopback_with_backlog(backlog).map_err(cannot)?;
+                let listener = bound.0.try_clone().map_err(cannot)?;
+                (bound, Some(listener))
+            }
+            None => (server::bind_loopback().map_err(cannot)?, None),
+        };
+        let (address, running) = server::start_on(
             spec.front,
+            bound,
             section.clone(),
             Arc::new(Census::default()),
             Arc::new(NoHooks),
+            server::Gates::default(),
             Duration::from_millis(spec.drain_ms),
         )
-        .map_err(|e| format!("cannot start the {} front: {e}", spec.front.name()))?;
+        .map_err(cannot)?;
         let ready = Ready {
             address,
             token: ready_token,
@@ -94,6 +108,7 @@ impl Serving {
             ready,
             driver,
             lost,
+            listener,
         })
     }
 }
@@ -122,6 +137,7 @@ async fn run(spec: &FrontSpec) -> u8 {
         ready,
         driver,
         mut lost,
+        listener,
     } = match Serving::start(spec).await {
         Ok(serving) => serving,
         Err(reason) => {
@@ -142,6 +158,12 @@ async fn run(spec: &FrontSpec) -> u8 {
             tokio::select! {
                 command = from_parent.next::<ToFront>() => match command {
                     Ok(Some(ToFront::OpenGate)) => section.open_gate(),
+                    Ok(Some(ToFront::Census)) => {
+                        let census = FromFront::Census(crate::allocator::census());
+                        if to_parent.send(&census).await.is_err() {
+                            break;
+                        }
+                    }
                     // Told to stop, or the parent is gone: either way, stop now.
                     Ok(Some(ToFront::Stop) | None) => break,
                     Err(e) => {
@@ -164,6 +186,11 @@ async fn run(spec: &FrontSpec) -> u8 {
             }
         }
     }
+    // Read before the server stops, and closed, so the stop closes the socket.
+    let listen_drops = listener.and_then(|listener| {
+        use std::os::fd::AsFd;
+        crate::procfs::listen_drops(listener.as_fd()).ok()
+    });
     // Held work that was never released leaves now, answered 503 `work_abandoned`, so the
     // drain below does not wait for a gate nobody will open.
     section.abandon_gate();
@@ -200,6 +227,7 @@ async fn run(spec: &FrontSpec) -> u8 {
             ledger: section.audit(),
             counts: forward.counts,
             permits,
+            listen_drops,
         })),
         (Err(reason), _) | (Ok(_), Some(reason)) => {
             eprintln!("isolation-lab __front: {reason}");

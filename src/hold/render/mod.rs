@@ -5,9 +5,9 @@
 //! - `reading`: what the figures show, in sentences built from them.
 //! - `svg`: the curves on a log axis, each front's ceiling as a line.
 
+mod curves;
+mod figures;
 mod reading;
-mod svg;
-mod table;
 #[cfg(test)]
 mod tests;
 
@@ -15,7 +15,14 @@ use crate::hold::HoldReport;
 
 /// The text report: the table, its notes, the ceilings, and the reading.
 pub fn text(report: &HoldReport) -> String {
-    let mut out = table::render(report);
+    let mut out = figures::render(report);
+    let breakdown = reading::breakdown(report);
+    if !breakdown.is_empty() {
+        out.push_str("\nWhere a held request's memory goes, at each front's largest count:\n");
+        for sentence in breakdown {
+            out.push_str(&wrap(&sentence, "- ", 96));
+        }
+    }
     let sentences = reading::sentences(report);
     if !sentences.is_empty() {
         out.push_str("\nWhat the figures show:\n");
@@ -31,7 +38,7 @@ pub fn text(report: &HoldReport) -> String {
 
 /// The SVG picture.
 pub fn svg(report: &HoldReport) -> String {
-    svg::render(report)
+    curves::render(report)
 }
 
 /// `text` as lines of at most `width` characters, the first led by `lead` and the rest

@@ -1,0 +1,133 @@
+//! How `hold` runs: the preflight, then for each front its baseline and each count in turn, on
+//! a runtime of its own.
+
+use super::measure::{self, Broken, Setup};
+use super::preflight;
+use super::report::{FrontSeries, HoldReport, Outcome, Point};
+use super::{Config, Options};
+use crate::limits::{self, Limits};
+use crate::policy::Front;
+
+/// Runs `hold` for `config` on a runtime of its own, dropped before this returns, so nothing
+/// it started outlives the report. Raises this process's RLIMIT_NOFILE soft limit to the hard
+/// one first (the children inherit it).
+pub fn hold(config: &Config, options: &Options) -> HoldReport {
+    let mut report = HoldReport {
+        instrument: "hold".into(),
+        counts: config.counts.clone(),
+        preflight: None,
+        fronts: Vec::new(),
+        failure: None,
+    };
+    if let Err(e) = start(config, options, &mut report) {
+        report.failure = Some(e);
+    }
+    report
+}
+
+/// The preflight, then every measurement; `Err` if nothing could start.
+fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<(), String> {
+    limits::raise_nofile().map_err(|e| format!("cannot raise RLIMIT_NOFILE: {e}"))?;
+    let limits = Limits::read().map_err(|e| format!("cannot read the ceilings: {e}"))?;
+    // Below this not even a front at rest fits: say so once, before any child starts.
+    let base = limits::BASE_ADDRESS_SPACE_KIB;
+    if let Some(bytes) = limits.address_space.soft
+        && bytes / 1024 < base
+    {
+        return Err(format!(
+            "RLIMIT_AS = {bytes} bytes leaves no room: hold and each front's child need at \
+             least {} MiB of address space each",
+            base / 1024
+        ));
+    }
+    let (preflight, planned) = preflight::plan(&limits, &config.fronts, &config.counts);
+    report.preflight = Some(preflight);
+    let program = match &options.program {
+        Some(program) => program.clone(),
+        None => std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?,
+    };
+    let setup = Setup {
+        program: &program,
+        limits: &limits,
+        faults: &options.faults,
+    };
+    // One thread: the parent's callers are tasks, so it stays one thread however many it
+    // holds, and it leaves the other core to the front being measured.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the Tokio runtime: {e}"))?;
+    runtime.block_on(async {
+        for &front in &config.fronts {
+            let plan = planned.iter().filter(|p| p.front == front);
+            let series = measure_front(&setup, front, plan, &mut report.failure).await;
+            report.fronts.push(series);
+        }
+    });
+    drop(runtime);
+    Ok(())
+}
+
+/// One front's baseline and counts. Stops measuring, marking the rest not run, once the
+/// front fails or the lab does (then `failure` says why).
+async fn measure_front<'a>(
+    setup: &Setup<'_>,
+    front: Front,
+    plan: impl Iterator<Item = &'a preflight::Planned>,
+    failure: &mut Option<String>,
+) -> FrontSeries {
+    let name = front.name();
+    let mut series = FrontSeries {
+        front,
+        baseline: None,
+        points: Vec::new(),
+    };
+    let mut stopped = failure
+        .as_ref()
+        .map(|_| "the lab failed earlier".to_owned());
+    if stopped.is_none() {
+        match measure::idle(setup, front).await {
+            Ok(sample) => series.baseline = Some(sample),
+            Err(Broken::Front(failed)) => {
+                stopped = Some(format!(
+                    "the {name} front failed at rest: {}",
+                    failed.reason
+                ));
+            }
+            Err(Broken::Lab(why)) => {
+                *failure = Some(format!("the {name} front at rest: {why}"));
+                stopped = Some("the lab failed earlier".to_owned());
+            }
+        }
+    }
+    for planned in plan {
+        let held = planned.held;
+        let outcome = match (&stopped, &planned.runs, series.baseline) {
+            (Some(reason), _, _) => Outcome::NotRun {
+                reason: reason.clone(),
+            },
+            (None, Err(reason), _) => Outcome::NotRun {
+                reason: reason.clone(),
+            },
+            (None, Ok(()), None) => Outcome::NotRun {
+                reason: "no baseline".into(),
+            },
+            (None, Ok(()), Some(baseline)) => {
+                match measure::held(setup, front, planned, &baseline).await {
+                    Ok(figures) => Outcome::Held(figures),
+                    Err(Broken::Front(failed)) => {
+                        stopped = Some(format!("the {name} front failed at {held} held"));
+                        Outcome::FrontFailed(failed)
+                    }
+                    Err(Broken::Lab(why)) => {
+                        *failure = Some(format!("the {name} front, {held} held: {why}"));
+                        stopped = Some("the lab failed earlier".to_owned());
+                        Outcome::LabFailed { reason: why }
+                    }
+                }
+            }
+        };
+        series.points.push(Point { held, outcome });
+    }
+    series
+}
