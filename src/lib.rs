@@ -46,7 +46,7 @@ pub mod classroom;
 pub mod cli;
 pub mod compare;
 pub mod coordinator;
-pub mod draw;
+pub(crate) mod draw;
 pub mod evidence;
 #[cfg(unix)]
 pub mod front_process;
@@ -59,7 +59,7 @@ pub mod lab;
 pub mod label;
 #[cfg(unix)]
 pub(crate) mod limits;
-pub mod model;
+pub(crate) mod model;
 pub mod outcome;
 pub mod policy;
 pub(crate) mod procfs;

@@ -28,7 +28,7 @@ pub struct Expected {
 
 /// The model's expectations for one policy run, in the order the requests are sent:
 /// `S1..S<held>`, `F1`, `S-after`, `F-after`.
-pub fn expect(policy: Policy, held: Held) -> Vec<Expected> {
+pub(crate) fn expect(policy: Policy, held: Held) -> Vec<Expected> {
     let slow_pool = policy.pool_for(Route::Slow);
     let fast_pool = policy.pool_for(Route::Fast);
     // Slow requests are sent one after another, so the first ones take every slow permit.
@@ -69,7 +69,7 @@ pub fn expect(policy: Policy, held: Held) -> Vec<Expected> {
 }
 
 /// The held slow requests (`S1..S<held>`) with `decision`, in order.
-pub fn held_slow(expected: &[Expected], decision: Decision) -> Vec<Label> {
+pub(crate) fn held_slow(expected: &[Expected], decision: Decision) -> Vec<Label> {
     expected
         .iter()
         .filter(|e| matches!(e.request, Label::Slow(_)) && e.decision == decision)
@@ -83,7 +83,7 @@ pub fn held_slow(expected: &[Expected], decision: Decision) -> Vec<Label> {
 /// Requests from the room of a classroom session (`R<n>`) are the room's, not the sequence's:
 /// the model neither expects nor counts them. What they did to the pools still shows — a permit
 /// the room held is a permit the sequence did not find — and the ledger's invariants cover them.
-pub fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) -> Vec<String> {
+pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) -> Vec<String> {
     let mut differences = Vec::new();
     let mut differ = |text: String| differences.push(text);
     let observed = &evidence.observed;

@@ -51,17 +51,17 @@ pub struct Invariant {
 }
 
 /// Every attempt got exactly one decision.
-pub const DECIDED: &str = "attempts = admitted + refused";
+pub(crate) const DECIDED: &str = "attempts = admitted + refused";
 /// Every admitted request left the section: no permit leaked.
-pub const RETURNED: &str = "admitted = finished";
+pub(crate) const RETURNED: &str = "admitted = finished";
 /// No permit was taken beyond capacity or returned twice.
-pub const BOUNDED: &str = "0 <= active <= capacity after every event";
+pub(crate) const BOUNDED: &str = "0 <= active <= capacity after every event";
 /// The count replayed from the events equals the semaphore's own after every event.
-pub const AGREES: &str = "active counted from the events = the pool's taken permits";
+pub(crate) const AGREES: &str = "active counted from the events = the pool's taken permits";
 
 /// Replays `events` for every pool in `capacities`. `attempts` are counted by the section as
 /// requests arrive, independently of the events.
-pub fn audit(
+pub(crate) fn audit(
     events: &[WorkEvent],
     attempts: &BTreeMap<Pool, u64>,
     capacities: &BTreeMap<Pool, usize>,

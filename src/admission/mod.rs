@@ -11,13 +11,13 @@
 //! - [`section`]: the protected work section that ties them together.
 //! - [`token`]: the run token that only the run's own callers present.
 
-pub mod audit;
+pub(crate) mod audit;
 pub(crate) mod bounded;
 pub(crate) mod gate;
 pub mod ledger;
-pub mod pools;
+pub(crate) mod pools;
 pub mod section;
-pub mod shared_pool;
+pub(crate) mod shared_pool;
 pub mod token;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};

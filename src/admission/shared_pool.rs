@@ -24,7 +24,7 @@ use crate::label::Label;
 use crate::policy::Pool;
 
 /// A boxed future, as the object-safe [`SharedPool`] returns them.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A pool of permits shared with other processes: "try to admit this holder now, or refuse,
 /// naming the holders".

@@ -13,12 +13,12 @@
 //! - [`http`]: the classroom's server, its screening and its tokens.
 //! - [`page`]: the page itself.
 
-pub mod control;
-pub mod gates;
+pub(crate) mod control;
+pub(crate) mod gates;
 pub(crate) mod http;
 pub(crate) mod journal;
 pub(crate) mod page;
-pub mod room;
+pub(crate) mod room;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;

@@ -23,7 +23,7 @@ pub mod evidence;
 pub mod inputs;
 pub mod model;
 pub mod render;
-pub mod report;
+pub(crate) mod report;
 pub mod run;
 
 pub use inputs::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};

@@ -7,4 +7,4 @@
 
 pub mod picture;
 pub mod text;
-pub mod timeline;
+pub(crate) mod timeline;

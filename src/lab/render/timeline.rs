@@ -23,7 +23,7 @@ enum Line<'a> {
 /// Renders one policy run as a timeline: a header naming each pool, then one line per work
 /// event with every pool's occupancy after it (`[#.]`: one of two permits taken), and one
 /// line per response right after the event its `after_event` names.
-pub fn render(policy: &PolicyReport) -> String {
+pub(crate) fn render(policy: &PolicyReport) -> String {
     // Each pool's column is as wide as its name or its bar, whichever is wider.
     let column =
         |(&pool, &capacity): (&Pool, &usize)| (pool, capacity, pool.name().len().max(capacity + 2));
