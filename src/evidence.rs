@@ -58,6 +58,75 @@ pub struct Observed {
     pub observer_after_fast_before_release: Option<Snapshot>,
     /// Every response as its caller received it, in order.
     pub responses: Vec<ResponseRecord>,
+    /// What the lab saw of the front's own runtime (`--work` other than `await`, or
+    /// `--workers`); absent from the usual run's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorEvidence>,
+}
+
+/// What the lab observed of the front's executor along the sequence (`docs/blocking.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorEvidence {
+    /// The front runtime's heartbeat, read at each of the sequence's observations.
+    pub heartbeat: Vec<Beat>,
+    /// Requests seen arriving and sitting unread in the kernel, in the order they were sent:
+    /// every worker that could read them was blocked.
+    pub unread: Vec<Unread>,
+    /// Admitted requests whose work waited for a thread to run on, their permits held.
+    pub queued: Vec<Label>,
+}
+
+/// One reading of the heartbeat of the front's runtime.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Beat {
+    /// When it was read.
+    pub moment: Moment,
+    /// The request the moment is about, if one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Label>,
+    /// The ledger's last `seq` at the reading: its place on the ledger's axis.
+    pub after_event: u64,
+    /// The heartbeat's ticks so far.
+    pub ticks: u64,
+}
+
+/// A moment of the sequence at which the heartbeat is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Moment {
+    /// Right after a slow request was seen held at the gate.
+    Held,
+    /// Right after a request was seen queued for a thread.
+    Queued,
+    /// Right after a request was seen sitting unread.
+    Unread,
+    /// Just before the gate opened.
+    Release,
+}
+
+/// A request seen arriving and sitting unread, with the kernel's queues for the server's port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unread {
+    /// The request.
+    pub request: Label,
+    /// The ledger's last `seq` when it was seen: no decision about it had been recorded.
+    pub after_event: u64,
+    /// What `/proc/net/tcp` showed for the server's port.
+    #[serde(flatten)]
+    pub queues: Queues,
+}
+
+/// The kernel's queues for one listening port, at one moment (from `/proc/net/tcp`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queues {
+    /// Connections the kernel has completed and queued that the server has not accepted: the
+    /// listening socket's `rx_queue`.
+    pub accept_queue: usize,
+    /// The server's connections (accepted or still queued) holding request bytes it has not
+    /// read.
+    pub unread_connections: usize,
+    /// Those bytes, in all.
+    pub unread_bytes: usize,
 }
 
 /// One admission decision.

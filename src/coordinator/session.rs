@@ -13,10 +13,12 @@ use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::evidence::{Phase, ResponseRecord, ServerSummary};
+use crate::executor::Executor;
 use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
+use crate::server::executor::Heartbeat;
 use crate::server::{self, Census, Running};
 
 /// The server, client and callers of one policy run.
@@ -36,6 +38,10 @@ pub(crate) struct Session {
     /// The admitted slow callers, to check which are still waiting for their response.
     held: Vec<(Label, AbortHandle)>,
     server: Running,
+    /// The heartbeat of the front's own runtime, if it has one.
+    pub(crate) heartbeat: Option<Arc<Heartbeat>>,
+    /// Where the server listens.
+    pub(crate) address: std::net::SocketAddr,
     hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run is failed as stalled.
     pub(crate) timeout: Duration,
@@ -60,9 +66,10 @@ pub(crate) struct Closed {
 }
 
 impl Session {
-    /// Binds `127.0.0.1:0`, starts `front` serving `section`, and builds the client.
+    /// Binds `127.0.0.1:0`, starts `front` serving `section` on `executor`, and builds the
+    /// client.
     pub(crate) fn open(
-        front: Front,
+        (front, executor): (Front, Executor),
         section: Arc<WorkSection>,
         census: Arc<Census>,
         token: &RunToken,
@@ -81,14 +88,34 @@ impl Session {
         // Everything that can fail before the server starts is done first: once it runs, only
         // `close` stops and joins it.
         let http = client::with_token(token).map_err(|e| setup(format!("{e:#}")))?;
-        let started = server::start(
-            front,
-            section.clone(),
-            census.clone(),
-            hooks.clone(),
-            timeout,
-        );
-        let (address, server) = started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?;
+        let (address, server) = if front == Front::Async && executor.own_runtime() {
+            let started = server::executor::start(
+                executor,
+                section.clone(),
+                census.clone(),
+                hooks.clone(),
+                timeout,
+            );
+            let (address, running) = started.map_err(|e| {
+                setup(format!(
+                    "starting the front's own runtime on 127.0.0.1:0: {e}"
+                ))
+            })?;
+            (address, Running::Owned(running))
+        } else {
+            let started = server::start(
+                front,
+                section.clone(),
+                census.clone(),
+                hooks.clone(),
+                timeout,
+            );
+            started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?
+        };
+        let heartbeat = match &server {
+            Running::Owned(running) => Some(running.heartbeat()),
+            _ => None,
+        };
         let client = Client::new(http, format!("http://{address}"), section.clone());
         Ok(Session {
             section,
@@ -100,6 +127,8 @@ impl Session {
             account: Callers::default(),
             held: Vec::new(),
             server,
+            heartbeat,
+            address,
             hooks,
             timeout,
         })
@@ -154,9 +183,15 @@ impl Session {
         joined
     }
 
-    /// Waits for the observer's decision on `request`: `held` or `refused`. A caller that ends
-    /// first fails the run at once: while the gate is closed, no caller has a reason to.
-    pub(crate) async fn decision(&mut self, request: Label) -> Result<Event, Failure> {
+    /// Waits for the observer's decision on `request`: `held` or `refused` — or, when
+    /// `queued_if_admitted` (every thread its work could run on is held at the gate),
+    /// `admitted`: the work then waits for a thread, its permit held. A caller that ends first
+    /// fails the run at once: while the gate is closed, no caller has a reason to.
+    pub(crate) async fn decision(
+        &mut self,
+        request: Label,
+        queued_if_admitted: bool,
+    ) -> Result<Event, Failure> {
         let at = |cause| Failure::new(Step::Slow, Some(request), cause);
         loop {
             tokio::select! {
@@ -165,6 +200,8 @@ impl Session {
                 event = self.events.recv() => match event {
                     Some(e) if e.request == Some(request)
                         && matches!(e.event, Event::Held | Event::Refused) => return Ok(e.event),
+                    Some(e) if e.request == Some(request)
+                        && e.event == Event::Admitted && queued_if_admitted => return Ok(e.event),
                     Some(_) => {}
                     None => return Err(at(Cause::ObserverStopped)),
                 },

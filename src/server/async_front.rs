@@ -20,7 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::connections::Connections;
-use super::{Backoff, Census, Head, Reply, Stopped, answer, screen, work};
+use super::work_style::Dispatch;
+use super::{Backoff, Census, Head, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
@@ -31,6 +32,8 @@ use crate::label::LABEL_HEADER;
 pub struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    /// Where admitted work runs (`--work`).
+    dispatch: Arc<Dispatch>,
 }
 
 /// The server task, and how to tell it to stop.
@@ -46,7 +49,19 @@ impl Server {
         let (listener, address) = super::bind_loopback()?;
         listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(listener)?;
-        Ok(Server { listener, address })
+        Ok(Server {
+            listener,
+            address,
+            dispatch: Arc::default(),
+        })
+    }
+
+    /// This server, running admitted work as `dispatch` says.
+    pub(crate) fn with_dispatch(self, dispatch: Dispatch) -> Self {
+        Server {
+            dispatch: Arc::new(dispatch),
+            ..self
+        }
     }
 
     /// The address the server listens on.
@@ -84,7 +99,11 @@ impl Server {
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
     ) -> Stopped {
-        let Server { listener, address } = self;
+        let Server {
+            listener,
+            address,
+            dispatch,
+        } = self;
         let graceful = GracefulShutdown::new();
         let mut connections = Connections::default();
         let mut accepted = 0;
@@ -101,13 +120,14 @@ impl Server {
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
                         let (section, hooks) = (section.clone(), hooks.clone());
-                        let flag = serving.clone();
+                        let (flag, dispatch) = (serving.clone(), dispatch.clone());
                         let service = service_fn(move |request| {
                             let (section, hooks) = (section.clone(), hooks.clone());
-                            let flag = flag.clone();
+                            let (flag, dispatch) = (flag.clone(), dispatch.clone());
                             async move {
                                 let _serving = Serving::start(&flag);
-                                Ok::<_, Infallible>(handle(&section, &*hooks, request).await)
+                                let response = handle(&section, &*hooks, &dispatch, request);
+                                Ok::<_, Infallible>(response.await)
                             }
                         });
                         let connection =
@@ -186,8 +206,9 @@ impl Running {
 
 /// Answers one request after screening it; see [`super::screen`] and [`super::answer`].
 async fn handle(
-    section: &WorkSection,
+    section: &Arc<WorkSection>,
     hooks: &dyn Hooks,
+    dispatch: &Dispatch,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let headers = request.headers();
@@ -198,7 +219,7 @@ async fn handle(
         label: headers.get(LABEL_HEADER).map(HeaderValue::as_bytes),
     };
     let reply = match screen(section, head) {
-        Ok((label, route)) => answer(label, work(section, hooks, label, route).await),
+        Ok((label, route)) => answer(label, dispatch.work(section, hooks, label, route).await),
         Err(reply) => reply,
     };
     respond(reply)

@@ -12,7 +12,9 @@
 
 pub mod async_front;
 pub(crate) mod connections;
+pub mod executor;
 pub(crate) mod threaded;
+pub(crate) mod work_style;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -106,6 +108,8 @@ pub enum Running {
     Async(async_front::Running),
     /// The threaded front's accept thread.
     Threaded(threaded::Running),
+    /// The async front on runtimes of its own (`--work`, `--workers`).
+    Owned(executor::Running),
 }
 
 /// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime). Connections
@@ -141,6 +145,7 @@ impl Running {
         match self {
             Running::Async(running) => running.stop().await,
             Running::Threaded(running) => running.stop().await,
+            Running::Owned(running) => running.stop().await,
         }
     }
 }
@@ -312,7 +317,7 @@ pub(crate) fn work_blocking(
 
 /// Lets the run's hooks in with the admitted work: a hook that panics unwinds with the work
 /// (and its permit) inside the section, which records it leaving as cancelled.
-fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
+pub(crate) fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
     hooks.inside_work(work.request());
     work
 }

@@ -201,7 +201,7 @@ fn lanes(policy: &PolicyReport) -> Vec<Lane> {
                 Event::Refused => &mut lane.refused,
                 Event::Held => &mut lane.held,
                 Event::Finished => &mut lane.finished,
-                Event::GateOpened => continue,
+                Event::Started | Event::GateOpened => continue,
             };
             slot.get_or_insert(event.seq);
             lane.cancelled |= event.event == Event::Finished && event.cancelled;

@@ -84,6 +84,7 @@ fn describe(event: &WorkEvent) -> String {
         Event::Admitted => format!("{request} admitted: takes a {pool} permit"),
         Event::Refused => format!("{request} refused: no {pool} permit free"),
         Event::Held => format!("{request} held at the closed gate"),
+        Event::Started => format!("{request} started on a thread"),
         Event::Finished if event.cancelled => format!("{request} cancelled: {pool} permit back"),
         Event::Finished => format!("{request} finished: {pool} permit back"),
         Event::GateOpened => "== slow gate opened ==".to_owned(),
