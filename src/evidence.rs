@@ -94,6 +94,8 @@ pub struct Beat {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Moment {
+    /// Before the first request: the heartbeat has ticked, so the runtime runs tasks.
+    Start,
     /// Right after a slow request was seen held at the gate.
     Held,
     /// Right after a request was seen queued for a thread.
@@ -104,29 +106,18 @@ pub enum Moment {
     Release,
 }
 
-/// A request seen arriving and sitting unread, with the kernel's queues for the server's port.
+/// A request seen arriving and sitting unread: its connection, made by the kernel, waiting in
+/// the listener's accept queue for a server that cannot accept it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unread {
     /// The request.
     pub request: Label,
     /// The ledger's last `seq` when it was seen: no decision about it had been recorded.
     pub after_event: u64,
-    /// What `/proc/net/tcp` showed for the server's port.
-    #[serde(flatten)]
-    pub queues: Queues,
-}
-
-/// The kernel's queues for one listening port, at one moment (from `/proc/net/tcp`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Queues {
-    /// Connections the kernel has completed and queued that the server has not accepted: the
-    /// listening socket's `rx_queue`.
+    /// Connections in the listener's accept queue then, this one the last: the kernel's count
+    /// (`TCP_INFO` of the listening socket; `/proc/net/tcp` prints it as the listener's
+    /// `rx_queue`).
     pub accept_queue: usize,
-    /// The server's connections (accepted or still queued) holding request bytes it has not
-    /// read.
-    pub unread_connections: usize,
-    /// Those bytes, in all.
-    pub unread_bytes: usize,
 }
 
 /// One admission decision.

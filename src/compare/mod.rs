@@ -68,6 +68,9 @@ pub struct RequestOutcome {
     pub status: Option<u16>,
     /// Whether that was before or after release.
     pub phase: Option<Phase>,
+    /// It sat unread until release: every worker that could read it was blocked.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unread: bool,
 }
 
 /// Runs both policies with `slots` and `held` on each front, each run on its own server.
@@ -163,7 +166,10 @@ fn outcomes(report: &PolicyReport) -> Vec<RequestOutcome> {
                 .iter()
                 .find(|r| r.request == request);
             let mut events = report.work_events.iter();
+            let watched = report.observed.executor.as_ref();
+            let unread = watched.is_some_and(|w| w.unread.iter().any(|u| u.request == request));
             RequestOutcome {
+                unread,
                 request,
                 decision: decided.map(|a| a.decision),
                 held: events.any(|e| e.request == Some(request) && e.event == Event::Held),

@@ -4,13 +4,11 @@
 //! - [`sequence`]: the steps, one `next_step().await` at a time.
 //! - [`client`]: the loopback HTTP client and its callers.
 //! - [`failure`]: why a run failed, as a type.
-//! - [`sockets`]: the kernel's queues for the front's port, read from `/proc/net/tcp`.
 
 pub(crate) mod client;
 pub mod failure;
 pub mod sequence;
 pub(crate) mod session;
-pub mod sockets;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -189,6 +189,7 @@ impl Run {
     pub async fn next_step(&mut self) -> Option<Result<Planned, Failure>> {
         let step = self.upcoming()?;
         self.plan.pop_front();
+
         let done = match step {
             Planned::Slow(request) => self.slow(request).await,
             Planned::Fast => self.fast().await,
@@ -234,6 +235,7 @@ impl Run {
     /// Steps 2–3: a slow request, until the server has decided it. Sent one after another, so
     /// the first ones take every slow permit.
     async fn slow(&mut self, request: Label) -> Result<(), Failure> {
+        self.heartbeat_started(request).await?;
         let caller = self.session.send(request);
         let (at, timeout) = ((Step::Slow, Some(request)), self.session.timeout);
         if self.saturated() {
@@ -355,23 +357,33 @@ impl Run {
         matches!(self.lane, Lane::Workers(workers) if self.blocked >= workers)
     }
 
-    /// Waits to see `request` arrive and sit unread in the kernel (`/proc/net/tcp`), one more
-    /// connection than before holding unread bytes, and records it with the heartbeat.
+    /// Waits to see `request` arrive and sit unread: one more connection in the listener's
+    /// accept queue than the requests seen so far, and records it with the heartbeat. Each
+    /// look is one system call; between looks the run's callers go on sending.
     async fn unread(&mut self, step: Step, request: Label) -> Result<(), Failure> {
-        let port = self.session.address.port();
         let seen = self
             .observed
             .executor
             .as_ref()
             .map_or(0, |w| w.unread.len());
+        let session = &self.session;
+        let arrived = async {
+            loop {
+                match session.accept_queue() {
+                    Some(Ok(queued)) if queued > seen => return Ok(queued),
+                    Some(Ok(_)) => tokio::task::yield_now().await,
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("the front has no runtime of its own to watch".into()),
+                }
+            }
+        };
         let at = (step, Some(request));
-        let arrived = super::sockets::unread(port, seen + 1);
-        let queues = within(self.session.timeout, arrived, at, || {
-            format!("{request} was never seen waiting unread for the blocked front")
+        let accept_queue = within(session.timeout, arrived, at, || {
+            format!("{request} to be seen waiting unread for the blocked front")
         })
         .await?
-        .map_err(|e| {
-            let why = format!("reading /proc/net/tcp to see {request} waiting: {e}");
+        .map_err(|why| {
+            let why = format!("reading the front's accept queue for {request}: {why}");
             Failure::new(step, Some(request), Cause::Setup(why))
         })?;
         let after_event = self.session.section.last_seq();
@@ -379,10 +391,42 @@ impl Run {
             watched.unread.push(Unread {
                 request,
                 after_event,
-                queues,
+                accept_queue,
             });
         }
         self.beat(Moment::Unread, Some(request));
+        Ok(())
+    }
+
+    /// Before the first request, waits to see the front runtime's heartbeat tick: its
+    /// runtime runs tasks. Later readings are compared with this one.
+    async fn heartbeat_started(&mut self, request: Label) -> Result<(), Failure> {
+        let started = self
+            .observed
+            .executor
+            .as_ref()
+            .map(|w| !w.heartbeat.is_empty());
+        let Some(heartbeat) = self
+            .session
+            .heartbeat
+            .clone()
+            .filter(|_| started == Some(false))
+        else {
+            return Ok(());
+        };
+        let ticked = async {
+            while heartbeat.ticks() == 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        within(
+            self.session.timeout,
+            ticked,
+            (Step::Start, Some(request)),
+            || "the front's own runtime never ran its heartbeat".into(),
+        )
+        .await?;
+        self.beat(Moment::Start, None);
         Ok(())
     }
 

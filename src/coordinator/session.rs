@@ -40,8 +40,6 @@ pub(crate) struct Session {
     server: Running,
     /// The heartbeat of the front's own runtime, if it has one.
     pub(crate) heartbeat: Option<Arc<Heartbeat>>,
-    /// Where the server listens.
-    pub(crate) address: std::net::SocketAddr,
     hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run is failed as stalled.
     pub(crate) timeout: Duration,
@@ -128,10 +126,17 @@ impl Session {
             held: Vec::new(),
             server,
             heartbeat,
-            address,
             hooks,
             timeout,
         })
+    }
+
+    /// Connections waiting in the front's accept queue now, when it runs on runtimes of its own.
+    pub(crate) fn accept_queue(&self) -> Option<std::io::Result<usize>> {
+        match &self.server {
+            Running::Owned(running) => Some(running.accept_queue()),
+            _ => None,
+        }
     }
 
     /// The run's hooks (none on the command line).

@@ -69,6 +69,12 @@ impl Server {
         self.address
     }
 
+    /// A second descriptor of the listening socket, to read its accept queue with. It keeps
+    /// the socket listening while it is open: close it before the server stops.
+    pub(crate) fn listening(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        std::os::fd::AsFd::as_fd(&self.listener).try_clone_to_owned()
+    }
+
     /// Serves on a task of its own until [`Running::stop`].
     pub fn start(
         self,

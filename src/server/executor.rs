@@ -10,6 +10,7 @@
 //! shuts every runtime down, joining its workers and blocking threads, and only then reports.
 
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -53,6 +54,9 @@ pub struct Running {
     thread: Option<JoinHandle<()>>,
     drain_limit: Duration,
     heartbeat: Arc<Heartbeat>,
+    /// A second descriptor of the listening socket, to read its accept queue; closed before
+    /// the server is told to stop, so the listener closes when the server drops its own.
+    listening: Option<OwnedFd>,
 }
 
 /// Builds the front's runtimes for `executor`, binds `127.0.0.1:0` on the front's, and serves
@@ -93,6 +97,7 @@ pub(crate) fn start(
         Server::bind()?.with_dispatch(dispatch)
     };
     let address = server.address();
+    let listening = server.listening()?;
     let heartbeat = Arc::new(Heartbeat::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let (report, reported) = oneshot::channel();
@@ -118,6 +123,7 @@ pub(crate) fn start(
         thread: Some(thread),
         drain_limit,
         heartbeat,
+        listening: Some(listening),
     };
     Ok((address, running))
 }
@@ -155,9 +161,11 @@ fn serve(
     let beat = front.spawn(async move {
         let mut interval = tokio::time::interval(BEAT);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // The first tick counts as soon as the task runs at all: the lab waits for it
+        // before its first request, as evidence that the runtime runs tasks.
         loop {
-            interval.tick().await;
             heartbeat.ticks.fetch_add(1, Ordering::SeqCst);
+            interval.tick().await;
         }
     });
     // Spawned rather than run by `block_on`, so that on a multi-thread runtime the server runs
@@ -199,8 +207,17 @@ impl Running {
         self.heartbeat.clone()
     }
 
+    /// Connections waiting in the listener's accept queue now: completed by the kernel, not yet
+    /// accepted by the server.
+    pub(crate) fn accept_queue(&self) -> std::io::Result<usize> {
+        let listening = self.listening.as_ref();
+        let listening = listening.ok_or_else(|| std::io::Error::other("the front has stopped"))?;
+        accept_queue(listening.as_fd())
+    }
+
     /// Tells the server to stop and waits for its report, then joins its thread.
     pub async fn stop(mut self) -> Result<Stopped, String> {
+        drop(self.listening.take());
         drop(self.stop.take());
         let Some(report) = self.report.take() else {
             return Err("the front was already stopped".into());
@@ -229,6 +246,42 @@ impl Drop for Running {
     /// Never blocks: a front dropped without `stop` is told to stop (its sender drops) and
     /// left to shut its runtimes down on its own thread.
     fn drop(&mut self) {
+        drop(self.listening.take());
         drop(self.stop.take());
     }
+}
+
+/// The accept queue of a listening socket: Linux's `TCP_INFO` reports it, for a socket in
+/// `LISTEN`, as `tcpi_unacked` (`sk_ack_backlog`, which `/proc/net/tcp` prints as the
+/// listener's `rx_queue`). One system call, where re-reading `/proc/net/tcp` lists every TCP
+/// socket of the machine each time.
+#[cfg(target_os = "linux")]
+fn accept_queue(listening: BorrowedFd<'_>) -> std::io::Result<usize> {
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut length = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `listening` is an open socket for the call's duration; `info` is a zeroed
+    // `tcp_info` of `length` bytes, which the kernel fills at most.
+    let done = unsafe {
+        libc::getsockopt(
+            listening.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut length,
+        )
+    };
+    if done != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: zeroed, then written by the kernel: every field is a plain integer.
+    let info = unsafe { info.assume_init() };
+    Ok(info.tcpi_unacked as usize)
+}
+
+/// Elsewhere the kernel does not say.
+#[cfg(not(target_os = "linux"))]
+fn accept_queue(_: BorrowedFd<'_>) -> std::io::Result<usize> {
+    Err(std::io::Error::other(
+        "only Linux reports a listener's accept queue",
+    ))
 }

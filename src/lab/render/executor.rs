@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::admission::ledger::Event;
-use crate::draw::table::labels;
+use crate::draw::table::{labels, paragraph};
 use crate::evidence::{Moment, Phase};
 use crate::label::Label;
 use crate::policy::Route;
@@ -57,13 +57,13 @@ pub fn explain(policy: &PolicyReport) -> String {
         let requests: Vec<Label> = watched.unread.iter().map(|u| u.request).collect();
         let _ = writeln!(
             out,
-            "  {} arrived and sat unread in the kernel (when {} was seen: {} connection(s) in \
-             the accept queue, {} holding {} unread bytes).",
+            "  {} arrived and sat unread: the kernel queued each connection, and the \
+             listener's accept queue grew to {} while no worker was free to accept.",
             labels(&requests),
-            first.request,
-            first.queues.accept_queue,
-            first.queues.unread_connections,
-            first.queues.unread_bytes
+            watched
+                .unread
+                .last()
+                .map_or(first.accept_queue, |u| u.accept_queue),
         );
         if requests.contains(&Label::F1) {
             let pool = policy.route_pools[&Route::Fast];
@@ -115,5 +115,17 @@ pub fn explain(policy: &PolicyReport) -> String {
             );
         }
     }
-    out
+    within_80(&out)
+}
+
+/// Each line of `text` (a sentence, maybe indented) broken to fit 80 columns, its later lines
+/// indented two more.
+fn within_80(text: &str) -> String {
+    let lines = text.lines().map(|line| {
+        let lead = line.len() - line.trim_start().len();
+        let broken = paragraph(line.trim_start(), 80 - lead, 2);
+        let indented = broken.lines().map(|l| format!("{}{l}\n", " ".repeat(lead)));
+        indented.collect::<String>()
+    });
+    lines.collect()
 }

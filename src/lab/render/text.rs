@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, labels};
+use crate::draw::table::{columns, labels, paragraph};
 use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
@@ -34,7 +34,9 @@ pub fn render(report: &Report) -> String {
         &report.executor,
     );
     if let Some(shape) = &report.runner.front_runtime {
-        let _ = writeln!(out, "The {} front: {shape}.\n", report.runner.front.name());
+        let shape = format!("The {} front: {shape}.", report.runner.front.name());
+        out.push_str(&paragraph(&shape, 80, 2));
+        out.push('\n');
     }
     let outcomes: Vec<Outcome> = report.policies.iter().map(Outcome::observed).collect();
     let verdicts = report
@@ -85,7 +87,8 @@ pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome])
     let mut out = heading("isolation-lab predict", inputs, executor);
     if !executor.is_default() {
         let shape = executor.describe(crate::policy::Front::Async);
-        let _ = writeln!(out, "The async front: {shape}.\n");
+        out.push_str(&paragraph(&format!("The async front: {shape}."), 80, 2));
+        out.push('\n');
     }
     out.push_str(&table(outcomes, None));
     out.push_str("\nThe policy model's prediction: no server was started. Run the same inputs\n");
