@@ -757,6 +757,63 @@ mod tests {
         assert!(!help.contains(crate::front_process::SUBCOMMAND), "{help}");
     }
 
+    /// `--work`, `--workers` and `--blocking-threads` are checked before anything starts: their
+    /// ranges, and that the threaded front, which has no runtime, takes only await and block.
+    #[test]
+    fn executor_flags_are_checked_against_their_range_and_front() {
+        let said = |args: &[&str]| {
+            let all = std::iter::once("isolation-lab").chain(args.iter().copied());
+            super::parse(all).map(|cli| cli.run.executor.executor())
+        };
+        let block = said(&["--work", "block", "--workers", "2"]).expect("valid");
+        assert_eq!(block.work, WorkStyle::Block);
+        assert_eq!(block.workers, Some(Workers::Threads(2)));
+        assert_eq!(said(&[]).expect("valid"), Executor::default());
+        for (args, says) in [
+            (&["--workers", "5"][..], "1 through 4"),
+            (&["--workers", "0"], "current-thread"),
+            (&["--blocking-threads", "0"], "1 through 512"),
+            (&["--blocking-threads", "513"], "1 through 512"),
+            (&["--work", "forked"], "possible values"),
+            (
+                &["--server", "threaded", "--work", "spawn-blocking"],
+                "has none",
+            ),
+            (
+                &["--server", "threaded", "--work", "own-runtime"],
+                "has none",
+            ),
+            (&["--server", "threaded", "--workers", "2"], "--workers"),
+            (
+                &["--server", "threaded", "--blocking-threads", "3"],
+                "--blocking-threads",
+            ),
+            (
+                &["sweep", "--server", "threaded", "--work", "own-runtime"],
+                "has none",
+            ),
+        ] {
+            let error = said(args).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{args:?}");
+            assert!(error.to_string().contains(says), "{args:?}: {error}");
+        }
+        let threaded = said(&["--server", "threaded", "--work", "block"]).expect("valid");
+        assert_eq!(threaded.work, WorkStyle::Block);
+        for args in [
+            &["predict", "--work", "block", "--workers", "2"][..],
+            &[
+                "compare",
+                "--work",
+                "spawn-blocking",
+                "--blocking-threads",
+                "1",
+            ],
+            &["sweep", "--work", "own-runtime"],
+        ] {
+            assert!(parse(args).is_ok(), "{args:?}");
+        }
+    }
+
     #[test]
     fn nothing_selects_a_host_a_port_or_an_unknown_mode() {
         for args in [

@@ -131,7 +131,8 @@ impl Outcome {
             idle_before_f1: Some(idle),
             held_before_f1: Some(admitted),
             refused_slow: Some(refused),
-            executor: (!shape.1.is_default()).then(|| ExecutorOutcome {
+            // Watched only where the front runs on runtimes of its own.
+            executor: (shape.0 == Front::Async && shape.1.own_runtime()).then(|| ExecutorOutcome {
                 unread: unread.clone(),
                 queued: queued.clone(),
             }),
