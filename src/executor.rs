@@ -84,12 +84,12 @@ impl Workers {
         }
     }
 
-    /// In words: `current-thread` or `2 workers`.
-    pub fn words(self) -> String {
+    /// A runtime of this shape, in words: `current-thread runtime`, `runtime of 2 workers`.
+    pub fn runtime(self) -> String {
         match self {
-            Workers::CurrentThread => "current-thread".into(),
-            Workers::Threads(1) => "1 worker".into(),
-            Workers::Threads(n) => format!("{n} workers"),
+            Workers::CurrentThread => "current-thread runtime".into(),
+            Workers::Threads(1) => "runtime of 1 worker".into(),
+            Workers::Threads(n) => format!("runtime of {n} workers"),
         }
     }
 }
@@ -292,7 +292,7 @@ impl Executor {
 
     /// The runtime shape in words, for the report: which runtime runs what.
     pub fn describe(&self, front: Front) -> String {
-        let workers = self.workers().words();
+        let runtime = self.workers().runtime();
         match (front, self.work) {
             (Front::Threaded, WorkStyle::Block) => {
                 "slow work blocks its connection's own OS thread".into()
@@ -302,20 +302,25 @@ impl Executor {
                 "slow work awaits the gate on the lab's own runtime".into()
             }
             (Front::Async, WorkStyle::Await) => {
-                format!("slow work awaits the gate; the front runs on its own {workers} runtime")
+                format!("slow work awaits the gate; the front runs on its own {runtime}")
             }
             (Front::Async, WorkStyle::Block) => format!(
-                "slow work blocks a worker of the front's own {workers} runtime, which also \
-                 accepts and reads every request"
+                "slow work blocks a worker of the front's own {runtime}, which also accepts \
+                 and reads every request"
             ),
             (Front::Async, WorkStyle::SpawnBlocking) => format!(
-                "slow work's blocking wait runs on the blocking pool (at most {} threads) of \
-                 the front's own {workers} runtime",
-                self.blocking_threads
+                "slow work's blocking wait runs on the blocking pool (at most {} thread{}) of \
+                 the front's own {runtime}",
+                self.blocking_threads,
+                if self.blocking_threads.get() == 1 {
+                    ""
+                } else {
+                    "s"
+                }
             ),
             (Front::Async, WorkStyle::OwnRuntime) => format!(
                 "connections run on a current-thread runtime of their own; slow work on its \
-                 own {workers} runtime, fast work on its own {workers} runtime"
+                 own {runtime}, fast work on its own {runtime}"
             ),
         }
     }
