@@ -124,6 +124,9 @@ pub struct Record {
     pub report: String,
     /// The command line that reproduces the run, writing its report to the same file.
     pub command: String,
+    /// The flags of the run's executor (`--work …`), empty for the lab's usual run.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub executor_flags: String,
     /// The lab and version that wrote the report: `isolation-lab 0.1.0`.
     pub version: String,
     /// The language and runtime that ran it, and this binary's version when it differs.
@@ -216,6 +219,10 @@ pub enum Says {
     Pending {
         /// The callers.
         requests: Vec<Label>,
+        /// Of those, the ones whose requests sat unread until release (`--work block`):
+        /// not yet admitted.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        unread: Vec<Label>,
     },
     /// An entry of `responses`: `request`, `status`, `phase`.
     Response {
@@ -287,7 +294,9 @@ impl Record {
                 mode,
                 slots: inputs.slots,
             };
-            Outcome::predicted(policy, inputs.held)
+            // The executor's wait (`--work`) changes what the model expects.
+            let shape = (report.runner.front, report.executor);
+            Outcome::predicted_on(policy, inputs.held, shape)
         });
         let runner = &report.runner;
         let mut evidence = Vec::new();
@@ -309,11 +318,13 @@ impl Record {
         Record {
             report: file.to_owned(),
             command: format!(
-                "isolation-lab {} --server {} > {}",
+                "isolation-lab {} --server {}{} > {}",
                 inputs.flags(),
                 runner.front.name(),
+                report.executor.flags(),
                 shell_word(file)
             ),
+            executor_flags: report.executor.flags(),
             version: format!("{} {}", runner.name, runner.version),
             runner: match runner.version.as_str() {
                 // The command reproduces the run with the binary at hand: say so if it is
@@ -389,8 +400,11 @@ fn cite_policy(index: usize, policy: &PolicyReport) -> Vec<Cited> {
         }
     }
     if let Some(pending) = &observed.slow_callers_pending_before_release {
+        let unread = observed.executor.iter().flat_map(|w| &w.unread);
+        let unread = unread.map(|u| u.request).filter(|r| pending.contains(r));
         let says = Says::Pending {
             requests: pending.clone(),
+            unread: unread.collect(),
         };
         cite(
             Line::Admission,
