@@ -291,3 +291,52 @@ async fn a_stalled_blocked_run_fails_and_closes() {
     assert!(server.listener_closed);
     assert_port_closed(server.address);
 }
+
+/// The picture of a blocked run draws what waited for the executor: F1's lane outlined
+/// `unread` up to its admission after the gate, a heartbeat lane whose red line says no tick
+/// came while every worker was blocked; a queued run's lanes outlined `queued`. The usual
+/// run's picture has none of these.
+#[test]
+fn the_picture_draws_the_wait_and_the_heartbeat() {
+    use isolation_lab::lab::render::picture;
+    use isolation_lab::policy::{Inputs, ModeChoice};
+
+    let draw = |inputs: Inputs, executor: Executor| {
+        let options = Options::on(Front::Async).with_executor(executor);
+        let run = isolation_lab::lab::run_with(inputs, options);
+        let report = isolation_lab::lab::block_on(run).expect("a runtime");
+        assert!(report.matches_model, "{:?}", report.failure);
+        picture::render(&report)
+    };
+    let count = |svg: &str, element: &str, class: &str, words: Option<&str>| {
+        let document = roxmltree::Document::parse(svg).expect("well-formed SVG");
+        let found = document.descendants().filter(|n| {
+            n.has_tag_name(element)
+                && n.attribute("class") == Some(class)
+                && words.is_none_or(|w| n.attribute("data-words") == Some(w))
+        });
+        found.count()
+    };
+    let block = executor(WorkStyle::Block, Workers::CurrentThread, 512);
+    let svg = draw(Inputs::default(), block);
+    // S2 and F1 in each of the two panels.
+    assert_eq!(count(&svg, "g", "waiting", Some("unread")), 4);
+    assert_eq!(count(&svg, "g", "heartbeat", None), 2);
+    assert_eq!(count(&svg, "line", "still", None), 2);
+    let queued = executor(WorkStyle::SpawnBlocking, Workers::CurrentThread, 1);
+    let inputs = Inputs {
+        mode: ModeChoice::Partitioned,
+        slots: Slots::new(4).expect("allowed"),
+        held: held(3),
+    };
+    let svg = draw(inputs, queued);
+    assert_eq!(count(&svg, "g", "waiting", Some("queued")), 2);
+    assert_eq!(
+        count(&svg, "line", "still", None),
+        0,
+        "the workers stayed free"
+    );
+    let usual = draw(Inputs::default(), Executor::default());
+    assert_eq!(count(&usual, "g", "heartbeat", None), 0);
+    assert_eq!(count(&usual, "g", "waiting", None), 0);
+}
