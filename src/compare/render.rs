@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
 use crate::draw::table::{columns, labels, paragraph};
+use crate::executor::WorkStyle;
 use crate::policy::Front;
 use crate::resources::Resources;
 
@@ -77,6 +78,17 @@ pub fn render(comparison: &Comparison) -> String {
         out.push_str(
             "The comparison is incomplete: a run failed (above), so its rows stop where it did.\n",
         );
+    } else if comparison.identical
+        && let Some(held) = executor.and_then(|e| holding(e.work))
+    {
+        let words = format!(
+            "Admission is identical on both fronts: the same requests were held, refused \
+             and answered, because one model, one coordinator and one work section decide. \
+             On the async front {held}; on the threaded one each blocks an OS thread of its \
+             own. Neither front bounds connections or handlers; only the declared work \
+             section is bounded."
+        );
+        out.push_str(&paragraph(&words, 80, 0));
     } else if comparison.identical {
         out.push_str(
             "Admission is identical on both fronts: the same requests were held, refused\n\
@@ -91,6 +103,25 @@ pub fn render(comparison: &Comparison) -> String {
         out.push_str("The fronts DISAGREE about admission: see the rows above.\n");
     }
     out
+}
+
+/// What a held request holds on the async front when its work does not await the gate.
+fn holding(work: WorkStyle) -> Option<&'static str> {
+    Some(match work {
+        WorkStyle::Await => return None,
+        WorkStyle::Block => {
+            "each held request blocks a worker of the front's runtime, and a worker was \
+             left to read F1"
+        }
+        WorkStyle::SpawnBlocking => {
+            "each held request blocks a thread of the runtime's blocking pool, and its \
+             workers stay free"
+        }
+        WorkStyle::OwnRuntime => {
+            "each held request blocks a worker of the slow work's own runtime, and the \
+             connections' runtime stays free"
+        }
+    })
 }
 
 /// Why the fronts disagree as the model predicts, read off the rows: what the async front's

@@ -2,20 +2,24 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::columns;
+use crate::draw::table::{columns, paragraph};
 use crate::policy::{Held, Mode, Slots};
 use crate::sweep::{Sweep, SweepRun};
 
 /// The matrices, within 80 columns.
 pub fn render(sweep: &Sweep) -> String {
     let mut out = format!(
-        "isolation-lab sweep: {} policy runs, each on its own {} server{}\n",
+        "isolation-lab sweep: {} policy runs, each on its own {} server\n",
         sweep.runs.len(),
         sweep.front.name(),
-        sweep.executor.flags()
     );
     if !sweep.executor.is_default() {
-        let _ = writeln!(out, "({})", sweep.executor.describe(sweep.front));
+        let shape = format!(
+            "With{}: {}.",
+            sweep.executor.flags(),
+            sweep.executor.describe(sweep.front)
+        );
+        out.push_str(&paragraph(&shape, 80, 2));
     }
     for mode in Mode::ALL {
         let _ = writeln!(out, "\n{}", describe(mode));
@@ -107,10 +111,21 @@ fn cell(run: &SweepRun) -> String {
         }
         marks
     });
+    // Queued work was admitted too, its permit held.
+    let queued = outcome.executor.as_ref().map_or(0, |w| {
+        let slow = w
+            .queued
+            .iter()
+            .filter(|l| matches!(l, crate::label::Label::Slow(_)));
+        slow.count()
+    });
+    let admitted = outcome
+        .held_before_f1
+        .as_ref()
+        .map_or("?".into(), |held| (held.len() + queued).to_string());
     let flag = if run.matches_model { "" } else { " !" };
     format!(
-        "{}/{} {f1} {idle}{waiting}{flag}",
-        count(&outcome.held_before_f1),
+        "{admitted}/{} {f1} {idle}{waiting}{flag}",
         count(&outcome.refused_slow)
     )
 }
