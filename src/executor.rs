@@ -267,10 +267,10 @@ impl Executor {
             (Front::Threaded, _) | (_, WorkStyle::Await) => Lane::Unbounded,
             (Front::Async, WorkStyle::Block) => Lane::Workers(self.workers().threads()),
             (Front::Async, WorkStyle::SpawnBlocking) => {
-                Lane::Own(self.blocking_threads.get(), Runner::BlockingPool)
+                Lane::Own(self.blocking_threads.get(), LaneThreads::BlockingPool)
             }
             (Front::Async, WorkStyle::OwnRuntime) => {
-                Lane::Own(self.workers().threads(), Runner::SlowRuntime)
+                Lane::Own(self.workers().threads(), LaneThreads::SlowRuntime)
             }
         }
     }
@@ -336,12 +336,12 @@ pub enum Lane {
     Workers(usize),
     /// A pool of threads of the slow work's own: once this many are blocked, admitted work
     /// waits for a thread, its permit held.
-    Own(usize, Runner),
+    Own(usize, LaneThreads),
 }
 
 /// The slow work's own pool of threads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Runner {
+pub enum LaneThreads {
     /// Tokio's blocking pool (`spawn_blocking`).
     BlockingPool,
     /// The slow work class's own runtime.

@@ -18,7 +18,7 @@ use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
-use crate::server::executor::Heartbeat;
+use crate::server::runtimes::Heartbeat;
 use crate::server::{self, Census, Running};
 
 /// The server, client and callers of one policy run.
@@ -87,7 +87,7 @@ impl Session {
         // `close` stops and joins it.
         let http = client::with_token(token).map_err(|e| setup(format!("{e:#}")))?;
         let (address, server) = if front == Front::Async && executor.own_runtime() {
-            let started = server::executor::start(
+            let started = server::runtimes::start(
                 executor,
                 section.clone(),
                 census.clone(),

@@ -6,13 +6,15 @@
 //! - [`connections`]: a Hyper server's connection tasks, busy or not, closed and counted at stop
 //!   (the async front's and the classroom's).
 //! - [`threaded`]: `std::net`, an OS thread per connection: the classic threaded server shape.
+//! - [`runtimes`]: the async front on runtimes of its own (`--work`, `--workers`), and its
+//!   heartbeat; `work_style`: where it runs admitted work.
 //!
 //! Neither bounds connections or handlers: both accept and start a handler before any permit
 //! is checked. Only the declared work section is bounded.
 
 pub mod async_front;
 pub(crate) mod connections;
-pub mod executor;
+pub mod runtimes;
 pub(crate) mod threaded;
 pub(crate) mod work_style;
 
@@ -109,7 +111,7 @@ pub enum Running {
     /// The threaded front's accept thread.
     Threaded(threaded::Running),
     /// The async front on runtimes of its own (`--work`, `--workers`).
-    Owned(executor::Running),
+    Owned(runtimes::Running),
 }
 
 /// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime). Connections
