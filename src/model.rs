@@ -540,6 +540,83 @@ mod tests {
         );
     }
 
+    /// The executor rule (`docs/blocking.md`): what waits, and for what, per style and shape.
+    #[test]
+    fn the_executor_decides_what_waits() {
+        use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+        let shape = |front, work, workers, blocking| {
+            let blocking = BlockingThreads::new(blocking).expect("allowed");
+            (front, Executor::new(work, workers, blocking))
+        };
+        let waits = |mode, slots, held, shape| {
+            let slots = Slots::new(slots).expect("allowed");
+            let held = Held::new(held).expect("allowed");
+            let expected = expect_on(Policy { mode, slots }, held, shape);
+            (
+                waiting(&expected, Wait::Unread),
+                waiting(&expected, Wait::Queued),
+            )
+        };
+        let one = shape(Front::Async, WorkStyle::Block, Workers::CurrentThread, 512);
+        assert_eq!(
+            waits(Mode::Partitioned, 2, 2, one),
+            (vec![S(2), Label::F1], vec![])
+        );
+        assert_eq!(waits(Mode::Shared, 2, 1, one), (vec![Label::F1], vec![]));
+        let two = shape(Front::Async, WorkStyle::Block, Workers::Threads(2), 512);
+        assert_eq!(
+            waits(Mode::Partitioned, 3, 2, two),
+            (vec![Label::F1], vec![])
+        );
+        // A slow pool of one blocks one of two workers: the other reads F1 (and refuses S2).
+        assert_eq!(waits(Mode::Partitioned, 2, 2, two), (vec![], vec![]));
+        let pool = shape(
+            Front::Async,
+            WorkStyle::SpawnBlocking,
+            Workers::CurrentThread,
+            1,
+        );
+        assert_eq!(
+            waits(Mode::Partitioned, 4, 3, pool),
+            (vec![], vec![S(2), S(3)])
+        );
+        let own = shape(
+            Front::Async,
+            WorkStyle::OwnRuntime,
+            Workers::CurrentThread,
+            512,
+        );
+        assert_eq!(
+            waits(Mode::Shared, 4, 4, own),
+            (vec![], vec![S(2), S(3), S(4)])
+        );
+        // The threaded front blocks a thread of its own per request: nothing waits.
+        let threaded = shape(
+            Front::Threaded,
+            WorkStyle::Block,
+            Workers::CurrentThread,
+            512,
+        );
+        assert_eq!(waits(Mode::Partitioned, 2, 2, threaded), (vec![], vec![]));
+        for mode in Mode::ALL {
+            for slots in Slots::all() {
+                for held in Held::all() {
+                    let policy = Policy { mode, slots };
+                    let usual = expect(policy, held);
+                    assert_eq!(expect_on(policy, held, threaded), usual);
+                    // Whatever waited for the executor is answered 200 after release.
+                    for shape in [one, two, pool, own] {
+                        for e in expect_on(policy, held, shape) {
+                            if e.waits.is_some() {
+                                assert_eq!((e.status, e.answered), (200, Phase::AfterRelease));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The workshop's worked examples, as the workshop states them.
     #[test]
     fn the_workshop_examples() {
