@@ -514,10 +514,14 @@ impl Row {
     }
 }
 
-fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Result {
-    let request = lane.request;
-    let name = request.to_string();
-    writeln!(out, r#"<g class="lane" data-request="{}">"#, Escaped(&name))?;
+/// A lane's rule and its two names, at `top`: its centre line, and its row with the gate line
+/// already taken.
+fn lane_frame(
+    out: &mut String,
+    panel: &Panel,
+    top: f64,
+    (name, below): (&str, &str),
+) -> Result<(f64, Row), fmt::Error> {
     let (left, y, bottom) = (panel.left, top + LANE_HEIGHT / 2.0, top + LANE_HEIGHT);
     line(
         out,
@@ -525,14 +529,21 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Res
         (panel.plot_right, bottom),
         Paint::line(RULE, 1.0),
     )?;
-    text(out, (left + 4.0, y - 3.0), NAME, &name)?;
-    text(out, (left + 4.0, y + 19.0), ROUTE, request.route().path())?;
-
+    text(out, (left + 4.0, y - 3.0), NAME, name)?;
+    text(out, (left + 4.0, y + 19.0), ROUTE, below)?;
     let mut row = Row::new(panel.plot_left, panel.plot_right);
     if let Some(gate) = panel.gate {
         let x = panel.x(gate);
         row.take(x - GATE_HALF, x + GATE_HALF);
     }
+    Ok((y, row))
+}
+
+fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Result {
+    let request = lane.request;
+    let name = request.to_string();
+    writeln!(out, r#"<g class="lane" data-request="{}">"#, Escaped(&name))?;
+    let (y, mut row) = lane_frame(out, panel, top, (&name, request.route().path()))?;
     let mut finished_at = None;
     if let Some(admitted) = lane.admitted {
         // The permit is taken from admission until the work finishes.
@@ -622,20 +633,7 @@ fn draw_heartbeat(
     top: f64,
 ) -> fmt::Result {
     writeln!(out, r#"<g class="heartbeat">"#)?;
-    let (left, y, bottom) = (panel.left, top + LANE_HEIGHT / 2.0, top + LANE_HEIGHT);
-    line(
-        out,
-        (left, bottom),
-        (panel.plot_right, bottom),
-        Paint::line(RULE, 1.0),
-    )?;
-    text(out, (left + 4.0, y - 3.0), NAME, "ticks")?;
-    text(out, (left + 4.0, y + 19.0), ROUTE, "runtime")?;
-    let mut row = Row::new(panel.plot_left, panel.plot_right);
-    if let Some(gate) = panel.gate {
-        let x = panel.x(gate);
-        row.take(x - GATE_HALF, x + GATE_HALF);
-    }
+    let (y, mut row) = lane_frame(out, panel, top, ("ticks", "runtime"))?;
     let beats = &watched.heartbeat;
     let last_held = beats.iter().rposition(|b| b.moment == Moment::Held);
     let still = last_held.map(|from| &beats[from..]).filter(|still| {
