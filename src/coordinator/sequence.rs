@@ -189,7 +189,6 @@ impl Run {
     pub async fn next_step(&mut self) -> Option<Result<Planned, Failure>> {
         let step = self.upcoming()?;
         self.plan.pop_front();
-
         let done = match step {
             Planned::Slow(request) => self.slow(request).await,
             Planned::Fast => self.fast().await,
@@ -236,6 +235,7 @@ impl Run {
     /// the first ones take every slow permit.
     async fn slow(&mut self, request: Label) -> Result<(), Failure> {
         self.heartbeat_started(request).await?;
+        self.keep_a_worker_listening();
         let caller = self.session.send(request);
         let (at, timeout) = ((Step::Slow, Some(request)), self.session.timeout);
         if self.saturated() {
@@ -311,6 +311,7 @@ impl Run {
             self.observed.slow_callers_pending_before_release = Some(self.session.pending());
             return Ok(());
         }
+        self.keep_a_worker_listening();
         let f1 = self.session.exchange(Step::Fast, Label::F1).await?;
         self.observed.fast_response_before_release = Some(FastResponse {
             request: f1.request,
@@ -349,6 +350,14 @@ impl Run {
         let record = self.session.record(reply);
         self.observed.responses.push(record);
         Ok(())
+    }
+
+    /// With some but not all of the front's workers blocked (`--work block`), wakes a parked
+    /// one before a request it must read is sent, so that it holds the runtime's I/O driver.
+    fn keep_a_worker_listening(&self) {
+        if matches!(self.lane, Lane::Workers(_)) && self.blocked > 0 && !self.saturated() {
+            self.session.wake_a_worker();
+        }
     }
 
     /// Whether every worker of the front's runtime is blocked by held slow work, so that no

@@ -139,6 +139,14 @@ impl Session {
         }
     }
 
+    /// Wakes a parked worker of the front's own runtime, if it has one: see
+    /// [`crate::server::runtimes::Running`]'s `wake_a_worker`.
+    pub(crate) fn wake_a_worker(&self) {
+        if let Running::Owned(running) = &self.server {
+            running.wake_a_worker();
+        }
+    }
+
     /// The run's hooks (none on the command line).
     pub(crate) fn hooks(&self) -> &dyn Hooks {
         &*self.hooks

@@ -4,10 +4,11 @@
 //! the front's runtime counts its ticks: they stop while every worker is blocked.
 //! `docs/blocking.md` tells what each shape shows.
 //!
-//! Every runtime is owned by one thread, "lab-front", which drives it, stops it and joins it:
-//! the front's own, and for `own-runtime` one per work class. Stopping the server stops the
-//! accept loop, drains its connections (held work has left by then: the gate opens first),
-//! shuts every runtime down, joining its workers and blocking threads, and only then reports.
+//! Every runtime is owned by one thread, "lab-front": it drives the front's runtime, starts a
+//! thread to drive each work class's (`own-runtime`), and stops and joins them all. Stopping
+//! the server stops the accept loop, drains its connections (held work has left by then: the
+//! gate opens first), shuts every runtime down, joining its workers and blocking threads, and
+//! only then reports.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -54,6 +55,8 @@ pub struct Running {
     thread: Option<JoinHandle<()>>,
     drain_limit: Duration,
     heartbeat: Arc<Heartbeat>,
+    /// The front's runtime, to wake a parked worker of (see [`Running::wake_a_worker`]).
+    front: tokio::runtime::Handle,
     /// A second descriptor of the listening socket, to read its accept queue; closed before
     /// the server is told to stop, so the listener closes when the server drops its own.
     listening: Option<OwnedFd>,
@@ -98,6 +101,7 @@ pub(crate) fn start(
     };
     let address = server.address();
     let listening = server.listening()?;
+    let handle = front.handle().clone();
     let heartbeat = Arc::new(Heartbeat::default());
     let (stop, stopped) = oneshot::channel::<()>();
     let (report, reported) = oneshot::channel();
@@ -123,6 +127,7 @@ pub(crate) fn start(
         thread: Some(thread),
         drain_limit,
         heartbeat,
+        front: handle,
         listening: Some(listening),
     };
     Ok((address, running))
@@ -213,6 +218,17 @@ impl Running {
         let listening = self.listening.as_ref();
         let listening = listening.ok_or_else(|| std::io::Error::other("the front has stopped"))?;
         accept_queue(listening.as_fd())
+    }
+
+    /// Wakes a parked worker of the front's runtime, if one is parked, with a task that does
+    /// nothing: spawned from outside the runtime, it goes to the runtime's shared queue, which
+    /// wakes a parked worker. A multi-thread runtime polls its I/O driver only from a worker
+    /// that parks; one that went to sleep while a worker now blocked held the driver would
+    /// sleep on, and no connection would be read. Woken, it parks again holding the driver.
+    /// The coordinator calls it before sending a request a free worker must read.
+    pub(crate) fn wake_a_worker(&self) {
+        // The task ends as soon as it runs; the runtime's shutdown ends it if it never does.
+        drop(self.front.spawn(async {}));
     }
 
     /// Tells the server to stop and waits for its report, then joins its thread.
