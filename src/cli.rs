@@ -7,6 +7,7 @@ use std::convert::Infallible;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
+use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 #[cfg(unix)]
 use crate::front_process::FrontSpec;
 #[cfg(unix)]
@@ -54,6 +55,7 @@ const EXAMPLES: &str = "Examples:
   isolation-lab predict --held 1              the model's answer, no server started
   isolation-lab sweep                         every input, one matrix per policy
   isolation-lab compare --held 4              the async and threaded fronts side by side
+  isolation-lab --work block --format text    slow work that blocks: F1 waits for a worker
   isolation-lab --held 4 > r.json && isolation-lab record r.json
                                               the individual record of a saved report
   isolation-lab replicas                      2 replicas' own permits: 4 held, not 2
@@ -71,6 +73,9 @@ pub enum Command {
         /// The inputs to predict.
         #[command(flatten)]
         inputs: InputArgs,
+        /// How slow work waits, on the async front.
+        #[command(flatten)]
+        executor: ExecutorArgs,
         /// The prediction on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
@@ -81,6 +86,9 @@ pub enum Command {
         /// The server front to run on
         #[arg(long, value_enum, default_value_t = ServerArg::Async)]
         server: ServerArg,
+        /// How slow work waits, and the async front's runtime.
+        #[command(flatten)]
+        executor: ExecutorArgs,
         /// The matrices on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
@@ -94,6 +102,9 @@ pub enum Command {
         /// Slow requests sent and held at the gate, 1 through 4
         #[arg(long, value_name = "N", default_value_t = Inputs::default().held, allow_negative_numbers = true)]
         held: Held,
+        /// How slow work waits on both fronts, and the async front's runtime.
+        #[command(flatten)]
+        executor: ExecutorArgs,
         /// The comparison on stdout
         #[arg(long, value_enum, default_value_t = TableFormat::Text)]
         format: TableFormat,
@@ -231,9 +242,92 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = ServerArg::Async)]
     pub server: ServerArg,
 
+    /// How slow work waits, and the async front's runtime.
+    #[command(flatten)]
+    pub executor: ExecutorArgs,
+
     /// The report on stdout: json for machines, text for a person, svg for a projector
     #[arg(long, value_enum, default_value_t = Format::Json)]
     pub format: Format,
+}
+
+/// How admitted slow work waits, and the async front's runtime (`docs/blocking.md`).
+#[derive(Debug, Args)]
+pub struct ExecutorArgs {
+    /// How admitted slow work waits for the gate: await (a parked task), block (it blocks its
+    /// thread), spawn-blocking (on Tokio's blocking pool), own-runtime (each work class on a
+    /// runtime of its own)
+    #[arg(long, value_enum, default_value_t = WorkArg::Await)]
+    pub work: WorkArg,
+
+    /// The async front's own runtime: current-thread, or 1 through 4 workers (default:
+    /// current-thread; with --work await and no --workers, the lab's own runtime)
+    #[arg(long, value_name = "current-thread|N")]
+    pub workers: Option<Workers>,
+
+    /// The most threads the front runtime's blocking pool starts (Tokio's
+    /// max_blocking_threads), 1 through 512
+    #[arg(long, value_name = "K", default_value_t = BlockingThreads::default())]
+    pub blocking_threads: BlockingThreads,
+}
+
+impl ExecutorArgs {
+    /// The checked executor.
+    pub fn executor(&self) -> Executor {
+        Executor {
+            work: self.work.into(),
+            workers: self.workers,
+            blocking_threads: self.blocking_threads,
+        }
+    }
+}
+
+/// `--work`: how admitted slow work waits for the gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorkArg {
+    /// It awaits the gate: a parked task (the lab's usual run)
+    Await,
+    /// It blocks its thread until the gate opens: on the async front, a runtime worker
+    Block,
+    /// Its blocking wait runs on Tokio's blocking pool (async front only)
+    SpawnBlocking,
+    /// Each work class runs on its own runtime, connections on another (async front only)
+    OwnRuntime,
+}
+
+impl From<WorkArg> for WorkStyle {
+    fn from(work: WorkArg) -> WorkStyle {
+        match work {
+            WorkArg::Await => WorkStyle::Await,
+            WorkArg::Block => WorkStyle::Block,
+            WorkArg::SpawnBlocking => WorkStyle::SpawnBlocking,
+            WorkArg::OwnRuntime => WorkStyle::OwnRuntime,
+        }
+    }
+}
+
+/// Why `executor` cannot run on `front`: the threaded front has no runtime to shape.
+fn refuse_executor(front: Front, executor: &ExecutorArgs) -> Option<String> {
+    if front != Front::Threaded {
+        return None;
+    }
+    let work = WorkStyle::from(executor.work);
+    if !work.runs_on(front) {
+        return Some(format!(
+            "--work {} needs a runtime, and the threaded front has none: use --server async, \
+             or --work block (a threaded front's held request always blocks its own thread)",
+            work.name()
+        ));
+    }
+    let flag = match (executor.workers, executor.blocking_threads) {
+        (Some(_), _) => "--workers",
+        (None, k) if k != BlockingThreads::default() => "--blocking-threads",
+        _ => return None,
+    };
+    Some(format!(
+        "{flag} shapes the async front's runtime; the threaded front has none (a thread per \
+         connection): use --server async"
+    ))
 }
 
 /// How a run's report is written to stdout.
@@ -343,13 +437,13 @@ impl InputArgs {
 fn instead(subcommand: &str) -> Option<&'static str> {
     Some(match subcommand {
         "predict" => {
-            "predict takes --mode, --slots, --held and --format text|json; it starts no server"
+            "predict takes --mode, --slots, --held, --work, --workers, --blocking-threads and --format text|json; it starts no server"
         }
         "sweep" => {
-            "sweep runs every --slots/--held input itself; it takes --server and --format text|json"
+            "sweep runs every --slots/--held input itself; it takes --server, --work, --workers, --blocking-threads and --format text|json"
         }
         "compare" => {
-            "compare runs both policies on both fronts; it takes --slots, --held and --format text|json"
+            "compare runs both policies on both fronts; it takes --slots, --held, --work, --workers, --blocking-threads and --format text|json"
         }
         "record" => {
             "record reads a saved report (isolation-lab --held 4 > r.json, then isolation-lab record r.json); it takes the report's file and --format text|json"
@@ -380,7 +474,19 @@ where
 
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     let error = match Cli::try_parse_from(&args) {
-        Ok(cli) => return Ok(cli),
+        Ok(cli) => {
+            let refused = match &cli.command {
+                None => refuse_executor(cli.run.server.into(), &cli.run.executor),
+                Some(Command::Sweep {
+                    server, executor, ..
+                }) => refuse_executor((*server).into(), executor),
+                _ => None,
+            };
+            return match refused {
+                None => Ok(cli),
+                Some(message) => Err(Cli::command().error(ErrorKind::ArgumentConflict, message)),
+            };
+        }
         Err(error) => error,
     };
     let text = |kind| match error.get(kind) {
@@ -519,12 +625,12 @@ mod tests {
     #[test]
     fn instruments_take_their_own_flags() {
         let cli = parse(&["predict", "--held", "4", "--format", "json"]).expect("valid");
-        let Some(Command::Predict { inputs, format }) = cli.command else {
+        let Some(Command::Predict { inputs, format, .. }) = cli.command else {
             panic!("predict");
         };
         assert_eq!((inputs.held.get(), format), (4, TableFormat::Json));
         let cli = parse(&["sweep", "--server", "threaded"]).expect("valid");
-        let Some(Command::Sweep { server, format }) = cli.command else {
+        let Some(Command::Sweep { server, format, .. }) = cli.command else {
             panic!("sweep");
         };
         assert_eq!((server, format), (ServerArg::Threaded, TableFormat::Text));
@@ -689,6 +795,63 @@ mod tests {
         }
         let help = Cli::command().render_long_help().to_string();
         assert!(!help.contains(crate::front_process::SUBCOMMAND), "{help}");
+    }
+
+    /// `--work`, `--workers` and `--blocking-threads` are checked before anything starts: their
+    /// ranges, and that the threaded front, which has no runtime, takes only await and block.
+    #[test]
+    fn executor_flags_are_checked_against_their_range_and_front() {
+        let said = |args: &[&str]| {
+            let all = std::iter::once("isolation-lab").chain(args.iter().copied());
+            super::parse(all).map(|cli| cli.run.executor.executor())
+        };
+        let block = said(&["--work", "block", "--workers", "2"]).expect("valid");
+        assert_eq!(block.work, WorkStyle::Block);
+        assert_eq!(block.workers, Some(Workers::Threads(2)));
+        assert_eq!(said(&[]).expect("valid"), Executor::default());
+        for (args, says) in [
+            (&["--workers", "5"][..], "1 through 4"),
+            (&["--workers", "0"], "current-thread"),
+            (&["--blocking-threads", "0"], "1 through 512"),
+            (&["--blocking-threads", "513"], "1 through 512"),
+            (&["--work", "forked"], "possible values"),
+            (
+                &["--server", "threaded", "--work", "spawn-blocking"],
+                "has none",
+            ),
+            (
+                &["--server", "threaded", "--work", "own-runtime"],
+                "has none",
+            ),
+            (&["--server", "threaded", "--workers", "2"], "--workers"),
+            (
+                &["--server", "threaded", "--blocking-threads", "3"],
+                "--blocking-threads",
+            ),
+            (
+                &["sweep", "--server", "threaded", "--work", "own-runtime"],
+                "has none",
+            ),
+        ] {
+            let error = said(args).expect_err("refused");
+            assert_eq!(error.exit_code(), 2, "{args:?}");
+            assert!(error.to_string().contains(says), "{args:?}: {error}");
+        }
+        let threaded = said(&["--server", "threaded", "--work", "block"]).expect("valid");
+        assert_eq!(threaded.work, WorkStyle::Block);
+        for args in [
+            &["predict", "--work", "block", "--workers", "2"][..],
+            &[
+                "compare",
+                "--work",
+                "spawn-blocking",
+                "--blocking-threads",
+                "1",
+            ],
+            &["sweep", "--work", "own-runtime"],
+        ] {
+            assert!(parse(args).is_ok(), "{args:?}");
+        }
     }
 
     #[test]

@@ -58,6 +58,66 @@ pub struct Observed {
     pub observer_after_fast_before_release: Option<Snapshot>,
     /// Every response as its caller received it, in order.
     pub responses: Vec<ResponseRecord>,
+    /// What the lab saw of the front's own runtime (`--work` other than `await`, or
+    /// `--workers`); absent from the usual run's report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorEvidence>,
+}
+
+/// What the lab observed of the front's executor along the sequence (`docs/blocking.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutorEvidence {
+    /// The front runtime's heartbeat, read at each of the sequence's observations.
+    pub heartbeat: Vec<Beat>,
+    /// Requests seen arriving and sitting unread in the kernel, in the order they were sent:
+    /// every worker that could read them was blocked.
+    pub unread: Vec<Unread>,
+    /// Admitted requests whose work waited for a thread to run on, their permits held.
+    pub queued: Vec<Label>,
+}
+
+/// One reading of the heartbeat of the front's runtime.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Beat {
+    /// When it was read.
+    pub moment: Moment,
+    /// The request the moment is about, if one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Label>,
+    /// The ledger's last `seq` at the reading: its place on the ledger's axis.
+    pub after_event: u64,
+    /// The heartbeat's ticks so far.
+    pub ticks: u64,
+}
+
+/// A moment of the sequence at which the heartbeat is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Moment {
+    /// Before the first request: the heartbeat has ticked, so the runtime runs tasks.
+    Start,
+    /// Right after a slow request was seen held at the gate.
+    Held,
+    /// Right after a request was seen queued for a thread.
+    Queued,
+    /// Right after a request was seen sitting unread.
+    Unread,
+    /// Just before the gate opened.
+    Release,
+}
+
+/// A request seen arriving and sitting unread: its connection, made by the kernel, waiting in
+/// the listener's accept queue for a server that cannot accept it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unread {
+    /// The request.
+    pub request: Label,
+    /// The ledger's last `seq` when it was seen: no decision about it had been recorded.
+    pub after_event: u64,
+    /// Connections in the listener's accept queue then, this one the last: the kernel's count
+    /// (`TCP_INFO` of the listening socket; `/proc/net/tcp` prints it as the listener's
+    /// `rx_queue`).
+    pub accept_queue: usize,
 }
 
 /// One admission decision.

@@ -15,6 +15,7 @@
 //! **The ground** every instrument stands on (it names no instrument):
 //! - [`policy`], [`label`]: plain types — modes, pools, routes, fronts, request labels.
 //! - [`admission`]: pools, gate, ledger and run token; it knows no front and no test.
+//! - [`executor`]: how slow work waits (`--work`) and the async front's runtime shape.
 //! - [`server`]: the fronts that turn HTTP into calls on the work section.
 //! - [`hooks`]: where a test may step into a run (the lab itself passes none).
 //! - [`coordinator`]: one policy run — its session, its sequence, its HTTP client.
@@ -48,6 +49,7 @@ pub mod compare;
 pub mod coordinator;
 pub(crate) mod draw;
 pub mod evidence;
+pub mod executor;
 #[cfg(unix)]
 pub mod front_process;
 #[cfg(unix)]

@@ -15,6 +15,7 @@ use isolation_lab::coordinator::Options;
 #[cfg(unix)]
 use isolation_lab::hold;
 use isolation_lab::lab::render::{picture as svg, text};
+use isolation_lab::policy::Front;
 use isolation_lab::{classroom, compare, record, sweep};
 
 /// Out of memory is one line and exit 1.
@@ -27,7 +28,9 @@ fn main() -> ExitCode {
     let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli.command {
         None => {
-            let run = isolation_lab::lab::run_on(cli.run.server.into(), cli.run.inputs.inputs());
+            let options =
+                Options::on(cli.run.server.into()).with_executor(cli.run.executor.executor());
+            let run = isolation_lab::lab::run_with(cli.run.inputs.inputs(), options);
             let Some(report) = runtime(run) else {
                 return ExitCode::from(1);
             };
@@ -38,17 +41,26 @@ fn main() -> ExitCode {
             };
             emit(rendered, report.failure.as_deref())
         }
-        Some(Command::Predict { inputs, format }) => {
-            let inputs = inputs.inputs();
-            let predictions = isolation_lab::lab::predict(inputs);
+        Some(Command::Predict {
+            inputs,
+            executor,
+            format,
+        }) => {
+            let (inputs, executor) = (inputs.inputs(), executor.executor());
+            let predictions = isolation_lab::lab::predict_on(inputs, (Front::Async, executor));
             let rendered = match format {
-                TableFormat::Text => Ok(text::prediction(&inputs, &predictions)),
+                TableFormat::Text => Ok(text::prediction_on(&inputs, &executor, &predictions)),
                 TableFormat::Json => json(&predictions),
             };
             emit(rendered, None)
         }
-        Some(Command::Sweep { server, format }) => {
-            let Some(sweep) = runtime(sweep::sweep(server.into())) else {
+        Some(Command::Sweep {
+            server,
+            executor,
+            format,
+        }) => {
+            let sweep = sweep::sweep_on(server.into(), executor.executor());
+            let Some(sweep) = runtime(sweep) else {
                 return ExitCode::from(1);
             };
             let rendered = match format {
@@ -96,9 +108,11 @@ fn main() -> ExitCode {
         Some(Command::Compare {
             slots,
             held,
+            executor,
             format,
         }) => {
-            let Some(comparison) = runtime(compare::compare(slots, held)) else {
+            let comparison = compare::compare_on(slots, held, executor.executor());
+            let Some(comparison) = runtime(comparison) else {
                 return ExitCode::from(1);
             };
             let rendered = match format {

@@ -5,9 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
-use crate::evidence::{Decision, Evidence, Phase};
+use crate::evidence::{Decision, Evidence, Moment, Phase};
+use crate::executor::{Executor, Lane};
 use crate::label::Label;
-use crate::policy::{Held, Policy, Pool, Route};
+use crate::policy::{Front, Held, Policy, Pool, Route};
 
 /// What the model expects for one request of the sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,24 +25,60 @@ pub struct Expected {
     pub status: u16,
     /// When its caller receives it.
     pub answered: Phase,
+    /// What its work waits for besides a permit, when the front's executor makes it wait
+    /// (`docs/blocking.md`); absent when nothing does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits: Option<Wait>,
+}
+
+/// What a request waits for that no permit decides: the executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wait {
+    /// It sits unread until the gate opens: every worker that could read it is blocked by held
+    /// slow work, so the executor, not a permit, keeps it out — admitted only after release.
+    Unread,
+    /// Admitted, its permit held, its work waits for a thread until the gate opens: every
+    /// thread of its pool (the blocking pool, or the slow class's runtime) is held.
+    Queued,
+}
+
+impl Wait {
+    /// In words, for a reader.
+    pub fn words(self) -> &'static str {
+        match self {
+            Wait::Unread => "unread until release",
+            Wait::Queued => "queued for a thread",
+        }
+    }
 }
 
 /// The model's expectations for one policy run, in the order the requests are sent:
 /// `S1..S<held>`, `F1`, `S-after`, `F-after`.
 pub(crate) fn expect(policy: Policy, held: Held) -> Vec<Expected> {
+    expect_on(policy, held, (Front::Async, Executor::default()))
+}
+
+/// [`expect`] on `front` with `executor`: the executor can make a request wait where no
+/// permit would (`docs/blocking.md`, "The model").
+///
+/// - Work that awaits, and every request on the threaded front: as [`expect`].
+/// - `block` on the async front with W workers: each admitted slow request blocks a worker.
+///   Once W are blocked, every later request (slow or F1) sits unread until the gate opens,
+///   then is admitted and answered 200: its pool has room by then, since a worker that runs
+///   it has let its own held work go, and each of the other W − 1 holds at most one permit
+///   of a pool that the W blocked requests fitted in. F1's fast permit idles meanwhile.
+/// - `spawn-blocking` with K threads, `own-runtime` with W workers for slow work: admission is
+///   as with `await`; admitted slow work beyond K (or W) is queued, its permit held.
+pub(crate) fn expect_on(
+    policy: Policy,
+    held: Held,
+    (front, executor): (Front, Executor),
+) -> Vec<Expected> {
+    let lane = executor.lane(front);
     let slow_pool = policy.pool_for(Route::Slow);
     let fast_pool = policy.pool_for(Route::Fast);
-    // Slow requests are sent one after another, so the first ones take every slow permit.
-    let held_admitted = held.get().min(policy.capacity(slow_pool));
-    // F1 finds the held slow work in its pool only when the two routes share one.
-    let taken_before_f1 = if fast_pool == slow_pool {
-        held_admitted
-    } else {
-        0
-    };
-    let f1_admitted = taken_before_f1 < policy.capacity(fast_pool);
-
-    let expected = |request: Label, admitted: bool, answered: Phase| Expected {
+    let expected = |request: Label, admitted: bool, answered: Phase, waits| Expected {
         request,
         route: request.route(),
         pool: policy.pool_for(request.route()),
@@ -52,20 +89,54 @@ pub(crate) fn expect(policy: Policy, held: Held) -> Vec<Expected> {
         },
         status: if admitted { 200 } else { 503 },
         answered,
+        waits,
     };
-    let slow = Label::held(held).enumerate().map(|(i, request)| {
-        if i < held_admitted {
-            expected(request, true, Phase::AfterRelease)
+    // Slow requests are sent one after another, so the first ones take every slow permit.
+    let (mut admitted, mut blocked) = (0, 0);
+    let mut all = Vec::new();
+    let saturated = |blocked: usize| matches!(lane, Lane::Workers(w) if blocked >= w);
+    for request in Label::held(held) {
+        if saturated(blocked) {
+            all.push(expected(
+                request,
+                true,
+                Phase::AfterRelease,
+                Some(Wait::Unread),
+            ));
+        } else if admitted < policy.capacity(slow_pool) {
+            admitted += 1;
+            let waits = match lane {
+                Lane::Own(threads, _) if blocked >= threads => Some(Wait::Queued),
+                _ => {
+                    blocked += 1;
+                    None
+                }
+            };
+            all.push(expected(request, true, Phase::AfterRelease, waits));
         } else {
-            expected(request, false, Phase::BeforeRelease)
+            all.push(expected(request, false, Phase::BeforeRelease, None));
         }
-    });
-    slow.chain([
-        expected(Label::F1, f1_admitted, Phase::BeforeRelease),
-        expected(Label::SlowAfter, true, Phase::AfterRelease),
-        expected(Label::FastAfter, true, Phase::AfterRelease),
-    ])
-    .collect()
+    }
+    // F1 finds the admitted slow work in its pool only when the two routes share one.
+    let taken_before_f1 = if fast_pool == slow_pool { admitted } else { 0 };
+    let f1 = if saturated(blocked) {
+        expected(Label::F1, true, Phase::AfterRelease, Some(Wait::Unread))
+    } else {
+        let f1_admitted = taken_before_f1 < policy.capacity(fast_pool);
+        expected(Label::F1, f1_admitted, Phase::BeforeRelease, None)
+    };
+    all.extend([
+        f1,
+        expected(Label::SlowAfter, true, Phase::AfterRelease, None),
+        expected(Label::FastAfter, true, Phase::AfterRelease, None),
+    ]);
+    all
+}
+
+/// The requests the executor makes wait `waits`, in sending order.
+pub(crate) fn waiting(expected: &[Expected], waits: Wait) -> Vec<Label> {
+    let waiting = expected.iter().filter(|e| e.waits == Some(waits));
+    waiting.map(|e| e.request).collect()
 }
 
 /// The held slow requests (`S1..S<held>`) with `decision`, in order.
@@ -150,7 +221,14 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
         }
     }
 
-    let held = held_slow(expected, Decision::Admitted);
+    // Every admitted slow caller waits for release; only those the executor lets run are
+    // held at the gate.
+    let pending = held_slow(expected, Decision::Admitted);
+    let held: Vec<Label> = pending
+        .iter()
+        .copied()
+        .filter(|&r| expected.iter().any(|e| e.request == r && e.waits.is_none()))
+        .collect();
     let refused = held_slow(expected, Decision::Refused);
     let f1_refused = expected
         .iter()
@@ -186,13 +264,14 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
     }
     match &observed.slow_callers_pending_before_release {
         None => differ("slow_callers_pending_before_release was not recorded".into()),
-        Some(pending) if *pending != held => differ(format!(
-            "slow callers pending before release: expected {held:?}, observed {pending:?}"
+        Some(observed) if *observed != pending => differ(format!(
+            "slow callers pending before release: expected {pending:?}, observed {observed:?}"
         )),
         Some(_) => {}
     }
 
-    check_order(evidence, &held, &mut differ);
+    check_order(evidence, expected, &held, &mut differ);
+    check_executor(policy, expected, evidence, &held, &mut differ);
 
     let end = &evidence.final_state;
     for (pool, capacity) in policy.capacities() {
@@ -222,9 +301,14 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
     differences
 }
 
-/// The order of the ledger: one gate opening; F1, if admitted, in and out before it; every held
-/// slow request out only after it.
-fn check_order(evidence: &Evidence, held: &[Label], differ: &mut impl FnMut(String)) {
+/// The order of the ledger: one gate opening; F1, if admitted, in and out before it (after it,
+/// when the executor left it unread); every held slow request out only after it.
+fn check_order(
+    evidence: &Evidence,
+    expected: &[Expected],
+    held: &[Label],
+    differ: &mut impl FnMut(String),
+) {
     let events = &evidence.work_events;
     let seq_of = |request: Option<Label>, event: Event| {
         events
@@ -240,10 +324,34 @@ fn check_order(evidence: &Evidence, held: &[Label], differ: &mut impl FnMut(Stri
         differ(format!("expected one gate_opened event, found {openings}"));
         return;
     };
-    if let Some(admitted) = seq_of(Some(Label::F1), Event::Admitted) {
+    let unread = waiting(expected, Wait::Unread);
+    if let Some(admitted) = seq_of(Some(Label::F1), Event::Admitted)
+        && !unread.contains(&Label::F1)
+    {
         match seq_of(Some(Label::F1), Event::Finished) {
             Some(finished) if admitted < opened && finished < opened => {}
             _ => differ("F1 was admitted but did not finish before the gate opened".into()),
+        }
+    }
+    for &request in &unread {
+        if seq_of(Some(request), Event::Admitted).is_none_or(|admitted| admitted <= opened) {
+            differ(format!(
+                "{request}: expected unread until the gate opened and admitted after it"
+            ));
+        }
+    }
+    for request in waiting(expected, Wait::Queued) {
+        let admitted = seq_of(Some(request), Event::Admitted);
+        let held_at = seq_of(Some(request), Event::Held);
+        let started = seq_of(Some(request), Event::Started);
+        let finished = seq_of(Some(request), Event::Finished);
+        let queued = matches!((admitted, held_at, started, finished),
+            (Some(a), None, Some(s), Some(f)) if a < opened && opened < s && s < f);
+        if !queued {
+            differ(format!(
+                "{request}: expected admitted before the gate opened, never held, and started on \
+                 a thread only after it"
+            ));
         }
     }
     for &request in held {
@@ -252,6 +360,78 @@ fn check_order(evidence: &Evidence, held: &[Label], differ: &mut impl FnMut(Stri
         if !matches!((held_at, finished), (Some(h), Some(f)) if h < opened && opened < f) {
             differ(format!(
                 "{request}: expected held before the gate opened and finished after it"
+            ));
+        }
+    }
+}
+
+/// What the executor evidence must show when the executor makes requests wait: exactly the
+/// expected requests seen unread and queued; the heartbeat still from the last slow request
+/// held to the release when no worker was free; the permits the waiting work holds (queued) or
+/// does not hold (unread) in every snapshot before release.
+fn check_executor(
+    policy: Policy,
+    expected: &[Expected],
+    evidence: &Evidence,
+    held: &[Label],
+    differ: &mut impl FnMut(String),
+) {
+    let (unread, queued) = (
+        waiting(expected, Wait::Unread),
+        waiting(expected, Wait::Queued),
+    );
+    if unread.is_empty() && queued.is_empty() {
+        return;
+    }
+    let observed = &evidence.observed;
+    let Some(watched) = &observed.executor else {
+        differ("no executor evidence was recorded".into());
+        return;
+    };
+    let seen: Vec<Label> = watched.unread.iter().map(|u| u.request).collect();
+    if seen != unread {
+        differ(format!(
+            "expected {unread:?} seen unread before release, observed {seen:?}"
+        ));
+    }
+    if watched.queued != queued {
+        differ(format!(
+            "expected {queued:?} queued for a thread, observed {:?}",
+            watched.queued
+        ));
+    }
+    if !unread.is_empty() {
+        // From the last slow request held to the release, no worker was free to tick.
+        let last_held = watched
+            .heartbeat
+            .iter()
+            .rposition(|b| b.moment == Moment::Held);
+        let still = last_held.map(|from| &watched.heartbeat[from..]);
+        let ticks: Vec<u64> = still.into_iter().flatten().map(|b| b.ticks).collect();
+        let released = watched.heartbeat.last().map(|b| b.moment) == Some(Moment::Release);
+        if ticks.is_empty() || !released || ticks.iter().any(|&t| t != ticks[0]) {
+            differ(format!(
+                "expected the heartbeat still from the last slow request held to the release, \
+                 observed ticks {ticks:?}"
+            ));
+        }
+    }
+    let slow_pool = policy.pool_for(Route::Slow);
+    let expected_active = held.len() + queued.len();
+    let snapshots = [
+        &observed.observer_before_fast,
+        &observed.observer_after_fast_before_release,
+    ];
+    for snapshot in snapshots.into_iter().flatten() {
+        let active = snapshot.active_work.get(&slow_pool).copied().unwrap_or(0);
+        let fast = policy.pool_for(Route::Fast);
+        let fast_active = snapshot.active_work.get(&fast).copied().unwrap_or(0);
+        let f1_idle = fast == slow_pool || fast_active == 0;
+        if active != expected_active || (unread.contains(&Label::F1) && !f1_idle) {
+            differ(format!(
+                "a snapshot before release: expected {expected_active} {slow_pool} permits taken \
+                 and F1's permit idle, observed {:?}",
+                snapshot.active_work
             ));
         }
     }
@@ -358,6 +538,83 @@ mod tests {
             found.iter().any(|d| d.starts_with("S3: ")),
             "the response to S3 is a difference: {found:?}"
         );
+    }
+
+    /// The executor rule (`docs/blocking.md`): what waits, and for what, per style and shape.
+    #[test]
+    fn the_executor_decides_what_waits() {
+        use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+        let shape = |front, work, workers, blocking| {
+            let blocking = BlockingThreads::new(blocking).expect("allowed");
+            (front, Executor::new(work, workers, blocking))
+        };
+        let waits = |mode, slots, held, shape| {
+            let slots = Slots::new(slots).expect("allowed");
+            let held = Held::new(held).expect("allowed");
+            let expected = expect_on(Policy { mode, slots }, held, shape);
+            (
+                waiting(&expected, Wait::Unread),
+                waiting(&expected, Wait::Queued),
+            )
+        };
+        let one = shape(Front::Async, WorkStyle::Block, Workers::CurrentThread, 512);
+        assert_eq!(
+            waits(Mode::Partitioned, 2, 2, one),
+            (vec![S(2), Label::F1], vec![])
+        );
+        assert_eq!(waits(Mode::Shared, 2, 1, one), (vec![Label::F1], vec![]));
+        let two = shape(Front::Async, WorkStyle::Block, Workers::Threads(2), 512);
+        assert_eq!(
+            waits(Mode::Partitioned, 3, 2, two),
+            (vec![Label::F1], vec![])
+        );
+        // A slow pool of one blocks one of two workers: the other reads F1 (and refuses S2).
+        assert_eq!(waits(Mode::Partitioned, 2, 2, two), (vec![], vec![]));
+        let pool = shape(
+            Front::Async,
+            WorkStyle::SpawnBlocking,
+            Workers::CurrentThread,
+            1,
+        );
+        assert_eq!(
+            waits(Mode::Partitioned, 4, 3, pool),
+            (vec![], vec![S(2), S(3)])
+        );
+        let own = shape(
+            Front::Async,
+            WorkStyle::OwnRuntime,
+            Workers::CurrentThread,
+            512,
+        );
+        assert_eq!(
+            waits(Mode::Shared, 4, 4, own),
+            (vec![], vec![S(2), S(3), S(4)])
+        );
+        // The threaded front blocks a thread of its own per request: nothing waits.
+        let threaded = shape(
+            Front::Threaded,
+            WorkStyle::Block,
+            Workers::CurrentThread,
+            512,
+        );
+        assert_eq!(waits(Mode::Partitioned, 2, 2, threaded), (vec![], vec![]));
+        for mode in Mode::ALL {
+            for slots in Slots::all() {
+                for held in Held::all() {
+                    let policy = Policy { mode, slots };
+                    let usual = expect(policy, held);
+                    assert_eq!(expect_on(policy, held, threaded), usual);
+                    // Whatever waited for the executor is answered 200 after release.
+                    for shape in [one, two, pool, own] {
+                        for e in expect_on(policy, held, shape) {
+                            if e.waits.is_some() {
+                                assert_eq!((e.status, e.answered), (200, Phase::AfterRelease));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The workshop's worked examples, as the workshop states them.

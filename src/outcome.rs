@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::evidence::{Decision, Phase};
+use crate::executor::Executor;
 use crate::label::Label;
-use crate::model::{self, Expected};
-use crate::policy::{Held, Mode, Policy, Pool, Route};
+use crate::model::{self, Expected, Wait};
+use crate::policy::{Front, Held, Mode, Policy, Pool, Route};
 use crate::report::PolicyReport;
 
 /// One row of the prediction table. A field is `None` where a failed run never got that far.
@@ -34,6 +35,18 @@ pub struct Outcome {
     /// Of those, the permits the refused slow requests could not use: the price of the
     /// reservation (0 when no slow request was refused).
     pub idle_while_refused: Option<usize>,
+    /// What the front's executor made wait, when it is not the lab's usual one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorOutcome>,
+}
+
+/// The requests the executor, not a permit, made wait until the gate opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ExecutorOutcome {
+    /// Sent while every worker was blocked: unread until release, then admitted.
+    pub unread: Vec<Label>,
+    /// Admitted with their permit, their work waiting for a thread until release.
+    pub queued: Vec<Label>,
 }
 
 /// A request's HTTP status.
@@ -54,14 +67,30 @@ pub struct FastOutcome {
     pub pool: Pool,
     /// When refused, the requests holding that pool's permits.
     pub held_by: Vec<Label>,
+    /// F1 was never read before release: `status` is its answer after release.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unread_until_release: bool,
 }
 
 impl Outcome {
     /// What the model predicts for `policy` with `held` slow requests: the same expectations
     /// as a run's `model` block, without starting any server.
     pub fn predicted(policy: Policy, held: Held) -> Self {
-        let expected = model::expect(policy, held);
-        let admitted = model::held_slow(&expected, Decision::Admitted);
+        Self::predicted_on(policy, held, (Front::Async, Executor::default()))
+    }
+
+    /// [`Outcome::predicted`] for a run on `front` with `executor`.
+    pub fn predicted_on(policy: Policy, held: Held, shape: (Front, Executor)) -> Self {
+        let expected = model::expect_on(policy, held, shape);
+        let all_admitted = model::held_slow(&expected, Decision::Admitted);
+        let unread = model::waiting(&expected, Wait::Unread);
+        let queued = model::waiting(&expected, Wait::Queued);
+        // Held at the gate: admitted and running. Queued work holds its permit too.
+        let admitted: Vec<Label> = all_admitted
+            .iter()
+            .copied()
+            .filter(|r| !unread.contains(r) && !queued.contains(r))
+            .collect();
         let refused = model::held_slow(&expected, Decision::Refused);
         let find = |request: Label| expected.iter().find(|e| e.request == request);
         let f1 = find(Label::F1).expect("the model expects F1");
@@ -70,7 +99,10 @@ impl Outcome {
             .pools()
             .iter()
             .map(|&pool| {
-                let taken = if pool == slow_pool { admitted.len() } else { 0 };
+                let taken = match pool == slow_pool {
+                    true => admitted.len() + queued.len(),
+                    false => 0,
+                };
                 (pool, policy.capacity(pool) - taken)
             })
             .collect();
@@ -88,16 +120,22 @@ impl Outcome {
                 status: f1.status,
                 pool: f1.pool,
                 held_by: match f1.decision {
-                    Decision::Refused => admitted.clone(),
+                    Decision::Refused => admitted.iter().chain(&queued).copied().collect(),
                     Decision::Admitted => Vec::new(),
                 },
+                unread_until_release: unread.contains(&Label::F1),
             }),
-            after_release: Some(statuses(&admitted)),
+            after_release: Some(statuses(&all_admitted)),
             probes: Some(statuses(&[Label::SlowAfter, Label::FastAfter])),
             idle_while_refused: Some(idle_while_refused(&idle, slow_pool, &refused)),
             idle_before_f1: Some(idle),
             held_before_f1: Some(admitted),
             refused_slow: Some(refused),
+            // Watched only where the front runs on runtimes of its own.
+            executor: (shape.0 == Front::Async && shape.1.own_runtime()).then(|| ExecutorOutcome {
+                unread: unread.clone(),
+                queued: queued.clone(),
+            }),
         }
     }
 
@@ -122,17 +160,29 @@ impl Outcome {
             });
             refused.map(|r| r.request).collect::<Vec<_>>()
         });
-        let f1 = observed
-            .fast_response_before_release
-            .as_ref()
-            .and_then(|f1| {
-                let decided = report.admissions.iter().find(|a| a.request == Label::F1)?;
-                Some(FastOutcome {
-                    status: f1.status,
-                    pool: decided.pool,
-                    held_by: decided.held_by.clone().unwrap_or_default(),
-                })
-            });
+        let unread = observed.executor.as_ref().map_or(Vec::new(), |watched| {
+            watched.unread.iter().map(|u| u.request).collect::<Vec<_>>()
+        });
+        let f1_unread = unread.contains(&Label::F1);
+        // F1 left unread is answered only after release: that answer is its outcome.
+        let f1_answer = match f1_unread {
+            false => observed
+                .fast_response_before_release
+                .as_ref()
+                .map(|f1| f1.status),
+            true => (responses.iter())
+                .find(|r| r.request == Label::F1 && r.phase == Phase::AfterRelease)
+                .map(|r| r.status),
+        };
+        let f1 = f1_answer.and_then(|status| {
+            let decided = report.admissions.iter().find(|a| a.request == Label::F1)?;
+            Some(FastOutcome {
+                status,
+                pool: decided.pool,
+                held_by: decided.held_by.clone().unwrap_or_default(),
+                unread_until_release: f1_unread,
+            })
+        });
         let answered = |wanted: fn(&Label) -> bool| {
             let mut found: Vec<Answer> = responses
                 .iter()
@@ -163,6 +213,10 @@ impl Outcome {
             after_release,
             probes: (probes.len() == 2).then_some(probes),
             idle_before_f1: idle,
+            executor: observed.executor.as_ref().map(|watched| ExecutorOutcome {
+                unread,
+                queued: watched.queued.clone(),
+            }),
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::admission::audit::PoolLedger;
 use crate::admission::ledger::WorkEvent;
 use crate::admission::section::FinalState;
 use crate::evidence::{AdmissionRecord, Evidence, Observed, ServerSummary};
+use crate::executor::Executor;
 use crate::model::{self, Expected};
 use crate::policy::{Front, Held, Inputs, Mode, Policy, Pool, Route};
 use crate::resources::ResourceEvidence;
@@ -24,6 +25,11 @@ pub struct Report {
     pub runner: Runner,
     /// The inputs as run.
     pub inputs: Inputs,
+    /// How slow work waited and the async front's runtime (`--work`, `--workers`,
+    /// `--blocking-threads`); absent for the lab's usual run, which awaits on the lab's own
+    /// runtime.
+    #[serde(default, skip_serializing_if = "Executor::is_default")]
+    pub executor: Executor,
     /// One object per policy run, in run order.
     pub policies: Vec<PolicyReport>,
     /// Every policy's observations match the model and nothing failed.
@@ -52,6 +58,10 @@ pub struct Runner {
     pub client: String,
     /// The safety timeout of every wait, in milliseconds: a stalled step fails after it.
     pub safety_timeout_ms: u64,
+    /// The front's runtime shape in words, when it is not the lab's usual one: which runtime
+    /// runs the connections and which the slow work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front_runtime: Option<String>,
 }
 
 impl Runner {
@@ -72,6 +82,15 @@ impl Runner {
             server: front.describe().into(),
             client: "reqwest 0.13, inherited proxy settings ignored".into(),
             safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
+            front_runtime: None,
+        }
+    }
+
+    /// This runner, its front on `executor`.
+    pub fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
+        Runner {
+            front_runtime: (!executor.is_default()).then(|| executor.describe(front)),
+            ..Runner::current(front, safety_timeout)
         }
     }
 }
@@ -126,7 +145,18 @@ pub struct ModelCheck {
 impl PolicyReport {
     /// Assembles a policy's report from its evidence and compares it with the model.
     pub fn assemble(policy: Policy, held: Held, evidence: Evidence) -> Self {
-        let expected = model::expect(policy, held);
+        Self::assemble_on(policy, held, (Front::Async, Executor::default()), evidence)
+    }
+
+    /// [`PolicyReport::assemble`] for a run on `front` with `executor`, which the model's
+    /// expectations depend on.
+    pub fn assemble_on(
+        policy: Policy,
+        held: Held,
+        shape: (Front, Executor),
+        evidence: Evidence,
+    ) -> Self {
+        let expected = model::expect_on(policy, held, shape);
         let mismatches = model::check(policy, &expected, &evidence);
         PolicyReport {
             mode: policy.mode,

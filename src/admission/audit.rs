@@ -99,7 +99,7 @@ pub(crate) fn audit(
                     ledger.cancelled += u64::from(event.cancelled);
                     active -= 1;
                 }
-                Event::Held | Event::GateOpened => {}
+                Event::Held | Event::Started | Event::GateOpened => {}
             }
             bounded &= (0..=capacity as i64).contains(&active);
             agrees &= active == event.active_after as i64;

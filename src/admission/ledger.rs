@@ -19,6 +19,9 @@ pub enum Event {
     Refused,
     /// Admitted slow work is waiting at the closed gate.
     Held,
+    /// Admitted work handed to a pool of threads of its own (`--work spawn-blocking` or
+    /// `own-runtime`) got a thread and started: until then it waited, its permit held.
+    Started,
     /// The work left the section and its permit went back to the pool.
     Finished,
     /// The coordinator opened the slow gate.

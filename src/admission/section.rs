@@ -13,6 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+// Work whose blocking wait runs on another thread than its handler's.
+#[path = "off_thread.rs"]
+mod off_thread;
+
 use super::audit::{self, PoolLedger};
 use super::gate::{Gate, Latch};
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};

@@ -3,16 +3,27 @@
 use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
-use crate::draw::table::columns;
+use crate::draw::table::{columns, labels, paragraph};
+use crate::executor::WorkStyle;
 use crate::policy::Front;
 use crate::resources::Resources;
 
 /// The comparison as two tables within 80 columns, and what it means in plain sentences.
 pub fn render(comparison: &Comparison) -> String {
+    let executor = comparison.executors.get(&Front::Async).copied();
     let mut out = format!(
-        "isolation-lab compare: --slots {} --held {}, each policy on each server front\n\n",
-        comparison.slots, comparison.held
+        "isolation-lab compare: --slots {} --held {}{}, each policy on each server front\n\n",
+        comparison.slots,
+        comparison.held,
+        executor.map_or(String::new(), |e| e.flags())
     );
+    for (front, executor) in &comparison.executors {
+        let shape = format!("The {} front: {}.", front.name(), executor.describe(*front));
+        out.push_str(&paragraph(&shape, 80, 2));
+    }
+    if !comparison.executors.is_empty() {
+        out.push('\n');
+    }
     let mut header = vec![String::new()];
     let mut fronts = vec![String::new()];
     for policy in &comparison.policies {
@@ -67,6 +78,17 @@ pub fn render(comparison: &Comparison) -> String {
         out.push_str(
             "The comparison is incomplete: a run failed (above), so its rows stop where it did.\n",
         );
+    } else if comparison.identical
+        && let Some(held) = executor.and_then(|e| holding(e.work))
+    {
+        let words = format!(
+            "Admission is identical on both fronts: the same requests were held, refused \
+             and answered, because one model, one coordinator and one work section decide. \
+             On the async front {held}; on the threaded one each blocks an OS thread of its \
+             own. Neither front bounds connections or handlers; only the declared work \
+             section is bounded."
+        );
+        out.push_str(&paragraph(&words, 80, 0));
     } else if comparison.identical {
         out.push_str(
             "Admission is identical on both fronts: the same requests were held, refused\n\
@@ -75,16 +97,91 @@ pub fn render(comparison: &Comparison) -> String {
              async front but blocks an OS thread on the threaded one. Neither front bounds\n\
              connections or handlers; only the declared work section is bounded.\n",
         );
+    } else if comparison.expected_to_differ && comparison.matches_model {
+        out.push_str(&disagreement(comparison));
     } else {
         out.push_str("The fronts DISAGREE about admission: see the rows above.\n");
     }
     out
 }
 
-/// `held 200`, `503`, `200`: whether the work was held, and the status its caller received.
+/// What a held request holds on the async front when its work does not await the gate.
+fn holding(work: WorkStyle) -> Option<&'static str> {
+    Some(match work {
+        WorkStyle::Await => return None,
+        WorkStyle::Block => {
+            "each held request blocks a worker of the front's runtime, and a worker was \
+             left to read F1"
+        }
+        WorkStyle::SpawnBlocking => {
+            "each held request blocks a thread of the runtime's blocking pool, and its \
+             workers stay free"
+        }
+        WorkStyle::OwnRuntime => {
+            "each held request blocks a worker of the slow work's own runtime, and the \
+             connections' runtime stays free"
+        }
+    })
+}
+
+/// Why the fronts disagree as the model predicts, read off the rows: what the async front's
+/// executor left unread, and F1 on each front.
+fn disagreement(comparison: &Comparison) -> String {
+    let mut out = String::from(
+        "The fronts disagree, as the model predicts: the executor, not a permit, decided.\n",
+    );
+    for policy in &comparison.policies {
+        let (Some(on_async), Some(threaded)) = (
+            policy.outcomes.get(&Front::Async),
+            policy.outcomes.get(&Front::Threaded),
+        ) else {
+            continue;
+        };
+        let held: Vec<_> = on_async
+            .iter()
+            .filter(|o| o.held)
+            .map(|o| o.request)
+            .collect();
+        let unread: Vec<_> = on_async
+            .iter()
+            .filter(|o| o.unread)
+            .map(|o| o.request)
+            .collect();
+        if unread.is_empty() {
+            continue;
+        }
+        let f1 = |outcomes: &[RequestOutcome]| {
+            let f1 = outcomes
+                .iter()
+                .find(|o| o.request == crate::label::Label::F1);
+            let status = f1
+                .and_then(|o| o.status)
+                .map_or("-".into(), |s| s.to_string());
+            let phase = f1.and_then(|o| o.phase).map_or("", |p| p.words());
+            format!("{status} {phase}")
+        };
+        let why = format!(
+            "{}: on the async front {} blocked every worker of its runtime, so {} sat unread \
+             until release (F1: {}); on the threaded front each held request blocked only its \
+             own thread (F1: {}).",
+            policy.mode.name(),
+            labels(&held),
+            labels(&unread),
+            f1(on_async),
+            f1(threaded),
+        );
+        out.push_str(&paragraph(&why, 80, 2));
+    }
+    out
+}
+
+/// `held 200`, `503`, `200`: whether the work was held (or left unread until release), and
+/// the status its caller received.
 fn cell(outcome: &RequestOutcome) -> String {
     let status = outcome.status.map_or("-".to_owned(), |s| s.to_string());
-    if outcome.held {
+    if outcome.unread {
+        format!("unread {status}")
+    } else if outcome.held {
         format!("held {status}")
     } else {
         status

@@ -16,6 +16,7 @@ use std::time::Duration;
 pub use failure::{Cause, Failure, Left, Step};
 pub use sequence::{Planned, Run};
 
+use crate::executor::Executor;
 use crate::hooks::{Hooks, NoHooks};
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
@@ -24,11 +25,14 @@ use crate::report::PolicyReport;
 /// given another: a stalled run exits within three of them, with everything it opened closed.
 pub const SAFETY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How to run a policy: on which front, with which hooks, and the safety timeout.
+/// How to run a policy: on which front and executor, with which hooks, and the safety timeout.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The server front.
     pub front: Front,
+    /// How its admitted slow work waits, and the async front's runtime (`--work`,
+    /// `--workers`, `--blocking-threads`).
+    pub executor: Executor,
     /// Where a test steps in (the command line's run: [`NoHooks`]).
     pub hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run fails as stalled.
@@ -40,6 +44,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             front: Front::Async,
+            executor: Executor::default(),
             hooks: Arc::new(NoHooks),
             safety_timeout: SAFETY_TIMEOUT,
         }
@@ -53,6 +58,11 @@ impl Options {
             front,
             ..Options::default()
         }
+    }
+
+    /// These options with `executor`.
+    pub fn with_executor(self, executor: Executor) -> Self {
+        Options { executor, ..self }
     }
 
     /// These options with a test's `hooks`.

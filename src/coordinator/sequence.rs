@@ -13,9 +13,12 @@ use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
-use crate::evidence::{Evidence, FastResponse, Observed, ServerSummary};
+use crate::evidence::{
+    Beat, Evidence, ExecutorEvidence, FastResponse, Moment, Observed, ServerSummary, Unread,
+};
+use crate::executor::{Executor, Lane};
 use crate::label::{LABEL_HEADER, Label};
-use crate::policy::{Held, Policy};
+use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
 use crate::server::{self, Census, Gates};
@@ -65,6 +68,12 @@ impl std::fmt::Display for Planned {
 pub struct Run {
     policy: Policy,
     held: Held,
+    /// The front and its executor: what the model expects depends on both.
+    shape: (Front, Executor),
+    /// How many admitted slow requests can hold a thread before the next waits for one.
+    lane: Lane,
+    /// Slow requests seen held at the gate so far.
+    blocked: usize,
     session: Session,
     census: Arc<Census>,
     plan: VecDeque<Planned>,
@@ -89,21 +98,24 @@ impl Run {
     ) -> Result<Run, Box<PolicyRun>> {
         let Options {
             front,
+            executor,
             hooks,
             safety_timeout,
         } = options;
+        let shape = (front, executor);
         let token = RunToken::generate().map_err(|e| {
             let why = format!("cannot draw a random run token from the OS: {e}");
             never_started(
                 policy,
                 held,
+                shape,
                 Failure::new(Step::Start, None, Cause::Setup(why)),
             )
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
         let (section, census) = (Arc::new(section), Arc::new(Census::default()));
         let session = Session::open(
-            front,
+            shape,
             section.clone(),
             census.clone(),
             &token,
@@ -119,17 +131,25 @@ impl Run {
             let nobody = Callers::default();
             let evidence = evidence(&section, Observed::default(), resources, nobody, None);
             Box::new(PolicyRun {
-                report: PolicyReport::assemble(policy, held, evidence),
+                report: PolicyReport::assemble_on(policy, held, shape, evidence),
                 failure: Some(failure),
             })
         })?;
+        // The front's own runtime is watched: its heartbeat, what it leaves unread or queued.
+        let watched = session.heartbeat.is_some().then(ExecutorEvidence::default);
         Ok(Run {
             policy,
             held,
+            shape,
+            lane: executor.lane(front),
+            blocked: 0,
             session,
             census,
             plan: Planned::all(held).collect(),
-            observed: Observed::default(),
+            observed: Observed {
+                executor: watched,
+                ..Observed::default()
+            },
             resources: ResourceEvidence::default(),
             failure: None,
         })
@@ -216,7 +236,7 @@ impl Run {
         let (observed, resources) = (self.observed, self.resources);
         let evidence = evidence(&section, observed, resources, closed.callers, closed.server);
         PolicyRun {
-            report: PolicyReport::assemble(self.policy, self.held, evidence),
+            report: PolicyReport::assemble_on(self.policy, self.held, self.shape, evidence),
             failure,
         }
     }
@@ -224,14 +244,33 @@ impl Run {
     /// Steps 2–3: a slow request, until the server has decided it. Sent one after another, so
     /// the first ones take every slow permit.
     async fn slow(&mut self, request: Label) -> Result<(), Failure> {
+        self.heartbeat_started(request).await?;
+        self.keep_a_worker_listening();
         let caller = self.session.send(request);
         let (at, timeout) = ((Step::Slow, Some(request)), self.session.timeout);
-        let decision = self.session.decision(request);
+        if self.saturated() {
+            // Every worker that could read it is blocked: it is answered after release.
+            self.session.hold(request, caller);
+            return self.unread(Step::Slow, request).await;
+        }
+        // Every thread the slow work can run on is held: admitted work waits for one.
+        let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked >= threads);
+        let decision = self.session.decision(request, lane_full);
         let decision = within(timeout, decision, at, || {
             format!("no admission decision for {request}")
         })
         .await??;
+        if decision == Event::Admitted {
+            self.session.hold(request, caller);
+            if let Some(watched) = &mut self.observed.executor {
+                watched.queued.push(request);
+            }
+            self.beat(Moment::Queued, Some(request));
+            return Ok(());
+        }
         if decision == Event::Held {
+            self.blocked += 1;
+            self.beat(Moment::Held, Some(request));
             self.session.hold(request, caller.clone());
             if self.session.hooks().caller_leaves(request) {
                 return Err(self.disconnect(request, caller).await);
@@ -272,6 +311,17 @@ impl Run {
         self.observed.observer_before_fast = Some(self.session.section.snapshot());
         self.resources.before_fast = Some(self.session.count());
 
+        if self.saturated() {
+            // F1 cannot be read, let alone admitted or refused: its caller waits for release,
+            // with the lab's other callers.
+            self.session.send(Label::F1);
+            self.unread(Step::Fast, Label::F1).await?;
+            self.observed.observer_after_fast_before_release =
+                Some(self.session.section.snapshot());
+            self.observed.slow_callers_pending_before_release = Some(self.session.pending());
+            return Ok(());
+        }
+        self.keep_a_worker_listening();
         let f1 = self.session.exchange(Step::Fast, Label::F1).await?;
         self.observed.fast_response_before_release = Some(FastResponse {
             request: f1.request,
@@ -288,6 +338,7 @@ impl Run {
 
     /// Step 7: release, then every held caller's response and every caller task joined.
     async fn release(&mut self) -> Result<(), Failure> {
+        self.beat(Moment::Release, None);
         self.session.open_gate();
         let (at, timeout) = ((Step::Release, None), self.session.timeout);
         while self.session.has_callers() {
@@ -309,6 +360,108 @@ impl Run {
         let record = self.session.record(reply);
         self.observed.responses.push(record);
         Ok(())
+    }
+
+    /// With some but not all of the front's workers blocked (`--work block`), wakes a parked
+    /// one before a request it must read is sent, so that it holds the runtime's I/O driver.
+    fn keep_a_worker_listening(&self) {
+        if matches!(self.lane, Lane::Workers(_)) && self.blocked > 0 && !self.saturated() {
+            self.session.wake_a_worker();
+        }
+    }
+
+    /// Whether every worker of the front's runtime is blocked by held slow work, so that no
+    /// request sent now can be read before the gate opens (`--work block` on the async front).
+    fn saturated(&self) -> bool {
+        matches!(self.lane, Lane::Workers(workers) if self.blocked >= workers)
+    }
+
+    /// Waits to see `request` arrive and sit unread: one more connection in the listener's
+    /// accept queue than the requests seen so far, and records it with the heartbeat. Each
+    /// look is one system call; between looks the run's callers go on sending.
+    async fn unread(&mut self, step: Step, request: Label) -> Result<(), Failure> {
+        let seen = self
+            .observed
+            .executor
+            .as_ref()
+            .map_or(0, |w| w.unread.len());
+        let session = &self.session;
+        let arrived = async {
+            loop {
+                match session.accept_queue() {
+                    Some(Ok(queued)) if queued > seen => return Ok(queued),
+                    Some(Ok(_)) => tokio::task::yield_now().await,
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err("the front has no runtime of its own to watch".into()),
+                }
+            }
+        };
+        let at = (step, Some(request));
+        let accept_queue = within(session.timeout, arrived, at, || {
+            format!("{request} to be seen waiting unread for the blocked front")
+        })
+        .await?
+        .map_err(|why| {
+            let why = format!("reading the front's accept queue for {request}: {why}");
+            Failure::new(step, Some(request), Cause::Setup(why))
+        })?;
+        let after_event = self.session.section.last_seq();
+        if let Some(watched) = &mut self.observed.executor {
+            watched.unread.push(Unread {
+                request,
+                after_event,
+                accept_queue,
+            });
+        }
+        self.beat(Moment::Unread, Some(request));
+        Ok(())
+    }
+
+    /// Before the first request, waits to see the front runtime's heartbeat tick: its
+    /// runtime runs tasks. Later readings are compared with this one.
+    async fn heartbeat_started(&mut self, request: Label) -> Result<(), Failure> {
+        let started = self
+            .observed
+            .executor
+            .as_ref()
+            .map(|w| !w.heartbeat.is_empty());
+        let Some(heartbeat) = self
+            .session
+            .heartbeat
+            .clone()
+            .filter(|_| started == Some(false))
+        else {
+            return Ok(());
+        };
+        let ticked = async {
+            while heartbeat.ticks() == 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        within(
+            self.session.timeout,
+            ticked,
+            (Step::Start, Some(request)),
+            || "the front's own runtime never ran its heartbeat".into(),
+        )
+        .await?;
+        self.beat(Moment::Start, None);
+        Ok(())
+    }
+
+    /// Reads the heartbeat of the front's own runtime, if it has one, at `moment`.
+    fn beat(&mut self, moment: Moment, request: Option<Label>) {
+        let (Some(heartbeat), Some(watched)) =
+            (&self.session.heartbeat, &mut self.observed.executor)
+        else {
+            return;
+        };
+        watched.heartbeat.push(Beat {
+            moment,
+            request,
+            after_event: self.session.section.last_seq(),
+            ticks: heartbeat.ticks(),
+        });
     }
 
     /// Injected fault: `request`'s caller drops its connection while its work is held. Waits
@@ -384,9 +537,15 @@ fn evidence(
 }
 
 /// The report of a run that never started: no events, full pools, a closed gate.
-fn never_started(policy: Policy, held: Held, failure: Failure) -> Box<PolicyRun> {
+fn never_started(
+    policy: Policy,
+    held: Held,
+    shape: (Front, Executor),
+    failure: Failure,
+) -> Box<PolicyRun> {
+    let evidence = Evidence::nothing_ran(policy);
     Box::new(PolicyRun {
-        report: PolicyReport::assemble(policy, held, Evidence::nothing_ran(policy)),
+        report: PolicyReport::assemble_on(policy, held, shape, evidence),
         failure: Some(failure),
     })
 }

@@ -13,10 +13,12 @@ use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::evidence::{Phase, ResponseRecord, ServerSummary};
+use crate::executor::Executor;
 use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
+use crate::server::runtimes::Heartbeat;
 use crate::server::{self, Census, Gates, Running};
 
 /// The server, client and callers of one policy run.
@@ -36,6 +38,8 @@ pub(crate) struct Session {
     /// The admitted slow callers, to check which are still waiting for their response.
     held: Vec<(Label, AbortHandle)>,
     server: Running,
+    /// The heartbeat of the front's own runtime, if it has one.
+    pub(crate) heartbeat: Option<Arc<Heartbeat>>,
     hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run is failed as stalled.
     pub(crate) timeout: Duration,
@@ -60,10 +64,10 @@ pub(crate) struct Closed {
 }
 
 impl Session {
-    /// Binds `127.0.0.1:0`, starts `front` serving `section` (its slow work waiting at the
-    /// gates `gates` picks), and builds the client.
+    /// Binds `127.0.0.1:0`, starts `front` serving `section` on `executor` (its slow work
+    /// waiting at the gates `gates` picks), and builds the client.
     pub(crate) fn open(
-        front: Front,
+        (front, executor): (Front, Executor),
         section: Arc<WorkSection>,
         census: Arc<Census>,
         token: &RunToken,
@@ -82,15 +86,36 @@ impl Session {
         // Everything that can fail before the server starts is done first: once it runs, only
         // `close` stops and joins it.
         let http = client::with_token(token).map_err(|e| setup(format!("{e:#}")))?;
-        let started = server::start_at(
-            front,
-            section.clone(),
-            census.clone(),
-            hooks.clone(),
-            gates,
-            timeout,
-        );
-        let (address, server) = started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?;
+        let (address, server) = if front == Front::Async && executor.own_runtime() {
+            let started = server::runtimes::start(
+                executor,
+                section.clone(),
+                census.clone(),
+                hooks.clone(),
+                gates,
+                timeout,
+            );
+            let (address, running) = started.map_err(|e| {
+                setup(format!(
+                    "starting the front's own runtime on 127.0.0.1:0: {e}"
+                ))
+            })?;
+            (address, Running::Owned(running))
+        } else {
+            let started = server::start_at(
+                front,
+                section.clone(),
+                census.clone(),
+                hooks.clone(),
+                gates,
+                timeout,
+            );
+            started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?
+        };
+        let heartbeat = match &server {
+            Running::Owned(running) => Some(running.heartbeat()),
+            _ => None,
+        };
         let client = Client::new(http, format!("http://{address}"), section.clone());
         Ok(Session {
             section,
@@ -102,9 +127,26 @@ impl Session {
             account: Callers::default(),
             held: Vec::new(),
             server,
+            heartbeat,
             hooks,
             timeout,
         })
+    }
+
+    /// Connections waiting in the front's accept queue now, when it runs on runtimes of its own.
+    pub(crate) fn accept_queue(&self) -> Option<std::io::Result<usize>> {
+        match &self.server {
+            Running::Owned(running) => Some(running.accept_queue()),
+            _ => None,
+        }
+    }
+
+    /// Wakes a parked worker of the front's own runtime, if it has one: see
+    /// [`crate::server::runtimes::Running`]'s `wake_a_worker`.
+    pub(crate) fn wake_a_worker(&self) {
+        if let Running::Owned(running) = &self.server {
+            running.wake_a_worker();
+        }
     }
 
     /// The run's hooks (none on the command line).
@@ -156,9 +198,15 @@ impl Session {
         joined
     }
 
-    /// Waits for the observer's decision on `request`: `held` or `refused`. A caller that ends
-    /// first fails the run at once: while the gate is closed, no caller has a reason to.
-    pub(crate) async fn decision(&mut self, request: Label) -> Result<Event, Failure> {
+    /// Waits for the observer's decision on `request`: `held` or `refused` — or, when
+    /// `queued_if_admitted` (every thread its work could run on is held at the gate),
+    /// `admitted`: the work then waits for a thread, its permit held. A caller that ends first
+    /// fails the run at once: while the gate is closed, no caller has a reason to.
+    pub(crate) async fn decision(
+        &mut self,
+        request: Label,
+        queued_if_admitted: bool,
+    ) -> Result<Event, Failure> {
         let at = |cause| Failure::new(Step::Slow, Some(request), cause);
         loop {
             tokio::select! {
@@ -167,6 +215,8 @@ impl Session {
                 event = self.events.recv() => match event {
                     Some(e) if e.request == Some(request)
                         && matches!(e.event, Event::Held | Event::Refused) => return Ok(e.event),
+                    Some(e) if e.request == Some(request)
+                        && e.event == Event::Admitted && queued_if_admitted => return Ok(e.event),
                     Some(_) => {}
                     None => return Err(at(Cause::ObserverStopped)),
                 },

@@ -34,3 +34,47 @@ pub(crate) fn labels<'a>(labels: impl IntoIterator<Item = &'a Label>) -> String 
         text.join(" ")
     }
 }
+
+/// `words` as lines of at most `width` characters, broken between words, each line after the
+/// first indented by `indent` spaces; every line ends in a newline.
+pub(crate) fn paragraph(words: &str, width: usize, indent: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in words.split_whitespace() {
+        let room = if out.is_empty() {
+            width
+        } else {
+            width - indent
+        };
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > room {
+            push_line(&mut out, &line, indent);
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        push_line(&mut out, &line, indent);
+    }
+    out
+}
+
+fn push_line(out: &mut String, line: &str, indent: usize) {
+    if !out.is_empty() {
+        out.push_str(&" ".repeat(indent));
+    }
+    out.push_str(line);
+    out.push('\n');
+}
+
+#[cfg(test)]
+mod paragraph_tests {
+    #[test]
+    fn a_paragraph_breaks_between_words_within_its_width() {
+        let text = super::paragraph("one two three four five six", 10, 2);
+        assert_eq!(text, "one two\n  three\n  four\n  five six\n");
+        assert!(text.lines().all(|l| l.chars().count() <= 10));
+    }
+}

@@ -231,6 +231,8 @@ impl Counts {
                 self.cancelled += u64::from(event.cancelled);
             }
             Event::GateOpened => self.gate_opened = true,
+            // A front child's work awaits the gate: it never hands work to a pool.
+            Event::Started => {}
         }
     }
 }

@@ -9,6 +9,7 @@ pub(crate) mod fixtures;
 pub mod render;
 
 use crate::coordinator::{self, Options};
+use crate::executor::Executor;
 use crate::outcome;
 use crate::policy::{self, Front, Inputs, Policy};
 use crate::report::{self, Report, Runner};
@@ -47,6 +48,7 @@ pub async fn run_with(inputs: Inputs, options: Options) -> Report {
 #[derive(Debug)]
 pub(crate) struct Invocation {
     inputs: Inputs,
+    executor: Executor,
     runner: Runner,
     policies: Vec<report::PolicyReport>,
     failure: Option<String>,
@@ -57,7 +59,8 @@ impl Invocation {
     pub(crate) fn new(inputs: Inputs, options: &Options) -> Self {
         Invocation {
             inputs,
-            runner: Runner::current(options.front, options.safety_timeout),
+            executor: options.executor,
+            runner: Runner::on(options.front, options.executor, options.safety_timeout),
             policies: Vec::new(),
             failure: None,
         }
@@ -84,6 +87,7 @@ impl Invocation {
             lab: "concurrency-isolation".into(),
             runner: self.runner,
             inputs: self.inputs,
+            executor: self.executor,
             // A policy that failed or differed stops the run with its reason in `failure`.
             matches_model: self.failure.is_none(),
             policies: self.policies,
@@ -95,12 +99,17 @@ impl Invocation {
 /// What the policy model predicts for `inputs`, policy by policy, without starting any server:
 /// the same expectations as each run's `model` block.
 pub fn predict(inputs: Inputs) -> Vec<outcome::Outcome> {
+    predict_on(inputs, (Front::Async, Executor::default()))
+}
+
+/// [`predict`] for a run on `front` with `executor`.
+pub fn predict_on(inputs: Inputs, shape: (Front, Executor)) -> Vec<outcome::Outcome> {
     let policies = inputs.mode.modes().iter().map(|&mode| Policy {
         mode,
         slots: inputs.slots,
     });
     policies
-        .map(|policy| outcome::Outcome::predicted(policy, inputs.held))
+        .map(|policy| outcome::Outcome::predicted_on(policy, inputs.held, shape))
         .collect()
 }
 

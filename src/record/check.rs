@@ -744,6 +744,13 @@ impl<'a> PolicyCheck<'a> {
                                 state.refused.push(request);
                             }
                         }
+                        Event::Started => {
+                            // Admitted work that a thread of another pool or runtime began to
+                            // run (`--work spawn-blocking` or `own-runtime`): it must be inside.
+                            if !inside.contains(&request) {
+                                self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
+                            }
+                        }
                         Event::Held => {
                             if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is held at seq {seq}, but it is not inside the work section: no admission before it"));
@@ -1240,6 +1247,7 @@ fn event_name(event: Event) -> &'static str {
         Event::Admitted => "admitted",
         Event::Refused => "refused",
         Event::Held => "held",
+        Event::Started => "started",
         Event::Finished => "finished",
         Event::GateOpened => "gate_opened",
     }

@@ -246,6 +246,9 @@ pub struct Record {
     /// The command line that reproduces the run, writing its report to the same file (for a
     /// classroom session's run: the same inputs, run from the command line).
     pub command: String,
+    /// The flags of the run's executor (`--work …`), empty for the lab's usual run.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub executor_flags: String,
     /// The lab and version that wrote the report: `isolation-lab 0.1.0`.
     pub version: String,
     /// The language and runtime that ran it, and this binary's version when it differs.
@@ -344,6 +347,10 @@ pub enum Says {
     Pending {
         /// The callers.
         requests: Vec<Label>,
+        /// Of those, the ones whose requests sat unread until release (`--work block`):
+        /// not yet admitted.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        unread: Vec<Label>,
     },
     /// An entry of `responses`: `request`, `status`, `phase`.
     Response {
@@ -417,7 +424,9 @@ impl Record {
                 mode,
                 slots: inputs.slots,
             };
-            Outcome::predicted(policy, inputs.held)
+            // The executor's wait (`--work`) changes what the model expects.
+            let shape = (report.runner.front, report.executor);
+            Outcome::predicted_on(policy, inputs.held, shape)
         });
         let runner = &report.runner;
         let mut evidence = Vec::new();
@@ -442,16 +451,19 @@ impl Record {
             report: file.to_owned(),
             command: match prefix {
                 "" => format!(
-                    "isolation-lab {} --server {} > {file}",
+                    "isolation-lab {} --server {}{} > {file}",
                     inputs.flags(),
                     runner.front.name(),
+                    report.executor.flags(),
                 ),
                 _ => format!(
-                    "isolation-lab {} --server {}",
+                    "isolation-lab {} --server {}{}",
                     inputs.flags(),
-                    runner.front.name()
+                    runner.front.name(),
+                    report.executor.flags(),
                 ),
             },
+            executor_flags: report.executor.flags(),
             version: format!("{} {}", runner.name, runner.version),
             runner: match runner.version.as_str() {
                 // The command reproduces the run with the binary at hand: say so if it is
@@ -534,8 +546,11 @@ fn cite_policy(
         }
     }
     if let Some(pending) = &observed.slow_callers_pending_before_release {
+        let unread = observed.executor.iter().flat_map(|w| &w.unread);
+        let unread = unread.map(|u| u.request).filter(|r| pending.contains(r));
         let says = Says::Pending {
             requests: pending.clone(),
+            unread: unread.collect(),
         };
         cite(
             Line::Admission,

@@ -18,7 +18,7 @@ pub(crate) fn render(record: &Record) -> String {
     let _ = writeln!(out, "Command: {}", record.command);
     let _ = writeln!(out, "Version: {}, {}", record.version, record.runner);
     let inputs = &record.inputs;
-    let flags = inputs.flags();
+    let flags = inputs.flags() + &record.executor_flags;
     let _ = writeln!(
         out,
         "\nPrediction / mode / slots / held requests: {} / {} / {}",
@@ -190,8 +190,16 @@ fn says(says: &Says) -> String {
             "{request} refused: no {pool} permit free, held by {}",
             labels(held_by)
         ),
-        Says::Pending { requests } => match requests.len() {
+        Says::Pending { requests, unread } => match requests.len() {
             0 => "no admitted slow caller waiting for its response before release".to_owned(),
+            _ if !unread.is_empty() => {
+                let admitted = requests.iter().filter(|r| !unread.contains(r));
+                format!(
+                    "{} admitted, {} unread, all still waiting for a response before release",
+                    labels(admitted),
+                    labels(unread)
+                )
+            }
             _ => format!(
                 "{} admitted, still waiting for a response before release",
                 labels(requests)

@@ -20,7 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::connections::Connections;
-use super::{Backoff, Census, Gates, Head, Reply, Stopped, answer, screen, work};
+use super::work_style::Dispatch;
+use super::{Backoff, Census, Gates, Head, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
@@ -34,6 +35,8 @@ pub struct Server {
     address: SocketAddr,
     /// The gate each request's slow work waits at.
     gates: Gates,
+    /// Where admitted work runs (`--work`).
+    dispatch: Arc<Dispatch>,
 }
 
 /// The server task, and how to tell it to stop.
@@ -61,6 +64,7 @@ impl Server {
             listener,
             address,
             gates: Gates::default(),
+            dispatch: Arc::default(),
         })
     }
 
@@ -70,9 +74,23 @@ impl Server {
         Server { gates, ..self }
     }
 
+    /// This server, running admitted work as `dispatch` says.
+    pub(crate) fn with_dispatch(self, dispatch: Dispatch) -> Self {
+        Server {
+            dispatch: Arc::new(dispatch),
+            ..self
+        }
+    }
+
     /// The address the server listens on.
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// A second descriptor of the listening socket, to read its accept queue with. It keeps
+    /// the socket listening while it is open: close it before the server stops.
+    pub(crate) fn listening(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        std::os::fd::AsFd::as_fd(&self.listener).try_clone_to_owned()
     }
 
     /// Serves on a task of its own until [`Running::stop`].
@@ -109,6 +127,7 @@ impl Server {
             listener,
             address,
             gates,
+            dispatch,
         } = self;
         let graceful = GracefulShutdown::new();
         let mut connections = Connections::default();
@@ -125,14 +144,14 @@ impl Server {
                         retry.succeeded();
                         connections.reap();
                         let serving = Arc::new(AtomicBool::new(false));
-                        let given = (section.clone(), hooks.clone(), gates.clone());
+                        let given = (section.clone(), hooks.clone(), gates.clone(), dispatch.clone());
                         let flag = serving.clone();
                         let service = service_fn(move |request| {
                             // Screened before the handler's future exists, and dropped: the
                             // request's head points into Hyper's read buffer, and while it
                             // lived Hyper's next read (watching for the client going away
                             // while the work is held) had to take a second buffer.
-                            let (section, hooks, gates) = given.clone();
+                            let (section, hooks, gates, dispatch) = given.clone();
                             let screened = screen_request(&section, &request);
                             drop(request);
                             let flag = flag.clone();
@@ -140,7 +159,8 @@ impl Server {
                                 let _serving = Serving::start(&flag);
                                 let reply = match screened {
                                     Ok((label, route)) => {
-                                        answer(label, work(&section, &*hooks, &gates, label, route).await)
+                                        let verdict = dispatch.work(&section, &*hooks, &gates, label, route);
+                                        answer(label, verdict.await)
                                     }
                                     Err(reply) => reply,
                                 };

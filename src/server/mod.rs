@@ -6,13 +6,17 @@
 //! - [`connections`]: a Hyper server's connection tasks, busy or not, closed and counted at stop
 //!   (the async front's and the classroom's).
 //! - [`threaded`]: `std::net`, an OS thread per connection: the classic threaded server shape.
+//! - [`runtimes`]: the async front on runtimes of its own (`--work`, `--workers`), and its
+//!   heartbeat; `work_style`: where it runs admitted work.
 //!
 //! Neither bounds connections or handlers: both accept and start a handler before any permit
 //! is checked. Only the declared work section is bounded.
 
 pub mod async_front;
 pub(crate) mod connections;
+pub mod runtimes;
 pub(crate) mod threaded;
+pub(crate) mod work_style;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -158,6 +162,8 @@ pub enum Running {
     Async(async_front::Running),
     /// The threaded front's accept thread.
     Threaded(threaded::Running),
+    /// The async front on runtimes of its own (`--work`, `--workers`).
+    Owned(runtimes::Running),
 }
 
 /// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime). Connections
@@ -220,6 +226,7 @@ impl Running {
         match self {
             Running::Async(running) => running.stop().await,
             Running::Threaded(running) => running.stop().await,
+            Running::Owned(running) => running.stop().await,
         }
     }
 }
@@ -399,7 +406,7 @@ pub(crate) fn work_blocking(
 
 /// Lets the run's hooks in with the admitted work: a hook that panics unwinds with the work
 /// (and its permit) inside the section, which records it leaving as cancelled.
-fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
+pub(crate) fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
     hooks.inside_work(work.request());
     work
 }

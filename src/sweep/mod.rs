@@ -7,6 +7,7 @@ pub mod render;
 use serde::Serialize;
 
 use crate::coordinator::{self, Options};
+use crate::executor::Executor;
 use crate::outcome::Outcome;
 use crate::policy::Front;
 use crate::policy::{Held, Mode, Policy, Slots};
@@ -16,6 +17,9 @@ use crate::policy::{Held, Mode, Policy, Slots};
 pub struct Sweep {
     /// The server front every run used.
     pub front: Front,
+    /// How slow work waited on it (`--work`), when not the lab's usual way.
+    #[serde(skip_serializing_if = "Executor::is_default")]
+    pub executor: Executor,
     /// One entry per policy run, policy by policy, then by slots, then by held.
     pub runs: Vec<SweepRun>,
     /// Every run matched the model and none failed.
@@ -44,13 +48,19 @@ pub struct SweepRun {
 /// the first run that fails (a stall, an error), as a lab run does, so a broken sweep ends
 /// within a run's 15 s rather than 24 of them.
 pub async fn sweep(front: Front) -> Sweep {
+    sweep_on(front, Executor::default()).await
+}
+
+/// [`sweep`] with slow work waiting as `executor` says.
+pub async fn sweep_on(front: Front, executor: Executor) -> Sweep {
     let mut runs = Vec::new();
     let inputs = Mode::ALL.into_iter().flat_map(|mode| {
         Slots::all().flat_map(move |slots| Held::all().map(move |held| (mode, slots, held)))
     });
     for (mode, slots, held) in inputs {
         let policy = Policy { mode, slots };
-        let run = coordinator::run_policy_with(policy, held, Options::on(front)).await;
+        let options = Options::on(front).with_executor(executor);
+        let run = coordinator::run_policy_with(policy, held, options).await;
         let failed = run.failure.is_some();
         let failure = run.reason();
         runs.push(SweepRun {
@@ -68,6 +78,7 @@ pub async fn sweep(front: Front) -> Sweep {
     let matches_model = runs.iter().all(|r| r.matches_model);
     Sweep {
         front,
+        executor,
         runs,
         matches_model,
     }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::columns;
+use crate::draw::table::{columns, paragraph};
 use crate::policy::{Held, Mode, Slots};
 use crate::sweep::{Sweep, SweepRun};
 
@@ -11,8 +11,16 @@ pub fn render(sweep: &Sweep) -> String {
     let mut out = format!(
         "isolation-lab sweep: {} policy runs, each on its own {} server\n",
         sweep.runs.len(),
-        sweep.front.name()
+        sweep.front.name(),
     );
+    if !sweep.executor.is_default() {
+        let shape = format!(
+            "With{}: {}.",
+            sweep.executor.flags(),
+            sweep.executor.describe(sweep.front)
+        );
+        out.push_str(&paragraph(&shape, 80, 2));
+    }
     for mode in Mode::ALL {
         let _ = writeln!(out, "\n{}", describe(mode));
         let header = std::iter::once(String::new()).chain(Held::all().map(|h| format!("held {h}")));
@@ -37,6 +45,12 @@ pub fn render(sweep: &Sweep) -> String {
         "\nEach cell: slow requests admitted/refused, F1's status before release, and the\n\
          permits left idle while slow work was refused (- when none was refused).\n",
     );
+    if !sweep.executor.is_default() {
+        out.push_str(
+            "u: requests unread until release, every worker blocked (F1 (200): answered only\n\
+             after release); q: admitted work queued for a thread, its permit held.\n",
+        );
+    }
     // A run that did not match carries its reason (`PolicyRun::reason`).
     let differing: Vec<(&SweepRun, &str)> = sweep
         .runs
@@ -79,10 +93,39 @@ fn cell(run: &SweepRun) -> String {
         (false, _) => "-".to_owned(),
         (true, idle) => idle.map_or("?".into(), |n| n.to_string()),
     };
+    let unread_f1 = (outcome.f1_before_release.as_ref()).is_some_and(|f1| f1.unread_until_release);
+    let f1 = if unread_f1 { format!("({f1})") } else { f1 };
+    let waiting = outcome.executor.as_ref().map_or(String::new(), |waiting| {
+        let slow = |labels: &[crate::label::Label]| {
+            labels
+                .iter()
+                .filter(|l| matches!(l, crate::label::Label::Slow(_)))
+                .count()
+        };
+        let mut marks = String::new();
+        if !waiting.unread.is_empty() {
+            marks += &format!(" u{}", waiting.unread.len());
+        }
+        if !waiting.queued.is_empty() {
+            marks += &format!(" q{}", slow(&waiting.queued));
+        }
+        marks
+    });
+    // Queued work was admitted too, its permit held.
+    let queued = outcome.executor.as_ref().map_or(0, |w| {
+        let slow = w
+            .queued
+            .iter()
+            .filter(|l| matches!(l, crate::label::Label::Slow(_)));
+        slow.count()
+    });
+    let admitted = outcome
+        .held_before_f1
+        .as_ref()
+        .map_or("?".into(), |held| (held.len() + queued).to_string());
     let flag = if run.matches_model { "" } else { " !" };
     format!(
-        "{}/{} {f1} {idle}{flag}",
-        count(&outcome.held_before_f1),
+        "{admitted}/{} {f1} {idle}{waiting}{flag}",
         count(&outcome.refused_slow)
     )
 }

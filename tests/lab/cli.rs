@@ -196,6 +196,13 @@ fn hostile_command_lines_are_refused_before_any_socket() {
         &["serve", "--port", "80"],
         &["--", "shared"],
         &["--held", "+2"],
+        &["--workers", "0"],
+        &["--workers", "9"],
+        &["--blocking-threads", "0"],
+        &["--work", "BLOCK"],
+        &["--server", "threaded", "--work", "spawn-blocking"],
+        &["--server", "threaded", "--workers", "2"],
+        &["sweep", "--server", "threaded", "--work", "own-runtime"],
     ];
     for args in hostile {
         let (code, stdout, stderr) = limited(args);

@@ -6,6 +6,7 @@
 mod common;
 
 mod architecture;
+mod blocking;
 mod classroom;
 mod classroom_page;
 mod cli;

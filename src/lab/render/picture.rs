@@ -15,6 +15,7 @@ use std::fmt::{self, Write};
 use std::iter;
 
 use crate::admission::ledger::Event;
+use crate::evidence::Moment;
 use crate::label::Label;
 use crate::policy::Pool;
 use crate::report::{PolicyReport, Report};
@@ -73,6 +74,13 @@ const CANCELLED: Type = Type::size(19.0).bold().colour(VERMILLION);
 const SEQ: Type = Type::size(17.0).anchor("middle");
 const CAPTION: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const LEGEND_WORDS: Type = Type::size(19.0);
+/// The legend of the executor's marks (`--work`), below the usual legend.
+const EXECUTOR_LEGEND: &str = "Dashed outline: waiting for the executor, not a permit \
+     (unread: no worker was free to read the request; queued: admitted, no thread to run its \
+     work). ticks: the front runtime's heartbeat at each reading; red: no tick came while \
+     every worker was blocked.";
+const WAITING: Type = Type::size(17.0).bold().colour(INK).anchor("middle");
+const BEAT: Type = Type::size(17.0).colour(GREY);
 
 /// Renders `report` as an SVG document: a title, one panel per policy side by side, and a
 /// legend.
@@ -94,6 +102,9 @@ struct Lane {
     cancelled: bool,
     /// `(after_event, status)` of each response its caller received.
     answers: Vec<(u64, u16)>,
+    /// Waiting for the executor, not a permit (`--work`): from the event it was seen after to
+    /// the one it ended at, and the word for it (`unread`, `queued`).
+    waiting: Option<(u64, u64, &'static str)>,
 }
 
 /// One policy's panel: what to draw, and where its event axis lies.
@@ -193,6 +204,7 @@ fn lanes(policy: &PolicyReport) -> Vec<Lane> {
             finished: None,
             cancelled: false,
             answers: Vec::new(),
+            waiting: None,
         };
         let events = policy.work_events.iter();
         for event in events.filter(|e| e.request == Some(request)) {
@@ -201,7 +213,7 @@ fn lanes(policy: &PolicyReport) -> Vec<Lane> {
                 Event::Refused => &mut lane.refused,
                 Event::Held => &mut lane.held,
                 Event::Finished => &mut lane.finished,
-                Event::GateOpened => continue,
+                Event::Started | Event::GateOpened => continue,
             };
             slot.get_or_insert(event.seq);
             lane.cancelled |= event.event == Event::Finished && event.cancelled;
@@ -209,6 +221,21 @@ fn lanes(policy: &PolicyReport) -> Vec<Lane> {
         let responses = policy.observed.responses.iter();
         let answers = responses.filter(|r| r.request == request);
         lane.answers = answers.map(|r| (r.after_event, r.status)).collect();
+        if let Some(watched) = &policy.observed.executor {
+            let unread = watched.unread.iter().find(|u| u.request == request);
+            if let (Some(unread), Some(admitted)) = (unread, lane.admitted) {
+                lane.waiting = Some((unread.after_event.max(1), admitted, "unread"));
+            }
+            let started = policy
+                .work_events
+                .iter()
+                .find(|e| e.request == Some(request) && e.event == Event::Started);
+            if let (true, Some(admitted), Some(started)) =
+                (watched.queued.contains(&request), lane.admitted, started)
+            {
+                lane.waiting = Some((admitted, started.seq, "queued"));
+            }
+        }
         lane
     };
     requests.into_iter().map(lane).collect()
@@ -238,6 +265,8 @@ struct Rows {
     /// The baseline of the gate labels.
     gate_labels: f64,
     lanes_top: f64,
+    /// Where the heartbeat lane starts, below the requests' lanes, when a panel has one.
+    heartbeat_top: Option<f64>,
     pools_top: f64,
     axis: f64,
     /// The centre of the legend's first row.
@@ -271,7 +300,13 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         .collect();
     let pools_lines = pools_words.iter().map(Vec::len).max().unwrap_or(1);
     // Panels share their rows, so lanes and pools line up side by side.
-    let lanes = panels.iter().map(|p| p.lanes.len()).max().unwrap_or(0);
+    let requests = panels.iter().map(|p| p.lanes.len()).max().unwrap_or(0);
+    // A run on the front's own runtime read its heartbeat: one more lane, below the requests.
+    let beats = report
+        .policies
+        .iter()
+        .any(|p| p.observed.executor.is_some());
+    let lanes = requests + usize::from(beats);
     let pools_height = panels.iter().map(Panel::pools_height).fold(0.0, f64::max);
     let legend_rows = legend_layout().last().map_or(0, |&(row, _, _)| row + 1);
 
@@ -287,16 +322,25 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let pools_top = lanes_top + lanes as f64 * LANE_HEIGHT + 14.0;
     let axis = pools_top + pools_height;
     let legend = axis + 92.0;
+    // What the executor's marks mean, only in a picture that has them.
+    let executor_legend = match beats {
+        true => wrap(EXECUTOR_LEGEND, LEGEND_WORDS, WIDTH - 2.0 * MARGIN),
+        false => Vec::new(),
+    };
     let rows = Rows {
         verdict: verdict_lines,
         heading,
         pools_words: pools_first,
         gate_labels,
         lanes_top,
+        heartbeat_top: beats.then_some(lanes_top + requests as f64 * LANE_HEIGHT),
         pools_top,
         axis,
         legend,
-        height: (legend + (legend_rows.max(1) - 1) as f64 * LEGEND_ROW + 30.0).ceil(),
+        height: (legend
+            + (legend_rows.max(1) - 1 + executor_legend.len()) as f64 * LEGEND_ROW
+            + 30.0)
+            .ceil(),
     };
     let height = rows.height;
 
@@ -306,7 +350,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="100%" viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMidYMin meet" font-family="DejaVu Sans, Verdana, Arial, sans-serif">"#
     )?;
-    let command = report.inputs.flags();
+    let command = report.inputs.flags() + &report.executor.flags();
     let title = format!("isolation-lab {command}: who holds the work permits");
     writeln!(out, "<title>{}</title>", Escaped(&title))?;
     rect(out, (0.0, 0.0), (WIDTH, height), Paint::fill("white"))?;
@@ -323,6 +367,15 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         draw_panel(out, panel, words, &rows)?;
     }
     draw_legend(out, rows.legend)?;
+    for (i, words) in executor_legend.iter().enumerate() {
+        let y = rows.legend + (legend_rows + i) as f64 * LEGEND_ROW + 7.0;
+        text(
+            out,
+            (MARGIN, y),
+            LEGEND_WORDS.class("executor-legend"),
+            words,
+        )?;
+    }
     writeln!(out, "</svg>")
 }
 
@@ -376,6 +429,9 @@ fn draw_panel(out: &mut String, panel: &Panel, pools_words: &[String], rows: &Ro
     }
     for (i, lane) in panel.lanes.iter().enumerate() {
         draw_lane(out, panel, lane, rows.lanes_top + i as f64 * LANE_HEIGHT)?;
+    }
+    if let (Some(top), Some(watched)) = (rows.heartbeat_top, &policy.observed.executor) {
+        draw_heartbeat(out, panel, watched, top)?;
     }
     let mut row_top = rows.pools_top;
     for (&pool, &capacity) in &policy.pool_capacities {
@@ -458,10 +514,14 @@ impl Row {
     }
 }
 
-fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Result {
-    let request = lane.request;
-    let name = request.to_string();
-    writeln!(out, r#"<g class="lane" data-request="{}">"#, Escaped(&name))?;
+/// A lane's rule and its two names, at `top`: its centre line, and its row with the gate line
+/// already taken.
+fn lane_frame(
+    out: &mut String,
+    panel: &Panel,
+    top: f64,
+    (name, below): (&str, &str),
+) -> Result<(f64, Row), fmt::Error> {
     let (left, y, bottom) = (panel.left, top + LANE_HEIGHT / 2.0, top + LANE_HEIGHT);
     line(
         out,
@@ -469,14 +529,21 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Res
         (panel.plot_right, bottom),
         Paint::line(RULE, 1.0),
     )?;
-    text(out, (left + 4.0, y - 3.0), NAME, &name)?;
-    text(out, (left + 4.0, y + 19.0), ROUTE, request.route().path())?;
-
+    text(out, (left + 4.0, y - 3.0), NAME, name)?;
+    text(out, (left + 4.0, y + 19.0), ROUTE, below)?;
     let mut row = Row::new(panel.plot_left, panel.plot_right);
     if let Some(gate) = panel.gate {
         let x = panel.x(gate);
         row.take(x - GATE_HALF, x + GATE_HALF);
     }
+    Ok((y, row))
+}
+
+fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Result {
+    let request = lane.request;
+    let name = request.to_string();
+    writeln!(out, r#"<g class="lane" data-request="{}">"#, Escaped(&name))?;
+    let (y, mut row) = lane_frame(out, panel, top, (&name, request.route().path()))?;
     let mut finished_at = None;
     if let Some(admitted) = lane.admitted {
         // The permit is taken from admission until the work finishes.
@@ -505,6 +572,27 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Res
             finished_at = Some(x1 + SQUARE);
         }
     }
+    if let Some((from, to, words)) = lane.waiting {
+        // Waiting for a thread, not a permit: a dashed outline (over the permit bar when the
+        // work holds one); the pools below show what sat free meanwhile.
+        let (x0, x1) = (panel.x(from), panel.x(to));
+        writeln!(out, r#"<g class="waiting" data-words="{words}">"#)?;
+        let paint = Paint::fill("none").stroke(INK, 2.0).dashed("6 4");
+        rect(
+            out,
+            (x0, y - BAR_HEIGHT / 2.0),
+            (x1 - x0, BAR_HEIGHT),
+            paint,
+        )?;
+        // Said inside the bar, before the gate line, where it fits clear of the marks.
+        let until = panel.gate.map_or(x1, |g| panel.x(g).min(x1)) - GATE_HALF;
+        let room = (x0 + CIRCLE + CLEAR, until - CLEAR);
+        if text_width(words, WAITING) <= room.1 - room.0 {
+            let centre = (room.0 + room.1) / 2.0;
+            text(out, (centre, y + 6.0), WAITING, words)?;
+        }
+        writeln!(out, "</g>")?;
+    }
     let mut answers = lane.answers.iter().copied();
     if let Some(refused) = lane.refused {
         // A refused request's response is its refusal's.
@@ -530,6 +618,53 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Res
         if let Some(x) = row.right_of(after + CLEAR, words) {
             row.take(x, x + words);
             text(out, (x, y + 6.0), CANCELLED, "cancelled")?;
+        }
+    }
+    writeln!(out, "</g>")
+}
+
+/// The heartbeat of the front's runtime: its tick count at each reading, placed at the event it
+/// followed, and, where no tick came from the last slow request held to the release (every
+/// worker blocked), a line saying so.
+fn draw_heartbeat(
+    out: &mut String,
+    panel: &Panel,
+    watched: &crate::evidence::ExecutorEvidence,
+    top: f64,
+) -> fmt::Result {
+    writeln!(out, r#"<g class="heartbeat">"#)?;
+    let (y, mut row) = lane_frame(out, panel, top, ("ticks", "runtime"))?;
+    let beats = &watched.heartbeat;
+    let last_held = beats.iter().rposition(|b| b.moment == Moment::Held);
+    let still = last_held.map(|from| &beats[from..]).filter(|still| {
+        let released = still.last().map(|b| b.moment) == Some(Moment::Release);
+        released && !watched.unread.is_empty() && still.iter().all(|b| b.ticks == still[0].ticks)
+    });
+    if let (Some(still), Some(gate)) = (still, panel.gate) {
+        let (x0, x1) = (panel.x(still[0].after_event), panel.x(gate) - GATE_HALF);
+        let paint = Paint::line(VERMILLION, 4.0);
+        writeln!(
+            out,
+            r#"<line class="still" x1="{x0:.1}" y1="{y:.1}" x2="{x1:.1}" y2="{y:.1}" {paint}/>"#
+        )?;
+        row.take(x0, x1);
+    }
+    // The last reading at each event: the ticks so far.
+    let mut shown: Vec<(u64, u64)> = Vec::new();
+    for beat in beats {
+        match shown.last_mut() {
+            Some(last) if last.0 == beat.after_event => last.1 = beat.ticks,
+            _ => shown.push((beat.after_event, beat.ticks)),
+        }
+    }
+    for (seq, ticks) in shown {
+        let words = ticks.to_string();
+        let width = text_width(&words, BEAT);
+        let x = panel.x(seq) - width / 2.0;
+        let spot = [x, x - width / 2.0 - CLEAR, x + width / 2.0 + CLEAR];
+        if let Some(x) = spot.into_iter().find(|&x| row.fits(x, x + width)) {
+            row.take(x, x + width);
+            text(out, (x, y - 10.0), BEAT, &words)?;
         }
     }
     writeln!(out, "</g>")

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, labels};
+use crate::draw::table::{columns, labels, paragraph};
+use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
 use crate::outcome::{Answer, Outcome};
@@ -30,7 +31,13 @@ pub fn render(report: &Report) -> String {
     let mut out = heading(
         &format!("isolation-lab {}", report.runner.version),
         &report.inputs,
+        &report.executor,
     );
+    if let Some(shape) = &report.runner.front_runtime {
+        let shape = format!("The {} front: {shape}.", report.runner.front.name());
+        out.push_str(&paragraph(&shape, 80, 2));
+        out.push('\n');
+    }
     let outcomes: Vec<Outcome> = report.policies.iter().map(Outcome::observed).collect();
     let verdicts = report
         .policies
@@ -47,6 +54,11 @@ pub fn render(report: &Report) -> String {
         out.push_str(&timeline::render(policy));
     }
     out.push('\n');
+    if report.failure.is_none() {
+        for policy in &report.policies {
+            out.push_str(&super::waits::explain(policy));
+        }
+    }
     for policy in &report.policies {
         for mismatch in &policy.model.mismatches {
             let _ = writeln!(
@@ -67,15 +79,25 @@ pub fn render(report: &Report) -> String {
 
 /// Renders the model's prediction for `inputs`: the same table, before any run.
 pub fn prediction(inputs: &Inputs, outcomes: &[Outcome]) -> String {
-    let mut out = heading("isolation-lab predict", inputs);
+    prediction_on(inputs, &Executor::default(), outcomes)
+}
+
+/// [`prediction`] for slow work that waits as `executor` says, on the async front.
+pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome]) -> String {
+    let mut out = heading("isolation-lab predict", inputs, executor);
+    if !executor.is_default() {
+        let shape = executor.describe(crate::policy::Front::Async);
+        out.push_str(&paragraph(&format!("The async front: {shape}."), 80, 2));
+        out.push('\n');
+    }
     out.push_str(&table(outcomes, None));
     out.push_str("\nThe policy model's prediction: no server was started. Run the same inputs\n");
     out.push_str("without `predict` to compare it with what actually happens.\n");
     out
 }
 
-fn heading(title: &str, inputs: &Inputs) -> String {
-    format!("{title}: {}\n\n", inputs.flags())
+fn heading(title: &str, inputs: &Inputs, executor: &Executor) -> String {
+    format!("{title}: {}{}\n\n", inputs.flags(), executor.flags())
 }
 
 /// The table: one column per outcome, and an optional last row of given cells.
@@ -86,6 +108,11 @@ pub(crate) fn table(outcomes: &[Outcome], last: Option<(&str, Vec<String>)>) -> 
     for (heading, cell) in ROWS {
         let cells = outcomes.iter().map(cell);
         rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+    }
+    if outcomes.iter().any(|o| o.executor.is_some()) {
+        let cells = outcomes.iter().map(waiting_for_the_executor);
+        let row = std::iter::once("waiting for the executor".to_owned()).chain(cells);
+        rows.push(row.collect());
     }
     if let Some((heading, cells)) = last {
         rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
@@ -119,6 +146,7 @@ fn refused_slow(outcome: &Outcome) -> String {
 
 fn f1_before_release(outcome: &Outcome) -> String {
     or_not_reached(outcome.f1_before_release.as_ref(), |f1| match f1.status {
+        status if f1.unread_until_release => format!("no answer: unread ({status} after)"),
         200 => format!("200 ({} permit)", f1.pool),
         503 => format!("503 (held by {})", labels(&f1.held_by)),
         status => status.to_string(),
@@ -149,6 +177,24 @@ fn probes(outcome: &Outcome) -> String {
         let statuses: Vec<String> = probes.iter().map(|a| a.status.to_string()).collect();
         statuses.join(", ")
     })
+}
+
+/// The requests the executor made wait: `S2 F1 unread`, `S3 queued`, or `none`.
+fn waiting_for_the_executor(outcome: &Outcome) -> String {
+    let Some(waiting) = &outcome.executor else {
+        return "-".to_owned();
+    };
+    let mut parts = Vec::new();
+    if !waiting.unread.is_empty() {
+        parts.push(format!("{} unread", labels(&waiting.unread)));
+    }
+    if !waiting.queued.is_empty() {
+        parts.push(format!("{} queued", labels(&waiting.queued)));
+    }
+    match parts.is_empty() {
+        true => "none".to_owned(),
+        false => parts.join(", "),
+    }
 }
 
 fn idle_while_refused(outcome: &Outcome) -> String {

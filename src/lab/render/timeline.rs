@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::admission::ledger::{Event, WorkEvent};
-use crate::evidence::ResponseRecord;
+use crate::evidence::{ResponseRecord, Unread};
 use crate::policy::Pool;
 use crate::report::PolicyReport;
 
@@ -14,10 +14,12 @@ use crate::report::PolicyReport;
 /// permit free`, so the bars line up.
 const EVENT_WIDTH: usize = 40;
 
-/// A line of the timeline: a work event, or a response that arrived after one.
+/// A line of the timeline: a work event, a response that arrived after one, or a request
+/// seen sitting unread (the front's workers all blocked).
 enum Line<'a> {
     Event(&'a WorkEvent),
     Answer(&'a ResponseRecord),
+    Unread(&'a Unread),
 }
 
 /// Renders one policy run as a timeline: a header naming each pool, then one line per work
@@ -58,6 +60,13 @@ pub(crate) fn render(policy: &PolicyReport) -> String {
                 let text = format!("        {} answered {}", response.request, response.status);
                 push_line(&mut out, &text);
             }
+            Line::Unread(unread) => {
+                let text = format!(
+                    "        {} arrived unread: {} in the accept queue",
+                    unread.request, unread.accept_queue
+                );
+                push_line(&mut out, &text);
+            }
         }
     }
     out
@@ -70,7 +79,9 @@ fn lines(policy: &PolicyReport) -> Vec<Line<'_>> {
     let events = events.map(|e| ((e.seq, 0), Line::Event(e)));
     let answers = policy.observed.responses.iter();
     let answers = answers.map(|r| ((r.after_event, 1), Line::Answer(r)));
-    let mut lines: Vec<_> = events.chain(answers).collect();
+    let unread = policy.observed.executor.iter().flat_map(|w| &w.unread);
+    let unread = unread.map(|u| ((u.after_event, 1), Line::Unread(u)));
+    let mut lines: Vec<_> = events.chain(answers).chain(unread).collect();
     // A stable sort, so responses after the same event stay in the order they were received.
     lines.sort_by_key(|&(key, _)| key);
     lines.into_iter().map(|(_, line)| line).collect()
@@ -84,6 +95,7 @@ fn describe(event: &WorkEvent) -> String {
         Event::Admitted => format!("{request} admitted: takes a {pool} permit"),
         Event::Refused => format!("{request} refused: no {pool} permit free"),
         Event::Held => format!("{request} held at the closed gate"),
+        Event::Started => format!("{request} started on a thread"),
         Event::Finished if event.cancelled => format!("{request} cancelled: {pool} permit back"),
         Event::Finished => format!("{request} finished: {pool} permit back"),
         Event::GateOpened => "== slow gate opened ==".to_owned(),

@@ -1,0 +1,49 @@
+//! Admitted work whose blocking wait runs on another thread than its handler's: a thread of
+//! Tokio's blocking pool (`--work spawn-blocking`) or a worker of the work class's own runtime
+//! (`--work own-runtime`). The handler admits and keeps the [`Work`] (and so its permit); the
+//! wait is a closure that owns what it needs, records `started` when a thread runs it, and
+//! `held` if the gate is closed. Until a thread runs it, the work is admitted, its permit
+//! held, and not running: a queue the permits cannot see.
+
+use std::sync::Arc;
+
+use super::super::gate::{Gate, Latch};
+use super::super::ledger::Event;
+use super::{Verdict, Work, WorkSection};
+use crate::policy::Route;
+
+impl WorkSection {
+    /// The wait of admitted `work`, for another thread to run: it records `started`, then, for
+    /// slow work, waits at the gate (recording `held` if it is closed) and says how the gate
+    /// left; fast work has nothing to wait for. Hand the result to [`Work::leave_after`].
+    pub(crate) fn wait_elsewhere(
+        self: &Arc<Self>,
+        work: &Work<'_>,
+        gate: Arc<Gate>,
+    ) -> impl FnOnce() -> Latch + Send + 'static {
+        let section = self.clone();
+        let (request, pool, route) = (work.request, work.pool, work.route);
+        let gate = (route == Route::Slow).then_some(gate);
+        move || {
+            section.record(request, pool, Event::Started);
+            match gate {
+                Some(gate) => gate.pass_blocking(|| section.record(request, pool, Event::Held)),
+                None => Latch::Open,
+            }
+        }
+    }
+
+    fn record(&self, request: crate::label::Label, pool: crate::policy::Pool, event: Event) {
+        let mut ledger = self.ledger();
+        let active = self.pools.active(pool);
+        ledger.record(Some(request), pool, event, active);
+    }
+}
+
+impl Work<'_> {
+    /// Leaves the section once the wait that ran elsewhere ([`WorkSection::wait_elsewhere`])
+    /// ended with `latch`: the permit goes back before the caller builds its response.
+    pub(crate) fn leave_after(self, latch: Latch) -> Verdict {
+        self.leave(latch)
+    }
+}

@@ -1,0 +1,305 @@
+//! The async front on runtimes of its own (`--work` other than `await`, or `--workers`): built
+//! and driven on threads of their own in the lab's process, so work that blocks them cannot
+//! stop the coordinator, which stays on the lab's current-thread runtime. A heartbeat task on
+//! the front's runtime counts its ticks: they stop while every worker is blocked.
+//! `docs/blocking.md` tells what each shape shows.
+//!
+//! Every runtime is owned by one thread, "lab-front": it drives the front's runtime, starts a
+//! thread to drive each work class's (`own-runtime`), and stops and joins them all. Stopping
+//! the server stops the accept loop, drains its connections (held work has left by then: the
+//! gate opens first), shuts every runtime down, joining its workers and blocking threads, and
+//! only then reports.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use tokio::runtime::{Builder, Runtime};
+use tokio::sync::oneshot;
+
+use super::Gates;
+use super::async_front::Server;
+use super::work_style::Dispatch;
+use super::{Census, Stopped};
+use crate::admission::section::WorkSection;
+use crate::executor::{Executor, WorkStyle, Workers};
+use crate::hooks::Hooks;
+
+/// How often the heartbeat ticks while its runtime can run it. The ticks are evidence that
+/// the runtime runs tasks, never a clock the lab waits on.
+const BEAT: Duration = Duration::from_millis(1);
+
+/// How much longer than its drain limit the front's thread may take to report.
+const REPORT_SLACK: Duration = Duration::from_secs(2);
+
+/// The heartbeat of the front's runtime: ticks counted by a task of that runtime.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    ticks: AtomicU64,
+}
+
+impl Heartbeat {
+    /// Ticks so far.
+    pub fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::SeqCst)
+    }
+}
+
+/// The front's thread, and how to tell it to stop.
+#[derive(Debug)]
+pub struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    report: Option<oneshot::Receiver<Result<Stopped, String>>>,
+    thread: Option<JoinHandle<()>>,
+    drain_limit: Duration,
+    heartbeat: Arc<Heartbeat>,
+    /// The front's runtime, to wake a parked worker of (see [`Running::wake_a_worker`]).
+    front: tokio::runtime::Handle,
+    /// A second descriptor of the listening socket, to read its accept queue; closed before
+    /// the server is told to stop, so the listener closes when the server drops its own.
+    listening: Option<OwnedFd>,
+}
+
+/// Builds the front's runtimes for `executor`, binds `127.0.0.1:0` on the front's, and serves
+/// `section` from a thread of its own.
+pub(crate) fn start(
+    executor: Executor,
+    section: Arc<WorkSection>,
+    census: Arc<Census>,
+    hooks: Arc<dyn Hooks>,
+    gates: Gates,
+    drain_limit: Duration,
+) -> std::io::Result<(SocketAddr, Running)> {
+    let workers = executor.workers();
+    let (front, classes) = match executor.work {
+        WorkStyle::OwnRuntime => {
+            let slow = runtime(workers, 1, "lab-slow-work")?;
+            let fast = runtime(workers, 1, "lab-fast-work")?;
+            let connections = runtime(Workers::CurrentThread, 1, "lab-front")?;
+            (connections, Some((slow, fast)))
+        }
+        _ => (
+            runtime(workers, executor.blocking_threads.get(), "lab-front")?,
+            None,
+        ),
+    };
+    let dispatch = match (&executor.work, &classes) {
+        (WorkStyle::Await, _) => Dispatch::Await,
+        (WorkStyle::Block, _) => Dispatch::Block,
+        (WorkStyle::SpawnBlocking, _) => Dispatch::SpawnBlocking,
+        (WorkStyle::OwnRuntime, Some((slow, fast))) => Dispatch::OwnRuntime {
+            slow: slow.handle().clone(),
+            fast: fast.handle().clone(),
+        },
+        (WorkStyle::OwnRuntime, None) => unreachable!("own-runtime builds a runtime per class"),
+    };
+    let server = {
+        // The listener registers with the reactor of the runtime it is made in: the front's.
+        let _inside = front.enter();
+        Server::bind()?.at(gates).with_dispatch(dispatch)
+    };
+    let address = server.address();
+    let listening = server.listening()?;
+    let handle = front.handle().clone();
+    let heartbeat = Arc::new(Heartbeat::default());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (report, reported) = oneshot::channel();
+    let beating = heartbeat.clone();
+    let thread = thread::Builder::new()
+        .name("lab-front".into())
+        .spawn(move || {
+            let served = serve(front, classes, beating, async move {
+                let shutdown = async {
+                    // A dropped sender also means stop.
+                    let _ = stopped.await;
+                };
+                server
+                    .serve(section, census, hooks, shutdown, drain_limit)
+                    .await
+            });
+            // The receiver is gone only if the coordinator itself went away.
+            let _ = report.send(served);
+        })?;
+    let running = Running {
+        stop: Some(stop),
+        report: Some(reported),
+        thread: Some(thread),
+        drain_limit,
+        heartbeat,
+        front: handle,
+        listening: Some(listening),
+    };
+    Ok((address, running))
+}
+
+/// A runtime of `workers`, whose blocking pool starts at most `blocking` threads, its threads
+/// named `name`.
+fn runtime(workers: Workers, blocking: usize, name: &str) -> std::io::Result<Runtime> {
+    let mut builder = match workers {
+        Workers::CurrentThread => Builder::new_current_thread(),
+        Workers::Threads(n) => {
+            let mut builder = Builder::new_multi_thread();
+            builder.worker_threads(usize::from(n));
+            builder
+        }
+    };
+    builder
+        .max_blocking_threads(blocking)
+        .thread_name(name)
+        .enable_all()
+        .build()
+}
+
+/// The front thread's life: the heartbeat and the server on the front's runtime, each work
+/// class's runtime driven by a thread of its own, then every runtime shut down and joined.
+fn serve(
+    front: Runtime,
+    classes: Option<(Runtime, Runtime)>,
+    heartbeat: Arc<Heartbeat>,
+    server: impl Future<Output = Stopped> + Send + 'static,
+) -> Result<Stopped, String> {
+    let drivers = match classes {
+        Some((slow, fast)) => vec![drive(slow, "lab-slow-work")?, drive(fast, "lab-fast-work")?],
+        None => Vec::new(),
+    };
+    let beat = front.spawn(async move {
+        let mut interval = tokio::time::interval(BEAT);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // The first tick counts as soon as the task runs at all: the lab waits for it
+        // before its first request, as evidence that the runtime runs tasks.
+        loop {
+            heartbeat.ticks.fetch_add(1, Ordering::SeqCst);
+            interval.tick().await;
+        }
+    });
+    // Spawned rather than run by `block_on`, so that on a multi-thread runtime the server runs
+    // on the workers that the slow work blocks, as a real service's would.
+    let serving = front.spawn(server);
+    let served = front.block_on(serving);
+    beat.abort();
+    // Joins the front's workers and blocking threads: the held work has left, so none waits.
+    drop(front);
+    let mut error = None;
+    for (stop, driver) in drivers {
+        let _ = stop.send(());
+        if driver.join().is_err() {
+            error = Some("a work class's runtime thread panicked".to_owned());
+        }
+    }
+    let mut stopped = served.map_err(|e| format!("the server task failed: {e}"))?;
+    stopped.error = stopped.error.or(error);
+    Ok(stopped)
+}
+
+/// Drives `runtime` from a thread of its own until told to stop, then shuts it down.
+fn drive(runtime: Runtime, name: &str) -> Result<(oneshot::Sender<()>, JoinHandle<()>), String> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // A current-thread runtime runs its tasks only while it is driven here.
+            let _ = runtime.block_on(stopped);
+            drop(runtime);
+        })
+        .map_err(|e| format!("starting the {name} thread: {e}"))?;
+    Ok((stop, thread))
+}
+
+impl Running {
+    /// The heartbeat of the front's runtime.
+    pub(crate) fn heartbeat(&self) -> Arc<Heartbeat> {
+        self.heartbeat.clone()
+    }
+
+    /// Connections waiting in the listener's accept queue now: completed by the kernel, not yet
+    /// accepted by the server.
+    pub(crate) fn accept_queue(&self) -> std::io::Result<usize> {
+        let listening = self.listening.as_ref();
+        let listening = listening.ok_or_else(|| std::io::Error::other("the front has stopped"))?;
+        accept_queue(listening.as_fd())
+    }
+
+    /// Wakes a parked worker of the front's runtime, if one is parked, with a task that does
+    /// nothing: spawned from outside the runtime, it goes to the runtime's shared queue, which
+    /// wakes a parked worker. A multi-thread runtime polls its I/O driver only from a worker
+    /// that parks; one that went to sleep while a worker now blocked held the driver would
+    /// sleep on, and no connection would be read. Woken, it parks again holding the driver.
+    /// The coordinator calls it before sending a request a free worker must read.
+    pub(crate) fn wake_a_worker(&self) {
+        // The task ends as soon as it runs; the runtime's shutdown ends it if it never does.
+        drop(self.front.spawn(async {}));
+    }
+
+    /// Tells the server to stop and waits for its report, then joins its thread.
+    pub async fn stop(mut self) -> Result<Stopped, String> {
+        drop(self.listening.take());
+        drop(self.stop.take());
+        let Some(report) = self.report.take() else {
+            return Err("the front was already stopped".into());
+        };
+        let limit = self.drain_limit + REPORT_SLACK;
+        let reported = tokio::time::timeout(limit, report).await;
+        let reported = match reported {
+            Ok(Ok(reported)) => reported,
+            Ok(Err(_)) => Err("the front's thread ended without a report".into()),
+            Err(_) => {
+                return Err(format!(
+                    "the front's runtimes did not stop within {} s; left running",
+                    limit.as_secs()
+                ));
+            }
+        };
+        // The thread reports as its last act, so this join returns at once.
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(_)) => Err("the front's thread panicked".into()),
+            _ => reported,
+        }
+    }
+}
+
+impl Drop for Running {
+    /// Never blocks: a front dropped without `stop` is told to stop (its sender drops) and
+    /// left to shut its runtimes down on its own thread.
+    fn drop(&mut self) {
+        drop(self.listening.take());
+        drop(self.stop.take());
+    }
+}
+
+/// The accept queue of a listening socket: Linux's `TCP_INFO` reports it, for a socket in
+/// `LISTEN`, as `tcpi_unacked` (`sk_ack_backlog`, which `/proc/net/tcp` prints as the
+/// listener's `rx_queue`). One system call, where re-reading `/proc/net/tcp` lists every TCP
+/// socket of the machine each time.
+#[cfg(target_os = "linux")]
+fn accept_queue(listening: BorrowedFd<'_>) -> std::io::Result<usize> {
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut length = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `listening` is an open socket for the call's duration; `info` is a zeroed
+    // `tcp_info` of `length` bytes, which the kernel fills at most.
+    let done = unsafe {
+        libc::getsockopt(
+            listening.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut length,
+        )
+    };
+    if done != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: zeroed, then written by the kernel: every field is a plain integer.
+    let info = unsafe { info.assume_init() };
+    Ok(info.tcpi_unacked as usize)
+}
+
+/// Elsewhere the kernel does not say.
+#[cfg(not(target_os = "linux"))]
+fn accept_queue(_: BorrowedFd<'_>) -> std::io::Result<usize> {
+    Err(std::io::Error::other(
+        "only Linux reports a listener's accept queue",
+    ))
+}
