@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 use super::connections::Connections;
 use super::work_style::Dispatch;
-use super::{Backoff, Census, Gates, Head, Reply, Stopped, answer, screen};
+use super::{Backoff, Census, Gates, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
@@ -33,6 +33,8 @@ use crate::policy::Route;
 pub struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    /// The listener's socket, to see it closed.
+    id: ListenerId,
     /// The gate each request's slow work waits at.
     gates: Gates,
     /// Where admitted work runs (`--work`).
@@ -59,10 +61,12 @@ impl Server {
         address: SocketAddr,
     ) -> std::io::Result<Self> {
         listener.set_nonblocking(true)?;
+        let id = ListenerId::of(&listener, address);
         let listener = TcpListener::from_std(listener)?;
         Ok(Server {
             listener,
             address,
+            id,
             gates: Gates::default(),
             dispatch: Arc::default(),
         })
@@ -125,7 +129,8 @@ impl Server {
     ) -> Stopped {
         let Server {
             listener,
-            address,
+            address: _,
+            id,
             gates,
             dispatch,
         } = self;
@@ -211,9 +216,7 @@ impl Server {
             .drain(graceful, drain_limit, "connections")
             .await;
         error = error.or(drained);
-        connections
-            .ended
-            .stopped(address, accepted, &section, error)
+        connections.ended.stopped(id, accepted, &section, error)
     }
 }
 

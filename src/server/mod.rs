@@ -253,7 +253,7 @@ impl Handlers {
     /// The summary, and the first thing that went wrong.
     pub(crate) fn stopped(
         self,
-        address: SocketAddr,
+        listener: ListenerId,
         accepted: u64,
         section: &WorkSection,
         error: Option<String>,
@@ -262,8 +262,8 @@ impl Handlers {
         let panicked = self.panicked.into_iter().next();
         Stopped {
             summary: ServerSummary {
-                address,
-                listener_closed: refuses_connections(address),
+                address: listener.address,
+                listener_closed: listener.is_closed(),
                 connections_accepted: accepted,
                 connection_tasks_stopped: joined == accepted,
                 connection_tasks_aborted: self.aborted,
@@ -274,14 +274,47 @@ impl Handlers {
     }
 }
 
-/// Whether `address` refuses a connection now: the evidence that a stopped server's listener
-/// is closed. On loopback the kernel answers a connect to a closed port at once, so this never
-/// waits; a port that accepts (the listener still open, or already another's) is not closed.
-fn refuses_connections(address: SocketAddr) -> bool {
-    matches!(
-        std::net::TcpStream::connect(address),
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
-    )
+/// A front's listener, known by its socket, so that once the front has dropped it the lab can
+/// observe that it is closed (the report's `listener_closed`) rather than assert it.
+///
+/// Why not connect to the port and expect a refusal: once the listener is closed its port is
+/// free, and another server binding `127.0.0.1:0` may be given it at once (seen when many runs
+/// share a machine), so a connect can reach a stranger. The socket's inode cannot be reused
+/// while this process holds it: closed means no descriptor of this process is that socket.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ListenerId {
+    address: SocketAddr,
+    /// The listening socket's inode; `None` where the system would not say.
+    inode: Option<u64>,
+}
+
+impl ListenerId {
+    /// The identity of `listener`, bound to `address`.
+    pub(crate) fn of(listener: &impl std::os::fd::AsRawFd, address: SocketAddr) -> Self {
+        // SAFETY: `stat` is plain data, and fstat(2) fills it for the open descriptor.
+        let inode = unsafe {
+            let mut stat: libc::stat = std::mem::zeroed();
+            (libc::fstat(listener.as_raw_fd(), &mut stat) == 0).then_some(stat.st_ino)
+        };
+        ListenerId { address, inode }
+    }
+
+    /// Whether the socket is closed now: no open descriptor of this process names it. Where
+    /// `/proc/self/fd` cannot be read (or the inode was never known), a connect to the port
+    /// must be refused instead.
+    fn is_closed(&self) -> bool {
+        let socket = self.inode.map(|inode| format!("socket:[{inode}]"));
+        match (socket, std::fs::read_dir("/proc/self/fd")) {
+            (Some(socket), Ok(descriptors)) => !descriptors
+                .filter_map(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .any(|target| target.as_os_str() == socket.as_str()),
+            _ => matches!(
+                std::net::TcpStream::connect(self.address),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+            ),
+        }
+    }
 }
 
 /// The connection handlers alive right now, counted by a guard each handler holds.
@@ -444,14 +477,18 @@ pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
 mod tests {
     use super::*;
 
-    /// `listener_closed` is observed, not asserted: a port with a listener accepts, and the
-    /// same port refuses once the listener is dropped.
+    /// `listener_closed` is observed, not asserted: a listener is open until it is dropped, and
+    /// another listener's being open says nothing of it.
     #[test]
-    fn a_closed_listener_is_seen_refusing() {
+    fn a_closed_listener_is_seen_closed() {
         let (listener, address) = bind_loopback().expect("127.0.0.1:0 binds");
-        assert!(!refuses_connections(address));
+        let id = ListenerId::of(&listener, address);
+        assert!(id.inode.is_some());
+        let (other, _) = bind_loopback().expect("127.0.0.1:0 binds");
+        assert!(!id.is_closed());
         drop(listener);
-        assert!(refuses_connections(address));
+        assert!(id.is_closed());
+        assert!(!ListenerId::of(&other, address).is_closed());
     }
 
     /// The pauses double from 1 ms to 64 ms; the failure after the last gives up, naming how

@@ -20,7 +20,8 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::{
-    Backoff, Census, Gates, Handlers, Head, Reply, Stopped, answer, screen, work_blocking,
+    Backoff, Census, Gates, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
+    work_blocking,
 };
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
@@ -52,6 +53,8 @@ const STOP: Token = Token(1);
 pub(crate) struct Server {
     listener: TcpListener,
     address: SocketAddr,
+    /// The listener's socket, to see it closed.
+    id: ListenerId,
     /// The gate each request's slow work waits at.
     gates: Gates,
 }
@@ -182,6 +185,7 @@ impl Server {
     /// Serves on `listener`, bound to `address` (see `super::bind_loopback`).
     pub(crate) fn from_std(listener: TcpListener, address: SocketAddr) -> Self {
         Server {
+            id: ListenerId::of(&listener, address),
             listener,
             address,
             gates: Gates::default(),
@@ -209,7 +213,8 @@ impl Server {
     ) -> io::Result<Running> {
         let Server {
             listener,
-            address,
+            address: _,
+            id,
             gates,
         } = self;
         let (poller, waker) = Poller::new(listener).map_err(|e| {
@@ -236,7 +241,7 @@ impl Server {
             poller,
             heard,
             shared,
-            address,
+            id,
             drain_limit,
         };
         let thread = thread::Builder::new()
@@ -267,7 +272,7 @@ struct Accept {
     poller: Poller,
     heard: std_mpsc::Receiver<Note>,
     shared: Arc<Shared>,
-    address: SocketAddr,
+    id: ListenerId,
     drain_limit: Duration,
 }
 
@@ -278,7 +283,7 @@ impl Accept {
             mut poller,
             heard,
             shared,
-            address,
+            id,
             drain_limit,
         } = self;
         let signal = shared.signal.clone();
@@ -364,7 +369,7 @@ impl Accept {
         }
         connections
             .ended
-            .stopped(address, connections.accepted, &section, error)
+            .stopped(id, connections.accepted, &section, error)
     }
 }
 

@@ -47,7 +47,7 @@ async fn run(front: Front, executor: Executor, policy: Policy, held: Held) -> Po
         server.connection_tasks_stopped && server.listener_closed,
         "{context}"
     );
-    assert_port_closed(server.address);
+    assert_port_closed(server);
     let after = report.resources.after_run.expect("counted after the run");
     assert_eq!(
         (after.connection_handlers, after.held_at_gate),
@@ -289,7 +289,7 @@ async fn a_stalled_blocked_run_fails_and_closes() {
     assert!(failure.is_stall(), "{failure}");
     let server = run.report.server.expect("the server stopped");
     assert!(server.listener_closed);
-    assert_port_closed(server.address);
+    assert_port_closed(&server);
 }
 
 /// The picture of a blocked run draws what waited for the executor: F1's lane outlined

@@ -83,7 +83,7 @@ async fn fail_with(cases: &[(Front, Mode)], faults: Faults, timeout: Duration) -
         assert!(closed, "{context}: {server:?}");
         let after = report.resources.after_run.expect("counted after the run");
         assert_eq!(after.connection_handlers, 0, "{context}: {after:?}");
-        assert_port_closed(server.address);
+        assert_port_closed(server);
         assert!(
             !report.model.matches,
             "{context}: a failed run does not match the model"

