@@ -283,7 +283,7 @@ async fn a_stalled_blocked_run_fails_and_closes() {
     let mut options = Options::on(Front::Async)
         .with_executor(block)
         .with_hooks(faults);
-    options.safety_timeout = std::time::Duration::from_millis(300);
+    options.safety_timeout = std::time::Duration::from_secs(1);
     let run = run_policy_with(policy(Mode::Partitioned, 2), held(2), options).await;
     let failure = run.failure.expect("the run fails");
     assert!(failure.is_stall(), "{failure}");

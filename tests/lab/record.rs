@@ -1095,7 +1095,7 @@ fn failed_runs_are_not_called_edited_and_their_verdicts_cannot_be_edited() {
     for (front, faults) in faults {
         let options = Options {
             // A failure guard that fires quickly: the stuck step is the test.
-            safety_timeout: std::time::Duration::from_millis(300),
+            safety_timeout: std::time::Duration::from_secs(1),
             ..Options::on(front).with_hooks(faults)
         };
         runs.spawn(isolation_lab::lab::run_with(Inputs::default(), options));
