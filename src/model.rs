@@ -166,8 +166,12 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
         match decided {
             None => differ(format!("{}: no admission decision was recorded", e.request)),
             Some(a) if (a.decision, a.pool) != (e.decision, e.pool) => differ(format!(
-                "{}: expected {:?} by the {} pool, observed {:?} by the {} pool",
-                e.request, e.decision, e.pool, a.decision, a.pool
+                "{}: expected {} by the {} pool, observed {} by the {} pool",
+                e.request,
+                decided_as(e.decision),
+                e.pool,
+                decided_as(a.decision),
+                a.pool
             )),
             Some(_) => {}
         }
@@ -255,8 +259,11 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
             None => differ(format!("{name} was not recorded")),
             Some(s) if scripted(&s.held_at_gate) != held || &scripted(&s.refused) != refused => {
                 differ(format!(
-                    "{name}: expected held {held:?} and refused {refused:?}, observed held {:?} and refused {:?}",
-                    s.held_at_gate, s.refused
+                    "{name}: expected held {} and refused {}, observed held {} and refused {}",
+                    words(&held),
+                    words(refused),
+                    words(&s.held_at_gate),
+                    words(&s.refused)
                 ))
             }
             Some(_) => {}
@@ -265,7 +272,9 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
     match &observed.slow_callers_pending_before_release {
         None => differ("slow_callers_pending_before_release was not recorded".into()),
         Some(observed) if *observed != pending => differ(format!(
-            "slow callers pending before release: expected {pending:?}, observed {observed:?}"
+            "slow callers pending before release: expected {}, observed {}",
+            words(&pending),
+            words(observed)
         )),
         Some(_) => {}
     }
@@ -278,7 +287,9 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
         let (active, available) = (end.active_work.get(&pool), end.available_permits.get(&pool));
         if active != Some(&0) || available != Some(&capacity) {
             differ(format!(
-                "final state of the {pool} pool: expected 0 active and {capacity} available, observed {active:?} active and {available:?} available"
+                "final state of the {pool} pool: expected 0 active and {capacity} available, observed {} active and {} available",
+                count(active),
+                count(available)
             ));
         }
     }
@@ -391,13 +402,16 @@ fn check_executor(
     let seen: Vec<Label> = watched.unread.iter().map(|u| u.request).collect();
     if seen != unread {
         differ(format!(
-            "expected {unread:?} seen unread before release, observed {seen:?}"
+            "expected {} seen unread before release, observed {}",
+            words(&unread),
+            words(&seen)
         ));
     }
     if watched.queued != queued {
         differ(format!(
-            "expected {queued:?} queued for a thread, observed {:?}",
-            watched.queued
+            "expected {} queued for a thread, observed {}",
+            words(&queued),
+            words(&watched.queued)
         ));
     }
     if !unread.is_empty() {
@@ -412,7 +426,12 @@ fn check_executor(
         if ticks.is_empty() || !released || ticks.iter().any(|&t| t != ticks[0]) {
             differ(format!(
                 "expected the heartbeat still from the last slow request held to the release, \
-                 observed ticks {ticks:?}"
+                 observed ticks {}",
+                ticks
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ));
         }
     }
@@ -430,10 +449,37 @@ fn check_executor(
         if active != expected_active || (unread.contains(&Label::F1) && !f1_idle) {
             differ(format!(
                 "a snapshot before release: expected {expected_active} {slow_pool} permits taken \
-                 and F1's permit idle, observed {:?}",
-                snapshot.active_work
+                 and F1's permit idle, observed {}",
+                snapshot
+                    .active_work
+                    .iter()
+                    .map(|(pool, n)| format!("{n} {pool}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
+    }
+}
+
+/// Labels as a person reads them: `S1 S2`, or `none`.
+fn words(labels: &[Label]) -> String {
+    if labels.is_empty() {
+        return "none".into();
+    }
+    let words: Vec<String> = labels.iter().map(Label::to_string).collect();
+    words.join(" ")
+}
+
+/// A count from the evidence, or `none` where it has none.
+fn count(value: Option<&usize>) -> String {
+    value.map_or_else(|| "none".into(), usize::to_string)
+}
+
+/// A decision as the report spells it.
+fn decided_as(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Admitted => "admitted",
+        Decision::Refused => "refused",
     }
 }
 
