@@ -427,6 +427,42 @@ async fn the_stream_shows_f1_unread_while_slow_work_blocks_the_only_worker() {
     assert!(report.matches_model, "{:?}", report.verdict());
 }
 
+/// `--work spawn-blocking --blocking-threads 1`: S1's wait takes the blocking pool's only
+/// thread, so S2 and S3 are admitted and queued with their permits; the stream says so after
+/// their steps, and F1 is answered before release (nothing is unread).
+#[tokio::test]
+async fn the_stream_shows_work_queued_for_a_thread() {
+    let threads = BlockingThreads::new(1).expect("1 is allowed");
+    let executor = Executor::new(WorkStyle::SpawnBlocking, Workers::CurrentThread, threads);
+    let options = Options::on(Front::Async).with_executor(executor);
+    let session = Session::start_with(inputs(ModeChoice::Partitioned, 4, 3), options).await;
+    let mut events = session.events().await;
+    for step in ["open", "S1", "S2", "S3", "F1"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let before = events
+        .until(|m| kind(m) == "step" && m["done"] == "F1")
+        .await;
+    let told = before.iter().rfind(|m| kind(m) == "executor");
+    let told = told.expect("the executor's evidence after the step");
+    assert_eq!(told["queued"], json!(["S2", "S3"]), "{told}");
+    assert_eq!(told["unread"], json!([]), "{told}");
+    assert!(told["stopped"].is_null(), "{told}");
+    let f1 = before
+        .iter()
+        .find(|m| kind(m) == "response" && m["request"] == "F1");
+    let f1 = f1.expect("F1 answered before release");
+    assert_eq!(
+        (f1["status"].as_u64(), f1["phase"].as_str()),
+        (Some(200), Some("before_release"))
+    );
+    for step in ["release", "S-after", "F-after", "close"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let report = session.end().await;
+    assert!(report.matches_model, "{:?}", report.verdict());
+}
+
 /// A request from the room is numbered by the server, held at the run's gate with the
 /// sequence's own slow work, and answered when the sequence releases it; after the sequence,
 /// the room's own gate holds the next one until the instructor opens it. The room's requests

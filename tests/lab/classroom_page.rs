@@ -568,4 +568,21 @@ async fn blocked(page: &Page) {
     // Each observation the page compares with the model's: the same.
     assert_eq!(seen["marks"], json!(vec!["same"; 6]), "{seen}");
     finish(page, served, "matches the model").await;
+
+    // Spawn-blocking on one thread: S2 is admitted and queued, its permit held.
+    let one = BlockingThreads::new(1).expect("1 is allowed");
+    let executor = Executor::new(WorkStyle::SpawnBlocking, Workers::CurrentThread, one);
+    let options = Options::on(Front::Async).with_executor(executor);
+    let served = common::serve_classroom_with(inputs(ModeChoice::Partitioned, 3, 2), options).await;
+    page.open(&served.url).await;
+    let seen = page.next(4).await;
+    assert!(text(&seen, "s2").contains("queued: permit held"), "{seen}");
+    assert!(
+        text(&seen, "f1").contains("answered 200 before release"),
+        "{seen}"
+    );
+    assert!(!text(&seen, "beat").contains("stopped"), "{seen}");
+    let seen = page.next(4).await;
+    assert_eq!(seen["marks"], json!(vec!["same"; 6]), "{seen}");
+    finish(page, served, "matches the model").await;
 }
