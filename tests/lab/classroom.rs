@@ -423,6 +423,16 @@ async fn the_stream_shows_f1_unread_while_slow_work_blocks_the_only_worker() {
     for step in ["S-after", "F-after", "close"] {
         assert_eq!(session.next().await["step"], step);
     }
+    // New run: the same executor.
+    let again = json!({ "mode": "shared", "slots": 2, "held": 1 });
+    assert_eq!(session.control("new-run", again).await.0, 200);
+    let run = events.until(|m| kind(m) == "run").await;
+    let run = run.last().expect("a run");
+    assert_eq!(
+        run["executor"]["flags"],
+        "--work block --workers current-thread"
+    );
+    assert_eq!(run["mode"], "shared", "{run}");
     let report = session.end().await;
     assert!(report.matches_model, "{:?}", report.verdict());
 }
