@@ -120,6 +120,9 @@ pub enum Command {
         /// The server front every run uses
         #[arg(long, value_enum, default_value_t = ServerArg::Async)]
         server: ServerArg,
+        /// How slow work waits, and the async front's runtime, in every run of the session.
+        #[command(flatten)]
+        executor: ExecutorArgs,
         /// Show the model's predictions from the start, rather than each as its evidence
         /// arrives or Reveal is pressed
         #[arg(long)]
@@ -452,7 +455,7 @@ fn instead(subcommand: &str) -> Option<&'static str> {
             "replicas takes --replicas, --slots, --held, --global, --lease-ms, --fencing on|off and --format text|json"
         }
         "classroom" => {
-            "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held, --server and --show-predictions"
+            "classroom serves a live page and prints its report as JSON; it takes --mode, --slots, --held, --server, --work, --workers, --blocking-threads and --show-predictions"
         }
         "hold" => {
             "hold takes --counts N,N,..., --server async|threaded|both and --format text|json|svg"
@@ -478,6 +481,9 @@ where
             let refused = match &cli.command {
                 None => refuse_executor(cli.run.server.into(), &cli.run.executor),
                 Some(Command::Sweep {
+                    server, executor, ..
+                })
+                | Some(Command::Classroom {
                     server, executor, ..
                 }) => refuse_executor((*server).into(), executor),
                 _ => None,
@@ -832,6 +838,11 @@ mod tests {
                 &["sweep", "--server", "threaded", "--work", "own-runtime"],
                 "has none",
             ),
+            (
+                &["classroom", "--server", "threaded", "--work", "own-runtime"],
+                "has none",
+            ),
+            (&["classroom", "--workers", "5"], "1 through 4"),
         ] {
             let error = said(args).expect_err("refused");
             assert_eq!(error.exit_code(), 2, "{args:?}");
@@ -849,6 +860,7 @@ mod tests {
                 "1",
             ],
             &["sweep", "--work", "own-runtime"],
+            &["classroom", "--work", "block", "--workers", "1"],
         ] {
             assert!(parse(args).is_ok(), "{args:?}");
         }

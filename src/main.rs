@@ -73,11 +73,12 @@ fn main() -> ExitCode {
         Some(Command::Classroom {
             inputs,
             server,
+            executor,
             show_predictions,
         }) => {
             let config = classroom::Config {
                 inputs: inputs.inputs(),
-                options: Options::on(server.into()),
+                options: Options::on(server.into()).with_executor(executor.executor()),
                 show_predictions,
             };
             // On stderr, the terminal's: stdout is the JSON report alone, which

@@ -20,7 +20,7 @@ use super::gates::{Refusal, RoomGate, RoomGates};
 use super::journal::Journal;
 use super::room::{Room, Target};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
-use crate::evidence::ResponseRecord;
+use crate::evidence::{ExecutorEvidence, Moment, ResponseRecord};
 use crate::lab::Invocation;
 use crate::label::Label;
 use crate::outcome::Outcome;
@@ -244,6 +244,11 @@ impl Driver {
             .chain(["close".to_owned()])
             .collect();
         let front = self.options.front;
+        let executor = self.options.executor;
+        // The usual run's page says nothing of an executor: it is the lab's own runtime.
+        let executor_words = (!executor.is_default()).then(
+            || json!({ "flags": executor.flags().trim_start(), "words": executor.describe(front) }),
+        );
         json!({
             "kind": "run",
             "run": self.driven.runs.len() + 1,
@@ -259,7 +264,8 @@ impl Driver {
             "capacities": policy.capacities(),
             "route_pools": { "/slow": policy.pool_for(Route::Slow), "/fast": policy.pool_for(Route::Fast) },
             "plan": plan,
-            "predicted": Outcome::predicted(policy, held),
+            "predicted": Outcome::predicted_on(policy, held, (front, executor)),
+            "executor": executor_words,
             "show_predictions": self.showing.predictions,
             "session_inputs": self.showing.inputs,
             "earlier": self.verdicts,
@@ -320,6 +326,9 @@ impl Driver {
             self.journal.push(&scripted(response));
         }
         open.journaled = responses.len();
+        if let Some(watched) = &open.run.observed().executor {
+            self.journal.push(&executor_message(watched));
+        }
         let failure = match done {
             Some(Err(failure)) => Some(failure.to_string()),
             _ => None,
@@ -558,6 +567,28 @@ fn scripted(response: &ResponseRecord) -> Value {
         fields.extend(record);
     }
     message
+}
+
+/// What the run has observed of the front's own runtime, as the page draws it: every heartbeat
+/// reading, the requests seen sitting unread and those queued for a thread. `stopped` is the
+/// reading from which the heartbeat stood still, as the report tells it: some request sat
+/// unread, and every reading from the last slow request held on has the same ticks.
+fn executor_message(watched: &ExecutorEvidence) -> Value {
+    let beats = &watched.heartbeat;
+    let last_held = beats.iter().rposition(|b| b.moment == Moment::Held);
+    let still = last_held.map_or(&[][..], |from| &beats[from..]);
+    let stopped = (!watched.unread.is_empty()
+        && still.len() >= 2
+        && still.iter().all(|b| b.ticks == still[0].ticks))
+    .then(|| &still[0]);
+    json!({
+        "kind": "executor",
+        "heartbeat": beats,
+        "unread": watched.unread,
+        "queued": watched.queued,
+        "stopped": stopped,
+        "released": beats.last().is_some_and(|b| b.moment == Moment::Release),
+    })
 }
 
 fn gate_message(gate: RoomGate, state: &str) -> Value {

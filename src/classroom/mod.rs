@@ -41,7 +41,8 @@ use crate::report::Report;
 pub struct Config {
     /// The first run's inputs, and those the page's New run starts from.
     pub inputs: Inputs,
-    /// The front, the safety timeout (and, in tests only, their hooks) of every run.
+    /// The front, its executor, the safety timeout (and, in tests only, their hooks) of every
+    /// run, New run included.
     pub options: Options,
     /// Show the model's predictions at once, rather than each as its evidence arrives (or the
     /// instructor presses Reveal).

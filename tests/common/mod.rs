@@ -318,11 +318,16 @@ pub struct Classroom {
 /// Starts a classroom session of `inputs` on `front` and waits (at most 10 s, a failure guard)
 /// for the instructor's URL it announces.
 pub async fn serve_classroom(inputs: Inputs, front: Front) -> Classroom {
+    serve_classroom_with(inputs, Options::on(front)).await
+}
+
+/// [`serve_classroom`] with every run on `options` (a front and its executor).
+pub async fn serve_classroom_with(inputs: Inputs, options: Options) -> Classroom {
     let (announced, url) = tokio::sync::oneshot::channel();
     let (leave, left) = tokio::sync::oneshot::channel::<()>();
     let config = classroom::Config {
         inputs,
-        options: Options::on(front),
+        options,
         show_predictions: false,
     };
     let task = tokio::spawn(classroom::serve(

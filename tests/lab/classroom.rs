@@ -12,6 +12,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use isolation_lab::classroom::ClassroomReport;
+use isolation_lab::coordinator::Options;
+use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -40,7 +42,13 @@ struct Session {
 
 impl Session {
     async fn start(inputs: Inputs, front: Front) -> Session {
-        let common::Classroom { url, leave, task } = common::serve_classroom(inputs, front).await;
+        Session::start_with(inputs, Options::on(front)).await
+    }
+
+    /// A session whose every run is on `options`: a front and its executor.
+    async fn start_with(inputs: Inputs, options: Options) -> Session {
+        let common::Classroom { url, leave, task } =
+            common::serve_classroom_with(inputs, options).await;
         assert!(
             url.starts_with("http://127.0.0.1:") && url.contains("/#control="),
             "{url}"
@@ -313,6 +321,12 @@ async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_e
             let verdict = verdict.expect("a verdict when the run closes");
             assert_eq!(verdict["verdict"]["matches"], true, "{verdict}");
         }
+        // The lab's usual executor: the page is told nothing of one.
+        assert!(seen.iter().all(|m| kind(m) != "executor"), "{front:?}");
+        assert!(
+            seen.iter()
+                .all(|m| kind(m) != "run" || m["executor"].is_null())
+        );
         // Threads: the threaded front holds one per held request, and the page is told.
         if front == Front::Threaded {
             let told = seen.iter().filter(|m| kind(m) == "resources");
@@ -320,6 +334,143 @@ async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_e
             assert!(most.unwrap_or(0) >= 3, "{most:?}");
         }
     }
+}
+
+/// `--work block` on one worker, partitioned at the defaults: S1 blocks the front runtime's only
+/// worker, so S2 and F1 arrive and sit unread. After each step the stream carries the run's
+/// executor evidence: before release F1 unread, the heartbeat stopped, no ledger event of F1;
+/// after release F1 admitted, after the gate opened. The run matches the model.
+#[tokio::test]
+async fn the_stream_shows_f1_unread_while_slow_work_blocks_the_only_worker() {
+    let executor = Executor::new(
+        WorkStyle::Block,
+        Workers::CurrentThread,
+        BlockingThreads::default(),
+    );
+    let options = Options::on(Front::Async).with_executor(executor);
+    let session = Session::start_with(inputs(ModeChoice::Partitioned, 2, 2), options).await;
+    let mut events = session.events().await;
+    for step in ["open", "S1", "S2", "F1"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let before = events
+        .until(|m| kind(m) == "step" && m["done"] == "F1")
+        .await;
+    let run = before.iter().rfind(|m| kind(m) == "run").expect("a run");
+    assert_eq!(
+        run["executor"]["flags"],
+        "--work block --workers current-thread"
+    );
+    assert_eq!(
+        run["predicted"]["f1_before_release"]["unread_until_release"],
+        true
+    );
+    let told = before.iter().rfind(|m| kind(m) == "executor");
+    let told = told.expect("the executor's evidence after the step");
+    let unread: Vec<&Value> = told["unread"].as_array().expect("a list").iter().collect();
+    let unread: Vec<&str> = unread
+        .iter()
+        .filter_map(|u| u["request"].as_str())
+        .collect();
+    assert_eq!(unread, ["S2", "F1"], "{told}");
+    assert_eq!(told["stopped"]["moment"], "held", "{told}");
+    assert_eq!(told["stopped"]["request"], "S1", "{told}");
+    assert_eq!(told["released"], false, "{told}");
+    let ticks: Vec<u64> = told["heartbeat"]
+        .as_array()
+        .expect("readings")
+        .iter()
+        .filter_map(|b| b["ticks"].as_u64())
+        .collect();
+    assert!(
+        ticks.len() >= 4 && ticks[1..].iter().all(|&t| t == ticks[1]),
+        "{told}"
+    );
+    assert!(
+        !before
+            .iter()
+            .any(|m| kind(m) == "work" && m["request"] == "F1"),
+        "F1 is on the ledger before release"
+    );
+
+    assert_eq!(session.next().await["step"], "release");
+    let after = events
+        .until(|m| kind(m) == "step" && m["done"] == "release")
+        .await;
+    let told = after
+        .iter()
+        .rfind(|m| kind(m) == "executor")
+        .expect("evidence");
+    assert_eq!(told["released"], true, "{told}");
+    assert_eq!(told["stopped"]["request"], "S1", "{told}");
+    let seq = |request: &str, event: &str| {
+        let found = after
+            .iter()
+            .find(|m| is_work(request, event)(m) || (request.is_empty() && m["event"] == event));
+        found.and_then(|m| m["seq"].as_u64())
+    };
+    let opened = seq("", "gate_opened").expect("the gate opened");
+    let admitted = seq("F1", "admitted").expect("F1 admitted after release");
+    assert!(
+        admitted > opened,
+        "F1 admitted at #{admitted}, gate opened at #{opened}"
+    );
+    let f1 = after
+        .iter()
+        .find(|m| kind(m) == "response" && m["request"] == "F1");
+    assert_eq!(f1.expect("F1 answered")["status"], 200);
+
+    for step in ["S-after", "F-after", "close"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    // New run: the same executor.
+    let again = json!({ "mode": "shared", "slots": 2, "held": 1 });
+    assert_eq!(session.control("new-run", again).await.0, 200);
+    let run = events.until(|m| kind(m) == "run").await;
+    let run = run.last().expect("a run");
+    assert_eq!(
+        run["executor"]["flags"],
+        "--work block --workers current-thread"
+    );
+    assert_eq!(run["mode"], "shared", "{run}");
+    let report = session.end().await;
+    assert!(report.matches_model, "{:?}", report.verdict());
+}
+
+/// `--work spawn-blocking --blocking-threads 1`: S1's wait takes the blocking pool's only
+/// thread, so S2 and S3 are admitted and queued with their permits; the stream says so after
+/// their steps, and F1 is answered before release (nothing is unread).
+#[tokio::test]
+async fn the_stream_shows_work_queued_for_a_thread() {
+    let threads = BlockingThreads::new(1).expect("1 is allowed");
+    let executor = Executor::new(WorkStyle::SpawnBlocking, Workers::CurrentThread, threads);
+    let options = Options::on(Front::Async).with_executor(executor);
+    let session = Session::start_with(inputs(ModeChoice::Partitioned, 4, 3), options).await;
+    let mut events = session.events().await;
+    for step in ["open", "S1", "S2", "S3", "F1"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let before = events
+        .until(|m| kind(m) == "step" && m["done"] == "F1")
+        .await;
+    let told = before.iter().rfind(|m| kind(m) == "executor");
+    let told = told.expect("the executor's evidence after the step");
+    assert_eq!(told["queued"], json!(["S2", "S3"]), "{told}");
+    assert_eq!(told["unread"], json!([]), "{told}");
+    assert!(told["stopped"].is_null(), "{told}");
+    let f1 = before
+        .iter()
+        .find(|m| kind(m) == "response" && m["request"] == "F1");
+    let f1 = f1.expect("F1 answered before release");
+    assert_eq!(
+        (f1["status"].as_u64(), f1["phase"].as_str()),
+        (Some(200), Some("before_release"))
+    );
+    for step in ["release", "S-after", "F-after", "close"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let report = session.end().await;
+    assert!(report.matches_model, "{:?}", report.verdict());
 }
 
 /// A request from the room is numbered by the server, held at the run's gate with the

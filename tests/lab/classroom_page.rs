@@ -25,7 +25,8 @@ const shown = (e) => !!e && getComputedStyle(e).display !== "none" && e.getClien
 return {
   title: text("#title"),
   policy: text("#policy"),
-  s1: lane("S1"), s2: lane("S2"), f1: lane("F1"),
+  s1: lane("S1"), s2: lane("S2"), f1: lane("F1"), beat: lane("heartbeat"),
+  marks: [...document.querySelectorAll("#predict td.mark span")].map((m) => m.className),
   cells: [...document.querySelectorAll(".pool .cell")].map((c) => c.closest(".pool").dataset.pool + ":" + c.dataset.state),
   gate: state("#gate"),
   badge: text("#verdict"),
@@ -274,6 +275,7 @@ async fn the_page_follows_the_instructors_guide_in_chromium() {
         segment_3(&page, front).await;
     }
     shown_predictions(&page).await;
+    blocked(&page).await;
     page.browser.quit().await.expect("the browser quits");
 }
 
@@ -528,4 +530,59 @@ async fn shown_predictions(page: &Page) {
     let why = "partitioned: not run, the session ended before it";
     let report = finish(page, served, why).await;
     assert_eq!(report.verdict().as_deref(), Some(why));
+}
+
+/// `--work block` on one worker (`docs/blocking.md`): after F1's step its lane says it arrived
+/// and sits unread, and the heartbeat's lane says it stopped; after release F1 is answered.
+async fn blocked(page: &Page) {
+    use isolation_lab::coordinator::Options;
+    use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+    let executor = Executor::new(
+        WorkStyle::Block,
+        Workers::CurrentThread,
+        BlockingThreads::default(),
+    );
+    let options = Options::on(Front::Async).with_executor(executor);
+    let served = common::serve_classroom_with(inputs(ModeChoice::Partitioned, 2, 2), options).await;
+    let seen = page.open(&served.url).await;
+    assert!(text(&seen, "policy").contains("--work block"), "{seen}");
+    assert_eq!(
+        seen["beat"],
+        Value::Null,
+        "no heartbeat before the server opens"
+    );
+    let seen = page.next(4).await;
+    assert!(text(&seen, "f1").contains("arrived, unread"), "{seen}");
+    assert!(text(&seen, "s2").contains("arrived, unread"), "{seen}");
+    assert!(
+        text(&seen, "beat").contains("stopped: no tick since S1 held"),
+        "{seen}"
+    );
+    let seen = page.next(1).await;
+    assert!(
+        text(&seen, "f1").contains("answered 200 after release"),
+        "{seen}"
+    );
+    let seen = page.next(3).await;
+    assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
+    // Each observation the page compares with the model's: the same.
+    assert_eq!(seen["marks"], json!(vec!["same"; 6]), "{seen}");
+    finish(page, served, "matches the model").await;
+
+    // Spawn-blocking on one thread: S2 is admitted and queued, its permit held.
+    let one = BlockingThreads::new(1).expect("1 is allowed");
+    let executor = Executor::new(WorkStyle::SpawnBlocking, Workers::CurrentThread, one);
+    let options = Options::on(Front::Async).with_executor(executor);
+    let served = common::serve_classroom_with(inputs(ModeChoice::Partitioned, 3, 2), options).await;
+    page.open(&served.url).await;
+    let seen = page.next(4).await;
+    assert!(text(&seen, "s2").contains("queued: permit held"), "{seen}");
+    assert!(
+        text(&seen, "f1").contains("answered 200 before release"),
+        "{seen}"
+    );
+    assert!(!text(&seen, "beat").contains("stopped"), "{seen}");
+    let seen = page.next(4).await;
+    assert_eq!(seen["marks"], json!(vec!["same"; 6]), "{seen}");
+    finish(page, served, "matches the model").await;
 }
