@@ -34,6 +34,16 @@ pub enum Phase {
     AfterRelease,
 }
 
+impl Decision {
+    /// The decision's name, as the report spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::Admitted => "admitted",
+            Decision::Refused => "refused",
+        }
+    }
+}
+
 impl Phase {
     /// The phase in words, for messages and the text report.
     pub fn words(self) -> &'static str {

@@ -133,6 +133,16 @@ impl<'de> Deserialize<'de> for Label {
     }
 }
 
+/// Labels separated by spaces, or `none`.
+pub(crate) fn list<'a>(labels: impl IntoIterator<Item = &'a Label>) -> String {
+    let text: Vec<String> = labels.into_iter().map(Label::to_string).collect();
+    if text.is_empty() {
+        "none".to_owned()
+    } else {
+        text.join(" ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

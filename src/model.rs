@@ -8,6 +8,7 @@ use crate::admission::section::GateState;
 use crate::evidence::{Decision, Evidence, Moment, Phase};
 use crate::executor::{Executor, Lane};
 use crate::label::Label;
+use crate::label::list as labels;
 use crate::policy::{Front, Held, Policy, Pool, Route};
 
 /// What the model expects for one request of the sequence.
@@ -168,9 +169,9 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
             Some(a) if (a.decision, a.pool) != (e.decision, e.pool) => differ(format!(
                 "{}: expected {} by the {} pool, observed {} by the {} pool",
                 e.request,
-                decided_as(e.decision),
+                e.decision.name(),
                 e.pool,
-                decided_as(a.decision),
+                a.decision.name(),
                 a.pool
             )),
             Some(_) => {}
@@ -260,10 +261,10 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
             Some(s) if scripted(&s.held_at_gate) != held || &scripted(&s.refused) != refused => {
                 differ(format!(
                     "{name}: expected held {} and refused {}, observed held {} and refused {}",
-                    words(&held),
-                    words(refused),
-                    words(&s.held_at_gate),
-                    words(&s.refused)
+                    labels(&held),
+                    labels(refused),
+                    labels(&s.held_at_gate),
+                    labels(&s.refused)
                 ))
             }
             Some(_) => {}
@@ -273,8 +274,8 @@ pub(crate) fn check(policy: Policy, expected: &[Expected], evidence: &Evidence) 
         None => differ("slow_callers_pending_before_release was not recorded".into()),
         Some(observed) if *observed != pending => differ(format!(
             "slow callers pending before release: expected {}, observed {}",
-            words(&pending),
-            words(observed)
+            labels(&pending),
+            labels(observed)
         )),
         Some(_) => {}
     }
@@ -403,15 +404,15 @@ fn check_executor(
     if seen != unread {
         differ(format!(
             "expected {} seen unread before release, observed {}",
-            words(&unread),
-            words(&seen)
+            labels(&unread),
+            labels(&seen)
         ));
     }
     if watched.queued != queued {
         differ(format!(
             "expected {} queued for a thread, observed {}",
-            words(&queued),
-            words(&watched.queued)
+            labels(&queued),
+            labels(&watched.queued)
         ));
     }
     if !unread.is_empty() {
@@ -461,26 +462,9 @@ fn check_executor(
     }
 }
 
-/// Labels as a person reads them: `S1 S2`, or `none`.
-fn words(labels: &[Label]) -> String {
-    if labels.is_empty() {
-        return "none".into();
-    }
-    let words: Vec<String> = labels.iter().map(Label::to_string).collect();
-    words.join(" ")
-}
-
 /// A count from the evidence, or `none` where it has none.
 fn count(value: Option<&usize>) -> String {
     value.map_or_else(|| "none".into(), usize::to_string)
-}
-
-/// A decision as the report spells it.
-fn decided_as(decision: Decision) -> &'static str {
-    match decision {
-        Decision::Admitted => "admitted",
-        Decision::Refused => "refused",
-    }
 }
 
 #[cfg(test)]

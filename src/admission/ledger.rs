@@ -28,6 +28,20 @@ pub enum Event {
     GateOpened,
 }
 
+impl Event {
+    /// The event's name, as the report spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Admitted => "admitted",
+            Event::Refused => "refused",
+            Event::Held => "held",
+            Event::Started => "started",
+            Event::Finished => "finished",
+            Event::GateOpened => "gate_opened",
+        }
+    }
+}
+
 /// One entry of the ledger, as the report's `work_events` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkEvent {

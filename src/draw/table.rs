@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use crate::label::Label;
+/// Labels separated by spaces, or `none` (the label module's, so the model can say it too).
+pub(crate) use crate::label::list as labels;
 
 /// Left-aligned columns, two spaces apart, no trailing spaces.
 pub(crate) fn columns(rows: &[Vec<String>]) -> String {
@@ -23,16 +24,6 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
-}
-
-/// Labels separated by spaces, or `none`.
-pub(crate) fn labels<'a>(labels: impl IntoIterator<Item = &'a Label>) -> String {
-    let text: Vec<String> = labels.into_iter().map(Label::to_string).collect();
-    if text.is_empty() {
-        "none".to_owned()
-    } else {
-        text.join(" ")
-    }
 }
 
 /// `words` as lines of at most `width` characters, broken between words, each line after the

@@ -289,10 +289,7 @@ fn answer_agrees(
             return Err(format!(
                 "{request}'s evidence says HTTP {status}, which the lab's front never answers a \
                  request the ledger {}",
-                match event.event {
-                    Event::Admitted => "admitted",
-                    _ => "refused",
-                }
+                event.event.name()
             ));
         }
     };
@@ -643,7 +640,7 @@ impl<'a> PolicyCheck<'a> {
                 };
                 self.find(&path, says);
             }
-            let event = event_name(e.event);
+            let event = e.event.name();
             match (e.event, e.request) {
                 (Event::GateOpened, None) => {
                     if e.pool != slow_pool {
@@ -701,7 +698,7 @@ impl<'a> PolicyCheck<'a> {
                                     &path,
                                     format!(
                                         "{request} is {event} at seq {seq} after it was already {} at seq {}: a request is decided once, and a refusal is never queued or replayed",
-                                        decision_name(first.decision),
+                                        first.decision.name(),
                                         first.seq
                                     ),
                                 );
@@ -902,10 +899,10 @@ impl<'a> PolicyCheck<'a> {
                 format!(
                     "admissions[{i}] says {} was {} by the {} pool, but the work events say {} was {} by the {} pool",
                     a.request,
-                    decision_name(a.decision),
+                    a.decision.name(),
                     a.pool,
                     d.request,
-                    decision_name(d.decision),
+                    d.decision.name(),
                     d.pool
                 )
             } else if a.active_after != d.active_after {
@@ -1107,7 +1104,7 @@ impl<'a> PolicyCheck<'a> {
                     &["work_events", &d.index.to_string()],
                     format!(
                         "{request} was {} at seq {} but no response to it is recorded: an admission with no response",
-                        decision_name(d.decision),
+                        d.decision.name(),
                         d.seq
                     ),
                 );
@@ -1240,24 +1237,6 @@ impl<'a> PolicyCheck<'a> {
 fn counts(map: &BTreeMap<Pool, usize>) -> String {
     let parts: Vec<String> = map.iter().map(|(p, n)| format!("{p} {n}")).collect();
     parts.join(", ")
-}
-
-fn event_name(event: Event) -> &'static str {
-    match event {
-        Event::Admitted => "admitted",
-        Event::Refused => "refused",
-        Event::Held => "held",
-        Event::Started => "started",
-        Event::Finished => "finished",
-        Event::GateOpened => "gate_opened",
-    }
-}
-
-fn decision_name(decision: Decision) -> &'static str {
-    match decision {
-        Decision::Admitted => "admitted",
-        Decision::Refused => "refused",
-    }
 }
 
 #[cfg(test)]
