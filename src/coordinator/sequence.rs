@@ -96,12 +96,7 @@ impl Run {
         options: Options,
         gates: Gates,
     ) -> Result<Run, Box<PolicyRun>> {
-        let Options {
-            front,
-            executor,
-            hooks,
-            safety_timeout,
-        } = options;
+        let (front, executor) = (options.front, options.executor);
         let shape = (front, executor);
         let token = RunToken::generate().map_err(|e| {
             let why = format!("cannot draw a random run token from the OS: {e}");
@@ -114,14 +109,7 @@ impl Run {
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
         let (section, census) = (Arc::new(section), Arc::new(Census::default()));
-        let session = Session::open(
-            shape,
-            section.clone(),
-            census.clone(),
-            &token,
-            (hooks, gates),
-            safety_timeout,
-        );
+        let session = Session::open(&options, gates, section.clone(), census.clone(), &token);
         let session = session.map_err(|failure| {
             // The section exists: report it as it stands, and what the process holds now.
             let resources = ResourceEvidence {

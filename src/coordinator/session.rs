@@ -7,13 +7,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 
+use super::Options;
 use super::client::{self, Client, Reply};
 use super::failure::{Cause, Failure, Step};
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::evidence::{Phase, ResponseRecord, ServerSummary};
-use crate::executor::Executor;
 use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::policy::Front;
@@ -64,16 +64,22 @@ pub(crate) struct Closed {
 }
 
 impl Session {
-    /// Binds `127.0.0.1:0`, starts `front` serving `section` on `executor` (its slow work
-    /// waiting at the gates `gates` picks), and builds the client.
+    /// Binds `127.0.0.1:0`, starts the options' front serving `section` on their executor (its
+    /// slow work waiting at the gates `gates` picks), and builds the client.
     pub(crate) fn open(
-        (front, executor): (Front, Executor),
+        options: &Options,
+        gates: Gates,
         section: Arc<WorkSection>,
         census: Arc<Census>,
         token: &RunToken,
-        (hooks, gates): (Arc<dyn Hooks>, Gates),
-        timeout: Duration,
     ) -> Result<Self, Failure> {
+        let Options {
+            front,
+            executor,
+            ref hooks,
+            safety_timeout: timeout,
+        } = *options;
+        let hooks = hooks.clone();
         let setup = |why: String| Failure::new(Step::Start, None, Cause::Setup(why));
         // The observer subscribes before the server exists, so it misses nothing.
         let (_, events) = section.subscribe();
