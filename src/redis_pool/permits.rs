@@ -281,6 +281,11 @@ pub(crate) enum GlobalError {
     },
 }
 
+/// The error of a Redis call that failed while `doing` something: for `map_err`.
+fn while_doing(doing: &'static str) -> impl Fn(RedisError) -> GlobalError + Copy {
+    move |source| GlobalError::Redis { doing, source }
+}
+
 impl fmt::Display for GlobalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -422,10 +427,7 @@ impl GlobalPermits {
                 "lease {ms} ms must be from 1 to {MAX_LEASE_MS} ms (or no lease)"
             )));
         }
-        let redis_error = |source| GlobalError::Redis {
-            doing: "connecting",
-            source,
-        };
+        let redis_error = while_doing("connecting");
         let addr = url.socket_addr();
         let info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
             .into_connection_info()
@@ -467,10 +469,7 @@ impl GlobalPermits {
         let _: Vec<String> = pipe
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|source| GlobalError::Redis {
-                doing: "loading the scripts",
-                source,
-            })?;
+            .map_err(while_doing("loading the scripts"))?;
         Ok(())
     }
 
@@ -487,10 +486,7 @@ impl GlobalPermits {
             .arg(inner.ttl_ms)
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|source| GlobalError::Redis {
-                doing: DOING,
-                source,
-            })?;
+            .map_err(while_doing(DOING))?;
         let fields = array(&reply, DOING)?;
         let [capacity, lease] = fields else {
             return Err(reply_error(DOING, &reply));
@@ -752,10 +748,7 @@ impl GlobalPermits {
             .arg(&self.inner.holders_key)
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|source| GlobalError::Redis {
-                doing: "deleting the holders",
-                source,
-            })?;
+            .map_err(while_doing("deleting the holders"))?;
         Ok(())
     }
 
@@ -766,10 +759,7 @@ impl GlobalPermits {
             .arg(format!("isolation-lab:{{{}}}:*", self.inner.run))
             .query_async(&mut self.conn.clone())
             .await
-            .map_err(|source| GlobalError::Redis {
-                doing: "listing the run's keys",
-                source,
-            })?;
+            .map_err(while_doing("listing the run's keys"))?;
         Ok(keys.len())
     }
 
@@ -791,7 +781,7 @@ impl GlobalPermits {
         invocation
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(|source| GlobalError::Redis { doing, source })
+            .map_err(while_doing(doing))
     }
 }
 
