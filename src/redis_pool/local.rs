@@ -167,7 +167,6 @@ impl LocalRedis {
     }
 
     /// The server's process id.
-    #[cfg(test)]
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }

@@ -72,6 +72,9 @@ pub struct EngineEvidence {
     pub address: String,
     /// Whether the run started it (`--global local`) and stopped it.
     pub started_by_the_run: bool,
+    /// The process id of the `redis-server` the run started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     /// The run's namespace: every key is `isolation-lab:{RUN}:...`.
     pub run: String,
     /// The engine's holders once every request was decided.

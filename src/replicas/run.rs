@@ -244,6 +244,7 @@ impl Run {
         self.evidence.engine = Some(EngineEvidence {
             address: url.to_string(),
             started_by_the_run: local.is_some(),
+            pid: local.as_ref().map(LocalRedis::pid),
             run: run.clone(),
             ..EngineEvidence::default()
         });

@@ -55,12 +55,70 @@ async fn run(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport
         .expect("the run ended within its guard")
 }
 
-fn refuses(address: &str) -> bool {
-    let address: SocketAddr = address
+/// The processes that hold a listening TCP socket on `address`'s port, from `/proc/net/tcp*`
+/// and every process's descriptors.
+fn listeners(address: &str) -> Vec<u32> {
+    let port: u16 = address
         .trim_start_matches("redis://")
+        .parse::<SocketAddr>()
+        .expect("an address")
+        .port();
+    let suffix = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local address, state (0A is LISTEN), inode
+            if fields.len() > 9 && fields[1].ends_with(&suffix) && fields[3] == "0A" {
+                inodes.push(format!("socket:[{}]", fields[9]));
+            }
+        }
+    }
+    let mut owners = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+        });
+        if holds {
+            owners.push(pid);
+        }
+    }
+    owners
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
         .parse()
-        .expect("an address");
-    TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_err()
+        .ok()
+}
+
+/// Nothing that outlived the run listens on `address`. Tests run side by side, so another test's
+/// server (in this process, or a child of it) may have been given the same port since: only a
+/// listener held by some other process, such as an orphan of a replica, is a leak. A connection
+/// attempt could not tell them apart.
+fn refuses(address: &str) -> bool {
+    let me = std::process::id();
+    listeners(address)
+        .into_iter()
+        .all(|owner| owner == me || parent_of(owner) == Some(me))
 }
 
 /// Every replica process is gone and its port closed; a private redis-server too.
@@ -86,6 +144,11 @@ fn nothing_left(report: &ReplicasReport) {
         .as_ref()
         .filter(|e| e.started_by_the_run)
     {
+        let pid = engine.pid.expect("a private redis-server's pid");
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "the private redis-server ({pid}) still runs"
+        );
         assert!(
             refuses(&engine.address),
             "the private redis-server still listens"
@@ -782,4 +845,13 @@ async fn a_url_that_is_not_redis_fails_in_one_line() {
     assert!(!failure.contains('\n'), "one line: {failure}");
     assert!(failure.contains("does not speak Redis"), "{failure}");
     assert!(report.evidence.replicas.is_empty());
+}
+
+/// The leak check finds a listener and its owner: this process's own, which it then allows.
+#[test]
+fn the_leak_check_sees_a_listener_and_its_owner() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let address = listener.local_addr().expect("its address").to_string();
+    assert_eq!(listeners(&address), vec![std::process::id()]);
+    assert!(refuses(&address));
 }
