@@ -24,6 +24,7 @@ use super::work_style::Dispatch;
 use super::{Backoff, Census, Gates, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
+use crate::allocator::slots::{InSlot, Placement, Slot};
 use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Route;
@@ -61,6 +62,7 @@ impl Server {
         address: SocketAddr,
     ) -> std::io::Result<Self> {
         listener.set_nonblocking(true)?;
+        crate::allocator::slots::reserve();
         let id = ListenerId::of(&listener, address);
         let listener = TcpListener::from_std(listener)?;
         Ok(Server {
@@ -172,19 +174,21 @@ impl Server {
                                 Ok::<_, Infallible>(respond(reply))
                             }
                         });
-                        // Hyper allocates its 8 KiB response-head buffer here; a held request
-                        // never writes to it, so placed on whole pages it stays unresident
-                        // (see `src/allocator.rs`).
-                        let connection = crate::allocator::on_pages(|| {
+                        // Everything the connection allocates goes into its slot: one page
+                        // resident while a request is held (see `src/allocator/slots.rs`).
+                        let slot = Slot::take();
+                        let connection = slot.enter(Placement::Unwritten, || {
                             http1::Builder::new().serve_connection(TokioIo::new(stream), service)
                         });
                         let connection = graceful.watch(connection);
                         let live = census.enter();
-                        let _ = connections.spawn(serving, async move {
+                        let task = InSlot::new(slot.clone(), async move {
                             let _live = live;
                             // A client's broken connection is its own business, not the run's.
                             let _ = connection.await;
                         });
+                        connections.make_room();
+                        let _ = slot.enter(Placement::Written, || connections.spawn(serving, task));
                         // Counted once its handler exists, as on the threaded front.
                         accepted += 1;
                     }

@@ -50,6 +50,12 @@ impl Connections {
         handle
     }
 
+    /// Makes room for one more connection before it is spawned, so the bookkeeping's own
+    /// growth is not placed in that connection's slot (see `src/allocator/slots.rs`).
+    pub(crate) fn make_room(&mut self) {
+        self.open.reserve(1);
+    }
+
     /// How many connection tasks are open (as of the last [`Connections::reap`]).
     pub(crate) fn open(&self) -> usize {
         self.open.len()

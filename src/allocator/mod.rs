@@ -5,44 +5,22 @@
 //!   message and a backtrace and aborts; under an address-space limit (`ulimit -v`,
 //!   `prlimit --as`) that is how any step can end. Here the process writes one line to stderr
 //!   and exits 1, allocating nothing on the way; a front's parent reports that line.
-//! - **A buffer nothing writes to can start on a page.** Inside [`on_pages`], an allocation of
-//!   whole pages (8 KiB or more) is placed on a page boundary, so its unwritten pages never
-//!   become resident. The async front makes each Hyper connection inside it: Hyper's 8 KiB
-//!   response-head buffer is allocated there and stays unwritten while a request is held.
-//!   `malloc` would otherwise put its own header and its neighbours' in that buffer's first and
-//!   last pages. Placing every whole-page allocation on a page was measured too, and costs
-//!   more than it saves (12.2 KiB per held request against 11.1): a buffer that is written, as
-//!   Hyper's read buffer is, then takes a page of its own.
+//! - **A connection's blocks share a page.** Inside a [`slots::Slot`]'s scope, which the async
+//!   front opens around each connection, blocks are placed in that connection's slot, so a held
+//!   request keeps one page resident rather than two or more (see [`slots`]).
 //!
 //! It also keeps a [`census`] of the blocks alive by size, so that `hold` can say what a held
 //! request allocates, not only what it keeps resident: two relaxed atomic additions per call.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-/// The page size assumed for placement: Linux on x86-64 and most Arm configurations.
-const PAGE: usize = 4096;
+pub mod slots;
+
 /// The strictest alignment `malloc` gives by itself (glibc, 64-bit).
 const MALLOC_ALIGN: usize = 16;
-
-thread_local! {
-    static PLACE_ON_PAGES: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs `make` with whole-page allocations of this thread placed on page boundaries.
-pub fn on_pages<T>(make: impl FnOnce() -> T) -> T {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            PLACE_ON_PAGES.with(|flag| flag.set(self.0));
-        }
-    }
-    let _reset = Reset(PLACE_ON_PAGES.with(|flag| flag.replace(true)));
-    make()
-}
 
 /// See the module's documentation.
 #[derive(Debug, Default)]
@@ -100,17 +78,6 @@ pub fn census() -> Census {
     }
 }
 
-/// The alignment to ask the C library for.
-fn alignment(layout: Layout) -> usize {
-    let size = layout.size();
-    let whole_pages = size >= 2 * PAGE && size.is_multiple_of(PAGE);
-    if whole_pages && PLACE_ON_PAGES.with(Cell::get) {
-        layout.align().max(PAGE)
-    } else {
-        layout.align()
-    }
-}
-
 /// Writes one line and exits 1, without allocating or unwinding.
 fn out_of_memory(size: usize) -> ! {
     let mut digits = [0u8; 20];
@@ -158,7 +125,7 @@ fn allocate(size: usize, align: usize) -> *mut u8 {
 // asked and the size asked, and goes back with `free` or `realloc`, which take blocks of both.
 unsafe impl GlobalAlloc for LabAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = allocate(layout.size(), alignment(layout));
+        let ptr = slots::alloc(layout).unwrap_or_else(|| allocate(layout.size(), layout.align()));
         if ptr.is_null() {
             out_of_memory(layout.size());
         }
@@ -168,12 +135,26 @@ unsafe impl GlobalAlloc for LabAllocator {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         count(layout.size(), -1);
-        // SAFETY: `ptr` came from `malloc`, `posix_memalign` or `realloc`.
-        unsafe { libc::free(ptr.cast()) }
+        if slots::owns(ptr) {
+            slots::free(ptr);
+        } else {
+            // SAFETY: `ptr` came from `malloc`, `posix_memalign` or `realloc`.
+            unsafe { libc::free(ptr.cast()) }
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let moved = if layout.align() <= MALLOC_ALIGN && layout.align() <= new_size {
+        let moved = if slots::owns(ptr) {
+            // SAFETY: the new layout is valid: `GlobalAlloc::realloc`'s contract.
+            let grown = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+            let moved = slots::alloc(grown).unwrap_or_else(|| allocate(new_size, layout.align()));
+            if !moved.is_null() {
+                // SAFETY: both blocks hold at least the bytes copied, and do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size)) };
+                slots::free(ptr);
+            }
+            moved
+        } else if layout.align() <= MALLOC_ALIGN && layout.align() <= new_size {
             // SAFETY: `ptr` is a live block of this allocator; `malloc`'s alignment suffices.
             unsafe { libc::realloc(ptr.cast(), new_size).cast() }
         } else {
@@ -200,19 +181,42 @@ unsafe impl GlobalAlloc for LabAllocator {
 mod tests {
     use super::*;
 
-    /// Whole pages move to a page boundary inside `on_pages` only, and only from 8 KiB up.
+    /// In a slot, the read buffer's first bytes share a page with the small blocks, and the
+    /// write buffer has whole pages of its own; outside, every block comes from `malloc`.
     #[test]
-    fn whole_pages_start_on_a_page_inside_on_pages() {
-        let asked = |size| Layout::from_size_align(size, 1).expect("a layout");
-        assert_eq!(alignment(asked(8192)), 1);
-        on_pages(|| {
-            assert_eq!(alignment(asked(8192)), PAGE);
-            assert_eq!(alignment(asked(16384)), PAGE);
-            for size in [4096, 8191, 8200, 100] {
-                assert_eq!(alignment(asked(size)), 1, "{size}");
+    fn a_connections_blocks_share_one_page_in_its_slot() {
+        let allocator = LabAllocator;
+        let layout = |size| Layout::from_size_align(size, 8).expect("a layout");
+        slots::reserve();
+        let slot = slots::Slot::take();
+        // SAFETY: non-zero layouts; each block is freed once, with its layout.
+        unsafe {
+            let write = slot.enter(slots::Placement::Unwritten, || {
+                allocator.alloc(layout(8192))
+            });
+            let (read, small) = slot.enter(slots::Placement::Written, || {
+                (allocator.alloc(layout(8192)), allocator.alloc(layout(1900)))
+            });
+            let outside = allocator.alloc(layout(8192));
+            assert!(slots::owns(write) && slots::owns(read) && slots::owns(small));
+            assert!(!slots::owns(outside));
+            assert_eq!(write as usize % 4096, 0, "the write buffer starts a page");
+            assert_eq!(read as usize / 4096, small as usize / 4096, "one page");
+            assert!(small as usize + 1900 <= read as usize, "no overlap");
+            assert_eq!(write as usize - read as usize, 8192 + 512, "in one slot");
+            read.write_bytes(3, 8192);
+            let grown = allocator.realloc(read, layout(8192), 20_000);
+            assert!(!slots::owns(grown), "grown out of the slot");
+            assert!((0..8192).all(|i| *grown.add(i) == 3));
+            for (ptr, size) in [
+                (write, 8192),
+                (grown, 20_000),
+                (small, 1900),
+                (outside, 8192),
+            ] {
+                allocator.dealloc(ptr, layout(size));
             }
-        });
-        assert_eq!(alignment(asked(8192)), 1, "reset after on_pages");
+        }
     }
 
     /// Sizes fall in their classes, Hyper's 8 KiB buffers in a class of their own.
@@ -230,11 +234,8 @@ mod tests {
     #[test]
     fn blocks_keep_their_bytes_and_alignment() {
         let allocator = LabAllocator;
-        let page = on_pages(|| {
-            // SAFETY: a non-zero layout.
-            unsafe { allocator.alloc(Layout::from_size_align(8192, 1).expect("a layout")) }
-        });
-        assert_eq!(page as usize % PAGE, 0);
+        // SAFETY: a non-zero layout.
+        let page = unsafe { allocator.alloc(Layout::from_size_align(8192, 1).expect("a layout")) };
         let aligned = Layout::from_size_align(64, 64).expect("a layout");
         // SAFETY: each pointer is used within its size and freed once.
         unsafe {
