@@ -35,7 +35,7 @@
 //! - [`replicas`]: replica servers with their own permits or one global limit on Redis.
 //!
 //! [`cli`] maps the command line onto all of it; [`allocator`] is the binary's allocator (out
-//! of memory in one line, a heap census by block size, unwritten buffers on whole pages).
+//! of memory in one line, a heap census by block size, a slot per async connection).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
