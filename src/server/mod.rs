@@ -284,31 +284,37 @@ impl Handlers {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ListenerId {
     address: SocketAddr,
-    /// The listening socket's inode; `None` where the system would not say.
-    inode: Option<u64>,
+    /// The listening socket's device and inode; `None` where the system would not say.
+    inode: Option<(u64, u64)>,
+}
+
+/// The device and inode of the open descriptor `fd`.
+fn identity(fd: std::os::fd::RawFd) -> Option<(u64, u64)> {
+    // SAFETY: `stat` is plain data, and fstat(2) fills it for an open descriptor (and fails,
+    // touching nothing, for any other number).
+    unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut stat) == 0).then_some((stat.st_dev, stat.st_ino))
+    }
 }
 
 impl ListenerId {
     /// The identity of `listener`, bound to `address`.
     pub(crate) fn of(listener: &impl std::os::fd::AsRawFd, address: SocketAddr) -> Self {
-        // SAFETY: `stat` is plain data, and fstat(2) fills it for the open descriptor.
-        let inode = unsafe {
-            let mut stat: libc::stat = std::mem::zeroed();
-            (libc::fstat(listener.as_raw_fd(), &mut stat) == 0).then_some(stat.st_ino)
-        };
+        let inode = identity(listener.as_raw_fd());
         ListenerId { address, inode }
     }
 
-    /// Whether the socket is closed now: no open descriptor of this process names it. Where
-    /// `/proc/self/fd` cannot be read (or the inode was never known), a connect to the port
-    /// must be refused instead.
+    /// Whether the socket is closed now: no open descriptor of this process names it (each
+    /// descriptor listed in `/proc/self/fd` is asked with fstat(2), not read as a link, which
+    /// costs a path lookup each). Where `/proc/self/fd` cannot be read (or the inode was never
+    /// known), a connect to the port must be refused instead.
     fn is_closed(&self) -> bool {
-        let socket = self.inode.map(|inode| format!("socket:[{inode}]"));
-        match (socket, std::fs::read_dir("/proc/self/fd")) {
+        match (self.inode, std::fs::read_dir("/proc/self/fd")) {
             (Some(socket), Ok(descriptors)) => !descriptors
                 .filter_map(Result::ok)
-                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-                .any(|target| target.as_os_str() == socket.as_str()),
+                .filter_map(|fd| fd.file_name().to_str()?.parse().ok())
+                .any(|fd| identity(fd) == Some(socket)),
             _ => matches!(
                 std::net::TcpStream::connect(self.address),
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
