@@ -173,7 +173,7 @@ fn main() -> ExitCode {
             server,
             format,
         }) => {
-            let config = match hold::Config::new(&counts, &server.fronts()) {
+            let config = match hold::HoldInputs::new(&counts, &server.fronts()) {
                 Ok(config) => config,
                 // The command line's parser checked the same: this is a safety net.
                 Err(reason) => {
@@ -181,7 +181,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let report = hold::hold(&config, &hold::Options::default());
+            let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
                 HoldFormat::Text => Ok(hold::render::text(&report)),
                 HoldFormat::Json => json(&report),

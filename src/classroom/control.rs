@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::gates::{Refusal, RoomGate, RoomGates};
+use super::gates::{CannotClose, RoomGate, RoomGates};
 use super::journal::Journal;
 use super::room::{Room, Target};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
@@ -29,7 +29,7 @@ use crate::report::Report;
 
 /// What the page asks the driver to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Command {
+pub(crate) enum Action {
     /// One step of the sequence.
     Next,
     /// Every step left, through the last policy's check.
@@ -51,7 +51,7 @@ pub(crate) enum Command {
 /// An order: a command and where to send the answer.
 #[derive(Debug)]
 pub(crate) struct Order {
-    pub(crate) command: Command,
+    pub(crate) command: Action,
     /// `Ok` with what was done, or `Err` saying why it cannot be done now.
     pub(crate) reply: oneshot::Sender<Result<Value, String>>,
 }
@@ -186,7 +186,7 @@ impl Driver {
     /// what is open and returns the session's runs.
     pub(crate) async fn drive(mut self, mut orders: mpsc::Receiver<Order>) -> Driven {
         while let Some(order) = orders.recv().await {
-            let leaving = order.command == Command::Leave;
+            let leaving = order.command == Action::Leave;
             let done = self.perform(order.command).await;
             self.state();
             // The page may have gone: the order is done either way.
@@ -272,27 +272,27 @@ impl Driver {
         })
     }
 
-    async fn perform(&mut self, command: Command) -> Result<Value, String> {
+    async fn perform(&mut self, command: Action) -> Result<Value, String> {
         match command {
-            Command::Next => self.next().await,
-            Command::RunToEnd => {
+            Action::Next => self.next().await,
+            Action::RunToEnd => {
                 let mut steps = Vec::new();
                 while self.current.is_some() {
                     steps.push(self.next().await?);
                 }
                 Ok(json!({ "steps": steps }))
             }
-            Command::NewRun(inputs) => {
+            Action::NewRun(inputs) => {
                 self.start(inputs).await;
                 Ok(json!({ "started": inputs }))
             }
-            Command::Room(open) => {
+            Action::Room(open) => {
                 self.room.set_open(open);
                 Ok(json!({ "room_open": open }))
             }
-            Command::OpenGate => self.open_room_gate(),
-            Command::CloseGate => self.close_room_gate(),
-            Command::Reveal => {
+            Action::OpenGate => self.open_room_gate(),
+            Action::CloseGate => self.close_room_gate(),
+            Action::Reveal => {
                 let open = self.current.as_ref().is_some_and(|c| c.open.is_some());
                 if !open {
                     return Err("no run is open: its predictions show once it is".into());
@@ -300,7 +300,7 @@ impl Driver {
                 self.journal.push(&json!({ "kind": "reveal" }));
                 Ok(json!({ "revealed": true }))
             }
-            Command::Leave => {
+            Action::Leave => {
                 self.leave().await;
                 Ok(json!({ "left": true }))
             }
@@ -500,10 +500,10 @@ impl Driver {
                 self.journal.push(&message);
                 Ok(message)
             }
-            Err(Refusal::RunGateClosed) => {
+            Err(CannotClose::RunGateClosed) => {
                 Err("the run's own gate is still closed: it opens at the release step".into())
             }
-            Err(Refusal::AlreadyClosed) => Err("the room's gate is already closed".into()),
+            Err(CannotClose::AlreadyClosed) => Err("the room's gate is already closed".into()),
         }
     }
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use self::control::{Command, Driver, Order, RoomGateRecord, Showing};
+use self::control::{Action, Driver, Order, RoomGateRecord, Showing};
 use self::http::App;
 use self::journal::{Journal, STREAM_BUFFER};
 use self::room::{Room, RoomRequest};
@@ -233,7 +233,7 @@ pub async fn serve(
     // A driver that is gone has closed what it held already.
     let _ = orders
         .send(Order {
-            command: Command::Leave,
+            command: Action::Leave,
             reply,
         })
         .await;

@@ -6,9 +6,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::client::Reply;
+use super::client::Received;
 use super::failure::{Cause, Failure, Left, Step};
-use super::session::{self, Callers, Session, within};
+use super::session::{self, CallerTasks, Session, within};
 use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
 use crate::admission::section::WorkSection;
@@ -21,7 +21,7 @@ use crate::label::{LABEL_HEADER, Label};
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
-use crate::server::{self, Census, Gates};
+use crate::server::{self, Gates, HandlerCount};
 
 /// One step of the sequence, as planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub struct Run {
     /// Slow requests seen held at the gate so far.
     blocked: usize,
     session: Session,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     plan: VecDeque<Planned>,
     observed: Observed,
     resources: ResourceEvidence,
@@ -108,7 +108,7 @@ impl Run {
             )
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
-        let (section, census) = (Arc::new(section), Arc::new(Census::default()));
+        let (section, census) = (Arc::new(section), Arc::new(HandlerCount::default()));
         let session = Session::open(&options, gates, section.clone(), census.clone(), &token);
         let session = session.map_err(|failure| {
             // The section exists: report it as it stands, and what the process holds now.
@@ -116,7 +116,7 @@ impl Run {
                 before_fast: None,
                 after_run: Some(session::count(&section, &census)),
             };
-            let nobody = Callers::default();
+            let nobody = CallerTasks::default();
             let evidence = evidence(&section, Observed::default(), resources, nobody, None);
             Box::new(PolicyRun {
                 report: PolicyReport::assemble_on(policy, held, shape, evidence),
@@ -160,7 +160,7 @@ impl Run {
     }
 
     /// The count of the front's live connection handlers.
-    pub(crate) fn census(&self) -> &Arc<Census> {
+    pub(crate) fn census(&self) -> &Arc<HandlerCount> {
         &self.census
     }
 
@@ -344,7 +344,7 @@ impl Run {
 
     /// Step 8: a new probe after release — not a replay of refused work.
     async fn probe(&mut self, request: Label) -> Result<(), Failure> {
-        let reply: Reply = self.session.exchange(Step::Probe, request).await?;
+        let reply: Received = self.session.exchange(Step::Probe, request).await?;
         let record = self.session.record(reply);
         self.observed.responses.push(record);
         Ok(())
@@ -509,7 +509,7 @@ fn evidence(
     section: &WorkSection,
     observed: Observed,
     resources: ResourceEvidence,
-    callers: Callers,
+    callers: CallerTasks,
     server: Option<ServerSummary>,
 ) -> Evidence {
     Evidence {

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use super::SUBCOMMAND;
-use super::protocol::{FromFront, FrontSpec, Ready, Stopped, ToFront};
+use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
 use crate::child::{ChildProcess, Exit, Signal};
 
 /// How long a child that failed, or was told to stop and did not, gets to exit before it is
@@ -44,8 +44,8 @@ impl fmt::Display for FrontError {
 /// A front that stopped when told to: its report, how its process ended, and the messages
 /// it sent between the stop command and its report (the last counts or events).
 #[derive(Debug)]
-pub(crate) struct Closed {
-    pub(crate) stopped: Stopped,
+pub(crate) struct StoppedFront {
+    pub(crate) stopped: StopReport,
     pub(crate) exit: Exit,
     pub(crate) trailing: Vec<FromFront>,
 }
@@ -115,7 +115,7 @@ impl FrontProcess {
 
     /// Asks the front for the blocks its heap holds now, and reads up to its answer, past any
     /// counts sent before it.
-    pub(crate) async fn census(&mut self) -> Result<crate::allocator::Census, String> {
+    pub(crate) async fn census(&mut self) -> Result<crate::allocator::HeapCensus, String> {
         self.child
             .send(&ToFront::Census)
             .await
@@ -155,12 +155,12 @@ impl FrontProcess {
 
     /// Tells the front to stop and waits up to `timeout` for its report and its exit. An
     /// `Err` means the front did not stop cleanly; the child is reaped either way.
-    pub(crate) async fn stop(mut self, timeout: Duration) -> Result<Closed, FrontError> {
+    pub(crate) async fn stop(mut self, timeout: Duration) -> Result<StoppedFront, FrontError> {
         let reported = tokio::time::timeout(timeout, self.stop_and_read()).await;
         let reason = match reported {
             Ok(Ok((stopped, trailing))) => {
                 return match self.child.close(EXIT_GRACE).await {
-                    Ok(exit) if exit.code == Some(0) => Ok(Closed {
+                    Ok(exit) if exit.code == Some(0) => Ok(StoppedFront {
                         stopped,
                         exit,
                         trailing,
@@ -182,7 +182,7 @@ impl FrontProcess {
     }
 
     /// Sends stop, then reads up to the report.
-    async fn stop_and_read(&mut self) -> Result<(Stopped, Vec<FromFront>), String> {
+    async fn stop_and_read(&mut self) -> Result<(StopReport, Vec<FromFront>), String> {
         self.child
             .send(&ToFront::Stop)
             .await

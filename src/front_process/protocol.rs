@@ -181,9 +181,9 @@ pub enum FromFront {
     /// With global permits: a holder's renewals found its lease lost, while its work went on.
     LeaseLost(LeaseLoss),
     /// The blocks alive in the child's heap, by size, as [`ToFront::Census`] asked.
-    Census(crate::allocator::Census),
+    Census(crate::allocator::HeapCensus),
     /// The server has stopped; the child exits 0 next.
-    Stopped(Box<Stopped>),
+    Stopped(Box<StopReport>),
     /// The child could not start or serve, and exits 1 next.
     Failed {
         /// Why, in one line.
@@ -239,7 +239,7 @@ impl Counts {
 
 /// What a stopped child reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stopped {
+pub struct StopReport {
     /// The server's summary.
     pub server: ServerSummary,
     /// Why the server did not stop cleanly, if it did not: an accept or thread-spawn error, a

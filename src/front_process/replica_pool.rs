@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use crate::admission::shared_pool::{BoxFuture, SharedDecision, SharedPermit, SharedPool};
 use crate::label::Label;
 use crate::policy::Pool;
-use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder, LeaseLoss, Losses, Phase};
+use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder, LeaseLoss, Losses, WorkEnd};
 
 /// One replica's view of the global pool: its holders are named after it.
 #[derive(Debug)]
@@ -56,7 +56,9 @@ impl SharedPool for ReplicaPool {
                     // is the dependency's log; the work goes on either way, as work that
                     // cannot see the lock service does.
                     let fence = lease.fence();
-                    let begun = permits.effect(&holder, fence, Phase::Begin, fencing).await;
+                    let begun = permits
+                        .effect(&holder, fence, WorkEnd::Begin, fencing)
+                        .await;
                     let permit = GlobalPermit { lease, fencing };
                     match begun {
                         Ok(_) => Ok(SharedDecision::Admitted(Box::new(permit))),
@@ -91,7 +93,7 @@ impl SharedPermit for GlobalPermit {
             let (holder, fence) = (self.lease.holder().clone(), self.lease.fence());
             let permits = self.lease.permits().clone();
             let ended = permits
-                .effect(&holder, fence, Phase::End, self.fencing)
+                .effect(&holder, fence, WorkEnd::End, self.fencing)
                 .await;
             let released = self.lease.release().await.map_err(|e| e.to_string());
             ended.map_err(|e| e.to_string())?;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::protocol::{Counts, FromFront, FrontSpec, GlobalSpec, Ready, Stopped, Stream, ToFront};
+use super::protocol::{
+    Counts, FromFront, FrontSpec, GlobalSpec, Ready, StopReport, Stream, ToFront,
+};
 use super::replica_pool::ReplicaPool;
 use crate::admission::ledger::WorkEvent;
 use crate::admission::section::WorkSection;
@@ -18,7 +20,7 @@ use crate::child::{ToParent, parent_link};
 use crate::hooks::NoHooks;
 use crate::policy::Allocation;
 use crate::redis_pool::{GlobalPermits, Lease, LeaseLoss, LoopbackUrl};
-use crate::server::{self, Census, Running};
+use crate::server::{self, HandlerCount, Running};
 
 /// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
 /// once it has reported its stop, 1 if it could not start or serve (after saying why, if the
@@ -91,7 +93,7 @@ impl Serving {
             spec.front,
             bound,
             section.clone(),
-            Arc::new(Census::default()),
+            Arc::new(HandlerCount::default()),
             Arc::new(NoHooks),
             server::Gates::default(),
             Duration::from_millis(spec.drain_ms),
@@ -220,7 +222,7 @@ async fn run(spec: &FrontSpec) -> u8 {
         }
     }
     let message = match (stopped, problem) {
-        (Ok(stopped), None) => FromFront::Stopped(Box::new(Stopped {
+        (Ok(stopped), None) => FromFront::Stopped(Box::new(StopReport {
             server: stopped.summary,
             error: stopped.error,
             final_state: section.final_state(),

@@ -116,7 +116,7 @@ async fn a_front_child_holds_releases_and_reports_its_stop() {
             [Ok((200, "S1".into())), Ok((200, "S2".into()))],
             "{front:?}"
         );
-        let closed: Closed = step("stop", child.stop(STOP)).await.expect("a clean stop");
+        let closed: StoppedFront = step("stop", child.stop(STOP)).await.expect("a clean stop");
         let stopped = closed.stopped;
         assert_eq!(stopped.error, None, "{front:?}");
         assert_eq!(stopped.server.connections_accepted, 2);

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use super::Faults;
 use super::callers::Callers;
-use super::preflight::Planned;
+use super::preflight::HoldPlan;
 use super::report::{
     Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
 use crate::admission::section::GateState;
 use crate::child::Exit;
-use crate::front_process::{Closed, FromFront, FrontError, FrontProcess, FrontSpec};
+use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures, ProcessStat};
@@ -70,7 +70,7 @@ pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Brok
 pub(crate) async fn held(
     setup: &Setup<'_>,
     front: Front,
-    planned: &Planned,
+    planned: &HoldPlan,
     baseline: &Sample,
 ) -> Result<Figures, Broken> {
     let held = planned.held;
@@ -363,7 +363,7 @@ fn unexpected(message: std::io::Result<Option<FromFront>>) -> String {
 
 /// Stops the front and checks its report: a clean stop, an exact ledger with every one of
 /// `held` admitted, held and finished, none refused or cancelled, and full pools.
-async fn stop(remote: FrontProcess, held: u32) -> Result<Closed, Broken> {
+async fn stop(remote: FrontProcess, held: u32) -> Result<StoppedFront, Broken> {
     let pid = remote.pid();
     let closed = remote
         .stop(STOP)
@@ -373,7 +373,7 @@ async fn stop(remote: FrontProcess, held: u32) -> Result<Closed, Broken> {
     Ok(closed)
 }
 
-fn check(closed: &Closed, held: u64) -> Result<(), String> {
+fn check(closed: &StoppedFront, held: u64) -> Result<(), String> {
     let stopped = &closed.stopped;
     if let Some(error) = &stopped.error {
         return Err(format!("the front did not stop cleanly: {error}"));
@@ -509,7 +509,7 @@ fn death(exit: &Exit) -> Death {
     }
 }
 
-fn sample(figures: ProcessFigures, heap: crate::allocator::Census) -> Sample {
+fn sample(figures: ProcessFigures, heap: crate::allocator::HeapCensus) -> Sample {
     Sample {
         heap,
         os_threads: figures.os_threads,

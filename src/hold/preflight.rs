@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use super::report::{MachineLimits, Preflight, Reach};
+use super::report::{FrontReach, MachineLimits, Preflight};
 use crate::limits::{self, Limits};
 use crate::policy::Front;
 
 /// What the preflight decided for one count on one front.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Planned {
+pub(crate) struct HoldPlan {
     pub(crate) front: Front,
     pub(crate) held: u32,
     /// The accept queue the front's listener asks for: room for every caller, within
@@ -28,11 +28,15 @@ pub(crate) fn backlog(held: u32, somaxconn: u64) -> u32 {
 }
 
 /// The preflight of `fronts` holding each of `counts` under `limits`.
-pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Preflight, Vec<Planned>) {
+pub(crate) fn plan(
+    limits: &Limits,
+    fronts: &[Front],
+    counts: &[u32],
+) -> (Preflight, Vec<HoldPlan>) {
     let reach = Front::ALL
         .into_iter()
         .map(|front| {
-            let reach = limits::reach(limits, front).map(|reach| Reach {
+            let reach = limits::reach(limits, front).map(|reach| FrontReach {
                 held: reach.held,
                 ceiling: reach.ceiling.name().to_owned(),
                 value: reach.value,
@@ -59,7 +63,7 @@ pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Prefli
     let planned = fronts
         .iter()
         .flat_map(|&front| {
-            counts.iter().map(move |&held| Planned {
+            counts.iter().map(move |&held| HoldPlan {
                 front,
                 held,
                 backlog: backlog(held, limits.somaxconn),

@@ -3,15 +3,15 @@
 
 use super::measure::{self, Broken, Setup};
 use super::preflight;
-use super::report::{FrontSeries, HoldReport, Outcome, Point};
-use super::{Config, Options};
+use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
+use super::{HoldInputs, HoldOptions};
 use crate::limits::{self, Limits};
 use crate::policy::Front;
 
 /// Runs `hold` for `config` on a runtime of its own, dropped before this returns, so nothing
 /// it started outlives the report. Raises this process's RLIMIT_NOFILE soft limit to the hard
 /// one first (the children inherit it).
-pub fn hold(config: &Config, options: &Options) -> HoldReport {
+pub fn hold(config: &HoldInputs, options: &HoldOptions) -> HoldReport {
     let mut report = HoldReport {
         instrument: "hold".into(),
         counts: config.counts.clone(),
@@ -26,7 +26,11 @@ pub fn hold(config: &Config, options: &Options) -> HoldReport {
 }
 
 /// The preflight, then every measurement; `Err` if nothing could start.
-fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<(), String> {
+fn start(
+    config: &HoldInputs,
+    options: &HoldOptions,
+    report: &mut HoldReport,
+) -> Result<(), String> {
     limits::raise_nofile().map_err(|e| format!("cannot raise RLIMIT_NOFILE: {e}"))?;
     let limits = Limits::read().map_err(|e| format!("cannot read the ceilings: {e}"))?;
     // Below this not even a front at rest fits: say so once, before any child starts.
@@ -73,7 +77,7 @@ fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<
 async fn measure_front<'a>(
     setup: &Setup<'_>,
     front: Front,
-    plan: impl Iterator<Item = &'a preflight::Planned>,
+    plan: impl Iterator<Item = &'a preflight::HoldPlan>,
     failure: &mut Option<String>,
 ) -> FrontSeries {
     let name = front.name();
@@ -103,26 +107,26 @@ async fn measure_front<'a>(
     for planned in plan {
         let held = planned.held;
         let outcome = match (&stopped, &planned.runs, series.baseline) {
-            (Some(reason), _, _) => Outcome::NotRun {
+            (Some(reason), _, _) => CountOutcome::NotRun {
                 reason: reason.clone(),
             },
-            (None, Err(reason), _) => Outcome::NotRun {
+            (None, Err(reason), _) => CountOutcome::NotRun {
                 reason: reason.clone(),
             },
-            (None, Ok(()), None) => Outcome::NotRun {
+            (None, Ok(()), None) => CountOutcome::NotRun {
                 reason: "no baseline".into(),
             },
             (None, Ok(()), Some(baseline)) => {
                 match measure::held(setup, front, planned, &baseline).await {
-                    Ok(figures) => Outcome::Held(figures),
+                    Ok(figures) => CountOutcome::Held(figures),
                     Err(Broken::Front(failed)) => {
                         stopped = Some(format!("the {name} front failed at {held} held"));
-                        Outcome::FrontFailed(failed)
+                        CountOutcome::FrontFailed(failed)
                     }
                     Err(Broken::Lab(why)) => {
                         *failure = Some(format!("the {name} front, {held} held: {why}"));
                         stopped = Some("the lab failed earlier".to_owned());
-                        Outcome::LabFailed { reason: why }
+                        CountOutcome::LabFailed { reason: why }
                     }
                 }
             }

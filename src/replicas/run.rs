@@ -18,8 +18,8 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::evidence::{
-    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, LapseSeen,
-    PauseEvidence, ReplicaEvidence, Sent,
+    Cleanup, CrashEvidence, EngineEvidence, EngineHolder, LapseSeen, PauseEvidence, ReleasedAnswer,
+    ReplicaEvidence, ReplicasEvidence, Sent,
 };
 use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
@@ -97,7 +97,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         options,
         replicas: Vec::new(),
         engine: None,
-        evidence: Evidence::default(),
+        evidence: ReplicasEvidence::default(),
         next_probe: inputs.held.get() as u16 + 1,
     };
     // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
@@ -162,7 +162,7 @@ struct Run {
     options: ReplicasOptions,
     replicas: Vec<Replica>,
     engine: Option<EngineHandle>,
-    evidence: Evidence,
+    evidence: ReplicasEvidence,
     next_probe: u16,
 }
 
@@ -710,14 +710,14 @@ impl Run {
                         let doing = format!("{}'s caller got no response: {why}", call.request);
                         return Err(replica.died(doing).await);
                     }
-                    Ok((status, _)) => Answer {
+                    Ok((status, _)) => ReleasedAnswer {
                         request: call.request,
                         replica: replica.id,
                         status: Some(status),
                         at_ms: Some(millis(call.at.duration_since(self.started))),
                         error: None,
                     },
-                    Err(why) => Answer {
+                    Err(why) => ReleasedAnswer {
                         request: call.request,
                         replica: replica.id,
                         status: None,
@@ -819,7 +819,7 @@ impl Run {
     fn stopped(
         &mut self,
         id: ReplicaId,
-        stopped: Result<crate::front_process::Closed, crate::front_process::FrontError>,
+        stopped: Result<crate::front_process::StoppedFront, crate::front_process::FrontError>,
     ) -> Option<String> {
         let replica = self.replica(id).ok()?;
         match stopped {

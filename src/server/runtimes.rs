@@ -21,9 +21,9 @@ use tokio::runtime::{Builder, Runtime};
 use tokio::sync::oneshot;
 
 use super::Gates;
-use super::async_front::Server;
+use super::async_front::AsyncListener;
 use super::work_style::Dispatch;
-use super::{Census, Stopped};
+use super::{HandlerCount, Stopped};
 use crate::admission::section::WorkSection;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::hooks::Hooks;
@@ -50,13 +50,13 @@ impl Heartbeat {
 
 /// The front's thread, and how to tell it to stop.
 #[derive(Debug)]
-pub struct Running {
+pub struct FrontThread {
     stop: Option<oneshot::Sender<()>>,
     report: Option<oneshot::Receiver<Result<Stopped, String>>>,
     thread: Option<JoinHandle<()>>,
     drain_limit: Duration,
     heartbeat: Arc<Heartbeat>,
-    /// The front's runtime, to wake a parked worker of (see [`Running::wake_a_worker`]).
+    /// The front's runtime, to wake a parked worker of (see [`FrontThread::wake_a_worker`]).
     front: tokio::runtime::Handle,
     /// A second descriptor of the listening socket, to read its accept queue; closed before
     /// the server is told to stop, so the listener closes when the server drops its own.
@@ -68,11 +68,11 @@ pub struct Running {
 pub(crate) fn start(
     executor: Executor,
     section: Arc<WorkSection>,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
-) -> std::io::Result<(SocketAddr, Running)> {
+) -> std::io::Result<(SocketAddr, FrontThread)> {
     let workers = executor.workers();
     let (front, classes) = match executor.work {
         WorkStyle::OwnRuntime => {
@@ -99,7 +99,7 @@ pub(crate) fn start(
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.
         let _inside = front.enter();
-        Server::bind()?.at(gates).with_dispatch(dispatch)
+        AsyncListener::bind()?.at(gates).with_dispatch(dispatch)
     };
     let address = server.address();
     let listening = server.listening()?;
@@ -123,7 +123,7 @@ pub(crate) fn start(
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;
-    let running = Running {
+    let running = FrontThread {
         stop: Some(stop),
         report: Some(reported),
         thread: Some(thread),
@@ -208,7 +208,7 @@ fn drive(runtime: Runtime, name: &str) -> Result<(oneshot::Sender<()>, JoinHandl
     Ok((stop, thread))
 }
 
-impl Running {
+impl FrontThread {
     /// The heartbeat of the front's runtime.
     pub(crate) fn heartbeat(&self) -> Arc<Heartbeat> {
         self.heartbeat.clone()
@@ -260,7 +260,7 @@ impl Running {
     }
 }
 
-impl Drop for Running {
+impl Drop for FrontThread {
     /// Never blocks: a front dropped without `stop` is told to stop (its sender drops) and
     /// left to shut its runtimes down on its own thread.
     fn drop(&mut self) {
