@@ -44,13 +44,12 @@ impl SharedPool for ReplicaPool {
         &self,
         _pool: Pool,
         request: Label,
-    ) -> BoxFuture<'static, Result<SharedDecision, String>> {
+    ) -> BoxFuture<'static, anyhow::Result<SharedDecision>> {
         let (permits, replica) = (self.permits.clone(), self.replica.clone());
         let (losses, fencing) = (self.losses.clone(), self.fencing);
         Box::pin(async move {
-            let holder = Holder::new(&replica, &request.to_string()).map_err(|e| e.to_string())?;
-            let hold = permits.try_hold(holder.clone(), Some(losses)).await;
-            match hold.map_err(|e| e.to_string())? {
+            let holder = Holder::new(&replica, &request.to_string())?;
+            match permits.try_hold(holder.clone(), Some(losses)).await? {
                 Hold::Held(lease) => {
                     // The work begins by writing to the dependency with its token. Its answer
                     // is the dependency's log; the work goes on either way, as work that
@@ -65,7 +64,7 @@ impl SharedPool for ReplicaPool {
                         Err(e) => {
                             // Dropping the permit stops its renewals; give it back first.
                             let _ = permit.lease.release().await;
-                            Err(e.to_string())
+                            Err(e.into())
                         }
                     }
                 }
@@ -88,16 +87,16 @@ impl SharedPermit for GlobalPermit {
     /// The work's end: its last effect lands on the dependency (with its token, which a
     /// fencing dependency refuses if a newer holder of the slot has written since), then the
     /// permit goes back.
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
+    fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>> {
         Box::pin(async move {
             let (holder, fence) = (self.lease.holder().clone(), self.lease.fence());
             let permits = self.lease.permits().clone();
             let ended = permits
                 .effect(&holder, fence, WorkEnd::End, self.fencing)
                 .await;
-            let released = self.lease.release().await.map_err(|e| e.to_string());
-            ended.map_err(|e| e.to_string())?;
-            released
+            let released = self.lease.release().await;
+            ended?;
+            Ok(released?)
         })
     }
 }
