@@ -76,7 +76,7 @@ enum Outcome {
 struct Serving {
     address: SocketAddr,
     accepting_thread: u32,
-    stop: Box<dyn FnOnce() -> Result<Stopped, String>>,
+    stop: Box<dyn FnOnce() -> anyhow::Result<Stopped>>,
 }
 
 fn shortage(front: Front) -> Outcome {
@@ -196,7 +196,7 @@ fn serve_async() -> Serving {
             let _ = stop.send(());
             runner
                 .join()
-                .map_err(|_| "the server's thread panicked".to_owned())
+                .map_err(|_| anyhow::anyhow!("the server's thread panicked"))
         }),
     }
 }
@@ -222,8 +222,7 @@ fn serve_threaded() -> Serving {
         stop: Box::new(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
+                .build()?;
             runtime.block_on(running.stop())
         }),
     }

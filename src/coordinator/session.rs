@@ -318,7 +318,7 @@ impl Session {
             Err(e) => SessionEnd {
                 callers,
                 server: None,
-                failure: both(failure, Some(e)),
+                failure: both(failure, Some(format!("{e:#}"))),
             },
         }
     }

@@ -221,6 +221,10 @@ async fn run(spec: &FrontSpec) -> u8 {
             let _ = to_parent.send(&FromFront::LeaseLost(loss)).await;
         }
     }
+    let failed = |reason: String| {
+        eprintln!("isolation-lab __front: {reason}");
+        FromFront::Failed { reason }
+    };
     let message = match (stopped, problem) {
         (Ok(stopped), None) => FromFront::Stopped(Box::new(StopReport {
             server: stopped.summary,
@@ -231,10 +235,8 @@ async fn run(spec: &FrontSpec) -> u8 {
             permits,
             listen_drops,
         })),
-        (Err(reason), _) | (Ok(_), Some(reason)) => {
-            eprintln!("isolation-lab __front: {reason}");
-            FromFront::Failed { reason }
-        }
+        (Err(e), _) => failed(format!("{e:#}")),
+        (Ok(_), Some(reason)) => failed(reason),
     };
     let code = u8::from(matches!(message, FromFront::Failed { .. }));
     let _ = to_parent.send(&message).await;

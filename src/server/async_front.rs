@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -238,13 +239,11 @@ impl Drop for Serving<'_> {
 
 impl AsyncFront {
     /// Tells the server to stop and waits for its report.
-    pub async fn stop(self) -> Result<Stopped, String> {
+    pub async fn stop(self) -> anyhow::Result<Stopped> {
         let _ = self.stop.send(());
         // The server task itself panicked: its listener and connections were dropped with it,
         // but nothing is left to count them.
-        self.task
-            .await
-            .map_err(|e| format!("the server task failed: {e}"))
+        self.task.await.context("the server task failed")
     }
 }
 

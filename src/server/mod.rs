@@ -222,7 +222,7 @@ pub(crate) fn start_on(
 impl Running {
     /// Stops accepting, closes the listener, drains and joins every connection handler, and
     /// reports. `Err` if the server itself died.
-    pub async fn stop(self) -> Result<Stopped, String> {
+    pub async fn stop(self) -> anyhow::Result<Stopped> {
         match self {
             Running::Async(running) => running.stop().await,
             Running::Threaded(running) => running.stop().await,

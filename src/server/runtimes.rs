@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use anyhow::{Context, anyhow, bail};
 use tokio::runtime::{Builder, Runtime};
 use tokio::sync::oneshot;
 
@@ -52,7 +53,7 @@ impl Heartbeat {
 #[derive(Debug)]
 pub struct FrontThread {
     stop: Option<oneshot::Sender<()>>,
-    report: Option<oneshot::Receiver<Result<Stopped, String>>>,
+    report: Option<oneshot::Receiver<anyhow::Result<Stopped>>>,
     thread: Option<JoinHandle<()>>,
     drain_limit: Duration,
     heartbeat: Arc<Heartbeat>,
@@ -160,7 +161,7 @@ fn serve(
     classes: Option<(Runtime, Runtime)>,
     heartbeat: Arc<Heartbeat>,
     server: impl Future<Output = Stopped> + Send + 'static,
-) -> Result<Stopped, String> {
+) -> anyhow::Result<Stopped> {
     let drivers = match classes {
         Some((slow, fast)) => vec![drive(slow, "lab-slow-work")?, drive(fast, "lab-fast-work")?],
         None => Vec::new(),
@@ -189,13 +190,13 @@ fn serve(
             error = Some("a work class's runtime thread panicked".to_owned());
         }
     }
-    let mut stopped = served.map_err(|e| format!("the server task failed: {e}"))?;
+    let mut stopped = served.context("the server task failed")?;
     stopped.error = stopped.error.or(error);
     Ok(stopped)
 }
 
 /// Drives `runtime` from a thread of its own until told to stop, then shuts it down.
-fn drive(runtime: Runtime, name: &str) -> Result<(oneshot::Sender<()>, JoinHandle<()>), String> {
+fn drive(runtime: Runtime, name: &str) -> anyhow::Result<(oneshot::Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = oneshot::channel::<()>();
     let thread = thread::Builder::new()
         .name(name.into())
@@ -204,7 +205,7 @@ fn drive(runtime: Runtime, name: &str) -> Result<(oneshot::Sender<()>, JoinHandl
             let _ = runtime.block_on(stopped);
             drop(runtime);
         })
-        .map_err(|e| format!("starting the {name} thread: {e}"))?;
+        .with_context(|| format!("starting the {name} thread"))?;
     Ok((stop, thread))
 }
 
@@ -234,27 +235,27 @@ impl FrontThread {
     }
 
     /// Tells the server to stop and waits for its report, then joins its thread.
-    pub async fn stop(mut self) -> Result<Stopped, String> {
+    pub async fn stop(mut self) -> anyhow::Result<Stopped> {
         drop(self.listening.take());
         drop(self.stop.take());
         let Some(report) = self.report.take() else {
-            return Err("the front was already stopped".into());
+            bail!("the front was already stopped");
         };
         let limit = self.drain_limit + REPORT_SLACK;
         let reported = tokio::time::timeout(limit, report).await;
         let reported = match reported {
             Ok(Ok(reported)) => reported,
-            Ok(Err(_)) => Err("the front's thread ended without a report".into()),
+            Ok(Err(_)) => Err(anyhow!("the front's thread ended without a report")),
             Err(_) => {
-                return Err(format!(
+                bail!(
                     "the front's runtimes did not stop within {} s; left running",
                     limit.as_secs()
-                ));
+                );
             }
         };
         // The thread reports as its last act, so this join returns at once.
         match self.thread.take().map(JoinHandle::join) {
-            Some(Err(_)) => Err("the front's thread panicked".into()),
+            Some(Err(_)) => Err(anyhow!("the front's thread panicked")),
             _ => reported,
         }
     }

@@ -14,6 +14,7 @@ use std::sync::{Arc, mpsc as std_mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail};
 use hyper::StatusCode;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::json;
@@ -487,21 +488,21 @@ impl ThreadedFront {
     /// listener, closes connections that are not serving a request, waits for the rest to
     /// finish their work within the drain limit (then abandons the gate and breaks their
     /// sockets), joins every thread, and reports.
-    pub async fn stop(mut self) -> Result<Stopped, String> {
+    pub async fn stop(mut self) -> anyhow::Result<Stopped> {
         self.signal.raise(STOPPING);
         let Some(stopped) = self.stopped.take() else {
-            return Err("the threaded server was already stopped".into());
+            bail!("the threaded server was already stopped");
         };
         // Every wait of the accept thread is bounded, so its report comes within this limit
         // unless the thread never got to run (its start can fail inside the standard library).
         let limit = self.drain_limit + FORCED_LIMIT + REPORT_SLACK;
         let Ok(stopped) = tokio::time::timeout(limit, stopped).await else {
             // Dropping `self` tells it to abandon its work, should it ever run, and leaves it.
-            return Err(format!(
+            bail!(
                 "the accept thread did not report within {} s of being told to stop; left \
                  running",
                 limit.as_secs()
-            ));
+            );
         };
         // The thread sends its report as its last act, so this join returns at once.
         let joined = self.thread.take().map_or(Ok(()), JoinHandle::join);
@@ -510,11 +511,11 @@ impl ThreadedFront {
                 await_release(tid);
                 Ok(stopped)
             }
-            (_, Err(panic)) => Err(format!(
+            (_, Err(panic)) => Err(anyhow!(
                 "the accept thread panicked: {}",
                 panic_message(panic.as_ref())
             )),
-            (Err(_), Ok(())) => Err("the accept thread ended without a report".into()),
+            (Err(_), Ok(())) => Err(anyhow!("the accept thread ended without a report")),
         }
     }
 }
