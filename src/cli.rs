@@ -201,9 +201,16 @@ pub enum Command {
     #[command(name = "__front", hide = true)]
     Front {
         /// The front to serve, as JSON: {"front":"async","capacity":200}
-        #[arg(value_name = "SPEC", value_parser = FrontSpec::parse)]
+        #[arg(value_name = "SPEC", value_parser = front_spec)]
         spec: FrontSpec,
     },
+}
+
+/// `__front`'s spec, refused in one message: clap prints a parser's error with `{}`, which shows
+/// anyhow's outermost context alone.
+#[cfg(unix)]
+fn front_spec(text: &str) -> anyhow::Result<FrontSpec> {
+    FrontSpec::parse(text).map_err(|refused| anyhow::anyhow!("{refused:#}"))
 }
 
 /// A count of `--counts`: digits only (`u32`'s own parser would also take a leading `+`), 1

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+use anyhow::{Context, bail};
+
 use super::SUBCOMMAND;
 use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
 use crate::child::{ChildProcess, Exit, Signal};
@@ -175,26 +177,26 @@ impl FrontProcess {
                     }),
                 };
             }
-            Ok(Err(reason)) => reason,
+            Ok(Err(e)) => format!("{e:#}"),
             Err(_) => format!("the front did not stop within {} s", timeout.as_secs()),
         };
         Err(end(self.child, reason).await)
     }
 
     /// Sends stop, then reads up to the report.
-    async fn stop_and_read(&mut self) -> Result<(StopReport, Vec<FromFront>), String> {
+    async fn stop_and_read(&mut self) -> anyhow::Result<(StopReport, Vec<FromFront>)> {
         self.child
             .send(&ToFront::Stop)
             .await
-            .map_err(|e| format!("telling the front to stop: {e}"))?;
+            .context("telling the front to stop")?;
         let mut trailing = Vec::new();
         loop {
             match self.child.recv::<FromFront>().await {
                 Ok(Some(FromFront::Stopped(stopped))) => return Ok((*stopped, trailing)),
-                Ok(Some(FromFront::Failed { reason })) => return Err(reason),
+                Ok(Some(FromFront::Failed { reason })) => bail!(reason),
                 Ok(Some(other)) => trailing.push(other),
-                Ok(None) => return Err("the front's process ended before its report".into()),
-                Err(e) => return Err(format!("reading the front's report: {e}")),
+                Ok(None) => bail!("the front's process ended before its report"),
+                Err(e) => return Err(e).context("reading the front's report"),
             }
         }
     }

@@ -113,7 +113,7 @@ mod tests {
         let ok = format!(r#"{{"front":"async","capacity":2,"replica":"r1",{global}}}"#);
         let spec = FrontSpec::parse(&ok).expect("a valid replica spec");
         assert_eq!(spec.replica.as_deref(), Some("r1"));
-        assert_eq!(FrontSpec::parse(&spec.to_arg()), Ok(spec));
+        assert_eq!(FrontSpec::parse(&spec.to_arg()).ok(), Some(spec));
         for (bad, says) in [
             (ok.replace("127.0.0.1", "10.0.0.1"), "loopback"),
             (ok.replace(r#""replica":"r1","#, ""), "replica name"),
@@ -124,7 +124,7 @@ mod tests {
                 "unknown field",
             ),
         ] {
-            let why = FrontSpec::parse(&bad).expect_err("refused");
+            let why = format!("{:#}", FrontSpec::parse(&bad).expect_err("refused"));
             assert!(why.contains(says), "{bad}: {why}");
         }
     }

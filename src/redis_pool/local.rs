@@ -118,8 +118,7 @@ impl LocalRedis {
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         let mut redis = LocalRedis {
-            url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
-                .map_err(anyhow::Error::msg)?,
+            url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?,
             pid: child.id(),
             child: Some(child),
             output: None,
