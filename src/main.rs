@@ -177,7 +177,7 @@ fn main() -> ExitCode {
                 Ok(config) => config,
                 // The command line's parser checked the same: this is a safety net.
                 Err(reason) => {
-                    let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason}");
+                    let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason:#}");
                     return ExitCode::from(2);
                 }
             };

@@ -43,6 +43,8 @@ impl fmt::Display for FrontError {
     }
 }
 
+impl std::error::Error for FrontError {}
+
 /// A front that stopped when told to: its report, how its process ended, and the messages
 /// it sent between the stop command and its report (the last counts or events).
 #[derive(Debug)]
@@ -117,18 +119,18 @@ impl FrontProcess {
 
     /// Asks the front for the blocks its heap holds now, and reads up to its answer, past any
     /// counts sent before it.
-    pub(crate) async fn census(&mut self) -> Result<crate::allocator::HeapCensus, String> {
+    pub(crate) async fn census(&mut self) -> anyhow::Result<crate::allocator::HeapCensus> {
         self.child
             .send(&ToFront::Census)
             .await
-            .map_err(|e| format!("asking the front for its heap: {e}"))?;
+            .context("asking the front for its heap")?;
         loop {
             match self.child.recv::<FromFront>().await {
                 Ok(Some(FromFront::Census(census))) => return Ok(census),
                 Ok(Some(FromFront::Counts(_))) => {}
-                Ok(Some(other)) => return Err(format!("the front said {other:?}, not its heap")),
-                Ok(None) => return Err("the front's process ended before its heap".into()),
-                Err(e) => return Err(format!("reading the front's heap: {e}")),
+                Ok(Some(other)) => bail!("the front said {other:?}, not its heap"),
+                Ok(None) => bail!("the front's process ended before its heap"),
+                Err(e) => return Err(e).context("reading the front's heap"),
             }
         }
     }

@@ -54,9 +54,9 @@ pub struct HoldInputs {
 impl HoldInputs {
     /// Counts from 1 through [`MAX_COUNT`] (sorted, each once) on `fronts` (async first, each
     /// once). `Err` names what is wrong; nothing has started.
-    pub fn new(counts: &[u32], fronts: &[Front]) -> Result<HoldInputs, String> {
+    pub fn new(counts: &[u32], fronts: &[Front]) -> anyhow::Result<HoldInputs> {
         if let Some(bad) = counts.iter().find(|&&n| !(1..=MAX_COUNT).contains(&n)) {
-            return Err(format!("--counts: {bad} is outside 1 through {MAX_COUNT}"));
+            anyhow::bail!("--counts: {bad} is outside 1 through {MAX_COUNT}");
         }
         let mut counts = counts.to_vec();
         counts.sort_unstable();
@@ -66,7 +66,7 @@ impl HoldInputs {
             .filter(|front| fronts.contains(front))
             .collect();
         if counts.is_empty() || fronts.is_empty() {
-            return Err("--counts and --server need at least one value each".into());
+            anyhow::bail!("--counts and --server need at least one value each");
         }
         Ok(HoldInputs { counts, fronts })
     }

@@ -1,6 +1,8 @@
 //! How `hold` runs: the preflight, then for each front its baseline and each count in turn, on
 //! a runtime of its own.
 
+use anyhow::{Context, bail};
+
 use super::measure::{self, Broken, Setup};
 use super::preflight;
 use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
@@ -20,7 +22,7 @@ pub fn hold(config: &HoldInputs, options: &HoldOptions) -> HoldReport {
         failure: None,
     };
     if let Err(e) = start(config, options, &mut report) {
-        report.failure = Some(e);
+        report.failure = Some(format!("{e:#}"));
     }
     report
 }
@@ -30,25 +32,25 @@ fn start(
     config: &HoldInputs,
     options: &HoldOptions,
     report: &mut HoldReport,
-) -> Result<(), String> {
-    limits::raise_nofile().map_err(|e| format!("cannot raise RLIMIT_NOFILE: {e}"))?;
-    let limits = Limits::read().map_err(|e| format!("cannot read the ceilings: {e}"))?;
+) -> anyhow::Result<()> {
+    limits::raise_nofile().context("cannot raise RLIMIT_NOFILE")?;
+    let limits = Limits::read().context("cannot read the ceilings")?;
     // Below this not even a front at rest fits: say so once, before any child starts.
     let base = limits::BASE_ADDRESS_SPACE_KIB;
     if let Some(bytes) = limits.address_space.soft
         && bytes / 1024 < base
     {
-        return Err(format!(
+        bail!(
             "RLIMIT_AS = {bytes} bytes leaves no room: hold and each front's child need at \
              least {} MiB of address space each",
             base / 1024
-        ));
+        );
     }
     let (preflight, planned) = preflight::plan(&limits, &config.fronts, &config.counts);
     report.preflight = Some(preflight);
     let program = match &options.program {
         Some(program) => program.clone(),
-        None => std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?,
+        None => std::env::current_exe().context("cannot find this program")?,
     };
     let setup = Setup {
         program: &program,
@@ -60,7 +62,7 @@ fn start(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the Tokio runtime: {e}"))?;
+        .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);
@@ -99,7 +101,7 @@ async fn measure_front<'a>(
                 ));
             }
             Err(Broken::Lab(why)) => {
-                *failure = Some(format!("the {name} front at rest: {why}"));
+                *failure = Some(format!("the {name} front at rest: {why:#}"));
                 stopped = Some("the lab failed earlier".to_owned());
             }
         }
@@ -110,8 +112,8 @@ async fn measure_front<'a>(
             (Some(reason), _, _) => CountOutcome::NotRun {
                 reason: reason.clone(),
             },
-            (None, Err(reason), _) => CountOutcome::NotRun {
-                reason: reason.clone(),
+            (None, Err(refusal), _) => CountOutcome::NotRun {
+                reason: refusal.to_string(),
             },
             (None, Ok(()), None) => CountOutcome::NotRun {
                 reason: "no baseline".into(),
@@ -124,6 +126,7 @@ async fn measure_front<'a>(
                         CountOutcome::FrontFailed(failed)
                     }
                     Err(Broken::Lab(why)) => {
+                        let why = format!("{why:#}");
                         *failure = Some(format!("the {name} front, {held} held: {why}"));
                         stopped = Some("the lab failed earlier".to_owned());
                         CountOutcome::LabFailed { reason: why }
