@@ -102,7 +102,7 @@ fn main() -> ExitCode {
             };
             let report = match session {
                 Ok(report) => report,
-                Err(reason) => return fail(&reason),
+                Err(reason) => return fail(&format!("{reason:#}")),
             };
             emit(json(&report), report.verdict().as_deref())
         }

@@ -12,6 +12,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use anyhow::{Context, anyhow, bail};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -53,7 +54,7 @@ pub(crate) enum Action {
 pub(crate) struct Order {
     pub(crate) command: Action,
     /// `Ok` with what was done, or `Err` saying why it cannot be done now.
-    pub(crate) reply: oneshot::Sender<Result<Value, String>>,
+    pub(crate) reply: oneshot::Sender<anyhow::Result<Value>>,
 }
 
 /// A room gate of a closed run, as the session's report lists it.
@@ -272,7 +273,7 @@ impl Driver {
         })
     }
 
-    async fn perform(&mut self, command: Action) -> Result<Value, String> {
+    async fn perform(&mut self, command: Action) -> anyhow::Result<Value> {
         match command {
             Action::Next => self.next().await,
             Action::RunToEnd => {
@@ -295,7 +296,7 @@ impl Driver {
             Action::Reveal => {
                 let open = self.current.as_ref().is_some_and(|c| c.open.is_some());
                 if !open {
-                    return Err("no run is open: its predictions show once it is".into());
+                    bail!("no run is open: its predictions show once it is");
                 }
                 self.journal.push(&json!({ "kind": "reveal" }));
                 Ok(json!({ "revealed": true }))
@@ -309,9 +310,9 @@ impl Driver {
 
     /// One step: of the open run's sequence, its close and check, or the opening of the
     /// invocation's next policy.
-    async fn next(&mut self) -> Result<Value, String> {
+    async fn next(&mut self) -> anyhow::Result<Value> {
         let Some(current) = self.current.as_mut() else {
-            return Err("this run is complete: start a new run, or finish".into());
+            bail!("this run is complete: start a new run, or finish");
         };
         current.touched = true;
         let Some(open) = current.open.as_mut() else {
@@ -492,26 +493,26 @@ impl Driver {
         self.current.as_ref()?.open.as_ref()
     }
 
-    fn close_room_gate(&mut self) -> Result<Value, String> {
-        let open = self.open_run().ok_or("no run is open")?;
+    fn close_room_gate(&mut self) -> anyhow::Result<Value> {
+        let open = self.open_run().context("no run is open")?;
         match open.gates.close(open.run.section()) {
             Ok(gate) => {
                 let message = gate_message(gate, "closed");
                 self.journal.push(&message);
                 Ok(message)
             }
-            Err(CannotClose::RunGateClosed) => {
-                Err("the run's own gate is still closed: it opens at the release step".into())
-            }
-            Err(CannotClose::AlreadyClosed) => Err("the room's gate is already closed".into()),
+            Err(CannotClose::RunGateClosed) => Err(anyhow!(
+                "the run's own gate is still closed: it opens at the release step"
+            )),
+            Err(CannotClose::AlreadyClosed) => Err(anyhow!("the room's gate is already closed")),
         }
     }
 
-    fn open_room_gate(&mut self) -> Result<Value, String> {
-        let open = self.open_run().ok_or("no run is open")?;
+    fn open_room_gate(&mut self) -> anyhow::Result<Value> {
+        let open = self.open_run().context("no run is open")?;
         let gate = (open.gates)
             .open(open.run.section())
-            .ok_or("no room gate is closed (the run's own gate opens at the release step)")?;
+            .context("no room gate is closed (the run's own gate opens at the release step)")?;
         let message = gate_message(gate, "open");
         self.journal.push(&message);
         Ok(message)

@@ -291,7 +291,7 @@ impl App {
             Some(Ok(done)) => answer(StatusCode::OK, done),
             Some(Err(why)) => answer(
                 StatusCode::CONFLICT,
-                json!({ "error": "not_now", "detail": why }),
+                json!({ "error": "not_now", "detail": format!("{why:#}") }),
             ),
             None => answer(StatusCode::CONFLICT, json!({ "error": "session_ending" })),
         }
