@@ -338,7 +338,7 @@ fn sweep_stale_dirs() {
 /// A new, empty, private directory under the system's temporary directory.
 fn fresh_dir() -> Result<PathBuf> {
     let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("randomness for a name: {e}"))?;
+    getrandom::fill(&mut random).context("randomness for a name")?;
     let name = format!(
         "{DIR_PREFIX}{}-{:016x}",
         std::process::id(),
