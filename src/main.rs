@@ -8,6 +8,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 #[cfg(unix)]
 use isolation_lab::cli::HoldFormat;
 use isolation_lab::cli::{Command, Format, TableFormat};
@@ -202,17 +204,16 @@ fn runtime<F: Future>(future: F) -> Option<F::Output> {
         .ok()
 }
 
-fn json(value: &impl serde::Serialize) -> Result<String, String> {
-    let json = serde_json::to_string_pretty(value);
-    json.map(|json| json + "\n")
-        .map_err(|e| format!("cannot write JSON: {e}"))
+fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    let json = serde_json::to_string_pretty(value).context("cannot write JSON")?;
+    Ok(json + "\n")
 }
 
 /// Writes the rendered output, then exits 1 with `failure` if there is one.
-fn emit(rendered: Result<String, String>, failure: Option<&str>) -> ExitCode {
+fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
     let rendered = match rendered {
         Ok(rendered) => rendered,
-        Err(reason) => return fail(&reason),
+        Err(reason) => return fail(&format!("{reason:#}")),
     };
     let mut stdout = std::io::stdout().lock();
     match stdout
