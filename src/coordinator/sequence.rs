@@ -6,6 +6,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use anyhow::{Context, bail};
+
 use super::client::Received;
 use super::failure::{Cause, Failure, Left, Step};
 use super::session::{self, CallerTasks, Session, within};
@@ -379,8 +381,8 @@ impl Run {
                 match session.accept_queue() {
                     Some(Ok(queued)) if queued > seen => return Ok(queued),
                     Some(Ok(_)) => tokio::task::yield_now().await,
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err("the front has no runtime of its own to watch".into()),
+                    Some(Err(e)) => return Err(anyhow::Error::new(e)),
+                    None => bail!("the front has no runtime of its own to watch"),
                 }
             }
         };
@@ -389,10 +391,8 @@ impl Run {
             format!("{request} to be seen waiting unread for the blocked front")
         })
         .await?
-        .map_err(|why| {
-            let why = format!("reading the front's accept queue for {request}: {why}");
-            Failure::new(step, Some(request), Cause::Setup(why))
-        })?;
+        .with_context(|| format!("reading the front's accept queue for {request}"))
+        .map_err(|why| Failure::new(step, Some(request), Cause::Setup(format!("{why:#}"))))?;
         let after_event = self.session.section.last_seq();
         if let Some(watched) = &mut self.observed.executor {
             watched.unread.push(Unread {
