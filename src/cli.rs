@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 
+use anyhow::anyhow;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
@@ -201,20 +202,27 @@ pub enum Command {
     #[command(name = "__front", hide = true)]
     Front {
         /// The front to serve, as JSON: {"front":"async","capacity":200}
-        #[arg(value_name = "SPEC", value_parser = FrontSpec::parse)]
+        #[arg(value_name = "SPEC", value_parser = front_spec)]
         spec: FrontSpec,
     },
+}
+
+/// `__front`'s spec, refused in one message: clap prints a parser's error with `{}`, which shows
+/// anyhow's outermost context alone.
+#[cfg(unix)]
+fn front_spec(text: &str) -> anyhow::Result<FrontSpec> {
+    FrontSpec::parse(text).map_err(|refused| anyhow!("{refused:#}"))
 }
 
 /// A count of `--counts`: digits only (`u32`'s own parser would also take a leading `+`), 1
 /// through [`hold::MAX_COUNT`].
 #[cfg(unix)]
-fn hold_count(text: &str) -> Result<u32, String> {
+fn hold_count(text: &str) -> anyhow::Result<u32> {
     Some(text)
         .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|t| t.parse::<u32>().ok())
         .filter(|n| (1..=hold::MAX_COUNT).contains(n))
-        .ok_or_else(|| format!("expected a whole number from 1 through {}", hold::MAX_COUNT))
+        .ok_or_else(|| anyhow!("expected a whole number from 1 through {}", hold::MAX_COUNT))
 }
 
 /// The inputs of one lab run.
@@ -574,8 +582,10 @@ where
     })
 }
 
-fn refuse_address(_: &str) -> Result<Infallible, String> {
-    Err("the lab always serves 127.0.0.1 on a port the OS picks; nothing selects a host, URL or port".into())
+fn refuse_address(_: &str) -> anyhow::Result<Infallible> {
+    Err(anyhow!(
+        "the lab always serves 127.0.0.1 on a port the OS picks; nothing selects a host, URL or port"
+    ))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::Front;
@@ -104,11 +105,11 @@ impl fmt::Display for Workers {
 }
 
 impl FromStr for Workers {
-    type Err = String;
+    type Err = anyhow::Error;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> anyhow::Result<Self> {
         let expected = || {
-            format!(
+            anyhow!(
                 "expected current-thread or a whole number of workers from 1 through {}",
                 Self::MAX
             )
@@ -187,24 +188,24 @@ impl From<BlockingThreads> for u16 {
 }
 
 impl TryFrom<u16> for BlockingThreads {
-    type Error = String;
+    type Error = anyhow::Error;
 
-    fn try_from(value: u16) -> Result<Self, String> {
+    fn try_from(value: u16) -> anyhow::Result<Self> {
         Self::new(value).ok_or_else(expected_blocking)
     }
 }
 
-fn expected_blocking() -> String {
-    format!(
+fn expected_blocking() -> anyhow::Error {
+    anyhow!(
         "expected a whole number from 1 through {}",
         BlockingThreads::MAX
     )
 }
 
 impl FromStr for BlockingThreads {
-    type Err = String;
+    type Err = anyhow::Error;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> anyhow::Result<Self> {
         Some(text)
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|t| t.parse::<u16>().ok())
@@ -354,8 +355,8 @@ mod tests {
 
     #[test]
     fn workers_parse_and_read_back() {
-        assert_eq!("current-thread".parse(), Ok(Workers::CurrentThread));
-        assert_eq!("3".parse(), Ok(Workers::Threads(3)));
+        assert_eq!("current-thread".parse().ok(), Some(Workers::CurrentThread));
+        assert_eq!("3".parse().ok(), Some(Workers::Threads(3)));
         for bad in ["0", "5", "", "+2", "two", "current"] {
             assert!(bad.parse::<Workers>().is_err(), "{bad:?}");
         }
@@ -370,8 +371,10 @@ mod tests {
     fn blocking_threads_take_tokios_range() {
         assert_eq!(BlockingThreads::default().get(), 512);
         assert_eq!(
-            "1".parse::<BlockingThreads>().map(BlockingThreads::get),
-            Ok(1)
+            "1".parse::<BlockingThreads>()
+                .map(BlockingThreads::get)
+                .ok(),
+            Some(1)
         );
         for bad in ["0", "513", "-1", ""] {
             assert!(bad.parse::<BlockingThreads>().is_err(), "{bad:?}");

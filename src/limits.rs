@@ -226,7 +226,7 @@ pub(crate) struct Reach {
 
 /// Why a number of held requests is refused before anything starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct Refusal {
+pub(crate) struct TooMany {
     /// The number asked for.
     pub(crate) held: u64,
     /// The front asked for.
@@ -235,7 +235,7 @@ pub(crate) struct Refusal {
     pub(crate) reach: Reach,
 }
 
-impl fmt::Display for Refusal {
+impl fmt::Display for TooMany {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let front = match self.front {
             Front::Threaded => "thread-per-request",
@@ -252,7 +252,7 @@ impl fmt::Display for Refusal {
     }
 }
 
-impl std::error::Error for Refusal {}
+impl std::error::Error for TooMany {}
 
 /// Memory maps a process has before its first held request: the program, its libraries, heap,
 /// stacks and malloc arenas: 41 in a test child at rest here, more with runtime threads and
@@ -350,9 +350,9 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
 
 /// Whether `front` can hold `held` requests under `limits`; if not, the ceiling that stops it.
 /// See [`reach`].
-pub(crate) fn check(limits: &Limits, front: Front, held: u64) -> Result<(), Refusal> {
+pub(crate) fn check(limits: &Limits, front: Front, held: u64) -> Result<(), TooMany> {
     match reach(limits, front) {
-        Some(reach) if held > reach.held => Err(Refusal { held, front, reach }),
+        Some(reach) if held > reach.held => Err(TooMany { held, front, reach }),
         _ => Ok(()),
     }
 }

@@ -8,6 +8,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
+
 #[cfg(unix)]
 use isolation_lab::cli::HoldFormat;
 use isolation_lab::cli::{Command, Format, TableFormat};
@@ -102,7 +104,7 @@ fn main() -> ExitCode {
             };
             let report = match session {
                 Ok(report) => report,
-                Err(reason) => return fail(&reason),
+                Err(reason) => return fail(&format!("{reason:#}")),
             };
             emit(json(&report), report.verdict().as_deref())
         }
@@ -173,15 +175,15 @@ fn main() -> ExitCode {
             server,
             format,
         }) => {
-            let config = match hold::Config::new(&counts, &server.fronts()) {
+            let config = match hold::HoldInputs::new(&counts, &server.fronts()) {
                 Ok(config) => config,
                 // The command line's parser checked the same: this is a safety net.
                 Err(reason) => {
-                    let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason}");
+                    let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason:#}");
                     return ExitCode::from(2);
                 }
             };
-            let report = hold::hold(&config, &hold::Options::default());
+            let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
                 HoldFormat::Text => Ok(hold::render::text(&report)),
                 HoldFormat::Json => json(&report),
@@ -202,17 +204,16 @@ fn runtime<F: Future>(future: F) -> Option<F::Output> {
         .ok()
 }
 
-fn json(value: &impl serde::Serialize) -> Result<String, String> {
-    let json = serde_json::to_string_pretty(value);
-    json.map(|json| json + "\n")
-        .map_err(|e| format!("cannot write JSON: {e}"))
+fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    let json = serde_json::to_string_pretty(value).context("cannot write JSON")?;
+    Ok(json + "\n")
 }
 
 /// Writes the rendered output, then exits 1 with `failure` if there is one.
-fn emit(rendered: Result<String, String>, failure: Option<&str>) -> ExitCode {
+fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
     let rendered = match rendered {
         Ok(rendered) => rendered,
-        Err(reason) => return fail(&reason),
+        Err(reason) => return fail(&format!("{reason:#}")),
     };
     let mut stdout = std::io::stdout().lock();
     match stdout

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
 /// A policy for sharing the work permits between slow and fast work.
@@ -170,24 +171,24 @@ impl<const MIN: u8, const MAX: u8> From<Bounded<MIN, MAX>> for u8 {
 }
 
 impl<const MIN: u8, const MAX: u8> TryFrom<u8> for Bounded<MIN, MAX> {
-    type Error = String;
+    type Error = anyhow::Error;
 
     /// A saved report's value, checked again: a report read back holds only allowed inputs.
-    fn try_from(value: u8) -> Result<Self, String> {
-        Self::new(value).ok_or_else(|| format!("expected a whole number from {MIN} through {MAX}"))
+    fn try_from(value: u8) -> anyhow::Result<Self> {
+        Self::new(value).ok_or_else(|| anyhow!("expected a whole number from {MIN} through {MAX}"))
     }
 }
 
 impl<const MIN: u8, const MAX: u8> FromStr for Bounded<MIN, MAX> {
-    type Err = String;
+    type Err = anyhow::Error;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> anyhow::Result<Self> {
         // Digits only: `u8`'s own parser would also take a leading `+`.
         Some(text)
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|t| t.parse::<u8>().ok())
             .and_then(Self::new)
-            .ok_or_else(|| format!("expected a whole number from {MIN} through {MAX}"))
+            .ok_or_else(|| anyhow!("expected a whole number from {MIN} through {MAX}"))
     }
 }
 
@@ -420,10 +421,10 @@ mod tests {
         for bad in ["0", "5", "-1", "", "1e0", "４"] {
             assert!(bad.parse::<Held>().is_err(), "--held {bad:?} was accepted");
         }
-        assert_eq!("3".parse::<Slots>(), Ok(Bounded(3)));
-        assert_eq!("1".parse::<Held>(), Ok(Bounded(1)));
+        assert_eq!("3".parse::<Slots>().ok(), Some(Bounded(3)));
+        assert_eq!("1".parse::<Held>().ok(), Some(Bounded(1)));
         assert_eq!(
-            "9".parse::<Held>(),
+            "9".parse::<Held>().map_err(|e| e.to_string()),
             Err("expected a whole number from 1 through 4".to_owned())
         );
     }

@@ -15,7 +15,7 @@ use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
 use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::{Mode, Policy, Slots};
-use isolation_lab::server::{self, Census, Front, Stopped, async_front};
+use isolation_lab::server::{self, Front, HandlerCount, Stopped, async_front};
 use tokio::sync::oneshot;
 
 /// A failure guard on each wait; never reached when the server works.
@@ -76,7 +76,7 @@ enum Outcome {
 struct Serving {
     address: SocketAddr,
     accepting_thread: u32,
-    stop: Box<dyn FnOnce() -> Result<Stopped, String>>,
+    stop: Box<dyn FnOnce() -> anyhow::Result<Stopped>>,
 }
 
 fn shortage(front: Front) -> Outcome {
@@ -153,7 +153,7 @@ fn blocked(status: &mut File) -> Option<u64> {
     line.trim().parse().ok()
 }
 
-fn section() -> (Arc<WorkSection>, Arc<Census>) {
+fn section() -> (Arc<WorkSection>, Arc<HandlerCount>) {
     let token = RunToken::generate().expect("the OS has randomness");
     let slots = Slots::new(2).expect("2 slots are allowed");
     let policy = Policy {
@@ -161,7 +161,7 @@ fn section() -> (Arc<WorkSection>, Arc<Census>) {
         slots,
     };
     let section = WorkSection::new(policy, server::permits(Front::Async), token);
-    (Arc::new(section), Arc::new(Census::default()))
+    (Arc::new(section), Arc::new(HandlerCount::default()))
 }
 
 /// The async front on a current-thread runtime of its own thread, which is then the thread
@@ -176,7 +176,7 @@ fn serve_async() -> Serving {
             .build()
             .expect("a runtime");
         runtime.block_on(async move {
-            let server = async_front::Server::bind().expect("127.0.0.1:0 binds");
+            let server = async_front::AsyncListener::bind().expect("127.0.0.1:0 binds");
             let me = this_thread();
             ready
                 .send((server.address(), me))
@@ -196,7 +196,7 @@ fn serve_async() -> Serving {
             let _ = stop.send(());
             runner
                 .join()
-                .map_err(|_| "the server's thread panicked".to_owned())
+                .map_err(|_| anyhow::anyhow!("the server's thread panicked"))
         }),
     }
 }
@@ -222,8 +222,7 @@ fn serve_threaded() -> Serving {
         stop: Box::new(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
+                .build()?;
             runtime.block_on(running.stop())
         }),
     }

@@ -7,14 +7,14 @@ mod common;
 use std::path::PathBuf;
 
 use common::load::{Resources, settled};
-use isolation_lab::hold::{Config, Options, Outcome, hold};
+use isolation_lab::hold::{CountOutcome, HoldInputs, HoldOptions, hold};
 use isolation_lab::policy::Front;
 
 /// The lab's own binary, as each front's child.
-fn options() -> Options {
-    Options {
+fn options() -> HoldOptions {
+    HoldOptions {
         program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
-        ..Options::default()
+        ..HoldOptions::default()
     }
 }
 
@@ -34,7 +34,7 @@ fn is_gone(pid: u32) -> bool {
 fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
     // The instrument raises the parent's RLIMIT_NOFILE first, which opens nothing.
     let start = Resources::now();
-    let config = Config::new(&[50, 200], &Front::ALL).expect("valid counts");
+    let config = HoldInputs::new(&[50, 200], &Front::ALL).expect("valid counts");
     let report = hold(&config, &options());
     assert_eq!(report.failure, None, "{report:#?}");
     assert!(report.preflight.is_some());
@@ -44,7 +44,7 @@ fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
         let idle = series.baseline.expect("the idle child was measured");
         assert_eq!(series.points.len(), 2, "{front:?}");
         for point in &series.points {
-            let Outcome::Held(figures) = &point.outcome else {
+            let CountOutcome::Held(figures) = &point.outcome else {
                 panic!("{front:?}, {} held: {:?}", point.held, point.outcome);
             };
             let held = u64::from(point.held);

@@ -12,7 +12,7 @@ use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
 use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::{Mode, Policy, Slots};
-use isolation_lab::server::{self, Census, Front};
+use isolation_lab::server::{self, Front, HandlerCount};
 
 /// A failure guard on each read; never reached when the server works.
 const GUARD: Duration = Duration::from_secs(30);
@@ -41,7 +41,7 @@ fn a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on() {
         slots,
     };
     let section = WorkSection::new(policy, server::permits(Front::Threaded), token);
-    let census = Arc::new(Census::default());
+    let census = Arc::new(HandlerCount::default());
     let hooks = Arc::new(NoHooks);
     let started = server::start(Front::Threaded, Arc::new(section), census, hooks, GUARD);
     let (address, running) = started.expect("127.0.0.1:0 binds");

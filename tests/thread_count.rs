@@ -15,7 +15,7 @@ use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::Mode;
 use isolation_lab::resources::os_threads;
-use isolation_lab::server::{self, Census, Front};
+use isolation_lab::server::{self, Front, HandlerCount};
 
 /// Whole threaded policy runs, each read from its report.
 const RUNS: usize = 40;
@@ -58,7 +58,7 @@ fn every_threaded_run_ends_with_the_threads_it_started_with() {
         let token = RunToken::generate().expect("the OS has randomness");
         let policy = Case::new(Mode::Shared, 2, 1).policy();
         let section = WorkSection::new(policy, server::permits(Front::Threaded), token);
-        let census = Arc::new(Census::default());
+        let census = Arc::new(HandlerCount::default());
         let started = server::start(
             Front::Threaded,
             Arc::new(section),

@@ -227,7 +227,7 @@ impl WorkSection {
             Err(reason) => Err(Denied::Failed(PoolFailure {
                 request,
                 pool,
-                reason,
+                reason: format!("{reason:#}"),
             })),
         }
     }

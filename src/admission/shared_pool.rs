@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -34,7 +35,7 @@ pub trait SharedPool: Send + Sync + fmt::Debug {
         &self,
         pool: Pool,
         request: Label,
-    ) -> BoxFuture<'static, Result<SharedDecision, String>>;
+    ) -> BoxFuture<'static, anyhow::Result<SharedDecision>>;
 }
 
 /// A remote pool's answer.
@@ -50,7 +51,7 @@ pub enum SharedDecision {
 pub trait SharedPermit: Send + Sync + fmt::Debug {
     /// Gives the permit back: `Ok(true)` released, `Ok(false)` it was no longer held (a lease
     /// lapsed, and another holder may have been admitted in its place).
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>>;
+    fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>>;
 }
 
 /// What the driver did with the section's permits, once it has ended.
@@ -74,7 +75,7 @@ enum Job {
     Admit {
         pool: Pool,
         request: Label,
-        answer: oneshot::Sender<Result<SharedDecision, String>>,
+        answer: oneshot::Sender<anyhow::Result<SharedDecision>>,
     },
     Release {
         request: Label,
@@ -131,14 +132,14 @@ impl SharedLink {
         &self,
         pool: Pool,
         request: Label,
-    ) -> Result<SharedDecision, String> {
+    ) -> anyhow::Result<SharedDecision> {
         let (answer, answered) = oneshot::channel();
         self.send(Job::Admit {
             pool,
             request,
             answer,
         })
-        .map_err(|_| "the section is closed: no remote admission any more".to_owned())?;
+        .map_err(|_| anyhow!("the section is closed: no remote admission any more"))?;
         let mut unread = Unread {
             link: self,
             request,
@@ -146,7 +147,7 @@ impl SharedLink {
         };
         (&mut unread.answered)
             .await
-            .map_err(|_| "the remote pool's driver stopped before answering".to_owned())?
+            .map_err(|_| anyhow!("the remote pool's driver stopped before answering"))?
     }
 
     /// Counts an admitted permit as held: called under the ledger lock, before recording.
@@ -188,7 +189,7 @@ impl SharedLink {
 struct Unread<'a> {
     link: &'a SharedLink,
     request: Label,
-    answered: oneshot::Receiver<Result<SharedDecision, String>>,
+    answered: oneshot::Receiver<anyhow::Result<SharedDecision>>,
 }
 
 impl Drop for Unread<'_> {
@@ -256,9 +257,9 @@ pub struct SharedDriver {
 
 /// How one job ended.
 enum Done {
-    Released(Label, Result<bool, String>),
-    Orphaned(Label, Result<bool, String>),
-    Failed(String),
+    Released(Label, anyhow::Result<bool>),
+    Orphaned(Label, anyhow::Result<bool>),
+    Failed(anyhow::Error),
     Answered,
 }
 
@@ -300,7 +301,7 @@ impl SharedDriver {
                         Done::Orphaned(request, permit.release().await)
                     }
                     Err(Ok(SharedDecision::Refused(_))) => Done::Answered,
-                    Err(Err(why)) => Done::Failed(format!("{request}: {why}")),
+                    Err(Err(why)) => Done::Failed(why.context(request.to_string())),
                 }
             }
             Job::Release {
@@ -324,12 +325,12 @@ impl Released {
     fn count(&mut self, done: Done) {
         match done {
             Done::Answered => {}
-            Done::Failed(why) => self.failures.push(why),
+            Done::Failed(why) => self.failures.push(format!("{why:#}")),
             Done::Released(request, Ok(true)) => self.released.push(request),
             Done::Released(request, Ok(false)) => self.lapsed.push(request),
             Done::Orphaned(request, Ok(_)) => self.orphaned.push(request),
             Done::Released(request, Err(why)) | Done::Orphaned(request, Err(why)) => {
-                self.failures.push(format!("releasing {request}: {why}"));
+                self.failures.push(format!("releasing {request}: {why:#}"));
             }
         }
     }
@@ -375,14 +376,14 @@ mod tests {
             &self,
             _pool: Pool,
             request: Label,
-        ) -> BoxFuture<'static, Result<SharedDecision, String>> {
+        ) -> BoxFuture<'static, anyhow::Result<SharedDecision>> {
             let (shared, holder) = (self.shared.clone(), format!("{}/{request}", self.name));
             Box::pin(async move {
                 if shared.hold_up.load(Ordering::SeqCst) {
                     let _ = shared.go.acquire().await.expect("never closed");
                 }
                 if shared.broken.load(Ordering::SeqCst) {
-                    return Err("the shared pool is gone".into());
+                    anyhow::bail!("the shared pool is gone");
                 }
                 let mut holders = lock(&shared.holders);
                 if holders.len() < shared.capacity {
@@ -396,7 +397,7 @@ mod tests {
     }
 
     impl SharedPermit for Held {
-        fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
+        fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>> {
             Box::pin(async move {
                 let mut holders = lock(&self.shared.holders);
                 let before = holders.len();

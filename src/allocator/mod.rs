@@ -62,7 +62,7 @@ fn count(size: usize, sign: i64) {
 /// The blocks alive in this process, by size class (see [`CLASSES`]): all zero where
 /// [`LabAllocator`] is not the global allocator (in a test binary).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Census {
+pub struct HeapCensus {
     /// Blocks alive, per class.
     pub blocks: [i64; 6],
     /// Their bytes, as asked for, per class.
@@ -70,9 +70,9 @@ pub struct Census {
 }
 
 /// The census now: each class read on its own, not one atomic snapshot.
-pub fn census() -> Census {
+pub fn census() -> HeapCensus {
     let read = |counters: &[AtomicI64; 6]| counters.each_ref().map(|c| c.load(Ordering::Relaxed));
-    Census {
+    HeapCensus {
         blocks: read(&BLOCKS),
         bytes: read(&BYTES),
     }

@@ -12,11 +12,12 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use anyhow::{Context, anyhow, bail};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::gates::{Refusal, RoomGate, RoomGates};
+use super::gates::{CannotClose, RoomGate, RoomGates};
 use super::journal::Journal;
 use super::room::{Room, Target};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
@@ -29,7 +30,7 @@ use crate::report::Report;
 
 /// What the page asks the driver to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Command {
+pub(crate) enum Action {
     /// One step of the sequence.
     Next,
     /// Every step left, through the last policy's check.
@@ -51,9 +52,9 @@ pub(crate) enum Command {
 /// An order: a command and where to send the answer.
 #[derive(Debug)]
 pub(crate) struct Order {
-    pub(crate) command: Command,
+    pub(crate) command: Action,
     /// `Ok` with what was done, or `Err` saying why it cannot be done now.
-    pub(crate) reply: oneshot::Sender<Result<Value, String>>,
+    pub(crate) reply: oneshot::Sender<anyhow::Result<Value>>,
 }
 
 /// A room gate of a closed run, as the session's report lists it.
@@ -186,7 +187,7 @@ impl Driver {
     /// what is open and returns the session's runs.
     pub(crate) async fn drive(mut self, mut orders: mpsc::Receiver<Order>) -> Driven {
         while let Some(order) = orders.recv().await {
-            let leaving = order.command == Command::Leave;
+            let leaving = order.command == Action::Leave;
             let done = self.perform(order.command).await;
             self.state();
             // The page may have gone: the order is done either way.
@@ -272,35 +273,35 @@ impl Driver {
         })
     }
 
-    async fn perform(&mut self, command: Command) -> Result<Value, String> {
+    async fn perform(&mut self, command: Action) -> anyhow::Result<Value> {
         match command {
-            Command::Next => self.next().await,
-            Command::RunToEnd => {
+            Action::Next => self.next().await,
+            Action::RunToEnd => {
                 let mut steps = Vec::new();
                 while self.current.is_some() {
                     steps.push(self.next().await?);
                 }
                 Ok(json!({ "steps": steps }))
             }
-            Command::NewRun(inputs) => {
+            Action::NewRun(inputs) => {
                 self.start(inputs).await;
                 Ok(json!({ "started": inputs }))
             }
-            Command::Room(open) => {
+            Action::Room(open) => {
                 self.room.set_open(open);
                 Ok(json!({ "room_open": open }))
             }
-            Command::OpenGate => self.open_room_gate(),
-            Command::CloseGate => self.close_room_gate(),
-            Command::Reveal => {
+            Action::OpenGate => self.open_room_gate(),
+            Action::CloseGate => self.close_room_gate(),
+            Action::Reveal => {
                 let open = self.current.as_ref().is_some_and(|c| c.open.is_some());
                 if !open {
-                    return Err("no run is open: its predictions show once it is".into());
+                    bail!("no run is open: its predictions show once it is");
                 }
                 self.journal.push(&json!({ "kind": "reveal" }));
                 Ok(json!({ "revealed": true }))
             }
-            Command::Leave => {
+            Action::Leave => {
                 self.leave().await;
                 Ok(json!({ "left": true }))
             }
@@ -309,9 +310,9 @@ impl Driver {
 
     /// One step: of the open run's sequence, its close and check, or the opening of the
     /// invocation's next policy.
-    async fn next(&mut self) -> Result<Value, String> {
+    async fn next(&mut self) -> anyhow::Result<Value> {
         let Some(current) = self.current.as_mut() else {
-            return Err("this run is complete: start a new run, or finish".into());
+            bail!("this run is complete: start a new run, or finish");
         };
         current.touched = true;
         let Some(open) = current.open.as_mut() else {
@@ -492,26 +493,26 @@ impl Driver {
         self.current.as_ref()?.open.as_ref()
     }
 
-    fn close_room_gate(&mut self) -> Result<Value, String> {
-        let open = self.open_run().ok_or("no run is open")?;
+    fn close_room_gate(&mut self) -> anyhow::Result<Value> {
+        let open = self.open_run().context("no run is open")?;
         match open.gates.close(open.run.section()) {
             Ok(gate) => {
                 let message = gate_message(gate, "closed");
                 self.journal.push(&message);
                 Ok(message)
             }
-            Err(Refusal::RunGateClosed) => {
-                Err("the run's own gate is still closed: it opens at the release step".into())
-            }
-            Err(Refusal::AlreadyClosed) => Err("the room's gate is already closed".into()),
+            Err(CannotClose::RunGateClosed) => Err(anyhow!(
+                "the run's own gate is still closed: it opens at the release step"
+            )),
+            Err(CannotClose::AlreadyClosed) => Err(anyhow!("the room's gate is already closed")),
         }
     }
 
-    fn open_room_gate(&mut self) -> Result<Value, String> {
-        let open = self.open_run().ok_or("no run is open")?;
+    fn open_room_gate(&mut self) -> anyhow::Result<Value> {
+        let open = self.open_run().context("no run is open")?;
         let gate = (open.gates)
             .open(open.run.section())
-            .ok_or("no room gate is closed (the run's own gate opens at the release step)")?;
+            .context("no room gate is closed (the run's own gate opens at the release step)")?;
         let message = gate_message(gate, "open");
         self.journal.push(&message);
         Ok(message)

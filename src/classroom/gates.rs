@@ -28,7 +28,7 @@ pub struct RoomGate {
 
 /// Why the room's gate cannot close now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Refusal {
+pub(crate) enum CannotClose {
     /// The run's own gate is still closed: slow work already waits.
     RunGateClosed,
     /// A room gate is closed already.
@@ -68,14 +68,14 @@ impl RoomGates {
 
     /// Closes a fresh gate for the room's slow work in `section`'s run, once the run's own gate
     /// has opened. Returns the new generation.
-    pub(crate) fn close(&self, section: &WorkSection) -> Result<RoomGate, Refusal> {
+    pub(crate) fn close(&self, section: &WorkSection) -> Result<RoomGate, CannotClose> {
         // This lock, then a gate's, then the ledger's: the order the section keeps too.
         let mut state = self.state();
         if section.gate().latch() == Latch::Closed {
-            return Err(Refusal::RunGateClosed);
+            return Err(CannotClose::RunGateClosed);
         }
         if (state.current.as_ref()).is_some_and(|g| g.latch() == Latch::Closed) {
-            return Err(Refusal::AlreadyClosed);
+            return Err(CannotClose::AlreadyClosed);
         }
         let closed = RoomGate {
             generation: state.record.len() as u32 + 1,
@@ -150,11 +150,11 @@ mod tests {
                 }
             }
         };
-        assert_eq!(gates.close(&section), Err(Refusal::RunGateClosed));
+        assert_eq!(gates.close(&section), Err(CannotClose::RunGateClosed));
         section.open_gate();
         let closed = gates.close(&section).expect("the run's gate is open");
         assert_eq!((closed.generation, closed.closed_after_event), (1, 1));
-        assert_eq!(gates.close(&section), Err(Refusal::AlreadyClosed));
+        assert_eq!(gates.close(&section), Err(CannotClose::AlreadyClosed));
         let mut r1 = pin!(perform(Label::Room(1, Route::Slow)));
         assert!(
             poll_once(r1.as_mut()).is_pending(),

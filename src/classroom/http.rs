@@ -42,7 +42,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use super::control::{Command, Order};
+use super::control::{Action, Order};
 use super::journal::Journal;
 use super::page;
 use super::room::{ROOM_HEADER, Room};
@@ -254,15 +254,15 @@ impl App {
     /// Performs the control `action` with its whole `body`.
     async fn order(&self, action: &str, body: &Bytes) -> Response<Body> {
         let command = match action {
-            "next" => Command::Next,
-            "run-to-end" => Command::RunToEnd,
-            "open-room" => Command::Room(true),
-            "close-room" => Command::Room(false),
-            "open-gate" => Command::OpenGate,
-            "close-gate" => Command::CloseGate,
-            "reveal" => Command::Reveal,
+            "next" => Action::Next,
+            "run-to-end" => Action::RunToEnd,
+            "open-room" => Action::Room(true),
+            "close-room" => Action::Room(false),
+            "open-gate" => Action::OpenGate,
+            "close-gate" => Action::CloseGate,
+            "reveal" => Action::Reveal,
             "new-run" => match serde_json::from_slice::<Inputs>(body) {
-                Ok(inputs) => Command::NewRun(inputs),
+                Ok(inputs) => Action::NewRun(inputs),
                 Err(e) => {
                     let detail = format!(
                         "expected {{\"mode\": \"shared|partitioned|both\", \"slots\": 2..4, \"held\": 1..4}}: {e}"
@@ -291,7 +291,7 @@ impl App {
             Some(Ok(done)) => answer(StatusCode::OK, done),
             Some(Err(why)) => answer(
                 StatusCode::CONFLICT,
-                json!({ "error": "not_now", "detail": why }),
+                json!({ "error": "not_now", "detail": format!("{why:#}") }),
             ),
             None => answer(StatusCode::CONFLICT, json!({ "error": "session_ending" })),
         }

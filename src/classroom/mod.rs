@@ -23,10 +23,11 @@ pub(crate) mod room;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
+use anyhow::Context;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use self::control::{Command, Driver, Order, RoomGateRecord, Showing};
+use self::control::{Action, Driver, Order, RoomGateRecord, Showing};
 use self::http::App;
 use self::journal::{Journal, STREAM_BUFFER};
 use self::room::{Room, RoomRequest};
@@ -155,14 +156,12 @@ pub async fn serve(
     config: Config,
     leave: impl Future<Output = ()>,
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,
-) -> Result<ClassroomReport, String> {
-    let token = || RunToken::generate().map_err(|e| format!("cannot draw a random token: {e}"));
+) -> anyhow::Result<ClassroomReport> {
+    let token = || RunToken::generate().context("cannot draw a random token");
     let (control, room_token, nonce) = (token()?, token()?, token()?);
     let cap = descriptors();
-    let listener = bind().map_err(|e| format!("binding 127.0.0.1:0: {e}"))?;
-    let address: SocketAddr = listener
-        .local_addr()
-        .map_err(|e| format!("reading the bound address: {e}"))?;
+    let listener = bind().context("binding 127.0.0.1:0")?;
+    let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
     let base = format!("http://{address}");
     let urls = Urls {
         instructor: format!("{base}/#control={}", control.header_value()),
@@ -233,7 +232,7 @@ pub async fn serve(
     // A driver that is gone has closed what it held already.
     let _ = orders
         .send(Order {
-            command: Command::Leave,
+            command: Action::Leave,
             reply,
         })
         .await;
@@ -253,7 +252,7 @@ pub async fn serve(
     let served = server.await;
     let pumped = pump.await;
 
-    let driven = driven.map_err(|e| format!("the classroom's driver failed: {e}"))?;
+    let driven = driven.context("the classroom's driver failed")?;
     let mut failure = failure;
     let mut refused = 0;
     match served {
@@ -288,9 +287,8 @@ pub async fn serve(
 pub async fn run(
     config: Config,
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,
-) -> Result<ClassroomReport, String> {
-    let interrupts =
-        crate::interrupts::Interrupts::catch().map_err(|e| format!("cannot catch Ctrl-C: {e}"))?;
+) -> anyhow::Result<ClassroomReport> {
+    let interrupts = crate::interrupts::Interrupts::catch().context("cannot catch Ctrl-C")?;
     let report = serve(config, interrupts.caught(), announce).await;
     drop(interrupts);
     report

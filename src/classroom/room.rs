@@ -71,7 +71,7 @@ struct State {
 
 /// Why the room's request was not sent on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Closed {
+pub(crate) enum NotSent {
     /// The instructor has not opened the lab to the room.
     NotOpen,
     /// Between runs: none is open to send to.
@@ -119,12 +119,12 @@ impl Room {
     }
 
     /// Numbers the room's next request to `route` and says where it goes, if the room may send.
-    pub(crate) fn admit(&self, route: Route) -> Result<(Label, Target), Closed> {
+    pub(crate) fn admit(&self, route: Route) -> Result<(Label, Target), NotSent> {
         let mut state = self.state();
         if !state.open {
-            return Err(Closed::NotOpen);
+            return Err(NotSent::NotOpen);
         }
-        let target = state.target.clone().ok_or(Closed::NoRun)?;
+        let target = state.target.clone().ok_or(NotSent::NoRun)?;
         state.issued += 1;
         Ok((Label::Room(state.issued, route), target))
     }
@@ -175,14 +175,14 @@ pub(crate) fn message(record: &RoomRequest) -> Value {
     })
 }
 
-impl Closed {
+impl NotSent {
     /// What the student is told.
     pub(crate) fn words(self) -> &'static str {
         match self {
-            Closed::NotOpen => {
+            NotSent::NotOpen => {
                 "the instructor has not opened the lab to the room yet: wait for the command on the screen"
             }
-            Closed::NoRun => "no run is open right now: wait for the next one",
+            NotSent::NoRun => "no run is open right now: wait for the next one",
         }
     }
 }

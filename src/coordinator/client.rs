@@ -12,7 +12,7 @@ use crate::label::{LABEL_HEADER, Label};
 
 /// A response as a caller received it.
 #[derive(Debug)]
-pub(crate) struct Reply {
+pub(crate) struct Received {
     pub(crate) request: Label,
     pub(crate) status: u16,
     pub(crate) body: serde_json::Value,
@@ -50,7 +50,7 @@ impl Client {
     pub(crate) fn call(
         &self,
         request: Label,
-    ) -> impl Future<Output = anyhow::Result<Reply>> + Send + use<> {
+    ) -> impl Future<Output = anyhow::Result<Received>> + Send + use<> {
         let client = self.clone();
         async move {
             let route = request.route();
@@ -71,7 +71,7 @@ impl Client {
             let after_event = client.section.last_seq();
             let body = serde_json::from_slice(&bytes)
                 .with_context(|| format!("{request}: the {status} response is not JSON"))?;
-            Ok(Reply {
+            Ok(Received {
                 request,
                 status,
                 body,

@@ -6,9 +6,11 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::client::Reply;
+use anyhow::{Context, bail};
+
+use super::client::Received;
 use super::failure::{Cause, Failure, Left, Step};
-use super::session::{self, Callers, Session, within};
+use super::session::{self, CallerTasks, Session, within};
 use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
 use crate::admission::section::WorkSection;
@@ -21,7 +23,7 @@ use crate::label::{LABEL_HEADER, Label};
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
-use crate::server::{self, Census, Gates};
+use crate::server::{self, Gates, HandlerCount};
 
 /// One step of the sequence, as planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +77,7 @@ pub struct Run {
     /// Slow requests seen held at the gate so far.
     blocked: usize,
     session: Session,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     plan: VecDeque<Planned>,
     observed: Observed,
     resources: ResourceEvidence,
@@ -108,7 +110,7 @@ impl Run {
             )
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
-        let (section, census) = (Arc::new(section), Arc::new(Census::default()));
+        let (section, census) = (Arc::new(section), Arc::new(HandlerCount::default()));
         let session = Session::open(&options, gates, section.clone(), census.clone(), &token);
         let session = session.map_err(|failure| {
             // The section exists: report it as it stands, and what the process holds now.
@@ -116,7 +118,7 @@ impl Run {
                 before_fast: None,
                 after_run: Some(session::count(&section, &census)),
             };
-            let nobody = Callers::default();
+            let nobody = CallerTasks::default();
             let evidence = evidence(&section, Observed::default(), resources, nobody, None);
             Box::new(PolicyRun {
                 report: PolicyReport::assemble_on(policy, held, shape, evidence),
@@ -160,7 +162,7 @@ impl Run {
     }
 
     /// The count of the front's live connection handlers.
-    pub(crate) fn census(&self) -> &Arc<Census> {
+    pub(crate) fn census(&self) -> &Arc<HandlerCount> {
         &self.census
     }
 
@@ -344,7 +346,7 @@ impl Run {
 
     /// Step 8: a new probe after release — not a replay of refused work.
     async fn probe(&mut self, request: Label) -> Result<(), Failure> {
-        let reply: Reply = self.session.exchange(Step::Probe, request).await?;
+        let reply: Received = self.session.exchange(Step::Probe, request).await?;
         let record = self.session.record(reply);
         self.observed.responses.push(record);
         Ok(())
@@ -379,8 +381,8 @@ impl Run {
                 match session.accept_queue() {
                     Some(Ok(queued)) if queued > seen => return Ok(queued),
                     Some(Ok(_)) => tokio::task::yield_now().await,
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err("the front has no runtime of its own to watch".into()),
+                    Some(Err(e)) => return Err(anyhow::Error::new(e)),
+                    None => bail!("the front has no runtime of its own to watch"),
                 }
             }
         };
@@ -389,10 +391,8 @@ impl Run {
             format!("{request} to be seen waiting unread for the blocked front")
         })
         .await?
-        .map_err(|why| {
-            let why = format!("reading the front's accept queue for {request}: {why}");
-            Failure::new(step, Some(request), Cause::Setup(why))
-        })?;
+        .with_context(|| format!("reading the front's accept queue for {request}"))
+        .map_err(|why| Failure::new(step, Some(request), Cause::Setup(format!("{why:#}"))))?;
         let after_event = self.session.section.last_seq();
         if let Some(watched) = &mut self.observed.executor {
             watched.unread.push(Unread {
@@ -509,7 +509,7 @@ fn evidence(
     section: &WorkSection,
     observed: Observed,
     resources: ResourceEvidence,
-    callers: Callers,
+    callers: CallerTasks,
     server: Option<ServerSummary>,
 ) -> Evidence {
     Evidence {

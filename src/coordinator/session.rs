@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 
 use super::Options;
-use super::client::{self, Client, Reply};
+use super::client::{self, Client, Received};
 use super::failure::{Cause, Failure, Step};
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
@@ -19,22 +19,22 @@ use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
 use crate::server::runtimes::Heartbeat;
-use crate::server::{self, Census, Gates, Running};
+use crate::server::{self, Gates, HandlerCount, Running};
 
 /// The server, client and callers of one policy run.
 #[derive(Debug)]
 pub(crate) struct Session {
     pub(crate) section: Arc<WorkSection>,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     /// The control observer: every ledger event after the session opened.
     events: mpsc::UnboundedReceiver<WorkEvent>,
     /// Kept open while an injected fault silences the observer, so it waits rather than ends.
     _silenced: Option<mpsc::UnboundedSender<WorkEvent>>,
     pub(crate) client: Client,
     /// The callers; each returns its reply.
-    callers: JoinSet<anyhow::Result<Reply>>,
+    callers: JoinSet<anyhow::Result<Received>>,
     /// How many were spawned, joined and aborted.
-    account: Callers,
+    account: CallerTasks,
     /// The admitted slow callers, to check which are still waiting for their response.
     held: Vec<(Label, AbortHandle)>,
     server: Running,
@@ -47,7 +47,7 @@ pub(crate) struct Session {
 
 /// The callers' account: every spawned task must be joined.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Callers {
+pub(crate) struct CallerTasks {
     pub(crate) spawned: u64,
     /// Joined by any path: answered, failed, or aborted and then joined.
     pub(crate) joined: u64,
@@ -57,8 +57,8 @@ pub(crate) struct Callers {
 
 /// What is left once a session has closed.
 #[derive(Debug)]
-pub(crate) struct Closed {
-    pub(crate) callers: Callers,
+pub(crate) struct SessionEnd {
+    pub(crate) callers: CallerTasks,
     pub(crate) server: Option<ServerSummary>,
     pub(crate) failure: Option<Failure>,
 }
@@ -70,7 +70,7 @@ impl Session {
         options: &Options,
         gates: Gates,
         section: Arc<WorkSection>,
-        census: Arc<Census>,
+        census: Arc<HandlerCount>,
         token: &RunToken,
     ) -> Result<Self, Failure> {
         let Options {
@@ -130,7 +130,7 @@ impl Session {
             _silenced: silenced,
             client,
             callers: JoinSet::new(),
-            account: Callers::default(),
+            account: CallerTasks::default(),
             held: Vec::new(),
             server,
             heartbeat,
@@ -148,7 +148,7 @@ impl Session {
     }
 
     /// Wakes a parked worker of the front's own runtime, if it has one: see
-    /// [`crate::server::runtimes::Running`]'s `wake_a_worker`.
+    /// [`crate::server::runtimes::FrontThread`]'s `wake_a_worker`.
     pub(crate) fn wake_a_worker(&self) {
         if let Running::Owned(running) = &self.server {
             running.wake_a_worker();
@@ -188,7 +188,7 @@ impl Session {
     }
 
     /// Sends `request` and waits for its response, within the safety timeout.
-    pub(crate) async fn exchange(&self, step: Step, request: Label) -> Result<Reply, Failure> {
+    pub(crate) async fn exchange(&self, step: Step, request: Label) -> Result<Received, Failure> {
         let reply = self.client.call(request);
         let reply = within(self.timeout, reply, (step, Some(request)), || {
             format!("{request} got no response")
@@ -198,7 +198,9 @@ impl Session {
     }
 
     /// The next caller to end, joined and counted.
-    pub(crate) async fn join_caller(&mut self) -> Option<Result<anyhow::Result<Reply>, JoinError>> {
+    pub(crate) async fn join_caller(
+        &mut self,
+    ) -> Option<Result<anyhow::Result<Received>, JoinError>> {
         let joined = self.callers.join_next().await;
         self.account.joined += u64::from(joined.is_some());
         joined
@@ -259,7 +261,7 @@ impl Session {
 
     /// A reply as the report records it. Its phase is read off the ledger's axis: after
     /// release when the gate had opened by the time the response arrived.
-    pub(crate) fn record(&self, reply: Reply) -> ResponseRecord {
+    pub(crate) fn record(&self, reply: Received) -> ResponseRecord {
         let opened = self.section.gate_opened_at();
         let phase = match opened {
             Some(opened) if opened <= reply.after_event => Phase::AfterRelease,
@@ -278,7 +280,7 @@ impl Session {
     /// The last step, on every path: opens the gate so held work can leave, stops and joins
     /// every caller, then stops the server and joins it (it drains its connections within the
     /// safety timeout and aborts what is left).
-    pub(crate) async fn close(mut self, failed: bool) -> Closed {
+    pub(crate) async fn close(mut self, failed: bool) -> SessionEnd {
         // Graceful shutdown waits for handlers, and a held handler waits for the gate: open it
         // first. After a failure the gate may not open (it may be what failed): then abandon
         // it, so held work leaves on either front at once — a task would be cancelled anyway,
@@ -308,15 +310,15 @@ impl Session {
             (first, then) => first.or(then).map(closing),
         };
         match self.server.stop().await {
-            Ok(stopped) => Closed {
+            Ok(stopped) => SessionEnd {
                 callers,
                 server: Some(stopped.summary),
                 failure: both(failure, stopped.error),
             },
-            Err(e) => Closed {
+            Err(e) => SessionEnd {
                 callers,
                 server: None,
-                failure: both(failure, Some(e)),
+                failure: both(failure, Some(format!("{e:#}"))),
             },
         }
     }
@@ -336,7 +338,7 @@ pub(crate) async fn within<T>(
 }
 
 /// The resources of the process now.
-pub(crate) fn count(section: &WorkSection, census: &Census) -> Resources {
+pub(crate) fn count(section: &WorkSection, census: &HandlerCount) -> Resources {
     Resources {
         os_threads: resources::os_threads(),
         connection_handlers: census.live(),
@@ -346,8 +348,8 @@ pub(crate) fn count(section: &WorkSection, census: &Census) -> Resources {
 
 /// The reply of a joined caller task, or why there is none.
 pub(crate) fn joined(
-    joined: Option<Result<anyhow::Result<Reply>, JoinError>>,
-) -> anyhow::Result<Reply> {
+    joined: Option<Result<anyhow::Result<Received>, JoinError>>,
+) -> anyhow::Result<Received> {
     match joined {
         Some(Ok(reply)) => reply,
         Some(Err(e)) => Err(anyhow::Error::new(e).context("a client task did not finish")),

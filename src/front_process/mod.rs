@@ -40,11 +40,11 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
-pub use crate::redis_pool::{Effect, Fence, LeaseLoss, LossCause, Phase};
-pub(crate) use parent::{Closed, FrontError, FrontProcess};
+pub use crate::redis_pool::{Effect, Fence, LeaseLoss, LossCause, WorkEnd};
+pub(crate) use parent::{FrontError, FrontProcess, StoppedFront};
 pub use protocol::{
     Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_BACKLOG, MAX_CAPACITY, Ready,
-    Stopped, Stream, ToFront,
+    StopReport, Stream, ToFront,
 };
 pub use serve::serve;
 

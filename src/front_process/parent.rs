@@ -6,8 +6,10 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+use anyhow::{Context, bail};
+
 use super::SUBCOMMAND;
-use super::protocol::{FromFront, FrontSpec, Ready, Stopped, ToFront};
+use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
 use crate::child::{ChildProcess, Exit, Signal};
 
 /// How long a child that failed, or was told to stop and did not, gets to exit before it is
@@ -41,11 +43,13 @@ impl fmt::Display for FrontError {
     }
 }
 
+impl std::error::Error for FrontError {}
+
 /// A front that stopped when told to: its report, how its process ended, and the messages
 /// it sent between the stop command and its report (the last counts or events).
 #[derive(Debug)]
-pub(crate) struct Closed {
-    pub(crate) stopped: Stopped,
+pub(crate) struct StoppedFront {
+    pub(crate) stopped: StopReport,
     pub(crate) exit: Exit,
     pub(crate) trailing: Vec<FromFront>,
 }
@@ -115,18 +119,18 @@ impl FrontProcess {
 
     /// Asks the front for the blocks its heap holds now, and reads up to its answer, past any
     /// counts sent before it.
-    pub(crate) async fn census(&mut self) -> Result<crate::allocator::Census, String> {
+    pub(crate) async fn census(&mut self) -> anyhow::Result<crate::allocator::HeapCensus> {
         self.child
             .send(&ToFront::Census)
             .await
-            .map_err(|e| format!("asking the front for its heap: {e}"))?;
+            .context("asking the front for its heap")?;
         loop {
             match self.child.recv::<FromFront>().await {
                 Ok(Some(FromFront::Census(census))) => return Ok(census),
                 Ok(Some(FromFront::Counts(_))) => {}
-                Ok(Some(other)) => return Err(format!("the front said {other:?}, not its heap")),
-                Ok(None) => return Err("the front's process ended before its heap".into()),
-                Err(e) => return Err(format!("reading the front's heap: {e}")),
+                Ok(Some(other)) => bail!("the front said {other:?}, not its heap"),
+                Ok(None) => bail!("the front's process ended before its heap"),
+                Err(e) => return Err(e).context("reading the front's heap"),
             }
         }
     }
@@ -155,12 +159,12 @@ impl FrontProcess {
 
     /// Tells the front to stop and waits up to `timeout` for its report and its exit. An
     /// `Err` means the front did not stop cleanly; the child is reaped either way.
-    pub(crate) async fn stop(mut self, timeout: Duration) -> Result<Closed, FrontError> {
+    pub(crate) async fn stop(mut self, timeout: Duration) -> Result<StoppedFront, FrontError> {
         let reported = tokio::time::timeout(timeout, self.stop_and_read()).await;
         let reason = match reported {
             Ok(Ok((stopped, trailing))) => {
                 return match self.child.close(EXIT_GRACE).await {
-                    Ok(exit) if exit.code == Some(0) => Ok(Closed {
+                    Ok(exit) if exit.code == Some(0) => Ok(StoppedFront {
                         stopped,
                         exit,
                         trailing,
@@ -175,26 +179,26 @@ impl FrontProcess {
                     }),
                 };
             }
-            Ok(Err(reason)) => reason,
+            Ok(Err(e)) => format!("{e:#}"),
             Err(_) => format!("the front did not stop within {} s", timeout.as_secs()),
         };
         Err(end(self.child, reason).await)
     }
 
     /// Sends stop, then reads up to the report.
-    async fn stop_and_read(&mut self) -> Result<(Stopped, Vec<FromFront>), String> {
+    async fn stop_and_read(&mut self) -> anyhow::Result<(StopReport, Vec<FromFront>)> {
         self.child
             .send(&ToFront::Stop)
             .await
-            .map_err(|e| format!("telling the front to stop: {e}"))?;
+            .context("telling the front to stop")?;
         let mut trailing = Vec::new();
         loop {
             match self.child.recv::<FromFront>().await {
                 Ok(Some(FromFront::Stopped(stopped))) => return Ok((*stopped, trailing)),
-                Ok(Some(FromFront::Failed { reason })) => return Err(reason),
+                Ok(Some(FromFront::Failed { reason })) => bail!(reason),
                 Ok(Some(other)) => trailing.push(other),
-                Ok(None) => return Err("the front's process ended before its report".into()),
-                Err(e) => return Err(format!("reading the front's report: {e}")),
+                Ok(None) => bail!("the front's process ended before its report"),
+                Err(e) => return Err(e).context("reading the front's report"),
             }
         }
     }

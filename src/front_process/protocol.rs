@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::admission::audit::PoolLedger;
@@ -97,40 +98,34 @@ impl FrontSpec {
         }
     }
 
-    /// Reads and checks a spec: the command line's parser for `__front`.
-    pub fn parse(text: &str) -> Result<FrontSpec, String> {
-        let spec: FrontSpec =
-            serde_json::from_str(text).map_err(|e| format!("not a front spec: {e}"))?;
+    /// Reads and checks a spec: what the command line's parser for `__front` checks.
+    pub fn parse(text: &str) -> anyhow::Result<FrontSpec> {
+        let spec: FrontSpec = serde_json::from_str(text).context("not a front spec")?;
         if !(1..=MAX_CAPACITY).contains(&spec.capacity) {
-            return Err(format!(
+            bail!(
                 "capacity {} is outside 1 through {MAX_CAPACITY}",
                 spec.capacity
-            ));
+            );
         }
         if let Some(backlog) = spec.backlog
             && !(1..=MAX_BACKLOG).contains(&backlog)
         {
-            return Err(format!(
-                "backlog {backlog} is outside 1 through {MAX_BACKLOG}"
-            ));
+            bail!("backlog {backlog} is outside 1 through {MAX_BACKLOG}");
         }
         if let Some(global) = &spec.global {
             if spec.front != Front::Async {
-                return Err("global permits need the async front".into());
+                bail!("global permits need the async front");
             }
             if u32::try_from(spec.capacity).is_err() {
-                return Err(format!(
-                    "capacity {} is too large for a global pool",
-                    spec.capacity
-                ));
+                bail!("capacity {} is too large for a global pool", spec.capacity);
             }
             crate::redis_pool::LoopbackUrl::parse(&global.url)?;
             if spec.replica.is_none() {
-                return Err("global permits need a replica name for their holders".into());
+                bail!("global permits need a replica name for their holders");
             }
         }
         if let Some(replica) = &spec.replica {
-            crate::redis_pool::Holder::new(replica, "S1").map_err(|e| e.to_string())?;
+            crate::redis_pool::Holder::new(replica, "S1")?;
         }
         Ok(spec)
     }
@@ -181,9 +176,9 @@ pub enum FromFront {
     /// With global permits: a holder's renewals found its lease lost, while its work went on.
     LeaseLost(LeaseLoss),
     /// The blocks alive in the child's heap, by size, as [`ToFront::Census`] asked.
-    Census(crate::allocator::Census),
+    Census(crate::allocator::HeapCensus),
     /// The server has stopped; the child exits 0 next.
-    Stopped(Box<Stopped>),
+    Stopped(Box<StopReport>),
     /// The child could not start or serve, and exits 1 next.
     Failed {
         /// Why, in one line.
@@ -239,7 +234,7 @@ impl Counts {
 
 /// What a stopped child reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stopped {
+pub struct StopReport {
     /// The server's summary.
     pub server: ServerSummary,
     /// Why the server did not stop cleanly, if it did not: an accept or thread-spawn error, a

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use crate::admission::shared_pool::{BoxFuture, SharedDecision, SharedPermit, SharedPool};
 use crate::label::Label;
 use crate::policy::Pool;
-use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder, LeaseLoss, Losses, Phase};
+use crate::redis_pool::{GlobalPermits, HeldLease, Hold, Holder, LeaseLoss, Losses, WorkEnd};
 
 /// One replica's view of the global pool: its holders are named after it.
 #[derive(Debug)]
@@ -44,26 +44,27 @@ impl SharedPool for ReplicaPool {
         &self,
         _pool: Pool,
         request: Label,
-    ) -> BoxFuture<'static, Result<SharedDecision, String>> {
+    ) -> BoxFuture<'static, anyhow::Result<SharedDecision>> {
         let (permits, replica) = (self.permits.clone(), self.replica.clone());
         let (losses, fencing) = (self.losses.clone(), self.fencing);
         Box::pin(async move {
-            let holder = Holder::new(&replica, &request.to_string()).map_err(|e| e.to_string())?;
-            let hold = permits.try_hold(holder.clone(), Some(losses)).await;
-            match hold.map_err(|e| e.to_string())? {
+            let holder = Holder::new(&replica, &request.to_string())?;
+            match permits.try_hold(holder.clone(), Some(losses)).await? {
                 Hold::Held(lease) => {
                     // The work begins by writing to the dependency with its token. Its answer
                     // is the dependency's log; the work goes on either way, as work that
                     // cannot see the lock service does.
                     let fence = lease.fence();
-                    let begun = permits.effect(&holder, fence, Phase::Begin, fencing).await;
+                    let begun = permits
+                        .effect(&holder, fence, WorkEnd::Begin, fencing)
+                        .await;
                     let permit = GlobalPermit { lease, fencing };
                     match begun {
                         Ok(_) => Ok(SharedDecision::Admitted(Box::new(permit))),
                         Err(e) => {
                             // Dropping the permit stops its renewals; give it back first.
                             let _ = permit.lease.release().await;
-                            Err(e.to_string())
+                            Err(e.into())
                         }
                     }
                 }
@@ -86,16 +87,16 @@ impl SharedPermit for GlobalPermit {
     /// The work's end: its last effect lands on the dependency (with its token, which a
     /// fencing dependency refuses if a newer holder of the slot has written since), then the
     /// permit goes back.
-    fn release(self: Box<Self>) -> BoxFuture<'static, Result<bool, String>> {
+    fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>> {
         Box::pin(async move {
             let (holder, fence) = (self.lease.holder().clone(), self.lease.fence());
             let permits = self.lease.permits().clone();
             let ended = permits
-                .effect(&holder, fence, Phase::End, self.fencing)
+                .effect(&holder, fence, WorkEnd::End, self.fencing)
                 .await;
-            let released = self.lease.release().await.map_err(|e| e.to_string());
-            ended.map_err(|e| e.to_string())?;
-            released
+            let released = self.lease.release().await;
+            ended?;
+            Ok(released?)
         })
     }
 }
@@ -112,7 +113,7 @@ mod tests {
         let ok = format!(r#"{{"front":"async","capacity":2,"replica":"r1",{global}}}"#);
         let spec = FrontSpec::parse(&ok).expect("a valid replica spec");
         assert_eq!(spec.replica.as_deref(), Some("r1"));
-        assert_eq!(FrontSpec::parse(&spec.to_arg()), Ok(spec));
+        assert_eq!(FrontSpec::parse(&spec.to_arg()).ok(), Some(spec));
         for (bad, says) in [
             (ok.replace("127.0.0.1", "10.0.0.1"), "loopback"),
             (ok.replace(r#""replica":"r1","#, ""), "replica name"),
@@ -123,7 +124,7 @@ mod tests {
                 "unknown field",
             ),
         ] {
-            let why = FrontSpec::parse(&bad).expect_err("refused");
+            let why = format!("{:#}", FrontSpec::parse(&bad).expect_err("refused"));
             assert!(why.contains(says), "{bad}: {why}");
         }
     }

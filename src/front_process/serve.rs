@@ -5,10 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::{Context, anyhow};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::protocol::{Counts, FromFront, FrontSpec, GlobalSpec, Ready, Stopped, Stream, ToFront};
+use super::protocol::{
+    Counts, FromFront, FrontSpec, GlobalSpec, Ready, StopReport, Stream, ToFront,
+};
 use super::replica_pool::ReplicaPool;
 use crate::admission::ledger::WorkEvent;
 use crate::admission::section::WorkSection;
@@ -18,7 +21,7 @@ use crate::child::{ToParent, parent_link};
 use crate::hooks::NoHooks;
 use crate::policy::Allocation;
 use crate::redis_pool::{GlobalPermits, Lease, LeaseLoss, LoopbackUrl};
-use crate::server::{self, Census, Running};
+use crate::server::{self, HandlerCount, Running};
 
 /// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
 /// once it has reported its stop, 1 if it could not start or serve (after saying why, if the
@@ -61,8 +64,8 @@ struct Serving {
 }
 
 impl Serving {
-    async fn start(spec: &FrontSpec) -> Result<Serving, String> {
-        let token = RunToken::generate().map_err(|e| format!("no run token: {e}"))?;
+    async fn start(spec: &FrontSpec) -> anyhow::Result<Serving> {
+        let token = RunToken::generate().context("no run token")?;
         let ready_token = token.header_value();
         let allocation = Allocation::shared(spec.capacity);
         let (section, driver, lost) = match (&spec.global, &spec.replica) {
@@ -78,25 +81,25 @@ impl Serving {
             }
         };
         let section = Arc::new(section);
-        let cannot = |e| format!("cannot start the {} front: {e}", spec.front.name());
+        let cannot = || format!("cannot start the {} front", spec.front.name());
         let (bound, listener) = match spec.backlog {
             Some(backlog) => {
-                let bound = server::bind_loopback_with_backlog(backlog).map_err(cannot)?;
-                let listener = bound.0.try_clone().map_err(cannot)?;
+                let bound = server::bind_loopback_with_backlog(backlog).with_context(cannot)?;
+                let listener = bound.0.try_clone().with_context(cannot)?;
                 (bound, Some(listener))
             }
-            None => (server::bind_loopback().map_err(cannot)?, None),
+            None => (server::bind_loopback().with_context(cannot)?, None),
         };
         let (address, running) = server::start_on(
             spec.front,
             bound,
             section.clone(),
-            Arc::new(Census::default()),
+            Arc::new(HandlerCount::default()),
             Arc::new(NoHooks),
             server::Gates::default(),
             Duration::from_millis(spec.drain_ms),
         )
-        .map_err(cannot)?;
+        .with_context(cannot)?;
         let ready = Ready {
             address,
             token: ready_token,
@@ -114,13 +117,13 @@ impl Serving {
 }
 
 /// Joins the run's global pool, as every replica of the run does with the same settings.
-async fn connect(global: &GlobalSpec, capacity: usize) -> Result<GlobalPermits, String> {
+async fn connect(global: &GlobalSpec, capacity: usize) -> anyhow::Result<GlobalPermits> {
     let url = LoopbackUrl::parse(&global.url)?;
-    let capacity = u32::try_from(capacity).map_err(|_| "capacity too large".to_owned())?;
+    let capacity = u32::try_from(capacity).map_err(|_| anyhow!("capacity too large"))?;
     let lease = Lease::from_millis(global.lease_ms);
     GlobalPermits::connect(&url, &global.run, capacity, lease)
         .await
-        .map_err(|e| format!("cannot join the global pool at {url}: {e}"))
+        .with_context(|| format!("cannot join the global pool at {url}"))
 }
 
 async fn run(spec: &FrontSpec) -> u8 {
@@ -140,7 +143,8 @@ async fn run(spec: &FrontSpec) -> u8 {
         listener,
     } = match Serving::start(spec).await {
         Ok(serving) => serving,
-        Err(reason) => {
+        Err(e) => {
+            let reason = format!("{e:#}");
             eprintln!("isolation-lab __front: {reason}");
             let _ = to_parent.send(&FromFront::Failed { reason }).await;
             return 1;
@@ -219,8 +223,12 @@ async fn run(spec: &FrontSpec) -> u8 {
             let _ = to_parent.send(&FromFront::LeaseLost(loss)).await;
         }
     }
+    let failed = |reason: String| {
+        eprintln!("isolation-lab __front: {reason}");
+        FromFront::Failed { reason }
+    };
     let message = match (stopped, problem) {
-        (Ok(stopped), None) => FromFront::Stopped(Box::new(Stopped {
+        (Ok(stopped), None) => FromFront::Stopped(Box::new(StopReport {
             server: stopped.summary,
             error: stopped.error,
             final_state: section.final_state(),
@@ -229,10 +237,8 @@ async fn run(spec: &FrontSpec) -> u8 {
             permits,
             listen_drops,
         })),
-        (Err(reason), _) | (Ok(_), Some(reason)) => {
-            eprintln!("isolation-lab __front: {reason}");
-            FromFront::Failed { reason }
-        }
+        (Err(e), _) => failed(format!("{e:#}")),
+        (Ok(_), Some(reason)) => failed(reason),
     };
     let code = u8::from(matches!(message, FromFront::Failed { .. }));
     let _ = to_parent.send(&message).await;

@@ -13,6 +13,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
+use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinSet;
@@ -34,24 +35,22 @@ pub(crate) struct Callers {
     /// Every head's fixed part: the request line, host and token.
     head: Arc<str>,
     sources: u64,
-    tasks: JoinSet<Result<(), String>>,
+    tasks: JoinSet<anyhow::Result<()>>,
 }
 
 impl Callers {
     /// Callers of the front at `address` presenting `token`, going out from `sources`
     /// addresses, 127.0.0.1 onwards.
-    pub(crate) fn new(address: SocketAddr, token: &str, sources: u64) -> Result<Callers, String> {
+    pub(crate) fn new(address: SocketAddr, token: &str, sources: u64) -> anyhow::Result<Callers> {
         // At least one address, so that every caller has one.
         let sources = sources.max(1);
         if sources > MAX_SOURCES {
-            return Err(format!(
-                "{sources} source addresses are needed; the lab uses at most {MAX_SOURCES}"
-            ));
+            bail!("{sources} source addresses are needed; the lab uses at most {MAX_SOURCES}");
         }
         // The token comes from the front's child: a line break in it would write a header of
         // its choosing.
         if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err("the front's run token is not a plain header value".into());
+            bail!("the front's run token is not a plain header value");
         }
         let head = format!("GET /slow HTTP/1.1\r\nhost: {address}\r\n{TOKEN_HEADER}: {token}\r\n");
         Ok(Callers {
@@ -77,16 +76,16 @@ impl Callers {
             self.tasks.spawn(async move {
                 call(address, source, &head, label)
                     .await
-                    .map_err(|why| format!("{label}: GET /slow: {why}"))
+                    .with_context(|| format!("{label}: GET /slow"))
             });
         }
     }
 
     /// The next caller to end: `Ok` if it was answered 200; `None` once all have ended.
     /// Cancel-safe.
-    pub(crate) async fn next(&mut self) -> Option<Result<(), String>> {
+    pub(crate) async fn next(&mut self) -> Option<anyhow::Result<()>> {
         let joined = self.tasks.join_next().await?;
-        Some(joined.unwrap_or_else(|e| Err(format!("a caller task failed: {e}"))))
+        Some(joined.unwrap_or_else(|e| Err(anyhow::Error::new(e).context("a caller task failed"))))
     }
 
     /// Callers still waiting.
@@ -107,21 +106,19 @@ async fn call(
     source: Option<Ipv4Addr>,
     head: &str,
     label: Label,
-) -> Result<(), String> {
-    let mut stream = connect(address, source)
-        .await
-        .map_err(|e| format!("connecting: {e}"))?;
+) -> anyhow::Result<()> {
+    let mut stream = connect(address, source).await.context("connecting")?;
     let request = format!("{head}{LABEL_HEADER}: {label}\r\nconnection: close\r\n\r\n");
     stream
         .write_all(request.as_bytes())
         .await
-        .map_err(|e| format!("writing the request: {e}"))?;
+        .context("writing the request")?;
     let mut answer = Vec::new();
     (&mut stream)
         .take(MAX_ANSWER)
         .read_to_end(&mut answer)
         .await
-        .map_err(|e| format!("reading the answer: {e}"))?;
+        .context("reading the answer")?;
     check(&answer, label)
 }
 
@@ -137,25 +134,23 @@ async fn connect(address: SocketAddr, source: Option<Ipv4Addr>) -> std::io::Resu
 }
 
 /// Whether `answer`, read to the connection's end, is a 200 whose JSON body names `label`.
-fn check(answer: &[u8], label: Label) -> Result<(), String> {
+fn check(answer: &[u8], label: Label) -> anyhow::Result<()> {
     let mut headers = [httparse::EMPTY_HEADER; 16];
     let mut response = httparse::Response::new(&mut headers);
-    let parsed = response
-        .parse(answer)
-        .map_err(|e| format!("the answer is not HTTP: {e}"))?;
+    let parsed = response.parse(answer).context("the answer is not HTTP")?;
     let httparse::Status::Complete(head_len) = parsed else {
-        return Err(format!(
+        bail!(
             "the connection closed after {} bytes, mid-head",
             answer.len()
-        ));
+        );
     };
     let status = response.code.unwrap_or(0);
     let body = &answer[head_len..];
-    let json: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| format!("its {status} answer is not JSON: {e}"))?;
+    let json: serde_json::Value =
+        serde_json::from_slice(body).with_context(|| format!("its {status} answer is not JSON"))?;
     let named = json.get("request").and_then(|v| v.as_str());
     if status != 200 || named != Some(label.to_string().as_str()) {
-        return Err(format!("answered {status} {json}, not 200"));
+        bail!("answered {status} {json}, not 200");
     }
     Ok(())
 }
@@ -213,11 +208,12 @@ mod tests {
     fn an_answer_passes_only_as_200_naming_its_label() {
         let label = Label::slow(1).next().expect("S1");
         let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 33\r\n\r\n{\"request\":\"S1\",\"pool\":\"shared\"}";
-        assert_eq!(check(ok, label), Ok(()));
+        assert!(check(ok, label).is_ok());
         let other = b"HTTP/1.1 200 OK\r\n\r\n{\"request\":\"S2\"}";
         assert!(check(other, label).is_err());
         let refused = b"HTTP/1.1 503 Service Unavailable\r\n\r\n{\"request\":\"S1\"}";
-        assert!(check(refused, label).expect_err("503").contains("503"));
+        let refusal = check(refused, label).expect_err("503");
+        assert!(refusal.to_string().contains("503"), "{refusal:#}");
         assert!(check(b"HTTP/1.1 200 OK\r\ncontent-le", label).is_err());
         assert!(check(b"", label).is_err());
     }

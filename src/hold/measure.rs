@@ -7,15 +7,17 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, anyhow, bail};
+
 use super::Faults;
 use super::callers::Callers;
-use super::preflight::Planned;
+use super::preflight::HoldPlan;
 use super::report::{
     Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
 use crate::admission::section::GateState;
 use crate::child::Exit;
-use crate::front_process::{Closed, FromFront, FrontError, FrontProcess, FrontSpec};
+use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures, ProcessStat};
@@ -46,14 +48,13 @@ pub(crate) enum Broken {
     /// The front failed: evidence of where it stops.
     Front(FrontFailure),
     /// The lab failed: the run stops here and exits 1.
-    Lab(String),
+    Lab(anyhow::Error),
 }
 
 /// The figures of the front at rest: started, nothing sent, stopped.
 pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
     let mut remote = start(setup, &FrontSpec::new(front, 1)).await?;
-    let figures = ProcessFigures::read(remote.pid())
-        .map_err(|e| format!("reading the front's /proc figures: {e}"));
+    let figures = ProcessFigures::read(remote.pid()).context("reading the front's /proc figures");
     let sample = match figures {
         Ok(figures) => match remote.census().await {
             Ok(heap) => sample(figures, heap),
@@ -70,7 +71,7 @@ pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Brok
 pub(crate) async fn held(
     setup: &Setup<'_>,
     front: Front,
-    planned: &Planned,
+    planned: &HoldPlan,
     baseline: &Sample,
 ) -> Result<Figures, Broken> {
     let held = planned.held;
@@ -112,7 +113,7 @@ pub(crate) async fn held(
     }
     let time_to_hold = sent.elapsed();
     let cpu = Cpu::read(pid).map(|after| after.since(cpu_before));
-    let figures = ProcessFigures::read(pid).map_err(|e| format!("reading /proc/{pid}: {e}"));
+    let figures = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"));
     let sampled =
         cpu.and_then(|cpu| figures.and_then(|figures| Ok((cpu, figures, Machine::read()?))));
     let (cpu, figures, after) = match sampled {
@@ -127,7 +128,7 @@ pub(crate) async fn held(
     let opened = Instant::now();
     let released = match remote.open_gate().await {
         Ok(()) => answer_all(&mut remote, &mut callers).await,
-        Err(e) => Err(format!("opening the gate: {e}")),
+        Err(e) => Err(anyhow::Error::new(e).context("opening the gate")),
     };
     if let Err(why) = released {
         return Err(end_early(remote, Some(callers), Stage::Releasing, seen, why).await);
@@ -197,7 +198,7 @@ async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Brok
             // A process that started and ended is the front's doing; one that never started
             // is the lab's.
             Some(_) => Broken::Front(failure(None, Stage::Starting, 0, e)),
-            None => Broken::Lab(e.to_string()),
+            None => Broken::Lab(e.into()),
         })
 }
 
@@ -208,7 +209,7 @@ const WATCH: Duration = Duration::from_millis(250);
 /// One thing that happened while waiting.
 enum Step {
     Front(std::io::Result<Option<FromFront>>),
-    Caller(Option<Result<(), String>>),
+    Caller(Option<anyhow::Result<()>>),
     /// A look at the front's process, every [`WATCH`].
     Watch,
 }
@@ -270,7 +271,7 @@ async fn hold_all(
     permits: u32,
     faults: &Faults,
     seen: &mut u64,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let mut killed = false;
     let mut watch = watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
@@ -278,23 +279,19 @@ async fn hold_all(
     while killed || *seen < u64::from(held) {
         match next_step(remote, callers, &mut watch, deadline, false).await {
             Err(Stall::NoProgress) => {
-                return Err(format!(
+                bail!(
                     "stalled: {seen} of {held} held, and none more for {} s",
                     STALL.as_secs()
-                ));
+                );
             }
-            Err(Stall::Stopped) => {
-                return Err(format!(
-                    "the front's process stopped at {seen} of {held} held"
-                ));
-            }
+            Err(Stall::Stopped) => bail!("the front's process stopped at {seen} of {held} held"),
             Ok(Step::Watch) => {}
             Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
-                    return Err(format!(
+                    bail!(
                         "{} of {held} requests were refused by a pool of {permits} permits",
                         counts.refused
-                    ));
+                    );
                 }
                 if counts.held > *seen {
                     deadline = tokio::time::Instant::now() + STALL;
@@ -303,21 +300,21 @@ async fn hold_all(
                 if !killed && faults.kill_front_when_held.is_some_and(|k| *seen >= k) {
                     remote
                         .kill()
-                        .map_err(|e| format!("killing the front (a test's fault): {e}"))?;
+                        .context("killing the front (a test's fault)")?;
                     killed = true;
                 }
                 if faults.stop_front_when_held.is_some_and(|k| *seen >= k) {
                     remote
                         .pause()
-                        .map_err(|e| format!("stopping the front (a test's fault): {e}"))?;
+                        .context("stopping the front (a test's fault)")?;
                 }
             }
             Ok(Step::Front(message)) => return Err(unexpected(message)),
             Ok(Step::Caller(Some(Ok(())))) => {
-                return Err("a caller was answered 200 while the gate was closed".into());
+                bail!("a caller was answered 200 while the gate was closed");
             }
             Ok(Step::Caller(Some(Err(why)))) => return Err(why),
-            Ok(Step::Caller(None)) => return Err("no caller is left waiting".into()),
+            Ok(Step::Caller(None)) => bail!("no caller is left waiting"),
         }
     }
     Ok(())
@@ -325,23 +322,23 @@ async fn hold_all(
 
 /// Waits until every caller has been answered 200. `Err` at the first that was not, if the
 /// front ends, is stopped or says anything but counts, or if nothing moves for [`STALL`].
-async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> Result<(), String> {
+async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow::Result<()> {
     let mut watch = watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
     while callers.waiting() > 0 {
         match next_step(remote, callers, &mut watch, deadline, true).await {
             Err(Stall::NoProgress) => {
-                return Err(format!(
+                bail!(
                     "stalled: {} callers still waiting, none answered for {} s after the gate opened",
                     callers.waiting(),
                     STALL.as_secs()
-                ));
+                );
             }
             Err(Stall::Stopped) => {
-                return Err(format!(
+                bail!(
                     "the front's process stopped with {} callers still waiting",
                     callers.waiting()
-                ));
+                );
             }
             Ok(Step::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
             Ok(Step::Watch | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
@@ -353,17 +350,17 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> Result<
     Ok(())
 }
 
-fn unexpected(message: std::io::Result<Option<FromFront>>) -> String {
+fn unexpected(message: std::io::Result<Option<FromFront>>) -> anyhow::Error {
     match message {
-        Ok(None) => "the front's process ended".into(),
-        Ok(Some(message)) => format!("the front said {message:?} mid-run"),
-        Err(e) => format!("reading the front's messages: {e}"),
+        Ok(None) => anyhow!("the front's process ended"),
+        Ok(Some(message)) => anyhow!("the front said {message:?} mid-run"),
+        Err(e) => anyhow::Error::new(e).context("reading the front's messages"),
     }
 }
 
 /// Stops the front and checks its report: a clean stop, an exact ledger with every one of
 /// `held` admitted, held and finished, none refused or cancelled, and full pools.
-async fn stop(remote: FrontProcess, held: u32) -> Result<Closed, Broken> {
+async fn stop(remote: FrontProcess, held: u32) -> Result<StoppedFront, Broken> {
     let pid = remote.pid();
     let closed = remote
         .stop(STOP)
@@ -373,23 +370,21 @@ async fn stop(remote: FrontProcess, held: u32) -> Result<Closed, Broken> {
     Ok(closed)
 }
 
-fn check(closed: &Closed, held: u64) -> Result<(), String> {
+fn check(closed: &StoppedFront, held: u64) -> anyhow::Result<()> {
     let stopped = &closed.stopped;
     if let Some(error) = &stopped.error {
-        return Err(format!("the front did not stop cleanly: {error}"));
+        bail!("the front did not stop cleanly: {error}");
     }
     let server = &stopped.server;
     if !server.connection_tasks_stopped || server.connection_tasks_aborted > 0 {
-        return Err(format!(
-            "the front's connection handlers did not all end by themselves: {server:?}"
-        ));
+        bail!("the front's connection handlers did not all end by themselves: {server:?}");
     }
     let ledger = stopped
         .ledger
         .get(&Pool::Shared)
-        .ok_or("the front's ledger has no shared pool")?;
+        .context("the front's ledger has no shared pool")?;
     if let Some(broken) = ledger.invariants.iter().find(|i| !i.holds) {
-        return Err(format!("the front's ledger broke {:?}", broken.rule));
+        bail!("the front's ledger broke {:?}", broken.rule);
     }
     let counts = (
         ledger.admitted,
@@ -398,18 +393,22 @@ fn check(closed: &Closed, held: u64) -> Result<(), String> {
         ledger.cancelled,
     );
     if counts != (held, 0, held, 0) || stopped.counts.held != held {
-        return Err(format!(
+        bail!(
             "the front's ledger shows {} admitted, {} refused, {} held, {} finished ({} \
              cancelled), not {held} of each and none refused or cancelled",
-            ledger.admitted, ledger.refused, stopped.counts.held, ledger.finished, ledger.cancelled
-        ));
+            ledger.admitted,
+            ledger.refused,
+            stopped.counts.held,
+            ledger.finished,
+            ledger.cancelled
+        );
     }
     let state = &stopped.final_state;
     let active = state.active_work.get(&Pool::Shared).copied();
     // At rest the gate is never opened: the stop abandons it.
     let gate_ok = held == 0 || state.gate == GateState::Open;
     if active != Some(0) || !gate_ok {
-        return Err(format!("the front ended with {state:?}"));
+        bail!("the front ended with {state:?}");
     }
     Ok(())
 }
@@ -422,7 +421,7 @@ async fn end_early(
     callers: Option<Callers>,
     stage: Stage,
     held: u64,
-    why: String,
+    why: anyhow::Error,
 ) -> Broken {
     if let Some(callers) = callers {
         callers.abort().await;
@@ -435,7 +434,7 @@ async fn end_early(
     match remote.stop(STOP).await {
         Err(e) => {
             // What went wrong first, then what the stop found.
-            let detail = format!("{why}; then {}", e.reason);
+            let detail = format!("{why:#}; then {}", e.reason);
             Broken::Front(FrontFailure {
                 detail,
                 ..failure(Some(pid), stage, held, e)
@@ -448,7 +447,7 @@ async fn end_early(
                 // The front's own count, which may be ahead of the last one read.
                 held_before: held.max(closed.stopped.counts.held),
                 reason: format!("its server failed: {error}"),
-                detail: why,
+                detail: format!("{why:#}"),
                 exit: Some(death(&closed.exit)),
             }),
             None => Broken::Lab(why),
@@ -457,7 +456,12 @@ async fn end_early(
 }
 
 /// Kills and reaps a front whose process is stopped (SIGSTOP), and says so.
-async fn kill_stopped(mut remote: FrontProcess, stage: Stage, held: u64, why: String) -> Broken {
+async fn kill_stopped(
+    mut remote: FrontProcess,
+    stage: Stage,
+    held: u64,
+    why: anyhow::Error,
+) -> Broken {
     let pid = remote.pid();
     let reason = "its process was stopped (SIGSTOP), so the lab killed it (SIGKILL)".to_owned();
     let exit = match remote.kill() {
@@ -473,7 +477,7 @@ async fn kill_stopped(mut remote: FrontProcess, stage: Stage, held: u64, why: St
         stage,
         held_before: held,
         reason,
-        detail: why,
+        detail: format!("{why:#}"),
         exit: exit.as_ref().map(death),
     })
 }
@@ -509,7 +513,7 @@ fn death(exit: &Exit) -> Death {
     }
 }
 
-fn sample(figures: ProcessFigures, heap: crate::allocator::Census) -> Sample {
+fn sample(figures: ProcessFigures, heap: crate::allocator::HeapCensus) -> Sample {
     Sample {
         heap,
         os_threads: figures.os_threads,
@@ -528,12 +532,11 @@ struct Cpu {
 }
 
 impl Cpu {
-    fn read(front: u32) -> Result<Cpu, String> {
+    fn read(front: u32) -> anyhow::Result<Cpu> {
         let read = |pid| ProcessStat::read(pid).map(|stat| stat.cpu_ms);
         Ok(Cpu {
-            callers_ms: read(std::process::id())
-                .map_err(|e| format!("reading this process's CPU time: {e}"))?,
-            front_ms: read(front).map_err(|e| format!("reading the front's CPU time: {e}"))?,
+            callers_ms: read(std::process::id()).context("reading this process's CPU time")?,
+            front_ms: read(front).context("reading the front's CPU time")?,
         })
     }
 
@@ -553,7 +556,7 @@ struct Machine {
 }
 
 impl Machine {
-    fn read() -> Result<Machine, String> {
+    fn read() -> anyhow::Result<Machine> {
         let read = || {
             Ok::<_, std::io::Error>(Machine {
                 kernel_stack_kib: procfs::kernel_stack_kib()?,
@@ -561,7 +564,7 @@ impl Machine {
                 listen_overflows: procfs::listen_overflows()?,
             })
         };
-        read().map_err(|e| format!("reading the machine's counters: {e}"))
+        read().context("reading the machine's counters")
     }
 }
 

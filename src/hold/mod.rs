@@ -33,8 +33,8 @@ mod run;
 use std::path::PathBuf;
 
 pub use report::{
-    Death, DropScope, Figures, FrontFailure, FrontSeries, HeapClass, HoldReport, ListenDrops,
-    MachineLimits, Outcome, PerRequest, Point, Preflight, Reach, Sample, Stage,
+    CountOutcome, Death, DropScope, Figures, FrontFailure, FrontReach, FrontSeries, HeapClass,
+    HoldReport, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample, Stage,
 };
 
 use crate::policy::Front;
@@ -46,17 +46,17 @@ pub const MAX_COUNT: u32 = 50_000;
 
 /// What to measure: checked counts and fronts.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub struct HoldInputs {
     counts: Vec<u32>,
     fronts: Vec<Front>,
 }
 
-impl Config {
+impl HoldInputs {
     /// Counts from 1 through [`MAX_COUNT`] (sorted, each once) on `fronts` (async first, each
     /// once). `Err` names what is wrong; nothing has started.
-    pub fn new(counts: &[u32], fronts: &[Front]) -> Result<Config, String> {
+    pub fn new(counts: &[u32], fronts: &[Front]) -> anyhow::Result<HoldInputs> {
         if let Some(bad) = counts.iter().find(|&&n| !(1..=MAX_COUNT).contains(&n)) {
-            return Err(format!("--counts: {bad} is outside 1 through {MAX_COUNT}"));
+            anyhow::bail!("--counts: {bad} is outside 1 through {MAX_COUNT}");
         }
         let mut counts = counts.to_vec();
         counts.sort_unstable();
@@ -66,9 +66,9 @@ impl Config {
             .filter(|front| fronts.contains(front))
             .collect();
         if counts.is_empty() || fronts.is_empty() {
-            return Err("--counts and --server need at least one value each".into());
+            anyhow::bail!("--counts and --server need at least one value each");
         }
-        Ok(Config { counts, fronts })
+        Ok(HoldInputs { counts, fronts })
     }
 
     /// The counts, ascending.
@@ -85,7 +85,7 @@ impl Config {
 /// How `hold` starts its children, and the faults a test injects. The command line uses the
 /// default: this very program, no fault.
 #[derive(Clone, Debug, Default)]
-pub struct Options {
+pub struct HoldOptions {
     /// The lab's binary to start as each front's child; `None` is this program.
     pub program: Option<PathBuf>,
     /// Faults to inject.
@@ -113,14 +113,14 @@ mod tests {
     /// Counts are checked, sorted and taken once; fronts come async first.
     #[test]
     fn config_checks_counts_and_orders_fronts() {
-        let config =
-            Config::new(&[4_000, 10, 100, 10], &[Front::Threaded, Front::Async]).expect("valid");
+        let config = HoldInputs::new(&[4_000, 10, 100, 10], &[Front::Threaded, Front::Async])
+            .expect("valid");
         assert_eq!(config.counts(), [10, 100, 4_000]);
         assert_eq!(config.fronts(), Front::ALL);
         for bad in [&[0][..], &[50_001], &[10, 0], &[]] {
-            assert!(Config::new(bad, &Front::ALL).is_err(), "{bad:?}");
+            assert!(HoldInputs::new(bad, &Front::ALL).is_err(), "{bad:?}");
         }
-        assert!(Config::new(&[10], &[]).is_err());
-        assert!(Config::new(&[1, MAX_COUNT], &[Front::Async]).is_ok());
+        assert!(HoldInputs::new(&[10], &[]).is_err());
+        assert!(HoldInputs::new(&[1, MAX_COUNT], &[Front::Async]).is_ok());
     }
 }

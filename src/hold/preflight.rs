@@ -4,20 +4,20 @@
 
 use std::collections::BTreeMap;
 
-use super::report::{MachineLimits, Preflight, Reach};
-use crate::limits::{self, Limits};
+use super::report::{FrontReach, MachineLimits, Preflight};
+use crate::limits::{self, Limits, TooMany};
 use crate::policy::Front;
 
 /// What the preflight decided for one count on one front.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Planned {
+pub(crate) struct HoldPlan {
     pub(crate) front: Front,
     pub(crate) held: u32,
     /// The accept queue the front's listener asks for: room for every caller, within
     /// `net.core.somaxconn`, and never less than the 128 `std` asks for.
     pub(crate) backlog: u32,
     /// `Err` names the ceiling that refuses it.
-    pub(crate) runs: Result<(), String>,
+    pub(crate) runs: Result<(), TooMany>,
 }
 
 /// The accept queue for `held` callers that connect at once: as many as `somaxconn` allows
@@ -28,11 +28,15 @@ pub(crate) fn backlog(held: u32, somaxconn: u64) -> u32 {
 }
 
 /// The preflight of `fronts` holding each of `counts` under `limits`.
-pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Preflight, Vec<Planned>) {
+pub(crate) fn plan(
+    limits: &Limits,
+    fronts: &[Front],
+    counts: &[u32],
+) -> (Preflight, Vec<HoldPlan>) {
     let reach = Front::ALL
         .into_iter()
         .map(|front| {
-            let reach = limits::reach(limits, front).map(|reach| Reach {
+            let reach = limits::reach(limits, front).map(|reach| FrontReach {
                 held: reach.held,
                 ceiling: reach.ceiling.name().to_owned(),
                 value: reach.value,
@@ -59,12 +63,11 @@ pub(crate) fn plan(limits: &Limits, fronts: &[Front], counts: &[u32]) -> (Prefli
     let planned = fronts
         .iter()
         .flat_map(|&front| {
-            counts.iter().map(move |&held| Planned {
+            counts.iter().map(move |&held| HoldPlan {
                 front,
                 held,
                 backlog: backlog(held, limits.somaxconn),
-                runs: limits::check(limits, front, u64::from(held))
-                    .map_err(|refusal| refusal.to_string()),
+                runs: limits::check(limits, front, u64::from(held)),
             })
         })
         .collect();
@@ -112,13 +115,15 @@ mod tests {
         );
         let runs = |front, held| {
             let found = planned.iter().find(|p| p.front == front && p.held == held);
-            found.expect("planned").runs.clone()
+            found.expect("planned").runs
         };
         for held in [10, 14_680, 14_681, 20_000] {
             assert_eq!(runs(Front::Async, held), Ok(()), "async {held}");
         }
         assert_eq!(runs(Front::Threaded, 14_680), Ok(()));
-        let refused = runs(Front::Threaded, 20_000).expect_err("beyond the maps");
+        let refused = runs(Front::Threaded, 20_000)
+            .expect_err("beyond the maps")
+            .to_string();
         assert!(refused.contains("vm.max_map_count = 65530"), "{refused}");
         assert!(refused.contains("at most 14680"), "{refused}");
         assert!(runs(Front::Threaded, 14_681).is_err());
@@ -152,11 +157,13 @@ mod tests {
         assert_eq!(preflight.ports_per_address, 25_409);
         let runs = |front, held| {
             let found = planned.iter().find(|p| p.front == front && p.held == held);
-            found.expect("planned").runs.clone()
+            found.expect("planned").runs
         };
         assert_eq!(runs(Front::Threaded, 10_000), Ok(()));
         assert_eq!(runs(Front::Async, 10_000), Ok(()));
-        let refused = runs(Front::Async, 18_000).expect_err("beyond the descriptors");
+        let refused = runs(Front::Async, 18_000)
+            .expect_err("beyond the descriptors")
+            .to_string();
         assert!(refused.contains("RLIMIT_NOFILE = 20000"), "{refused}");
     }
 
@@ -177,7 +184,7 @@ mod tests {
             (22_860, "net.ipv4.ip_local_port_range", 100)
         );
         assert_eq!(planned[0].runs, Ok(()));
-        let refused = planned[1].runs.clone().expect_err("beyond the ports");
+        let refused = planned[1].runs.expect_err("beyond the ports").to_string();
         assert!(
             refused.contains("net.ipv4.ip_local_port_range = 100"),
             "{refused}"

@@ -33,7 +33,7 @@ pub struct Preflight {
     pub limits: MachineLimits,
     /// The most requests each front can hold here, and the ceiling that stops it; `None` if
     /// no ceiling applies.
-    pub reach: BTreeMap<Front, Option<Reach>>,
+    pub reach: BTreeMap<Front, Option<FrontReach>>,
     /// Connections one source address may open to the front: its ephemeral ports, less a
     /// margin. Callers beyond it go out from 127.0.0.2, 127.0.0.3, ...
     pub ports_per_address: u64,
@@ -66,7 +66,7 @@ pub struct MachineLimits {
 
 /// The most requests a front can hold here.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reach {
+pub struct FrontReach {
     /// The most held requests.
     pub held: u64,
     /// The ceiling that stops one more, by its `sysctl` or `getrlimit` name.
@@ -94,13 +94,13 @@ pub struct Point {
     pub held: u32,
     /// What happened.
     #[serde(flatten)]
-    pub outcome: Outcome,
+    pub outcome: CountOutcome,
 }
 
 /// What happened at one count.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
+pub enum CountOutcome {
     /// Every request was admitted, held, released and answered 200, and the front stopped
     /// cleanly: the figures.
     Held(Figures),
@@ -212,7 +212,7 @@ pub struct Sample {
     pub open_fds: u64,
     /// The blocks alive in its heap, by size (the lab's allocator counts them).
     #[serde(default)]
-    pub heap: crate::allocator::Census,
+    pub heap: crate::allocator::HeapCensus,
 }
 
 /// Each figure's change from the front's idle baseline, per held request.
@@ -325,7 +325,7 @@ impl FrontSeries {
     /// The points where every request was held, with their figures.
     pub fn held(&self) -> impl Iterator<Item = (u32, &Figures)> {
         self.points.iter().filter_map(|point| match &point.outcome {
-            Outcome::Held(figures) => Some((point.held, figures)),
+            CountOutcome::Held(figures) => Some((point.held, figures)),
             _ => None,
         })
     }

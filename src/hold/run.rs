@@ -1,17 +1,19 @@
 //! How `hold` runs: the preflight, then for each front its baseline and each count in turn, on
 //! a runtime of its own.
 
+use anyhow::{Context, bail};
+
 use super::measure::{self, Broken, Setup};
 use super::preflight;
-use super::report::{FrontSeries, HoldReport, Outcome, Point};
-use super::{Config, Options};
+use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
+use super::{HoldInputs, HoldOptions};
 use crate::limits::{self, Limits};
 use crate::policy::Front;
 
 /// Runs `hold` for `config` on a runtime of its own, dropped before this returns, so nothing
 /// it started outlives the report. Raises this process's RLIMIT_NOFILE soft limit to the hard
 /// one first (the children inherit it).
-pub fn hold(config: &Config, options: &Options) -> HoldReport {
+pub fn hold(config: &HoldInputs, options: &HoldOptions) -> HoldReport {
     let mut report = HoldReport {
         instrument: "hold".into(),
         counts: config.counts.clone(),
@@ -20,31 +22,35 @@ pub fn hold(config: &Config, options: &Options) -> HoldReport {
         failure: None,
     };
     if let Err(e) = start(config, options, &mut report) {
-        report.failure = Some(e);
+        report.failure = Some(format!("{e:#}"));
     }
     report
 }
 
 /// The preflight, then every measurement; `Err` if nothing could start.
-fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<(), String> {
-    limits::raise_nofile().map_err(|e| format!("cannot raise RLIMIT_NOFILE: {e}"))?;
-    let limits = Limits::read().map_err(|e| format!("cannot read the ceilings: {e}"))?;
+fn start(
+    config: &HoldInputs,
+    options: &HoldOptions,
+    report: &mut HoldReport,
+) -> anyhow::Result<()> {
+    limits::raise_nofile().context("cannot raise RLIMIT_NOFILE")?;
+    let limits = Limits::read().context("cannot read the ceilings")?;
     // Below this not even a front at rest fits: say so once, before any child starts.
     let base = limits::BASE_ADDRESS_SPACE_KIB;
     if let Some(bytes) = limits.address_space.soft
         && bytes / 1024 < base
     {
-        return Err(format!(
+        bail!(
             "RLIMIT_AS = {bytes} bytes leaves no room: hold and each front's child need at \
              least {} MiB of address space each",
             base / 1024
-        ));
+        );
     }
     let (preflight, planned) = preflight::plan(&limits, &config.fronts, &config.counts);
     report.preflight = Some(preflight);
     let program = match &options.program {
         Some(program) => program.clone(),
-        None => std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?,
+        None => std::env::current_exe().context("cannot find this program")?,
     };
     let setup = Setup {
         program: &program,
@@ -56,7 +62,7 @@ fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the Tokio runtime: {e}"))?;
+        .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);
@@ -73,7 +79,7 @@ fn start(config: &Config, options: &Options, report: &mut HoldReport) -> Result<
 async fn measure_front<'a>(
     setup: &Setup<'_>,
     front: Front,
-    plan: impl Iterator<Item = &'a preflight::Planned>,
+    plan: impl Iterator<Item = &'a preflight::HoldPlan>,
     failure: &mut Option<String>,
 ) -> FrontSeries {
     let name = front.name();
@@ -95,7 +101,7 @@ async fn measure_front<'a>(
                 ));
             }
             Err(Broken::Lab(why)) => {
-                *failure = Some(format!("the {name} front at rest: {why}"));
+                *failure = Some(format!("the {name} front at rest: {why:#}"));
                 stopped = Some("the lab failed earlier".to_owned());
             }
         }
@@ -103,26 +109,27 @@ async fn measure_front<'a>(
     for planned in plan {
         let held = planned.held;
         let outcome = match (&stopped, &planned.runs, series.baseline) {
-            (Some(reason), _, _) => Outcome::NotRun {
+            (Some(reason), _, _) => CountOutcome::NotRun {
                 reason: reason.clone(),
             },
-            (None, Err(reason), _) => Outcome::NotRun {
-                reason: reason.clone(),
+            (None, Err(refusal), _) => CountOutcome::NotRun {
+                reason: refusal.to_string(),
             },
-            (None, Ok(()), None) => Outcome::NotRun {
+            (None, Ok(()), None) => CountOutcome::NotRun {
                 reason: "no baseline".into(),
             },
             (None, Ok(()), Some(baseline)) => {
                 match measure::held(setup, front, planned, &baseline).await {
-                    Ok(figures) => Outcome::Held(figures),
+                    Ok(figures) => CountOutcome::Held(figures),
                     Err(Broken::Front(failed)) => {
                         stopped = Some(format!("the {name} front failed at {held} held"));
-                        Outcome::FrontFailed(failed)
+                        CountOutcome::FrontFailed(failed)
                     }
                     Err(Broken::Lab(why)) => {
+                        let why = format!("{why:#}");
                         *failure = Some(format!("the {name} front, {held} held: {why}"));
                         stopped = Some("the lab failed earlier".to_owned());
-                        Outcome::LabFailed { reason: why }
+                        CountOutcome::LabFailed { reason: why }
                     }
                 }
             }

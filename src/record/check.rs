@@ -239,7 +239,7 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
             )),
             (Some(status), Some(event)) => {
                 let body = room.body.clone().unwrap_or(Value::Null);
-                if let Err(says) = answer_agrees(request, status, &body, event, room.route) {
+                if let Some(says) = answer_differs(request, status, &body, event, room.route) {
                     find(says);
                 }
             }
@@ -248,15 +248,15 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
     findings
 }
 
-/// Whether `status` and `body` are what the lab's front answers `request` after the ledger's
-/// decision `event`; `Err` says how they differ.
-fn answer_agrees(
+/// How `status` and `body` differ from what the lab's front answers `request` after the
+/// ledger's decision `event`, if they do.
+fn answer_differs(
     request: Label,
     status: u16,
     body: &Value,
     event: &WorkEvent,
     route: Route,
-) -> Result<(), String> {
+) -> Option<String> {
     let pool = event.pool;
     let kind = match route {
         Route::Slow => "slow",
@@ -272,34 +272,33 @@ fn answer_agrees(
             json!({ "error": "work_abandoned", "pool": pool, "request": request })
         }
         (Event::Refused, 200) => {
-            return Err(format!(
+            return Some(format!(
                 "{request}'s evidence says 200 but the ledger shows no {kind} admission: the \
                  {pool} pool refused {request} at seq {}",
                 event.seq
             ));
         }
         (Event::Admitted, 503) => {
-            return Err(format!(
+            return Some(format!(
                 "{request}'s evidence says 503 but the ledger shows the {pool} pool admitted \
                  {request} at seq {}",
                 event.seq
             ));
         }
         _ => {
-            return Err(format!(
+            return Some(format!(
                 "{request}'s evidence says HTTP {status}, which the lab's front never answers a \
                  request the ledger {}",
                 event.event.name()
             ));
         }
     };
-    if *body != expected {
-        return Err(format!(
+    (*body != expected).then(|| {
+        format!(
             "{request}'s response is {status}, but its body {body} is not the one the lab's front \
              sends with it: {expected}"
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// The ledger's state after some prefix of the events.
@@ -1040,7 +1039,7 @@ impl<'a> PolicyCheck<'a> {
                 continue;
             };
             let event = &events[d.index];
-            if let Err(says) = answer_agrees(request, r.status, &r.body, event, r.route) {
+            if let Some(says) = answer_differs(request, r.status, &r.body, event, r.route) {
                 self.find(&path, says);
             }
             let phase = match gate {

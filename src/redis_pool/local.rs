@@ -118,8 +118,7 @@ impl LocalRedis {
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         let mut redis = LocalRedis {
-            url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
-                .map_err(anyhow::Error::msg)?,
+            url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?,
             pid: child.id(),
             child: Some(child),
             output: None,
@@ -339,7 +338,7 @@ fn sweep_stale_dirs() {
 /// A new, empty, private directory under the system's temporary directory.
 fn fresh_dir() -> Result<PathBuf> {
     let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("randomness for a name: {e}"))?;
+    getrandom::fill(&mut random).context("randomness for a name")?;
     let name = format!(
         "{DIR_PREFIX}{}-{:016x}",
         std::process::id(),

@@ -18,6 +18,6 @@ mod tests;
 pub(crate) use lease::{HeldLease, Losses};
 pub use lease::{LeaseLoss, LossCause};
 pub(crate) use local::LocalRedis;
-pub use permits::{Effect, Fence, Phase};
+pub use permits::{Effect, Fence, WorkEnd};
 pub(crate) use permits::{GlobalError, GlobalPermits, Hold, Holder, Lease};
 pub(crate) use url::LoopbackUrl;

@@ -126,7 +126,7 @@ pub(crate) struct Holding {
 /// The answer of one try-acquire, with the Redis time it was decided at. A refusal is
 /// immediate: nothing waits or queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Decision {
+pub(crate) enum TryAcquire {
     /// The holder now holds a permit.
     Admitted {
         /// The Redis time of the decision (ms since the Unix epoch).
@@ -145,12 +145,12 @@ pub(crate) enum Decision {
     },
 }
 
-impl Decision {
+impl TryAcquire {
     /// The Redis time of the decision.
     #[cfg(test)]
     pub(crate) fn at_ms(&self) -> u64 {
         match self {
-            Decision::Admitted { at_ms, .. } | Decision::Refused { at_ms, .. } => *at_ms,
+            TryAcquire::Admitted { at_ms, .. } | TryAcquire::Refused { at_ms, .. } => *at_ms,
         }
     }
 }
@@ -168,7 +168,7 @@ pub struct Fence {
 /// Which end of its work an effect comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum WorkEnd {
     /// Right after admission: the work starts writing.
     Begin,
     /// When the work ends, just before its permit is given back.
@@ -181,7 +181,7 @@ pub struct Effect {
     /// `replica/request`.
     pub holder: String,
     /// Begin or end.
-    pub phase: Phase,
+    pub phase: WorkEnd,
     /// Its slot and token.
     #[serde(flatten)]
     pub fence: Fence,
@@ -195,7 +195,7 @@ pub struct Effect {
 #[derive(Deserialize)]
 struct LoggedEffect {
     holder: String,
-    phase: Phase,
+    phase: WorkEnd,
     slot: String,
     token: String,
     accepted: bool,
@@ -249,7 +249,7 @@ pub(crate) enum Hold {
     },
 }
 
-/// What went wrong with the global permits. A refusal is not an error: it is a [`Decision`].
+/// What went wrong with the global permits. A refusal is not an error: it is a [`TryAcquire::Refused`].
 #[derive(Debug)]
 pub(crate) enum GlobalError {
     /// A run id, capacity, lease or holder the module does not accept.
@@ -537,7 +537,7 @@ impl GlobalPermits {
     /// Tries to admit `holder` now, in one atomic script: expired holders are removed first,
     /// then the holder is admitted if fewer than `capacity` remain, or refused naming them.
     /// Never waits for a permit.
-    pub(crate) async fn try_acquire(&self, holder: &Holder) -> Result<Decision, GlobalError> {
+    pub(crate) async fn try_acquire(&self, holder: &Holder) -> Result<TryAcquire, GlobalError> {
         const DOING: &str = "trying to acquire a permit";
         let inner = &self.inner;
         let reply = self
@@ -551,7 +551,7 @@ impl GlobalPermits {
             .await?;
         let (code, at_ms, rest) = coded(&reply, DOING)?;
         match (code, rest) {
-            (1, [expiry, slot, token]) => Ok(Decision::Admitted {
+            (1, [expiry, slot, token]) => Ok(TryAcquire::Admitted {
                 at_ms,
                 expires_at_ms: expiry_of(expiry, DOING)?,
                 fence: Fence {
@@ -560,7 +560,7 @@ impl GlobalPermits {
                 },
             }),
             (2, []) => Err(GlobalError::AlreadyHeld(holder.clone())),
-            (0, pairs) => Ok(Decision::Refused {
+            (0, pairs) => Ok(TryAcquire::Refused {
                 at_ms,
                 holders: holdings(pairs, DOING)?,
             }),
@@ -592,7 +592,7 @@ impl GlobalPermits {
             Err(error) => return Err(error),
         };
         match decision {
-            Decision::Admitted {
+            TryAcquire::Admitted {
                 at_ms,
                 expires_at_ms,
                 fence,
@@ -607,7 +607,7 @@ impl GlobalPermits {
                 fence,
                 losses,
             ))),
-            Decision::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
+            TryAcquire::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
         }
     }
 
@@ -688,14 +688,14 @@ impl GlobalPermits {
         &self,
         holder: &Holder,
         fence: Fence,
-        phase: Phase,
+        phase: WorkEnd,
         fencing: bool,
     ) -> Result<bool, GlobalError> {
         const DOING: &str = "applying an effect to the dependency";
         let inner = &self.inner;
         let phase = match phase {
-            Phase::Begin => "begin",
-            Phase::End => "end",
+            WorkEnd::Begin => "begin",
+            WorkEnd::End => "end",
         };
         let reply = self
             .invoke(

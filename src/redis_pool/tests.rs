@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::lease::LeaseState;
-use super::permits::{Decision, Holding, MAX_LEASE_MS, REDIS_TIMEOUT, Renewal};
+use super::permits::{Holding, MAX_LEASE_MS, REDIS_TIMEOUT, Renewal, TryAcquire};
 use super::*;
 
 /// A guard against a hang: every test here ends well within it.
@@ -71,14 +71,14 @@ async fn connect(redis: &LocalRedis, run: &str, capacity: u32, lease: Lease) -> 
 
 async fn admitted(permits: &GlobalPermits, who: &Holder) -> Option<u64> {
     match permits.try_acquire(who).await.expect("Redis answers") {
-        Decision::Admitted { expires_at_ms, .. } => expires_at_ms,
+        TryAcquire::Admitted { expires_at_ms, .. } => expires_at_ms,
         refused => panic!("expected {who} to be admitted, got {refused:?}"),
     }
 }
 
 async fn refused(permits: &GlobalPermits, who: &Holder) -> (u64, Vec<Holding>) {
     match permits.try_acquire(who).await.expect("Redis answers") {
-        Decision::Refused { at_ms, holders } => (at_ms, holders),
+        TryAcquire::Refused { at_ms, holders } => (at_ms, holders),
         admitted => panic!("expected {who} to be refused, got {admitted:?}"),
     }
 }
@@ -126,7 +126,7 @@ async fn capacity_two_admits_two_of_five() {
         for n in 1..=5 {
             let who = holder("r1", &format!("S{n}"));
             match permits.try_acquire(&who).await.expect("Redis answers") {
-                Decision::Admitted {
+                TryAcquire::Admitted {
                     at_ms,
                     expires_at_ms,
                     ..
@@ -134,7 +134,7 @@ async fn capacity_two_admits_two_of_five() {
                     assert_eq!(expires_at_ms, Some(at_ms + 60_000), "lease from Redis time");
                     admitted_at.push(who.to_string());
                 }
-                Decision::Refused { at_ms, holders } => {
+                TryAcquire::Refused { at_ms, holders } => {
                     for h in &holders {
                         let expiry = h.expires_at_ms.expect("leased holders have an expiry");
                         assert!(expiry > at_ms, "a named holder is live: {h:?} at {at_ms}");
@@ -242,7 +242,7 @@ async fn a_lease_expires_and_the_next_is_admitted() {
             let decision = permits.try_acquire(&b).await.expect("Redis answers");
             let at_ms = decision.at_ms();
             match decision {
-                Decision::Refused { holders, .. } => {
+                TryAcquire::Refused { holders, .. } => {
                     assert!(
                         at_ms < expiry,
                         "refused at {at_ms}, after {a}'s expiry {expiry}"
@@ -250,7 +250,7 @@ async fn a_lease_expires_and_the_next_is_admitted() {
                     assert_eq!(names(&holders), set(&["r1/S1"]));
                     refusals += 1;
                 }
-                Decision::Admitted { .. } => break at_ms,
+                TryAcquire::Admitted { .. } => break at_ms,
             }
         };
         assert!(refusals > 0, "the first probe came before the lease lapsed");
@@ -363,7 +363,7 @@ async fn a_dropped_lease_lapses_and_a_removed_one_is_lost() {
         let mut pace = tokio::time::interval(PROBE_PACE);
         let admitted_at = loop {
             pace.tick().await;
-            if let Decision::Admitted { at_ms, .. } = permits.try_acquire(&b).await.expect("ok") {
+            if let TryAcquire::Admitted { at_ms, .. } = permits.try_acquire(&b).await.expect("ok") {
                 break at_ms;
             }
         };

@@ -11,6 +11,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use anyhow::{Context, bail};
+
 /// A `redis://HOST:PORT` address whose host is a loopback address.
 ///
 /// Accepted hosts: any IPv4 address in `127.0.0.0/8`, `[::1]`, and `localhost`, which is taken
@@ -24,66 +26,63 @@ pub(crate) struct LoopbackUrl {
 }
 
 impl LoopbackUrl {
-    /// Parses `s`, or says what is wrong with it.
-    pub(crate) fn parse(s: &str) -> Result<LoopbackUrl, String> {
-        let shown = s;
+    /// Parses `s`, or says what is wrong with it: the URL as given, then why (`{:#}` shows
+    /// both).
+    pub(crate) fn parse(s: &str) -> anyhow::Result<LoopbackUrl> {
         let Some((scheme, rest)) = s.split_once("://") else {
-            return Err(format!(
-                "`{shown}` is not a Redis URL: expected redis://127.0.0.1:PORT"
-            ));
+            bail!("`{s}` is not a Redis URL: expected redis://127.0.0.1:PORT");
         };
+        LoopbackUrl::from_parts(scheme, rest).with_context(|| format!("`{s}`"))
+    }
+
+    /// The URL `scheme://rest`, or why it is refused.
+    fn from_parts(scheme: &str, rest: &str) -> anyhow::Result<LoopbackUrl> {
         if !scheme.eq_ignore_ascii_case("redis") {
             let why = if scheme.eq_ignore_ascii_case("rediss") {
                 "TLS (rediss://) is not supported: the lab's Redis is on this machine"
             } else {
                 "only redis:// is supported"
             };
-            return Err(format!("`{shown}`: scheme `{scheme}` refused: {why}"));
+            bail!("scheme `{scheme}` refused: {why}");
         }
         if let Some(at) = rest.find(['?', '#']) {
-            return Err(format!(
-                "`{shown}`: `{}` refused: a Redis URL here takes no query or fragment",
+            bail!(
+                "`{}` refused: a Redis URL here takes no query or fragment",
                 &rest[at..]
-            ));
+            );
         }
         let (authority, path) = match rest.find('/') {
             Some(slash) => rest.split_at(slash),
             None => (rest, ""),
         };
         if authority.is_empty() && path.len() > 1 {
-            return Err(format!(
-                "`{shown}`: no host, only the path `{path}`: a Unix socket is not supported; \
-                 expected redis://127.0.0.1:PORT"
-            ));
+            bail!(
+                "no host, only the path `{path}`: a Unix socket is not supported; expected \
+                 redis://127.0.0.1:PORT"
+            );
         }
         if !path.is_empty() && path != "/" {
-            return Err(format!(
-                "`{shown}`: database path `{path}` refused: the lab uses database 0 and \
-                 namespaces its keys by run"
-            ));
+            bail!(
+                "database path `{path}` refused: the lab uses database 0 and namespaces its \
+                 keys by run"
+            );
         }
         if authority.contains('@') {
-            return Err(format!(
-                "`{shown}`: a user name or password is not supported: the lab's Redis is a \
-                 local one without authentication"
-            ));
+            bail!(
+                "a user name or password is not supported: the lab's Redis is a local one \
+                 without authentication"
+            );
         }
-        let (host, port) = split_host_port(authority).map_err(|why| format!("`{shown}`: {why}"))?;
-        let ip = loopback_ip(host).map_err(|why| format!("`{shown}`: {why}"))?;
+        let (host, port) = split_host_port(authority)?;
+        let ip = loopback_ip(host)?;
         // The host first: a port is asked for only of an address the lab would use.
         let Some(port) = port else {
-            return Err(format!(
-                "`{shown}`: a port is required, as in redis://{authority}:6379"
-            ));
+            bail!("a port is required, as in redis://{authority}:6379");
         };
         let port = match port.parse::<u16>() {
-            Ok(0) => return Err(format!("`{shown}`: port 0 is not a port to connect to")),
+            Ok(0) => bail!("port 0 is not a port to connect to"),
             Ok(port) => port,
-            Err(_) => {
-                return Err(format!(
-                    "`{shown}`: port `{port}` is not a number from 1 to 65535"
-                ));
-            }
+            Err(_) => bail!("port `{port}` is not a number from 1 to 65535"),
         };
         Ok(LoopbackUrl {
             addr: SocketAddr::new(ip, port),
@@ -91,9 +90,9 @@ impl LoopbackUrl {
     }
 
     /// The address of a Redis server known to be local (one this process started).
-    pub(crate) fn from_local(addr: SocketAddr) -> Result<LoopbackUrl, String> {
+    pub(crate) fn from_local(addr: SocketAddr) -> anyhow::Result<LoopbackUrl> {
         if !addr.ip().is_loopback() || addr.port() == 0 {
-            return Err(format!("{addr} is not a loopback address with a port"));
+            bail!("{addr} is not a loopback address with a port");
         }
         Ok(LoopbackUrl { addr })
     }
@@ -105,33 +104,33 @@ impl LoopbackUrl {
 }
 
 /// Splits `HOST:PORT` or `[V6]:PORT`; `None` for a missing port.
-fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), String> {
+fn split_host_port(authority: &str) -> anyhow::Result<(&str, Option<&str>)> {
     if authority.is_empty() {
-        return Err("no host: expected redis://127.0.0.1:PORT".to_owned());
+        bail!("no host: expected redis://127.0.0.1:PORT");
     }
     if let Some(bracketed) = authority.strip_prefix('[') {
         let Some((host, after)) = bracketed.split_once(']') else {
-            return Err("an IPv6 host opened with `[` is not closed with `]`".to_owned());
+            bail!("an IPv6 host opened with `[` is not closed with `]`");
         };
         return match after.strip_prefix(':') {
             Some(port) if !port.is_empty() => Ok((host, Some(port))),
             _ if after.is_empty() || after == ":" => Ok((host, None)),
-            _ => Err(format!("`{after}` after the IPv6 host is not `:PORT`")),
+            _ => bail!("`{after}` after the IPv6 host is not `:PORT`"),
         };
     }
     match authority.rsplit_once(':') {
         Some((host, _)) if host.contains(':') => {
-            Err("an IPv6 host must be written in brackets, as in redis://[::1]:6379".to_owned())
+            bail!("an IPv6 host must be written in brackets, as in redis://[::1]:6379")
         }
         Some((host, port)) if !host.is_empty() && !port.is_empty() => Ok((host, Some(port))),
-        Some(("", _)) => Err("no host: expected redis://127.0.0.1:PORT".to_owned()),
+        Some(("", _)) => bail!("no host: expected redis://127.0.0.1:PORT"),
         Some((host, _)) => Ok((host, None)),
         None => Ok((authority, None)),
     }
 }
 
 /// The loopback address `host` names, or why it is refused.
-fn loopback_ip(host: &str) -> Result<IpAddr, String> {
+fn loopback_ip(host: &str) -> anyhow::Result<IpAddr> {
     if host.eq_ignore_ascii_case("localhost") {
         return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
     }
@@ -140,18 +139,15 @@ fn loopback_ip(host: &str) -> Result<IpAddr, String> {
     } else if let Ok(v6) = host.parse::<Ipv6Addr>() {
         IpAddr::V6(v6)
     } else {
-        return Err(format!(
+        bail!(
             "host `{host}` refused: only loopback addresses (127.0.0.0/8, [::1], localhost), \
              the lab sends nothing off this machine"
-        ));
+        );
     };
-    if ip.is_loopback() {
-        Ok(ip)
-    } else {
-        Err(format!(
-            "host `{host}` is not a loopback address: the lab sends nothing off this machine"
-        ))
+    if !ip.is_loopback() {
+        bail!("host `{host}` is not a loopback address: the lab sends nothing off this machine");
     }
+    Ok(ip)
 }
 
 impl fmt::Display for LoopbackUrl {
@@ -168,7 +164,7 @@ mod tests {
     fn ok(s: &str) -> String {
         match LoopbackUrl::parse(s) {
             Ok(url) => url.to_string(),
-            Err(why) => panic!("expected {s} to parse, got: {why}"),
+            Err(why) => panic!("expected {s} to parse, got: {why:#}"),
         }
     }
 
@@ -176,8 +172,8 @@ mod tests {
         match LoopbackUrl::parse(s) {
             Ok(url) => panic!("expected {s} to be refused, got {url}"),
             Err(why) => assert!(
-                why.contains(names),
-                "refusal of {s} should mention `{names}`, got: {why}"
+                format!("{why:#}").contains(names),
+                "refusal of {s} should mention `{names}`, got: {why:#}"
             ),
         }
     }
@@ -193,8 +189,10 @@ mod tests {
         assert_eq!(ok("redis://LocalHost:7000"), "redis://127.0.0.1:7000");
         assert_eq!(ok("redis://[::1]:7000"), "redis://[::1]:7000");
         assert_eq!(
-            LoopbackUrl::parse("redis://[::1]:7000").map(|u| u.socket_addr()),
-            Ok(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 7000))
+            LoopbackUrl::parse("redis://[::1]:7000")
+                .map(|u| u.socket_addr())
+                .ok(),
+            Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 7000))
         );
     }
 
@@ -208,7 +206,7 @@ mod tests {
             "redis://10.0.0.1:",
             "redis://example.com",
         ] {
-            let why = LoopbackUrl::parse(off).expect_err("refused");
+            let why = format!("{:#}", LoopbackUrl::parse(off).expect_err("refused"));
             assert!(!why.contains("as in"), "{off}: {why}");
         }
         refused("redis://192.168.1.2:6379", "not a loopback");
@@ -265,8 +263,8 @@ mod tests {
     fn from_local_checks_loopback() {
         let local = SocketAddr::from(([127, 0, 0, 1], 6380));
         assert_eq!(
-            LoopbackUrl::from_local(local).map(|u| u.to_string()),
-            Ok("redis://127.0.0.1:6380".to_owned())
+            LoopbackUrl::from_local(local).map(|u| u.to_string()).ok(),
+            Some("redis://127.0.0.1:6380".to_owned())
         );
         assert!(LoopbackUrl::from_local(SocketAddr::from(([10, 0, 0, 1], 6380))).is_err());
         assert!(LoopbackUrl::from_local(SocketAddr::from(([127, 0, 0, 1], 0))).is_err());

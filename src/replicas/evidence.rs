@@ -18,7 +18,7 @@ use crate::policy::Pool;
 
 /// Everything a run observed. A part a failed run never reached is `None` or empty.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Evidence {
+pub struct ReplicasEvidence {
     /// The shared engine, when permits were global.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine: Option<EngineEvidence>,
@@ -35,7 +35,7 @@ pub struct Evidence {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crash: Option<CrashEvidence>,
     /// The held callers' responses after every gate opened.
-    pub released: Vec<Answer>,
+    pub released: Vec<ReleasedAnswer>,
 }
 
 /// One request sent to a replica, and the decision on it.
@@ -146,7 +146,7 @@ pub struct CrashEvidence {
 
 /// A held caller's response after release.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Answer {
+pub struct ReleasedAnswer {
     /// The request.
     pub request: Label,
     /// Its replica.

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use anyhow::{anyhow, bail};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::policy::{Bounded, Slots};
@@ -44,18 +45,19 @@ impl Engine {
 }
 
 impl FromStr for Engine {
-    type Err = String;
+    type Err = anyhow::Error;
 
-    fn from_str(text: &str) -> Result<Engine, String> {
+    fn from_str(text: &str) -> anyhow::Result<Engine> {
         match text {
             "off" => Ok(Engine::Off),
             "local" => Ok(Engine::Local),
-            url if url.contains("://") => {
-                LoopbackUrl::parse(url).map(|url| Engine::Url(RedisUrl(url)))
-            }
-            other => Err(format!(
-                "`{other}`: expected off, local, or redis://127.0.0.1:PORT"
-            )),
+            url if url.contains("://") => match LoopbackUrl::parse(url) {
+                Ok(url) => Ok(Engine::Url(RedisUrl(url))),
+                // clap and serde print this error with `{}`, which shows anyhow's outermost
+                // context alone: the URL's refusal goes whole, as one message.
+                Err(refused) => Err(anyhow!("{refused:#}")),
+            },
+            other => bail!("`{other}`: expected off, local, or redis://127.0.0.1:PORT"),
         }
     }
 }
@@ -129,24 +131,24 @@ impl From<LeaseMs> for u32 {
 }
 
 impl TryFrom<u32> for LeaseMs {
-    type Error = String;
+    type Error = anyhow::Error;
 
-    fn try_from(ms: u32) -> Result<LeaseMs, String> {
-        LeaseMs::new(ms).ok_or_else(|| LEASE_RANGE.to_owned())
+    fn try_from(ms: u32) -> anyhow::Result<LeaseMs> {
+        LeaseMs::new(ms).ok_or_else(|| anyhow!(LEASE_RANGE))
     }
 }
 
 const LEASE_RANGE: &str = "expected 0 (no lease) or a whole number from 200 through 60000";
 
 impl FromStr for LeaseMs {
-    type Err = String;
+    type Err = anyhow::Error;
 
-    fn from_str(text: &str) -> Result<LeaseMs, String> {
+    fn from_str(text: &str) -> anyhow::Result<LeaseMs> {
         Some(text)
             .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|t| t.parse::<u32>().ok())
             .and_then(LeaseMs::new)
-            .ok_or_else(|| LEASE_RANGE.to_owned())
+            .ok_or_else(|| anyhow!(LEASE_RANGE))
     }
 }
 
@@ -261,7 +263,8 @@ mod tests {
             assert!(good.parse::<LeaseMs>().is_ok(), "{good}");
         }
         for bad in ["1", "199", "60001", "-1", "+200", "", "2e3", "two"] {
-            assert_eq!(bad.parse::<LeaseMs>(), Err(LEASE_RANGE.to_owned()), "{bad}");
+            let why = bad.parse::<LeaseMs>().expect_err("refused");
+            assert_eq!(why.to_string(), LEASE_RANGE, "{bad}");
         }
         assert!(!LeaseMs::new(0).expect("0 is allowed").leased());
     }
@@ -269,8 +272,8 @@ mod tests {
     /// `--global` takes off, local, or a loopback redis:// URL; anything else says why.
     #[test]
     fn engines_are_off_local_or_a_loopback_url() {
-        assert_eq!("off".parse::<Engine>(), Ok(Engine::Off));
-        assert_eq!("local".parse::<Engine>(), Ok(Engine::Local));
+        assert_eq!("off".parse::<Engine>().ok(), Some(Engine::Off));
+        assert_eq!("local".parse::<Engine>().ok(), Some(Engine::Local));
         let url = "redis://127.0.0.1:6379"
             .parse::<Engine>()
             .expect("loopback");
@@ -283,7 +286,8 @@ mod tests {
             ("http://127.0.0.1:6379", "scheme"),
             ("on", "expected off, local"),
         ] {
-            let why = bad.parse::<Engine>().expect_err("refused");
+            // Whole in `{}`, as clap prints it.
+            let why = bad.parse::<Engine>().expect_err("refused").to_string();
             assert!(why.contains(says), "{bad}: {why}");
         }
     }

@@ -16,10 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::evidence::{Evidence, Sent};
+use super::evidence::{ReplicasEvidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
-use crate::front_process::{Effect, LossCause, Phase};
+use crate::front_process::{Effect, LossCause, WorkEnd};
 use crate::label::Label;
 
 /// What the inputs predict.
@@ -28,7 +28,7 @@ pub struct Prediction {
     /// The most requests the permits let inside work sections at once, across replicas.
     pub limit_in_all: usize,
     /// Each request in sending order: its replica, decision and, refused, who holds.
-    pub requests: Vec<Expected>,
+    pub requests: Vec<ReplicasExpected>,
     /// Requests held at once across replicas once all are decided.
     pub held_in_all: usize,
     /// The same, per replica.
@@ -47,7 +47,7 @@ pub struct Prediction {
 
 /// One request's predicted decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Expected {
+pub struct ReplicasExpected {
     /// The request.
     pub request: Label,
     /// Its replica.
@@ -120,7 +120,7 @@ pub fn predict(inputs: &ReplicasInputs) -> Prediction {
         } else {
             Decision::Admitted
         };
-        requests.push(Expected {
+        requests.push(ReplicasExpected {
             request,
             replica,
             decision,
@@ -187,7 +187,7 @@ fn pause_or_crash_needs_full(part: &str) -> String {
 /// When requests inside work sections were counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Moment {
+pub enum CountedAt {
     /// Once every request was decided.
     AfterRequests,
     /// During the pause, once the probes had taken the paused holders' permits.
@@ -199,7 +199,7 @@ pub enum Moment {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OverAdmission {
     /// When it was counted.
-    pub when: Moment,
+    pub when: CountedAt,
     /// The requests inside work sections then, as `replica/request`.
     pub inside: Vec<String>,
     /// The limit: `--slots`, global or meant to be.
@@ -247,7 +247,7 @@ impl Lapsed {
 }
 
 /// Every over-admission the evidence shows, in order.
-pub fn over_admitted(inputs: &ReplicasInputs, evidence: &Evidence) -> Vec<OverAdmission> {
+pub fn over_admitted(inputs: &ReplicasInputs, evidence: &ReplicasEvidence) -> Vec<OverAdmission> {
     let limit = inputs.slots.get();
     let global = inputs.global.is_global();
     let mut seen = Vec::new();
@@ -292,7 +292,7 @@ pub fn over_admitted(inputs: &ReplicasInputs, evidence: &Evidence) -> Vec<OverAd
             holders.map(|h| h.holder.clone()).collect()
         });
         count(
-            Moment::AfterRequests,
+            CountedAt::AfterRequests,
             inside(&evidence.held_at_once),
             named.as_deref(),
             None,
@@ -302,7 +302,7 @@ pub fn over_admitted(inputs: &ReplicasInputs, evidence: &Evidence) -> Vec<OverAd
         && !pause.in_sections.is_empty()
     {
         count(
-            Moment::DuringPause,
+            CountedAt::DuringPause,
             inside(&pause.in_sections),
             Some(&pause.engine_holders),
             pause.replica,
@@ -311,7 +311,7 @@ pub fn over_admitted(inputs: &ReplicasInputs, evidence: &Evidence) -> Vec<OverAd
     seen
 }
 
-fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &Evidence) -> Lapsed {
+fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvidence) -> Lapsed {
     let replica = evidence
         .replicas
         .iter()
@@ -325,7 +325,7 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &Evidence) -
     let late_effect = evidence.engine.as_ref().and_then(|e| {
         let mut effects = e.effects.iter();
         effects
-            .rfind(|e| e.holder == holder && e.phase == Phase::End)
+            .rfind(|e| e.holder == holder && e.phase == WorkEnd::End)
             .cloned()
     });
     Lapsed {
@@ -356,7 +356,7 @@ fn names(held_by: &[String]) -> BTreeSet<&str> {
 
 /// The differences between `prediction` and `evidence`, in words; empty when they agree.
 /// Only what a run reached is checked: a failed run's failure says the rest.
-pub fn check(prediction: &Prediction, evidence: &Evidence) -> Vec<String> {
+pub fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec<String> {
     let mut wrong = Vec::new();
     for expected in &prediction.requests {
         let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) else {
@@ -438,7 +438,7 @@ pub fn check(prediction: &Prediction, evidence: &Evidence) -> Vec<String> {
     wrong
 }
 
-fn check_sent(expected: &Expected, sent: &Sent, wrong: &mut Vec<String>) {
+fn check_sent(expected: &ReplicasExpected, sent: &Sent, wrong: &mut Vec<String>) {
     let request = expected.request;
     if sent.replica != expected.replica {
         wrong.push(format!(
@@ -478,7 +478,7 @@ fn fencing_on(prediction: &Prediction) -> bool {
 fn check_late_effects(
     plan: &PausePlan,
     pause: &super::evidence::PauseEvidence,
-    evidence: &Evidence,
+    evidence: &ReplicasEvidence,
     wrong: &mut Vec<String>,
 ) {
     let Some(engine) = &evidence.engine else {
@@ -488,7 +488,7 @@ fn check_late_effects(
         let late = engine
             .effects
             .iter()
-            .find(|e| e.holder == paused.holder && e.phase == Phase::End);
+            .find(|e| e.holder == paused.holder && e.phase == WorkEnd::End);
         match (late, plan.late_effects_refused) {
             (None, _) => wrong.push(format!(
                 "{}'s work ended without its effect reaching the dependency",
@@ -682,7 +682,7 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
     }
 }
 
-fn check_replicas(prediction: &Prediction, evidence: &Evidence, wrong: &mut Vec<String>) {
+fn check_replicas(prediction: &Prediction, evidence: &ReplicasEvidence, wrong: &mut Vec<String>) {
     let killed = prediction
         .crash
         .filter(|_| evidence.crash.is_some())
@@ -900,7 +900,7 @@ mod tests {
     /// names the newer token.
     #[test]
     fn the_dependency_counts_stale_writes_beyond_the_slots() {
-        use crate::front_process::{Effect, Fence, Phase};
+        use crate::front_process::{Effect, Fence, WorkEnd};
         let effect = |holder: &str, phase, slot, token, accepted, newest| Effect {
             holder: holder.into(),
             phase,
@@ -910,10 +910,10 @@ mod tests {
         };
         let run = |late_accepted| {
             vec![
-                effect("r1/S1", Phase::Begin, 0, 11, true, 0),
-                effect("r2/S2", Phase::Begin, 1, 12, true, 0),
-                effect("r1/S5", Phase::Begin, 1, 13, true, 12),
-                effect("r2/S2", Phase::End, 1, 12, late_accepted, 13),
+                effect("r1/S1", WorkEnd::Begin, 0, 11, true, 0),
+                effect("r2/S2", WorkEnd::Begin, 1, 12, true, 0),
+                effect("r1/S5", WorkEnd::Begin, 1, 13, true, 12),
+                effect("r2/S2", WorkEnd::End, 1, 12, late_accepted, 13),
             ]
         };
         let fenced = Dependency::of(&run(false));

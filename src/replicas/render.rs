@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use crate::draw::table::columns;
 use crate::evidence::Decision;
-use crate::front_process::{Effect, Phase};
+use crate::front_process::{Effect, WorkEnd};
 use crate::label::Label;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
 use crate::replicas::report::late_effect;
@@ -445,7 +445,7 @@ fn leases(report: &ReplicasReport) -> String {
             .iter()
             .filter_map(|h| {
                 let mut effects = effects.unwrap_or_default().iter();
-                effects.rfind(|e| e.holder == h.holder && e.phase == Phase::End)
+                effects.rfind(|e| e.holder == h.holder && e.phase == WorkEnd::End)
             })
             .collect();
         for effect in &late {

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::evidence::Evidence;
+use super::evidence::ReplicasEvidence;
 use super::inputs::ReplicasInputs;
-use super::model::{self, Dependency, Moment, OverAdmission, Prediction};
+use super::model::{self, CountedAt, Dependency, OverAdmission, Prediction};
 
 /// The whole report of one `replicas` run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -19,7 +19,7 @@ pub struct ReplicasReport {
     /// What the inputs predict.
     pub prediction: Prediction,
     /// What the run observed.
-    pub evidence: Evidence,
+    pub evidence: ReplicasEvidence,
     /// Every time more requests were inside work sections at once than the limit, with whose
     /// lease had lapsed and why: expected during the pause and with own permits, a fault
     /// otherwise. Reported whether or not the run failed.
@@ -42,8 +42,8 @@ impl OverAdmission {
     /// What it was, in one sentence.
     pub fn sentence(&self) -> String {
         let when = match self.when {
-            Moment::AfterRequests => "once every request was decided",
-            Moment::DuringPause => "during the pause",
+            CountedAt::AfterRequests => "once every request was decided",
+            CountedAt::DuringPause => "during the pause",
         };
         let mut text = format!(
             "over-admission: {} requests inside work sections at once under a limit of {} {when} \
@@ -97,7 +97,11 @@ pub(crate) fn late_effect(effect: &crate::front_process::Effect) -> String {
 
 impl ReplicasReport {
     /// The report of `evidence`, checked against what `inputs` predict.
-    pub fn assemble(inputs: ReplicasInputs, evidence: Evidence, failure: Option<String>) -> Self {
+    pub fn assemble(
+        inputs: ReplicasInputs,
+        evidence: ReplicasEvidence,
+        failure: Option<String>,
+    ) -> Self {
         let prediction = model::predict(&inputs);
         let mismatches = model::check(&prediction, &evidence);
         let over_admitted = model::over_admitted(&inputs, &evidence);
@@ -123,7 +127,7 @@ impl ReplicasReport {
         let over = self
             .over_admitted
             .iter()
-            .find(|o| o.when == Moment::AfterRequests)
+            .find(|o| o.when == CountedAt::AfterRequests)
             .filter(|_| self.inputs.global.is_global());
         match (over, &self.failure) {
             (Some(over), Some(failure)) => {

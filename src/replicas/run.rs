@@ -18,8 +18,8 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::evidence::{
-    Answer, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, Evidence, LapseSeen,
-    PauseEvidence, ReplicaEvidence, Sent,
+    Cleanup, CrashEvidence, EngineEvidence, EngineHolder, LapseSeen, PauseEvidence, ReleasedAnswer,
+    ReplicaEvidence, ReplicasEvidence, Sent,
 };
 use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder};
@@ -97,7 +97,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         options,
         replicas: Vec::new(),
         engine: None,
-        evidence: Evidence::default(),
+        evidence: ReplicasEvidence::default(),
         next_probe: inputs.held.get() as u16 + 1,
     };
     // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
@@ -152,7 +152,7 @@ struct Replica {
 /// A caller's request and what it got, and when.
 struct Call {
     request: Label,
-    reply: Result<(u16, Value), String>,
+    reply: Result<(u16, Value)>,
     at: Instant,
 }
 
@@ -162,7 +162,7 @@ struct Run {
     options: ReplicasOptions,
     replicas: Vec<Replica>,
     engine: Option<EngineHandle>,
-    evidence: Evidence,
+    evidence: ReplicasEvidence,
     next_probe: u16,
 }
 
@@ -239,7 +239,7 @@ impl Run {
             }
         };
         let mut random = [0u8; 8];
-        getrandom::fill(&mut random).map_err(|e| anyhow!("no randomness for a run id: {e}"))?;
+        getrandom::fill(&mut random).context("no randomness for a run id")?;
         let run = format!("replicas-{:016x}", u64::from_le_bytes(random));
         self.evidence.engine = Some(EngineEvidence {
             address: url.to_string(),
@@ -288,9 +288,9 @@ impl Run {
             command.process_group(0);
             let front = FrontProcess::start(command, &spec, self.timeout())
                 .await
-                .map_err(|e| anyhow!("{id} did not come up: {e}"))?;
+                .with_context(|| format!("{id} did not come up"))?;
             let headers = crate::coordinator::client::token_header(front.token())
-                .map_err(|e| anyhow!("{id}: {e:#}"))?;
+                .with_context(|| id.to_string())?;
             let client = crate::coordinator::client::loopback(headers)
                 .map_err(|e| anyhow!("building the HTTP client: {e}"))?;
             self.replicas.push(Replica {
@@ -509,7 +509,7 @@ impl Run {
         let pid = front.pid();
         front
             .pause()
-            .map_err(|e| anyhow!("cannot pause {}: {e}", plan.paused))?;
+            .with_context(|| format!("cannot pause {}", plan.paused))?;
         replica.paused = true;
         replica
             .evidence
@@ -606,7 +606,7 @@ impl Run {
         let pid = front.pid();
         front
             .kill()
-            .map_err(|e| anyhow!("cannot kill {}: {e}", plan.killed))?;
+            .with_context(|| format!("cannot kill {}", plan.killed))?;
         let since = Instant::now();
         let exit = tokio::time::timeout(timeout, front.wait()).await;
         let exit = match exit {
@@ -694,7 +694,7 @@ impl Run {
                 let joined = tokio::time::timeout(timeout, replica.callers.join_next()).await;
                 let call = match joined {
                     Ok(Some(Ok(call))) => call,
-                    Ok(Some(Err(e))) => return Err(anyhow!("a caller task failed: {e}")),
+                    Ok(Some(Err(e))) => return Err(e).context("a caller task failed"),
                     Ok(None) => break,
                     Err(_) => {
                         return Err(anyhow!(
@@ -707,22 +707,22 @@ impl Run {
                 let answer = match call.reply {
                     // A live replica's held caller must be answered; only a killed one's may not.
                     Err(why) if replica.front.is_some() => {
-                        let doing = format!("{}'s caller got no response: {why}", call.request);
+                        let doing = format!("{}'s caller got no response: {why:#}", call.request);
                         return Err(replica.died(doing).await);
                     }
-                    Ok((status, _)) => Answer {
+                    Ok((status, _)) => ReleasedAnswer {
                         request: call.request,
                         replica: replica.id,
                         status: Some(status),
                         at_ms: Some(millis(call.at.duration_since(self.started))),
                         error: None,
                     },
-                    Err(why) => Answer {
+                    Err(why) => ReleasedAnswer {
                         request: call.request,
                         replica: replica.id,
                         status: None,
                         at_ms: Some(millis(call.at.duration_since(self.started))),
-                        error: Some(why),
+                        error: Some(format!("{why:#}")),
                     },
                 };
                 self.evidence.released.push(answer);
@@ -819,7 +819,7 @@ impl Run {
     fn stopped(
         &mut self,
         id: ReplicaId,
-        stopped: Result<crate::front_process::Closed, crate::front_process::FrontError>,
+        stopped: Result<crate::front_process::StoppedFront, crate::front_process::FrontError>,
     ) -> Option<String> {
         let replica = self.replica(id).ok()?;
         match stopped {
@@ -862,13 +862,11 @@ impl Replica {
             .header(LABEL_HEADER, request.to_string());
         self.callers.spawn(async move {
             let reply = async {
-                // The whole chain, in one line: reqwest's own message names only the request.
-                let chain = |e: reqwest::Error| format!("{:#}", anyhow::Error::from(e));
-                let response = get.send().await.map_err(chain)?;
+                let response = get.send().await?;
                 let status = response.status().as_u16();
-                let bytes = response.bytes().await.map_err(chain)?;
+                let bytes = response.bytes().await?;
                 let body = serde_json::from_slice(&bytes)
-                    .map_err(|e| format!("the {status} response is not JSON: {e}"))?;
+                    .with_context(|| format!("the {status} response is not JSON"))?;
                 Ok((status, body))
             };
             let reply = reply.await;
@@ -903,7 +901,7 @@ impl Replica {
                     }
                     Ok(Some(_)) => {}
                     Ok(None) => return Err(anyhow!("{id} ended its messages")),
-                    Err(e) => return Err(anyhow!("reading {id}'s messages: {e}")),
+                    Err(e) => return Err(e).with_context(|| format!("reading {id}'s messages")),
                 }
             }
             Ok(())
@@ -948,7 +946,7 @@ impl Replica {
                     }
                     Ok(Some(_)) => {}
                     Ok(None) => return Err(self.died(format!("waiting for {request}")).await),
-                    Err(e) => return Err(anyhow!("reading {id}'s messages: {e}")),
+                    Err(e) => return Err(e).with_context(|| format!("reading {id}'s messages")),
                 },
                 Some(joined) = self.callers.join_next() => {
                     let call = joined.context("a caller task failed")?;
@@ -968,7 +966,7 @@ impl Replica {
         let id = self.id;
         let (status, body) = call
             .reply
-            .map_err(|why| anyhow!("{}'s call to {id} failed: {why}", call.request))?;
+            .with_context(|| format!("{}'s call to {id} failed", call.request))?;
         let error = body.get("error").and_then(Value::as_str);
         match (status, error) {
             (503, Some("work_capacity_full")) if call.request == request => {

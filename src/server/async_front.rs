@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -21,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::connections::Connections;
 use super::work_style::Dispatch;
-use super::{Backoff, Census, Gates, Head, ListenerId, Reply, Stopped, answer, screen};
+use super::{Backoff, Gates, HandlerCount, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::allocator::slots::{InSlot, Placement, Slot};
@@ -31,7 +32,7 @@ use crate::policy::Route;
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
 #[derive(Debug)]
-pub struct Server {
+pub struct AsyncListener {
     listener: TcpListener,
     address: SocketAddr,
     /// The listener's socket, to see it closed.
@@ -44,16 +45,16 @@ pub struct Server {
 
 /// The server task, and how to tell it to stop.
 #[derive(Debug)]
-pub struct Running {
+pub struct AsyncFront {
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Stopped>,
 }
 
-impl Server {
+impl AsyncListener {
     /// Binds `127.0.0.1:0`; must be called on a Tokio runtime.
     pub fn bind() -> std::io::Result<Self> {
         let (listener, address) = super::bind_loopback()?;
-        Server::from_std(listener, address)
+        AsyncListener::from_std(listener, address)
     }
 
     /// Serves on `listener`, bound to `address`; must be called on a Tokio runtime.
@@ -65,7 +66,7 @@ impl Server {
         crate::allocator::slots::reserve();
         let id = ListenerId::of(&listener, address);
         let listener = TcpListener::from_std(listener)?;
-        Ok(Server {
+        Ok(AsyncListener {
             listener,
             address,
             id,
@@ -77,12 +78,12 @@ impl Server {
     /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
     /// run's own).
     pub(crate) fn at(self, gates: Gates) -> Self {
-        Server { gates, ..self }
+        AsyncListener { gates, ..self }
     }
 
     /// This server, running admitted work as `dispatch` says.
     pub(crate) fn with_dispatch(self, dispatch: Dispatch) -> Self {
-        Server {
+        AsyncListener {
             dispatch: Arc::new(dispatch),
             ..self
         }
@@ -99,21 +100,21 @@ impl Server {
         std::os::fd::AsFd::as_fd(&self.listener).try_clone_to_owned()
     }
 
-    /// Serves on a task of its own until [`Running::stop`].
+    /// Serves on a task of its own until [`AsyncFront::stop`].
     pub fn start(
         self,
         section: Arc<WorkSection>,
-        census: Arc<Census>,
+        census: Arc<HandlerCount>,
         hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
-    ) -> Running {
+    ) -> AsyncFront {
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async {
             // A dropped sender also means stop.
             let _ = stopped.await;
         };
         let task = tokio::spawn(self.serve(section, census, hooks, shutdown, drain_limit));
-        Running { stop, task }
+        AsyncFront { stop, task }
     }
 
     /// Serves `section` until `shutdown` resolves. Then stops accepting, closes the listener,
@@ -124,12 +125,12 @@ impl Server {
     pub async fn serve(
         self,
         section: Arc<WorkSection>,
-        census: Arc<Census>,
+        census: Arc<HandlerCount>,
         hooks: Arc<dyn Hooks>,
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
     ) -> Stopped {
-        let Server {
+        let AsyncListener {
             listener,
             address: _,
             id,
@@ -240,15 +241,13 @@ impl Drop for Serving<'_> {
     }
 }
 
-impl Running {
+impl AsyncFront {
     /// Tells the server to stop and waits for its report.
-    pub async fn stop(self) -> Result<Stopped, String> {
+    pub async fn stop(self) -> anyhow::Result<Stopped> {
         let _ = self.stop.send(());
         // The server task itself panicked: its listener and connections were dropped with it,
         // but nothing is left to count them.
-        self.task
-            .await
-            .map_err(|e| format!("the server task failed: {e}"))
+        self.task.await.context("the server task failed")
     }
 }
 

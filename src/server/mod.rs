@@ -159,11 +159,11 @@ impl std::fmt::Debug for Gates {
 #[derive(Debug)]
 pub enum Running {
     /// The Hyper front's task.
-    Async(async_front::Running),
+    Async(async_front::AsyncFront),
     /// The threaded front's accept thread.
-    Threaded(threaded::Running),
+    Threaded(threaded::ThreadedFront),
     /// The async front on runtimes of its own (`--work`, `--workers`).
-    Owned(runtimes::Running),
+    Owned(runtimes::FrontThread),
 }
 
 /// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime). Connections
@@ -172,7 +172,7 @@ pub enum Running {
 pub fn start(
     front: Front,
     section: Arc<WorkSection>,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     hooks: Arc<dyn Hooks>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
@@ -184,7 +184,7 @@ pub fn start(
 pub(crate) fn start_at(
     front: Front,
     section: Arc<WorkSection>,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
@@ -198,20 +198,20 @@ pub(crate) fn start_on(
     front: Front,
     (listener, address): (TcpListener, SocketAddr),
     section: Arc<WorkSection>,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
     match front {
         Front::Async => {
-            let server = async_front::Server::from_std(listener, address)?.at(gates);
+            let server = async_front::AsyncListener::from_std(listener, address)?.at(gates);
             let address = server.address();
             let running = server.start(section, census, hooks, drain_limit);
             Ok((address, Running::Async(running)))
         }
         Front::Threaded => {
-            let server = threaded::Server::from_std(listener, address).at(gates);
+            let server = threaded::ThreadedListener::from_std(listener, address).at(gates);
             let address = server.address();
             let running = server.start(section, census, hooks, drain_limit)?;
             Ok((address, Running::Threaded(running)))
@@ -222,7 +222,7 @@ pub(crate) fn start_on(
 impl Running {
     /// Stops accepting, closes the listener, drains and joins every connection handler, and
     /// reports. `Err` if the server itself died.
-    pub async fn stop(self) -> Result<Stopped, String> {
+    pub async fn stop(self) -> anyhow::Result<Stopped> {
         match self {
             Running::Async(running) => running.stop().await,
             Running::Threaded(running) => running.stop().await,
@@ -325,15 +325,15 @@ impl ListenerId {
 
 /// The connection handlers alive right now, counted by a guard each handler holds.
 #[derive(Debug, Default)]
-pub struct Census {
+pub struct HandlerCount {
     live: AtomicUsize,
 }
 
 /// Held by a connection handler for as long as it lives.
 #[derive(Debug)]
-pub struct Live(Arc<Census>);
+pub struct Live(Arc<HandlerCount>);
 
-impl Census {
+impl HandlerCount {
     /// Counts a handler in until the returned guard drops (also on a panic).
     pub fn enter(self: &Arc<Self>) -> Live {
         self.live.fetch_add(1, Ordering::SeqCst);

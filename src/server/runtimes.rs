@@ -17,13 +17,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use anyhow::{Context, anyhow, bail};
 use tokio::runtime::{Builder, Runtime};
 use tokio::sync::oneshot;
 
 use super::Gates;
-use super::async_front::Server;
+use super::async_front::AsyncListener;
 use super::work_style::Dispatch;
-use super::{Census, Stopped};
+use super::{HandlerCount, Stopped};
 use crate::admission::section::WorkSection;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::hooks::Hooks;
@@ -50,13 +51,13 @@ impl Heartbeat {
 
 /// The front's thread, and how to tell it to stop.
 #[derive(Debug)]
-pub struct Running {
+pub struct FrontThread {
     stop: Option<oneshot::Sender<()>>,
-    report: Option<oneshot::Receiver<Result<Stopped, String>>>,
+    report: Option<oneshot::Receiver<anyhow::Result<Stopped>>>,
     thread: Option<JoinHandle<()>>,
     drain_limit: Duration,
     heartbeat: Arc<Heartbeat>,
-    /// The front's runtime, to wake a parked worker of (see [`Running::wake_a_worker`]).
+    /// The front's runtime, to wake a parked worker of (see [`FrontThread::wake_a_worker`]).
     front: tokio::runtime::Handle,
     /// A second descriptor of the listening socket, to read its accept queue; closed before
     /// the server is told to stop, so the listener closes when the server drops its own.
@@ -68,11 +69,11 @@ pub struct Running {
 pub(crate) fn start(
     executor: Executor,
     section: Arc<WorkSection>,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
-) -> std::io::Result<(SocketAddr, Running)> {
+) -> std::io::Result<(SocketAddr, FrontThread)> {
     let workers = executor.workers();
     let (front, classes) = match executor.work {
         WorkStyle::OwnRuntime => {
@@ -99,7 +100,7 @@ pub(crate) fn start(
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.
         let _inside = front.enter();
-        Server::bind()?.at(gates).with_dispatch(dispatch)
+        AsyncListener::bind()?.at(gates).with_dispatch(dispatch)
     };
     let address = server.address();
     let listening = server.listening()?;
@@ -123,7 +124,7 @@ pub(crate) fn start(
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;
-    let running = Running {
+    let running = FrontThread {
         stop: Some(stop),
         report: Some(reported),
         thread: Some(thread),
@@ -160,7 +161,7 @@ fn serve(
     classes: Option<(Runtime, Runtime)>,
     heartbeat: Arc<Heartbeat>,
     server: impl Future<Output = Stopped> + Send + 'static,
-) -> Result<Stopped, String> {
+) -> anyhow::Result<Stopped> {
     let drivers = match classes {
         Some((slow, fast)) => vec![drive(slow, "lab-slow-work")?, drive(fast, "lab-fast-work")?],
         None => Vec::new(),
@@ -189,13 +190,13 @@ fn serve(
             error = Some("a work class's runtime thread panicked".to_owned());
         }
     }
-    let mut stopped = served.map_err(|e| format!("the server task failed: {e}"))?;
+    let mut stopped = served.context("the server task failed")?;
     stopped.error = stopped.error.or(error);
     Ok(stopped)
 }
 
 /// Drives `runtime` from a thread of its own until told to stop, then shuts it down.
-fn drive(runtime: Runtime, name: &str) -> Result<(oneshot::Sender<()>, JoinHandle<()>), String> {
+fn drive(runtime: Runtime, name: &str) -> anyhow::Result<(oneshot::Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = oneshot::channel::<()>();
     let thread = thread::Builder::new()
         .name(name.into())
@@ -204,11 +205,11 @@ fn drive(runtime: Runtime, name: &str) -> Result<(oneshot::Sender<()>, JoinHandl
             let _ = runtime.block_on(stopped);
             drop(runtime);
         })
-        .map_err(|e| format!("starting the {name} thread: {e}"))?;
+        .with_context(|| format!("starting the {name} thread"))?;
     Ok((stop, thread))
 }
 
-impl Running {
+impl FrontThread {
     /// The heartbeat of the front's runtime.
     pub(crate) fn heartbeat(&self) -> Arc<Heartbeat> {
         self.heartbeat.clone()
@@ -234,33 +235,33 @@ impl Running {
     }
 
     /// Tells the server to stop and waits for its report, then joins its thread.
-    pub async fn stop(mut self) -> Result<Stopped, String> {
+    pub async fn stop(mut self) -> anyhow::Result<Stopped> {
         drop(self.listening.take());
         drop(self.stop.take());
         let Some(report) = self.report.take() else {
-            return Err("the front was already stopped".into());
+            bail!("the front was already stopped");
         };
         let limit = self.drain_limit + REPORT_SLACK;
         let reported = tokio::time::timeout(limit, report).await;
         let reported = match reported {
             Ok(Ok(reported)) => reported,
-            Ok(Err(_)) => Err("the front's thread ended without a report".into()),
+            Ok(Err(_)) => Err(anyhow!("the front's thread ended without a report")),
             Err(_) => {
-                return Err(format!(
+                bail!(
                     "the front's runtimes did not stop within {} s; left running",
                     limit.as_secs()
-                ));
+                );
             }
         };
         // The thread reports as its last act, so this join returns at once.
         match self.thread.take().map(JoinHandle::join) {
-            Some(Err(_)) => Err("the front's thread panicked".into()),
+            Some(Err(_)) => Err(anyhow!("the front's thread panicked")),
             _ => reported,
         }
     }
 }
 
-impl Drop for Running {
+impl Drop for FrontThread {
     /// Never blocks: a front dropped without `stop` is told to stop (its sender drops) and
     /// left to shut its runtimes down on its own thread.
     fn drop(&mut self) {

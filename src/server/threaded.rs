@@ -14,13 +14,14 @@ use std::sync::{Arc, mpsc as std_mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail};
 use hyper::StatusCode;
 use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::{
-    Backoff, Census, Gates, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
+    Backoff, Gates, HandlerCount, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
     work_blocking,
 };
 use crate::admission::section::WorkSection;
@@ -50,7 +51,7 @@ const STOP: Token = Token(1);
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
 #[derive(Debug)]
-pub(crate) struct Server {
+pub(crate) struct ThreadedListener {
     listener: TcpListener,
     address: SocketAddr,
     /// The listener's socket, to see it closed.
@@ -59,11 +60,11 @@ pub(crate) struct Server {
     gates: Gates,
 }
 
-/// The accept thread, and how to tell it to stop. Dropping it without [`Running::stop`] tells
+/// The accept thread, and how to tell it to stop. Dropping it without [`ThreadedFront::stop`] tells
 /// the thread to abandon held work and close every connection, and returns at once: the
 /// thread, left to finish on its own, still joins every connection thread before it ends.
 #[derive(Debug)]
-pub struct Running {
+pub struct ThreadedFront {
     signal: Arc<Signal>,
     drain_limit: Duration,
     stopped: Option<oneshot::Receiver<(Stopped, Option<u32>)>>,
@@ -73,7 +74,7 @@ pub struct Running {
 // Where the server stands. It only moves forward: serving, then stopping or abandoned.
 /// Accepting connections.
 const SERVING: u8 = 0;
-/// Told by [`Running::stop`]: stop accepting, let held work finish within the drain limit.
+/// Told by [`ThreadedFront::stop`]: stop accepting, let held work finish within the drain limit.
 const STOPPING: u8 = 1;
 /// Dropped without `stop`: stop accepting, abandon held work, close every connection.
 const ABANDONED: u8 = 2;
@@ -177,14 +178,14 @@ struct Shared {
     section: Arc<WorkSection>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
-    census: Arc<Census>,
+    census: Arc<HandlerCount>,
     signal: Arc<Signal>,
 }
 
-impl Server {
+impl ThreadedListener {
     /// Serves on `listener`, bound to `address` (see `super::bind_loopback`).
     pub(crate) fn from_std(listener: TcpListener, address: SocketAddr) -> Self {
-        Server {
+        ThreadedListener {
             id: ListenerId::of(&listener, address),
             listener,
             address,
@@ -195,7 +196,7 @@ impl Server {
     /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
     /// run's own).
     pub(crate) fn at(self, gates: Gates) -> Self {
-        Server { gates, ..self }
+        ThreadedListener { gates, ..self }
     }
 
     /// The address the server listens on.
@@ -203,15 +204,15 @@ impl Server {
         self.address
     }
 
-    /// Starts the accept thread, which serves until [`Running::stop`].
+    /// Starts the accept thread, which serves until [`ThreadedFront::stop`].
     pub(crate) fn start(
         self,
         section: Arc<WorkSection>,
-        census: Arc<Census>,
+        census: Arc<HandlerCount>,
         hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
-    ) -> io::Result<Running> {
-        let Server {
+    ) -> io::Result<ThreadedFront> {
+        let ThreadedListener {
             listener,
             address: _,
             id,
@@ -258,7 +259,7 @@ impl Server {
                     format!("starting the threaded server's thread: {e}"),
                 )
             })?;
-        Ok(Running {
+        Ok(ThreadedFront {
             signal,
             drain_limit,
             stopped: Some(stopped),
@@ -277,7 +278,7 @@ struct Accept {
 }
 
 impl Accept {
-    /// The accept loop, then the drain: see [`Running::stop`].
+    /// The accept loop, then the drain: see [`ThreadedFront::stop`].
     fn serve(self) -> Stopped {
         let Accept {
             mut poller,
@@ -482,26 +483,26 @@ impl Connections {
     }
 }
 
-impl Running {
+impl ThreadedFront {
     /// Stops accepting (a flag, and a waker that ends the accept thread's wait), closes the
     /// listener, closes connections that are not serving a request, waits for the rest to
     /// finish their work within the drain limit (then abandons the gate and breaks their
     /// sockets), joins every thread, and reports.
-    pub async fn stop(mut self) -> Result<Stopped, String> {
+    pub async fn stop(mut self) -> anyhow::Result<Stopped> {
         self.signal.raise(STOPPING);
         let Some(stopped) = self.stopped.take() else {
-            return Err("the threaded server was already stopped".into());
+            bail!("the threaded server was already stopped");
         };
         // Every wait of the accept thread is bounded, so its report comes within this limit
         // unless the thread never got to run (its start can fail inside the standard library).
         let limit = self.drain_limit + FORCED_LIMIT + REPORT_SLACK;
         let Ok(stopped) = tokio::time::timeout(limit, stopped).await else {
             // Dropping `self` tells it to abandon its work, should it ever run, and leaves it.
-            return Err(format!(
+            bail!(
                 "the accept thread did not report within {} s of being told to stop; left \
                  running",
                 limit.as_secs()
-            ));
+            );
         };
         // The thread sends its report as its last act, so this join returns at once.
         let joined = self.thread.take().map_or(Ok(()), JoinHandle::join);
@@ -510,16 +511,16 @@ impl Running {
                 await_release(tid);
                 Ok(stopped)
             }
-            (_, Err(panic)) => Err(format!(
+            (_, Err(panic)) => Err(anyhow!(
                 "the accept thread panicked: {}",
                 panic_message(panic.as_ref())
             )),
-            (Err(_), Ok(())) => Err("the accept thread ended without a report".into()),
+            (Err(_), Ok(())) => Err(anyhow!("the accept thread ended without a report")),
         }
     }
 }
 
-impl Drop for Running {
+impl Drop for ThreadedFront {
     /// Never blocks: joining here would hold whichever thread dropped the server — a Tokio
     /// runtime's, typically, when a run is cancelled — for as long as held work takes. The
     /// owner is gone and no one will read a report, so the accept thread is told to abandon

@@ -312,7 +312,7 @@ pub fn assert_port_closed(server: &ServerSummary) {
 pub struct Classroom {
     pub url: String,
     pub leave: tokio::sync::oneshot::Sender<()>,
-    pub task: tokio::task::JoinHandle<Result<ClassroomReport, String>>,
+    pub task: tokio::task::JoinHandle<anyhow::Result<ClassroomReport>>,
 }
 
 /// Starts a classroom session of `inputs` on `front` and waits (at most 10 s, a failure guard)

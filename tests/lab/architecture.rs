@@ -1,5 +1,6 @@
 //! The module graph, read from the `crate::` paths in each module's code (comments and unit
 //! tests aside), flows one way: no cycle, and none of the arrows `docs/design.md` rules out.
+//! Names explain themselves once: no module name, and no public type name, means two things.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -252,4 +253,65 @@ fn admission_knows_no_front_classroom_or_test() {
             "admission names {other}: {admission:?}"
         );
     }
+}
+
+/// The code of every source file under `src/` but the unit tests' own (`tests.rs`), before its
+/// `#[cfg(test)]`, by its path under `src/`.
+fn sources() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut sources = Vec::new();
+    let mut pending = vec![src.clone()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests.rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(&src).expect("under src/");
+            let code = std::fs::read_to_string(&path).expect("a source file");
+            let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+            sources.push((relative.display().to_string(), code.to_owned()));
+        }
+    }
+    sources
+}
+
+/// The name a line defines, if it defines a `pub`, `pub(crate)` or `pub(super)` struct, enum,
+/// trait or type alias.
+fn public_type(line: &str) -> Option<&str> {
+    let rest = ["pub ", "pub(crate) ", "pub(super) "]
+        .into_iter()
+        .find_map(|visibility| line.trim_start().strip_prefix(visibility))?;
+    let rest = ["struct ", "enum ", "trait ", "type "]
+        .into_iter()
+        .find_map(|keyword| rest.strip_prefix(keyword))?;
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end]).filter(|name| !name.is_empty())
+}
+
+#[test]
+fn no_public_type_name_is_used_twice() {
+    let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, code) in sources() {
+        for name in code.lines().filter_map(public_type) {
+            defined
+                .entry(name.to_owned())
+                .or_default()
+                .push(file.clone());
+        }
+    }
+    let twice: Vec<_> = defined
+        .into_iter()
+        .filter(|(_, files)| files.len() > 1)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "type names defined more than once (give each its own): {twice:?}"
+    );
 }

@@ -37,7 +37,7 @@ struct Session {
     control: String,
     http: reqwest::Client,
     leave: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<ClassroomReport, String>>,
+    task: JoinHandle<anyhow::Result<ClassroomReport>>,
 }
 
 impl Session {

@@ -17,7 +17,7 @@ use isolation_lab::admission::token::{RunToken, TOKEN_HEADER};
 use isolation_lab::hooks::NoHooks;
 use isolation_lab::label::{LABEL_HEADER, Label};
 use isolation_lab::policy::Mode;
-use isolation_lab::server::{self, Census, Front};
+use isolation_lab::server::{self, Front, HandlerCount};
 use tokio::sync::{mpsc, oneshot};
 
 /// How long the test waits for the runtime to answer a message before calling it blocked: far
@@ -44,7 +44,7 @@ fn dropping_a_threaded_server_never_blocks_its_runtime() {
     let section = WorkSection::new(policy, server::permits(Front::Threaded), token.clone());
     let (_, mut events) = section.subscribe();
     let section = Arc::new(section);
-    let census = Arc::new(Census::default());
+    let census = Arc::new(HandlerCount::default());
     let started = server::start(
         Front::Threaded,
         section.clone(),

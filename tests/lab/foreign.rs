@@ -12,7 +12,7 @@ use isolation_lab::coordinator::{Options, SAFETY_TIMEOUT, run_policy_with};
 use isolation_lab::hooks::NoHooks;
 use isolation_lab::label::LABEL_HEADER;
 use isolation_lab::policy::Mode;
-use isolation_lab::server::{self, Census, Front};
+use isolation_lab::server::{self, Front, HandlerCount};
 
 /// A full run with outsiders knocking while slow work is held, on each front: every outcome is
 /// still the model's, and the report counts the refused outsiders.
@@ -51,7 +51,7 @@ async fn only_the_run_token_reaches_admission() {
         let wrong = RunToken::generate().expect("the OS has randomness");
         let section = WorkSection::new(case.policy(), server::permits(front), token.clone());
         let section = Arc::new(section);
-        let census = Arc::new(Census::default());
+        let census = Arc::new(HandlerCount::default());
         let hooks = Arc::new(NoHooks);
         let started = server::start(front, section.clone(), census, hooks, SAFETY_TIMEOUT);
         let (address, running) = started.expect("127.0.0.1:0 binds");

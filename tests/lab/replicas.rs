@@ -12,11 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use isolation_lab::evidence::Decision;
-use isolation_lab::front_process::{Effect, LossCause, Phase};
+use isolation_lab::front_process::{Effect, LossCause, WorkEnd};
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
 use isolation_lab::replicas::evidence::Sent;
-use isolation_lab::replicas::model::{Lapsed, Moment, OverAdmission};
+use isolation_lab::replicas::model::{CountedAt, Lapsed, OverAdmission};
 use isolation_lab::replicas::{
     Engine, LeaseMs, ReplicaCount, ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions,
     ReplicasReport, Requests, run_with,
@@ -549,7 +549,7 @@ fn late_write(report: &ReplicasReport, holder: &str) -> Effect {
     let engine = report.evidence.engine.as_ref().expect("global permits");
     let mut effects = engine.effects.iter();
     effects
-        .rfind(|e| e.holder == holder && e.phase == Phase::End)
+        .rfind(|e| e.holder == holder && e.phase == WorkEnd::End)
         .cloned()
         .unwrap_or_else(|| panic!("{holder} wrote no end: {:?}", engine.effects))
 }
@@ -580,7 +580,7 @@ async fn with_fencing_off_the_stale_write_is_accepted() {
 /// The over-admission counted at `when`, with `holder` among its lapsed holders.
 fn lapsed<'a>(
     report: &'a ReplicasReport,
-    when: Moment,
+    when: CountedAt,
     holder: &str,
 ) -> (&'a OverAdmission, &'a Lapsed) {
     let over = report
@@ -608,7 +608,7 @@ async fn redis_stopped_during_an_admission_names_the_over_admission() {
     let mut options = options();
     options.faults.redis_stops_at = Some(Label::Slow(2));
     let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
-    let (over, s1) = lapsed(&report, Moment::AfterRequests, "r1/S1");
+    let (over, s1) = lapsed(&report, CountedAt::AfterRequests, "r1/S1");
     assert_eq!((over.inside.len(), over.limit), (3, 2), "{over:?}");
     assert!(!s1.paused, "a live holder");
     assert!(
@@ -648,11 +648,11 @@ async fn a_deleted_holders_key_is_named_permits_lost_from_redis() {
     let mut options = options();
     options.faults.holders_deleted = true;
     let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
-    let (over, s1) = lapsed(&report, Moment::DuringPause, "r1/S1");
+    let (over, s1) = lapsed(&report, CountedAt::DuringPause, "r1/S1");
     assert!(over.inside.len() > 2, "{over:?}");
     assert_eq!(s1.cause, Some(LossCause::RemovedFromRedis), "{s1:?}");
     assert!(!s1.paused);
-    let (_, s2) = lapsed(&report, Moment::DuringPause, "r2/S2");
+    let (_, s2) = lapsed(&report, CountedAt::DuringPause, "r2/S2");
     assert!(s2.paused, "{s2:?}");
     assert!(!report.matches_model);
     let text = isolation_lab::replicas::render::render(&report);
@@ -673,7 +673,7 @@ async fn a_starved_live_holder_is_named_with_its_late_renewal() {
     let mut options = options();
     options.faults.replica_starved = Some(ReplicaId(1));
     let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
-    let (_, s1) = lapsed(&report, Moment::DuringPause, "r1/S1");
+    let (_, s1) = lapsed(&report, CountedAt::DuringPause, "r1/S1");
     assert!(!s1.paused, "{s1:?}");
     assert!(
         matches!(s1.cause, Some(LossCause::RenewedTooLate { .. })),

@@ -14,7 +14,7 @@ use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
 use isolation_lab::hooks::NoHooks;
 use isolation_lab::policy::Mode;
-use isolation_lab::server::{self, Census, Front};
+use isolation_lab::server::{self, Front, HandlerCount};
 
 /// A silent client and a client that stops in the middle of a request head do not hold the
 /// shutdown up on either front: both are closed, nothing is aborted, no error is reported.
@@ -24,7 +24,7 @@ async fn outsiders_that_never_finish_a_request_do_not_hold_the_shutdown() {
         let case = Case::new(Mode::Shared, 2, 1);
         let token = RunToken::generate().expect("the OS has randomness");
         let section = WorkSection::new(case.policy(), server::permits(front), token);
-        let census = Arc::new(Census::default());
+        let census = Arc::new(HandlerCount::default());
         // A drain limit far longer than the test may take: reaching it would be the failure.
         let drain_limit = Duration::from_secs(30);
         let hooks = Arc::new(NoHooks);

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::count;
 use crate::draw::svg::{BLUE, GREY, RULE, Type, VERMILLION, text};
-use crate::hold::{Figures, FrontSeries, HoldReport, Outcome};
+use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
 
 const WIDTH: f64 = 1920.0;
@@ -262,7 +262,7 @@ fn draw_series(
         marker(out, series.front, x, y)?;
     }
     for point in &series.points {
-        if let Outcome::FrontFailed(_) = point.outcome {
+        if let CountOutcome::FrontFailed(_) = point.outcome {
             let x = plot.x_of(f64::from(point.held));
             let y = plot.top + 14.0;
             writeln!(
@@ -391,10 +391,10 @@ fn footnote(report: &HoldReport) -> String {
     for series in &report.fronts {
         for point in &series.points {
             let what = match &point.outcome {
-                Outcome::Held(_) => continue,
-                Outcome::NotRun { .. } => "not run",
-                Outcome::FrontFailed(_) => "the front failed",
-                Outcome::LabFailed { .. } => "the lab failed",
+                CountOutcome::Held(_) => continue,
+                CountOutcome::NotRun { .. } => "not run",
+                CountOutcome::FrontFailed(_) => "the front failed",
+                CountOutcome::LabFailed { .. } => "the lab failed",
             };
             missing.push(format!(
                 "{} {}: {what}",

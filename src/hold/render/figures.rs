@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::{count, figure, seconds, wrap};
-use crate::hold::{DropScope, Figures, FrontSeries, HoldReport, Outcome, Sample};
+use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
 /// A column group: its heading, and its cell for a held count and for the idle baseline.
 struct Column {
@@ -161,10 +161,10 @@ fn mib(kib: u64) -> String {
 /// below the table say more).
 fn cell(series: &FrontSeries, at: usize, column: &Column, first: bool) -> String {
     let why = match series.points.get(at).map(|p| &p.outcome) {
-        Some(Outcome::Held(figures)) => return (column.held)(figures),
-        Some(Outcome::NotRun { .. }) => "not run",
-        Some(Outcome::FrontFailed(_)) => "FAILED",
-        Some(Outcome::LabFailed { .. }) => "lab failed",
+        Some(CountOutcome::Held(figures)) => return (column.held)(figures),
+        Some(CountOutcome::NotRun { .. }) => "not run",
+        Some(CountOutcome::FrontFailed(_)) => "FAILED",
+        Some(CountOutcome::LabFailed { .. }) => "lab failed",
         None => "-",
     };
     if first { why.into() } else { "-".into() }
@@ -178,9 +178,11 @@ fn notes(fronts: &[FrontSeries]) -> String {
         for point in &series.points {
             let held = count(u64::from(point.held));
             let _ = match &point.outcome {
-                Outcome::Held(_) => Ok(()),
-                Outcome::NotRun { reason } => writeln!(out, "{front}, {held}: not run: {reason}"),
-                Outcome::FrontFailed(failure) => writeln!(
+                CountOutcome::Held(_) => Ok(()),
+                CountOutcome::NotRun { reason } => {
+                    writeln!(out, "{front}, {held}: not run: {reason}")
+                }
+                CountOutcome::FrontFailed(failure) => writeln!(
                     out,
                     "{front}, {held}: the front FAILED while {} ({} held): {}{}",
                     failure.stage.words(),
@@ -194,7 +196,7 @@ fn notes(fronts: &[FrontSeries]) -> String {
                             "; its last stderr line: {line}"
                         ))
                 ),
-                Outcome::LabFailed { reason } => {
+                CountOutcome::LabFailed { reason } => {
                     writeln!(out, "{front}, {held}: the lab failed: {reason}")
                 }
             };

@@ -3,7 +3,7 @@
 //! is, and how a front failed. Nothing here is canned: each sentence reads the report.
 
 use super::{count, figure, seconds};
-use crate::hold::{Figures, FrontSeries, HoldReport, Outcome, PerRequest};
+use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport, PerRequest};
 use crate::policy::Front;
 
 /// A cost per held request, and how much of it counts as growing with N.
@@ -213,7 +213,7 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
     let beyond = series
         .points
         .iter()
-        .filter(|p| matches!(p.outcome, Outcome::NotRun { .. }))
+        .filter(|p| matches!(p.outcome, CountOutcome::NotRun { .. }))
         .count();
     let ceiling = match ceiling {
         Some(reach) => format!(
@@ -233,7 +233,7 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
         "The {front} front held {largest} in this run{ceiling}{skipped}."
     ));
     for point in &series.points {
-        if let Outcome::FrontFailed(failure) = &point.outcome {
+        if let CountOutcome::FrontFailed(failure) = &point.outcome {
             out.push(format!(
                 "The {front} front failed at N = {} while {}, {} held: {}.",
                 count(u64::from(point.held)),

@@ -2,7 +2,7 @@
 //! 10,100,1000 --format json`) and from changes to it that a run could produce.
 
 use super::{count, figure, seconds, svg, text, wrap};
-use crate::hold::{Death, FrontFailure, HoldReport, Outcome, Point, Stage};
+use crate::hold::{CountOutcome, Death, FrontFailure, HoldReport, Point, Stage};
 use crate::policy::Front;
 
 const RECORDED: &str = include_str!("../../../tests/fixtures/hold-10-100-1000.json");
@@ -21,7 +21,7 @@ fn threaded_aborts(report: &mut HoldReport) {
     let threaded = series(report, Front::Threaded);
     threaded.points[2] = Point {
         held: 1_000,
-        outcome: Outcome::FrontFailed(FrontFailure {
+        outcome: CountOutcome::FrontFailed(FrontFailure {
             pid: Some(4242),
             stage: Stage::Holding,
             held_before: 873,
@@ -113,7 +113,7 @@ fn the_reading_follows_the_figures() {
     );
     let mut changed = report.clone();
     for point in &mut series(&mut changed, Front::Async).points {
-        if let Outcome::Held(figures) = &mut point.outcome {
+        if let CountOutcome::Held(figures) = &mut point.outcome {
             figures.per_request.os_threads = 1.0;
         }
     }
@@ -130,7 +130,7 @@ fn the_reading_follows_the_figures() {
 fn machine_wide_noise_is_not_a_front_s_cost() {
     let mut noisy = recorded();
     for point in &mut series(&mut noisy, Front::Async).points {
-        if let Outcome::Held(figures) = &mut point.outcome {
+        if let CountOutcome::Held(figures) = &mut point.outcome {
             figures.per_request.kernel_stack_kib = 7.6;
         }
     }
@@ -245,7 +245,7 @@ fn the_breakdown_follows_the_heap_figures() {
         "{text}"
     );
     let async_front = series(&mut report, Front::Async);
-    let Outcome::Held(figures) = &mut async_front.points[2].outcome else {
+    let CountOutcome::Held(figures) = &mut async_front.points[2].outcome else {
         panic!("the fixture held 1 000 on the async front");
     };
     for class in &mut figures.heap_per_request {
