@@ -8,35 +8,23 @@ use std::path::Path;
 /// Each top-level module and the top-level modules its code names.
 fn graph() -> BTreeMap<String, BTreeSet<String>> {
     let mut graph = BTreeMap::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut pending = vec![src.clone()];
-    while let Some(dir) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let relative = path.strip_prefix(&src).expect("under src/");
-            let first = relative.components().next().expect("a file name");
-            let module = first
-                .as_os_str()
-                .to_string_lossy()
-                .trim_end_matches(".rs")
-                .to_owned();
-            let code = std::fs::read_to_string(&path).expect("a source file");
-            let code = code.split("#[cfg(test)]").next().unwrap_or_default();
-            let names = graph.entry(module.clone()).or_insert_with(BTreeSet::new);
-            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                for (at, _) in line.match_indices("crate::") {
-                    let rest = &line[at + "crate::".len()..];
-                    let end = rest
-                        .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
-                        .unwrap_or(rest.len());
-                    let name = &rest[..end];
-                    if !name.is_empty() && name != module {
-                        names.insert(name.to_owned());
-                    }
+    for (relative, code) in sources() {
+        let module = relative
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(".rs")
+            .to_owned();
+        let names = graph.entry(module.clone()).or_insert_with(BTreeSet::new);
+        for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for (at, _) in line.match_indices("crate::") {
+                let rest = &line[at + "crate::".len()..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                    .unwrap_or(rest.len());
+                let name = &rest[..end];
+                if !name.is_empty() && name != module {
+                    names.insert(name.to_owned());
                 }
             }
         }
