@@ -182,8 +182,9 @@ pub struct FastResponse {
 pub struct ServerSummary {
     /// Where it listened: `127.0.0.1:<port>`.
     pub address: SocketAddr,
-    /// The listener was dropped: the port refuses new connections. True once the server has
-    /// returned, since the listener is a value it owned; the tests check the port refuses.
+    /// The listener is closed, as observed once the server has returned: no descriptor of this
+    /// process is the listening socket any longer (or, where `/proc/self/fd` cannot be read,
+    /// a connection to the port is refused).
     pub listener_closed: bool,
     /// Connections accepted over the run.
     pub connections_accepted: u64,

@@ -353,7 +353,10 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow:
 fn unexpected(message: std::io::Result<Option<FromFront>>) -> anyhow::Error {
     match message {
         Ok(None) => anyhow!("the front's process ended"),
-        Ok(Some(message)) => anyhow!("the front said {message:?} mid-run"),
+        Ok(Some(message)) => {
+            let said = serde_json::to_string(&message).unwrap_or_else(|e| e.to_string());
+            anyhow!("the front sent {said} mid-run")
+        }
         Err(e) => anyhow::Error::new(e).context("reading the front's messages"),
     }
 }
@@ -377,14 +380,24 @@ fn check(closed: &StoppedFront, held: u64) -> anyhow::Result<()> {
     }
     let server = &stopped.server;
     if !server.connection_tasks_stopped || server.connection_tasks_aborted > 0 {
-        bail!("the front's connection handlers did not all end by themselves: {server:?}");
+        bail!(
+            "the front's connection handlers did not all end by themselves: of {} accepted, {} \
+             aborted{}",
+            server.connections_accepted,
+            server.connection_tasks_aborted,
+            if server.connection_tasks_stopped {
+                ""
+            } else {
+                ", and not every one was joined"
+            }
+        );
     }
     let ledger = stopped
         .ledger
         .get(&Pool::Shared)
         .context("the front's ledger has no shared pool")?;
     if let Some(broken) = ledger.invariants.iter().find(|i| !i.holds) {
-        bail!("the front's ledger broke {:?}", broken.rule);
+        bail!("the front's ledger broke its rule \"{}\"", broken.rule);
     }
     let counts = (
         ledger.admitted,
@@ -408,7 +421,8 @@ fn check(closed: &StoppedFront, held: u64) -> anyhow::Result<()> {
     // At rest the gate is never opened: the stop abandons it.
     let gate_ok = held == 0 || state.gate == GateState::Open;
     if active != Some(0) || !gate_ok {
-        bail!("the front ended with {state:?}");
+        let state = serde_json::to_string(state).unwrap_or_else(|e| e.to_string());
+        bail!("the front ended with {state}: work still active, or its gate not opened");
     }
     Ok(())
 }
