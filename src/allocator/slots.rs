@@ -2,10 +2,10 @@
 //! that a held request keeps a single page resident.
 //!
 //! A held request's connection owns a task (Hyper's connection state and the lab's service,
-//! ≈ 1.9 KiB), the handler's future that Hyper boxes (≈ 0.8 KiB), a few small blocks, and
-//! Hyper's two 8 KiB buffers: the read buffer, whose first bytes hold the request head, and the
-//! response-head buffer, which a held request never writes. `malloc` scatters these over two
-//! pages or more. A slot is 5 pages of address space, 20 KiB:
+//! ≈ 1.9 KiB), the box Hyper keeps for the handler's future (≈ 0.8 KiB), a few small blocks,
+//! and Hyper's two 8 KiB buffers: the read buffer, whose first bytes hold the request head, and
+//! the response-head buffer, which a connection writes only when it answers. `malloc` scatters
+//! these over two pages or more. A slot is 5 pages of address space, 20 KiB:
 //!
 //! ```text
 //! page 0                    | page 1 | page 2          | page 3 | page 4 |
@@ -14,15 +14,19 @@
 //! ```
 //!
 //! The small blocks and the first 512 bytes of the read buffer, where a request head lands,
-//! share page 0; the rest of the read buffer and the whole write buffer stay unwritten, so not
-//! resident. A block that does not fit, or is made outside a slot's scope, comes from `malloc`
-//! as before.
+//! share page 0. While the connection's first request is held, the rest of the read buffer and
+//! the whole write buffer are unwritten, so not resident. A block that does not fit, or is made
+//! outside a slot's scope, comes from `malloc` as before; so do the handler's own blocks
+//! ([`Placed::outside`]), which outlive or leave their connection (ledger events, channel
+//! blocks, threads its work starts) and would otherwise keep the slot alive.
 //!
 //! Slots are carved from one region of address space reserved when the first async front starts
 //! (one slot per descriptor the process may open, as each connection needs one), and only when
 //! the address space is unlimited: under `ulimit -v` the lab reserves nothing it might not use.
-//! A slot counts its live blocks, plus one for each [`Slot`] handle and each scope inside it; at
-//! zero it goes back to a free list and is reused.
+//! (`MAP_NORESERVE` asks for no commitment; under `vm.overcommit_memory = 2` the kernel charges
+//! the region anyway, and a refusal there leaves every block to `malloc`.) A slot counts its
+//! live blocks, plus one for each [`Slot`] handle and each scope inside it; at zero its pages
+//! after the first go back to the system and the slot to a free list, for reuse.
 
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -70,8 +74,8 @@ static FREE: AtomicU64 = AtomicU64::new(0);
 /// What an 8 KiB block made in a scope is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
-    /// Made while a connection is built: Hyper's response-head buffer, never written while a
-    /// request is held.
+    /// Made while a connection is built: Hyper's response-head buffer, written only when the
+    /// connection answers.
     Unwritten,
     /// Made while a connection is served: Hyper's read buffer, the request head at its start.
     Written,
@@ -123,6 +127,12 @@ pub fn reserve() {
     RESERVED.store(2, Ordering::Release);
 }
 
+/// Whether the region is reserved (not under an address-space limit).
+#[cfg(test)]
+pub(super) fn reserved() -> bool {
+    CAPACITY.load(Ordering::Acquire) != 0
+}
+
 fn header(index: u32) -> &'static Header {
     let at = BASE.load(Ordering::Relaxed) + index as usize * SLOT;
     // SAFETY: `index` names a slot of the reserved region, which is never unmapped; its header
@@ -148,20 +158,23 @@ impl Slot {
         Slot(index)
     }
 
-    /// Runs `make` with this thread's blocks placed in this slot, 8 KiB ones as `placement`.
+    /// Runs `make` with this thread's blocks placed in this slot, 8 KiB ones as `placement`;
+    /// without a slot, outside any (from `malloc`).
     pub fn enter<T>(&self, placement: Placement, make: impl FnOnce() -> T) -> T {
-        struct Leave((u32, Placement), u32);
+        struct Leave((u32, Placement), Option<u32>);
         impl Drop for Leave {
             fn drop(&mut self) {
                 SCOPE.with(|scope| scope.set(self.0));
-                release(self.1);
+                if let Some(index) = self.1 {
+                    release(index);
+                }
             }
         }
-        let Some(index) = self.0 else {
-            return make();
-        };
-        header(index).live.fetch_add(1, Ordering::Relaxed);
-        let _leave = Leave(SCOPE.with(|s| s.replace((index + 1, placement))), index);
+        if let Some(index) = self.0 {
+            header(index).live.fetch_add(1, Ordering::Relaxed);
+        }
+        let scope = self.0.map_or(0, |index| index + 1);
+        let _leave = Leave(SCOPE.with(|s| s.replace((scope, placement))), self.0);
         make()
     }
 }
@@ -183,30 +196,39 @@ impl Drop for Slot {
     }
 }
 
-/// A future polled inside its slot: what it allocates while it runs lands there.
+/// A future polled inside a slot, or outside any: what it allocates while it runs lands there.
 #[derive(Debug)]
-pub struct InSlot<F> {
+pub struct Placed<F> {
     slot: Slot,
     inner: F,
 }
 
-impl<F> InSlot<F> {
+impl<F> Placed<F> {
     /// `inner`, polled in `slot`.
-    pub fn new(slot: Slot, inner: F) -> Self {
-        InSlot { slot, inner }
+    pub fn in_slot(slot: Slot, inner: F) -> Self {
+        Placed { slot, inner }
+    }
+
+    /// `inner`, polled outside any slot: for work whose blocks outlive its connection or are
+    /// shared beyond it (a ledger's events, a channel's blocks, a thread it starts).
+    pub fn outside(inner: F) -> Self {
+        Placed {
+            slot: Slot(None),
+            inner,
+        }
     }
 }
 
-impl<F: Future> Future for InSlot<F> {
+impl<F: Future> Future for Placed<F> {
     type Output = F::Output;
 
     fn poll(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<F::Output> {
-        // SAFETY: `inner` is never moved out of the pinned `InSlot`; `slot` is not pinned.
+        // SAFETY: `inner` is never moved out of the pinned `Placed`; `slot` is not pinned.
         let this = unsafe { self.get_unchecked_mut() };
-        // SAFETY: as above, `inner` stays where it is for as long as `InSlot` lives.
+        // SAFETY: as above, `inner` stays where it is for as long as `Placed` lives.
         let inner = unsafe { std::pin::Pin::new_unchecked(&mut this.inner) };
         this.slot.enter(Placement::Written, || inner.poll(cx))
     }
@@ -223,7 +245,8 @@ pub(super) fn alloc(layout: Layout) -> Option<*mut u8> {
             Placement::Written => (READ, READ_AT),
             Placement::Unwritten => (WRITE, WRITE_AT),
         };
-        if header.buffers.fetch_or(taken, Ordering::Relaxed) & taken != 0 {
+        // Acquire: the block's last owner, freeing it on any thread, is done with it.
+        if header.buffers.fetch_or(taken, Ordering::Acquire) & taken != 0 {
             return None;
         }
         at
@@ -265,9 +288,10 @@ pub(super) fn free(ptr: *mut u8) {
     let offset = ptr as usize - BASE.load(Ordering::Relaxed);
     let index = (offset / SLOT) as u32;
     let header = header(index);
+    // Release: this thread is done with the block before the place is taken again.
     match offset % SLOT {
-        READ_AT => header.buffers.fetch_and(!READ, Ordering::Relaxed),
-        WRITE_AT => header.buffers.fetch_and(!WRITE, Ordering::Relaxed),
+        READ_AT => header.buffers.fetch_and(!READ, Ordering::Release),
+        WRITE_AT => header.buffers.fetch_and(!WRITE, Ordering::Release),
         _ => 0,
     };
     release(index);
@@ -280,6 +304,12 @@ fn release(index: u32) {
         return;
     }
     fence(Ordering::Acquire);
+    // The pages after page 0 (the header's) go back to the system, so a reused slot keeps no
+    // page its last connection wrote: a response head in the write buffer, a long request.
+    let pages = BASE.load(Ordering::Relaxed) + index as usize * SLOT + PAGE;
+    // SAFETY: whole pages of the reserved region, which no block uses any more; a private
+    // anonymous mapping reads back as zeros after MADV_DONTNEED. A failure leaves them resident.
+    unsafe { libc::madvise(pages as *mut libc::c_void, SLOT - PAGE, libc::MADV_DONTNEED) };
     header.bump.store(0, Ordering::Relaxed);
     header.buffers.store(0, Ordering::Relaxed);
     let mut head = FREE.load(Ordering::Relaxed);

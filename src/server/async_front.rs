@@ -25,7 +25,7 @@ use super::work_style::Dispatch;
 use super::{Backoff, Gates, HandlerCount, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
-use crate::allocator::slots::{InSlot, Placement, Slot};
+use crate::allocator::slots::{Placed, Placement, Slot};
 use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Route;
@@ -163,7 +163,9 @@ impl AsyncListener {
                             let screened = screen_request(&section, &request);
                             drop(request);
                             let flag = flag.clone();
-                            async move {
+                            // The handler's blocks are shared beyond its connection (ledger
+                            // events, channels, threads its work starts): outside the slot.
+                            Placed::outside(async move {
                                 let _serving = Serving::start(&flag);
                                 let reply = match screened {
                                     Ok((label, route)) => {
@@ -173,17 +175,18 @@ impl AsyncListener {
                                     Err(reply) => reply,
                                 };
                                 Ok::<_, Infallible>(respond(reply))
-                            }
+                            })
                         });
-                        // Everything the connection allocates goes into its slot: one page
-                        // resident while a request is held (see `src/allocator/slots.rs`).
+                        // What the connection itself allocates (Hyper's state and buffers, its
+                        // task, the box for its handler) goes into its slot, as far as it fits:
+                        // one page resident while a request is held (`src/allocator/slots.rs`).
                         let slot = Slot::take();
                         let connection = slot.enter(Placement::Unwritten, || {
                             http1::Builder::new().serve_connection(TokioIo::new(stream), service)
                         });
                         let connection = graceful.watch(connection);
                         let live = census.enter();
-                        let task = InSlot::new(slot.clone(), async move {
+                        let task = Placed::in_slot(slot.clone(), async move {
                             let _live = live;
                             // A client's broken connection is its own business, not the run's.
                             let _ = connection.await;
