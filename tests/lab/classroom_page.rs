@@ -509,6 +509,7 @@ async fn shown_predictions(page: &Page) {
         inputs: Inputs::default(),
         options: isolation_lab::coordinator::Options::default(),
         show_predictions: true,
+        timeouts: isolation_lab::classroom::Timeouts::default(),
     };
     let task = tokio::spawn(isolation_lab::classroom::serve(
         config,
