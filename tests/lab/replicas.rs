@@ -78,6 +78,10 @@ fn listeners(address: &str) -> Vec<u32> {
         }
     }
     let mut owners = Vec::new();
+    // No listener on the port: nobody to look for among the processes' descriptors.
+    if inodes.is_empty() {
+        return owners;
+    }
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry
             .file_name()
