@@ -45,20 +45,23 @@ return {
 "##;
 
 /// Presses the button `arguments[0]` (or, with `arguments[1]`, sends that key) and waits until
-/// the page has drawn the control state its order ends with and has the order's answer; then
-/// reads the page. Event-driven (a MutationObserver); WebDriver bounds the wait.
+/// the page has drawn the control state its order ends with and has the order's answer;
+/// `arguments[2]` times, each press after the last one's answer; then reads the page.
+/// Event-driven (a MutationObserver); WebDriver bounds the wait.
 const PRESS: &str = r##"
-const [id, key] = arguments;
+const [id, key, times] = arguments;
 const body = document.body;
-const before = Number(body.dataset.states);
-const done = () => Number(body.dataset.states) > before && body.dataset.busy === "0";
-if (key) document.dispatchEvent(new KeyboardEvent("keydown", { key }));
-else document.getElementById(id).click();
-await new Promise((resolve) => {
-  if (done()) return resolve();
-  const seen = new MutationObserver(() => { if (done()) { seen.disconnect(); resolve(); } });
-  seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
-});
+for (let n = 0; n < times; n++) {
+  const before = Number(body.dataset.states);
+  const done = () => Number(body.dataset.states) > before && body.dataset.busy === "0";
+  if (key) document.dispatchEvent(new KeyboardEvent("keydown", { key }));
+  else document.getElementById(id).click();
+  await new Promise((resolve) => {
+    if (done()) return resolve();
+    const seen = new MutationObserver(() => { if (done()) { seen.disconnect(); resolve(); } });
+    seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
+  });
+}
 return (() => { READ })();
 "##;
 
@@ -144,11 +147,16 @@ struct Page {
 impl Page {
     /// Opens `url` and waits until the page has drawn its session's first control state.
     async fn open(&self, url: &str) -> Value {
-        // From another document, so a URL that differs only after `#` loads the page afresh.
-        self.browser
-            .navigate("about:blank")
-            .await
-            .expect("a blank page");
+        // A URL that differs from the page's own only after `#` would not load the page
+        // afresh: it is opened from another document. (Another session's port, or another
+        // path or query, loads a new document anyway.)
+        let here = self.browser.execute("return location.href;", &[]).await;
+        let here = here.expect("the page's address");
+        let document = |url: &str| url.split('#').next().unwrap_or_default().to_owned();
+        if here.as_str().map(document) == Some(document(url)) {
+            let blank = self.browser.navigate("about:blank").await;
+            blank.expect("a blank page");
+        }
         self.browser.navigate(url).await.expect("the page loads");
         self.until("Number(document.body.dataset.states) >= 1")
             .await
@@ -174,12 +182,18 @@ impl Page {
     /// Presses the button `id` (its click handler, as a key or a clicker would) and waits for
     /// the answer's control state; returns what the page then shows.
     async fn press(&self, id: &str) -> Value {
+        self.presses(id, 1).await
+    }
+
+    /// Presses the button `id` `times` times, each after the last one's answer, in one script;
+    /// returns what the page shows after the last.
+    async fn presses(&self, id: &str, times: usize) -> Value {
         let script = PRESS.replace("READ", READ);
         let seen = self
             .browser
-            .execute(&script, &[json!(id), Value::Null])
+            .execute(&script, &[json!(id), Value::Null, json!(times)])
             .await;
-        seen.unwrap_or_else(|e| panic!("pressing {id}: {e:#}"))
+        seen.unwrap_or_else(|e| panic!("pressing {id} {times} times: {e:#}"))
     }
 
     /// Sends `key` as a presenter's clicker or keyboard does, and waits for the answer.
@@ -187,18 +201,14 @@ impl Page {
         let script = PRESS.replace("READ", READ);
         let seen = self
             .browser
-            .execute(&script, &[Value::Null, json!(key)])
+            .execute(&script, &[Value::Null, json!(key), json!(1)])
             .await;
         seen.unwrap_or_else(|e| panic!("pressing {key:?}: {e:#}"))
     }
 
     /// Presses Next `times` times; returns what the page shows after the last.
     async fn next(&self, times: usize) -> Value {
-        let mut seen = Value::Null;
-        for _ in 0..times {
-            seen = self.press("next").await;
-        }
-        seen
+        self.presses("next", times).await
     }
 
     async fn until(&self, holds: &str) -> Value {
