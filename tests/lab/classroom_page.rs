@@ -123,6 +123,11 @@ return { beyond, smallest, where, overflows, spills, outside, wide: root.scrollW
   scrolls: root.scrollHeight > innerHeight + 0.5, size: [innerWidth, innerHeight] };
 "##;
 
+/// The window the guide is followed in: the smallest projector the page is made for. Its sizes
+/// are in rem, which grow with a 16:9 window, so each stop reads as at any projector's size,
+/// and the browser draws the fewest pixels for each press.
+const WINDOW: (u32, u32) = (1280, 720);
+
 fn docs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs")
 }
@@ -252,7 +257,26 @@ impl Page {
                 assert_eq!(seen["scrolls"], true, "stacked: {what}");
             }
         }
+        let (width, height) = WINDOW;
+        self.browser
+            .set_viewport(width, height)
+            .await
+            .expect("sized");
+    }
+
+    /// [`Page::screenshot`] at 1920×1080, the size of the pictures in `docs/`; then the window
+    /// is the guide's again.
+    async fn projector_screenshot(&self, name: &str) {
+        if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_none() {
+            return;
+        }
         self.browser.set_viewport(1920, 1080).await.expect("sized");
+        self.screenshot(name).await;
+        let (width, height) = WINDOW;
+        self.browser
+            .set_viewport(width, height)
+            .await
+            .expect("sized");
     }
 
     /// Writes the page as it is now to `docs/name`, when asked: the room's screenshot shows
@@ -278,7 +302,8 @@ async fn the_page_follows_the_instructors_guide_in_chromium() {
         return;
     }
     let browser = Browser::start().await.expect("Chromium starts");
-    browser.set_viewport(1920, 1080).await.expect("1920×1080");
+    let (width, height) = WINDOW;
+    browser.set_viewport(width, height).await.expect("sized");
     let page = Page { browser };
     for front in Front::ALL {
         segment_2(&page, front).await;
@@ -364,7 +389,7 @@ async fn segment_3(page: &Page, front: Front) {
         "every answer hidden: {seen}"
     );
     if front == Front::Async {
-        page.screenshot("classroom-ask.png").await;
+        page.projector_screenshot("classroom-ask.png").await;
     }
     let seen = page.press("next").await;
     assert!(
@@ -414,7 +439,7 @@ async fn segment_3(page: &Page, front: Front) {
     let seen = page.press("next").await;
     assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
     if shots {
-        page.screenshot("classroom-verdict.png").await;
+        page.projector_screenshot("classroom-verdict.png").await;
     }
     finish(page, served, "Session over: matches the model").await;
 }
@@ -452,7 +477,7 @@ async fn room(page: &Page, url: &str, shots: bool) {
     );
     if shots {
         page.fits("the room", None).await;
-        page.screenshot("classroom-room.png").await;
+        page.projector_screenshot("classroom-room.png").await;
     }
     // The room's view: a tab without the token sees the board and the commands, no controls.
     page.browser
