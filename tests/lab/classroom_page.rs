@@ -1,5 +1,6 @@
 //! The classroom page in a real browser, pressed as `docs/instructor-guide.md` tells an
-//! instructor to press it: one headless Chromium for the whole file, on both fronts. At each stop
+//! instructor to press it: the crate's one headless Chromium (see `chromium.rs`), on both
+//! fronts. At each stop
 //! the guide names, the test reads what is on screen — the question to ask, F1 not yet
 //! answered, the model's answer hidden — then presses on; at the richest moment it sizes the
 //! window to 1280×720, 1920×1080 and 3840×2160 and checks that every text is at least 18 CSS
@@ -11,7 +12,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::webdriver::{Browser, skip_without_browser};
+use common::webdriver::Browser;
 use isolation_lab::classroom::ClassroomReport;
 use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
 use serde_json::{Value, json};
@@ -295,13 +296,8 @@ impl Page {
 /// Headless Chromium follows the instructor's guide press by press on both fronts: segment 2
 /// (`--mode shared --held 1`) and segment 3 (the default), stopping where the guide stops and
 /// reading the screen there; then the room joins, the page is sized for every projector, and
-/// Finish asks once and ends the session with the terminal's verdict.
-#[tokio::test]
-async fn the_page_follows_the_instructors_guide_in_chromium() {
-    if skip_without_browser("the_page_follows_the_instructors_guide_in_chromium") {
-        return;
-    }
-    let browser = Browser::start().await.expect("Chromium starts");
+/// Finish asks once and ends the session with the terminal's verdict. Then `browser` quits.
+pub(crate) async fn the_page_follows_the_instructors_guide(browser: Browser) {
     let (width, height) = WINDOW;
     browser.set_viewport(width, height).await.expect("sized");
     let page = Page { browser };
