@@ -82,6 +82,7 @@ fn main() -> ExitCode {
                 inputs: inputs.inputs(),
                 options: Options::on(server.into()).with_executor(executor.executor()),
                 show_predictions,
+                timeouts: classroom::Timeouts::default(),
             };
             // On stderr, the terminal's: stdout is the JSON report alone, which
             // `classroom > session.json` saves.

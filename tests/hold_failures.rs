@@ -128,14 +128,16 @@ fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
     let CountOutcome::FrontFailed(failed) = outcome(Front::Threaded) else {
         panic!("threaded at 400: {:?}", outcome(Front::Threaded));
     };
-    // Either way a thread that cannot get its stack ends it: the accept loop's spawn fails
-    // (the server reports it), or a started thread aborts the process, or the room runs out
-    // under an allocation instead and the lab's allocator ends the process with its one line.
-    // Which comes first depends on the room the last stack leaves, which moves with the size
-    // of the binary itself: a change elsewhere in the lab can tip it either way.
-    let out_of_memory = (failed.exit.as_ref())
-        .and_then(|exit| exit.last_stderr.as_deref())
-        .is_some_and(|line| line.starts_with("isolation-lab: out of memory"));
+    // Any way the room runs out ends it: a thread that cannot get its stack (the accept
+    // loop's spawn fails and the server reports it, or a started thread aborts the process),
+    // or an allocation the limit refuses, which the lab's allocator ends in its one line.
+    let out_of_memory = failed.exit.as_ref().is_some_and(|death| {
+        death.code == Some(1)
+            && death
+                .last_stderr
+                .as_deref()
+                .is_some_and(|line| line.starts_with("isolation-lab: out of memory"))
+    });
     assert!(
         failed.reason.contains("could not start serving one")
             || failed.reason.contains("killed by")

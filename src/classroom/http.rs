@@ -12,8 +12,9 @@
 //! - `GET /slow` and `/fast` need the room token in `lab-room`; the page shows it to the room,
 //!   and it lets the room do nothing else.
 //! - A request head is at most 16 KiB (Hyper's limit, 431 past it) and must arrive within
-//!   [`HEADER_TIMEOUT`] of the connection opening or of the last answer, or the connection is
-//!   closed; a control body is at most 1 KiB and must arrive within [`BODY_TIMEOUT`] (408).
+//!   the header timeout ([`HEADER_TIMEOUT`] unless the session's [`Timeouts`] say otherwise)
+//!   of the connection opening or of the last answer, or the connection is closed; a control
+//!   body is at most 1 KiB and must arrive within the body timeout ([`BODY_TIMEOUT`]; 408).
 //! - At most a limit of connections are open at once (from the descriptors this process may
 //!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
 //!   yet whole) is closed to make room, so a flood of idle connections cannot lock the page
@@ -42,6 +43,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::AbortHandle;
 
+use super::Timeouts;
 use super::control::{Action, Order};
 use super::journal::Journal;
 use super::page;
@@ -58,10 +60,11 @@ const MAX_HEAD: usize = 16 * 1024;
 /// The largest control body read.
 const MAX_BODY: usize = 1024;
 /// How long a connection may take to send a whole request head, from its opening or from its
-/// last answer: idle connections are closed after it. A browser or `curl` sends its head at
-/// once; anything slower is holding a descriptor.
+/// last answer, unless the session says otherwise: idle connections are closed after it. A
+/// browser or `curl` sends its head at once; anything slower is holding a descriptor.
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a control request's body may take to arrive after its head.
+/// How long a control request's body may take to arrive after its head, unless the session
+/// says otherwise.
 pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -85,6 +88,8 @@ pub(crate) struct App {
     pub(crate) finish: Notify,
     /// Why the server stopped accepting before the session ended, if it did.
     pub(crate) broken: std::sync::Mutex<Option<String>>,
+    /// How long a request head and a control body may take.
+    timeouts: Timeouts,
 }
 
 impl App {
@@ -95,6 +100,7 @@ impl App {
         room: Arc<Room>,
         journal: Arc<Journal>,
         orders: mpsc::Sender<Order>,
+        timeouts: Timeouts,
     ) -> Self {
         let nonce = nonce.header_value();
         let page = page::render(&nonce);
@@ -114,6 +120,7 @@ impl App {
             orders,
             finish: Notify::new(),
             broken: std::sync::Mutex::default(),
+            timeouts,
         }
     }
 
@@ -221,7 +228,7 @@ impl App {
             return (refused, Owing::new(owed.clone()));
         }
         let whole = Limited::new(request.into_body(), MAX_BODY).collect();
-        let body = tokio::time::timeout(BODY_TIMEOUT, whole).await;
+        let body = tokio::time::timeout(self.timeouts.body, whole).await;
         let owing = Owing::new(owed.clone());
         let body = match body {
             Ok(Ok(body)) => body.to_bytes(),
@@ -235,8 +242,8 @@ impl App {
             }
             Err(_) => {
                 let detail = format!(
-                    "the control body did not arrive within {} s",
-                    BODY_TIMEOUT.as_secs()
+                    "the control body did not arrive within {}",
+                    in_words(self.timeouts.body)
                 );
                 let mut refused = answer(
                     StatusCode::REQUEST_TIMEOUT,
@@ -333,6 +340,15 @@ impl App {
     }
 }
 
+/// A timeout as a person reads it: whole seconds as `2 s`, anything else in milliseconds.
+fn in_words(timeout: Duration) -> String {
+    if timeout.subsec_nanos() == 0 {
+        format!("{} s", timeout.as_secs())
+    } else {
+        format!("{} ms", timeout.as_millis())
+    }
+}
+
 fn not_allowed() -> Response<Body> {
     answer(
         StatusCode::METHOD_NOT_ALLOWED,
@@ -390,6 +406,7 @@ pub(crate) async fn serve(
     let mut retry = Backoff::default();
     // The open connections, oldest first, for closing the oldest idle one at the cap.
     let mut by_age: VecDeque<(Arc<Owed>, AbortHandle)> = VecDeque::new();
+    let header_timeout = app.timeouts.header;
     loop {
         tokio::select! {
             biased;
@@ -431,7 +448,7 @@ pub(crate) async fn serve(
                     builder
                         .max_buf_size(MAX_HEAD)
                         .timer(TokioTimer::new())
-                        .header_read_timeout(HEADER_TIMEOUT);
+                        .header_read_timeout(header_timeout);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     let connection = graceful.watch(connection);
                     let handle = connections.spawn(owed.clone(), async move {
@@ -541,5 +558,17 @@ impl hyper::body::Body for OwedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default body timeout reads as it always has, and a shorter one in milliseconds.
+    #[test]
+    fn a_timeout_reads_in_seconds_or_milliseconds() {
+        assert_eq!(in_words(BODY_TIMEOUT), "2 s");
+        assert_eq!(in_words(Duration::from_millis(200)), "200 ms");
     }
 }

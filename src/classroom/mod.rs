@@ -22,6 +22,7 @@ pub(crate) mod room;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use serde::Serialize;
@@ -48,6 +49,29 @@ pub struct Config {
     /// Show the model's predictions at once, rather than each as its evidence arrives (or the
     /// instructor presses Reveal).
     pub show_predictions: bool,
+    /// How long the session's server waits for what a client sends at once; the command line's
+    /// are the defaults.
+    pub timeouts: Timeouts,
+}
+
+/// How long the classroom's server waits for what a browser or `curl` sends at once: anything
+/// slower is holding a descriptor. Both are 2 s by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From a connection's opening, or its last answer, until a whole request head has
+    /// arrived: a connection idle for longer is closed.
+    pub header: Duration,
+    /// From a control request's head until its whole body has arrived: 408 after it.
+    pub body: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: http::HEADER_TIMEOUT,
+            body: http::BODY_TIMEOUT,
+        }
+    }
 }
 
 /// The two addresses of a session, as the terminal shows them.
@@ -177,6 +201,7 @@ pub async fn serve(
         room.clone(),
         journal.clone(),
         orders.clone(),
+        config.timeouts,
     ));
     let limit = config.options.safety_timeout;
 

@@ -323,13 +323,19 @@ pub async fn serve_classroom(inputs: Inputs, front: Front) -> Classroom {
 
 /// [`serve_classroom`] with every run on `options` (a front and its executor).
 pub async fn serve_classroom_with(inputs: Inputs, options: Options) -> Classroom {
-    let (announced, url) = tokio::sync::oneshot::channel();
-    let (leave, left) = tokio::sync::oneshot::channel::<()>();
-    let config = classroom::Config {
+    serve_classroom_config(classroom::Config {
         inputs,
         options,
         show_predictions: false,
-    };
+        timeouts: classroom::Timeouts::default(),
+    })
+    .await
+}
+
+/// [`serve_classroom`] of `config`.
+pub async fn serve_classroom_config(config: classroom::Config) -> Classroom {
+    let (announced, url) = tokio::sync::oneshot::channel();
+    let (leave, left) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(classroom::serve(
         config,
         async move {

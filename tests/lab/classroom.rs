@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use isolation_lab::classroom::ClassroomReport;
+use isolation_lab::classroom::{self, ClassroomReport, Timeouts};
 use isolation_lab::coordinator::Options;
 use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
@@ -47,8 +47,18 @@ impl Session {
 
     /// A session whose every run is on `options`: a front and its executor.
     async fn start_with(inputs: Inputs, options: Options) -> Session {
-        let common::Classroom { url, leave, task } =
-            common::serve_classroom_with(inputs, options).await;
+        Session::start_config(classroom::Config {
+            inputs,
+            options,
+            show_predictions: false,
+            timeouts: Timeouts::default(),
+        })
+        .await
+    }
+
+    /// A session of `config`.
+    async fn start_config(config: classroom::Config) -> Session {
+        let common::Classroom { url, leave, task } = common::serve_classroom_config(config).await;
         assert!(
             url.starts_with("http://127.0.0.1:") && url.contains("/#control="),
             "{url}"
@@ -1034,24 +1044,42 @@ async fn no_answer_without_the_token_carries_the_control_token() {
     );
 }
 
-/// A control request whose body never arrives is answered 408 once the body timeout passes,
-/// and one still waiting for its body when the session ends is closed: neither fails the
-/// session's report.
+/// A control request's head whose body never arrives: its connection, ready for a read.
+fn stall(address: SocketAddr, control: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(GUARD))
+        .expect("a read timeout");
+    let head = format!(
+        "POST /control/next HTTP/1.1\r\nHost: {address}\r\nlab-control: {control}\r\n\
+         Content-Length: 10\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).expect("a head");
+    stream
+}
+
+/// A session whose server waits `timeouts` (2 s each by default) for what a client sends at
+/// once: shorter ones let a test see them pass without waiting long.
+fn with_timeouts(inputs: Inputs, timeouts: Timeouts) -> classroom::Config {
+    classroom::Config {
+        inputs,
+        options: Options::on(Front::Async),
+        show_predictions: false,
+        timeouts,
+    }
+}
+
+/// A control request whose body never arrives is answered 408 once the body timeout passes
+/// (200 ms here), while the run goes on; and, at the default timeout, one still waiting for its
+/// body when the session ends is closed: neither fails the session's report.
 #[tokio::test]
 async fn a_stalled_control_body_ends_at_its_timeout_and_fails_nothing() {
-    let session = Session::start(inputs(ModeChoice::Shared, 2, 1), Front::Async).await;
-    let stall = |address: SocketAddr, control: &str| {
-        let mut stream = TcpStream::connect(address).expect("connect");
-        stream
-            .set_read_timeout(Some(GUARD))
-            .expect("a read timeout");
-        let head = format!(
-            "POST /control/next HTTP/1.1\r\nHost: {address}\r\nlab-control: {control}\r\n\
-             Content-Length: 10\r\n\r\n{{"
-        );
-        stream.write_all(head.as_bytes()).expect("a head");
-        stream
+    let short = Timeouts {
+        body: Duration::from_millis(200),
+        ..Timeouts::default()
     };
+    let session = Session::start_config(with_timeouts(inputs(ModeChoice::Shared, 2, 1), short));
+    let session = session.await;
     let mut timed_out = stall(session.address, &session.control);
     let (status, body) = session.control("run-to-end", json!({})).await;
     assert_eq!(status, 200, "{body}");
@@ -1063,6 +1091,14 @@ async fn a_stalled_control_body_ends_at_its_timeout_and_fails_nothing() {
     let answer = within(answer).await.expect("joined");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("body_timeout"), "{answer}");
+    assert!(answer.contains("within 200 ms"), "{answer}");
+    let report = session.end().await;
+    assert_eq!(report.failure, None, "{report:?}");
+    assert!(report.matches_model, "{:?}", report.verdict());
+
+    // The default body timeout, which the end of the session comes well before.
+    let session = Session::start(inputs(ModeChoice::Shared, 2, 1), Front::Async).await;
+    assert_eq!(session.control("run-to-end", json!({})).await.0, 200);
     let mut at_end = stall(session.address, &session.control);
     // Whether or not the server has read the stalled head when the session ends, the
     // connection owes no answer: it is closed, and nothing waits for it.
@@ -1078,10 +1114,51 @@ async fn a_stalled_control_body_ends_at_its_timeout_and_fails_nothing() {
     );
 }
 
+/// A connection that never sends a byte, and one that sends half a request head, are each
+/// closed at the header timeout (200 ms here, 2 s by default) while the session runs: not by
+/// the cap (no connection was refused), nor by its end, which comes after; it ends cleanly.
+#[tokio::test]
+async fn idle_connections_are_closed_at_the_header_timeout() {
+    let short = Timeouts {
+        header: Duration::from_millis(200),
+        ..Timeouts::default()
+    };
+    let served = common::serve_classroom_config(with_timeouts(Inputs::default(), short)).await;
+    let base = served.url.split("/#").next().expect("a base");
+    let address: SocketAddr = base["http://".len()..].parse().expect("an address");
+    // Raw sockets only: a client that sends its head at once is never at risk of a timeout
+    // this short, but nothing here depends on it.
+    let closed = tokio::task::spawn_blocking(move || {
+        let silent = TcpStream::connect(address).expect("connect");
+        let mut half = TcpStream::connect(address).expect("connect");
+        half.write_all(b"GET / HTTP/1.1\r\nHost: ")
+            .expect("half a head");
+        [silent, half].map(|mut idle| {
+            idle.set_read_timeout(Some(GUARD)).expect("a read timeout");
+            let mut rest = Vec::new();
+            let read = idle.read_to_end(&mut rest);
+            (read.map_err(|e| e.kind()), rest.len())
+        })
+    });
+    let closed = within(closed).await.expect("joined");
+    assert_eq!(
+        closed,
+        [(Ok(0), 0), (Ok(0), 0)],
+        "closed unanswered: {closed:?}"
+    );
+    let _ = served.leave.send(());
+    let report = within(served.task).await.expect("joined");
+    let report = report.expect("the session ran");
+    assert_eq!(report.failure, None, "{report:?}");
+    assert_eq!(report.connections_refused, 0, "{report:?}");
+}
+
 /// The binary under a 1024-descriptor limit (soft and hard, so it cannot raise it): 1 100 idle
-/// connections that never send a byte do not end the session; while they are open the page can
-/// still connect (the oldest idle connection makes room), and every one of them is closed — by
-/// the cap, or by the header timeout. Then the run goes on, and the session ends cleanly.
+/// connections that never send a byte do not end the session. While they are open the page can
+/// still connect and the run goes on: the oldest idle connections make room, closed by the cap
+/// (at most 320 stay open under this limit) while the session runs; the session then ends
+/// cleanly with the rest still open. (The header timeout, which closes those too, is
+/// `idle_connections_are_closed_at_the_header_timeout`.)
 #[test]
 fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing() {
     if !std::path::Path::new("/usr/bin/prlimit").exists() {
@@ -1116,9 +1193,14 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
             .send();
         runtime.block_on(async { within(sent).await.expect("answered").status() })
     };
-    // The flood is open: the page still gets in.
+    // The flood is open: the page still gets in, and the run goes on.
     assert_eq!(post("next"), 200);
-    for mut idle in flood {
+    assert_eq!(post("run-to-end"), 200);
+    // The cap under 1024 descriptors (`connection_cap` in src/classroom/mod.rs): each
+    // connection accepted beyond it closed the oldest idle one, so all but the newest of the
+    // flood have been closed by now.
+    const CAP: usize = 320;
+    for mut idle in flood.into_iter().take(1100 - CAP) {
         idle.set_read_timeout(Some(GUARD)).expect("a read timeout");
         let mut rest = Vec::new();
         let read = idle.read_to_end(&mut rest);
@@ -1131,7 +1213,6 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
             "an idle connection was not closed: {read:?}"
         );
     }
-    assert_eq!(post("run-to-end"), 200);
     let (status, report) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
     assert_eq!(report["failure"], Value::Null, "{report}");

@@ -1,5 +1,6 @@
 //! The classroom page in a real browser, pressed as `docs/instructor-guide.md` tells an
-//! instructor to press it: one headless Chromium for the whole file, on both fronts. At each stop
+//! instructor to press it: the crate's one headless Chromium (see `chromium.rs`), on both
+//! fronts. At each stop
 //! the guide names, the test reads what is on screen — the question to ask, F1 not yet
 //! answered, the model's answer hidden — then presses on; at the richest moment it sizes the
 //! window to 1280×720, 1920×1080 and 3840×2160 and checks that every text is at least 18 CSS
@@ -11,7 +12,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::webdriver::{Browser, skip_without_browser};
+use common::webdriver::Browser;
 use isolation_lab::classroom::ClassroomReport;
 use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
 use serde_json::{Value, json};
@@ -45,20 +46,23 @@ return {
 "##;
 
 /// Presses the button `arguments[0]` (or, with `arguments[1]`, sends that key) and waits until
-/// the page has drawn the control state its order ends with and has the order's answer; then
-/// reads the page. Event-driven (a MutationObserver); WebDriver bounds the wait.
+/// the page has drawn the control state its order ends with and has the order's answer;
+/// `arguments[2]` times, each press after the last one's answer; then reads the page.
+/// Event-driven (a MutationObserver); WebDriver bounds the wait.
 const PRESS: &str = r##"
-const [id, key] = arguments;
+const [id, key, times] = arguments;
 const body = document.body;
-const before = Number(body.dataset.states);
-const done = () => Number(body.dataset.states) > before && body.dataset.busy === "0";
-if (key) document.dispatchEvent(new KeyboardEvent("keydown", { key }));
-else document.getElementById(id).click();
-await new Promise((resolve) => {
-  if (done()) return resolve();
-  const seen = new MutationObserver(() => { if (done()) { seen.disconnect(); resolve(); } });
-  seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
-});
+for (let n = 0; n < times; n++) {
+  const before = Number(body.dataset.states);
+  const done = () => Number(body.dataset.states) > before && body.dataset.busy === "0";
+  if (key) document.dispatchEvent(new KeyboardEvent("keydown", { key }));
+  else document.getElementById(id).click();
+  await new Promise((resolve) => {
+    if (done()) return resolve();
+    const seen = new MutationObserver(() => { if (done()) { seen.disconnect(); resolve(); } });
+    seen.observe(body, { attributes: true, attributeFilter: ["data-states", "data-busy"] });
+  });
+}
 return (() => { READ })();
 "##;
 
@@ -120,6 +124,11 @@ return { beyond, smallest, where, overflows, spills, outside, wide: root.scrollW
   scrolls: root.scrollHeight > innerHeight + 0.5, size: [innerWidth, innerHeight] };
 "##;
 
+/// The window the guide is followed in: the smallest projector the page is made for. Its sizes
+/// are in rem, which grow with a 16:9 window, so each stop reads as at any projector's size,
+/// and the browser draws the fewest pixels for each press.
+const WINDOW: (u32, u32) = (1280, 720);
+
 fn docs() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs")
 }
@@ -144,11 +153,16 @@ struct Page {
 impl Page {
     /// Opens `url` and waits until the page has drawn its session's first control state.
     async fn open(&self, url: &str) -> Value {
-        // From another document, so a URL that differs only after `#` loads the page afresh.
-        self.browser
-            .navigate("about:blank")
-            .await
-            .expect("a blank page");
+        // A URL that differs from the page's own only after `#` would not load the page
+        // afresh: it is opened from another document. (Another session's port, or another
+        // path or query, loads a new document anyway.)
+        let here = self.browser.execute("return location.href;", &[]).await;
+        let here = here.expect("the page's address");
+        let document = |url: &str| url.split('#').next().unwrap_or_default().to_owned();
+        if here.as_str().map(document) == Some(document(url)) {
+            let blank = self.browser.navigate("about:blank").await;
+            blank.expect("a blank page");
+        }
         self.browser.navigate(url).await.expect("the page loads");
         self.until("Number(document.body.dataset.states) >= 1")
             .await
@@ -174,12 +188,18 @@ impl Page {
     /// Presses the button `id` (its click handler, as a key or a clicker would) and waits for
     /// the answer's control state; returns what the page then shows.
     async fn press(&self, id: &str) -> Value {
+        self.presses(id, 1).await
+    }
+
+    /// Presses the button `id` `times` times, each after the last one's answer, in one script;
+    /// returns what the page shows after the last.
+    async fn presses(&self, id: &str, times: usize) -> Value {
         let script = PRESS.replace("READ", READ);
         let seen = self
             .browser
-            .execute(&script, &[json!(id), Value::Null])
+            .execute(&script, &[json!(id), Value::Null, json!(times)])
             .await;
-        seen.unwrap_or_else(|e| panic!("pressing {id}: {e:#}"))
+        seen.unwrap_or_else(|e| panic!("pressing {id} {times} times: {e:#}"))
     }
 
     /// Sends `key` as a presenter's clicker or keyboard does, and waits for the answer.
@@ -187,18 +207,14 @@ impl Page {
         let script = PRESS.replace("READ", READ);
         let seen = self
             .browser
-            .execute(&script, &[Value::Null, json!(key)])
+            .execute(&script, &[Value::Null, json!(key), json!(1)])
             .await;
         seen.unwrap_or_else(|e| panic!("pressing {key:?}: {e:#}"))
     }
 
     /// Presses Next `times` times; returns what the page shows after the last.
     async fn next(&self, times: usize) -> Value {
-        let mut seen = Value::Null;
-        for _ in 0..times {
-            seen = self.press("next").await;
-        }
-        seen
+        self.presses("next", times).await
     }
 
     async fn until(&self, holds: &str) -> Value {
@@ -242,7 +258,26 @@ impl Page {
                 assert_eq!(seen["scrolls"], true, "stacked: {what}");
             }
         }
+        let (width, height) = WINDOW;
+        self.browser
+            .set_viewport(width, height)
+            .await
+            .expect("sized");
+    }
+
+    /// [`Page::screenshot`] at 1920×1080, the size of the pictures in `docs/`; then the window
+    /// is the guide's again.
+    async fn projector_screenshot(&self, name: &str) {
+        if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_none() {
+            return;
+        }
         self.browser.set_viewport(1920, 1080).await.expect("sized");
+        self.screenshot(name).await;
+        let (width, height) = WINDOW;
+        self.browser
+            .set_viewport(width, height)
+            .await
+            .expect("sized");
     }
 
     /// Writes the page as it is now to `docs/name`, when asked: the room's screenshot shows
@@ -261,14 +296,10 @@ impl Page {
 /// Headless Chromium follows the instructor's guide press by press on both fronts: segment 2
 /// (`--mode shared --held 1`) and segment 3 (the default), stopping where the guide stops and
 /// reading the screen there; then the room joins, the page is sized for every projector, and
-/// Finish asks once and ends the session with the terminal's verdict.
-#[tokio::test]
-async fn the_page_follows_the_instructors_guide_in_chromium() {
-    if skip_without_browser("the_page_follows_the_instructors_guide_in_chromium") {
-        return;
-    }
-    let browser = Browser::start().await.expect("Chromium starts");
-    browser.set_viewport(1920, 1080).await.expect("1920×1080");
+/// Finish asks once and ends the session with the terminal's verdict. Then `browser` quits.
+pub(crate) async fn the_page_follows_the_instructors_guide(browser: Browser) {
+    let (width, height) = WINDOW;
+    browser.set_viewport(width, height).await.expect("sized");
     let page = Page { browser };
     for front in Front::ALL {
         segment_2(&page, front).await;
@@ -354,7 +385,7 @@ async fn segment_3(page: &Page, front: Front) {
         "every answer hidden: {seen}"
     );
     if front == Front::Async {
-        page.screenshot("classroom-ask.png").await;
+        page.projector_screenshot("classroom-ask.png").await;
     }
     let seen = page.press("next").await;
     assert!(
@@ -404,7 +435,7 @@ async fn segment_3(page: &Page, front: Front) {
     let seen = page.press("next").await;
     assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
     if shots {
-        page.screenshot("classroom-verdict.png").await;
+        page.projector_screenshot("classroom-verdict.png").await;
     }
     finish(page, served, "Session over: matches the model").await;
 }
@@ -442,7 +473,7 @@ async fn room(page: &Page, url: &str, shots: bool) {
     );
     if shots {
         page.fits("the room", None).await;
-        page.screenshot("classroom-room.png").await;
+        page.projector_screenshot("classroom-room.png").await;
     }
     // The room's view: a tab without the token sees the board and the commands, no controls.
     page.browser
@@ -509,6 +540,7 @@ async fn shown_predictions(page: &Page) {
         inputs: Inputs::default(),
         options: isolation_lab::coordinator::Options::default(),
         show_predictions: true,
+        timeouts: isolation_lab::classroom::Timeouts::default(),
     };
     let task = tokio::spawn(isolation_lab::classroom::serve(
         config,

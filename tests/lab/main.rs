@@ -7,6 +7,7 @@ mod common;
 
 mod architecture;
 mod blocking;
+mod chromium;
 mod classroom;
 mod classroom_page;
 mod cli;

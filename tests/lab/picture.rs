@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::Faults;
-use common::webdriver::{Browser, TempDir, skip_without_browser};
+use common::webdriver::{Browser, TempDir};
 use isolation_lab::coordinator::Options;
 use isolation_lab::lab::render::picture;
 use isolation_lab::label::Label;
@@ -277,16 +277,9 @@ go</button>"#;
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
 }
 
-/// One Chromium session serves both checks of this file, the WebDriver client's first (the
-/// pictures' check relies on it), then the pictures'; then the session quits. Starting a
-/// browser is most of their time, and two at once on a small machine take longer than both.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webdriver_client_works_and_pictures_are_legible() {
-    if skip_without_browser("the_webdriver_client_works_and_pictures_are_legible") {
-        return;
-    }
-    let browser = Browser::start().await.expect("a browser session");
-    webdriver_client_types_clicks_and_reads_back(&browser).await;
-    pictures_are_legible_at_1920_by_1080(&browser).await;
-    browser.quit().await.expect("the session ends");
+/// Both checks of this file in `browser`, the WebDriver client's first (the pictures' check
+/// relies on it), then the pictures'.
+pub(crate) async fn the_webdriver_client_works_and_pictures_are_legible(browser: &Browser) {
+    webdriver_client_types_clicks_and_reads_back(browser).await;
+    pictures_are_legible_at_1920_by_1080(browser).await;
 }

@@ -1,0 +1,20 @@
+//! The crate's one headless Chromium: every check that needs a browser runs in one session, the
+//! WebDriver client's own and the pictures' (`picture.rs`) first, then the classroom page
+//! following the instructor's guide (`classroom_page.rs`). Starting a browser costs it more
+//! CPU than the pictures' checks, and two browsers at once on a two-core machine take longer
+//! than one after the other.
+
+use crate::common::webdriver::{Browser, skip_without_browser};
+use crate::{classroom_page, picture};
+
+/// The pictures, then the page, in one Chromium session; then it quits. Its name holds both
+/// files' names, so `cargo test --test lab -- classroom_page picture` still selects it.
+#[tokio::test]
+async fn picture_then_classroom_page_in_one_browser() {
+    if skip_without_browser("picture_then_classroom_page_in_one_browser") {
+        return;
+    }
+    let browser = Browser::start().await.expect("Chromium starts");
+    picture::the_webdriver_client_works_and_pictures_are_legible(&browser).await;
+    classroom_page::the_page_follows_the_instructors_guide(browser).await;
+}
