@@ -725,9 +725,9 @@ async fn the_headline_tells_the_count_against_the_limit() {
             false,
         ),
     ];
-    let runs = cases
-        .clone()
-        .map(|(engine, held, ..)| tokio::spawn(run(inputs(2, 2, held, engine, 200), options())));
+    let runs = cases.clone().map(|(engine, held, ..)| {
+        tokio::spawn(run(inputs(2, 2, held, engine, LEASE_MS), options()))
+    });
     for ((engine, held, says, refusals), report) in cases.into_iter().zip(runs) {
         let report = report.await.expect("the run's task is joined");
         assert!(
