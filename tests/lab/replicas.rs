@@ -693,7 +693,8 @@ async fn a_starved_live_holder_is_named_with_its_late_renewal() {
 /// The headline compares the requests held at once with the limit for each count: under it,
 /// at it, and (own permits) only within it because too few were sent; a refusal is mentioned
 /// only when one happened. The four runs, each with its own replicas (and Redis), go side by
-/// side: most of each is a lease waited out.
+/// side: most of each is a lease waited out. Side by side, each renews its leases among the
+/// others' processes, so each has the tests' lease, not the shortest one allowed.
 #[tokio::test]
 async fn the_headline_tells_the_count_against_the_limit() {
     if !redis_or_skip("the_headline_tells_the_count_against_the_limit") {
