@@ -466,8 +466,9 @@ fn read_driver_output(
 }
 
 /// Asks the kernel to kill the child when the thread that starts it ends (with the test
-/// process, at the latest), so a driver never outlives a test that was killed.
-fn die_with_parent(command: &mut Command) {
+/// process, at the latest), so a driver — or any child a test starts — never outlives a test
+/// that failed or was killed.
+pub fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: between fork and exec only async-signal-safe calls are allowed: `prctl` and
     // `getppid` are system calls, and the errors are built without allocating.

@@ -798,6 +798,8 @@ fn spawn_under(wrapper: &[&str], args: &[&str]) -> (Child, String, mpsc::Receive
         }
         None => Command::new(lab),
     };
+    // A failed test's session (its thread panics, the binary keeps serving) ends with it.
+    common::webdriver::die_with_parent(&mut command);
     let mut child = command
         .args(args)
         .stdin(Stdio::null())
