@@ -265,8 +265,8 @@ impl Page {
             .expect("sized");
     }
 
-    /// [`Page::screenshot`] at 1920×1080, the size of the pictures in `docs/`; then the window
-    /// is the guide's again.
+    /// [`Page::screenshot`] at 1920×1080, the size of `docs/classroom-ask.png` and the other
+    /// pictures taken on the guide's way; then the window is the guide's again.
     async fn projector_screenshot(&self, name: &str) {
         if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_none() {
             return;
