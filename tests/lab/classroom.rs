@@ -658,11 +658,7 @@ async fn a_stalled_event_stream_does_not_block_the_run() {
     let report = session.end().await;
     assert!(report.matches_model);
     // The session closed the stalled stream: reading it now reaches its end.
-    stalled
-        .set_read_timeout(Some(GUARD))
-        .expect("a read timeout");
-    let mut all = Vec::new();
-    let read = stalled.read_to_end(&mut all);
+    let (read, _) = read_rest(&mut stalled);
     assert!(read.is_ok(), "{read:?}");
 }
 
@@ -970,11 +966,7 @@ async fn a_half_sent_request_does_not_hold_the_end_of_the_session() {
     let report = within(&mut session.task).await.expect("joined");
     let report = report.expect("the session ran");
     assert_eq!(report.failure, None, "{report:?}");
-    stranger
-        .set_read_timeout(Some(GUARD))
-        .expect("a read timeout");
-    let mut all = Vec::new();
-    let read = stranger.read_to_end(&mut all);
+    let (read, _) = read_rest(&mut stranger);
     assert!(
         read.is_ok(),
         "the stranger's connection was closed: {read:?}"
@@ -985,14 +977,20 @@ async fn a_half_sent_request_does_not_hold_the_end_of_the_session() {
 /// headers (without the blank line); the answer is read to its end (the server closes).
 fn raw(address: SocketAddr, head: &str) -> String {
     let mut stream = TcpStream::connect(address).expect("connect");
+    let request = format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("a request");
+    let (_, answer) = read_rest(&mut stream);
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Reads `stream` to its end, within [`GUARD`]: how the read ended, and what it read.
+fn read_rest(stream: &mut TcpStream) -> (std::io::Result<usize>, Vec<u8>) {
     stream
         .set_read_timeout(Some(GUARD))
         .expect("a read timeout");
-    let request = format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).expect("a request");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer).into_owned()
+    let mut rest = Vec::new();
+    let read = stream.read_to_end(&mut rest);
+    (read, rest)
 }
 
 /// From another local process with no token (raw HTTP, as `curl` sends it), no URL the server
@@ -1046,12 +1044,10 @@ async fn no_answer_without_the_token_carries_the_control_token() {
     );
 }
 
-/// A control request's head whose body never arrives: its connection, ready for a read.
+/// A control request's head whose body never arrives: its connection, to read with
+/// [`read_rest`].
 fn stall(address: SocketAddr, control: &str) -> TcpStream {
     let mut stream = TcpStream::connect(address).expect("connect");
-    stream
-        .set_read_timeout(Some(GUARD))
-        .expect("a read timeout");
     let head = format!(
         "POST /control/next HTTP/1.1\r\nHost: {address}\r\nlab-control: {control}\r\n\
          Content-Length: 10\r\n\r\n{{"
@@ -1086,8 +1082,7 @@ async fn a_stalled_control_body_ends_at_its_timeout_and_fails_nothing() {
     let (status, body) = session.control("run-to-end", json!({})).await;
     assert_eq!(status, 200, "{body}");
     let answer = tokio::task::spawn_blocking(move || {
-        let mut answer = Vec::new();
-        let _ = timed_out.read_to_end(&mut answer);
+        let (_, answer) = read_rest(&mut timed_out);
         String::from_utf8_lossy(&answer).into_owned()
     });
     let answer = within(answer).await.expect("joined");
@@ -1108,8 +1103,7 @@ async fn a_stalled_control_body_ends_at_its_timeout_and_fails_nothing() {
     let report = session.end().await;
     assert_eq!(report.failure, None, "{report:?}");
     assert!(report.matches_model, "{:?}", report.verdict());
-    let mut rest = Vec::new();
-    let read = at_end.read_to_end(&mut rest);
+    let (read, rest) = read_rest(&mut at_end);
     assert!(
         read.is_ok() && rest.is_empty(),
         "closed unanswered: {read:?}"
@@ -1136,9 +1130,7 @@ async fn idle_connections_are_closed_at_the_header_timeout() {
         half.write_all(b"GET / HTTP/1.1\r\nHost: ")
             .expect("half a head");
         [silent, half].map(|mut idle| {
-            idle.set_read_timeout(Some(GUARD)).expect("a read timeout");
-            let mut rest = Vec::new();
-            let read = idle.read_to_end(&mut rest);
+            let (read, rest) = read_rest(&mut idle);
             (read.map_err(|e| e.kind()), rest.len())
         })
     });
@@ -1206,9 +1198,7 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
     let mut oldest = flood;
     let newest = oldest.split_off(1100 - CAP);
     for mut idle in oldest {
-        idle.set_read_timeout(Some(GUARD)).expect("a read timeout");
-        let mut rest = Vec::new();
-        let read = idle.read_to_end(&mut rest);
+        let (read, rest) = read_rest(&mut idle);
         let closed = match &read {
             Ok(_) => true,
             Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
