@@ -80,7 +80,8 @@ impl Runner {
             runtime: format!("Tokio 1, {scheduler}"),
             front,
             server: front.describe().into(),
-            client: "reqwest 0.13, inherited proxy settings ignored".into(),
+            // The coordinator's client (`coordinator/client.rs`).
+            client: "Hyper 1 client connection, one per caller; no pool, no proxy".into(),
             safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
             front_runtime: None,
         }

@@ -1,13 +1,28 @@
-//! The lab's HTTP client: loopback only, with the run token on every request, one caller per
-//! request, each response read whole and placed on the ledger's axis.
+//! The lab's HTTP client: one caller per request, with the run token on every request, each
+//! response read whole and placed on the ledger's axis.
+//!
+//! A caller sends on Hyper's client connection and drives that connection inside its own
+//! future: no task is spawned behind it, no proxy is consulted (the lab never reads
+//! `HTTP_PROXY` or `ALL_PROXY`), and no URL is parsed. A caller whose answer is whole leaves its
+//! connection open for the next caller, as a browser or any pooled client would: so a front
+//! keeps one handler per connection a run has open, and the handlers the report counts are
+//! the same on every run. A caller that is dropped takes its connection with it; [`Client::close`]
+//! closes those left open.
 
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{HOST, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use crate::admission::section::WorkSection;
-use crate::admission::token::{RunToken, TOKEN_HEADER};
+use crate::admission::token::TOKEN_HEADER;
 use crate::label::{LABEL_HEADER, Label};
 
 /// A response as a caller received it.
@@ -20,23 +35,50 @@ pub(crate) struct Received {
     pub(crate) after_event: u64,
 }
 
-/// The client of one policy run: requests go to `base` with the run's token.
+/// The client of one policy run: requests go to the server at `address` with the run's token.
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
-    http: reqwest::Client,
+    address: SocketAddr,
+    /// `http://127.0.0.1:PORT`.
     base: String,
+    /// The run token's header.
+    headers: HeaderMap,
     section: Arc<WorkSection>,
+    /// Connections whose last answer was read whole, for the next caller.
+    idle: Arc<Mutex<Vec<Connection>>>,
+}
+
+/// An HTTP/1.1 connection to the server: the half that sends, and the half that must be
+/// polled for anything to move.
+#[derive(Debug)]
+struct Connection {
+    sender: SendRequest<Empty<Bytes>>,
+    driver: http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>,
+    /// The driver has ended: the connection is closed or broken.
+    ended: bool,
 }
 
 impl Client {
-    /// A client sending with `http` (see [`with_token`]) to the server at `base`
-    /// (`http://127.0.0.1:PORT`), which serves `section`.
-    pub(crate) fn new(http: reqwest::Client, base: String, section: Arc<WorkSection>) -> Self {
+    /// A client sending `headers` (the run token's, from [`token_header`]) to the server at
+    /// `address`, which serves `section`.
+    pub(crate) fn new(headers: HeaderMap, address: SocketAddr, section: Arc<WorkSection>) -> Self {
         Client {
-            http,
-            base,
+            address,
+            base: format!("http://{address}"),
+            headers,
             section,
+            idle: Arc::default(),
         }
+    }
+
+    /// Closes every connection left open.
+    pub(crate) fn close(&self) {
+        self.idle().clear();
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        // A caller that panicked holding the lock left a list of connections, still whole.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The server's base URL.
@@ -44,9 +86,14 @@ impl Client {
         &self.base
     }
 
+    /// The server's address.
+    pub(crate) fn address(&self) -> SocketAddr {
+        self.address
+    }
+
     /// One caller: `GET <route>` with the request's label, and the whole JSON response, placed
     /// on the ledger's axis by the last event recorded when it arrived. An `Err` says what
-    /// failed, and its sources say why (a reqwest error's own text rarely does: refused, reset).
+    /// failed, and its sources say why.
     pub(crate) fn call(
         &self,
         request: Label,
@@ -54,20 +101,10 @@ impl Client {
         let client = self.clone();
         async move {
             let route = request.route();
-            let url = format!("{}{route}", client.base);
-            let sent = client
-                .http
-                .get(url)
-                .header(LABEL_HEADER, request.to_string());
-            let response = sent
-                .send()
+            let (status, bytes) = client
+                .get(request)
                 .await
                 .with_context(|| format!("{request}: GET {route} failed"))?;
-            let status = response.status().as_u16();
-            let bytes = response
-                .bytes()
-                .await
-                .with_context(|| format!("{request}: reading the {status} response failed"))?;
             let after_event = client.section.last_seq();
             let body = serde_json::from_slice(&bytes)
                 .with_context(|| format!("{request}: the {status} response is not JSON"))?;
@@ -79,13 +116,118 @@ impl Client {
             })
         }
     }
+
+    /// `GET` `request`'s route on a connection left open, or on a new one: the status and the
+    /// whole body. The connection is left open again once the body is read.
+    async fn get(&self, request: Label) -> anyhow::Result<(u16, Bytes)> {
+        let sent = self.request(request)?;
+        let mut connection = match self.left_open() {
+            Some(connection) => connection,
+            None => connect(self.address).await?,
+        };
+        let answer = connection.exchange(sent).await?;
+        if connection.open() {
+            self.idle().push(connection);
+        }
+        Ok(answer)
+    }
+
+    /// A connection the last caller left open. The fronts keep a connection open until the
+    /// client closes it or the server stops (after the client has closed its own).
+    fn left_open(&self) -> Option<Connection> {
+        self.idle().pop()
+    }
+
+    fn request(&self, request: Label) -> anyhow::Result<Request<Empty<Bytes>>> {
+        build(self.address, request.route().path(), request, &self.headers)
+    }
 }
 
-/// The HTTP client of a run, presenting `token` on every request. Built before the server
-/// starts, so that a run that cannot build it has nothing to stop.
-pub(crate) fn with_token(token: &RunToken) -> anyhow::Result<reqwest::Client> {
-    let headers = token_header(&token.header_value())?;
-    loopback(headers).context("building the HTTP client")
+impl Connection {
+    /// Whether another request can be sent on it.
+    fn open(&self) -> bool {
+        !self.ended && !self.sender.is_closed()
+    }
+
+    /// Sends `request` and reads its answer whole, polling the connection meanwhile.
+    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> anyhow::Result<(u16, Bytes)> {
+        let Connection {
+            sender,
+            driver,
+            ended,
+        } = self;
+        let exchange = async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let status = response.status().as_u16();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, body))
+        };
+        tokio::pin!(exchange);
+        tokio::select! {
+            biased;
+            answer = &mut exchange => Ok(answer?),
+            // The connection ended first (closed or broken): the exchange ends with it, and
+            // says why.
+            closed = driver => {
+                *ended = true;
+                let answer = exchange.await;
+                match (answer, closed) {
+                    (Ok(answer), _) => Ok(answer),
+                    (Err(e), Ok(())) => Err(e.into()),
+                    (Err(e), Err(why)) => Err(anyhow::Error::new(why).context(e)),
+                }
+            }
+        }
+    }
+}
+
+/// A new HTTP/1.1 connection to `address`.
+async fn connect(address: SocketAddr) -> anyhow::Result<Connection> {
+    let stream = TcpStream::connect(address)
+        .await
+        .with_context(|| format!("connecting to {address}"))?;
+    stream.set_nodelay(true).context("setting TCP_NODELAY")?;
+    let (sender, driver) = http1::handshake(TokioIo::new(stream))
+        .await
+        .context("starting HTTP/1.1")?;
+    Ok(Connection {
+        sender,
+        driver,
+        ended: false,
+    })
+}
+
+/// `GET path` as `request` (its label header) with `headers`, to the server at `address`.
+fn build(
+    address: SocketAddr,
+    path: &str,
+    request: Label,
+    headers: &HeaderMap,
+) -> anyhow::Result<Request<Empty<Bytes>>> {
+    let mut built = Request::builder()
+        .method(Method::GET)
+        .uri(path)
+        .header(HOST, address.to_string())
+        .header(LABEL_HEADER, request.to_string());
+    if let Some(all) = built.headers_mut() {
+        all.extend(headers.clone());
+    }
+    built
+        .body(Empty::<Bytes>::new())
+        .context("building the request")
+}
+
+/// `GET path` as `request` (its label header) with `headers`, on a connection of its own to
+/// `address`, closed once the answer is whole: the status and the whole body.
+pub(crate) async fn get(
+    address: SocketAddr,
+    path: &str,
+    request: Label,
+    headers: &HeaderMap,
+) -> anyhow::Result<(u16, Bytes)> {
+    let sent = build(address, path, request, headers)?;
+    connect(address).await?.exchange(sent).await
 }
 
 /// The header that presents a run's token (as its server wrote it) with every request.
@@ -97,17 +239,96 @@ pub(crate) fn token_header(token: &str) -> anyhow::Result<HeaderMap> {
     )]))
 }
 
-/// A client for loopback only: inherited proxy settings (`HTTP_PROXY`, `ALL_PROXY`, either
-/// case) would send the lab's requests elsewhere, so they are ignored. `headers` go with every
-/// request.
-pub(crate) fn loopback(headers: HeaderMap) -> reqwest::Result<reqwest::Client> {
-    loopback_builder(headers).build()
-}
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// [`loopback`]'s builder, for a client that needs more settings (a source address, no idle
-/// pool).
-pub(crate) fn loopback_builder(headers: HeaderMap) -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .no_proxy()
-        .default_headers(headers)
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::admission::pools::Permits;
+    use crate::admission::token::RunToken;
+    use crate::policy::{Mode, Policy, Slots};
+
+    /// A server on 127.0.0.1:0 that answers every request `{}` and, with `close_after_one`,
+    /// says `connection: close` and closes each connection after its first answer; it counts
+    /// the connections it accepted.
+    async fn server(close_after_one: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let address = listener.local_addr().expect("an address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buffer = [0; 1024];
+                    while let Ok(read @ 1..) = stream.read(&mut buffer).await {
+                        head.extend_from_slice(&buffer[..read]);
+                        if !head.ends_with(b"\r\n\r\n") {
+                            continue;
+                        }
+                        head.clear();
+                        let answer: &[u8] = if close_after_one {
+                            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+                        };
+                        if stream.write_all(answer).await.is_err() || close_after_one {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, accepted)
+    }
+
+    fn client(address: SocketAddr) -> Client {
+        let slots = Slots::new(2).expect("2 slots are allowed");
+        let token = RunToken::generate().expect("the OS has randomness");
+        let headers = token_header(&token.header_value()).expect("a header");
+        let policy = Policy {
+            mode: Mode::Shared,
+            slots,
+        };
+        let section = Arc::new(WorkSection::new(policy, Permits::Tokio, token));
+        Client::new(headers, address, section)
+    }
+
+    #[tokio::test]
+    async fn a_caller_sends_on_the_connection_the_last_one_left_open() {
+        let (address, accepted) = server(false).await;
+        let client = client(address);
+        for request in [Label::Slow(1), Label::F1, Label::SlowAfter] {
+            let answer = client.call(request).await.expect("answered");
+            assert_eq!((answer.status, answer.body), (200, serde_json::json!({})));
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for three"
+        );
+        // Two callers at once need two connections; both are left open, and closed by close().
+        let (first, second) = tokio::join!(client.call(Label::Slow(2)), client.call(Label::F1));
+        assert!(first.is_ok() && second.is_ok());
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(client.idle().len(), 2);
+        client.close();
+        assert_eq!(client.idle().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closes_is_not_left_open() {
+        let (address, accepted) = server(true).await;
+        let client = client(address);
+        for request in [Label::Slow(1), Label::F1] {
+            let answer = client.call(request).await.expect("answered");
+            assert_eq!(answer.status, 200);
+            assert_eq!(client.idle().len(), 0, "closed by the server");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
 }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use hyper::header::HeaderMap;
 
 use super::client::Received;
 use super::failure::{Cause, Failure, Left, Step};
@@ -19,7 +20,7 @@ use crate::evidence::{
     Beat, Evidence, ExecutorEvidence, FastResponse, Moment, Observed, ServerSummary, Unread,
 };
 use crate::executor::{Executor, Lane};
-use crate::label::{LABEL_HEADER, Label};
+use crate::label::Label;
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
@@ -472,24 +473,19 @@ impl Run {
     /// send. Each must be refused with 403 before admission.
     async fn intrude(&self, count: usize) -> Result<(), Failure> {
         let failed = |why: String| Failure::new(Step::Intrude, None, Cause::ForeignNotRefused(why));
-        let outsider = super::client::loopback(Default::default())
-            .map_err(|e| failed(format!("building the outsider's client: {e}")))?;
+        let address = self.session.client.address();
+        let no_token = HeaderMap::new();
         let intruders = [Label::Slow(1), Label::F1].into_iter().cycle().take(count);
         for request in intruders {
-            let url = format!("{}{}", self.base_url(), request.route());
-            let sent = outsider
-                .get(url)
-                .header(LABEL_HEADER, request.to_string())
-                .send();
+            let sent = super::client::get(address, request.route().path(), request, &no_token);
             let at = (Step::Intrude, None);
             let response = within(self.session.timeout, sent, at, || {
                 "a foreign request got no response".into()
             })
             .await?;
-            let status = response
-                .map_err(|e| failed(format!("a foreign request failed: {e}")))?
-                .status();
-            if status != reqwest::StatusCode::FORBIDDEN {
+            let (status, _) =
+                response.map_err(|e| failed(format!("a foreign request failed: {e:#}")))?;
+            if status != 403 {
                 return Err(failed(format!(
                     "a request without the run's token got HTTP {status}, not 403"
                 )));

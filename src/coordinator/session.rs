@@ -91,7 +91,8 @@ impl Session {
         };
         // Everything that can fail before the server starts is done first: once it runs, only
         // `close` stops and joins it.
-        let http = client::with_token(token).map_err(|e| setup(format!("{e:#}")))?;
+        let headers = client::token_header(&token.header_value());
+        let headers = headers.map_err(|e| setup(format!("{e:#}")))?;
         let (address, server) = if front == Front::Async && executor.own_runtime() {
             let started = server::runtimes::start(
                 executor,
@@ -122,7 +123,7 @@ impl Session {
             Running::Owned(running) => Some(running.heartbeat()),
             _ => None,
         };
-        let client = Client::new(http, format!("http://{address}"), section.clone());
+        let client = Client::new(headers, address, section.clone());
         Ok(Session {
             section,
             census,
@@ -302,6 +303,9 @@ impl Session {
                 Ok(_) => {}
             }
         }
+        // The client closes the connections its callers left open, so the server's handlers end
+        // on their own rather than at its shutdown.
+        self.client.close();
         let callers = self.account;
         let closing = |why: String| Failure::new(Step::Close, None, Cause::Server(why));
         // A caller that panicked and a server that did not stop cleanly are both said, in order.

@@ -12,7 +12,7 @@ use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
 use crate::admission::token::TOKEN_HEADER;
 use crate::child::test_child::{self, step};
-use crate::label::{LABEL_HEADER, Label};
+use crate::label::Label;
 use crate::policy::{Front, Pool};
 
 const ENTRY: &str = "front_process::tests::front_entry";
@@ -47,15 +47,12 @@ type Answer = Result<(u16, String), String>;
 fn hold(address: SocketAddr, token: &str, labels: &[Label]) -> JoinSet<Answer> {
     let token = HeaderValue::from_str(token).expect("a token is a header value");
     let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), token)]);
-    let client = crate::coordinator::client::loopback(headers).expect("a client");
-    let url = format!("http://{address}/slow");
     let mut callers = JoinSet::new();
-    for label in labels {
-        let request = client.get(&url).header(LABEL_HEADER, label.to_string());
+    for &label in labels {
+        let headers = headers.clone();
         callers.spawn(async move {
-            let response = request.send().await.map_err(|e| e.to_string())?;
-            let status = response.status().as_u16();
-            let bytes = response.bytes().await.map_err(|e| e.to_string())?;
+            let got = crate::coordinator::client::get(address, "/slow", label, &headers).await;
+            let (status, bytes) = got.map_err(|e| format!("{e:#}"))?;
             let body: serde_json::Value =
                 serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
             let said = body.get("error").or_else(|| body.get("request"));

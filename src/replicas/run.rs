@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
+use hyper::header::HeaderMap;
 use serde_json::Value;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
@@ -31,7 +32,7 @@ use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
 use crate::interrupts::Interrupts;
-use crate::label::{LABEL_HEADER, Label};
+use crate::label::Label;
 use crate::policy::Front;
 use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
 
@@ -138,8 +139,8 @@ struct Replica {
     id: ReplicaId,
     /// `None` once stopped or killed.
     front: Option<FrontProcess>,
-    client: reqwest::Client,
-    base: String,
+    /// The run token's header, sent with every request.
+    headers: HeaderMap,
     callers: JoinSet<Call>,
     /// Admitted and not yet finished, as the replica's events say.
     inside: Vec<Label>,
@@ -291,12 +292,9 @@ impl Run {
                 .with_context(|| format!("{id} did not come up"))?;
             let headers = crate::coordinator::client::token_header(front.token())
                 .with_context(|| id.to_string())?;
-            let client = crate::coordinator::client::loopback(headers)
-                .map_err(|e| anyhow!("building the HTTP client: {e}"))?;
             self.replicas.push(Replica {
                 id,
-                client,
-                base: format!("http://{}", front.address()),
+                headers,
                 callers: JoinSet::new(),
                 inside: Vec::new(),
                 paused: false,
@@ -856,15 +854,12 @@ impl Run {
 impl Replica {
     /// Starts a caller: `GET /slow` as `request`.
     fn send(&mut self, request: Label) {
-        let get = self
-            .client
-            .get(format!("{}/slow", self.base))
-            .header(LABEL_HEADER, request.to_string());
+        let address = self.evidence.address;
+        let headers = self.headers.clone();
         self.callers.spawn(async move {
             let reply = async {
-                let response = get.send().await?;
-                let status = response.status().as_u16();
-                let bytes = response.bytes().await?;
+                let got = crate::coordinator::client::get(address, "/slow", request, &headers);
+                let (status, bytes) = got.await?;
                 let body = serde_json::from_slice(&bytes)
                     .with_context(|| format!("the {status} response is not JSON"))?;
                 Ok((status, body))
