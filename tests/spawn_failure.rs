@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use isolation_lab::admission::section::WorkSection;
 use isolation_lab::admission::token::RunToken;
@@ -20,6 +20,9 @@ const GUARD: Duration = Duration::from_secs(30);
 /// Room left in the address space while the limit holds: enough for small allocations, not for
 /// a thread's stack (2 MiB by default).
 const ROOM: u64 = 1024 * 1024;
+
+/// What a new thread's stack takes at least: more than [`ROOM`].
+const STACK: usize = 2 * 1024 * 1024;
 
 /// With the address space limited so that no new thread's stack fits, a client connects: the
 /// threaded server accepts it, cannot start its thread, and closes it. With the limit lifted, a
@@ -56,6 +59,10 @@ fn a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on() {
         .stdin(Stdio::piped())
         .spawn()
         .expect("sh starts");
+    // The address space is measured once no other thread can change it: the server's accept
+    // thread maps memory of its own as it starts (64 MiB more here), and a figure read before
+    // or while it does is not the one the limit then meets.
+    others_asleep();
     let mapped = mapped_bytes().expect("Linux /proc/self/status");
     let limit = format!("--as={}:unlimited", mapped + ROOM);
     let set = Command::new("prlimit")
@@ -63,12 +70,17 @@ fn a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on() {
         .status()
         .expect("prlimit runs");
     assert!(set.success(), "prlimit {limit}: {set}");
+    let room = stack_fits();
     let first = ask(address);
     let lift = lifter.stdin.take().expect("piped").write_all(b"\n");
     let lifted = lifter.wait().expect("the lifter ends");
     assert!(
         lift.is_ok() && lifted.success(),
         "the limit was not lifted: {lifted}"
+    );
+    assert!(
+        !room,
+        "{limit} (VmSize {mapped} bytes) still left room for a thread's stack"
     );
     let first = first.expect("the client connects");
     assert_eq!(first, "", "closed unserved: no reply");
@@ -105,6 +117,59 @@ fn ask(address: SocketAddr) -> std::io::Result<String> {
         }
     }
     Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Waits until every other thread of this process sleeps (`S` in its `/proc` stat): the
+/// harness's waiting for this test, the accept thread waiting for a connection. None of them
+/// maps or unmaps memory until woken, and nothing wakes them before the limit is set.
+fn others_asleep() {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() }.to_string();
+    let until = Instant::now() + GUARD;
+    loop {
+        let tasks = std::fs::read_dir("/proc/self/task").expect("Linux /proc");
+        let mut others = tasks.filter_map(|task| {
+            let task = task.ok()?;
+            (task.file_name() != me.as_str()).then(|| task.path())
+        });
+        let asleep = others.all(|task| {
+            let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
+            // A thread that ended meanwhile has no stat: it maps nothing more either.
+            stat.is_empty()
+                || stat
+                    .rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('S'))
+        });
+        if asleep {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "the process's other threads never all slept"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Whether a thread's stack could be mapped now (it is unmapped again at once).
+fn stack_fits() -> bool {
+    // SAFETY: a fresh private anonymous mapping, touching no existing memory; unmapped below.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: `at` is the mapping just made, of `STACK` bytes.
+    unsafe { libc::munmap(at, STACK) };
+    true
 }
 
 /// The process's mapped address space now.

@@ -25,7 +25,7 @@ use crate::procfs::{self, ProcessFigures, ProcessStat};
 /// Fails a front that is not ready by then (the machine may be busy).
 const START: Duration = Duration::from_secs(15);
 /// Fails a hold or a release that makes no progress for this long: no request newly held, no
-/// caller answered. The listener's accept queue has room for every caller (see
+/// caller answered; and a front that does not answer for its heap by then. The listener's accept queue has room for every caller (see
 /// `preflight::backlog`), so no caller waits for a SYN retry that backs off for seconds; a
 /// front that moves nothing for this long is stuck, or stopped.
 const STALL: Duration = Duration::from_secs(10);
@@ -56,7 +56,7 @@ pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Brok
     let mut remote = start(setup, &FrontSpec::new(front, 1)).await?;
     let figures = ProcessFigures::read(remote.pid()).context("reading the front's /proc figures");
     let sample = match figures {
-        Ok(figures) => match remote.census().await {
+        Ok(figures) => match census(&mut remote, "rest").await {
             Ok(heap) => sample(figures, heap),
             Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
         },
@@ -121,7 +121,7 @@ pub(crate) async fn held(
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
     };
     // Asked after the figures: its answer is a few hundred bytes of the child's heap.
-    let process = match remote.census().await {
+    let process = match census(&mut remote, &format!("{seen} of {held} held")).await {
         Ok(heap) => sample(figures, heap),
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
     };
@@ -242,11 +242,46 @@ async fn next_step(
     .await;
     match step {
         Err(_) => Err(Stall::NoProgress),
-        Ok(Step::Watch) if ProcessStat::read(remote.pid()).is_ok_and(|s| s.stopped()) => {
-            Err(Stall::Stopped)
-        }
+        Ok(Step::Watch) if is_stopped(remote.pid()) => Err(Stall::Stopped),
         Ok(step) => Ok(step),
     }
+}
+
+/// Whether process `pid` is stopped by a signal.
+fn is_stopped(pid: u32) -> bool {
+    ProcessStat::read(pid).is_ok_and(|stat| stat.stopped())
+}
+
+/// Asks the front for its heap, `at` (how far the measurement is), looking at its process
+/// every [`WATCH`] meanwhile: a process stopped by a signal never answers. It can be stopped
+/// after [`hold_all`] has returned, as the counts are read behind the front: a stop on reading
+/// one count can come after the front has sent the full count, which [`hold_all`] reads next.
+/// `Err` if the front is stopped, or has not answered within [`STALL`].
+async fn census(
+    remote: &mut FrontProcess,
+    at: &str,
+) -> anyhow::Result<crate::allocator::HeapCensus> {
+    let pid = remote.pid();
+    let mut watch = watch();
+    let asked = remote.census();
+    tokio::pin!(asked);
+    let answer = tokio::time::timeout(STALL, async {
+        loop {
+            tokio::select! {
+                answer = &mut asked => return answer,
+                _ = watch.tick() => if is_stopped(pid) {
+                    bail!("the front's process stopped at {at}, asked for its heap");
+                },
+            }
+        }
+    })
+    .await;
+    answer.unwrap_or_else(|_| {
+        bail!(
+            "the front did not answer for its heap within {} s, at {at}",
+            STALL.as_secs()
+        )
+    })
 }
 
 /// Why a wait gave up.
@@ -442,7 +477,7 @@ async fn end_early(
     }
     let pid = remote.pid();
     // A process stopped by a signal reads no command: asking it to stop would only wait.
-    if ProcessStat::read(pid).is_ok_and(|stat| stat.stopped()) {
+    if is_stopped(pid) {
         return kill_stopped(remote, stage, held, why).await;
     }
     match remote.stop(STOP).await {

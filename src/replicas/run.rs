@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use hyper::header::HeaderMap;
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -72,7 +72,8 @@ pub struct ReplicaFaults {
     /// Once every request is decided: this replica's process is killed, unannounced.
     pub replica_dies: Option<ReplicaId>,
     /// The run's own `redis-server` is stopped (SIGSTOP) just before this request is sent, and
-    /// continued once the first request's replica reports its holder's lease lost.
+    /// continued once the first request's replica reports its holder's lease lost; once this
+    /// request is decided, the run goes on when Redis no longer names that holder.
     pub redis_stops_at: Option<Label>,
     /// Once every request is decided: the holders key is deleted (`DEL`), and the run waits
     /// until each holder's replica reports its lease lost.
@@ -368,6 +369,7 @@ impl Run {
 
     /// [`Run::decide`] with the run's own Redis stopped while `request` is sent: continued once
     /// the first request's replica reports its holder's lease lost (Redis silent past it).
+    /// Returns once `request` is decided and Redis no longer names that holder.
     async fn decide_with_redis_stalled(
         &mut self,
         replica: ReplicaId,
@@ -392,13 +394,29 @@ impl Run {
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
         let (decision, held_by) =
             decided.map_err(|_| anyhow!("{} gave no decision on {request}", replica.id))??;
-        Ok(Sent {
+        let sent = Sent {
             request,
             replica: replica.id,
             decision,
             held_by,
             at_ms: None,
-        })
+        };
+        // The replica's lease clock runs from when it sent its last confirmed renewal, Redis's
+        // from when it ran it, a little later; and the renewal the replica gave up on is still
+        // queued in Redis, which runs it once continued, renewing the holder once more if
+        // Redis's lease had not ended by then. Either way Redis may still hold the lost permit
+        // now: the next request is sent once it has let it go.
+        let lost = self.replica(first)?.evidence.lease_losses.last();
+        let lost = lost.map(|seen| seen.loss.holder.clone());
+        let lost = lost.context("the first replica's lost lease is not recorded")?;
+        let limit = self.lease() + timeout;
+        if !self
+            .until_redis_drops(|holder| holder == lost, limit)
+            .await?
+        {
+            bail!("{lost}'s lost lease did not lapse in Redis");
+        }
+        Ok(sent)
     }
 
     /// The faults a test gives that take effect once every request is decided.
@@ -440,22 +458,13 @@ impl Run {
             .as_ref()
             .context("the replica is gone")?;
         front.pause().with_context(|| format!("cannot stop {id}"))?;
-        let since = Instant::now();
-        let mut pace = pace(self.probe_pace());
-        let lapsed = loop {
-            let holders = self.engine_holders("reading the holders").await;
-            match holders {
-                Ok(holders) if !holders.iter().any(|h| h.holder.starts_with(&prefix)) => {
-                    break Ok(());
-                }
-                Ok(_) if since.elapsed() > limit => {
-                    break Err(anyhow!("{id}'s holders did not lapse while it was stopped"));
-                }
-                Ok(_) => {
-                    pace.tick().await;
-                }
-                Err(why) => break Err(why),
-            }
+        let dropped = self
+            .until_redis_drops(|holder| holder.starts_with(&prefix), limit)
+            .await;
+        let lapsed = match dropped {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(anyhow!("{id}'s holders did not lapse while it was stopped")),
+            Err(why) => Err(why),
         };
         let replica = self.replica(id)?;
         if let Some(front) = &replica.front {
@@ -465,6 +474,27 @@ impl Run {
         }
         lapsed?;
         replica.await_loss(timeout).await
+    }
+
+    /// Reads Redis's holders at the probes' pace until it names none that `matches`: `true`
+    /// then, `false` if it still does after `limit`.
+    async fn until_redis_drops(
+        &self,
+        matches: impl Fn(&str) -> bool,
+        limit: Duration,
+    ) -> Result<bool> {
+        let since = Instant::now();
+        let mut pace = pace(self.probe_pace());
+        loop {
+            let holders = self.engine_holders("reading the holders").await?;
+            if !holders.iter().any(|h| matches(&h.holder)) {
+                return Ok(true);
+            }
+            if since.elapsed() > limit {
+                return Ok(false);
+            }
+            pace.tick().await;
+        }
     }
 
     async fn inject_deaths(&mut self) {

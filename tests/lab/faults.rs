@@ -1,9 +1,9 @@
 //! Every injected fault ends the run cleanly, on both server fronts: `failure` set with a
 //! one-line reason, within the contract's 15 s, with the listener closed, every task or thread
 //! joined (or aborted, then joined) and accounted for, and every permit back in its pool.
-//! Every case of every fault runs at once, each on its own server, with a short safety timeout
-//! given to the run (the command line's is 5 s: `the_command_line_waits_five_seconds`), so the
-//! deliberate stalls take a fraction of a second; then each fault's own checks read its runs.
+//! Every case of every fault runs at once, each on its own server, with the command line's
+//! safety timeout (`the_command_line_waits_five_seconds`): the deliberate stalls, waited out
+//! side by side, cost one of it; then each fault's own checks read its runs.
 
 use crate::common;
 
@@ -20,11 +20,6 @@ use isolation_lab::policy::Mode;
 use isolation_lab::server::Front;
 use tokio::task::JoinSet;
 
-/// The safety timeout these runs are given: long enough for any real step on a loaded machine
-/// (300 ms was not: with four test threads an F1 round trip outlasted it), short enough that
-/// the stalls, waited out side by side, cost about a second.
-const SHORT: Duration = Duration::from_secs(1);
-
 /// A failed run, with its typed failure.
 struct Failed {
     front: Front,
@@ -34,17 +29,16 @@ struct Failed {
 }
 
 /// Runs the default case of every `(front, mode)` at once with `faults`, and checks what every
-/// failed run must show.
-async fn fail_with(cases: &[(Front, Mode)], faults: Faults, timeout: Duration) -> Vec<Failed> {
+/// failed run must show. Each run has the command line's safety timeout: the one limit fails
+/// the deliberate stall and every real step before it, so a shorter one fails a run whose real
+/// step is only slow on a busy machine, at the wrong step and for the wrong reason.
+async fn fail_with(cases: &[(Front, Mode)], faults: Faults) -> Vec<Failed> {
     let mut runs = JoinSet::new();
     for &(front, mode) in cases {
         let faults = faults.clone();
         runs.spawn(async move {
             let case = Case::new(mode, 2, 2);
-            let options = Options {
-                safety_timeout: timeout,
-                ..Options::on(front).with_hooks(faults)
-            };
+            let options = Options::on(front).with_hooks(faults);
             let run = run_policy_with(case.policy(), case.held(), options).await;
             (front, mode, run)
         });
@@ -143,12 +137,12 @@ async fn every_fault_fails_the_run_cleanly() {
         on_both_fronts(Mode::Partitioned),
     );
     let (stuck, silent, disconnect, slow_panics, fast_panics) = tokio::join!(
-        fail_with(&shared, stuck, SHORT),
-        fail_with(&shared, silent, SHORT),
-        fail_with(&every_mode, disconnect, SHORT),
-        // Not stalls: a panic breaks its caller's connection, so the real timeout never runs out.
-        fail_with(&partitioned, panics(Label::Slow(1)), SAFETY_TIMEOUT),
-        fail_with(&partitioned, panics(Label::F1), SAFETY_TIMEOUT),
+        fail_with(&shared, stuck),
+        fail_with(&shared, silent),
+        fail_with(&every_mode, disconnect),
+        // Not stalls: a panic breaks its caller's connection, so the timeout never runs out.
+        fail_with(&partitioned, panics(Label::Slow(1))),
+        fail_with(&partitioned, panics(Label::F1)),
     );
     a_gate_that_never_opens(stuck);
     a_silent_observer(silent);
@@ -164,7 +158,7 @@ fn a_gate_that_never_opens(runs: Vec<Failed>) {
     for failed in runs {
         let (failure, report) = (&failed.failure, &failed.run.report);
         assert!(
-            matches!(&failure.cause, Cause::Stalled { limit, .. } if *limit == SHORT),
+            matches!(&failure.cause, Cause::Stalled { limit, .. } if *limit == SAFETY_TIMEOUT),
             "{failure:?}"
         );
         assert_eq!(failure.step, Step::Release, "{failure}");
@@ -226,7 +220,7 @@ fn a_caller_that_disconnects_while_held(runs: Vec<Failed>) {
                 assert!(opened.is_none_or(|opened| left.seq < opened), "{context}");
             }
             Front::Threaded => {
-                let cause = Cause::CallerLeft(Left::NotNoticed(SHORT));
+                let cause = Cause::CallerLeft(Left::NotNoticed(SAFETY_TIMEOUT));
                 assert_eq!(failure.cause, cause, "{failure}");
                 let opened = gate_opened(events).expect("closing opened the gate");
                 assert!(opened < left.seq && !left.cancelled, "{context}");

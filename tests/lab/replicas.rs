@@ -601,9 +601,10 @@ fn lapsed<'a>(
 }
 
 /// Redis stopped (SIGSTOP) while S2's admission is on its way: r1's renewal gets no answer
-/// before S1's lease ends, so r1 reports the lease lost; continued, Redis admits S2 and then
-/// S3 while S1's work goes on: 3 inside work sections under a limit of 2, named with its cause,
-/// first in the run's one-line reason, and the headline does not say the limit held.
+/// before S1's lease ends, so r1 reports the lease lost; continued, Redis admits S2 and, once
+/// it no longer names r1/S1, S3 while S1's work goes on: 3 inside work sections under a limit
+/// of 2, named with its cause, first in the run's one-line reason, and the headline does not
+/// say the limit held.
 #[tokio::test]
 async fn redis_stopped_during_an_admission_names_the_over_admission() {
     if !redis_or_skip("redis_stopped_during_an_admission_names_the_over_admission") {
