@@ -24,10 +24,11 @@ use crate::procfs::{self, ProcessFigures, ProcessStat};
 
 /// Fails a front that is not ready by then (the machine may be busy).
 const START: Duration = Duration::from_secs(15);
-/// Fails a hold or a release that makes no progress for this long: no request newly held, no
-/// caller answered; and a front that does not answer for its heap by then. The listener's accept queue has room for every caller (see
-/// `preflight::backlog`), so no caller waits for a SYN retry that backs off for seconds; a
-/// front that moves nothing for this long is stuck, or stopped.
+/// Fails a hold or a release that makes no progress for this long (no request newly held, no
+/// caller answered), and a front that does not answer for its heap by then. The listener's
+/// accept queue has room for every caller (see `preflight::backlog`), so no caller waits for a
+/// SYN retry that backs off for seconds; a front that moves nothing for this long is stuck, or
+/// stopped.
 const STALL: Duration = Duration::from_secs(10);
 /// Fails a front that has not reported its stop by then; it then gets a few seconds more to
 /// exit before it is killed, all within the lab's 15 s.
