@@ -72,5 +72,5 @@ pub(crate) mod redis_pool;
 pub mod replicas;
 pub mod report;
 pub mod resources;
-pub mod server;
+pub(crate) mod server;
 pub mod sweep;

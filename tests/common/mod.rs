@@ -14,9 +14,9 @@ use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::evidence::{Phase, ServerSummary};
 use isolation_lab::hooks::Hooks;
 use isolation_lab::label::Label;
+use isolation_lab::policy::Front;
 use isolation_lab::policy::{Held, Inputs, Mode, Policy, Slots};
 use isolation_lab::report::PolicyReport;
-use isolation_lab::server::Front;
 
 /// One policy run's inputs.
 #[derive(Clone, Copy, Debug)]

@@ -16,8 +16,8 @@ use isolation_lab::coordinator::{
     Cause, Failure, Left, Options, PolicyRun, SAFETY_TIMEOUT, Step, run_policy_with,
 };
 use isolation_lab::label::Label;
+use isolation_lab::policy::Front;
 use isolation_lab::policy::Mode;
-use isolation_lab::server::Front;
 use tokio::task::JoinSet;
 
 /// The safety timeout these runs are given: long enough for any real step on a loaded machine
