@@ -7,12 +7,15 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::audit::{self, PoolLedger};
-use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::{FinalState, GateState};
+use crate::admission::audit;
 use crate::label::Label;
 use crate::policy::{Policy, Pool, Route};
 use crate::resources::ResourceEvidence;
+
+// What the work section recorded, as a run's evidence and report carry it.
+pub use crate::admission::audit::PoolLedger;
+pub use crate::admission::ledger::{Event, Snapshot, WorkEvent};
+pub use crate::admission::section::{FinalState, GateState};
 
 /// An admission decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

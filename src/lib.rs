@@ -39,7 +39,7 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod allocator;
 #[cfg(unix)]
 pub(crate) mod child;

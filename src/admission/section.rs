@@ -65,7 +65,7 @@ pub enum Denied {
 
 /// How a request's visit to the work section ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Admitted, and the work ran to its end; the permit is already back in this pool.
     Done(Pool),
     /// Refused at once.

@@ -6,7 +6,7 @@
 use std::fmt;
 
 /// The header that carries the run token.
-pub const TOKEN_HEADER: &str = "lab-token";
+pub(crate) const TOKEN_HEADER: &str = "lab-token";
 
 /// A 128-bit random token, from the operating system's randomness (via `getrandom`).
 #[derive(Clone, PartialEq, Eq)]
