@@ -10,12 +10,13 @@ use serde::{Deserialize, Serialize};
 use crate::admission::audit;
 use crate::label::Label;
 use crate::policy::{Policy, Pool, Route};
-use crate::resources::ResourceEvidence;
 
 // What the work section recorded, as a run's evidence and report carry it.
 pub use crate::admission::audit::PoolLedger;
 pub use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 pub use crate::admission::section::{FinalState, GateState};
+// What the run cost, counted beside it.
+pub use crate::resources::{ResourceEvidence, Resources};
 
 /// An admission decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

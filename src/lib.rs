@@ -71,6 +71,6 @@ pub(crate) mod redis_pool;
 #[cfg(unix)]
 pub mod replicas;
 pub mod report;
-pub mod resources;
+pub(crate) mod resources;
 pub(crate) mod server;
 pub mod sweep;
