@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-pub mod slots;
+pub(crate) mod slots;
 
 /// The strictest alignment `malloc` gives by itself (glibc, 64-bit).
 const MALLOC_ALIGN: usize = 16;

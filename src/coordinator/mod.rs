@@ -6,8 +6,8 @@
 //! - [`failure`]: why a run failed, as a type.
 
 pub(crate) mod client;
-pub mod failure;
-pub mod sequence;
+pub(crate) mod failure;
+pub(crate) mod sequence;
 pub(crate) mod session;
 
 use std::sync::Arc;
