@@ -204,7 +204,7 @@ pub struct ServerSummary {
 
 /// Everything a policy run produced, before it is compared with the model.
 #[derive(Debug)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The ledger, in order.
     pub work_events: Vec<WorkEvent>,
     /// Each pool's audited account.
@@ -225,7 +225,7 @@ pub struct Evidence {
 
 impl Evidence {
     /// The evidence of a run that never started: no events, full pools, a closed gate.
-    pub fn nothing_ran(policy: Policy) -> Self {
+    pub(crate) fn nothing_ran(policy: Policy) -> Self {
         let capacities = policy.capacities();
         Evidence {
             work_events: Vec::new(),
@@ -246,7 +246,7 @@ impl Evidence {
 
 impl Evidence {
     /// The admission decisions among the work events, in order.
-    pub fn admissions(&self) -> Vec<AdmissionRecord> {
+    pub(crate) fn admissions(&self) -> Vec<AdmissionRecord> {
         admissions(&self.work_events)
     }
 }

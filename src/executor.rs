@@ -52,7 +52,7 @@ impl WorkStyle {
 
     /// Whether `front` can run work this way: the threaded front has no runtime, so it only
     /// awaits (its threads block anyway) or blocks.
-    pub fn runs_on(self, front: Front) -> bool {
+    pub(crate) fn runs_on(self, front: Front) -> bool {
         front == Front::Async || matches!(self, WorkStyle::Await | WorkStyle::Block)
     }
 }
@@ -237,7 +237,7 @@ pub struct Executor {
 
 impl Executor {
     /// The lab's usual executor.
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         *self == Executor::default()
     }
 
@@ -252,7 +252,7 @@ impl Executor {
 
     /// Whether the async front gets a runtime of its own: for every style but `await`, and
     /// for `await` when `--workers` asked for one.
-    pub fn own_runtime(&self) -> bool {
+    pub(crate) fn own_runtime(&self) -> bool {
         self.work != WorkStyle::Await || self.workers.is_some()
     }
 
@@ -292,7 +292,7 @@ impl Executor {
     }
 
     /// The runtime shape in words, for the report: which runtime runs what.
-    pub fn describe(&self, front: Front) -> String {
+    pub(crate) fn describe(&self, front: Front) -> String {
         let runtime = self.workers().runtime();
         match (front, self.work) {
             (Front::Threaded, WorkStyle::Block) => {

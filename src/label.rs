@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::policy::{Held, Route};
 
 /// The header that carries a request's label.
-pub const LABEL_HEADER: &str = "lab-request";
+pub(crate) const LABEL_HEADER: &str = "lab-request";
 
 /// The name of one request of the sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,7 +31,7 @@ pub enum Label {
 
 impl Label {
     /// The largest `n` of an `S<n>` label.
-    pub const MAX_SLOW: u16 = u16::MAX;
+    pub(crate) const MAX_SLOW: u16 = u16::MAX;
 
     /// The labels of the slow requests held at the gate: `S1..S<held>`.
     pub fn held(held: Held) -> impl Iterator<Item = Label> {

@@ -81,7 +81,7 @@ impl Route {
     }
 
     /// The route a URL path names, if any.
-    pub fn from_path(path: &str) -> Option<Route> {
+    pub(crate) fn from_path(path: &str) -> Option<Route> {
         match path {
             "/slow" => Some(Route::Slow),
             "/fast" => Some(Route::Fast),
@@ -122,7 +122,7 @@ impl Front {
     }
 
     /// The report's description of the front.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Front::Async => "Hyper 1, HTTP/1.1 on 127.0.0.1: a Tokio task per connection",
             Front::Threaded => {
@@ -295,7 +295,7 @@ impl Policy {
     }
 
     /// A count for each pool of this policy, in report order.
-    pub fn per_pool(self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
+    pub(crate) fn per_pool(self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
         self.pools()
             .iter()
             .map(|&pool| (pool, count(pool)))
@@ -308,7 +308,7 @@ impl Policy {
     }
 
     /// The pool a route draws its permit from.
-    pub fn pool_for(self, route: Route) -> Pool {
+    pub(crate) fn pool_for(self, route: Route) -> Pool {
         Policy::route_pool(self.mode, route)
     }
 
@@ -351,12 +351,12 @@ impl Allocation {
     }
 
     /// A count for each pool, in report order.
-    pub fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
+    pub(crate) fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
         self.pools().map(|pool| (pool, count(pool))).collect()
     }
 
     /// The pool a route draws its permit from.
-    pub fn pool_for(&self, route: Route) -> Pool {
+    pub(crate) fn pool_for(&self, route: Route) -> Pool {
         Policy::route_pool(self.mode, route)
     }
 }

@@ -144,14 +144,9 @@ pub struct ModelCheck {
 }
 
 impl PolicyReport {
-    /// Assembles a policy's report from its evidence and compares it with the model.
-    pub fn assemble(policy: Policy, held: Held, evidence: Evidence) -> Self {
-        Self::assemble_on(policy, held, (Front::Async, Executor::default()), evidence)
-    }
-
-    /// [`PolicyReport::assemble`] for a run on `front` with `executor`, which the model's
-    /// expectations depend on.
-    pub fn assemble_on(
+    /// Assembles a policy's report from its evidence, for a run on `front` with `executor`
+    /// (the model's expectations depend on them), and compares it with the model.
+    pub(crate) fn assemble_on(
         policy: Policy,
         held: Held,
         shape: (Front, Executor),

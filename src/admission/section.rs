@@ -137,7 +137,7 @@ impl WorkSection {
 
     /// The events so far, and a stream of every event after them: the control observer's
     /// feed, or a live view's. The report reads [`WorkSection::events`] instead.
-    pub fn subscribe(&self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
+    pub(crate) fn subscribe(&self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
         self.ledger().subscribe()
     }
 
@@ -148,7 +148,7 @@ impl WorkSection {
 
     /// Refuses a request that does not present this run's token (a header value, if any):
     /// returns `true` and counts it. Such a request must get no further than this.
-    pub fn refuse_foreign(&self, token: Option<&[u8]>) -> bool {
+    pub(crate) fn refuse_foreign(&self, token: Option<&[u8]>) -> bool {
         let foreign = !self.token.admits(token);
         if foreign {
             self.foreign_refused.fetch_add(1, Ordering::Relaxed);
@@ -160,7 +160,7 @@ impl WorkSection {
     /// processes; a closed gate and an empty ledger. The returned driver makes the section's
     /// round trips: its owner runs it beside the server, calls [`WorkSection::close_remote`]
     /// once the server has stopped, and then awaits the driver's account.
-    pub fn with_remote(
+    pub(crate) fn with_remote(
         allocation: impl Into<Allocation>,
         pool: Arc<dyn SharedPool>,
         token: RunToken,
@@ -179,7 +179,7 @@ impl WorkSection {
 
     /// Ends remote admission: later requests fail, and the driver ends once its round trips
     /// have. Call it after the server has stopped, when no work is left to release.
-    pub fn close_remote(&self) {
+    pub(crate) fn close_remote(&self) {
         if let Some(link) = self.pools.link() {
             link.close();
         }
@@ -235,7 +235,7 @@ impl WorkSection {
     /// [`WorkSection::admit`] for a section whose pools are this process's, deciding without
     /// awaiting: the threaded front's path. A section with remote permits cannot decide here
     /// and says so.
-    pub fn admit_now(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
+    pub(crate) fn admit_now(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
         let pool = self.allocation().pool_for(route);
         if self.pools.link().is_some() {
             return Err(Denied::Failed(PoolFailure {
@@ -275,7 +275,7 @@ impl WorkSection {
     }
 
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
-    pub fn open_gate(&self) {
+    pub(crate) fn open_gate(&self) {
         self.gate.open(|| {
             let pool = self.allocation().pool_for(Route::Slow);
             let mut ledger = self.ledger();
@@ -287,7 +287,7 @@ impl WorkSection {
     /// Abandons the run's gate if it is still closed: held work leaves unfinished. For tearing
     /// down a failed run whose held work cannot be aborted (the threaded front's blocked
     /// threads).
-    pub fn abandon_gate(&self) {
+    pub(crate) fn abandon_gate(&self) {
         self.gate.abandon();
     }
 
@@ -304,14 +304,14 @@ impl WorkSection {
     }
 
     /// The `seq` of the `gate_opened` event, once the gate has opened.
-    pub fn gate_opened_at(&self) -> Option<u64> {
+    pub(crate) fn gate_opened_at(&self) -> Option<u64> {
         let ledger = self.ledger();
         let mut events = ledger.events().iter();
         events.find(|e| e.event == Event::GateOpened).map(|e| e.seq)
     }
 
     /// The `seq` of the last work event recorded (0 before the first).
-    pub fn last_seq(&self) -> u64 {
+    pub(crate) fn last_seq(&self) -> u64 {
         self.ledger().events().last().map_or(0, |e| e.seq)
     }
 
@@ -321,7 +321,7 @@ impl WorkSection {
     }
 
     /// Each pool's account of the run so far, with its invariants checked.
-    pub fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
+    pub(crate) fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
         let capacities = self.allocation().capacities();
         let ledger = self.ledger();
         audit::audit(ledger.events(), ledger.attempts(), &capacities)

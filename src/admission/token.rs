@@ -14,14 +14,14 @@ pub struct RunToken([u8; 16]);
 
 impl RunToken {
     /// A fresh token.
-    pub fn generate() -> Result<Self, getrandom::Error> {
+    pub(crate) fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0; 16];
         getrandom::fill(&mut bytes)?;
         Ok(RunToken(bytes))
     }
 
     /// The token as the header value the run's callers send: 32 lower-case hex digits.
-    pub fn header_value(&self) -> String {
+    pub(crate) fn header_value(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 

@@ -167,11 +167,6 @@ impl Run {
         &self.census
     }
 
-    /// The server's base URL, `http://127.0.0.1:PORT`.
-    pub fn base_url(&self) -> &str {
-        self.session.client.base()
-    }
-
     /// The step `next_step` would perform, if any is left and nothing failed.
     pub fn upcoming(&self) -> Option<Planned> {
         self.plan
@@ -202,7 +197,7 @@ impl Run {
     }
 
     /// Runs every step left, stopping at the first that fails.
-    pub async fn run_to_end(&mut self) {
+    pub(crate) async fn run_to_end(&mut self) {
         while let Some(Ok(_)) = self.next_step().await {}
     }
 

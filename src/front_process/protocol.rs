@@ -131,7 +131,7 @@ impl FrontSpec {
     }
 
     /// The spec as the child's argument.
-    pub fn to_arg(&self) -> String {
+    pub(crate) fn to_arg(&self) -> String {
         serde_json::to_string(self).expect("a spec is plain data, always serializable")
     }
 }

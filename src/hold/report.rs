@@ -331,7 +331,7 @@ impl FrontSeries {
     }
 
     /// The largest count held.
-    pub fn largest_held(&self) -> Option<u32> {
+    pub(crate) fn largest_held(&self) -> Option<u32> {
         self.held().map(|(held, _)| held).max()
     }
 }
