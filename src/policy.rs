@@ -326,14 +326,14 @@ impl Policy {
 /// policy's, or a shared pool of any size for an instrument that measures holding rather than
 /// refusing (`hold`), or a replica's own pool (`replicas`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Allocation {
+pub(crate) struct Allocation {
     mode: Mode,
     capacities: BTreeMap<Pool, usize>,
 }
 
 impl Allocation {
     /// One shared pool of `capacity` permits for both routes.
-    pub fn shared(capacity: usize) -> Self {
+    pub(crate) fn shared(capacity: usize) -> Self {
         Allocation {
             mode: Mode::Shared,
             capacities: BTreeMap::from([(Pool::Shared, capacity)]),
@@ -341,12 +341,12 @@ impl Allocation {
     }
 
     /// The pools, in report order.
-    pub fn pools(&self) -> impl Iterator<Item = Pool> + '_ {
+    pub(crate) fn pools(&self) -> impl Iterator<Item = Pool> + '_ {
         self.capacities.keys().copied()
     }
 
     /// Permits per pool.
-    pub fn capacities(&self) -> BTreeMap<Pool, usize> {
+    pub(crate) fn capacities(&self) -> BTreeMap<Pool, usize> {
         self.capacities.clone()
     }
 

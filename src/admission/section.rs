@@ -30,7 +30,7 @@ use crate::policy::{Allocation, Pool, Route};
 /// A request found no free permit in its pool. It never entered the section and nothing holds
 /// it for later: this is the whole of the refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The refused request.
     pub request: Label,
     /// The pool that had no permit left.
@@ -45,7 +45,7 @@ pub struct Refusal {
 /// The pool could not decide: a pool shared with other processes did not answer. The request
 /// never entered the section; nothing holds it for later.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolFailure {
+pub(crate) struct PoolFailure {
     /// The request.
     pub request: Label,
     /// The pool that could not decide.
@@ -56,7 +56,7 @@ pub struct PoolFailure {
 
 /// Why a request did not enter the section.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     /// No permit was free.
     Refused(Refusal),
     /// The pool could not decide.
@@ -113,7 +113,7 @@ pub struct FinalState {
 /// Locks: a gate's, then the ledger's, in that order and never the other way round. None is held across an `.await`, so a std `Mutex` is the right tool. A pool's count is always
 /// read under the ledger lock, so every event's `active_after` is the semaphore's own.
 #[derive(Debug)]
-pub struct WorkSection {
+pub(crate) struct WorkSection {
     pools: Pools,
     /// The run's slow gate: a latch the sequence opens once.
     gate: Arc<Gate>,
@@ -125,7 +125,11 @@ pub struct WorkSection {
 impl WorkSection {
     /// Full pools of `permits` for `allocation` (a lab policy, or a larger shared pool), a
     /// closed gate and an empty ledger; only requests presenting `token` may ask for a permit.
-    pub fn new(allocation: impl Into<Allocation>, permits: Permits, token: RunToken) -> Self {
+    pub(crate) fn new(
+        allocation: impl Into<Allocation>,
+        permits: Permits,
+        token: RunToken,
+    ) -> Self {
         Self {
             pools: Pools::new(allocation.into(), permits),
             gate: Arc::new(Gate::new()),
@@ -142,7 +146,7 @@ impl WorkSection {
     }
 
     /// The pools this section enforces.
-    pub fn allocation(&self) -> &Allocation {
+    pub(crate) fn allocation(&self) -> &Allocation {
         self.pools.allocation()
     }
 
@@ -186,7 +190,7 @@ impl WorkSection {
     }
 
     /// Requests refused so far for not presenting the run's token.
-    pub fn foreign_requests_refused(&self) -> u64 {
+    pub(crate) fn foreign_requests_refused(&self) -> u64 {
         self.foreign_refused.load(Ordering::Relaxed)
     }
 
@@ -197,7 +201,7 @@ impl WorkSection {
     /// A local pool decides without awaiting. A pool shared with other processes decides
     /// after one round trip, made by the section's driver without the ledger lock held; the
     /// decision is then recorded under it. Cancelling this future loses no permit.
-    pub async fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
+    pub(crate) async fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
         let Some(link) = self.pools.link() else {
             return self.admit_now(request, route);
         };
@@ -298,7 +302,7 @@ impl WorkSection {
     }
 
     /// What the control observer sees now.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let ledger = self.ledger();
         ledger.snapshot(self.allocation().per_pool(|pool| self.pools.active(pool)))
     }
@@ -316,7 +320,7 @@ impl WorkSection {
     }
 
     /// Every work event so far, in order.
-    pub fn events(&self) -> Vec<WorkEvent> {
+    pub(crate) fn events(&self) -> Vec<WorkEvent> {
         self.ledger().events().to_vec()
     }
 
@@ -328,7 +332,7 @@ impl WorkSection {
     }
 
     /// Taken and free permits per pool, and the gate.
-    pub fn final_state(&self) -> FinalState {
+    pub(crate) fn final_state(&self) -> FinalState {
         // The gate's lock before the ledger's, never the other way round.
         let gate = match self.gate.latch() {
             Latch::Closed => GateState::Closed,
@@ -355,7 +359,7 @@ impl WorkSection {
 /// its handler was cancelled (the caller disconnected), panicked, or its gate was abandoned
 /// (`cancelled: true`).
 #[derive(Debug)]
-pub struct Work<'a> {
+pub(crate) struct Work<'a> {
     section: &'a WorkSection,
     request: Label,
     route: Route,
@@ -368,7 +372,7 @@ pub struct Work<'a> {
 
 impl Work<'_> {
     /// The admitted request.
-    pub fn request(&self) -> Label {
+    pub(crate) fn request(&self) -> Label {
         self.request
     }
 

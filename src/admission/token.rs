@@ -10,7 +10,7 @@ pub(crate) const TOKEN_HEADER: &str = "lab-token";
 
 /// A 128-bit random token, from the operating system's randomness (via `getrandom`).
 #[derive(Clone, PartialEq, Eq)]
-pub struct RunToken([u8; 16]);
+pub(crate) struct RunToken([u8; 16]);
 
 impl RunToken {
     /// A fresh token.
@@ -27,7 +27,7 @@ impl RunToken {
 
     /// Whether `presented` (a header value, if any) is this token. Every byte is compared, so
     /// the time taken does not tell a guesser how much of a guess was right.
-    pub fn admits(&self, presented: Option<&[u8]>) -> bool {
+    pub(crate) fn admits(&self, presented: Option<&[u8]>) -> bool {
         let expected = self.header_value();
         let Some(presented) = presented.filter(|p| p.len() == expected.len()) else {
             return false;

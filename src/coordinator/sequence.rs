@@ -147,7 +147,7 @@ impl Run {
     }
 
     /// The work section this run's server guards: to subscribe to its events.
-    pub fn section(&self) -> &Arc<WorkSection> {
+    pub(crate) fn section(&self) -> &Arc<WorkSection> {
         &self.session.section
     }
 
