@@ -277,7 +277,7 @@ impl Executor {
     }
 
     /// The flags that give this executor, empty for the default: ` --work block --workers 2`.
-    pub fn flags(&self) -> String {
+    pub(crate) fn flags(&self) -> String {
         let mut flags = String::new();
         if self.work != WorkStyle::Await {
             flags += &format!(" --work {}", self.work.name());

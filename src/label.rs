@@ -44,7 +44,7 @@ impl Label {
     }
 
     /// The route this request is sent to.
-    pub fn route(self) -> Route {
+    pub(crate) fn route(self) -> Route {
         match self {
             Label::Slow(_) | Label::SlowAfter => Route::Slow,
             Label::F1 | Label::FastAfter => Route::Fast,

@@ -244,7 +244,7 @@ pub struct Inputs {
 
 impl Inputs {
     /// The command-line flags that give these inputs: `--mode both --slots 2 --held 2`.
-    pub fn flags(&self) -> String {
+    pub(crate) fn flags(&self) -> String {
         format!(
             "--mode {} --slots {} --held {}",
             self.mode.name(),

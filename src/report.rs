@@ -67,7 +67,7 @@ pub struct Runner {
 impl Runner {
     /// This runner, serving on `front` with `safety_timeout`, on the Tokio runtime it is
     /// called from.
-    pub fn current(front: Front, safety_timeout: Duration) -> Self {
+    pub(crate) fn current(front: Front, safety_timeout: Duration) -> Self {
         let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => "current-thread scheduler",
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => "multi-thread scheduler",

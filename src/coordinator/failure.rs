@@ -99,7 +99,7 @@ impl Failure {
     }
 
     /// This failure, then `also`.
-    pub fn then(mut self, also: Failure) -> Self {
+    pub(crate) fn then(mut self, also: Failure) -> Self {
         let last = match self.then.take() {
             Some(next) => next.then(also),
             None => also,

@@ -295,7 +295,7 @@ impl Death {
     }
 
     /// How it ended, without its stderr: `killed by SIGABRT`, `exited with code 1`.
-    pub fn how(&self) -> String {
+    pub(crate) fn how(&self) -> String {
         match (&self.signal, self.code) {
             (Some(signal), _) => format!("killed by {signal}"),
             (None, Some(code)) => format!("exited with code {code}"),
