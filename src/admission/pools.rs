@@ -122,7 +122,6 @@ impl Pools {
         capacity.unwrap_or(0).saturating_sub(self.available(pool))
     }
 
-    /// The allocation the pools were built for.
     pub(crate) fn allocation(&self) -> &Allocation {
         &self.allocation
     }

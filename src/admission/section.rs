@@ -371,7 +371,6 @@ pub(crate) struct Work<'a> {
 }
 
 impl Work<'_> {
-    /// The admitted request.
     pub(crate) fn request(&self) -> Label {
         self.request
     }

@@ -13,7 +13,6 @@ pub(crate) const TOKEN_HEADER: &str = "lab-token";
 pub(crate) struct RunToken([u8; 16]);
 
 impl RunToken {
-    /// A fresh token.
     pub(crate) fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0; 16];
         getrandom::fill(&mut bytes)?;

@@ -89,7 +89,6 @@ impl AsyncListener {
         }
     }
 
-    /// The address the server listens on.
     pub(crate) fn address(&self) -> SocketAddr {
         self.address
     }

@@ -329,7 +329,6 @@ impl HandlerCount {
         Live(self.clone())
     }
 
-    /// Handlers alive now.
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
     }
@@ -344,9 +343,7 @@ impl Drop for Live {
 /// What a front knows of a request before it asks for admission.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Head<'a> {
-    /// Whether the method is GET.
     pub(crate) is_get: bool,
-    /// The URL path.
     pub(crate) path: &'a str,
     /// The `lab-token` header, if any.
     pub(crate) token: Option<&'a [u8]>,
@@ -357,9 +354,7 @@ pub(crate) struct Head<'a> {
 /// A response: status and JSON body.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Reply {
-    /// The HTTP status.
     pub(crate) status: StatusCode,
-    /// The JSON body.
     pub(crate) body: Value,
 }
 

@@ -43,7 +43,6 @@ pub(crate) struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Ticks so far.
     pub(crate) fn ticks(&self) -> u64 {
         self.ticks.load(Ordering::SeqCst)
     }
@@ -210,7 +209,6 @@ fn drive(runtime: Runtime, name: &str) -> anyhow::Result<(oneshot::Sender<()>, J
 }
 
 impl FrontThread {
-    /// The heartbeat of the front's runtime.
     pub(crate) fn heartbeat(&self) -> Arc<Heartbeat> {
         self.heartbeat.clone()
     }

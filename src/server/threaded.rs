@@ -199,7 +199,6 @@ impl ThreadedListener {
         ThreadedListener { gates, ..self }
     }
 
-    /// The address the server listens on.
     pub(crate) fn address(&self) -> SocketAddr {
         self.address
     }
