@@ -330,7 +330,6 @@ impl FrontSeries {
         })
     }
 
-    /// The largest count held.
     pub(crate) fn largest_held(&self) -> Option<u32> {
         self.held().map(|(held, _)| held).max()
     }
