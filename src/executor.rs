@@ -86,7 +86,7 @@ impl Workers {
     }
 
     /// A runtime of this shape, in words: `current-thread runtime`, `runtime of 2 workers`.
-    pub fn runtime(self) -> String {
+    pub(crate) fn runtime(self) -> String {
         match self {
             Workers::CurrentThread => "current-thread runtime".into(),
             Workers::Threads(1) => "runtime of 1 worker".into(),
@@ -263,7 +263,7 @@ impl Executor {
 
     /// The threads slow work can block before the next one waits for the executor, not for a
     /// permit: what the model needs (`docs/blocking.md`).
-    pub fn lane(&self, front: Front) -> Lane {
+    pub(crate) fn lane(&self, front: Front) -> Lane {
         match (front, self.work) {
             (Front::Threaded, _) | (_, WorkStyle::Await) => Lane::Unbounded,
             (Front::Async, WorkStyle::Block) => Lane::Workers(self.workers().threads()),

@@ -61,7 +61,7 @@ impl Label {
     /// be `route`), or `R<n>` (n from 1, written plainly), which names no route of its own and
     /// so takes `route`. Only a caller holding the run's token gets this far; in a classroom
     /// session that is the classroom, which numbers the room's requests itself.
-    pub fn read(text: &str, route: Route) -> Option<Label> {
+    pub(crate) fn read(text: &str, route: Route) -> Option<Label> {
         if let Some(digits) = text.strip_prefix('R') {
             let plain = !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit());
             let n = digits.parse::<u32>().ok().filter(|_| plain)?;

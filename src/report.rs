@@ -88,7 +88,7 @@ impl Runner {
     }
 
     /// This runner, its front on `executor`.
-    pub fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
+    pub(crate) fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
         Runner {
             front_runtime: (!executor.is_default()).then(|| executor.describe(front)),
             ..Runner::current(front, safety_timeout)

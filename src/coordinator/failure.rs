@@ -89,7 +89,7 @@ pub enum Left {
 
 impl Failure {
     /// A failure at `step`, about `request`.
-    pub fn new(step: Step, request: Option<Label>, cause: Cause) -> Self {
+    pub(crate) fn new(step: Step, request: Option<Label>, cause: Cause) -> Self {
         Failure {
             step,
             request,

@@ -290,7 +290,7 @@ pub struct Death {
 
 impl Death {
     /// Whether it ended as a front told to stop does: exit code 0.
-    pub fn clean(&self) -> bool {
+    pub(crate) fn clean(&self) -> bool {
         self.code == Some(0)
     }
 

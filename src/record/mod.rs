@@ -312,7 +312,7 @@ impl Line {
     ];
 
     /// The line's heading, in the words of the individual record.
-    pub fn heading(self) -> &'static str {
+    pub(crate) fn heading(self) -> &'static str {
         match self {
             Line::Admission => "Actual admission event / pending caller / response evidence",
             Line::FastBeforeRelease => "Fast request before release / held work still present",
@@ -645,7 +645,7 @@ fn cite_policy(
 
 /// A JSON Pointer (RFC 6901) from reference tokens: each is prefixed with `/`, with `~`
 /// written `~0` and `/` written `~1`, so any key can be named.
-pub fn pointer(tokens: &[&str]) -> String {
+pub(crate) fn pointer(tokens: &[&str]) -> String {
     let mut out = String::new();
     for token in tokens {
         out.push('/');

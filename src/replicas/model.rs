@@ -532,7 +532,7 @@ pub struct Dependency {
 
 impl Dependency {
     /// The account of `effects`, in the dependency's order.
-    pub fn of(effects: &[Effect]) -> Dependency {
+    pub(crate) fn of(effects: &[Effect]) -> Dependency {
         let slots: BTreeSet<u64> = effects
             .iter()
             .filter(|e| e.accepted)
