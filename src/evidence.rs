@@ -7,12 +7,16 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::audit::{self, PoolLedger};
-use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::{FinalState, GateState};
+use crate::admission::audit;
 use crate::label::Label;
 use crate::policy::{Policy, Pool, Route};
-use crate::resources::ResourceEvidence;
+
+// What the work section recorded, as a run's evidence and report carry it.
+pub use crate::admission::audit::PoolLedger;
+pub use crate::admission::ledger::{Event, Snapshot, WorkEvent};
+pub use crate::admission::section::{FinalState, GateState};
+// What the run cost, counted beside it.
+pub use crate::resources::{ResourceEvidence, Resources};
 
 /// An admission decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,7 +204,7 @@ pub struct ServerSummary {
 
 /// Everything a policy run produced, before it is compared with the model.
 #[derive(Debug)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     /// The ledger, in order.
     pub work_events: Vec<WorkEvent>,
     /// Each pool's audited account.
@@ -221,7 +225,7 @@ pub struct Evidence {
 
 impl Evidence {
     /// The evidence of a run that never started: no events, full pools, a closed gate.
-    pub fn nothing_ran(policy: Policy) -> Self {
+    pub(crate) fn nothing_ran(policy: Policy) -> Self {
         let capacities = policy.capacities();
         Evidence {
             work_events: Vec::new(),
@@ -242,7 +246,7 @@ impl Evidence {
 
 impl Evidence {
     /// The admission decisions among the work events, in order.
-    pub fn admissions(&self) -> Vec<AdmissionRecord> {
+    pub(crate) fn admissions(&self) -> Vec<AdmissionRecord> {
         admissions(&self.work_events)
     }
 }

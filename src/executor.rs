@@ -52,7 +52,7 @@ impl WorkStyle {
 
     /// Whether `front` can run work this way: the threaded front has no runtime, so it only
     /// awaits (its threads block anyway) or blocks.
-    pub fn runs_on(self, front: Front) -> bool {
+    pub(crate) fn runs_on(self, front: Front) -> bool {
         front == Front::Async || matches!(self, WorkStyle::Await | WorkStyle::Block)
     }
 }
@@ -86,7 +86,7 @@ impl Workers {
     }
 
     /// A runtime of this shape, in words: `current-thread runtime`, `runtime of 2 workers`.
-    pub fn runtime(self) -> String {
+    pub(crate) fn runtime(self) -> String {
         match self {
             Workers::CurrentThread => "current-thread runtime".into(),
             Workers::Threads(1) => "runtime of 1 worker".into(),
@@ -237,7 +237,7 @@ pub struct Executor {
 
 impl Executor {
     /// The lab's usual executor.
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         *self == Executor::default()
     }
 
@@ -252,7 +252,7 @@ impl Executor {
 
     /// Whether the async front gets a runtime of its own: for every style but `await`, and
     /// for `await` when `--workers` asked for one.
-    pub fn own_runtime(&self) -> bool {
+    pub(crate) fn own_runtime(&self) -> bool {
         self.work != WorkStyle::Await || self.workers.is_some()
     }
 
@@ -263,7 +263,7 @@ impl Executor {
 
     /// The threads slow work can block before the next one waits for the executor, not for a
     /// permit: what the model needs (`docs/blocking.md`).
-    pub fn lane(&self, front: Front) -> Lane {
+    pub(crate) fn lane(&self, front: Front) -> Lane {
         match (front, self.work) {
             (Front::Threaded, _) | (_, WorkStyle::Await) => Lane::Unbounded,
             (Front::Async, WorkStyle::Block) => Lane::Workers(self.workers().threads()),
@@ -277,7 +277,7 @@ impl Executor {
     }
 
     /// The flags that give this executor, empty for the default: ` --work block --workers 2`.
-    pub fn flags(&self) -> String {
+    pub(crate) fn flags(&self) -> String {
         let mut flags = String::new();
         if self.work != WorkStyle::Await {
             flags += &format!(" --work {}", self.work.name());
@@ -292,7 +292,7 @@ impl Executor {
     }
 
     /// The runtime shape in words, for the report: which runtime runs what.
-    pub fn describe(&self, front: Front) -> String {
+    pub(crate) fn describe(&self, front: Front) -> String {
         let runtime = self.workers().runtime();
         match (front, self.work) {
             (Front::Threaded, WorkStyle::Block) => {

@@ -35,6 +35,6 @@ pub trait Hooks: Debug + Send + Sync {
 
 /// The command line's hooks: none.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoHooks;
+pub(crate) struct NoHooks;
 
 impl Hooks for NoHooks {}

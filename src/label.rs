@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::policy::{Held, Route};
 
 /// The header that carries a request's label.
-pub const LABEL_HEADER: &str = "lab-request";
+pub(crate) const LABEL_HEADER: &str = "lab-request";
 
 /// The name of one request of the sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -31,7 +31,7 @@ pub enum Label {
 
 impl Label {
     /// The largest `n` of an `S<n>` label.
-    pub const MAX_SLOW: u16 = u16::MAX;
+    pub(crate) const MAX_SLOW: u16 = u16::MAX;
 
     /// The labels of the slow requests held at the gate: `S1..S<held>`.
     pub fn held(held: Held) -> impl Iterator<Item = Label> {
@@ -44,7 +44,7 @@ impl Label {
     }
 
     /// The route this request is sent to.
-    pub fn route(self) -> Route {
+    pub(crate) fn route(self) -> Route {
         match self {
             Label::Slow(_) | Label::SlowAfter => Route::Slow,
             Label::F1 | Label::FastAfter => Route::Fast,
@@ -61,7 +61,7 @@ impl Label {
     /// be `route`), or `R<n>` (n from 1, written plainly), which names no route of its own and
     /// so takes `route`. Only a caller holding the run's token gets this far; in a classroom
     /// session that is the classroom, which numbers the room's requests itself.
-    pub fn read(text: &str, route: Route) -> Option<Label> {
+    pub(crate) fn read(text: &str, route: Route) -> Option<Label> {
         if let Some(digits) = text.strip_prefix('R') {
             let plain = !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit());
             let n = digits.parse::<u32>().ok().filter(|_| plain)?;

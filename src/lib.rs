@@ -12,34 +12,35 @@
 //! This file is the map. Data flows one way (`docs/design.md` draws it): command line →
 //! instruments → coordinator → fronts → admission; events → evidence → model → report → render.
 //!
-//! **The ground** every instrument stands on (it names no instrument):
-//! - [`policy`], [`label`]: plain types — modes, pools, routes, fronts, request labels.
-//! - [`admission`]: pools, gate, ledger and run token; it knows no front and no test.
-//! - [`executor`]: how slow work waits (`--work`) and the async front's runtime shape.
-//! - [`server`]: the fronts that turn HTTP into calls on the work section.
-//! - [`hooks`]: where a test may step into a run (the lab itself passes none).
-//! - [`coordinator`]: one policy run — its session, its sequence, its HTTP client.
-//! - [`resources`], [`evidence`], [`model`], [`report`], [`outcome`]: what a run observed and
-//!   cost, what it must show, the report of both, and the prediction table's cells.
-//! - `child`, [`front_process`]: a child process of the lab's, and a front running in one.
-//! - `redis_pool`: one limit shared by replica processes, kept in Redis.
+//! **The public surface** — what a library user, and the integration tests in `tests/`, which
+//! run the lab as a user would (real servers on `127.0.0.1:0`, real HTTP), may name. Every
+//! other module and item is `pub(crate)`; `missing_docs` covers exactly this surface, and
+//! `tests/lab/architecture.rs` checks that the list of public modules below is the one
+//! `docs/design.md` ("The public surface") documents, so it cannot grow silently.
+//! - Inputs: [`policy`], [`label`] (modes, pools, routes, fronts, request labels), [`executor`]
+//!   (how slow work waits), [`coordinator`] (`Options`, one policy run and its steppable
+//!   sequence), [`hooks`] (the trait a test steps into a run with).
+//! - What a run gives back: [`report`], the [`evidence`] it carries (with the section's
+//!   records and the run's resources), and [`outcome`] (the prediction table's cells).
+//! - The instruments' entry points, a folder each: [`lab`] (`run*`, `predict*`, `block_on`,
+//!   its renderings), [`sweep`], [`compare`], [`record`], [`classroom`] (`serve`, `run` and
+//!   their `Config`), [`hold`], [`replicas`].
+//! - For the binary: [`cli`], [`allocator`] (out of memory in one line, a heap census by block
+//!   size, a slot per async connection) and [`front_process`] (`serve`, the hidden `__front`).
+//!
+//! **Inside the crate**, the ground under the instruments (it names no instrument):
+//! - `admission`: pools, gate, ledger and run token; it knows no front and no test.
+//! - `server`: the fronts that turn HTTP into calls on the work section.
+//! - `model`, `resources`: what a run must show, and what it cost.
+//! - `child`: a child process of the lab's; `redis_pool`: one limit shared by replica
+//!   processes, kept in Redis.
 //! - `limits`, `procfs`: the process's resource limits, and what `/proc` says it costs.
 //! - `interrupts`: Ctrl-C and SIGTERM, caught while a session must close cleanly.
-//! - [`draw`]: SVG and text-table primitives.
-//!
-//! **The instruments**, a folder each:
-//! - [`lab`]: the command line's run of each policy, and `predict`.
-//! - [`sweep`], [`compare`], [`record`]: every input; both fronts; a saved report checked again.
-//! - [`classroom`]: a live page that steps through a real run and lets the room join in.
-//! - [`hold`]: what holding N requests costs on each front, each in a child process.
-//! - [`replicas`]: replica servers with their own permits or one global limit on Redis.
-//!
-//! [`cli`] maps the command line onto all of it; [`allocator`] is the binary's allocator (out
-//! of memory in one line, a heap census by block size, a slot per async connection).
+//! - `draw`: SVG and text-table primitives.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod allocator;
 #[cfg(unix)]
 pub(crate) mod child;
@@ -71,6 +72,6 @@ pub(crate) mod redis_pool;
 #[cfg(unix)]
 pub mod replicas;
 pub mod report;
-pub mod resources;
-pub mod server;
+pub(crate) mod resources;
+pub(crate) mod server;
 pub mod sweep;

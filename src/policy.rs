@@ -81,7 +81,7 @@ impl Route {
     }
 
     /// The route a URL path names, if any.
-    pub fn from_path(path: &str) -> Option<Route> {
+    pub(crate) fn from_path(path: &str) -> Option<Route> {
         match path {
             "/slow" => Some(Route::Slow),
             "/fast" => Some(Route::Fast),
@@ -122,7 +122,7 @@ impl Front {
     }
 
     /// The report's description of the front.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Front::Async => "Hyper 1, HTTP/1.1 on 127.0.0.1: a Tokio task per connection",
             Front::Threaded => {
@@ -244,7 +244,7 @@ pub struct Inputs {
 
 impl Inputs {
     /// The command-line flags that give these inputs: `--mode both --slots 2 --held 2`.
-    pub fn flags(&self) -> String {
+    pub(crate) fn flags(&self) -> String {
         format!(
             "--mode {} --slots {} --held {}",
             self.mode.name(),
@@ -295,7 +295,7 @@ impl Policy {
     }
 
     /// A count for each pool of this policy, in report order.
-    pub fn per_pool(self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
+    pub(crate) fn per_pool(self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
         self.pools()
             .iter()
             .map(|&pool| (pool, count(pool)))
@@ -308,7 +308,7 @@ impl Policy {
     }
 
     /// The pool a route draws its permit from.
-    pub fn pool_for(self, route: Route) -> Pool {
+    pub(crate) fn pool_for(self, route: Route) -> Pool {
         Policy::route_pool(self.mode, route)
     }
 
@@ -326,14 +326,14 @@ impl Policy {
 /// policy's, or a shared pool of any size for an instrument that measures holding rather than
 /// refusing (`hold`), or a replica's own pool (`replicas`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Allocation {
+pub(crate) struct Allocation {
     mode: Mode,
     capacities: BTreeMap<Pool, usize>,
 }
 
 impl Allocation {
     /// One shared pool of `capacity` permits for both routes.
-    pub fn shared(capacity: usize) -> Self {
+    pub(crate) fn shared(capacity: usize) -> Self {
         Allocation {
             mode: Mode::Shared,
             capacities: BTreeMap::from([(Pool::Shared, capacity)]),
@@ -341,22 +341,22 @@ impl Allocation {
     }
 
     /// The pools, in report order.
-    pub fn pools(&self) -> impl Iterator<Item = Pool> + '_ {
+    pub(crate) fn pools(&self) -> impl Iterator<Item = Pool> + '_ {
         self.capacities.keys().copied()
     }
 
     /// Permits per pool.
-    pub fn capacities(&self) -> BTreeMap<Pool, usize> {
+    pub(crate) fn capacities(&self) -> BTreeMap<Pool, usize> {
         self.capacities.clone()
     }
 
     /// A count for each pool, in report order.
-    pub fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
+    pub(crate) fn per_pool(&self, count: impl Fn(Pool) -> usize) -> BTreeMap<Pool, usize> {
         self.pools().map(|pool| (pool, count(pool))).collect()
     }
 
     /// The pool a route draws its permit from.
-    pub fn pool_for(&self, route: Route) -> Pool {
+    pub(crate) fn pool_for(&self, route: Route) -> Pool {
         Policy::route_pool(self.mode, route)
     }
 }

@@ -67,7 +67,7 @@ pub struct Runner {
 impl Runner {
     /// This runner, serving on `front` with `safety_timeout`, on the Tokio runtime it is
     /// called from.
-    pub fn current(front: Front, safety_timeout: Duration) -> Self {
+    pub(crate) fn current(front: Front, safety_timeout: Duration) -> Self {
         let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => "current-thread scheduler",
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => "multi-thread scheduler",
@@ -88,7 +88,7 @@ impl Runner {
     }
 
     /// This runner, its front on `executor`.
-    pub fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
+    pub(crate) fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
         Runner {
             front_runtime: (!executor.is_default()).then(|| executor.describe(front)),
             ..Runner::current(front, safety_timeout)
@@ -144,14 +144,9 @@ pub struct ModelCheck {
 }
 
 impl PolicyReport {
-    /// Assembles a policy's report from its evidence and compares it with the model.
-    pub fn assemble(policy: Policy, held: Held, evidence: Evidence) -> Self {
-        Self::assemble_on(policy, held, (Front::Async, Executor::default()), evidence)
-    }
-
-    /// [`PolicyReport::assemble`] for a run on `front` with `executor`, which the model's
-    /// expectations depend on.
-    pub fn assemble_on(
+    /// Assembles a policy's report from its evidence, for a run on `front` with `executor`
+    /// (the model's expectations depend on them), and compares it with the model.
+    pub(crate) fn assemble_on(
         policy: Policy,
         held: Held,
         shape: (Front, Executor),

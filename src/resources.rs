@@ -26,7 +26,7 @@ pub struct ResourceEvidence {
 }
 
 /// The process's OS threads, on Linux.
-pub fn os_threads() -> Option<usize> {
+pub(crate) fn os_threads() -> Option<usize> {
     if !cfg!(target_os = "linux") {
         return None;
     }

@@ -12,7 +12,6 @@ use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 use isolation_lab::outcome::Outcome;
 use isolation_lab::policy::{Front, Mode};
-use isolation_lab::resources::os_threads;
 
 /// The combinations: a blocked front of one and of two workers, a short blocking pool, a
 /// runtime per class, and the threaded front blocking its own threads.
@@ -113,4 +112,15 @@ fn blocked_runs_repeat_without_differing_or_leaving_threads() {
 #[ignore]
 fn blocked_runs_soak() {
     repeat(200);
+}
+
+/// The process's OS threads, as the report counts them: the entries of `/proc/self/task`, on
+/// Linux; `None` elsewhere.
+fn os_threads() -> Option<usize> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    std::fs::read_dir("/proc/self/task")
+        .ok()
+        .map(Iterator::count)
 }

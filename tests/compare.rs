@@ -5,8 +5,8 @@ mod common;
 
 use common::load::{self, Resources};
 use isolation_lab::compare::compare;
+use isolation_lab::policy::Front;
 use isolation_lab::policy::{Held, Slots};
-use isolation_lab::server::Front;
 
 /// For every allowed input, both fronts admit, refuse and answer every request the same way.
 /// With every held request admitted (shared mode, four slots), the process's OS threads during

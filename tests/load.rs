@@ -4,7 +4,7 @@
 mod common;
 
 use common::load::{self, Resources};
-use isolation_lab::server::Front;
+use isolation_lab::policy::Front;
 
 /// On each front: 20 default labs in a row and 16 at once; then every input on both fronts
 /// while every core is kept busy. Every outcome matches the model, and descriptors and threads

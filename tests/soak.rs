@@ -6,7 +6,7 @@ mod common;
 use std::time::Instant;
 
 use common::load::{self, Resources};
-use isolation_lab::server::Front;
+use isolation_lab::policy::Front;
 
 /// On each front, 1 000 default labs in a row and 32 at once ten times over; then every input
 /// on both fronts ten times under CPU load. Every outcome matches, and descriptors and threads

@@ -81,7 +81,7 @@ pub struct Snapshot {
 /// (the coordinator's control observer, a live page) receives every event after the ones it
 /// was handed when it subscribed — under one lock, so none is missed or seen twice.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     events: Vec<WorkEvent>,
     /// Requests that asked each pool for a permit, counted before the decision.
     attempts: BTreeMap<Pool, u64>,
@@ -92,29 +92,29 @@ pub struct Ledger {
 
 impl Ledger {
     /// An empty ledger with no subscriber.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The events so far, and a stream of every event after them.
-    pub fn subscribe(&mut self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
+    pub(crate) fn subscribe(&mut self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
         let (sender, receiver) = mpsc::unbounded_channel();
         self.subscribers.push(sender);
         (self.events.clone(), receiver)
     }
 
     /// Counts a request asking `pool` for a permit; its decision is recorded next.
-    pub fn attempt(&mut self, pool: Pool) {
+    pub(crate) fn attempt(&mut self, pool: Pool) {
         *self.attempts.entry(pool).or_default() += 1;
     }
 
     /// Requests that asked each pool for a permit.
-    pub fn attempts(&self) -> &BTreeMap<Pool, u64> {
+    pub(crate) fn attempts(&self) -> &BTreeMap<Pool, u64> {
         &self.attempts
     }
 
     /// Records an event and tells the observer. Returns the recorded event.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         request: Option<Label>,
         pool: Pool,
@@ -137,7 +137,13 @@ impl Ledger {
     }
 
     /// Records that `request`'s work left the section, completed or `cancelled`.
-    pub fn finish(&mut self, request: Label, pool: Pool, active_after: usize, cancelled: bool) {
+    pub(crate) fn finish(
+        &mut self,
+        request: Label,
+        pool: Pool,
+        active_after: usize,
+        cancelled: bool,
+    ) {
         self.push(WorkEvent {
             seq: 0,
             request: Some(request),
@@ -160,12 +166,12 @@ impl Ledger {
     }
 
     /// Every event so far, in order.
-    pub fn events(&self) -> &[WorkEvent] {
+    pub(crate) fn events(&self) -> &[WorkEvent] {
         &self.events
     }
 
     /// The requests inside the section on `pool`'s permits: admitted and not yet finished.
-    pub fn holders(&self, pool: Pool) -> Vec<Label> {
+    pub(crate) fn holders(&self, pool: Pool) -> Vec<Label> {
         let mut holders = Vec::new();
         for event in self.events.iter().filter(|e| e.pool == pool) {
             match (event.event, event.request) {
@@ -178,7 +184,7 @@ impl Ledger {
     }
 
     /// What the observer sees now, given each pool's taken permits.
-    pub fn snapshot(&self, active_work: BTreeMap<Pool, usize>) -> Snapshot {
+    pub(crate) fn snapshot(&self, active_work: BTreeMap<Pool, usize>) -> Snapshot {
         let mut held_at_gate = Vec::new();
         let mut refused = Vec::new();
         for event in &self.events {

@@ -14,11 +14,11 @@
 pub(crate) mod audit;
 pub(crate) mod bounded;
 pub(crate) mod gate;
-pub mod ledger;
+pub(crate) mod ledger;
 pub(crate) mod pools;
-pub mod section;
+pub(crate) mod section;
 pub(crate) mod shared_pool;
-pub mod token;
+pub(crate) mod token;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -13,7 +13,7 @@ use crate::policy::{Allocation, Pool};
 
 /// Which semaphore backs the pools: each server front uses its own world's primitive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Permits {
+pub(crate) enum Permits {
     /// `tokio::sync::Semaphore`, taken with `try_acquire_owned` (the async front).
     Tokio,
     /// A [`BoundedSemaphore`] on a std `Mutex` (the threaded front).
@@ -122,7 +122,6 @@ impl Pools {
         capacity.unwrap_or(0).saturating_sub(self.available(pool))
     }
 
-    /// The allocation the pools were built for.
     pub(crate) fn allocation(&self) -> &Allocation {
         &self.allocation
     }

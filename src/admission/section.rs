@@ -30,7 +30,7 @@ use crate::policy::{Allocation, Pool, Route};
 /// A request found no free permit in its pool. It never entered the section and nothing holds
 /// it for later: this is the whole of the refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The refused request.
     pub request: Label,
     /// The pool that had no permit left.
@@ -45,7 +45,7 @@ pub struct Refusal {
 /// The pool could not decide: a pool shared with other processes did not answer. The request
 /// never entered the section; nothing holds it for later.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PoolFailure {
+pub(crate) struct PoolFailure {
     /// The request.
     pub request: Label,
     /// The pool that could not decide.
@@ -56,7 +56,7 @@ pub struct PoolFailure {
 
 /// Why a request did not enter the section.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     /// No permit was free.
     Refused(Refusal),
     /// The pool could not decide.
@@ -65,7 +65,7 @@ pub enum Denied {
 
 /// How a request's visit to the work section ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Admitted, and the work ran to its end; the permit is already back in this pool.
     Done(Pool),
     /// Refused at once.
@@ -113,7 +113,7 @@ pub struct FinalState {
 /// Locks: a gate's, then the ledger's, in that order and never the other way round. None is held across an `.await`, so a std `Mutex` is the right tool. A pool's count is always
 /// read under the ledger lock, so every event's `active_after` is the semaphore's own.
 #[derive(Debug)]
-pub struct WorkSection {
+pub(crate) struct WorkSection {
     pools: Pools,
     /// The run's slow gate: a latch the sequence opens once.
     gate: Arc<Gate>,
@@ -125,7 +125,11 @@ pub struct WorkSection {
 impl WorkSection {
     /// Full pools of `permits` for `allocation` (a lab policy, or a larger shared pool), a
     /// closed gate and an empty ledger; only requests presenting `token` may ask for a permit.
-    pub fn new(allocation: impl Into<Allocation>, permits: Permits, token: RunToken) -> Self {
+    pub(crate) fn new(
+        allocation: impl Into<Allocation>,
+        permits: Permits,
+        token: RunToken,
+    ) -> Self {
         Self {
             pools: Pools::new(allocation.into(), permits),
             gate: Arc::new(Gate::new()),
@@ -137,18 +141,18 @@ impl WorkSection {
 
     /// The events so far, and a stream of every event after them: the control observer's
     /// feed, or a live view's. The report reads [`WorkSection::events`] instead.
-    pub fn subscribe(&self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
+    pub(crate) fn subscribe(&self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
         self.ledger().subscribe()
     }
 
     /// The pools this section enforces.
-    pub fn allocation(&self) -> &Allocation {
+    pub(crate) fn allocation(&self) -> &Allocation {
         self.pools.allocation()
     }
 
     /// Refuses a request that does not present this run's token (a header value, if any):
     /// returns `true` and counts it. Such a request must get no further than this.
-    pub fn refuse_foreign(&self, token: Option<&[u8]>) -> bool {
+    pub(crate) fn refuse_foreign(&self, token: Option<&[u8]>) -> bool {
         let foreign = !self.token.admits(token);
         if foreign {
             self.foreign_refused.fetch_add(1, Ordering::Relaxed);
@@ -160,7 +164,7 @@ impl WorkSection {
     /// processes; a closed gate and an empty ledger. The returned driver makes the section's
     /// round trips: its owner runs it beside the server, calls [`WorkSection::close_remote`]
     /// once the server has stopped, and then awaits the driver's account.
-    pub fn with_remote(
+    pub(crate) fn with_remote(
         allocation: impl Into<Allocation>,
         pool: Arc<dyn SharedPool>,
         token: RunToken,
@@ -179,14 +183,14 @@ impl WorkSection {
 
     /// Ends remote admission: later requests fail, and the driver ends once its round trips
     /// have. Call it after the server has stopped, when no work is left to release.
-    pub fn close_remote(&self) {
+    pub(crate) fn close_remote(&self) {
         if let Some(link) = self.pools.link() {
             link.close();
         }
     }
 
     /// Requests refused so far for not presenting the run's token.
-    pub fn foreign_requests_refused(&self) -> u64 {
+    pub(crate) fn foreign_requests_refused(&self) -> u64 {
         self.foreign_refused.load(Ordering::Relaxed)
     }
 
@@ -197,7 +201,7 @@ impl WorkSection {
     /// A local pool decides without awaiting. A pool shared with other processes decides
     /// after one round trip, made by the section's driver without the ledger lock held; the
     /// decision is then recorded under it. Cancelling this future loses no permit.
-    pub async fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
+    pub(crate) async fn admit(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
         let Some(link) = self.pools.link() else {
             return self.admit_now(request, route);
         };
@@ -235,7 +239,7 @@ impl WorkSection {
     /// [`WorkSection::admit`] for a section whose pools are this process's, deciding without
     /// awaiting: the threaded front's path. A section with remote permits cannot decide here
     /// and says so.
-    pub fn admit_now(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
+    pub(crate) fn admit_now(&self, request: Label, route: Route) -> Result<Work<'_>, Denied> {
         let pool = self.allocation().pool_for(route);
         if self.pools.link().is_some() {
             return Err(Denied::Failed(PoolFailure {
@@ -275,7 +279,7 @@ impl WorkSection {
     }
 
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
-    pub fn open_gate(&self) {
+    pub(crate) fn open_gate(&self) {
         self.gate.open(|| {
             let pool = self.allocation().pool_for(Route::Slow);
             let mut ledger = self.ledger();
@@ -287,7 +291,7 @@ impl WorkSection {
     /// Abandons the run's gate if it is still closed: held work leaves unfinished. For tearing
     /// down a failed run whose held work cannot be aborted (the threaded front's blocked
     /// threads).
-    pub fn abandon_gate(&self) {
+    pub(crate) fn abandon_gate(&self) {
         self.gate.abandon();
     }
 
@@ -298,37 +302,37 @@ impl WorkSection {
     }
 
     /// What the control observer sees now.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let ledger = self.ledger();
         ledger.snapshot(self.allocation().per_pool(|pool| self.pools.active(pool)))
     }
 
     /// The `seq` of the `gate_opened` event, once the gate has opened.
-    pub fn gate_opened_at(&self) -> Option<u64> {
+    pub(crate) fn gate_opened_at(&self) -> Option<u64> {
         let ledger = self.ledger();
         let mut events = ledger.events().iter();
         events.find(|e| e.event == Event::GateOpened).map(|e| e.seq)
     }
 
     /// The `seq` of the last work event recorded (0 before the first).
-    pub fn last_seq(&self) -> u64 {
+    pub(crate) fn last_seq(&self) -> u64 {
         self.ledger().events().last().map_or(0, |e| e.seq)
     }
 
     /// Every work event so far, in order.
-    pub fn events(&self) -> Vec<WorkEvent> {
+    pub(crate) fn events(&self) -> Vec<WorkEvent> {
         self.ledger().events().to_vec()
     }
 
     /// Each pool's account of the run so far, with its invariants checked.
-    pub fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
+    pub(crate) fn audit(&self) -> BTreeMap<Pool, PoolLedger> {
         let capacities = self.allocation().capacities();
         let ledger = self.ledger();
         audit::audit(ledger.events(), ledger.attempts(), &capacities)
     }
 
     /// Taken and free permits per pool, and the gate.
-    pub fn final_state(&self) -> FinalState {
+    pub(crate) fn final_state(&self) -> FinalState {
         // The gate's lock before the ledger's, never the other way round.
         let gate = match self.gate.latch() {
             Latch::Closed => GateState::Closed,
@@ -355,7 +359,7 @@ impl WorkSection {
 /// its handler was cancelled (the caller disconnected), panicked, or its gate was abandoned
 /// (`cancelled: true`).
 #[derive(Debug)]
-pub struct Work<'a> {
+pub(crate) struct Work<'a> {
     section: &'a WorkSection,
     request: Label,
     route: Route,
@@ -367,8 +371,7 @@ pub struct Work<'a> {
 }
 
 impl Work<'_> {
-    /// The admitted request.
-    pub fn request(&self) -> Label {
+    pub(crate) fn request(&self) -> Label {
         self.request
     }
 

@@ -29,7 +29,7 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A pool of permits shared with other processes: "try to admit this holder now, or refuse,
 /// naming the holders".
-pub trait SharedPool: Send + Sync + fmt::Debug {
+pub(crate) trait SharedPool: Send + Sync + fmt::Debug {
     /// Tries to admit `request` to `pool` now, without waiting for a permit.
     fn try_admit(
         &self,
@@ -40,7 +40,7 @@ pub trait SharedPool: Send + Sync + fmt::Debug {
 
 /// A remote pool's answer.
 #[derive(Debug)]
-pub enum SharedDecision {
+pub(crate) enum SharedDecision {
     /// Admitted: the permit, to be released when the work leaves.
     Admitted(Box<dyn SharedPermit>),
     /// Every permit was held, by these holders as the pool names them (such as `r1/S3`).
@@ -48,7 +48,7 @@ pub enum SharedDecision {
 }
 
 /// A permit taken from a [`SharedPool`].
-pub trait SharedPermit: Send + Sync + fmt::Debug {
+pub(crate) trait SharedPermit: Send + Sync + fmt::Debug {
     /// Gives the permit back: `Ok(true)` released, `Ok(false)` it was no longer held (a lease
     /// lapsed, and another holder may have been admitted in its place).
     fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>>;
@@ -250,7 +250,7 @@ impl Drop for SharedHeld {
 /// Makes the remote round trips of one section, concurrently, each owned by it: run it beside
 /// the server, close the section once the server has stopped, then await it for the account.
 #[derive(Debug)]
-pub struct SharedDriver {
+pub(crate) struct SharedDriver {
     pool: Arc<dyn SharedPool>,
     queue: mpsc::UnboundedReceiver<Job>,
 }
@@ -265,7 +265,7 @@ enum Done {
 
 impl SharedDriver {
     /// Serves the section's jobs until it is closed and every job has ended.
-    pub async fn run(mut self) -> Released {
+    pub(crate) async fn run(mut self) -> Released {
         let mut running = JoinSet::new();
         let mut released = Released::default();
         let mut open = true;

@@ -6,28 +6,27 @@
 use std::fmt;
 
 /// The header that carries the run token.
-pub const TOKEN_HEADER: &str = "lab-token";
+pub(crate) const TOKEN_HEADER: &str = "lab-token";
 
 /// A 128-bit random token, from the operating system's randomness (via `getrandom`).
 #[derive(Clone, PartialEq, Eq)]
-pub struct RunToken([u8; 16]);
+pub(crate) struct RunToken([u8; 16]);
 
 impl RunToken {
-    /// A fresh token.
-    pub fn generate() -> Result<Self, getrandom::Error> {
+    pub(crate) fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0; 16];
         getrandom::fill(&mut bytes)?;
         Ok(RunToken(bytes))
     }
 
     /// The token as the header value the run's callers send: 32 lower-case hex digits.
-    pub fn header_value(&self) -> String {
+    pub(crate) fn header_value(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Whether `presented` (a header value, if any) is this token. Every byte is compared, so
     /// the time taken does not tell a guesser how much of a guess was right.
-    pub fn admits(&self, presented: Option<&[u8]>) -> bool {
+    pub(crate) fn admits(&self, presented: Option<&[u8]>) -> bool {
         let expected = self.header_value();
         let Some(presented) = presented.filter(|p| p.len() == expected.len()) else {
             return false;

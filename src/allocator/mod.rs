@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-pub mod slots;
+pub(crate) mod slots;
 
 /// The strictest alignment `malloc` gives by itself (glibc, 64-bit).
 const MALLOC_ALIGN: usize = 16;
@@ -27,7 +27,7 @@ const MALLOC_ALIGN: usize = 16;
 pub struct LabAllocator;
 
 /// The size classes of the census, by their largest block; the last takes everything larger.
-pub const CLASSES: [&str; 6] = [
+pub(crate) const CLASSES: [&str; 6] = [
     "up to 256 B",
     "257 B to 1 KiB",
     "1 to 4 KiB",
@@ -70,7 +70,7 @@ pub struct HeapCensus {
 }
 
 /// The census now: each class read on its own, not one atomic snapshot.
-pub fn census() -> HeapCensus {
+pub(crate) fn census() -> HeapCensus {
     let read = |counters: &[AtomicI64; 6]| counters.each_ref().map(|c| c.load(Ordering::Relaxed));
     HeapCensus {
         blocks: read(&BLOCKS),

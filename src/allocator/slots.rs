@@ -73,7 +73,7 @@ static FREE: AtomicU64 = AtomicU64::new(0);
 
 /// What an 8 KiB block made in a scope is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// Made while a connection is built: Hyper's response-head buffer, written only when the
     /// connection answers.
     Unwritten,
@@ -88,7 +88,7 @@ thread_local! {
 
 /// Reserves the region, once per process: nothing if the address space is limited or the
 /// system refuses. Called when an async front starts.
-pub fn reserve() {
+pub(crate) fn reserve() {
     if RESERVED
         .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
@@ -142,11 +142,11 @@ fn header(index: u32) -> &'static Header {
 
 /// One connection's slot: a counted handle. Made outside any slot's scope.
 #[derive(Debug)]
-pub struct Slot(Option<u32>);
+pub(crate) struct Slot(Option<u32>);
 
 impl Slot {
     /// A free slot, or none (every block then comes from `malloc`).
-    pub fn take() -> Slot {
+    pub(crate) fn take() -> Slot {
         let index = pop().or_else(|| {
             let capacity = CAPACITY.load(Ordering::Acquire);
             let fresh = FRESH.fetch_add(1, Ordering::Relaxed);
@@ -160,7 +160,7 @@ impl Slot {
 
     /// Runs `make` with this thread's blocks placed in this slot, 8 KiB ones as `placement`;
     /// without a slot, outside any (from `malloc`).
-    pub fn enter<T>(&self, placement: Placement, make: impl FnOnce() -> T) -> T {
+    pub(crate) fn enter<T>(&self, placement: Placement, make: impl FnOnce() -> T) -> T {
         struct Leave((u32, Placement), Option<u32>);
         impl Drop for Leave {
             fn drop(&mut self) {
@@ -198,20 +198,20 @@ impl Drop for Slot {
 
 /// A future polled inside a slot, or outside any: what it allocates while it runs lands there.
 #[derive(Debug)]
-pub struct Placed<F> {
+pub(crate) struct Placed<F> {
     slot: Slot,
     inner: F,
 }
 
 impl<F> Placed<F> {
     /// `inner`, polled in `slot`.
-    pub fn in_slot(slot: Slot, inner: F) -> Self {
+    pub(crate) fn in_slot(slot: Slot, inner: F) -> Self {
         Placed { slot, inner }
     }
 
     /// `inner`, polled outside any slot: for work whose blocks outlive its connection or are
     /// shared beyond it (a ledger's events, a channel's blocks, a thread it starts).
-    pub fn outside(inner: F) -> Self {
+    pub(crate) fn outside(inner: F) -> Self {
         Placed {
             slot: Slot(None),
             inner,

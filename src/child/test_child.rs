@@ -75,3 +75,29 @@ pub(crate) async fn step<F: Future>(what: &str, future: F) -> F::Output {
         .await
         .unwrap_or_else(|_| panic!("stalled for {STEP:?}: {what}"))
 }
+
+/// Runs the test `entry` (its full path, such as `server::tests::spawn_failure::..`)
+/// alone, in this test binary started again, for a test that changes or counts the whole
+/// process (its descriptors, its address space, its threads) while the other unit tests run.
+/// `true` in the parent, once the child passed (its output is in the failure otherwise);
+/// `false` in that child, which then runs the test's body.
+pub(crate) fn alone(entry: &str) -> bool {
+    if std::env::var(ROLE).is_ok_and(|role| role == entry) {
+        return false;
+    }
+    let program = std::env::current_exe().expect("a test binary has a path");
+    let ran = Command::new(program)
+        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .env(ROLE, entry)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("the test binary starts again");
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success() && stdout.contains("1 passed"),
+        "{entry}, alone in its own process: {}\n{stdout}\n{}",
+        ran.status,
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    true
+}

@@ -81,7 +81,7 @@ pub async fn compare(slots: Slots, held: Held) -> Comparison {
 /// The executor each front runs `executor`'s work on: the threaded front has no runtime, so
 /// it runs its own way (a thread per connection, which a held request blocks) unless asked to
 /// block, which it always does.
-pub fn executor_of(front: Front, executor: Executor) -> Executor {
+pub(crate) fn executor_of(front: Front, executor: Executor) -> Executor {
     match front {
         Front::Async => executor,
         Front::Threaded if executor.work == WorkStyle::Block => Executor {

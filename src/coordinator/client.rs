@@ -39,8 +39,6 @@ pub(crate) struct Received {
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     address: SocketAddr,
-    /// `http://127.0.0.1:PORT`.
-    base: String,
     /// The run token's header.
     headers: HeaderMap,
     section: Arc<WorkSection>,
@@ -64,7 +62,6 @@ impl Client {
     pub(crate) fn new(headers: HeaderMap, address: SocketAddr, section: Arc<WorkSection>) -> Self {
         Client {
             address,
-            base: format!("http://{address}"),
             headers,
             section,
             idle: Arc::default(),
@@ -79,11 +76,6 @@ impl Client {
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
         // A caller that panicked holding the lock left a list of connections, still whole.
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The server's base URL.
-    pub(crate) fn base(&self) -> &str {
-        &self.base
     }
 
     /// The server's address.

@@ -89,7 +89,7 @@ pub enum Left {
 
 impl Failure {
     /// A failure at `step`, about `request`.
-    pub fn new(step: Step, request: Option<Label>, cause: Cause) -> Self {
+    pub(crate) fn new(step: Step, request: Option<Label>, cause: Cause) -> Self {
         Failure {
             step,
             request,
@@ -99,7 +99,7 @@ impl Failure {
     }
 
     /// This failure, then `also`.
-    pub fn then(mut self, also: Failure) -> Self {
+    pub(crate) fn then(mut self, also: Failure) -> Self {
         let last = match self.then.take() {
             Some(next) => next.then(also),
             None => also,

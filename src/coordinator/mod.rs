@@ -6,8 +6,8 @@
 //! - [`failure`]: why a run failed, as a type.
 
 pub(crate) mod client;
-pub mod failure;
-pub mod sequence;
+pub(crate) mod failure;
+pub(crate) mod sequence;
 pub(crate) mod session;
 
 use std::sync::Arc;
@@ -102,15 +102,10 @@ impl PolicyRun {
     }
 }
 
-/// Runs one policy on its own fresh async server, pools and gate, then closes everything it
-/// opened before assembling the report.
-pub async fn run_policy(policy: Policy, held: Held) -> PolicyRun {
-    run_policy_with(policy, held, Options::default()).await
-}
-
-/// [`run_policy`] with `options`: another front, a test's hooks, another safety timeout —
-/// how tests show that every unhappy path ends the run with `failure` set and everything
-/// closed, joined and returned.
+/// Runs one policy on its own fresh server, pools and gate, with `options` (the front, the
+/// executor, a test's hooks, the safety timeout), then closes everything it opened before
+/// assembling the report. With a test's hooks, this is how tests show that every unhappy path
+/// ends the run with `failure` set and everything closed, joined and returned.
 pub async fn run_policy_with(policy: Policy, held: Held, options: Options) -> PolicyRun {
     match Run::open(policy, held, options) {
         Ok(mut run) => {

@@ -147,7 +147,7 @@ impl Run {
     }
 
     /// The work section this run's server guards: to subscribe to its events.
-    pub fn section(&self) -> &Arc<WorkSection> {
+    pub(crate) fn section(&self) -> &Arc<WorkSection> {
         &self.session.section
     }
 
@@ -165,11 +165,6 @@ impl Run {
     /// The count of the front's live connection handlers.
     pub(crate) fn census(&self) -> &Arc<HandlerCount> {
         &self.census
-    }
-
-    /// The server's base URL, `http://127.0.0.1:PORT`.
-    pub fn base_url(&self) -> &str {
-        self.session.client.base()
     }
 
     /// The step `next_step` would perform, if any is left and nothing failed.
@@ -202,7 +197,7 @@ impl Run {
     }
 
     /// Runs every step left, stopping at the first that fails.
-    pub async fn run_to_end(&mut self) {
+    pub(crate) async fn run_to_end(&mut self) {
         while let Some(Ok(_)) = self.next_step().await {}
     }
 

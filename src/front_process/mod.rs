@@ -40,12 +40,10 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
-pub use crate::redis_pool::{Effect, Fence, LeaseLoss, LossCause, WorkEnd};
+pub(crate) use crate::redis_pool::{Effect, LeaseLoss, LossCause, WorkEnd};
 pub(crate) use parent::{FrontError, FrontProcess, StoppedFront};
-pub use protocol::{
-    Counts, DEFAULT_DRAIN_MS, FromFront, FrontSpec, GlobalSpec, MAX_BACKLOG, MAX_CAPACITY, Ready,
-    StopReport, Stream, ToFront,
-};
+pub use protocol::FrontSpec;
+pub(crate) use protocol::{FromFront, GlobalSpec, Stream};
 pub use serve::serve;
 
 /// The hidden subcommand that runs a front as a child process.

@@ -17,11 +17,11 @@ use crate::redis_pool::LeaseLoss;
 
 /// The most permits a child's shared pool may have: far above any count an instrument holds
 /// (`hold` stops at 50 000), low enough that a typo cannot ask for an absurd pool.
-pub const MAX_CAPACITY: usize = 1_000_000;
+pub(super) const MAX_CAPACITY: usize = 1_000_000;
 
 /// How long a child's server waits for held work to finish after it is told to stop, unless
 /// the spec says otherwise.
-pub const DEFAULT_DRAIN_MS: u64 = 10_000;
+pub(super) const DEFAULT_DRAIN_MS: u64 = 10_000;
 
 /// What the child serves: the one argument of `isolation-lab __front`, as JSON, for example
 /// `{"front":"async","capacity":200}`. Unknown fields are refused, so a parent newer than its
@@ -56,7 +56,7 @@ pub struct FrontSpec {
 }
 
 /// The longest accept queue a spec may ask for: the kernel's own ceiling for `somaxconn`.
-pub const MAX_BACKLOG: u32 = 65_535;
+pub(super) const MAX_BACKLOG: u32 = 65_535;
 
 /// Where a replica's global permits come from: `{"url":"redis://127.0.0.1:6379",
 /// "run":"replicas-1a2b","lease_ms":2000}`. Every replica of a run names the same run id,
@@ -131,7 +131,7 @@ impl FrontSpec {
     }
 
     /// The spec as the child's argument.
-    pub fn to_arg(&self) -> String {
+    pub(crate) fn to_arg(&self) -> String {
         serde_json::to_string(self).expect("a spec is plain data, always serializable")
     }
 }
@@ -152,7 +152,7 @@ pub enum Stream {
 /// more: nobody is left to read the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
-pub enum ToFront {
+pub(super) enum ToFront {
     /// Open the slow gate: held work proceeds and is answered.
     OpenGate,
     /// Stop: abandon the gate if it is still closed, stop the server (drained and joined),
@@ -166,7 +166,7 @@ pub enum ToFront {
 /// [`FromFront::Failed`]; the last, after [`ToFront::Stop`], is [`FromFront::Stopped`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "message", rename_all = "snake_case")]
-pub enum FromFront {
+pub(crate) enum FromFront {
     /// The server listens.
     Ready(Ready),
     /// Running totals of the work section's events ([`Stream::Counts`]).
@@ -188,7 +188,7 @@ pub enum FromFront {
 
 /// The child is serving.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ready {
+pub(crate) struct Ready {
     /// Where it listens: `127.0.0.1:<port>`.
     pub address: SocketAddr,
     /// The run token its callers must present in the `lab-token` header.
@@ -199,7 +199,7 @@ pub struct Ready {
 
 /// The work section's events so far, counted by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Requests that took a permit.
     pub admitted: u64,
     /// Requests refused at once.
@@ -216,7 +216,7 @@ pub struct Counts {
 
 impl Counts {
     /// Counts `event` in.
-    pub fn add(&mut self, event: &WorkEvent) {
+    pub(crate) fn add(&mut self, event: &WorkEvent) {
         match event.event {
             Event::Admitted => self.admitted += 1,
             Event::Refused => self.refused += 1,
@@ -234,7 +234,7 @@ impl Counts {
 
 /// What a stopped child reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StopReport {
+pub(crate) struct StopReport {
     /// The server's summary.
     pub server: ServerSummary,
     /// Why the server did not stop cleanly, if it did not: an accept or thread-spawn error, a

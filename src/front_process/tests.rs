@@ -7,6 +7,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::task::JoinSet;
 
+use super::protocol::Counts;
 use super::*;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;

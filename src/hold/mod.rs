@@ -40,9 +40,9 @@ pub use report::{
 use crate::policy::Front;
 
 /// The counts a plain `hold` measures: under half a minute on a 2-core machine.
-pub const DEFAULT_COUNTS: [u32; 4] = [10, 100, 1_000, 4_000];
+pub(crate) const DEFAULT_COUNTS: [u32; 4] = [10, 100, 1_000, 4_000];
 /// The most requests `hold` will hold.
-pub const MAX_COUNT: u32 = 50_000;
+pub(crate) const MAX_COUNT: u32 = 50_000;
 
 /// What to measure: checked counts and fronts.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -290,12 +290,12 @@ pub struct Death {
 
 impl Death {
     /// Whether it ended as a front told to stop does: exit code 0.
-    pub fn clean(&self) -> bool {
+    pub(crate) fn clean(&self) -> bool {
         self.code == Some(0)
     }
 
     /// How it ended, without its stderr: `killed by SIGABRT`, `exited with code 1`.
-    pub fn how(&self) -> String {
+    pub(crate) fn how(&self) -> String {
         match (&self.signal, self.code) {
             (Some(signal), _) => format!("killed by {signal}"),
             (None, Some(code)) => format!("exited with code {code}"),
@@ -330,8 +330,7 @@ impl FrontSeries {
         })
     }
 
-    /// The largest count held.
-    pub fn largest_held(&self) -> Option<u32> {
+    pub(crate) fn largest_held(&self) -> Option<u32> {
         self.held().map(|(held, _)| held).max()
     }
 }

@@ -81,7 +81,6 @@ impl Invocation {
         self.failure.get_or_insert(why);
     }
 
-    /// The report.
     pub(crate) fn report(self) -> Report {
         Report {
             lab: "concurrency-isolation".into(),

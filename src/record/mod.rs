@@ -38,13 +38,13 @@ use crate::policy::{Inputs, Mode, Policy, Pool, Route};
 use crate::report::{PolicyReport, Report};
 
 /// The first line of the individual record: who ran it (the lab fills in the rest of it).
-pub const PARTICIPANT: &str = "Participant";
+pub(crate) const PARTICIPANT: &str = "Participant";
 
 /// The person's own prediction, written before the run, beside the model's.
-pub const OWN_PREDICTION: &str = "My own prediction, written before the run";
+pub(crate) const OWN_PREDICTION: &str = "My own prediction, written before the run";
 
 /// The last lines of the individual record, which only a person can fill in, in order.
-pub const TO_FILL_IN: [&str; 5] = [
+pub(crate) const TO_FILL_IN: [&str; 5] = [
     "One changed input / new observation / original retained",
     "My own action / assistance / first explanation and correction",
     "Protected work resource / resource limits not tested",
@@ -312,7 +312,7 @@ impl Line {
     ];
 
     /// The line's heading, in the words of the individual record.
-    pub fn heading(self) -> &'static str {
+    pub(crate) fn heading(self) -> &'static str {
         match self {
             Line::Admission => "Actual admission event / pending caller / response evidence",
             Line::FastBeforeRelease => "Fast request before release / held work still present",
@@ -645,7 +645,7 @@ fn cite_policy(
 
 /// A JSON Pointer (RFC 6901) from reference tokens: each is prefixed with `/`, with `~`
 /// written `~0` and `/` written `~1`, so any key can be named.
-pub fn pointer(tokens: &[&str]) -> String {
+pub(crate) fn pointer(tokens: &[&str]) -> String {
     let mut out = String::new();
     for token in tokens {
         out.push('/');

@@ -11,7 +11,6 @@ use crate::draw::table::labels;
 use crate::evidence::Decision;
 use crate::lab::render::text::table;
 
-/// Renders `record` as text.
 pub(crate) fn render(record: &Record) -> String {
     let mut out = format!("isolation-lab record of {}\n\n", record.report);
     let _ = writeln!(out, "{PARTICIPANT}:");

@@ -15,9 +15,12 @@ mod url;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use lease::LeaseLoss;
+pub use lease::LossCause;
 pub(crate) use lease::{HeldLease, Losses};
-pub use lease::{LeaseLoss, LossCause};
 pub(crate) use local::LocalRedis;
-pub use permits::{Effect, Fence, WorkEnd};
+#[cfg(test)]
+pub(crate) use permits::Fence;
+pub use permits::{Effect, WorkEnd};
 pub(crate) use permits::{GlobalError, GlobalPermits, Hold, Holder, Lease};
 pub(crate) use url::LoopbackUrl;

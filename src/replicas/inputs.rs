@@ -39,7 +39,7 @@ impl RedisUrl {
 
 impl Engine {
     /// Whether the permits are global (one Redis-backed semaphore).
-    pub fn is_global(&self) -> bool {
+    pub(crate) fn is_global(&self) -> bool {
         !matches!(self, Engine::Off)
     }
 }
@@ -94,7 +94,7 @@ pub struct LeaseMs(u32);
 
 impl LeaseMs {
     /// The shortest lease.
-    pub const MIN: u32 = 200;
+    pub(crate) const MIN: u32 = 200;
     /// The longest lease.
     pub const MAX: u32 = 60_000;
 
@@ -109,7 +109,7 @@ impl LeaseMs {
     }
 
     /// Whether holders have a lease at all.
-    pub fn leased(self) -> bool {
+    pub(crate) fn leased(self) -> bool {
         self.0 > 0
     }
 
@@ -224,7 +224,7 @@ impl ReplicaId {
     }
 
     /// The replica the `n`-th request (from 1) goes to, round robin.
-    pub fn round_robin(n: usize, count: ReplicaCount) -> ReplicaId {
+    pub(crate) fn round_robin(n: usize, count: ReplicaCount) -> ReplicaId {
         ReplicaId(((n - 1) % count.get() + 1) as u8)
     }
 }

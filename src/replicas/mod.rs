@@ -19,13 +19,17 @@
 //! - `run`: how it runs: the replicas, the engine, the pause and the crash.
 //! - `render`: the report as text for a person.
 
-pub mod evidence;
-pub mod inputs;
-pub mod model;
+pub(crate) mod evidence;
+pub(crate) mod inputs;
+pub(crate) mod model;
 pub mod render;
 pub(crate) mod report;
-pub mod run;
+pub(crate) mod run;
 
 pub use inputs::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
 pub use report::ReplicasReport;
+// What a replicas report carries, named where the report is.
+pub use crate::redis_pool::{Effect, LossCause, WorkEnd};
+pub use evidence::Sent;
+pub use model::{CountedAt, Lapsed, OverAdmission};
 pub use run::{ReplicaFaults, ReplicasOptions, run, run_with};

@@ -88,12 +88,12 @@ pub struct CrashPlan {
 }
 
 /// The holder name of `request` on `replica`, as the engine names it.
-pub fn holder(replica: ReplicaId, request: Label) -> String {
+pub(crate) fn holder(replica: ReplicaId, request: Label) -> String {
     format!("{replica}/{request}")
 }
 
 /// What `inputs` predict.
-pub fn predict(inputs: &ReplicasInputs) -> Prediction {
+pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
     let (count, slots) = (inputs.replicas, inputs.slots.get());
     let global = inputs.global.is_global();
     let mut holders: BTreeMap<ReplicaId, Vec<String>> =
@@ -247,7 +247,10 @@ impl Lapsed {
 }
 
 /// Every over-admission the evidence shows, in order.
-pub fn over_admitted(inputs: &ReplicasInputs, evidence: &ReplicasEvidence) -> Vec<OverAdmission> {
+pub(crate) fn over_admitted(
+    inputs: &ReplicasInputs,
+    evidence: &ReplicasEvidence,
+) -> Vec<OverAdmission> {
     let limit = inputs.slots.get();
     let global = inputs.global.is_global();
     let mut seen = Vec::new();
@@ -341,7 +344,7 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvi
 }
 
 /// Items as a person reads them: `a, b and c`, or `none`.
-pub fn listed<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
+pub(crate) fn listed<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
     let items: Vec<String> = items.map(|item| item.to_string()).collect();
     match items.as_slice() {
         [] => "none".to_owned(),
@@ -356,7 +359,7 @@ fn names(held_by: &[String]) -> BTreeSet<&str> {
 
 /// The differences between `prediction` and `evidence`, in words; empty when they agree.
 /// Only what a run reached is checked: a failed run's failure says the rest.
-pub fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec<String> {
+pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec<String> {
     let mut wrong = Vec::new();
     for expected in &prediction.requests {
         let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) else {
@@ -529,7 +532,7 @@ pub struct Dependency {
 
 impl Dependency {
     /// The account of `effects`, in the dependency's order.
-    pub fn of(effects: &[Effect]) -> Dependency {
+    pub(crate) fn of(effects: &[Effect]) -> Dependency {
         let slots: BTreeSet<u64> = effects
             .iter()
             .filter(|e| e.accepted)
@@ -900,7 +903,7 @@ mod tests {
     /// names the newer token.
     #[test]
     fn the_dependency_counts_stale_writes_beyond_the_slots() {
-        use crate::front_process::{Effect, Fence, WorkEnd};
+        use crate::redis_pool::{Effect, Fence, WorkEnd};
         let effect = |holder: &str, phase, slot, token, accepted, newest| Effect {
             holder: holder.into(),
             phase,

@@ -40,7 +40,7 @@ pub struct ReplicasReport {
 
 impl OverAdmission {
     /// What it was, in one sentence.
-    pub fn sentence(&self) -> String {
+    pub(crate) fn sentence(&self) -> String {
         let when = match self.when {
             CountedAt::AfterRequests => "once every request was decided",
             CountedAt::DuringPause => "during the pause",
@@ -97,7 +97,7 @@ pub(crate) fn late_effect(effect: &crate::front_process::Effect) -> String {
 
 impl ReplicasReport {
     /// The report of `evidence`, checked against what `inputs` predict.
-    pub fn assemble(
+    pub(crate) fn assemble(
         inputs: ReplicasInputs,
         evidence: ReplicasEvidence,
         failure: Option<String>,

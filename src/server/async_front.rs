@@ -32,7 +32,7 @@ use crate::policy::Route;
 
 /// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
 #[derive(Debug)]
-pub struct AsyncListener {
+pub(crate) struct AsyncListener {
     listener: TcpListener,
     address: SocketAddr,
     /// The listener's socket, to see it closed.
@@ -45,14 +45,14 @@ pub struct AsyncListener {
 
 /// The server task, and how to tell it to stop.
 #[derive(Debug)]
-pub struct AsyncFront {
+pub(crate) struct AsyncFront {
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Stopped>,
 }
 
 impl AsyncListener {
     /// Binds `127.0.0.1:0`; must be called on a Tokio runtime.
-    pub fn bind() -> std::io::Result<Self> {
+    pub(crate) fn bind() -> std::io::Result<Self> {
         let (listener, address) = super::bind_loopback()?;
         AsyncListener::from_std(listener, address)
     }
@@ -89,8 +89,7 @@ impl AsyncListener {
         }
     }
 
-    /// The address the server listens on.
-    pub fn address(&self) -> SocketAddr {
+    pub(crate) fn address(&self) -> SocketAddr {
         self.address
     }
 
@@ -101,7 +100,7 @@ impl AsyncListener {
     }
 
     /// Serves on a task of its own until [`AsyncFront::stop`].
-    pub fn start(
+    pub(crate) fn start(
         self,
         section: Arc<WorkSection>,
         census: Arc<HandlerCount>,
@@ -122,7 +121,7 @@ impl AsyncListener {
     /// receiving a head a client may never finish), asks the rest to finish gracefully, and
     /// joins every connection task. Connections still open after `drain_limit` are aborted and
     /// reported as an error.
-    pub async fn serve(
+    pub(crate) async fn serve(
         self,
         section: Arc<WorkSection>,
         census: Arc<HandlerCount>,
@@ -246,7 +245,7 @@ impl Drop for Serving<'_> {
 
 impl AsyncFront {
     /// Tells the server to stop and waits for its report.
-    pub async fn stop(self) -> anyhow::Result<Stopped> {
+    pub(crate) async fn stop(self) -> anyhow::Result<Stopped> {
         let _ = self.stop.send(());
         // The server task itself panicked: its listener and connections were dropped with it,
         // but nothing is left to count them.

@@ -12,9 +12,9 @@
 //! Neither bounds connections or handlers: both accept and start a handler before any permit
 //! is checked. Only the declared work section is bounded.
 
-pub mod async_front;
+pub(crate) mod async_front;
 pub(crate) mod connections;
-pub mod runtimes;
+pub(crate) mod runtimes;
 pub(crate) mod threaded;
 pub(crate) mod work_style;
 
@@ -29,14 +29,14 @@ use serde_json::{Value, json};
 use crate::admission::gate::Gate;
 use crate::admission::pools::Permits;
 use crate::admission::section::{Verdict, Work, WorkSection};
-pub use crate::evidence::ServerSummary;
+pub(crate) use crate::evidence::ServerSummary;
 use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
-pub use crate::policy::Front;
+pub(crate) use crate::policy::Front;
 use crate::policy::Route;
 
 /// The permits `front`'s world uses: Tokio's semaphore for tasks, the bounded one for threads.
-pub fn permits(front: Front) -> Permits {
+pub(crate) fn permits(front: Front) -> Permits {
     match front {
         Front::Async => Permits::Tokio,
         Front::Threaded => Permits::Bounded,
@@ -126,7 +126,7 @@ impl Backoff {
 /// session gives its room's requests gates of their own once the run's has opened. Admission
 /// knows nothing of who chose.
 #[derive(Clone, Default)]
-pub struct Gates(Option<Arc<GateFor>>);
+pub(crate) struct Gates(Option<Arc<GateFor>>);
 
 /// A choice of gate by label: `None` means the run's own.
 type GateFor = dyn Fn(Label) -> Option<Arc<Gate>> + Send + Sync;
@@ -157,7 +157,7 @@ impl std::fmt::Debug for Gates {
 
 /// A running server of either front.
 #[derive(Debug)]
-pub enum Running {
+pub(crate) enum Running {
     /// The Hyper front's task.
     Async(async_front::AsyncFront),
     /// The threaded front's accept thread.
@@ -166,21 +166,10 @@ pub enum Running {
     Owned(runtimes::FrontThread),
 }
 
-/// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime). Connections
-/// still open `drain_limit` after the server is told to stop are aborted (threads: their held
-/// work is abandoned) and reported.
-pub fn start(
-    front: Front,
-    section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
-    hooks: Arc<dyn Hooks>,
-    drain_limit: Duration,
-) -> std::io::Result<(SocketAddr, Running)> {
-    let gates = Gates::default();
-    start_at(front, section, census, hooks, gates, drain_limit)
-}
-
-/// [`start`], with the slow work of each request waiting at the gate `gates` picks for it.
+/// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime), the slow
+/// work of each request waiting at the gate `gates` picks for it. Connections still open
+/// `drain_limit` after the server is told to stop are aborted (threads: their held work is
+/// abandoned) and reported.
 pub(crate) fn start_at(
     front: Front,
     section: Arc<WorkSection>,
@@ -193,7 +182,7 @@ pub(crate) fn start_at(
     start_on(front, bound, section, census, hooks, gates, drain_limit)
 }
 
-/// [`start`] on a listener already bound (see [`bind_loopback_with_backlog`]).
+/// [`start_at`] on a listener already bound (see [`bind_loopback_with_backlog`]).
 pub(crate) fn start_on(
     front: Front,
     (listener, address): (TcpListener, SocketAddr),
@@ -222,7 +211,7 @@ pub(crate) fn start_on(
 impl Running {
     /// Stops accepting, closes the listener, drains and joins every connection handler, and
     /// reports. `Err` if the server itself died.
-    pub async fn stop(self) -> anyhow::Result<Stopped> {
+    pub(crate) async fn stop(self) -> anyhow::Result<Stopped> {
         match self {
             Running::Async(running) => running.stop().await,
             Running::Threaded(running) => running.stop().await,
@@ -233,7 +222,7 @@ impl Running {
 
 /// The server has stopped; `error` says why it did not stop cleanly, if it did not.
 #[derive(Debug)]
-pub struct Stopped {
+pub(crate) struct Stopped {
     /// The report's `server` object.
     pub summary: ServerSummary,
     /// Accepting that stayed broken, a connection closed unserved, a panicked handler, or
@@ -325,23 +314,22 @@ impl ListenerId {
 
 /// The connection handlers alive right now, counted by a guard each handler holds.
 #[derive(Debug, Default)]
-pub struct HandlerCount {
+pub(crate) struct HandlerCount {
     live: AtomicUsize,
 }
 
 /// Held by a connection handler for as long as it lives.
 #[derive(Debug)]
-pub struct Live(Arc<HandlerCount>);
+pub(crate) struct Live(Arc<HandlerCount>);
 
 impl HandlerCount {
     /// Counts a handler in until the returned guard drops (also on a panic).
-    pub fn enter(self: &Arc<Self>) -> Live {
+    pub(crate) fn enter(self: &Arc<Self>) -> Live {
         self.live.fetch_add(1, Ordering::SeqCst);
         Live(self.clone())
     }
 
-    /// Handlers alive now.
-    pub fn live(&self) -> usize {
+    pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
     }
 }
@@ -355,9 +343,7 @@ impl Drop for Live {
 /// What a front knows of a request before it asks for admission.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Head<'a> {
-    /// Whether the method is GET.
     pub(crate) is_get: bool,
-    /// The URL path.
     pub(crate) path: &'a str,
     /// The `lab-token` header, if any.
     pub(crate) token: Option<&'a [u8]>,
@@ -368,9 +354,7 @@ pub(crate) struct Head<'a> {
 /// A response: status and JSON body.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Reply {
-    /// The HTTP status.
     pub(crate) status: StatusCode,
-    /// The JSON body.
     pub(crate) body: Value,
 }
 
@@ -480,38 +464,4 @@ pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `listener_closed` is observed, not asserted: a listener is open until it is dropped, and
-    /// another listener's being open says nothing of it.
-    #[test]
-    fn a_closed_listener_is_seen_closed() {
-        let (listener, address) = bind_loopback().expect("127.0.0.1:0 binds");
-        let id = ListenerId::of(&listener, address);
-        assert!(id.inode.is_some());
-        let (other, _) = bind_loopback().expect("127.0.0.1:0 binds");
-        assert!(!id.is_closed());
-        drop(listener);
-        assert!(id.is_closed());
-        assert!(!ListenerId::of(&other, address).is_closed());
-    }
-
-    /// The pauses double from 1 ms to 64 ms; the failure after the last gives up, naming how
-    /// many tries and how long they took. A success starts the pauses over.
-    #[test]
-    fn backoff_doubles_then_gives_up() {
-        let mut backoff = Backoff::default();
-        let pauses: Vec<u64> = std::iter::from_fn(|| backoff.failed())
-            .map(|pause| pause.as_millis() as u64)
-            .collect();
-        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64]);
-        let error = std::io::Error::other("no descriptors");
-        assert_eq!(
-            backoff.gave_up("accepting connections", &error),
-            "accepting connections stayed broken through 8 tries over 127 ms: no descriptors"
-        );
-        backoff.succeeded();
-        assert_eq!(backoff.failed(), Some(FIRST_PAUSE));
-    }
-}
+mod tests;

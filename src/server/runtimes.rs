@@ -38,20 +38,19 @@ const REPORT_SLACK: Duration = Duration::from_secs(2);
 
 /// The heartbeat of the front's runtime: ticks counted by a task of that runtime.
 #[derive(Debug, Default)]
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     ticks: AtomicU64,
 }
 
 impl Heartbeat {
-    /// Ticks so far.
-    pub fn ticks(&self) -> u64 {
+    pub(crate) fn ticks(&self) -> u64 {
         self.ticks.load(Ordering::SeqCst)
     }
 }
 
 /// The front's thread, and how to tell it to stop.
 #[derive(Debug)]
-pub struct FrontThread {
+pub(crate) struct FrontThread {
     stop: Option<oneshot::Sender<()>>,
     report: Option<oneshot::Receiver<anyhow::Result<Stopped>>>,
     thread: Option<JoinHandle<()>>,
@@ -210,7 +209,6 @@ fn drive(runtime: Runtime, name: &str) -> anyhow::Result<(oneshot::Sender<()>, J
 }
 
 impl FrontThread {
-    /// The heartbeat of the front's runtime.
     pub(crate) fn heartbeat(&self) -> Arc<Heartbeat> {
         self.heartbeat.clone()
     }
@@ -235,7 +233,7 @@ impl FrontThread {
     }
 
     /// Tells the server to stop and waits for its report, then joins its thread.
-    pub async fn stop(mut self) -> anyhow::Result<Stopped> {
+    pub(crate) async fn stop(mut self) -> anyhow::Result<Stopped> {
         drop(self.listening.take());
         drop(self.stop.take());
         let Some(report) = self.report.take() else {

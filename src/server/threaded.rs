@@ -64,7 +64,7 @@ pub(crate) struct ThreadedListener {
 /// the thread to abandon held work and close every connection, and returns at once: the
 /// thread, left to finish on its own, still joins every connection thread before it ends.
 #[derive(Debug)]
-pub struct ThreadedFront {
+pub(crate) struct ThreadedFront {
     signal: Arc<Signal>,
     drain_limit: Duration,
     stopped: Option<oneshot::Receiver<(Stopped, Option<u32>)>>,
@@ -199,7 +199,6 @@ impl ThreadedListener {
         ThreadedListener { gates, ..self }
     }
 
-    /// The address the server listens on.
     pub(crate) fn address(&self) -> SocketAddr {
         self.address
     }
@@ -488,7 +487,7 @@ impl ThreadedFront {
     /// listener, closes connections that are not serving a request, waits for the rest to
     /// finish their work within the drain limit (then abandons the gate and breaks their
     /// sockets), joins every thread, and reports.
-    pub async fn stop(mut self) -> anyhow::Result<Stopped> {
+    pub(crate) async fn stop(mut self) -> anyhow::Result<Stopped> {
         self.signal.raise(STOPPING);
         let Some(stopped) = self.stopped.take() else {
             bail!("the threaded server was already stopped");

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
+use isolation_lab::policy::Front;
 use isolation_lab::policy::Inputs;
 use isolation_lab::report::Report;
-use isolation_lab::server::Front;
 
 use super::{Case, assert_matches_section_4};
 

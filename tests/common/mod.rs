@@ -7,16 +7,16 @@
 pub mod load;
 pub mod webdriver;
 
-use isolation_lab::admission::ledger::Event;
-use isolation_lab::admission::section::GateState;
 use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
+use isolation_lab::evidence::Event;
+use isolation_lab::evidence::GateState;
 use isolation_lab::evidence::{Phase, ServerSummary};
 use isolation_lab::hooks::Hooks;
 use isolation_lab::label::Label;
+use isolation_lab::policy::Front;
 use isolation_lab::policy::{Held, Inputs, Mode, Policy, Slots};
 use isolation_lab::report::PolicyReport;
-use isolation_lab::server::Front;
 
 /// One policy run's inputs.
 #[derive(Clone, Copy, Debug)]

@@ -303,3 +303,59 @@ fn no_public_type_name_is_used_twice() {
         "type names defined more than once (give each its own): {twice:?}"
     );
 }
+
+/// The crate's public modules: the surface `docs/design.md` documents ("The public surface").
+/// Everything else is `pub(crate)`; a module made public is added here and there, on purpose.
+const SURFACE: [&str; 18] = [
+    "allocator",
+    "classroom",
+    "cli",
+    "compare",
+    "coordinator",
+    "evidence",
+    "executor",
+    "front_process",
+    "hold",
+    "hooks",
+    "lab",
+    "label",
+    "outcome",
+    "policy",
+    "record",
+    "replicas",
+    "report",
+    "sweep",
+];
+
+#[test]
+fn the_public_modules_are_the_documented_surface() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let surface: BTreeSet<&str> = SURFACE.into_iter().collect();
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("src/lib.rs");
+    let public: BTreeSet<&str> = lib
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|rest| rest.trim_end_matches(';'))
+        .collect();
+    assert_eq!(public, surface, "src/lib.rs's public modules");
+    let reexported: Vec<&str> = lib
+        .lines()
+        .filter(|l| l.trim_start().starts_with("pub use "))
+        .collect();
+    assert!(reexported.is_empty(), "the root re-exports {reexported:?}");
+
+    let design = std::fs::read_to_string(root.join("docs/design.md")).expect("docs/design.md");
+    let section = design
+        .split("\n## The public surface\n")
+        .nth(1)
+        .expect("docs/design.md has a section \"The public surface\"");
+    let section = section.split("\n## ").next().unwrap_or_default();
+    let documented: BTreeSet<&str> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|row| row.split(" |").next())
+        .flat_map(|cell| cell.split(['`', ',', ' ']))
+        .filter(|name| !name.is_empty())
+        .collect();
+    assert_eq!(documented, surface, "docs/design.md's public surface");
+}

@@ -6,8 +6,8 @@
 //! says what each shows. Nothing here waits on time: the sequence advances on the ledger, the
 //! listener's accept queue and the runtime's heartbeat.
 
-use isolation_lab::admission::ledger::Event;
 use isolation_lab::coordinator::{Options, run_policy_with};
+use isolation_lab::evidence::Event;
 use isolation_lab::evidence::Moment;
 use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 use isolation_lab::label::Label;

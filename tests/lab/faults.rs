@@ -10,14 +10,14 @@ use crate::common;
 use std::time::Duration;
 
 use common::{Case, Faults, assert_port_closed};
-use isolation_lab::admission::ledger::{Event, WorkEvent};
-use isolation_lab::admission::section::GateState;
 use isolation_lab::coordinator::{
     Cause, Failure, Left, Options, PolicyRun, SAFETY_TIMEOUT, Step, run_policy_with,
 };
+use isolation_lab::evidence::GateState;
+use isolation_lab::evidence::{Event, WorkEvent};
 use isolation_lab::label::Label;
+use isolation_lab::policy::Front;
 use isolation_lab::policy::Mode;
-use isolation_lab::server::Front;
 use tokio::task::JoinSet;
 
 /// A failed run, with its typed failure.

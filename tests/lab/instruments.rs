@@ -44,7 +44,7 @@ fn predict_follows_the_mode() {
 /// columns.
 #[tokio::test]
 async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
-    let sweep = isolation_lab::sweep::sweep(isolation_lab::server::Front::Async).await;
+    let sweep = isolation_lab::sweep::sweep(isolation_lab::policy::Front::Async).await;
     assert!(sweep.matches_model);
     let inputs: BTreeSet<_> = sweep
         .runs

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use isolation_lab::server::Front;
+use isolation_lab::policy::Front;
 
 /// A run still going after this is killed and counted as hung: a stalled run fails within the
 /// lab's own bound of 15 s.

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{Case, assert_matches_section_4, assert_structure};
-use isolation_lab::server::Front;
+use isolation_lab::policy::Front;
 
 /// Each of the 24 runs on `front` shows exactly what the policy model says, with the structural
 /// evidence intact.

@@ -12,14 +12,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use isolation_lab::evidence::Decision;
-use isolation_lab::front_process::{Effect, LossCause, WorkEnd};
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
-use isolation_lab::replicas::evidence::Sent;
-use isolation_lab::replicas::model::{CountedAt, Lapsed, OverAdmission};
 use isolation_lab::replicas::{
-    Engine, LeaseMs, ReplicaCount, ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions,
-    ReplicasReport, Requests, run_with,
+    CountedAt, Effect, Engine, Lapsed, LeaseMs, LossCause, OverAdmission, ReplicaCount,
+    ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions, ReplicasReport, Requests, Sent,
+    WorkEnd, run_with,
 };
 
 /// The tests' lease: short, so a test is quick, yet renewed every 133 ms, so a replica keeps

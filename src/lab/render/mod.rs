@@ -9,4 +9,4 @@
 pub mod picture;
 pub mod text;
 pub(crate) mod timeline;
-pub mod waits;
+pub(crate) mod waits;

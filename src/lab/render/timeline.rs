@@ -262,7 +262,7 @@ mod tests {
             },
             ..Evidence::nothing_ran(partitioned)
         };
-        let report = PolicyReport::assemble(partitioned, held(2), evidence);
+        let report = PolicyReport::assemble_on(partitioned, held(2), Default::default(), evidence);
         let expected = "\
 partitioned mode: work events in ledger order (seq), not time
 seq  event                                     slow  fast

@@ -12,7 +12,7 @@ use crate::policy::Route;
 use crate::report::PolicyReport;
 
 /// The sentences for one policy, each ending in a newline; empty when nothing waited.
-pub fn explain(policy: &PolicyReport) -> String {
+pub(crate) fn explain(policy: &PolicyReport) -> String {
     let Some(watched) = &policy.observed.executor else {
         return String::new();
     };
