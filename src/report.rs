@@ -81,7 +81,7 @@ impl Runner {
             front,
             server: front.describe().into(),
             // The coordinator's client (`coordinator/client.rs`).
-            client: "Hyper 1 client connection, one per caller; no pool, no proxy".into(),
+            client: "Hyper 1 client connection; a caller reuses one left open; no proxy".into(),
             safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
             front_runtime: None,
         }

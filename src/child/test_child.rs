@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::ChildProcess;
@@ -86,12 +86,29 @@ pub(crate) fn alone(entry: &str) -> bool {
         return false;
     }
     let program = std::env::current_exe().expect("a test binary has a path");
-    let ran = Command::new(program)
+    let child = Command::new(program)
         .args(["--exact", entry, "--nocapture", "--test-threads=1"])
         .env(ROLE, entry)
         .env_remove("RUST_BACKTRACE")
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("the test binary starts again");
+    // Its output is read to the end on a thread of its own, so a child that stalls is killed
+    // after STEP rather than holding the test up.
+    let pid = child.id();
+    let (done, ended) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let ran = ended.recv_timeout(STEP).unwrap_or_else(|_| {
+        // SAFETY: kill takes plain integers; the child is not yet reaped (the reader waits on
+        // it), so its pid is still its own.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        ended.recv().expect("the reader reaps the child")
+    });
+    reader.join().expect("the reader ends");
+    let ran = ran.expect("the test child's output is read");
     let stdout = String::from_utf8_lossy(&ran.stdout);
     assert!(
         ran.status.success() && stdout.contains("1 passed"),

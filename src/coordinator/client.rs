@@ -3,11 +3,12 @@
 //!
 //! A caller sends on Hyper's client connection and drives that connection inside its own
 //! future: no task is spawned behind it, no proxy is consulted (the lab never reads
-//! `HTTP_PROXY` or `ALL_PROXY`), and no URL is parsed. A caller whose answer is whole leaves its
-//! connection open for the next caller, as a browser or any pooled client would: so a front
-//! keeps one handler per connection a run has open, and the handlers the report counts are
-//! the same on every run. A caller that is dropped takes its connection with it; [`Client::close`]
-//! closes those left open.
+//! `HTTP_PROXY` or `ALL_PROXY`), and nothing is parsed but the request's path. A caller whose
+//! answer is whole leaves its connection open for the next caller, as a browser or any pooled
+//! client would: so a front keeps one handler per connection a run has open, and the handlers
+//! the report counts are the same on every run. A connection the server closed meanwhile is
+//! found closed before the request leaves, which is then sent on a new one. A caller that is
+//! dropped takes its connection with it; [`Client::close`] closes those left open.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,9 +52,14 @@ pub(crate) struct Client {
 #[derive(Debug)]
 struct Connection {
     sender: SendRequest<Empty<Bytes>>,
-    driver: http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>,
-    /// The driver has ended: the connection is closed or broken.
-    ended: bool,
+    /// `None` once it has ended: the connection is closed or broken.
+    driver: Option<http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>,
+}
+
+/// Why an exchange failed, with its request when that never left.
+struct Failed {
+    error: anyhow::Error,
+    unsent: Option<Request<Empty<Bytes>>>,
 }
 
 impl Client {
@@ -113,11 +119,26 @@ impl Client {
     /// whole body. The connection is left open again once the body is read.
     async fn get(&self, request: Label) -> anyhow::Result<(u16, Bytes)> {
         let sent = self.request(request)?;
-        let mut connection = match self.left_open() {
-            Some(connection) => connection,
-            None => connect(self.address).await?,
+        let (reused, mut connection) = match self.left_open() {
+            Some(connection) => (true, connection),
+            None => (false, connect(self.address).await?),
         };
-        let answer = connection.exchange(sent).await?;
+        let answered = match (reused, connection.exchange(sent).await) {
+            // The server closed the connection while it was left open, and the request never
+            // left: it goes on a new one.
+            (
+                true,
+                Err(Failed {
+                    unsent: Some(request),
+                    ..
+                }),
+            ) => {
+                connection = connect(self.address).await?;
+                connection.exchange(request).await
+            }
+            (_, answered) => answered,
+        };
+        let answer = answered.map_err(|failed| failed.error)?;
         if connection.open() {
             self.idle().push(connection);
         }
@@ -138,36 +159,53 @@ impl Client {
 impl Connection {
     /// Whether another request can be sent on it.
     fn open(&self) -> bool {
-        !self.ended && !self.sender.is_closed()
+        self.driver.is_some() && !self.sender.is_closed()
     }
 
     /// Sends `request` and reads its answer whole, polling the connection meanwhile.
-    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> anyhow::Result<(u16, Bytes)> {
-        let Connection {
-            sender,
-            driver,
-            ended,
-        } = self;
+    async fn exchange(&mut self, request: Request<Empty<Bytes>>) -> Result<(u16, Bytes), Failed> {
+        let Connection { sender, driver } = self;
+        let Some(polled) = driver.as_mut() else {
+            let error = anyhow::anyhow!("the connection had ended");
+            return Err(Failed {
+                error,
+                unsent: Some(request),
+            });
+        };
         let exchange = async {
-            sender.ready().await?;
-            let response = sender.send_request(request).await?;
+            if let Err(e) = sender.ready().await {
+                return Err((e, Some(request)));
+            }
+            let response = match sender.try_send_request(request).await {
+                Ok(response) => response,
+                Err(mut e) => {
+                    let unsent = e.take_message();
+                    return Err((e.into_error(), unsent));
+                }
+            };
             let status = response.status().as_u16();
-            let body = response.into_body().collect().await?.to_bytes();
-            Ok::<_, hyper::Error>((status, body))
+            let body = response.into_body().collect().await;
+            let body = body.map_err(|e| (e, None))?.to_bytes();
+            Ok((status, body))
         };
         tokio::pin!(exchange);
+        let failed = |(e, unsent): (hyper::Error, _)| Failed {
+            error: e.into(),
+            unsent,
+        };
         tokio::select! {
             biased;
-            answer = &mut exchange => Ok(answer?),
-            // The connection ended first (closed or broken): the exchange ends with it, and
-            // says why.
-            closed = driver => {
-                *ended = true;
-                let answer = exchange.await;
-                match (answer, closed) {
-                    (Ok(answer), _) => Ok(answer),
-                    (Err(e), Ok(())) => Err(e.into()),
-                    (Err(e), Err(why)) => Err(anyhow::Error::new(why).context(e)),
+            answer = &mut exchange => answer.map_err(failed),
+            // The connection ended first (closed or broken). Dropping it ends the exchange:
+            // a request it had not yet written comes back unsent.
+            closed = polled => {
+                *driver = None;
+                match (exchange.await.map_err(failed), closed) {
+                    (Err(mut failed), Err(why)) => {
+                        failed.error = failed.error.context(format!("the connection failed: {why}"));
+                        Err(failed)
+                    }
+                    (answer, _) => answer,
                 }
             }
         }
@@ -185,8 +223,7 @@ async fn connect(address: SocketAddr) -> anyhow::Result<Connection> {
         .context("starting HTTP/1.1")?;
     Ok(Connection {
         sender,
-        driver,
-        ended: false,
+        driver: Some(driver),
     })
 }
 
@@ -219,7 +256,11 @@ pub(crate) async fn get(
     headers: &HeaderMap,
 ) -> anyhow::Result<(u16, Bytes)> {
     let sent = build(address, path, request, headers)?;
-    connect(address).await?.exchange(sent).await
+    let mut connection = connect(address).await?;
+    connection
+        .exchange(sent)
+        .await
+        .map_err(|failed| failed.error)
 }
 
 /// The header that presents a run's token (as its server wrote it) with every request.
@@ -237,23 +278,38 @@ mod tests {
 
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpListener;
+    use tokio::sync::mpsc;
 
     use super::*;
     use crate::admission::pools::Permits;
     use crate::admission::token::RunToken;
     use crate::policy::{Mode, Policy, Slots};
 
-    /// A server on 127.0.0.1:0 that answers every request `{}` and, with `close_after_one`,
-    /// says `connection: close` and closes each connection after its first answer; it counts
-    /// the connections it accepted.
-    async fn server(close_after_one: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    /// How the test server ends each connection.
+    #[derive(Clone)]
+    enum Ends {
+        /// When the client closes it.
+        Never,
+        /// After its first answer, which says `connection: close`.
+        SayingSo,
+        /// When told, after its first answer, which says nothing of it.
+        Silently(Arc<tokio::sync::Notify>),
+    }
+
+    /// A server on 127.0.0.1:0 that answers every request `{}` and ends its connections as
+    /// `ends` says; it counts the connections it accepted, and says on `closed` each time it
+    /// has closed one.
+    async fn server(ends: Ends) -> (SocketAddr, Arc<AtomicUsize>, mpsc::UnboundedReceiver<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
         let address = listener.local_addr().expect("an address");
         let accepted = Arc::new(AtomicUsize::new(0));
         let counted = accepted.clone();
+        let (closed, closes) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 counted.fetch_add(1, Ordering::SeqCst);
+                let closed = closed.clone();
+                let ends = ends.clone();
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     let mut buffer = [0; 1024];
@@ -263,19 +319,30 @@ mod tests {
                             continue;
                         }
                         head.clear();
-                        let answer: &[u8] = if close_after_one {
-                            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
-                        } else {
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+                        let answer: &[u8] = match ends {
+                            Ends::SayingSo => {
+                                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
+                            }
+                            _ => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}",
                         };
-                        if stream.write_all(answer).await.is_err() || close_after_one {
-                            return;
+                        if stream.write_all(answer).await.is_err() {
+                            break;
+                        }
+                        match &ends {
+                            Ends::Never => continue,
+                            Ends::SayingSo => break,
+                            Ends::Silently(told) => {
+                                told.notified().await;
+                                break;
+                            }
                         }
                     }
+                    drop(stream);
+                    let _ = closed.send(());
                 });
             }
         });
-        (address, accepted)
+        (address, accepted, closes)
     }
 
     fn client(address: SocketAddr) -> Client {
@@ -292,7 +359,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_sends_on_the_connection_the_last_one_left_open() {
-        let (address, accepted) = server(false).await;
+        let (address, accepted, _) = server(Ends::Never).await;
         let client = client(address);
         for request in [Label::Slow(1), Label::F1, Label::SlowAfter] {
             let answer = client.call(request).await.expect("answered");
@@ -314,13 +381,32 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_the_server_closes_is_not_left_open() {
-        let (address, accepted) = server(true).await;
+        let (address, accepted, _) = server(Ends::SayingSo).await;
         let client = client(address);
         for request in [Label::Slow(1), Label::F1] {
             let answer = client.call(request).await.expect("answered");
             assert_eq!(answer.status, 200);
             assert_eq!(client.idle().len(), 0, "closed by the server");
         }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_request_on_a_connection_the_server_closed_silently_goes_on_a_new_one() {
+        let told = Arc::new(tokio::sync::Notify::new());
+        let (address, accepted, mut closes) = server(Ends::Silently(told.clone())).await;
+        let client = client(address);
+        client.call(Label::Slow(1)).await.expect("answered");
+        assert_eq!(client.idle().len(), 1, "nothing said it closes");
+        told.notify_one();
+        closes.recv().await.expect("the server closed it");
+        // A yield lets the runtime read the socket's news: its end of stream is there to see.
+        tokio::task::yield_now().await;
+        let answer = client
+            .call(Label::F1)
+            .await
+            .expect("answered on a new connection");
+        assert_eq!(answer.status, 200);
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 }

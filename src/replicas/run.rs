@@ -889,7 +889,7 @@ impl Replica {
         self.callers.spawn(async move {
             let reply = async {
                 let got = crate::coordinator::client::get(address, "/slow", request, &headers);
-                let (status, bytes) = got.await?;
+                let (status, bytes) = got.await.context("GET /slow")?;
                 let body = serde_json::from_slice(&bytes)
                     .with_context(|| format!("the {status} response is not JSON"))?;
                 Ok((status, body))
