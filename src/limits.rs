@@ -412,7 +412,7 @@ fn invalid(message: String) -> io::Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::{Arc, Barrier};
 
     use serde::{Deserialize, Serialize};
@@ -423,7 +423,7 @@ mod tests {
     use crate::procfs::ProcessFigures;
 
     /// This machine's defaults: 65 530 maps, 32 768 pids, RLIMIT_NOFILE 20 000.
-    fn limits() -> Limits {
+    pub(crate) fn limits() -> Limits {
         Limits {
             max_map_count: 65_530,
             pid_max: 32_768,
