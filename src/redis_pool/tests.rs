@@ -69,6 +69,13 @@ async fn connect(redis: &LocalRedis, run: &str, capacity: u32, lease: Lease) -> 
         .expect("the private Redis accepts connections")
 }
 
+/// One permit, no lease, connecting and giving up on each command within 200 ms.
+async fn impatient(redis: &LocalRedis, run: &str) -> GlobalPermits {
+    GlobalPermits::connect_within(redis.url(), run, 1, Lease::None, Duration::from_millis(200))
+        .await
+        .expect("the private Redis accepts connections")
+}
+
 async fn admitted(permits: &GlobalPermits, who: &Holder) -> Option<u64> {
     match permits.try_acquire(who).await.expect("Redis answers") {
         TryAcquire::Admitted { expires_at_ms, .. } => expires_at_ms,
@@ -489,15 +496,7 @@ async fn a_silent_redis_times_out() {
     };
     let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
-        let permits = GlobalPermits::connect_within(
-            redis.url(),
-            "silent",
-            1,
-            Lease::None,
-            Duration::from_millis(200),
-        )
-        .await
-        .expect("the private Redis accepts connections");
+        let permits = impatient(&redis, "silent").await;
         admitted(&permits, &holder("r1", "S1")).await;
         // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
@@ -523,15 +522,7 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
     };
     let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
-        let permits = GlobalPermits::connect_within(
-            redis.url(),
-            "stalled",
-            1,
-            Lease::None,
-            Duration::from_millis(200),
-        )
-        .await
-        .expect("the private Redis accepts connections");
+        let permits = impatient(&redis, "stalled").await;
         // Loads the scripts, so that the stalled acquire below is one EVALSHA that will run.
         admitted(&permits, &holder("r9", "S9")).await;
         assert!(
