@@ -439,12 +439,15 @@ pub(crate) mod tests {
             },
             local_ports: (32_768, 60_999),
             somaxconn: 4_096,
-            address_space: Rlimit {
-                soft: None,
-                hard: None,
-            },
+            address_space: UNLIMITED,
         }
     }
+
+    /// A resource limit with no limit, soft or hard.
+    pub(crate) const UNLIMITED: Rlimit = Rlimit {
+        soft: None,
+        hard: None,
+    };
 
     /// `vm.max_map_count` refuses 20 000 held threads, but not 20 000 held tasks.
     #[test]
@@ -587,12 +590,8 @@ pub(crate) mod tests {
     /// With the rlimits unlimited, only the ephemeral ports bind: millions of requests.
     #[test]
     fn unlimited_ceilings_refuse_nothing() {
-        let unlimited = Rlimit {
-            soft: None,
-            hard: None,
-        };
         let limits = Limits {
-            nofile: unlimited,
+            nofile: UNLIMITED,
             ..limits()
         };
         let ports = Reach {

@@ -78,6 +78,7 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
     use crate::limits::Rlimit;
+    use crate::limits::tests::UNLIMITED;
 
     /// A machine like the one of the limits' tests, with more pids, and tasks and descriptors
     /// plentiful so that memory maps bind first.
@@ -200,12 +201,8 @@ mod tests {
     /// With the rlimits unlimited only the ephemeral ports bind, far beyond any count.
     #[test]
     fn unlimited_ceilings_run_everything() {
-        let unlimited = Rlimit {
-            soft: None,
-            hard: None,
-        };
         let limits = Limits {
-            nofile: unlimited,
+            nofile: UNLIMITED,
             ..limits()
         };
         let (preflight, planned) = plan(&limits, &[Front::Async], &[50_000]);
