@@ -114,6 +114,13 @@ async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
         .expect("KEYS answers")
 }
 
+/// Sends `signal` to the private Redis: SIGSTOP silences it, SIGCONT lets it go on.
+fn signal(redis: &LocalRedis, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
+    // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+}
+
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -494,20 +501,17 @@ async fn a_silent_redis_times_out() {
     let Some(redis) = redis_or_skip("a_silent_redis_times_out").await else {
         return;
     };
-    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
         let permits = impatient(&redis, "silent").await;
         admitted(&permits, &holder("r1", "S1")).await;
-        // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        signal(&redis, libc::SIGSTOP);
         match permits.try_acquire(&holder("r1", "S2")).await {
             Err(GlobalError::Redis { source, .. }) => {
                 assert!(source.is_timeout(), "a timeout, got {source}");
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        signal(&redis, libc::SIGCONT);
     })
     .await;
     redis.stop().await.expect("redis-server stops cleanly");
@@ -520,7 +524,6 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
     let Some(redis) = redis_or_skip("a_timed_out_try_hold_leaves_no_holder").await else {
         return;
     };
-    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
         let permits = impatient(&redis, "stalled").await;
         // Loads the scripts, so that the stalled acquire below is one EVALSHA that will run.
@@ -531,11 +534,9 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
                 .await
                 .expect("Redis answers")
         );
-        // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        signal(&redis, libc::SIGSTOP);
         let held = permits.try_hold(holder("r1", "S1"), None).await;
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        signal(&redis, libc::SIGCONT);
         assert!(
             matches!(held, Err(GlobalError::Redis { .. })),
             "expected a timeout, got {held:?}"
