@@ -13,6 +13,8 @@ use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 use crate::front_process::FrontSpec;
 #[cfg(unix)]
 use crate::hold;
+#[cfg(unix)]
+use crate::policy::digits_only;
 use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 #[cfg(unix)]
 use crate::replicas::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
@@ -218,9 +220,7 @@ fn front_spec(text: &str) -> anyhow::Result<FrontSpec> {
 /// through [`hold::MAX_COUNT`].
 #[cfg(unix)]
 fn hold_count(text: &str) -> anyhow::Result<u32> {
-    Some(text)
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse::<u32>().ok())
+    digits_only::<u32>(text)
         .filter(|n| (1..=hold::MAX_COUNT).contains(n))
         .ok_or_else(|| anyhow!("expected a whole number from 1 through {}", hold::MAX_COUNT))
 }

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use anyhow::anyhow;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::Front;
+use crate::policy::{Front, digits_only};
 
 /// How admitted slow work waits for the gate: `--work`.
 #[derive(
@@ -118,9 +118,7 @@ impl FromStr for Workers {
             return Ok(Workers::CurrentThread);
         }
         // Digits only, as for --slots.
-        Some(text)
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|t| t.parse::<u8>().ok())
+        digits_only::<u8>(text)
             .filter(|n| (1..=Self::MAX).contains(n))
             .map(Workers::Threads)
             .ok_or_else(expected)
@@ -206,9 +204,7 @@ impl FromStr for BlockingThreads {
     type Err = anyhow::Error;
 
     fn from_str(text: &str) -> anyhow::Result<Self> {
-        Some(text)
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|t| t.parse::<u16>().ok())
+        digits_only::<u16>(text)
             .and_then(Self::new)
             .ok_or_else(expected_blocking)
     }

@@ -412,7 +412,7 @@ fn invalid(message: String) -> io::Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::{Arc, Barrier};
 
     use serde::{Deserialize, Serialize};
@@ -423,7 +423,7 @@ mod tests {
     use crate::procfs::ProcessFigures;
 
     /// This machine's defaults: 65 530 maps, 32 768 pids, RLIMIT_NOFILE 20 000.
-    fn limits() -> Limits {
+    pub(crate) fn limits() -> Limits {
         Limits {
             max_map_count: 65_530,
             pid_max: 32_768,
@@ -439,12 +439,15 @@ mod tests {
             },
             local_ports: (32_768, 60_999),
             somaxconn: 4_096,
-            address_space: Rlimit {
-                soft: None,
-                hard: None,
-            },
+            address_space: UNLIMITED,
         }
     }
+
+    /// A resource limit with no limit, soft or hard.
+    pub(crate) const UNLIMITED: Rlimit = Rlimit {
+        soft: None,
+        hard: None,
+    };
 
     /// `vm.max_map_count` refuses 20 000 held threads, but not 20 000 held tasks.
     #[test]
@@ -587,12 +590,8 @@ mod tests {
     /// With the rlimits unlimited, only the ephemeral ports bind: millions of requests.
     #[test]
     fn unlimited_ceilings_refuse_nothing() {
-        let unlimited = Rlimit {
-            soft: None,
-            hard: None,
-        };
         let limits = Limits {
-            nofile: unlimited,
+            nofile: UNLIMITED,
             ..limits()
         };
         let ports = Reach {

@@ -50,10 +50,9 @@ fn main() -> ExitCode {
         }) => {
             let (inputs, executor) = (inputs.inputs(), executor.executor());
             let predictions = isolation_lab::lab::predict_on(inputs, (Front::Async, executor));
-            let rendered = match format {
-                TableFormat::Text => Ok(text::prediction_on(&inputs, &executor, &predictions)),
-                TableFormat::Json => json(&predictions),
-            };
+            let rendered = table(format, &predictions, || {
+                text::prediction_on(&inputs, &executor, &predictions)
+            });
             emit(rendered, None)
         }
         Some(Command::Sweep {
@@ -65,10 +64,7 @@ fn main() -> ExitCode {
             let Some(sweep) = runtime(sweep) else {
                 return ExitCode::from(1);
             };
-            let rendered = match format {
-                TableFormat::Text => Ok(sweep::render::render(&sweep)),
-                TableFormat::Json => json(&sweep),
-            };
+            let rendered = table(format, &sweep, || sweep::render::render(&sweep));
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
             emit(rendered, failure)
         }
@@ -119,10 +115,7 @@ fn main() -> ExitCode {
             let Some(comparison) = runtime(comparison) else {
                 return ExitCode::from(1);
             };
-            let rendered = match format {
-                TableFormat::Text => Ok(compare::render::render(&comparison)),
-                TableFormat::Json => json(&comparison),
-            };
+            let rendered = table(format, &comparison, || compare::render::render(&comparison));
             emit(rendered, comparison.failure().as_deref())
         }
         Some(Command::Record { report, format }) => {
@@ -137,10 +130,7 @@ fn main() -> ExitCode {
             };
             // Re-checked, never trusted: exit 1 when it does not hold together or did not match.
             let shown = record::Shown::of(&saved, &report);
-            let rendered = match format {
-                TableFormat::Text => Ok(shown.text()),
-                TableFormat::Json => json(&shown),
-            };
+            let rendered = table(format, &shown, || shown.text());
             emit(rendered, shown.failure().as_deref())
         }
         #[cfg(unix)]
@@ -164,10 +154,9 @@ fn main() -> ExitCode {
             let Some(report) = runtime(isolation_lab::replicas::run(inputs)) else {
                 return ExitCode::from(1);
             };
-            let rendered = match format {
-                TableFormat::Text => Ok(isolation_lab::replicas::render::render(&report)),
-                TableFormat::Json => json(&report),
-            };
+            let rendered = table(format, &report, || {
+                isolation_lab::replicas::render::render(&report)
+            });
             emit(rendered, report.reason().as_deref())
         }
         #[cfg(unix)]
@@ -203,6 +192,18 @@ fn runtime<F: Future>(future: F) -> Option<F::Output> {
     isolation_lab::lab::block_on(future)
         .map_err(|e| fail(&format!("cannot start the Tokio runtime: {e}")))
         .ok()
+}
+
+/// The rendering `format` asks for: `text`'s, or `value` as JSON.
+fn table(
+    format: TableFormat,
+    value: &impl serde::Serialize,
+    text: impl FnOnce() -> String,
+) -> anyhow::Result<String> {
+    match format {
+        TableFormat::Text => Ok(text()),
+        TableFormat::Json => json(value),
+    }
 }
 
 fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {

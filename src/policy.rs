@@ -183,13 +183,18 @@ impl<const MIN: u8, const MAX: u8> FromStr for Bounded<MIN, MAX> {
     type Err = anyhow::Error;
 
     fn from_str(text: &str) -> anyhow::Result<Self> {
-        // Digits only: `u8`'s own parser would also take a leading `+`.
-        Some(text)
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|t| t.parse::<u8>().ok())
+        digits_only::<u8>(text)
             .and_then(Self::new)
             .ok_or_else(|| anyhow!("expected a whole number from {MIN} through {MAX}"))
     }
+}
+
+/// `text` as a number if it is digits only: the integers' own parsers would also take a
+/// leading `+`. `None` for anything else, or a number too large for `N`.
+pub(crate) fn digits_only<N: FromStr>(text: &str) -> Option<N> {
+    Some(text)
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse().ok())
 }
 
 impl<const MIN: u8, const MAX: u8> fmt::Display for Bounded<MIN, MAX> {

@@ -417,6 +417,15 @@ mod tests {
         (Arc::new(section), driver)
     }
 
+    /// [`replica`], its driver running on a task of its own.
+    fn running(
+        name: &'static str,
+        shared: &Arc<Shared>,
+    ) -> (Arc<WorkSection>, tokio::task::JoinHandle<Released>) {
+        let (section, driver) = replica(name, shared);
+        (section, tokio::spawn(driver.run()))
+    }
+
     fn shared(capacity: usize) -> Arc<Shared> {
         Arc::new(Shared {
             capacity,
@@ -477,8 +486,7 @@ mod tests {
     async fn a_handler_cancelled_mid_round_trip_leaks_no_permit() {
         let pool = shared(1);
         pool.hold_up.store(true, Ordering::SeqCst);
-        let (r1, driver) = replica("r1", &pool);
-        let driver = tokio::spawn(driver.run());
+        let (r1, driver) = running("r1", &pool);
         {
             let admit = r1.admit(Label::Slow(1), Route::Slow);
             let mut admit = std::pin::pin!(admit);
@@ -503,8 +511,7 @@ mod tests {
     async fn a_handler_cancelled_with_its_answer_unread_leaks_no_permit() {
         let pool = shared(1);
         pool.hold_up.store(true, Ordering::SeqCst);
-        let (r1, driver) = replica("r1", &pool);
-        let driver = tokio::spawn(driver.run());
+        let (r1, driver) = running("r1", &pool);
         {
             let admit = r1.admit(Label::Slow(1), Route::Slow);
             let mut admit = std::pin::pin!(admit);
@@ -532,8 +539,7 @@ mod tests {
     #[tokio::test]
     async fn cancelled_held_work_still_releases() {
         let pool = shared(1);
-        let (r1, driver) = replica("r1", &pool);
-        let driver = tokio::spawn(driver.run());
+        let (r1, driver) = running("r1", &pool);
         {
             let work = r1.admit(Label::Slow(1), Route::Slow).await.expect("free");
             let run = std::pin::pin!(work.run(r1.gate()));
@@ -554,8 +560,7 @@ mod tests {
     async fn an_unanswered_pool_fails_the_admission() {
         let pool = shared(1);
         pool.broken.store(true, Ordering::SeqCst);
-        let (r1, driver) = replica("r1", &pool);
-        let driver = tokio::spawn(driver.run());
+        let (r1, driver) = running("r1", &pool);
         let Err(Denied::Failed(failure)) = r1.admit(Label::Slow(1), Route::Slow).await else {
             panic!("a broken pool admitted or refused");
         };

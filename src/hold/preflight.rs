@@ -78,26 +78,20 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
     use crate::limits::Rlimit;
+    use crate::limits::tests::UNLIMITED;
 
-    /// A machine like this one, with descriptors plentiful so that memory maps bind first.
+    /// A machine like the one of the limits' tests, with more pids, and tasks and descriptors
+    /// plentiful so that memory maps bind first.
     fn limits() -> Limits {
         let plenty = Rlimit {
             soft: Some(1_048_576),
             hard: Some(1_048_576),
         };
         Limits {
-            max_map_count: 65_530,
             pid_max: 4_194_304,
-            threads_max: 192_730,
-            threads_now: 137,
             nproc: plenty,
             nofile: plenty,
-            local_ports: (32_768, 60_999),
-            somaxconn: 4_096,
-            address_space: Rlimit {
-                soft: None,
-                hard: None,
-            },
+            ..crate::limits::tests::limits()
         }
     }
 
@@ -207,12 +201,8 @@ mod tests {
     /// With the rlimits unlimited only the ephemeral ports bind, far beyond any count.
     #[test]
     fn unlimited_ceilings_run_everything() {
-        let unlimited = Rlimit {
-            soft: None,
-            hard: None,
-        };
         let limits = Limits {
-            nofile: unlimited,
+            nofile: UNLIMITED,
             ..limits()
         };
         let (preflight, planned) = plan(&limits, &[Front::Async], &[50_000]);

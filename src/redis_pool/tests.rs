@@ -69,6 +69,13 @@ async fn connect(redis: &LocalRedis, run: &str, capacity: u32, lease: Lease) -> 
         .expect("the private Redis accepts connections")
 }
 
+/// One permit, no lease, connecting and giving up on each command within 200 ms.
+async fn impatient(redis: &LocalRedis, run: &str) -> GlobalPermits {
+    GlobalPermits::connect_within(redis.url(), run, 1, Lease::None, Duration::from_millis(200))
+        .await
+        .expect("the private Redis accepts connections")
+}
+
 async fn admitted(permits: &GlobalPermits, who: &Holder) -> Option<u64> {
     match permits.try_acquire(who).await.expect("Redis answers") {
         TryAcquire::Admitted { expires_at_ms, .. } => expires_at_ms,
@@ -105,6 +112,13 @@ async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
         .query_async(&mut conn)
         .await
         .expect("KEYS answers")
+}
+
+/// Sends `signal` to the private Redis: SIGSTOP silences it, SIGCONT lets it go on.
+fn signal(redis: &LocalRedis, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
+    // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
 }
 
 fn process_exists(pid: u32) -> bool {
@@ -487,28 +501,17 @@ async fn a_silent_redis_times_out() {
     let Some(redis) = redis_or_skip("a_silent_redis_times_out").await else {
         return;
     };
-    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
-        let permits = GlobalPermits::connect_within(
-            redis.url(),
-            "silent",
-            1,
-            Lease::None,
-            Duration::from_millis(200),
-        )
-        .await
-        .expect("the private Redis accepts connections");
+        let permits = impatient(&redis, "silent").await;
         admitted(&permits, &holder("r1", "S1")).await;
-        // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        signal(&redis, libc::SIGSTOP);
         match permits.try_acquire(&holder("r1", "S2")).await {
             Err(GlobalError::Redis { source, .. }) => {
                 assert!(source.is_timeout(), "a timeout, got {source}");
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        signal(&redis, libc::SIGCONT);
     })
     .await;
     redis.stop().await.expect("redis-server stops cleanly");
@@ -521,17 +524,8 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
     let Some(redis) = redis_or_skip("a_timed_out_try_hold_leaves_no_holder").await else {
         return;
     };
-    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
     guarded(async {
-        let permits = GlobalPermits::connect_within(
-            redis.url(),
-            "stalled",
-            1,
-            Lease::None,
-            Duration::from_millis(200),
-        )
-        .await
-        .expect("the private Redis accepts connections");
+        let permits = impatient(&redis, "stalled").await;
         // Loads the scripts, so that the stalled acquire below is one EVALSHA that will run.
         admitted(&permits, &holder("r9", "S9")).await;
         assert!(
@@ -540,11 +534,9 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
                 .await
                 .expect("Redis answers")
         );
-        // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        signal(&redis, libc::SIGSTOP);
         let held = permits.try_hold(holder("r1", "S1"), None).await;
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        signal(&redis, libc::SIGCONT);
         assert!(
             matches!(held, Err(GlobalError::Redis { .. })),
             "expected a timeout, got {held:?}"

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use anyhow::{anyhow, bail};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::policy::{Bounded, Slots};
+use crate::policy::{Bounded, Slots, digits_only};
 use crate::redis_pool::{Lease, LoopbackUrl};
 
 /// Replica servers, each its own child process: 2 through 4.
@@ -144,9 +144,7 @@ impl FromStr for LeaseMs {
     type Err = anyhow::Error;
 
     fn from_str(text: &str) -> anyhow::Result<LeaseMs> {
-        Some(text)
-            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|t| t.parse::<u32>().ok())
+        digits_only::<u32>(text)
             .and_then(LeaseMs::new)
             .ok_or_else(|| anyhow!(LEASE_RANGE))
     }

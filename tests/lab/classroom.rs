@@ -63,8 +63,7 @@ impl Session {
             url.starts_with("http://127.0.0.1:") && url.contains("/#control="),
             "{url}"
         );
-        let control = common::control_token(&url);
-        let base = url.split("/#").next().expect("a base").to_owned();
+        let (base, control) = base_and_control(&url);
         let address = base["http://".len()..].parse().expect("an address");
         // A connection per request: the server closes a connection idle for its header timeout,
         // and a request sent on one at that very moment would fail (a browser resends it; this
@@ -697,17 +696,10 @@ async fn finish_closes_the_session_and_reports_an_unfinished_run() {
 #[test]
 fn sigint_ends_the_session_with_its_report() {
     let (mut child, url, lines) = spawn(&["classroom", "--mode", "partitioned"]);
-    let base = url.split("/#").next().expect("a base").to_owned();
-    let control = common::control_token(&url);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let (base, control) = base_and_control(&url);
+    let runtime = runtime();
     runtime.block_on(async {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("a client");
+        let http = client();
         let done = http
             .post(format!("{base}/control/run-to-end"))
             .header("lab-control", &control)
@@ -733,17 +725,10 @@ fn sigint_ends_the_session_with_its_report() {
 #[test]
 fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     let (mut child, url, lines) = spawn(&["classroom", "--server", "threaded", "--mode", "shared"]);
-    let base = url.split("/#").next().expect("a base").to_owned();
-    let control = common::control_token(&url);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let (base, control) = base_and_control(&url);
+    let runtime = runtime();
     let (answer, (status, report)) = runtime.block_on(async move {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("a client");
+        let http = client();
         let post = |action: &str| {
             http.post(format!("{base}/control/{action}"))
                 .header("lab-control", &control)
@@ -776,6 +761,29 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     assert_eq!(report["room_requests"][0]["status"], 200);
     // Run 1 on the page is run 1 in the report: `runs[0]`.
     assert_eq!(report["room_requests"][0]["run"], 1, "{report}");
+}
+
+/// The address the binary serves on and the control token, from the instructor's URL it
+/// printed.
+fn base_and_control(url: &str) -> (String, String) {
+    let base = url.split("/#").next().expect("a base").to_owned();
+    (base, common::control_token(url))
+}
+
+/// A runtime on the test's own thread, to drive the binary from.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// A client that goes to the binary directly, never through a proxy.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client")
 }
 
 /// Starts the binary with `args` (the lab's own, or `prlimit` with the lab's after its own);
@@ -896,18 +904,11 @@ fn measure_memory_after_a_thousand_room_requests() {
         line.split_whitespace().nth(1).expect("kB").to_owned() + " kB"
     };
     let pid = child.id();
-    let base = url.split("/#").next().expect("a base").to_owned();
-    let control = common::control_token(&url);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let (base, control) = base_and_control(&url);
+    let runtime = runtime();
     let before = rss(pid);
     let (page_bytes, after) = runtime.block_on(async {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("a client");
+        let http = client();
         let page = http
             .get(format!("{base}/"))
             .send()
@@ -1166,21 +1167,14 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
         &["/usr/bin/prlimit", "--nofile=1024:1024", "--"],
         &["classroom", "--mode", "shared", "--held", "1"],
     );
-    let base = url.split("/#").next().expect("a base").to_owned();
-    let control = common::control_token(&url);
+    let (base, control) = base_and_control(&url);
     let address: SocketAddr = base["http://".len()..].parse().expect("an address");
     let flood: Vec<TcpStream> = (0..1100)
         .map(|_| TcpStream::connect(address).expect("connect"))
         .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = runtime();
     let post = |action: &str| {
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("a client");
+        let http = client();
         let sent = http
             .post(format!("{base}/control/{action}"))
             .header("lab-control", &control)
