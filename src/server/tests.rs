@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::{Gates, HandlerCount, Running};
 use crate::admission::section::WorkSection;
-use crate::hooks::Hooks;
+use crate::admission::token::RunToken;
+use crate::hooks::{Hooks, NoHooks};
 use crate::policy::{Front, Held, Mode, Policy, Slots};
 
 /// One policy run's inputs, as `tests/common`'s `Case` gives them.
@@ -48,6 +49,43 @@ fn start(
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
     super::start_at(front, section, census, hooks, Gates::default(), drain_limit)
+}
+
+/// A work section for `front` under `policy`, and the fresh run token it admits.
+fn section(front: Front, policy: Policy) -> (Arc<WorkSection>, RunToken) {
+    let token = RunToken::generate().expect("the OS has randomness");
+    let section = WorkSection::new(policy, super::permits(front), token.clone());
+    (Arc::new(section), token)
+}
+
+/// A front started bare on `127.0.0.1:0` with no hooks, and what a test reads of it.
+struct Bare {
+    section: Arc<WorkSection>,
+    token: RunToken,
+    census: Arc<HandlerCount>,
+    address: SocketAddr,
+    running: Running,
+}
+
+/// Starts `front` bare over a new section under `policy` (see [`section`]).
+fn bare(front: Front, policy: Policy, drain_limit: Duration) -> Bare {
+    let (section, token) = section(front, policy);
+    let census = Arc::new(HandlerCount::default());
+    let started = start(
+        front,
+        section.clone(),
+        census.clone(),
+        Arc::new(NoHooks),
+        drain_limit,
+    );
+    let (address, running) = started.expect("127.0.0.1:0 binds");
+    Bare {
+        section,
+        token,
+        census,
+        address,
+        running,
+    }
 }
 
 mod listener {
@@ -93,31 +131,28 @@ mod shutdown {
 
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    use std::sync::Arc;
+
     use std::time::{Duration, Instant};
 
     use super::Case;
-    use crate::admission::section::WorkSection;
-    use crate::admission::token::RunToken;
-    use crate::hooks::NoHooks;
+
     use crate::policy::Mode;
-    use crate::server::{self, Front, HandlerCount};
+    use crate::server::Front;
 
     /// A silent client and a client that stops in the middle of a request head do not hold the
     /// shutdown up on either front: both are closed, nothing is aborted, no error is reported.
     #[tokio::test]
     async fn outsiders_that_never_finish_a_request_do_not_hold_the_shutdown() {
         for front in Front::ALL {
-            let case = Case::new(Mode::Shared, 2, 1);
-            let token = RunToken::generate().expect("the OS has randomness");
-            let section = WorkSection::new(case.policy(), server::permits(front), token);
-            let census = Arc::new(HandlerCount::default());
+            let policy = Case::new(Mode::Shared, 2, 1).policy();
             // A drain limit far longer than the test may take: reaching it would be the failure.
             let drain_limit = Duration::from_secs(30);
-            let hooks = Arc::new(NoHooks);
-            let started =
-                super::start(front, Arc::new(section), census.clone(), hooks, drain_limit);
-            let (address, running) = started.expect("127.0.0.1:0 binds");
+            let super::Bare {
+                census,
+                address,
+                running,
+                ..
+            } = super::bare(front, policy, drain_limit);
 
             let silent = TcpStream::connect(address).expect("the server accepts");
             let mut partial = TcpStream::connect(address).expect("the server accepts");
@@ -162,31 +197,29 @@ mod foreign {
     //! Only the run's own callers can take a permit: requests without the run's token are refused
     //! with 403 before admission and leave no trace in the pools, the ledger or the model.
 
-    use std::sync::Arc;
-
     use super::Case;
-    use crate::admission::section::WorkSection;
+
     use crate::admission::token::{RunToken, TOKEN_HEADER};
     use crate::coordinator::SAFETY_TIMEOUT;
-    use crate::hooks::NoHooks;
+
     use crate::label::LABEL_HEADER;
     use crate::policy::Mode;
-    use crate::server::{self, Front, HandlerCount};
+    use crate::server::Front;
 
     /// Straight at each front: no token, a wrong token, an empty one, or any path without one all
     /// get 403 and no work event; only the right token reaches admission.
     #[tokio::test]
     async fn only_the_run_token_reaches_admission() {
         for front in Front::ALL {
-            let case = Case::new(Mode::Partitioned, 2, 1);
-            let token = RunToken::generate().expect("the OS has randomness");
+            let policy = Case::new(Mode::Partitioned, 2, 1).policy();
             let wrong = RunToken::generate().expect("the OS has randomness");
-            let section = WorkSection::new(case.policy(), server::permits(front), token.clone());
-            let section = Arc::new(section);
-            let census = Arc::new(HandlerCount::default());
-            let hooks = Arc::new(NoHooks);
-            let started = super::start(front, section.clone(), census, hooks, SAFETY_TIMEOUT);
-            let (address, running) = started.expect("127.0.0.1:0 binds");
+            let super::Bare {
+                section,
+                token,
+                address,
+                running,
+                ..
+            } = super::bare(front, policy, SAFETY_TIMEOUT);
             let client = reqwest::Client::builder()
                 .no_proxy()
                 .build()
@@ -245,18 +278,18 @@ mod drop_front {
 
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    use std::sync::Arc;
+
     use std::sync::mpsc as std_mpsc;
     use std::time::Duration;
 
     use super::Case;
     use crate::admission::ledger::{Event, WorkEvent};
-    use crate::admission::section::WorkSection;
-    use crate::admission::token::{RunToken, TOKEN_HEADER};
-    use crate::hooks::NoHooks;
+
+    use crate::admission::token::TOKEN_HEADER;
+
     use crate::label::{LABEL_HEADER, Label};
     use crate::policy::Mode;
-    use crate::server::{self, Front, HandlerCount};
+    use crate::server::Front;
     use tokio::sync::{mpsc, oneshot};
 
     /// How long the test waits for the runtime to answer a message before calling it blocked: far
@@ -278,20 +311,16 @@ mod drop_front {
     /// end) and fail. Afterwards S1's caller is answered or closed, and S1's work leaves.
     #[test]
     fn dropping_a_threaded_server_never_blocks_its_runtime() {
-        let token = RunToken::generate().expect("the OS has randomness");
         let policy = Case::new(Mode::Shared, 2, 1).policy();
-        let section = WorkSection::new(policy, server::permits(Front::Threaded), token.clone());
+        let super::Bare {
+            section,
+            token,
+            address,
+            running,
+            ..
+        } = super::bare(Front::Threaded, policy, DRAIN);
+        // Subscribed before any request is sent, so it misses nothing.
         let (_, mut events) = section.subscribe();
-        let section = Arc::new(section);
-        let census = Arc::new(HandlerCount::default());
-        let started = super::start(
-            Front::Threaded,
-            section.clone(),
-            census,
-            Arc::new(NoHooks),
-            DRAIN,
-        );
-        let (address, running) = started.expect("127.0.0.1:0 binds");
 
         // S1, sent by hand, and held at the gate: the observer says so.
         let mut s1 = TcpStream::connect(address).expect("the server accepts");
@@ -406,10 +435,10 @@ mod accept_retry {
     use std::time::{Duration, Instant};
 
     use crate::admission::section::WorkSection;
-    use crate::admission::token::RunToken;
+
     use crate::hooks::NoHooks;
-    use crate::policy::{Mode, Policy, Slots};
-    use crate::server::{self, Front, HandlerCount, Stopped, async_front};
+    use crate::policy::Mode;
+    use crate::server::{Front, HandlerCount, Stopped, async_front};
     use tokio::sync::oneshot;
 
     /// A failure guard on each wait; never reached when the server works.
@@ -555,14 +584,9 @@ mod accept_retry {
     }
 
     fn section() -> (Arc<WorkSection>, Arc<HandlerCount>) {
-        let token = RunToken::generate().expect("the OS has randomness");
-        let slots = Slots::new(2).expect("2 slots are allowed");
-        let policy = Policy {
-            mode: Mode::Shared,
-            slots,
-        };
-        let section = WorkSection::new(policy, server::permits(Front::Async), token);
-        (Arc::new(section), Arc::new(HandlerCount::default()))
+        let policy = super::Case::new(Mode::Shared, 2, 1).policy();
+        let (section, _) = super::section(Front::Async, policy);
+        (section, Arc::new(HandlerCount::default()))
     }
 
     /// The async front on a current-thread runtime of its own thread, which is then the thread
@@ -656,14 +680,11 @@ mod spawn_failure {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
     use std::process::{Command, Stdio};
-    use std::sync::Arc;
+
     use std::time::{Duration, Instant};
 
-    use crate::admission::section::WorkSection;
-    use crate::admission::token::RunToken;
-    use crate::hooks::NoHooks;
-    use crate::policy::{Mode, Policy, Slots};
-    use crate::server::{self, Front, HandlerCount};
+    use crate::policy::Mode;
+    use crate::server::Front;
 
     /// A failure guard on each read; never reached when the server works.
     const GUARD: Duration = Duration::from_secs(30);
@@ -693,17 +714,10 @@ mod spawn_failure {
             );
             return;
         }
-        let token = RunToken::generate().expect("the OS has randomness");
-        let slots = Slots::new(2).expect("2 slots are allowed");
-        let policy = Policy {
-            mode: Mode::Shared,
-            slots,
-        };
-        let section = WorkSection::new(policy, server::permits(Front::Threaded), token);
-        let census = Arc::new(HandlerCount::default());
-        let hooks = Arc::new(NoHooks);
-        let started = super::start(Front::Threaded, Arc::new(section), census, hooks, GUARD);
-        let (address, running) = started.expect("127.0.0.1:0 binds");
+        let policy = super::Case::new(Mode::Shared, 2, 1).policy();
+        let super::Bare {
+            address, running, ..
+        } = super::bare(Front::Threaded, policy, GUARD);
 
         // Under the limit this process cannot start the process that lifts it: start it first,
         // waiting for a line on its stdin.
@@ -845,16 +859,14 @@ mod thread_count {
 
     use std::io::{Read, Write};
     use std::net::TcpStream;
-    use std::sync::Arc;
 
     use super::Case;
-    use crate::admission::section::WorkSection;
-    use crate::admission::token::RunToken;
+
     use crate::coordinator::{Options, run_policy_with};
-    use crate::hooks::NoHooks;
+
     use crate::policy::Mode;
     use crate::resources::os_threads;
-    use crate::server::{self, Front, HandlerCount};
+    use crate::server::Front;
 
     /// Whole threaded policy runs, each read from its report.
     const RUNS: usize = 40;
@@ -899,18 +911,11 @@ mod thread_count {
             assert_eq!(after.os_threads, Some(before), "run {run}: {after:?}");
         }
         for cycle in 0..CYCLES {
-            let token = RunToken::generate().expect("the OS has randomness");
-            let policy = Case::new(Mode::Shared, 2, 1).policy();
-            let section = WorkSection::new(policy, server::permits(Front::Threaded), token);
-            let census = Arc::new(HandlerCount::default());
-            let started = super::start(
-                Front::Threaded,
-                Arc::new(section),
-                census,
-                Arc::new(NoHooks),
-                std::time::Duration::from_secs(5),
-            );
-            let (address, running) = started.expect("127.0.0.1:0 binds");
+            let policy = super::Case::new(Mode::Shared, 2, 1).policy();
+            let drain_limit = std::time::Duration::from_secs(5);
+            let super::Bare {
+                address, running, ..
+            } = super::bare(Front::Threaded, policy, drain_limit);
             // One request without the run's token: answered 403, and the connection closes.
             let mut client = TcpStream::connect(address).expect("the server accepts");
             let request = "GET /fast HTTP/1.1\r\nhost: lab\r\nconnection: close\r\n\r\n";
