@@ -51,6 +51,25 @@ fn start(
     super::start_at(front, section, census, hooks, Gates::default(), drain_limit)
 }
 
+/// This thread's id in the kernel.
+#[cfg(unix)]
+fn this_thread() -> u32 {
+    let link = std::fs::read_link("/proc/thread-self").expect("Linux /proc");
+    let name = link.file_name().and_then(|n| n.to_str());
+    name.and_then(|n| n.parse().ok()).expect("a thread id")
+}
+
+/// The ids of this process's threads.
+#[cfg(unix)]
+fn threads() -> std::io::Result<std::collections::BTreeSet<u32>> {
+    let mut ids = std::collections::BTreeSet::new();
+    for task in std::fs::read_dir("/proc/self/task")? {
+        let id = task?.file_name().to_string_lossy().parse();
+        ids.insert(id.map_err(std::io::Error::other)?);
+    }
+    Ok(ids)
+}
+
 /// A work section for `front` under `policy`, and the fresh run token it admits.
 fn section(front: Front, policy: Policy) -> (Arc<WorkSection>, RunToken) {
     let token = RunToken::generate().expect("the OS has randomness");
@@ -425,7 +444,6 @@ mod accept_retry {
     //! tries again, and the connection that was waiting is served. This file holds one test, since
     //! the test takes every descriptor the process may open.
 
-    use std::collections::BTreeSet;
     use std::fs::File;
     use std::io::{self, Read, Seek, Write};
     use std::net::{SocketAddr, TcpStream};
@@ -602,7 +620,7 @@ mod accept_retry {
                 .expect("a runtime");
             runtime.block_on(async move {
                 let server = async_front::AsyncListener::bind().expect("127.0.0.1:0 binds");
-                let me = this_thread();
+                let me = super::this_thread();
                 ready
                     .send((server.address(), me))
                     .expect("the test listens");
@@ -629,11 +647,11 @@ mod accept_retry {
     /// The threaded front: its accept thread accepts.
     fn serve_threaded() -> Serving {
         let (section, census) = section();
-        let before = threads().expect("Linux /proc");
+        let before = super::threads().expect("Linux /proc");
         let started = super::start(Front::Threaded, section, census, Arc::new(NoHooks), GUARD);
         let (address, running) = started.expect("127.0.0.1:0 binds");
         // The one thread that starting the server added is its accept thread.
-        let added: Vec<u32> = threads()
+        let added: Vec<u32> = super::threads()
             .expect("Linux /proc")
             .difference(&before)
             .copied()
@@ -652,23 +670,6 @@ mod accept_retry {
             }),
         }
     }
-
-    /// This thread's id in the kernel.
-    fn this_thread() -> u32 {
-        let link = std::fs::read_link("/proc/thread-self").expect("Linux /proc");
-        let name = link.file_name().and_then(|n| n.to_str());
-        name.and_then(|n| n.parse().ok()).expect("a thread id")
-    }
-
-    /// The ids of this process's threads.
-    fn threads() -> io::Result<BTreeSet<u32>> {
-        let mut ids = BTreeSet::new();
-        for task in std::fs::read_dir("/proc/self/task")? {
-            let id = task?.file_name().to_string_lossy().parse();
-            ids.insert(id.map_err(io::Error::other)?);
-        }
-        Ok(ids)
-    }
 }
 
 #[cfg(unix)]
@@ -684,6 +685,7 @@ mod spawn_failure {
     use std::time::{Duration, Instant};
 
     use crate::policy::Mode;
+    use crate::procfs::ProcessStat;
     use crate::server::Front;
 
     /// A failure guard on each read; never reached when the server works.
@@ -732,7 +734,7 @@ mod spawn_failure {
         // The address space is measured once no other thread can change it: the server's accept
         // thread maps memory of its own as it starts (64 MiB more here), and a figure read before
         // or while it does is not the one the limit then meets.
-        others_asleep();
+        until_others_wait();
         let mapped = mapped_bytes().expect("Linux /proc/self/status");
         let limit = format!("--as={}:unlimited", mapped + ROOM);
         let set = Command::new("prlimit")
@@ -789,33 +791,25 @@ mod spawn_failure {
         Ok(String::from_utf8_lossy(&reply).into_owned())
     }
 
-    /// Waits until every other thread of this process sleeps (`S` in its `/proc` stat): the
-    /// harness's waiting for this test, the accept thread waiting for a connection. None of them
-    /// maps or unmaps memory until woken, and nothing wakes them before the limit is set.
-    fn others_asleep() {
-        // SAFETY: gettid has no preconditions.
-        let me = unsafe { libc::gettid() }.to_string();
+    /// Returns once every other thread of this process is blocked in the kernel, waiting (`S`
+    /// in its `/proc` stat): the harness waiting for this test, the accept thread waiting for a
+    /// connection. None of them maps or unmaps memory until woken, and nothing wakes them before
+    /// the limit is set. It watches their state, not a clock: the guard only fails a thread
+    /// that never waits.
+    fn until_others_wait() {
+        let me = super::this_thread();
         let until = Instant::now() + GUARD;
         loop {
-            let tasks = std::fs::read_dir("/proc/self/task").expect("Linux /proc");
-            let mut others = tasks.filter_map(|task| {
-                let task = task.ok()?;
-                (task.file_name() != me.as_str()).then(|| task.path())
-            });
-            let asleep = others.all(|task| {
-                let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
-                // A thread that ended meanwhile has no stat: it maps nothing more either.
-                stat.is_empty()
-                    || stat
-                        .rsplit_once(") ")
-                        .is_some_and(|(_, rest)| rest.starts_with('S'))
-            });
-            if asleep {
+            let others = super::threads().expect("Linux /proc");
+            // A thread that ended meanwhile has no stat: it maps nothing more either.
+            let waiting = (others.into_iter().filter(|&id| id != me))
+                .all(|id| ProcessStat::read(id).map_or(true, |stat| stat.state == 'S'));
+            if waiting {
                 return;
             }
             assert!(
                 Instant::now() < until,
-                "the process's other threads never all slept"
+                "the process's other threads never all waited"
             );
             std::thread::yield_now();
         }
