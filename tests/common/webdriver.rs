@@ -35,6 +35,11 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The W3C key under which an element reference travels.
 const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+/// Whether the screenshots in `docs/` are to be rewritten: `ISOLATION_LAB_SCREENSHOTS` is set.
+pub fn screenshots_asked() -> bool {
+    std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_some()
+}
+
 /// Both programs the browser tests need are installed.
 pub fn browser_available() -> bool {
     missing_browser().is_none()
@@ -296,6 +301,22 @@ impl Browser {
         self.command("send keys", "POST", &path, Some(json!({ "text": text })))
             .await
             .map(drop)
+    }
+
+    /// Writes the viewport as a PNG image to `path`, when `ISOLATION_LAB_SCREENSHOTS` is set
+    /// (the docs' screenshots are rewritten on request, so a plain `cargo test` leaves the tree
+    /// as it was). Panics if the image is not a PNG or cannot be written.
+    pub async fn save_screenshot(&self, path: &Path) {
+        if !screenshots_asked() {
+            return;
+        }
+        let png = self.screenshot_png().await.expect("a screenshot");
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "{}: not a PNG",
+            path.display()
+        );
+        std::fs::write(path, png).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     }
 
     /// The viewport as a PNG image.

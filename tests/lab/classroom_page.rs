@@ -12,7 +12,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::webdriver::Browser;
+use common::webdriver::{Browser, screenshots_asked};
 use isolation_lab::classroom::ClassroomReport;
 use isolation_lab::policy::{Front, Held, Inputs, ModeChoice, Slots};
 use serde_json::{Value, json};
@@ -258,6 +258,11 @@ impl Page {
                 assert_eq!(seen["scrolls"], true, "stacked: {what}");
             }
         }
+        self.guide_window().await;
+    }
+
+    /// Sizes the window back to the guide's, [`WINDOW`].
+    async fn guide_window(&self) {
         let (width, height) = WINDOW;
         self.browser
             .set_viewport(width, height)
@@ -268,28 +273,19 @@ impl Page {
     /// [`Page::screenshot`] at 1920×1080, the size of `docs/classroom-ask.png` and the other
     /// pictures taken on the guide's way; then the window is the guide's again.
     async fn projector_screenshot(&self, name: &str) {
-        if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_none() {
+        if !screenshots_asked() {
             return;
         }
         self.browser.set_viewport(1920, 1080).await.expect("sized");
         self.screenshot(name).await;
-        let (width, height) = WINDOW;
-        self.browser
-            .set_viewport(width, height)
-            .await
-            .expect("sized");
+        self.guide_window().await;
     }
 
     /// Writes the page as it is now to `docs/name`, when asked: the room's screenshot shows
     /// the session's token and port, so it differs on every run, and a plain `cargo test`
     /// leaves the tree clean (and skips the time a 3840×2160 picture takes).
     async fn screenshot(&self, name: &str) {
-        if std::env::var_os("ISOLATION_LAB_SCREENSHOTS").is_none() {
-            return;
-        }
-        let png = self.browser.screenshot_png().await.expect("a screenshot");
-        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
-        std::fs::write(docs().join(name), png).expect("docs/ is writable");
+        self.browser.save_screenshot(&docs().join(name)).await;
     }
 }
 
@@ -298,9 +294,8 @@ impl Page {
 /// reading the screen there; then the room joins, the page is sized for every projector, and
 /// Finish asks once and ends the session with the terminal's verdict. Then `browser` quits.
 pub(crate) async fn the_page_follows_the_instructors_guide(browser: Browser) {
-    let (width, height) = WINDOW;
-    browser.set_viewport(width, height).await.expect("sized");
     let page = Page { browser };
+    page.guide_window().await;
     for front in Front::ALL {
         segment_2(&page, front).await;
         segment_3(&page, front).await;
