@@ -211,12 +211,10 @@ const WATCH: Duration = Duration::from_millis(250);
 enum Step {
     Front(std::io::Result<Option<FromFront>>),
     Caller(Option<anyhow::Result<()>>),
-    /// A look at the front's process, every [`WATCH`].
-    Watch,
 }
 
-/// Waits for the next step, failing a front whose process is stopped and a wait that has seen
-/// no progress since `deadline`. `callers_first`: take an ended caller before a message.
+/// Waits for the next step (see [`watched`]). `callers_first`: take an ended caller before a
+/// message.
 async fn next_step(
     remote: &mut FrontProcess,
     callers: &mut Callers,
@@ -224,28 +222,45 @@ async fn next_step(
     deadline: tokio::time::Instant,
     callers_first: bool,
 ) -> Result<Step, Stall> {
-    let step = tokio::time::timeout_at(deadline, async {
+    let pid = remote.pid();
+    let step = async {
         if callers_first {
             tokio::select! {
                 biased;
                 ended = callers.next() => Step::Caller(ended),
                 message = remote.next() => Step::Front(message),
-                _ = watch.tick() => Step::Watch,
             }
         } else {
             tokio::select! {
                 message = remote.next() => Step::Front(message),
                 ended = callers.next() => Step::Caller(ended),
-                _ = watch.tick() => Step::Watch,
             }
         }
-    })
-    .await;
-    match step {
-        Err(_) => Err(Stall::NoProgress),
-        Ok(Step::Watch) if is_stopped(remote.pid()) => Err(Stall::Stopped),
-        Ok(step) => Ok(step),
-    }
+    };
+    watched(pid, watch, deadline, step).await
+}
+
+/// Awaits `future`, looking at the front's process (`pid`) at every tick of `watch`
+/// meanwhile: a process stopped by a signal sends nothing and answers nothing, so it is
+/// `Err(Stall::Stopped)` once found; `Err(Stall::NoProgress)` at `deadline`.
+async fn watched<T>(
+    pid: u32,
+    watch: &mut tokio::time::Interval,
+    deadline: tokio::time::Instant,
+    future: impl Future<Output = T>,
+) -> Result<T, Stall> {
+    tokio::pin!(future);
+    let waited = tokio::time::timeout_at(deadline, async {
+        loop {
+            tokio::select! {
+                done = &mut future => return Ok(done),
+                _ = watch.tick() => if is_stopped(pid) {
+                    return Err(Stall::Stopped);
+                },
+            }
+        }
+    });
+    waited.await.unwrap_or(Err(Stall::NoProgress))
 }
 
 /// Whether process `pid` is stopped by a signal.
@@ -253,36 +268,24 @@ fn is_stopped(pid: u32) -> bool {
     ProcessStat::read(pid).is_ok_and(|stat| stat.stopped())
 }
 
-/// Asks the front for its heap, `at` (how far the measurement is), looking at its process
-/// every [`WATCH`] meanwhile: a process stopped by a signal never answers. It can be stopped
-/// after [`hold_all`] has returned, as the counts are read behind the front: a stop on reading
-/// one count can come after the front has sent the full count, which [`hold_all`] reads next.
-/// `Err` if the front is stopped, or has not answered within [`STALL`].
+/// Asks the front for its heap, `at` (how far the measurement is), [`watched`]: it can be
+/// stopped after [`hold_all`] has returned, as the counts are read behind the front: a stop on
+/// reading one count can come after the front has sent the full count, which [`hold_all`]
+/// reads next. `Err` if the front is stopped, or has not answered within [`STALL`].
 async fn census(
     remote: &mut FrontProcess,
     at: &str,
 ) -> anyhow::Result<crate::allocator::HeapCensus> {
     let pid = remote.pid();
-    let mut watch = watch();
-    let asked = remote.census();
-    tokio::pin!(asked);
-    let answer = tokio::time::timeout(STALL, async {
-        loop {
-            tokio::select! {
-                answer = &mut asked => return answer,
-                _ = watch.tick() => if is_stopped(pid) {
-                    bail!("the front's process stopped at {at}, asked for its heap");
-                },
-            }
-        }
-    })
-    .await;
-    answer.unwrap_or_else(|_| {
-        bail!(
+    let deadline = tokio::time::Instant::now() + STALL;
+    match watched(pid, &mut watch(), deadline, remote.census()).await {
+        Ok(answer) => answer,
+        Err(Stall::Stopped) => bail!("the front's process stopped at {at}, asked for its heap"),
+        Err(Stall::NoProgress) => bail!(
             "the front did not answer for its heap within {} s, at {at}",
             STALL.as_secs()
-        )
-    })
+        ),
+    }
 }
 
 /// Why a wait gave up.
@@ -321,7 +324,6 @@ async fn hold_all(
                 );
             }
             Err(Stall::Stopped) => bail!("the front's process stopped at {seen} of {held} held"),
-            Ok(Step::Watch) => {}
             Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
                     bail!(
@@ -377,7 +379,7 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow:
                 );
             }
             Ok(Step::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
-            Ok(Step::Watch | Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
+            Ok(Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
             Ok(Step::Caller(Some(Err(why)))) => return Err(why),
             Ok(Step::Caller(None)) => break,
             Ok(Step::Front(message)) => return Err(unexpected(message)),
