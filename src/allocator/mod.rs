@@ -96,10 +96,16 @@ fn out_of_memory(size: usize) -> ! {
         &digits[at..],
         b" bytes failed (under an address-space limit such as ulimit -v?)\n",
     ];
+    // One write of the whole line: threads that run out at once (a threaded front's) each
+    // write theirs whole, as a pipe keeps a write this short in one piece.
+    let mut line = [0u8; 160];
+    let mut length = 0;
     for part in parts {
-        // SAFETY: writing a valid buffer to stderr; a failed write leaves nothing else to do.
-        unsafe { libc::write(libc::STDERR_FILENO, part.as_ptr().cast(), part.len()) };
+        line[length..length + part.len()].copy_from_slice(part);
+        length += part.len();
     }
+    // SAFETY: writing a valid buffer to stderr; a failed write leaves nothing else to do.
+    unsafe { libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), length) };
     // SAFETY: `_exit` ends the process at once; nothing runs after it.
     unsafe { libc::_exit(1) }
 }
