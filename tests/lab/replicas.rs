@@ -64,13 +64,19 @@ fn listeners(address: &str) -> Vec<u32> {
     let suffix = format!(":{port:04X}");
     let mut inodes = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
+        let Ok(file) = std::fs::File::open(table) else {
             continue;
         };
-        for line in text.lines().skip(1) {
+        // The kernel lists every listening socket before any other, and writes the table as it
+        // is read: reading stops at the first socket that is not listening, so the thousands of
+        // connections the suite leaves in TIME-WAIT are neither written nor parsed.
+        for line in BufReader::new(file).lines().skip(1).map_while(Result::ok) {
             let fields: Vec<&str> = line.split_whitespace().collect();
             // local address, state (0A is LISTEN), inode
-            if fields.len() > 9 && fields[1].ends_with(&suffix) && fields[3] == "0A" {
+            if fields.len() <= 9 || fields[3] != "0A" {
+                break;
+            }
+            if fields[1].ends_with(&suffix) {
                 inodes.push(format!("socket:[{}]", fields[9]));
             }
         }
