@@ -8,9 +8,8 @@ use std::ffi::c_ulong;
 use std::io::Write as _;
 use std::io::{self, BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -19,6 +18,7 @@ use anyhow::{Context, anyhow, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
+pub use tempfile::TempDir;
 use tokio::sync::oneshot;
 
 /// Debian's Chromium.
@@ -120,7 +120,9 @@ impl Browser {
     }
 
     async fn start_once() -> anyhow::Result<Browser> {
-        let profile = TempDir::new("isolation-lab-chromium").context("creating a profile")?;
+        // A directory only this user can enter (0700, under a random name): the profile keeps
+        // the pages' session storage, and a classroom page keeps its control token there.
+        let profile = temp_dir("isolation-lab-chromium").context("creating a profile")?;
         let mut command = Command::new(CHROMEDRIVER);
         // The driver listens on loopback only, on the port given, and says when it does.
         let port = free_port().context("finding a free loopback port")?;
@@ -518,38 +520,10 @@ fn kill_process(pid: u32) {
     }
 }
 
-/// A directory of its own under the system's temporary directory, removed with everything in
-/// it when dropped.
-#[derive(Debug)]
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    /// Creates a new, empty directory whose name starts with `prefix`.
-    pub fn new(prefix: &str) -> io::Result<TempDir> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let pid = std::process::id();
-        loop {
-            let n = NEXT.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir().join(format!("{prefix}-{pid}-{n}"));
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(TempDir(path)),
-                // Left over from an earlier process with the same id: take the next name.
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            eprintln!("removing {}: {e}", self.0.display());
-        }
-    }
+/// A new, empty directory under the system's temporary directory whose name starts with
+/// `prefix`: only this user may enter it, and it is removed with everything in it when dropped.
+pub fn temp_dir(prefix: &str) -> io::Result<TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("{prefix}-"))
+        .tempdir()
 }

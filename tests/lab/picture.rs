@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::Faults;
-use common::webdriver::{Browser, TempDir};
+use common::webdriver::{Browser, temp_dir};
 use isolation_lab::coordinator::Options;
 use isolation_lab::lab::render::picture;
 use isolation_lab::label::Label;
@@ -210,7 +210,7 @@ async fn pictures_are_legible_at_1920_by_1080(browser: &Browser) {
         ),
         ("failed-run", failed_picture().await, false),
     ];
-    let served = TempDir::new("isolation-lab-pictures").expect("a temporary directory");
+    let served = temp_dir("isolation-lab-pictures").expect("a temporary directory");
     let viewport = browser.set_viewport(1920, 1080).await;
     viewport.expect("a 1920×1080 viewport");
     let mut broken = Vec::new();
@@ -255,7 +255,7 @@ async fn webdriver_client_types_clicks_and_reads_back(browser: &Browser) {
 <input id="name">
 <button id="go" onclick="document.title = 'hello ' + document.getElementById('name').value">
 go</button>"#;
-    let served = TempDir::new("isolation-lab-page").expect("a temporary directory");
+    let served = temp_dir("isolation-lab-page").expect("a temporary directory");
     let file = served.path().join("form.html");
     write(&file, page.as_bytes());
     browser
