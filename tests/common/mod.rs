@@ -7,6 +7,8 @@
 pub mod load;
 pub mod webdriver;
 
+pub use tempfile::TempDir;
+
 use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::evidence::Event;
@@ -399,4 +401,12 @@ impl Hooks for Faults {
     fn foreign_requests(&self) -> usize {
         self.foreign_requests
     }
+}
+
+/// A new, empty directory under the system's temporary directory whose name starts with
+/// `prefix`: only this user may enter it, and it is removed with everything in it when dropped.
+pub fn temp_dir(prefix: &str) -> std::io::Result<TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("{prefix}-"))
+        .tempdir()
 }

@@ -14,11 +14,11 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use super::{TempDir, temp_dir};
 use anyhow::{Context, anyhow, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
-pub use tempfile::TempDir;
 use tokio::sync::oneshot;
 
 /// Debian's Chromium.
@@ -518,12 +518,4 @@ fn kill_process(pid: u32) {
     if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
         eprintln!("killing {pid}: {}", io::Error::last_os_error());
     }
-}
-
-/// A new, empty directory under the system's temporary directory whose name starts with
-/// `prefix`: only this user may enter it, and it is removed with everything in it when dropped.
-pub fn temp_dir(prefix: &str) -> io::Result<TempDir> {
-    tempfile::Builder::new()
-        .prefix(&format!("{prefix}-"))
-        .tempdir()
 }

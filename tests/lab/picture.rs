@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::Faults;
-use common::webdriver::{Browser, temp_dir};
+use common::temp_dir;
+use common::webdriver::Browser;
 use isolation_lab::coordinator::Options;
 use isolation_lab::lab::render::picture;
 use isolation_lab::label::Label;

@@ -206,7 +206,8 @@ fn redis_or_skip(test: &str) -> bool {
 struct TestRedis {
     child: Child,
     port: u16,
-    dir: std::path::PathBuf,
+    /// Its working directory, removed after the server is reaped (fields drop after `drop`).
+    _dir: crate::common::TempDir,
 }
 
 impl TestRedis {
@@ -219,14 +220,12 @@ impl TestRedis {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let dir =
-            std::env::temp_dir().join(format!("lab-test-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let dir = crate::common::temp_dir("lab-test-redis").expect("a scratch directory");
         let mut child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--logfile", ""])
             .arg("--dir")
-            .arg(&dir)
+            .arg(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -239,7 +238,11 @@ impl TestRedis {
             .map_while(Result::ok)
             .any(|line| line.contains("Ready to accept connections"));
         assert!(ready, "redis-server on port {port} never said it was ready");
-        Some(TestRedis { child, port, dir })
+        Some(TestRedis {
+            child,
+            port,
+            _dir: dir,
+        })
     }
 
     fn engine(&self) -> Engine {
@@ -264,7 +267,6 @@ impl Drop for TestRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
