@@ -55,16 +55,19 @@ pub(crate) enum Broken {
 /// The figures of the front at rest: started, nothing sent, stopped.
 pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
     let mut remote = start(setup, &FrontSpec::new(front, 1)).await?;
-    let figures = ProcessFigures::read(remote.pid()).context("reading the front's /proc figures");
-    let sample = match figures {
-        Ok(figures) => match census(&mut remote, "rest").await {
-            Ok(heap) => sample(figures, heap),
-            Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
-        },
-        Err(why) => return Err(end_early(remote, None, Stage::Starting, 0, why).await),
-    };
-    stop(remote, 0).await?;
-    Ok(sample)
+    let sampled = async {
+        let figures =
+            ProcessFigures::read(remote.pid()).context("reading the front's /proc figures")?;
+        anyhow::Ok(sample(figures, census(&mut remote, "rest").await?))
+    }
+    .await;
+    match sampled {
+        Ok(sample) => {
+            stop(remote, 0).await?;
+            Ok(sample)
+        }
+        Err(why) => Err(end_early(remote, None, Stage::Starting, 0, why).await),
+    }
 }
 
 /// Holds `held` requests on a fresh `front` child and measures what that costs, against the
@@ -89,41 +92,25 @@ pub(crate) async fn held(
         Ok(callers) => callers,
         Err(why) => return Err(end_early(remote, None, Stage::Holding, 0, why).await),
     };
-    let before = match Machine::read() {
-        Ok(machine) => machine,
-        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
-    };
-    let cpu_before = match Cpu::read(pid) {
-        Ok(cpu) => cpu,
-        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, 0, why).await),
-    };
-    let sent = Instant::now();
-    callers.send(held);
     let mut seen = 0;
-    let holding = hold_all(
-        &mut remote,
-        &mut callers,
-        held,
-        permits,
-        setup.faults,
-        &mut seen,
-    )
-    .await;
-    if let Err(why) = holding {
-        return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await);
+    let holding = async {
+        let before = Machine::read()?;
+        let cpu_before = Cpu::read(pid)?;
+        let sent = Instant::now();
+        callers.send(held);
+        let faults = setup.faults;
+        hold_all(&mut remote, &mut callers, held, permits, faults, &mut seen).await?;
+        let time_to_hold = sent.elapsed();
+        let cpu = Cpu::read(pid)?.since(cpu_before);
+        let figures = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
+        let after = Machine::read()?;
+        // Asked after the figures: its answer is a few hundred bytes of the child's heap.
+        let heap = census(&mut remote, &format!("{seen} of {held} held")).await?;
+        anyhow::Ok((before, after, cpu, sample(figures, heap), time_to_hold))
     }
-    let time_to_hold = sent.elapsed();
-    let cpu = Cpu::read(pid).map(|after| after.since(cpu_before));
-    let figures = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"));
-    let sampled =
-        cpu.and_then(|cpu| figures.and_then(|figures| Ok((cpu, figures, Machine::read()?))));
-    let (cpu, figures, after) = match sampled {
+    .await;
+    let (before, after, cpu, process, time_to_hold) = match holding {
         Ok(sampled) => sampled,
-        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
-    };
-    // Asked after the figures: its answer is a few hundred bytes of the child's heap.
-    let process = match census(&mut remote, &format!("{seen} of {held} held")).await {
-        Ok(heap) => sample(figures, heap),
         Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
     };
     let opened = Instant::now();
@@ -516,14 +503,11 @@ async fn kill_stopped(
 ) -> Broken {
     let pid = remote.pid();
     let reason = "its process was stopped (SIGSTOP), so the lab killed it (SIGKILL)".to_owned();
+    // One not reaped here is killed and reaped as `remote` is dropped, on return.
     let exit = match remote.kill() {
         Ok(()) => remote.wait().await.ok(),
         Err(_) => None,
     };
-    if exit.is_none() {
-        // Not reaped yet: dropping it kills and reaps it.
-        drop(remote);
-    }
     Broken::Front(FrontFailure {
         pid: Some(pid),
         stage,

@@ -2,7 +2,6 @@
 //! requests either the figures or why there are none. Render reads only these types.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -300,16 +299,6 @@ impl Death {
             (Some(signal), _) => format!("killed by {signal}"),
             (None, Some(code)) => format!("exited with code {code}"),
             (None, None) => "ended".to_owned(),
-        }
-    }
-}
-
-impl fmt::Display for Death {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.how())?;
-        match &self.last_stderr {
-            Some(line) => write!(f, "; its last stderr line: {line}"),
-            None => Ok(()),
         }
     }
 }
