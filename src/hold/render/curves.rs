@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::count;
-use crate::draw::svg::{BLUE, GREY, RULE, Type, VERMILLION, text};
+use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
 
@@ -164,7 +164,7 @@ fn x_range(report: &HoldReport) -> (f64, f64) {
 }
 
 /// Each front's ceiling: its front, the most requests, and the ceiling's name.
-fn ceilings(report: &HoldReport) -> Vec<(Front, f64, String)> {
+fn ceilings(report: &HoldReport) -> Vec<(Front, f64, &str)> {
     let Some(preflight) = &report.preflight else {
         return Vec::new();
     };
@@ -173,7 +173,7 @@ fn ceilings(report: &HoldReport) -> Vec<(Front, f64, String)> {
         .iter()
         .filter_map(|series| {
             let reach = preflight.reach.get(&series.front)?.as_ref()?;
-            Some((series.front, reach.held as f64, reach.ceiling.clone()))
+            Some((series.front, reach.held as f64, reach.ceiling.as_str()))
         })
         .collect()
 }
@@ -247,11 +247,11 @@ fn draw_series(
         .filter(|&(_, v)| v > 0.0)
         .map(|(n, v)| (plot.x_of(n), plot.y_of(v)))
         .collect();
-    let path: Vec<String> = points
-        .iter()
-        .map(|(x, y)| format!("{x:.1},{y:.1}"))
-        .collect();
     if points.len() > 1 {
+        let path: Vec<String> = points
+            .iter()
+            .map(|(x, y)| format!("{x:.1},{y:.1}"))
+            .collect();
         writeln!(
             out,
             r#"<polyline class="{class}" points="{}" fill="none" stroke="{colour}" stroke-width="3"/>"#,
@@ -325,14 +325,8 @@ impl Plot {
 
     /// The frame, the ticks with their labels, and the x-axis title.
     fn axes(&self, out: &mut String) -> std::fmt::Result {
-        writeln!(
-            out,
-            r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="{RULE}" stroke-width="1.5"/>"#,
-            self.left,
-            self.top,
-            self.right - self.left,
-            self.bottom - self.top
-        )?;
+        let size = (self.right - self.left, self.bottom - self.top);
+        rect(out, (self.left, self.top), size, Paint::line(RULE, 1.5))?;
         for tick in ticks(self.x) {
             let x = self.x_of(tick);
             writeln!(

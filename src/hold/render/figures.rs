@@ -176,30 +176,24 @@ fn notes(fronts: &[FrontSeries]) -> String {
     for series in fronts {
         let front = series.front.name();
         for point in &series.points {
-            let held = count(u64::from(point.held));
-            let _ = match &point.outcome {
-                CountOutcome::Held(_) => Ok(()),
-                CountOutcome::NotRun { reason } => {
-                    writeln!(out, "{front}, {held}: not run: {reason}")
-                }
-                CountOutcome::FrontFailed(failure) => writeln!(
-                    out,
-                    "{front}, {held}: the front FAILED while {} ({} held): {}{}",
-                    failure.stage.words(),
-                    count(failure.held_before),
-                    failure.reason,
-                    failure
-                        .exit
-                        .as_ref()
-                        .and_then(|d| d.last_stderr.as_ref())
-                        .map_or(String::new(), |line| format!(
+            let why = match &point.outcome {
+                CountOutcome::Held(_) => continue,
+                CountOutcome::NotRun { reason } => format!("not run: {reason}"),
+                CountOutcome::FrontFailed(failure) => {
+                    let stderr = failure.exit.as_ref().and_then(|d| d.last_stderr.as_ref());
+                    format!(
+                        "the front FAILED while {} ({} held): {}{}",
+                        failure.stage.words(),
+                        count(failure.held_before),
+                        failure.reason,
+                        stderr.map_or(String::new(), |line| format!(
                             "; its last stderr line: {line}"
                         ))
-                ),
-                CountOutcome::LabFailed { reason } => {
-                    writeln!(out, "{front}, {held}: the lab failed: {reason}")
+                    )
                 }
+                CountOutcome::LabFailed { reason } => format!("the lab failed: {reason}"),
             };
+            let _ = writeln!(out, "{front}, {}: {why}", count(u64::from(point.held)));
         }
     }
     out

@@ -1,9 +1,9 @@
 //! `hold`'s report drawn for a person: a table with N down the side and both fronts side by
 //! side, a reading computed from its figures, and an SVG of the curves against N.
 //!
-//! - `table`: the text table and its notes.
+//! - `figures`: the text table, its notes and the ceilings.
 //! - `reading`: what the figures show, in sentences built from them.
-//! - `svg`: the curves on a log axis, each front's ceiling as a line.
+//! - `curves`: the SVG of the curves on log axes, each front's ceiling as a line.
 
 mod curves;
 mod figures;
@@ -16,18 +16,17 @@ use crate::hold::HoldReport;
 /// The text report: the table, its notes, the ceilings, and the reading.
 pub fn text(report: &HoldReport) -> String {
     let mut out = figures::render(report);
-    let breakdown = reading::breakdown(report);
-    if !breakdown.is_empty() {
-        out.push_str("\nWhere a held request's memory goes, at each front's largest count:\n");
-        for sentence in breakdown {
-            out.push_str(&wrap(&sentence, "- ", 96));
-        }
-    }
-    let sentences = reading::sentences(report);
-    if !sentences.is_empty() {
-        out.push_str("\nWhat the figures show:\n");
+    let sections = [
+        (
+            "Where a held request's memory goes, at each front's largest count:",
+            reading::breakdown(report),
+        ),
+        ("What the figures show:", reading::sentences(report)),
+    ];
+    for (heading, sentences) in sections.iter().filter(|(_, s)| !s.is_empty()) {
+        out.push_str(&format!("\n{heading}\n"));
         for sentence in sentences {
-            out.push_str(&wrap(&sentence, "- ", 96));
+            out.push_str(&wrap(sentence, "- ", 96));
         }
     }
     if let Some(failure) = &report.failure {

@@ -204,7 +204,7 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
     let ceiling = report
         .preflight
         .as_ref()
-        .and_then(|p| p.reach.get(&series.front).cloned().flatten());
+        .and_then(|p| p.reach.get(&series.front)?.as_ref());
     let largest = series
         .largest_held()
         .map_or("none of its counts".to_owned(), |n| {
