@@ -584,7 +584,7 @@ impl Cpu {
     }
 }
 
-/// The two machine-wide counters.
+/// The three machine-wide counters.
 struct Machine {
     kernel_stack_kib: u64,
     kernel_slab_kib: u64,
@@ -593,14 +593,12 @@ struct Machine {
 
 impl Machine {
     fn read() -> anyhow::Result<Machine> {
-        let read = || {
-            Ok::<_, std::io::Error>(Machine {
-                kernel_stack_kib: procfs::kernel_stack_kib()?,
-                kernel_slab_kib: procfs::kernel_slab_kib()?,
-                listen_overflows: procfs::listen_overflows()?,
-            })
-        };
-        read().context("reading the machine's counters")
+        let counters = "reading the machine's counters";
+        Ok(Machine {
+            kernel_stack_kib: procfs::kernel_stack_kib().context(counters)?,
+            kernel_slab_kib: procfs::kernel_slab_kib().context(counters)?,
+            listen_overflows: procfs::listen_overflows().context(counters)?,
+        })
     }
 }
 
