@@ -200,7 +200,6 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
 /// How far a front got here: its largest count held, its ceiling, and how it failed.
 fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
     let front = series.front.name();
-    let mut out = Vec::new();
     let ceiling = report
         .preflight
         .as_ref()
@@ -229,9 +228,9 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
         1 => "; one count was not run".to_owned(),
         n => format!("; {n} counts were not run"),
     };
-    out.push(format!(
+    let mut out = vec![format!(
         "The {front} front held {largest} in this run{ceiling}{skipped}."
-    ));
+    )];
     for point in &series.points {
         if let CountOutcome::FrontFailed(failure) = &point.outcome {
             out.push(format!(
