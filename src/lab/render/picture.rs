@@ -865,16 +865,16 @@ impl Sample {
 }
 
 /// Where each legend entry goes: `(row, x, entry)`, filling rows left to right.
-fn legend_layout() -> Vec<(usize, f64, usize)> {
+fn legend_layout() -> Vec<(usize, f64, (Sample, &'static str))> {
     let mut placed = Vec::new();
     let (mut row, mut x) = (0, MARGIN);
-    for (i, &(sample, words)) in LEGEND.iter().enumerate() {
+    for (sample, words) in LEGEND {
         let entry = sample.width() + 10.0 + text_width(words, LEGEND_WORDS);
         if x + entry > WIDTH - MARGIN && x > MARGIN {
             row += 1;
             x = MARGIN;
         }
-        placed.push((row, x, i));
+        placed.push((row, x, (sample, words)));
         x += entry + 40.0;
     }
     placed
@@ -882,8 +882,7 @@ fn legend_layout() -> Vec<(usize, f64, usize)> {
 
 fn draw_legend(out: &mut String, top: f64) -> fmt::Result {
     writeln!(out, r#"<g class="legend">"#)?;
-    for (row, x, i) in legend_layout() {
-        let (sample, words) = LEGEND[i];
+    for (row, x, (sample, words)) in legend_layout() {
         let y = top + row as f64 * LEGEND_ROW;
         sample.draw(out, x, y)?;
         text(
