@@ -23,12 +23,13 @@ use crate::front_process::{Effect, LossCause, WorkEnd};
 use crate::label::Label;
 
 /// What the inputs predict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
     /// The most requests the permits let inside work sections at once, across replicas.
     pub limit_in_all: usize,
-    /// Each request in sending order: its replica, decision and, refused, who holds.
-    pub requests: Vec<ReplicasExpected>,
+    /// Each request in sending order: its replica, decision and, refused, who holds (as a run
+    /// records what it sent, without a probe's time).
+    pub requests: Vec<Sent>,
     /// Requests held at once across replicas once all are decided.
     pub held_in_all: usize,
     /// The same, per replica.
@@ -43,20 +44,6 @@ pub struct Prediction {
     /// Whether the dependency refuses stale fencing tokens.
     #[serde(default)]
     pub fencing: bool,
-}
-
-/// One request's predicted decision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicasExpected {
-    /// The request.
-    pub request: Label,
-    /// Its replica.
-    pub replica: ReplicaId,
-    /// Held or refused.
-    pub decision: Decision,
-    /// Refused: who holds the permits, `replica/request`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub held_by: Vec<String>,
 }
 
 /// The pause: which replica stops, and which is probed.
@@ -116,16 +103,18 @@ pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
             Decision::Refused
         } else {
             held_by.clear();
-            if let Some(held) = holders.get_mut(&replica) {
-                held.push(holder(replica, request));
-            }
+            holders
+                .entry(replica)
+                .or_default()
+                .push(holder(replica, request));
             Decision::Admitted
         };
-        requests.push(ReplicasExpected {
+        requests.push(Sent {
             request,
             replica,
             decision,
             held_by,
+            at_ms: None,
         });
     }
     let held_per_replica: BTreeMap<_, _> = holders.iter().map(|(&r, h)| (r, h.len())).collect();
@@ -321,10 +310,9 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvi
         holder: holder.to_owned(),
         paused: paused.is_some_and(|p| holds(p, holder)),
         cause: loss.map(|l| l.loss.cause),
-        worked_on_ms: match (loss, answered) {
-            (Some(loss), Some(at)) => Some(((at - loss.seen_at_ms) * 10.0).round() / 10.0),
-            _ => None,
-        },
+        worked_on_ms: loss
+            .zip(answered)
+            .map(|(loss, at)| ((at - loss.seen_at_ms) * 10.0).round() / 10.0),
     }
 }
 
@@ -372,10 +360,9 @@ fn names(held_by: &[String]) -> BTreeSet<&str> {
 pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec<String> {
     let mut wrong = Vec::new();
     for expected in &prediction.requests {
-        let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) else {
-            continue;
-        };
-        check_sent(expected, sent, &mut wrong);
+        if let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) {
+            check_sent(expected, sent, &mut wrong);
+        }
     }
     if evidence.sent.len() == prediction.requests.len() {
         let held: usize = evidence.held_at_once.values().map(Vec::len).sum();
@@ -451,7 +438,7 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
     wrong
 }
 
-fn check_sent(expected: &ReplicasExpected, sent: &Sent, wrong: &mut Vec<String>) {
+fn check_sent(expected: &Sent, sent: &Sent, wrong: &mut Vec<String>) {
     let request = expected.request;
     if sent.replica != expected.replica {
         wrong.push(format!(

@@ -383,11 +383,7 @@ fn leases(report: &ReplicasReport) -> String {
                 note,
                 " Then {} admitted on {probed} while {paused}'s work still ran: inside work \
                  sections {} = {in_sections}, the limit is {limit}{over}.",
-                if admitted.len() == 1 {
-                    format!("{} was", admitted[0])
-                } else {
-                    format!("{} were", admitted.join(" "))
-                },
+                admitted.join(" ") + if admitted.len() == 1 { " was" } else { " were" },
                 inside.join(", "),
             );
         }
@@ -418,11 +414,11 @@ fn leases(report: &ReplicasReport) -> String {
             .evidence
             .engine
             .as_ref()
-            .map(|e| e.effects.as_slice());
+            .map_or(&[][..], |e| &e.effects);
         let late: Vec<&Effect> = pause
             .holders
             .iter()
-            .filter_map(|h| last_effect(effects.unwrap_or_default(), &h.holder))
+            .filter_map(|h| last_effect(effects, &h.holder))
             .collect();
         for effect in &late {
             notes.push_str(&wrap(
