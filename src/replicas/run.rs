@@ -95,12 +95,12 @@ pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
 pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     let mut run = Run {
         started: Instant::now(),
-        inputs: inputs.clone(),
+        next_probe: inputs.held.get() as u16 + 1,
+        inputs,
         options,
         replicas: Vec::new(),
         engine: None,
         evidence: ReplicasEvidence::default(),
-        next_probe: inputs.held.get() as u16 + 1,
     };
     // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
     // stopped and reaped, the run's keys deleted, a private redis-server stopped. They stay
@@ -121,7 +121,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     drop(interrupts);
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
-    ReplicasReport::assemble(inputs, evidence, failure)
+    ReplicasReport::assemble(run.inputs, evidence, failure)
 }
 
 /// The shared engine of a run with global permits.
