@@ -168,35 +168,34 @@ fn outcome(sent: &Sent) -> String {
     }
 }
 
-/// A table's first row: `first`, then one column per replica.
-fn header<'a>(first: &str, ids: impl Iterator<Item = &'a ReplicaId>) -> Vec<String> {
-    std::iter::once(first.to_owned())
-        .chain(ids.map(ReplicaId::to_string))
+/// A table's row: `first`, then one cell per replica.
+fn row<T>(
+    first: impl ToString,
+    each: impl IntoIterator<Item = T>,
+    cell: impl Fn(T) -> String,
+) -> Vec<String> {
+    std::iter::once(first.to_string())
+        .chain(each.into_iter().map(cell))
         .collect()
 }
 
 /// One row per request, one column per replica.
 fn requests(report: &ReplicasReport) -> String {
     let ids: Vec<ReplicaId> = ReplicaId::all(report.inputs.replicas).collect();
-    let mut rows = vec![header("sent round robin", ids.iter())];
+    let mut rows = vec![row("sent round robin", &ids, ReplicaId::to_string)];
     for sent in &report.evidence.sent {
-        let mut row = vec![sent.request.to_string()];
-        row.extend(ids.iter().map(|&id| {
+        let cell = |&id: &ReplicaId| {
             if id == sent.replica {
                 outcome(sent)
             } else {
                 String::new()
             }
-        }));
-        rows.push(row);
+        };
+        rows.push(row(sent.request, &ids, cell));
     }
     let held = &report.evidence.held_at_once;
-    let mut row = vec!["held at once".to_owned()];
-    row.extend(
-        ids.iter()
-            .map(|id| labels(held.get(id).into_iter().flatten())),
-    );
-    rows.push(row);
+    let cell = |id| labels(held.get(id).into_iter().flatten());
+    rows.push(row("held at once", &ids, cell));
     columns(&rows)
 }
 
@@ -516,7 +515,11 @@ fn ledgers(report: &ReplicasReport) -> String {
     if replicas.is_empty() {
         return "No replica started.\n".into();
     }
-    let mut rows = vec![header("each replica's own ledger", replicas.keys())];
+    let mut rows = vec![row(
+        "each replica's own ledger",
+        replicas.keys(),
+        ReplicaId::to_string,
+    )];
     type Cell = fn(&ReplicaEvidence) -> String;
     let cells: [(&str, Cell); 7] = [
         ("admitted / refused", |r| {
@@ -534,10 +537,8 @@ fn ledgers(report: &ReplicasReport) -> String {
                 n => format!("{n} BROKEN"),
             })
         }),
-        ("permits lapsed", |r| match &r.permits {
-            Some(p) if p.lapsed.is_empty() => "none".into(),
-            Some(p) => labels(&p.lapsed),
-            None => "-".into(),
+        ("permits lapsed", |r| {
+            r.permits.as_ref().map_or("-".into(), |p| labels(&p.lapsed))
         }),
         ("signals", |r| {
             if r.signals.is_empty() {
@@ -559,9 +560,7 @@ fn ledgers(report: &ReplicasReport) -> String {
         if heading == "permits lapsed" && !report.inputs.global.is_global() {
             continue;
         }
-        let mut row = vec![heading.to_owned()];
-        row.extend(replicas.values().map(|r| cell(r)));
-        rows.push(row);
+        rows.push(row(heading, replicas.values(), |r| cell(r)));
     }
     let mut out = columns(&rows);
     if matches!(report.inputs.global, Engine::Off) {
