@@ -34,7 +34,7 @@ use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Strea
 use crate::interrupts::Interrupts;
 use crate::label::Label;
 use crate::policy::Front;
-use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
+use crate::redis_pool::{GlobalPermits, LocalRedis};
 
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
 /// and the faults a test injects.
@@ -99,7 +99,8 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         inputs,
         options,
         replicas: Vec::new(),
-        engine: None,
+        local: None,
+        permits: None,
         evidence: ReplicasEvidence::default(),
     };
     // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
@@ -122,16 +123,6 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
     ReplicasReport::assemble(run.inputs, evidence, failure)
-}
-
-/// The shared engine of a run with global permits.
-struct EngineHandle {
-    /// A `redis-server` the run started.
-    local: Option<LocalRedis>,
-    url: LoopbackUrl,
-    run: String,
-    /// The coordinator's own connection: to read holders and to clean up.
-    permits: Option<GlobalPermits>,
 }
 
 /// One replica process and its callers.
@@ -162,7 +153,11 @@ struct Run {
     inputs: ReplicasInputs,
     options: ReplicasOptions,
     replicas: Vec<Replica>,
-    engine: Option<EngineHandle>,
+    /// A `redis-server` the run started (`--global local`).
+    local: Option<LocalRedis>,
+    /// With global permits, the coordinator's own connection to the engine: to read holders
+    /// and to clean up. Its address and the run's id are in the engine's evidence.
+    permits: Option<GlobalPermits>,
     evidence: ReplicasEvidence,
     next_probe: u16,
 }
@@ -185,7 +180,7 @@ impl Run {
             .iter()
             .map(|r| (r.id, r.inside.clone()))
             .collect();
-        if self.engine.is_some() {
+        if self.permits.is_some() {
             let holders = self.engine_holders("reading who holds the permits").await?;
             if let Some(engine) = &mut self.evidence.engine {
                 engine.holders_after_requests = holders;
@@ -249,18 +244,12 @@ impl Run {
             run: run.clone(),
             ..EngineEvidence::default()
         });
-        let engine = self.engine.insert(EngineHandle {
-            local,
-            url,
-            run,
-            permits: None,
-        });
+        self.local = local;
         let slots = u32::try_from(self.inputs.slots.get()).expect("slots are 2 through 4");
-        let permits =
-            GlobalPermits::connect(&url, &engine.run, slots, self.inputs.lease_ms.lease())
-                .await
-                .with_context(|| format!("cannot use the Redis at {url}"))?;
-        engine.permits = Some(permits);
+        let permits = GlobalPermits::connect(&url, &run, slots, self.inputs.lease_ms.lease())
+            .await
+            .with_context(|| format!("cannot use the Redis at {url}"))?;
+        self.permits = Some(permits);
         Ok(())
     }
 
@@ -271,8 +260,8 @@ impl Run {
                 std::env::current_exe().context("cannot find this program to start replicas")?
             }
         };
-        let global = self.engine.as_ref().map(|engine| GlobalSpec {
-            url: engine.url.to_string(),
+        let global = self.evidence.engine.as_ref().map(|engine| GlobalSpec {
+            url: engine.address.clone(),
             run: engine.run.clone(),
             lease_ms: u64::from(self.inputs.lease_ms.get()),
             fencing: self.inputs.fencing.on(),
@@ -325,7 +314,7 @@ impl Run {
         request: Label,
         since: Option<Instant>,
     ) -> Result<Sent> {
-        let (timeout, global) = (self.timeout(), self.engine.is_some());
+        let (timeout, global) = (self.timeout(), self.permits.is_some());
         let replica = self.replica(replica)?;
         replica.send(request);
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
@@ -361,7 +350,7 @@ impl Run {
 
     /// The engine's holders now, with their lease left by its clock.
     async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>> {
-        let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+        let permits = self.permits.as_ref();
         let permits = permits.ok_or_else(|| anyhow!("{doing}: no engine"))?;
         let (now, holdings) = permits.holders().await.context(doing.to_owned())?;
         Ok(holdings
@@ -382,7 +371,7 @@ impl Run {
         request: Label,
     ) -> Result<Sent> {
         let timeout = self.timeout();
-        let local = self.engine.as_ref().and_then(|e| e.local.as_ref());
+        let local = self.local.as_ref();
         let local = local.context("stalling Redis needs --global local")?;
         local.stall(true).context("cannot stop redis-server")?;
         let first = ReplicaId::round_robin(1, self.inputs.replicas);
@@ -391,7 +380,7 @@ impl Run {
             self.replica(first)?.await_loss(timeout).await
         };
         let waited = waited.await;
-        if let Some(local) = self.engine.as_ref().and_then(|e| e.local.as_ref()) {
+        if let Some(local) = &self.local {
             local.stall(false).context("cannot continue redis-server")?;
         }
         waited?;
@@ -425,7 +414,7 @@ impl Run {
     async fn inject(&mut self) -> Result<()> {
         let timeout = self.timeout();
         if self.options.faults.holders_deleted {
-            let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+            let permits = self.permits.as_ref();
             let permits = permits.context("deleting the holders needs --global")?;
             permits
                 .forget_holders()
@@ -441,7 +430,7 @@ impl Run {
         }
         let faults = &self.options.faults;
         if faults.engine_dies
-            && let Some(local) = self.engine.as_mut().and_then(|e| e.local.as_mut())
+            && let Some(local) = &mut self.local
         {
             // A failed kill means it had already exited: dead either way.
             let _ = local.kill();
@@ -767,33 +756,32 @@ impl Run {
                 failure.get_or_insert(problem);
             }
         }
-        if let Some(engine) = self.engine.take() {
-            // The evidence of the engine is there whenever the engine is (see `start_engine`).
-            if let (Some(permits), Some(seen)) = (&engine.permits, &mut self.evidence.engine) {
-                match permits.effects().await {
-                    Ok(effects) => seen.effects = effects,
-                    Err(e) => {
-                        failure.get_or_insert(format!("reading the dependency's log: {e}"));
-                    }
-                }
-                let cleaned = async {
-                    Ok::<_, crate::redis_pool::GlobalError>(Cleanup {
-                        holders_removed: permits.cleanup().await?,
-                        keys_left: permits.keys_left().await?,
-                    })
-                };
-                match cleaned.await {
-                    Ok(cleanup) => seen.cleanup = Some(cleanup),
-                    Err(e) => {
-                        failure.get_or_insert(format!("deleting the run's keys: {e}"));
-                    }
+        // The evidence of the engine is there whenever the engine is (see `start_engine`).
+        let permits = self.permits.take();
+        if let (Some(permits), Some(seen)) = (&permits, &mut self.evidence.engine) {
+            match permits.effects().await {
+                Ok(effects) => seen.effects = effects,
+                Err(e) => {
+                    failure.get_or_insert(format!("reading the dependency's log: {e}"));
                 }
             }
-            if let Some(local) = engine.local
-                && let Err(e) = local.stop().await
-            {
-                failure.get_or_insert(format!("stopping the private redis-server: {e:#}"));
+            let cleaned = async {
+                Ok::<_, crate::redis_pool::GlobalError>(Cleanup {
+                    holders_removed: permits.cleanup().await?,
+                    keys_left: permits.keys_left().await?,
+                })
+            };
+            match cleaned.await {
+                Ok(cleanup) => seen.cleanup = Some(cleanup),
+                Err(e) => {
+                    failure.get_or_insert(format!("deleting the run's keys: {e}"));
+                }
             }
+        }
+        if let Some(local) = self.local.take()
+            && let Err(e) = local.stop().await
+        {
+            failure.get_or_insert(format!("stopping the private redis-server: {e:#}"));
         }
         failure
     }
