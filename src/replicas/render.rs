@@ -308,18 +308,14 @@ fn leases(report: &ReplicasReport) -> String {
     } else {
         format!("{lease_ms} ms")
     };
-    let mut rows = vec![
-        [
-            "",
-            "lease",
-            "left at the signal",
-            "window",
-            "probes refused",
-            "then",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+    let heads = [
+        "lease",
+        "left at the signal",
+        "window",
+        "probes refused",
+        "then",
     ];
+    let mut rows = vec![row("", heads, str::to_owned)];
     let mut notes = String::new();
     if let Some(pause) = &report.evidence.pause {
         let paused = pause.replica.map_or("?".into(), |r| r.to_string());
