@@ -480,10 +480,8 @@ fn check_late_effects(
         return;
     };
     for paused in &pause.holders {
-        match (
-            last_effect(&engine.effects, &paused.holder),
-            plan.late_effects_refused,
-        ) {
+        let late = last_effect(&engine.effects, &paused.holder);
+        match (late, plan.late_effects_refused) {
             (None, _) => wrong.push(format!(
                 "{}'s work ended without its effect reaching the dependency",
                 paused.holder
