@@ -103,10 +103,9 @@ pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
             Decision::Refused
         } else {
             held_by.clear();
-            holders
-                .entry(replica)
-                .or_default()
-                .push(holder(replica, request));
+            if let Some(held) = holders.get_mut(&replica) {
+                held.push(holder(replica, request));
+            }
             Decision::Admitted
         };
         requests.push(Sent {
@@ -234,9 +233,10 @@ pub(crate) fn over_admitted(
     let mut seen = Vec::new();
     let all_sent = evidence.sent.len() == inputs.held.get();
     let inside = |sections: &BTreeMap<ReplicaId, Vec<Label>>| -> Vec<String> {
-        let each = sections.iter();
-        each.flat_map(|(&r, held)| held.iter().map(move |&q| holder(r, q)))
-            .collect()
+        let each = sections
+            .iter()
+            .flat_map(|(&r, held)| held.iter().map(move |&q| (r, q)));
+        each.map(|(r, q)| holder(r, q)).collect()
     };
     let mut count = |when, inside: Vec<String>, named: Option<&[String]>, paused| {
         if inside.len() <= limit {
@@ -268,10 +268,8 @@ pub(crate) fn over_admitted(
     };
     if all_sent {
         let named: Option<Vec<String>> = evidence.engine.as_ref().map(|e| {
-            e.holders_after_requests
-                .iter()
-                .map(|h| h.holder.clone())
-                .collect()
+            let holders = e.holders_after_requests.iter();
+            holders.map(|h| h.holder.clone()).collect()
         });
         count(
             CountedAt::AfterRequests,
