@@ -89,7 +89,7 @@ impl<'de> Deserialize<'de> for Engine {
 /// through 60 000. Shorter leases would be renewed every few tens of milliseconds; longer
 /// ones would make a student wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(into = "u32", try_from = "u32")]
+#[serde(try_from = "u32")]
 pub struct LeaseMs(u32);
 
 impl LeaseMs {
@@ -121,12 +121,6 @@ impl LeaseMs {
 impl Default for LeaseMs {
     fn default() -> Self {
         LeaseMs(2000)
-    }
-}
-
-impl From<LeaseMs> for u32 {
-    fn from(lease: LeaseMs) -> u32 {
-        lease.0
     }
 }
 

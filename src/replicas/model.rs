@@ -16,19 +16,20 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::evidence::{ReplicasEvidence, Sent};
+use super::evidence::{CrashEvidence, EngineHolder, PauseEvidence, ReplicasEvidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
 use crate::front_process::{Effect, LossCause, WorkEnd};
 use crate::label::Label;
 
 /// What the inputs predict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Prediction {
     /// The most requests the permits let inside work sections at once, across replicas.
     pub limit_in_all: usize,
-    /// Each request in sending order: its replica, decision and, refused, who holds.
-    pub requests: Vec<ReplicasExpected>,
+    /// Each request in sending order: its replica, decision and, refused, who holds (as a run
+    /// records what it sent, without a probe's time).
+    pub requests: Vec<Sent>,
     /// Requests held at once across replicas once all are decided.
     pub held_in_all: usize,
     /// The same, per replica.
@@ -43,20 +44,6 @@ pub struct Prediction {
     /// Whether the dependency refuses stale fencing tokens.
     #[serde(default)]
     pub fencing: bool,
-}
-
-/// One request's predicted decision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicasExpected {
-    /// The request.
-    pub request: Label,
-    /// Its replica.
-    pub replica: ReplicaId,
-    /// Held or refused.
-    pub decision: Decision,
-    /// Refused: who holds the permits, `replica/request`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub held_by: Vec<String>,
 }
 
 /// The pause: which replica stops, and which is probed.
@@ -92,6 +79,11 @@ pub(crate) fn holder(replica: ReplicaId, request: Label) -> String {
     format!("{replica}/{request}")
 }
 
+/// Whether `holder`, as the engine names it, is on `replica`.
+pub(crate) fn holds(replica: ReplicaId, holder: &str) -> bool {
+    holder.starts_with(&format!("{replica}/"))
+}
+
 /// What `inputs` predict.
 pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
     let (count, slots) = (inputs.replicas, inputs.slots.get());
@@ -101,70 +93,62 @@ pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
     let mut requests = Vec::new();
     for (n, request) in Label::slow(inputs.held.get()).enumerate() {
         let replica = ReplicaId::round_robin(n + 1, count);
-        let in_all: usize = holders.values().map(Vec::len).sum();
-        let full = if global {
-            in_all >= slots
+        // The holders that count against the limit: every replica's, or this one's alone.
+        let mut held_by: Vec<String> = if global {
+            holders.values().flatten().cloned().collect()
         } else {
-            holders[&replica].len() >= slots
+            holders[&replica].clone()
         };
-        let held_by = match (full, global) {
-            (false, _) => Vec::new(),
-            (true, true) => holders.values().flatten().cloned().collect(),
-            (true, false) => holders[&replica].clone(),
-        };
-        if !full && let Some(held) = holders.get_mut(&replica) {
-            held.push(holder(replica, request));
-        }
-        let decision = if full {
+        let decision = if held_by.len() >= slots {
             Decision::Refused
         } else {
+            held_by.clear();
+            if let Some(held) = holders.get_mut(&replica) {
+                held.push(holder(replica, request));
+            }
             Decision::Admitted
         };
-        requests.push(ReplicasExpected {
+        requests.push(Sent {
             request,
             replica,
             decision,
             held_by,
+            at_ms: None,
         });
     }
     let held_per_replica: BTreeMap<_, _> = holders.iter().map(|(&r, h)| (r, h.len())).collect();
     let held_in_all = held_per_replica.values().sum();
+    let (leased, full) = (inputs.lease_ms.leased(), held_in_all >= slots);
+    let needs_full = |part| {
+        format!(
+            "{part}: --held is below --slots, so a permit is free and a probe would be admitted \
+             without waiting for any lease"
+        )
+    };
     let mut skipped = Vec::new();
-    let full = held_in_all >= slots;
-    let (first, second) = (ReplicaId(1), ReplicaId(2));
-    let pause = match (global, inputs.lease_ms.leased(), full) {
-        (true, true, true) => Some(PausePlan {
-            paused: second,
-            probed: first,
-            over_admitted: held_per_replica[&second],
-            late_effects_refused: inputs.fencing.on(),
-        }),
-        (false, ..) => None,
-        (true, false, _) => {
-            skipped.push("pause: without a lease nothing lapses while a replica is paused".into());
-            None
-        }
-        (true, true, false) => {
-            skipped.push(pause_or_crash_needs_full("pause"));
-            None
-        }
-    };
-    let crash = match (global, full) {
-        (true, true) => Some(CrashPlan {
-            killed: first,
-            probed: second,
-            lapses: inputs.lease_ms.leased(),
-        }),
-        (true, false) => {
-            skipped.push(pause_or_crash_needs_full("crash"));
-            None
-        }
-        (false, _) => None,
-    };
     if !global {
         skipped
             .push("pause and crash: each replica's permits die with it; they need --global".into());
+    } else if !leased {
+        skipped.push("pause: without a lease nothing lapses while a replica is paused".into());
+    } else if !full {
+        skipped.push(needs_full("pause"));
     }
+    if global && !full {
+        skipped.push(needs_full("crash"));
+    }
+    let (first, second) = (ReplicaId(1), ReplicaId(2));
+    let pause = (global && leased && full).then(|| PausePlan {
+        paused: second,
+        probed: first,
+        over_admitted: held_per_replica[&second],
+        late_effects_refused: inputs.fencing.on(),
+    });
+    let crash = (global && full).then_some(CrashPlan {
+        killed: first,
+        probed: second,
+        lapses: leased,
+    });
     Prediction {
         limit_in_all: if global { slots } else { slots * count.get() },
         requests,
@@ -175,13 +159,6 @@ pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
         skipped,
         fencing: inputs.fencing.on(),
     }
-}
-
-fn pause_or_crash_needs_full(part: &str) -> String {
-    format!(
-        "{part}: --held is below --slots, so a permit is free and a probe would be admitted \
-         without waiting for any lease"
-    )
 }
 
 /// When requests inside work sections were counted.
@@ -315,32 +292,51 @@ pub(crate) fn over_admitted(
 }
 
 fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvidence) -> Lapsed {
-    let replica = evidence
-        .replicas
-        .iter()
-        .find(|r| holder.starts_with(&format!("{}/", r.id)));
+    let replica = evidence.replicas.iter().find(|r| holds(r.id, holder));
     let loss = replica.and_then(|r| r.lease_losses.iter().find(|l| l.loss.holder == holder));
     let answered = evidence
         .released
         .iter()
         .find(|a| self::holder(a.replica, a.request) == holder)
         .and_then(|a| a.at_ms);
-    let late_effect = evidence.engine.as_ref().and_then(|e| {
-        let mut effects = e.effects.iter();
-        effects
-            .rfind(|e| e.holder == holder && e.phase == WorkEnd::End)
-            .cloned()
-    });
+    let late_effect = evidence
+        .engine
+        .as_ref()
+        .and_then(|e| last_effect(&e.effects, holder));
     Lapsed {
-        late_effect,
+        late_effect: late_effect.cloned(),
         holder: holder.to_owned(),
-        paused: paused.is_some_and(|p| holder.starts_with(&format!("{p}/"))),
+        paused: paused.is_some_and(|p| holds(p, holder)),
         cause: loss.map(|l| l.loss.cause),
-        worked_on_ms: match (loss, answered) {
-            (Some(loss), Some(at)) => Some(((at - loss.seen_at_ms) * 10.0).round() / 10.0),
-            _ => None,
-        },
+        worked_on_ms: loss
+            .zip(answered)
+            .map(|(loss, at)| ((at - loss.seen_at_ms) * 10.0).round() / 10.0),
     }
+}
+
+/// The effect `holder`'s work wrote as it ended, if it came: each holder's work ends once.
+pub(crate) fn last_effect<'a>(effects: &'a [Effect], holder: &str) -> Option<&'a Effect> {
+    effects
+        .iter()
+        .find(|e| e.holder == holder && e.phase == WorkEnd::End)
+}
+
+/// The probes refused before the first admitted one, and that one, if any.
+pub(crate) fn until_admitted(probes: &[Sent]) -> (&[Sent], Option<&Sent>) {
+    let first = probes.iter().position(|p| p.decision == Decision::Admitted);
+    let (refused, rest) = probes.split_at(first.unwrap_or(probes.len()));
+    (refused, rest.first())
+}
+
+/// An admission `after` ms into a part that came sooner than the shortest lease `holders`
+/// had left when it began, with that lease left. The part's clock starts before the holders
+/// are read, and one machine's clock times both: no permit can lapse sooner than that (less
+/// the millisecond Redis's `TIME` truncates).
+fn too_soon(holders: &[EngineHolder], after: Option<f64>) -> Option<(f64, u64)> {
+    let left = holders.iter().filter_map(|h| h.lease_left_ms).min()?;
+    after
+        .filter(|after| after + 1.0 < left as f64)
+        .map(|after| (after, left))
 }
 
 /// Items as a person reads them: `a, b and c`, or `none`.
@@ -362,10 +358,9 @@ fn names(held_by: &[String]) -> BTreeSet<&str> {
 pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec<String> {
     let mut wrong = Vec::new();
     for expected in &prediction.requests {
-        let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) else {
-            continue;
-        };
-        check_sent(expected, sent, &mut wrong);
+        if let Some(sent) = evidence.sent.iter().find(|s| s.request == expected.request) {
+            check_sent(expected, sent, &mut wrong);
+        }
     }
     if evidence.sent.len() == prediction.requests.len() {
         let held: usize = evidence.held_at_once.values().map(Vec::len).sum();
@@ -409,7 +404,7 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
         }
     }
     if let Some(engine) = &evidence.engine
-        && fencing_on(prediction)
+        && prediction.fencing
     {
         let account = Dependency::of(&engine.effects);
         for stale in &account.stale_accepted {
@@ -441,7 +436,7 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
     wrong
 }
 
-fn check_sent(expected: &ReplicasExpected, sent: &Sent, wrong: &mut Vec<String>) {
+fn check_sent(expected: &Sent, sent: &Sent, wrong: &mut Vec<String>) {
     let request = expected.request;
     if sent.replica != expected.replica {
         wrong.push(format!(
@@ -471,16 +466,11 @@ fn decided(decision: Decision) -> &'static str {
     }
 }
 
-/// Whether the run's dependency checks tokens, as the prediction was made for.
-fn fencing_on(prediction: &Prediction) -> bool {
-    prediction.fencing
-}
-
 /// The paused holders' effects at the end of their work: refused naming a newer token with
 /// fencing, accepted without.
 fn check_late_effects(
     plan: &PausePlan,
-    pause: &super::evidence::PauseEvidence,
+    pause: &PauseEvidence,
     evidence: &ReplicasEvidence,
     wrong: &mut Vec<String>,
 ) {
@@ -488,10 +478,7 @@ fn check_late_effects(
         return;
     };
     for paused in &pause.holders {
-        let late = engine
-            .effects
-            .iter()
-            .find(|e| e.holder == paused.holder && e.phase == WorkEnd::End);
+        let late = last_effect(&engine.effects, &paused.holder);
         match (late, plan.late_effects_refused) {
             (None, _) => wrong.push(format!(
                 "{}'s work ended without its effect reaching the dependency",
@@ -552,12 +539,7 @@ impl Dependency {
     }
 }
 
-fn check_pause(
-    plan: &PausePlan,
-    limit: usize,
-    pause: &super::evidence::PauseEvidence,
-    wrong: &mut Vec<String>,
-) {
+fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mut Vec<String>) {
     let paused: BTreeSet<&str> = pause.holders.iter().map(|h| h.holder.as_str()).collect();
     if paused.len() != plan.over_admitted {
         wrong.push(format!(
@@ -578,26 +560,17 @@ fn check_pause(
             plan.over_admitted
         ));
     }
-    let first_admitted = pause
-        .probes
-        .iter()
-        .position(|p| p.decision == Decision::Admitted);
-    let before = &pause.probes[..first_admitted.unwrap_or(pause.probes.len())];
+    let (before, _) = until_admitted(&pause.probes);
     if let Some(probe) = before
         .iter()
-        .find(|p| !paused.iter().any(|h| p.held_by.iter().any(|b| b == h)))
+        .find(|p| !p.held_by.iter().any(|b| paused.contains(b.as_str())))
     {
         wrong.push(format!(
             "{} was refused before any paused holder lapsed without naming one",
             probe.request
         ));
     }
-    // The pause's clock starts before the holders are read: no paused permit can lapse
-    // sooner than the shortest lease left then (less the millisecond `TIME` truncates).
-    let shortest = pause.holders.iter().filter_map(|h| h.lease_left_ms).min();
-    if let (Some(left), Some(after)) = (shortest, pause.admitted_after_ms)
-        && after + 1.0 < left as f64
-    {
+    if let Some((after, left)) = too_soon(&pause.holders, pause.admitted_after_ms) {
         wrong.push(format!(
             "a probe was admitted {after} ms into the pause, before the paused holders' lease \
              ended ({left} ms left then)"
@@ -622,7 +595,7 @@ fn check_pause(
     }
 }
 
-fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: &mut Vec<String>) {
+fn check_crash(plan: &CrashPlan, crash: &CrashEvidence, wrong: &mut Vec<String>) {
     let dead: BTreeSet<&str> = crash
         .dead_holders
         .iter()
@@ -631,11 +604,7 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
     if dead.is_empty() {
         wrong.push(format!("{} held no permit when it was killed", plan.killed));
     }
-    let first_admitted = crash
-        .probes
-        .iter()
-        .position(|p| p.decision == Decision::Admitted);
-    let refused = &crash.probes[..first_admitted.unwrap_or(crash.probes.len())];
+    let (refused, first_admitted) = until_admitted(&crash.probes);
     if refused.is_empty() {
         wrong.push("no probe was refused after the kill".into());
     }
@@ -650,9 +619,9 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
     }
     match (plan.lapses, first_admitted) {
         (true, None) => wrong.push("no probe was admitted after the dead holders' lease".into()),
-        (false, Some(at)) => wrong.push(format!(
+        (false, Some(probe)) => wrong.push(format!(
             "{} was admitted although the dead holders had no lease",
-            crash.probes[at].request
+            probe.request
         )),
         (false, None) => {
             if let Some(h) = crash
@@ -663,19 +632,8 @@ fn check_crash(plan: &CrashPlan, crash: &super::evidence::CrashEvidence, wrong: 
                 wrong.push(format!("{} had a lease, expected none", h.holder));
             }
         }
-        (true, Some(at)) => {
-            // The kill's clock starts before the holders are read, and one machine's clock
-            // times both: no permit can lapse sooner after the kill than the shortest lease
-            // left then (less the millisecond Redis's `TIME` truncates).
-            let shortest = crash
-                .dead_holders
-                .iter()
-                .filter_map(|h| h.lease_left_ms)
-                .min();
-            let probe = &crash.probes[at];
-            if let (Some(left), Some(after)) = (shortest, probe.at_ms)
-                && after + 1.0 < left as f64
-            {
+        (true, Some(probe)) => {
+            if let Some((after, left)) = too_soon(&crash.dead_holders, probe.at_ms) {
                 wrong.push(format!(
                     "{} was admitted {after} ms after the kill, before the dead holders' lease ended ({left} ms left then)",
                     probe.request

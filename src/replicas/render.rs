@@ -2,14 +2,15 @@
 //! evidence says about the limit in plain words, the pause and the crash with each window next
 //! to the lease, and each replica's own ledger side by side. Reads only the report.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::draw::table::columns;
+use crate::draw::table::{columns, labels};
 use crate::evidence::Decision;
-use crate::front_process::{Effect, WorkEnd};
-use crate::label::Label;
+use crate::front_process::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
+use crate::replicas::model::{last_effect, until_admitted};
 use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
@@ -18,20 +19,16 @@ pub fn render(report: &ReplicasReport) -> String {
     let inputs = &report.inputs;
     let (count, slots) = (inputs.replicas.get(), inputs.slots.get());
     let mut out = format!(
-        "isolation-lab replicas --replicas {count} --slots {slots} --held {} --global {}{}\n",
-        inputs.held,
-        inputs.global,
-        if inputs.global.is_global() {
-            let fencing = if inputs.fencing.on() {
-                ""
-            } else {
-                " --fencing off"
-            };
-            format!(" --lease-ms {}{fencing}", inputs.lease_ms)
-        } else {
-            String::new()
-        }
+        "isolation-lab replicas --replicas {count} --slots {slots} --held {} --global {}",
+        inputs.held, inputs.global
     );
+    if inputs.global.is_global() {
+        let _ = write!(out, " --lease-ms {}", inputs.lease_ms);
+        if !inputs.fencing.on() {
+            out.push_str(" --fencing off");
+        }
+    }
+    out.push('\n');
     let about = match &report.evidence.engine {
         Some(engine) => {
             let whose = if engine.started_by_the_run {
@@ -171,40 +168,35 @@ fn outcome(sent: &Sent) -> String {
     }
 }
 
+/// A table's row: `first`, then one cell per replica.
+fn row<T>(
+    first: impl ToString,
+    each: impl IntoIterator<Item = T>,
+    cell: impl Fn(T) -> String,
+) -> Vec<String> {
+    std::iter::once(first.to_string())
+        .chain(each.into_iter().map(cell))
+        .collect()
+}
+
 /// One row per request, one column per replica.
 fn requests(report: &ReplicasReport) -> String {
     let ids: Vec<ReplicaId> = ReplicaId::all(report.inputs.replicas).collect();
-    let mut rows = vec![
-        std::iter::once("sent round robin".to_owned())
-            .chain(ids.iter().map(ReplicaId::to_string))
-            .collect::<Vec<_>>(),
-    ];
+    let mut rows = vec![row("sent round robin", &ids, ReplicaId::to_string)];
     for sent in &report.evidence.sent {
-        let mut row = vec![sent.request.to_string()];
-        row.extend(ids.iter().map(|&id| {
+        let cell = |&id: &ReplicaId| {
             if id == sent.replica {
                 outcome(sent)
             } else {
                 String::new()
             }
-        }));
-        rows.push(row);
+        };
+        rows.push(row(sent.request, &ids, cell));
     }
     let held = &report.evidence.held_at_once;
-    let mut row = vec!["held at once".to_owned()];
-    row.extend(ids.iter().map(|id| labels(held.get(id).map(Vec::as_slice))));
-    rows.push(row);
+    let cell = |id| labels(held.get(id).into_iter().flatten());
+    rows.push(row("held at once", &ids, cell));
     columns(&rows)
-}
-
-fn labels(labels: Option<&[Label]>) -> String {
-    match labels {
-        Some(labels) if !labels.is_empty() => {
-            let text: Vec<String> = labels.iter().map(Label::to_string).collect();
-            text.join(" ")
-        }
-        _ => "none".into(),
-    }
 }
 
 /// What the requests show about the limit, in words: held at once against the limit, for
@@ -223,28 +215,23 @@ fn verdict(report: &ReplicasReport) -> String {
         .iter()
         .filter(|s| s.decision == Decision::Refused)
         .collect();
-    let requests = |n: usize| {
-        if n == 1 {
+    let held_at_once = format!(
+        "{held} {} held at once across {count} replicas",
+        if held == 1 {
             "request was"
         } else {
             "requests were"
         }
-    };
+    );
     if !report.inputs.global.is_global() {
-        let exceeded = if held > slots {
-            format!(
-                "{held} {} held at once across {count} replicas: the global {word}-permit limit \
-                 is exceeded.\n",
-                requests(held)
-            )
+        let mut out = if held > slots {
+            format!("{held_at_once}: the global {word}-permit limit is exceeded.\n")
         } else {
             format!(
-                "{held} {} held at once across {count} replicas: within {slots}, only because \
-                 too few were sent (each replica would take {slots}).\n",
-                requests(held)
+                "{held_at_once}: within {slots}, only because too few were sent (each replica \
+                 would take {slots}).\n"
             )
         };
-        let mut out = exceeded;
         if report.matches_model {
             let _ = write!(
                 out,
@@ -256,24 +243,15 @@ fn verdict(report: &ReplicasReport) -> String {
         }
         return out;
     }
-    let mut out = if held > slots {
-        format!(
-            "{held} {} held at once across {count} replicas: MORE than the global {word}-permit \
-             limit.\nThe limit did not hold: see the over-admission below.\n",
-            requests(held)
-        )
-    } else if held == slots {
-        format!(
-            "{held} {} held at once across {count} replicas: the global {word}-permit limit \
-             holds.\n",
-            requests(held)
-        )
-    } else {
-        format!(
-            "{held} {} held at once across {count} replicas: under the global {word}-permit \
-             limit; a permit stayed free.\n",
-            requests(held)
-        )
+    let mut out = match held.cmp(&slots) {
+        Ordering::Greater => format!(
+            "{held_at_once}: MORE than the global {word}-permit limit.\nThe limit did not hold: \
+             see the over-admission below.\n"
+        ),
+        Ordering::Equal => format!("{held_at_once}: the global {word}-permit limit holds.\n"),
+        Ordering::Less => {
+            format!("{held_at_once}: under the global {word}-permit limit; a permit stayed free.\n")
+        }
     };
     if !refused.is_empty() && held <= slots {
         let named = refused.iter().all(|s| !s.held_by.is_empty());
@@ -330,18 +308,14 @@ fn leases(report: &ReplicasReport) -> String {
     } else {
         format!("{lease_ms} ms")
     };
-    let mut rows = vec![
-        [
-            "",
-            "lease",
-            "left at the signal",
-            "window",
-            "probes refused",
-            "then",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+    let heads = [
+        "lease",
+        "left at the signal",
+        "window",
+        "probes refused",
+        "then",
     ];
+    let mut rows = vec![row("", heads, str::to_owned)];
     let mut notes = String::new();
     if let Some(pause) = &report.evidence.pause {
         let paused = pause.replica.map_or("?".into(), |r| r.to_string());
@@ -362,7 +336,7 @@ fn leases(report: &ReplicasReport) -> String {
             lease_cell.clone(),
             left(&pause.holders),
             window(pause.admitted_after_ms),
-            refused_before_admission(&pause.probes).to_string(),
+            until_admitted(&pause.probes).0.len().to_string(),
             then,
         ]);
         let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
@@ -375,7 +349,7 @@ fn leases(report: &ReplicasReport) -> String {
                 } else {
                     ""
                 };
-                format!("{id}{mark} {}", labels(Some(held)))
+                format!("{id}{mark} {}", labels(held))
             })
             .collect();
         let limit = report.inputs.slots.get();
@@ -404,11 +378,7 @@ fn leases(report: &ReplicasReport) -> String {
                 note,
                 " Then {} admitted on {probed} while {paused}'s work still ran: inside work \
                  sections {} = {in_sections}, the limit is {limit}{over}.",
-                if admitted.len() == 1 {
-                    format!("{} was", admitted[0])
-                } else {
-                    format!("{} were", admitted.join(" "))
-                },
+                admitted.join(" ") + if admitted.len() == 1 { " was" } else { " were" },
                 inside.join(", "),
             );
         }
@@ -430,7 +400,7 @@ fn leases(report: &ReplicasReport) -> String {
                 &format!(
                     "  Continued (SIGCONT), its work for {} finished at release, and found its \
                      permit already gone when it gave it back.",
-                    labels(Some(&permits.lapsed))
+                    labels(&permits.lapsed)
                 ),
                 "  ",
             ));
@@ -439,14 +409,11 @@ fn leases(report: &ReplicasReport) -> String {
             .evidence
             .engine
             .as_ref()
-            .map(|e| e.effects.as_slice());
+            .map_or(&[][..], |e| &e.effects);
         let late: Vec<&Effect> = pause
             .holders
             .iter()
-            .filter_map(|h| {
-                let mut effects = effects.unwrap_or_default().iter();
-                effects.rfind(|e| e.holder == h.holder && e.phase == WorkEnd::End)
-            })
+            .filter_map(|h| last_effect(effects, &h.holder))
             .collect();
         for effect in &late {
             notes.push_str(&wrap(
@@ -472,11 +439,7 @@ fn leases(report: &ReplicasReport) -> String {
     if let Some(crash) = &report.evidence.crash {
         let killed = crash.replica.map_or("?".into(), |r| r.to_string());
         let probed = crash.probed.map_or("?".into(), |r| r.to_string());
-        let admitted = crash
-            .probes
-            .iter()
-            .find(|p| p.decision == Decision::Admitted);
-        let (window_cell, then) = match (admitted, crash.watched_ms) {
+        let (window_cell, then) = match (until_admitted(&crash.probes).1, crash.watched_ms) {
             (Some(p), _) => (
                 window(crash.window_ms),
                 format!("{} admitted on {probed}", p.request),
@@ -492,7 +455,7 @@ fn leases(report: &ReplicasReport) -> String {
             lease_cell,
             left(&crash.dead_holders),
             window_cell,
-            refused_before_admission(&crash.probes).to_string(),
+            until_admitted(&crash.probes).0.len().to_string(),
             then,
         ]);
         let meaning = if lease_ms > 0 {
@@ -537,13 +500,6 @@ fn left(holders: &[EngineHolder]) -> String {
     }
 }
 
-fn refused_before_admission(probes: &[Sent]) -> usize {
-    probes
-        .iter()
-        .take_while(|p| p.decision == Decision::Refused)
-        .count()
-}
-
 fn window(ms: Option<f64>) -> String {
     ms.map_or("-".into(), |ms| format!("{ms:.0} ms"))
 }
@@ -555,11 +511,11 @@ fn ledgers(report: &ReplicasReport) -> String {
     if replicas.is_empty() {
         return "No replica started.\n".into();
     }
-    let mut rows = vec![
-        std::iter::once("each replica's own ledger".to_owned())
-            .chain(replicas.keys().map(ReplicaId::to_string))
-            .collect::<Vec<_>>(),
-    ];
+    let mut rows = vec![row(
+        "each replica's own ledger",
+        replicas.keys(),
+        ReplicaId::to_string,
+    )];
     type Cell = fn(&ReplicaEvidence) -> String;
     let cells: [(&str, Cell); 7] = [
         ("admitted / refused", |r| {
@@ -577,10 +533,8 @@ fn ledgers(report: &ReplicasReport) -> String {
                 n => format!("{n} BROKEN"),
             })
         }),
-        ("permits lapsed", |r| match &r.permits {
-            Some(p) if p.lapsed.is_empty() => "none".into(),
-            Some(p) => labels(Some(&p.lapsed)),
-            None => "-".into(),
+        ("permits lapsed", |r| {
+            r.permits.as_ref().map_or("-".into(), |p| labels(&p.lapsed))
         }),
         ("signals", |r| {
             if r.signals.is_empty() {
@@ -602,9 +556,7 @@ fn ledgers(report: &ReplicasReport) -> String {
         if heading == "permits lapsed" && !report.inputs.global.is_global() {
             continue;
         }
-        let mut row = vec![heading.to_owned()];
-        row.extend(replicas.values().map(|r| cell(r)));
-        rows.push(row);
+        rows.push(row(heading, replicas.values(), |r| cell(r)));
     }
     let mut out = columns(&rows);
     if matches!(report.inputs.global, Engine::Off) {

@@ -129,24 +129,21 @@ impl ReplicasReport {
             .iter()
             .find(|o| o.when == CountedAt::AfterRequests)
             .filter(|_| self.inputs.global.is_global());
-        match (over, &self.failure) {
-            (Some(over), Some(failure)) => {
-                return Some(format!(
-                    "{}; then the run failed: {failure}",
-                    over.sentence()
-                ));
-            }
-            (Some(over), None) => return Some(over.sentence()),
-            (None, Some(failure)) => return Some(failure.clone()),
-            (None, None) => {}
+        if let Some(over) = over {
+            return Some(match &self.failure {
+                Some(failure) => format!("{}; then the run failed: {failure}", over.sentence()),
+                None => over.sentence(),
+            });
         }
-        let first = self.mismatches.first()?;
-        let more = match self.mismatches.len() {
-            1 => String::new(),
-            n => format!(" (and {} more in mismatches)", n - 1),
-        };
-        Some(format!(
-            "observations differ from the replicas model: {first}{more}"
-        ))
+        self.failure.clone().or_else(|| {
+            let first = self.mismatches.first()?;
+            let more = match self.mismatches.len() {
+                1 => String::new(),
+                n => format!(" (and {} more in mismatches)", n - 1),
+            };
+            Some(format!(
+                "observations differ from the replicas model: {first}{more}"
+            ))
+        })
     }
 }

@@ -23,18 +23,18 @@ use super::evidence::{
     ReplicaEvidence, ReplicasEvidence, Sent,
 };
 use super::inputs::{Engine, ReplicaId, ReplicasInputs};
-use super::model::{self, CrashPlan, PausePlan, holder};
+use super::model::{self, CrashPlan, PausePlan, holder, holds};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
-// The lab's one catcher of Ctrl-C: a pipe opened only while a run catches, rather than
-// Tokio's `signal` feature, which holds descriptors open in every process of the binary.
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
+// The lab's one catcher of Ctrl-C: a pipe opened only while a run catches, rather than
+// Tokio's `signal` feature, which holds descriptors open in every process of the binary.
 use crate::interrupts::Interrupts;
 use crate::label::Label;
 use crate::policy::Front;
-use crate::redis_pool::{GlobalPermits, LocalRedis, LoopbackUrl};
+use crate::redis_pool::{GlobalPermits, LocalRedis};
 
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
 /// and the faults a test injects.
@@ -95,44 +95,34 @@ pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
 pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     let mut run = Run {
         started: Instant::now(),
-        inputs: inputs.clone(),
+        next_probe: inputs.held.get() as u16 + 1,
+        inputs,
         options,
         replicas: Vec::new(),
-        engine: None,
+        local: None,
+        permits: None,
         evidence: ReplicasEvidence::default(),
-        next_probe: inputs.held.get() as u16 + 1,
     };
     // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
     // stopped and reaped, the run's keys deleted, a private redis-server stopped. They stay
     // caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
     // process catches them (another run in the same process, as in tests, goes without).
     let interrupts = Interrupts::catch().ok();
-    let failure = match &interrupts {
+    let ended = match &interrupts {
         Some(interrupts) => tokio::select! {
-            ended = run.steps() => ended.err().map(|e| format!("{e:#}")),
-            () = interrupts.caught() => Some(
+            ended = run.steps() => ended,
+            () = interrupts.caught() => Err(anyhow!(
                 "interrupted by SIGINT or SIGTERM (Ctrl-C): everything the run started was \
                  stopped and its keys deleted"
-                    .to_owned(),
-            ),
+            )),
         },
-        None => run.steps().await.err().map(|e| format!("{e:#}")),
+        None => run.steps().await,
     };
-    let failure = run.close(failure).await;
+    let failure = run.close(ended.err().map(|e| format!("{e:#}"))).await;
     drop(interrupts);
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
-    ReplicasReport::assemble(inputs, evidence, failure)
-}
-
-/// The shared engine of a run with global permits.
-struct EngineHandle {
-    /// A `redis-server` the run started.
-    local: Option<LocalRedis>,
-    url: LoopbackUrl,
-    run: String,
-    /// The coordinator's own connection: to read holders and to clean up.
-    permits: Option<GlobalPermits>,
+    ReplicasReport::assemble(run.inputs, evidence, failure)
 }
 
 /// One replica process and its callers.
@@ -163,7 +153,11 @@ struct Run {
     inputs: ReplicasInputs,
     options: ReplicasOptions,
     replicas: Vec<Replica>,
-    engine: Option<EngineHandle>,
+    /// A `redis-server` the run started (`--global local`).
+    local: Option<LocalRedis>,
+    /// With global permits, the coordinator's own connection to the engine: to read holders
+    /// and to clean up. Its address and the run's id are in the engine's evidence.
+    permits: Option<GlobalPermits>,
     evidence: ReplicasEvidence,
     next_probe: u16,
 }
@@ -186,7 +180,7 @@ impl Run {
             .iter()
             .map(|r| (r.id, r.inside.clone()))
             .collect();
-        if self.engine.is_some() {
+        if self.permits.is_some() {
             let holders = self.engine_holders("reading who holds the permits").await?;
             if let Some(engine) = &mut self.evidence.engine {
                 engine.holders_after_requests = holders;
@@ -250,18 +244,12 @@ impl Run {
             run: run.clone(),
             ..EngineEvidence::default()
         });
-        let engine = self.engine.insert(EngineHandle {
-            local,
-            url,
-            run,
-            permits: None,
-        });
+        self.local = local;
         let slots = u32::try_from(self.inputs.slots.get()).expect("slots are 2 through 4");
-        let permits =
-            GlobalPermits::connect(&url, &engine.run, slots, self.inputs.lease_ms.lease())
-                .await
-                .with_context(|| format!("cannot use the Redis at {url}"))?;
-        engine.permits = Some(permits);
+        let permits = GlobalPermits::connect(&url, &run, slots, self.inputs.lease_ms.lease())
+            .await
+            .with_context(|| format!("cannot use the Redis at {url}"))?;
+        self.permits = Some(permits);
         Ok(())
     }
 
@@ -272,8 +260,8 @@ impl Run {
                 std::env::current_exe().context("cannot find this program to start replicas")?
             }
         };
-        let global = self.engine.as_ref().map(|engine| GlobalSpec {
-            url: engine.url.to_string(),
+        let global = self.evidence.engine.as_ref().map(|engine| GlobalSpec {
+            url: engine.address.clone(),
             run: engine.run.clone(),
             lease_ms: u64::from(self.inputs.lease_ms.get()),
             fencing: self.inputs.fencing.on(),
@@ -326,7 +314,7 @@ impl Run {
         request: Label,
         since: Option<Instant>,
     ) -> Result<Sent> {
-        let (timeout, global) = (self.timeout(), self.engine.is_some());
+        let (timeout, global) = (self.timeout(), self.permits.is_some());
         let replica = self.replica(replica)?;
         replica.send(request);
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
@@ -353,9 +341,16 @@ impl Run {
         self.decide(replica, request, Some(since)).await
     }
 
+    /// The engine's holders on replica `id` now, with their lease left by its clock.
+    async fn holders_on(&self, id: ReplicaId, doing: &str) -> Result<Vec<EngineHolder>> {
+        let mut holders = self.engine_holders(doing).await?;
+        holders.retain(|h| holds(id, &h.holder));
+        Ok(holders)
+    }
+
     /// The engine's holders now, with their lease left by its clock.
     async fn engine_holders(&self, doing: &str) -> Result<Vec<EngineHolder>> {
-        let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+        let permits = self.permits.as_ref();
         let permits = permits.ok_or_else(|| anyhow!("{doing}: no engine"))?;
         let (now, holdings) = permits.holders().await.context(doing.to_owned())?;
         Ok(holdings
@@ -376,7 +371,7 @@ impl Run {
         request: Label,
     ) -> Result<Sent> {
         let timeout = self.timeout();
-        let local = self.engine.as_ref().and_then(|e| e.local.as_ref());
+        let local = self.local.as_ref();
         let local = local.context("stalling Redis needs --global local")?;
         local.stall(true).context("cannot stop redis-server")?;
         let first = ReplicaId::round_robin(1, self.inputs.replicas);
@@ -385,13 +380,13 @@ impl Run {
             self.replica(first)?.await_loss(timeout).await
         };
         let waited = waited.await;
-        if let Some(local) = self.engine.as_ref().and_then(|e| e.local.as_ref()) {
+        if let Some(local) = &self.local {
             local.stall(false).context("cannot continue redis-server")?;
         }
         waited?;
         let replica = self.replica(replica)?;
-        let global = true;
-        let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
+        // Stalling Redis needs global permits.
+        let decided = tokio::time::timeout(timeout, replica.decision(request, true)).await;
         let (decision, held_by) =
             decided.map_err(|_| anyhow!("{} gave no decision on {request}", replica.id))??;
         let sent = Sent {
@@ -409,13 +404,9 @@ impl Run {
         let lost = self.replica(first)?.evidence.lease_losses.last();
         let lost = lost.map(|seen| seen.loss.holder.clone());
         let lost = lost.context("the first replica's lost lease is not recorded")?;
-        let limit = self.lease() + timeout;
-        if !self
-            .until_redis_drops(|holder| holder == lost, limit)
-            .await?
-        {
-            bail!("{lost}'s lost lease did not lapse in Redis");
-        }
+        let lapsed = format!("{lost}'s lost lease did not lapse in Redis");
+        self.until_redis_drops(|holder| holder == lost, lapsed)
+            .await?;
         Ok(sent)
     }
 
@@ -423,49 +414,53 @@ impl Run {
     async fn inject(&mut self) -> Result<()> {
         let timeout = self.timeout();
         if self.options.faults.holders_deleted {
-            let permits = self.engine.as_ref().and_then(|e| e.permits.as_ref());
+            let permits = self.permits.as_ref();
             let permits = permits.context("deleting the holders needs --global")?;
             permits
                 .forget_holders()
                 .await
                 .context("deleting the holders")?;
-            for id in self.holding() {
-                self.replica(id)?.await_loss(timeout).await?;
+            // Each replica holding permits, by its own ledger.
+            for replica in self.replicas.iter_mut().filter(|r| !r.inside.is_empty()) {
+                replica.await_loss(timeout).await?;
             }
         }
         if let Some(id) = self.options.faults.replica_starved {
             self.starve(id).await?;
         }
-        self.inject_deaths().await;
+        let faults = &self.options.faults;
+        if faults.engine_dies
+            && let Some(local) = &mut self.local
+        {
+            // A failed kill means it had already exited: dead either way.
+            let _ = local.kill();
+        }
+        if let Some(id) = faults.replica_dies
+            && let Some(front) = self
+                .replicas
+                .iter()
+                .find(|r| r.id == id)
+                .and_then(|r| r.front.as_ref())
+        {
+            let _ = front.kill();
+        }
         Ok(())
-    }
-
-    /// The replicas holding permits now, by their own ledgers.
-    fn holding(&self) -> Vec<ReplicaId> {
-        let holding = self.replicas.iter().filter(|r| !r.inside.is_empty());
-        holding.map(|r| r.id).collect()
     }
 
     /// Stops replica `id` unannounced until Redis no longer names its holders (read at the
     /// probes' pace), then continues it and waits for it to report its leases lost.
     async fn starve(&mut self, id: ReplicaId) -> Result<()> {
         let timeout = self.timeout();
-        let limit = self.lease() + timeout;
-        let prefix = format!("{id}/");
         let front = self
             .replica(id)?
             .front
             .as_ref()
             .context("the replica is gone")?;
         front.pause().with_context(|| format!("cannot stop {id}"))?;
-        let dropped = self
-            .until_redis_drops(|holder| holder.starts_with(&prefix), limit)
+        let lapsed = format!("{id}'s holders did not lapse while it was stopped");
+        let lapsed = self
+            .until_redis_drops(|holder| holds(id, holder), lapsed)
             .await;
-        let lapsed = match dropped {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(anyhow!("{id}'s holders did not lapse while it was stopped")),
-            Err(why) => Err(why),
-        };
         let replica = self.replica(id)?;
         if let Some(front) = &replica.front {
             front
@@ -476,40 +471,24 @@ impl Run {
         replica.await_loss(timeout).await
     }
 
-    /// Reads Redis's holders at the probes' pace until it names none that `matches`: `true`
-    /// then, `false` if it still does after `limit`.
+    /// Reads Redis's holders at the probes' pace until it names none that `matches`; fails
+    /// saying `otherwise` if it still does after the lease and the safety timeout.
     async fn until_redis_drops(
         &self,
         matches: impl Fn(&str) -> bool,
-        limit: Duration,
-    ) -> Result<bool> {
-        let since = Instant::now();
+        otherwise: String,
+    ) -> Result<()> {
+        let (since, limit) = (Instant::now(), self.lease() + self.timeout());
         let mut pace = pace(self.probe_pace());
         loop {
             let holders = self.engine_holders("reading the holders").await?;
             if !holders.iter().any(|h| matches(&h.holder)) {
-                return Ok(true);
+                return Ok(());
             }
             if since.elapsed() > limit {
-                return Ok(false);
+                bail!(otherwise);
             }
             pace.tick().await;
-        }
-    }
-
-    async fn inject_deaths(&mut self) {
-        let faults = self.options.faults.clone();
-        if faults.engine_dies
-            && let Some(local) = self.engine.as_mut().and_then(|e| e.local.as_mut())
-        {
-            // A failed kill means it had already exited: dead either way.
-            let _ = local.kill();
-        }
-        if let Some(id) = faults.replica_dies
-            && let Ok(replica) = self.replica(id)
-            && let Some(front) = &replica.front
-        {
-            let _ = front.kill();
         }
     }
 
@@ -520,14 +499,8 @@ impl Run {
         // The pause's clock starts before its holders' lease left is read, so that no probe
         // can be admitted sooner on it than that lease left: the model checks exactly that.
         let since = Instant::now();
-        let all = self
-            .engine_holders("reading who holds the permits before the pause")
-            .await?;
-        let prefix = format!("{}/", plan.paused);
-        let holders: Vec<EngineHolder> = all
-            .into_iter()
-            .filter(|h| h.holder.starts_with(&prefix))
-            .collect();
+        let doing = "reading who holds the permits before the pause";
+        let holders = self.holders_on(plan.paused, doing).await?;
         let names: Vec<String> = holders.iter().map(|h| h.holder.clone()).collect();
         let replica = self.replica(plan.paused)?;
         let front = replica
@@ -551,48 +524,33 @@ impl Run {
             ..PauseEvidence::default()
         });
         let limit = self.lease() + self.timeout();
-        let mut pace = pace(self.probe_pace());
         let mut probes = Vec::new();
-        let mut admitted_after_ms = None;
-        let ended = loop {
-            if since.elapsed() > limit {
-                let admitted = probes
-                    .iter()
-                    .filter(|p: &&Sent| p.decision == Decision::Admitted);
-                break Err(match admitted.count() {
-                    0 => anyhow!(
-                        "no probe to {} was admitted within {} ms of pausing {}",
-                        plan.probed,
-                        limit.as_millis(),
-                        plan.paused
-                    ),
-                    n => anyhow!(
-                        "probes to {} were still admitted {} ms into the pause ({n} in all): \
-                         permits kept coming free",
-                        plan.probed,
-                        limit.as_millis()
-                    ),
-                });
-            }
-            let sent = match self.probe(plan.probed, since).await {
-                Ok(sent) => sent,
-                Err(why) => break Err(why),
-            };
-            let names_paused = sent.held_by.iter().any(|h| names.contains(h));
-            let decision = sent.decision;
-            if decision == Decision::Admitted {
-                admitted_after_ms = admitted_after_ms.or(sent.at_ms);
-            }
-            probes.push(sent);
-            match decision {
-                // The paused holders' permits are all taken again: by live holders only.
-                Decision::Refused if !names_paused => break Ok(()),
-                Decision::Refused => {
-                    pace.tick().await;
-                }
-                Decision::Admitted => {}
-            }
+        // The paused holders' permits are all taken again once a refusal names live holders
+        // only.
+        let retaken = |p: &Sent| {
+            p.decision == Decision::Refused && !p.held_by.iter().any(|h| names.contains(h))
         };
+        let probed = self.probe_until(plan.probed, since, limit, &mut probes, retaken);
+        let admitted = |p: &&Sent| p.decision == Decision::Admitted;
+        let ended = match probed.await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(match probes.iter().filter(admitted).count() {
+                0 => anyhow!(
+                    "no probe to {} was admitted within {} ms of pausing {}",
+                    plan.probed,
+                    limit.as_millis(),
+                    plan.paused
+                ),
+                n => anyhow!(
+                    "probes to {} were still admitted {} ms into the pause ({n} in all): \
+                     permits kept coming free",
+                    plan.probed,
+                    limit.as_millis()
+                ),
+            }),
+            Err(why) => Err(why),
+        };
+        let admitted_after_ms = probes.iter().find(admitted).and_then(|p| p.at_ms);
         let in_sections = self
             .replicas
             .iter()
@@ -636,25 +594,18 @@ impl Run {
             .kill()
             .with_context(|| format!("cannot kill {}", plan.killed))?;
         let since = Instant::now();
-        let exit = tokio::time::timeout(timeout, front.wait()).await;
-        let exit = match exit {
+        let exit = match tokio::time::timeout(timeout, front.wait()).await {
             Ok(Ok(exit)) => exit.to_string(),
-            Ok(Err(e)) => return Err(anyhow!("waiting for the killed {}: {e}", plan.killed)),
-            Err(_) => return Err(anyhow!("the killed {} did not end", plan.killed)),
+            Ok(Err(e)) => bail!("waiting for the killed {}: {e}", plan.killed),
+            Err(_) => bail!("the killed {} did not end", plan.killed),
         };
         replica.evidence.exit = Some(exit.clone());
         replica
             .evidence
             .signals
             .push("SIGKILL: crashed holding permits".into());
-        let all = self
-            .engine_holders("reading who holds the permits after the kill")
-            .await?;
-        let prefix = format!("{}/", plan.killed);
-        let dead_holders = all
-            .into_iter()
-            .filter(|h| h.holder.starts_with(&prefix))
-            .collect();
+        let doing = "reading who holds the permits after the kill";
+        let dead_holders = self.holders_on(plan.killed, doing).await?;
         self.evidence.crash = Some(CrashEvidence {
             replica: Some(plan.killed),
             pid,
@@ -663,45 +614,54 @@ impl Run {
             probed: Some(plan.probed),
             ..CrashEvidence::default()
         });
-        let (watch, limit) = if plan.lapses {
-            (None, self.lease() + timeout)
+        let limit = if plan.lapses {
+            self.lease() + timeout
         } else {
-            (Some(self.options.leak_watch), self.options.leak_watch)
+            self.options.leak_watch
         };
-        let mut pace = pace(self.probe_pace());
         let mut probes = Vec::new();
-        let ended = loop {
-            let elapsed = since.elapsed();
-            if elapsed > limit {
-                break match watch {
-                    Some(_) => Ok(()),
-                    None => Err(anyhow!(
-                        "no probe to {} was admitted within {} ms of the kill",
-                        plan.probed,
-                        limit.as_millis()
-                    )),
-                };
-            }
-            let sent = match self.probe(plan.probed, since).await {
-                Ok(sent) => sent,
-                Err(why) => break Err(why),
-            };
-            let admitted = sent.decision == Decision::Admitted;
-            probes.push(sent);
-            if admitted {
-                break Ok(());
-            }
-            pace.tick().await;
+        let admitted = |p: &Sent| p.decision == Decision::Admitted;
+        let probed = self.probe_until(plan.probed, since, limit, &mut probes, admitted);
+        let ended = match probed.await {
+            Ok(false) if plan.lapses => Err(anyhow!(
+                "no probe to {} was admitted within {} ms of the kill",
+                plan.probed,
+                limit.as_millis()
+            )),
+            ended => ended.map(drop),
         };
         if let Some(crash) = &mut self.evidence.crash {
-            crash.window_ms = probes
-                .iter()
-                .find(|p| p.decision == Decision::Admitted)
-                .and_then(|p| p.at_ms);
-            crash.watched_ms = watch.map(|_| millis(since.elapsed()));
+            crash.window_ms = probes.iter().find(|p| admitted(p)).and_then(|p| p.at_ms);
+            crash.watched_ms = (!plan.lapses).then(|| millis(since.elapsed()));
             crash.probes = probes;
         }
         ended
+    }
+
+    /// Probes `probed` (each probe into `probes`) until one is `done`: `true` then; `false`
+    /// once `limit` has passed since `since`. After a refusal that is not done, the next probe
+    /// waits for the probes' pace.
+    async fn probe_until(
+        &mut self,
+        probed: ReplicaId,
+        since: Instant,
+        limit: Duration,
+        probes: &mut Vec<Sent>,
+        done: impl Fn(&Sent) -> bool,
+    ) -> Result<bool> {
+        let mut pace = pace(self.probe_pace());
+        while since.elapsed() <= limit {
+            let sent = self.probe(probed, since).await?;
+            let (done, refused) = (done(&sent), sent.decision == Decision::Refused);
+            probes.push(sent);
+            if done {
+                return Ok(true);
+            }
+            if refused {
+                pace.tick().await;
+            }
+        }
+        Ok(false)
     }
 
     /// Opens every live replica's gate and collects every held caller's response.
@@ -732,28 +692,22 @@ impl Run {
                         ));
                     }
                 };
-                let answer = match call.reply {
+                let (status, error) = match call.reply {
                     // A live replica's held caller must be answered; only a killed one's may not.
                     Err(why) if replica.front.is_some() => {
                         let doing = format!("{}'s caller got no response: {why:#}", call.request);
                         return Err(replica.died(doing).await);
                     }
-                    Ok((status, _)) => ReleasedAnswer {
-                        request: call.request,
-                        replica: replica.id,
-                        status: Some(status),
-                        at_ms: Some(millis(call.at.duration_since(self.started))),
-                        error: None,
-                    },
-                    Err(why) => ReleasedAnswer {
-                        request: call.request,
-                        replica: replica.id,
-                        status: None,
-                        at_ms: Some(millis(call.at.duration_since(self.started))),
-                        error: Some(format!("{why:#}")),
-                    },
+                    Ok((status, _)) => (Some(status), None),
+                    Err(why) => (None, Some(format!("{why:#}"))),
                 };
-                self.evidence.released.push(answer);
+                self.evidence.released.push(ReleasedAnswer {
+                    request: call.request,
+                    replica: replica.id,
+                    status,
+                    at_ms: Some(millis(call.at.duration_since(self.started))),
+                    error,
+                });
             }
         }
         Ok(())
@@ -772,9 +726,7 @@ impl Run {
             None => timeout,
         };
         for replica in &mut self.replicas {
-            if replica.paused
-                && let Err(why) = replica.resume().await
-            {
+            if let Err(why) = replica.resume().await {
                 failure.get_or_insert(format!("{why:#}"));
             }
         }
@@ -804,41 +756,32 @@ impl Run {
                 failure.get_or_insert(problem);
             }
         }
-        if let Some(engine) = self.engine.take() {
-            if let Some(permits) = &engine.permits {
-                match permits.effects().await {
-                    Ok(effects) => {
-                        if let Some(engine) = &mut self.evidence.engine {
-                            engine.effects = effects;
-                        }
-                    }
-                    Err(e) => {
-                        failure.get_or_insert(format!("reading the dependency's log: {e}"));
-                    }
-                }
-                let cleaned = async {
-                    let removed = permits.cleanup().await?;
-                    Ok::<_, crate::redis_pool::GlobalError>((removed, permits.keys_left().await?))
-                };
-                match cleaned.await {
-                    Ok((holders_removed, keys_left)) => {
-                        if let Some(engine) = &mut self.evidence.engine {
-                            engine.cleanup = Some(Cleanup {
-                                holders_removed,
-                                keys_left,
-                            });
-                        }
-                    }
-                    Err(e) => {
-                        failure.get_or_insert(format!("deleting the run's keys: {e}"));
-                    }
+        // The evidence of the engine is there whenever the engine is (see `start_engine`).
+        let permits = self.permits.take();
+        if let (Some(permits), Some(seen)) = (&permits, &mut self.evidence.engine) {
+            match permits.effects().await {
+                Ok(effects) => seen.effects = effects,
+                Err(e) => {
+                    failure.get_or_insert(format!("reading the dependency's log: {e}"));
                 }
             }
-            if let Some(local) = engine.local
-                && let Err(e) = local.stop().await
-            {
-                failure.get_or_insert(format!("stopping the private redis-server: {e:#}"));
+            let cleaned = async {
+                Ok::<_, crate::redis_pool::GlobalError>(Cleanup {
+                    holders_removed: permits.cleanup().await?,
+                    keys_left: permits.keys_left().await?,
+                })
+            };
+            match cleaned.await {
+                Ok(cleanup) => seen.cleanup = Some(cleanup),
+                Err(e) => {
+                    failure.get_or_insert(format!("deleting the run's keys: {e}"));
+                }
             }
+        }
+        if let Some(local) = self.local.take()
+            && let Err(e) = local.stop().await
+        {
+            failure.get_or_insert(format!("stopping the private redis-server: {e:#}"));
         }
         failure
     }
@@ -850,34 +793,27 @@ impl Run {
         stopped: Result<crate::front_process::StoppedFront, crate::front_process::FrontError>,
     ) -> Option<String> {
         let replica = self.replica(id).ok()?;
-        match stopped {
+        let error = match stopped {
             Ok(closed) => {
                 for message in closed.trailing {
-                    match message {
-                        FromFront::Event(event) => replica.observe(&event),
-                        FromFront::LeaseLost(loss) => replica.lost(loss),
-                        _ => {}
-                    }
+                    // No failure trails a stop: the front's stop would have failed instead.
+                    let _ = replica.take(message);
                 }
-                let stopped = closed.stopped;
-                let evidence = &mut replica.evidence;
+                let (stopped, evidence) = (closed.stopped, &mut replica.evidence);
                 evidence.ledger = Some(stopped.ledger);
                 evidence.final_state = Some(stopped.final_state);
                 evidence.permits = stopped.permits;
                 evidence.exit = Some(closed.exit.to_string());
-                let problem = stopped
-                    .error
-                    .map(|e| format!("{id} did not stop cleanly: {e}"));
-                evidence.problem.clone_from(&problem);
-                problem
+                stopped.error
             }
             Err(e) => {
                 replica.evidence.exit = e.exit.as_ref().map(ToString::to_string);
-                let problem = format!("{id} did not stop cleanly: {e}");
-                replica.evidence.problem = Some(problem.clone());
-                Some(problem)
+                Some(e.to_string())
             }
-        }
+        };
+        let problem = error.map(|e| format!("{id} did not stop cleanly: {e}"));
+        replica.evidence.problem.clone_from(&problem);
+        problem
     }
 }
 
@@ -918,16 +854,11 @@ impl Replica {
         let waited = tokio::time::timeout(timeout, async {
             while self.evidence.lease_losses.len() == before {
                 let front = self.front.as_mut().ok_or_else(|| anyhow!("{id} is gone"))?;
-                match front.next().await {
-                    Ok(Some(FromFront::Event(event))) => self.observe(&event),
-                    Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
-                    Ok(Some(FromFront::Failed { reason })) => {
-                        return Err(anyhow!("{id} failed: {reason}"));
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Err(anyhow!("{id} ended its messages")),
-                    Err(e) => return Err(e).with_context(|| format!("reading {id}'s messages")),
-                }
+                let message = front.next().await;
+                match message.with_context(|| format!("reading {id}'s messages"))? {
+                    Some(message) => self.take(message)?,
+                    None => bail!("{id} ended its messages"),
+                };
             }
             Ok(())
         });
@@ -939,12 +870,25 @@ impl Replica {
         })?
     }
 
-    /// Follows the replica's own ledger: what is inside its work section.
-    fn observe(&mut self, event: &WorkEvent) {
-        match (event.event, event.request) {
-            (Event::Admitted, Some(request)) => self.inside.push(request),
-            (Event::Finished, Some(request)) => self.inside.retain(|&r| r != request),
-            _ => {}
+    /// Takes in one of the replica's messages: follows its own ledger (what is inside its
+    /// work section) and records the leases it found lost. Returns the message's ledger event,
+    /// if it was one; an error if the replica failed.
+    fn take(&mut self, message: FromFront) -> Result<Option<WorkEvent>> {
+        match message {
+            FromFront::Event(event) => {
+                match (event.event, event.request) {
+                    (Event::Admitted, Some(request)) => self.inside.push(request),
+                    (Event::Finished, Some(request)) => self.inside.retain(|&r| r != request),
+                    _ => {}
+                }
+                Ok(Some(event))
+            }
+            FromFront::LeaseLost(loss) => {
+                self.lost(loss);
+                Ok(None)
+            }
+            FromFront::Failed { reason } => Err(anyhow!("{} failed: {reason}", self.id)),
+            _ => Ok(None),
         }
     }
 
@@ -958,21 +902,18 @@ impl Replica {
             tokio::select! {
                 // Events first: a hold is recorded before anything else can answer.
                 biased;
-                message = front.next() => match message {
-                    Ok(Some(FromFront::Event(event))) => {
-                        self.observe(&event);
-                        if event.request == Some(request) && event.event == Event::Held {
-                            return Ok((Decision::Admitted, Vec::new()));
-                        }
+                message = front.next() => {
+                    let message = message.with_context(|| format!("reading {id}'s messages"))?;
+                    let Some(message) = message else {
+                        return Err(self.died(format!("waiting for {request}")).await);
+                    };
+                    if let Some(event) = self.take(message)?
+                        && event.request == Some(request)
+                        && event.event == Event::Held
+                    {
+                        return Ok((Decision::Admitted, Vec::new()));
                     }
-                    Ok(Some(FromFront::LeaseLost(loss))) => self.lost(loss),
-                    Ok(Some(FromFront::Failed { reason })) => {
-                        return Err(anyhow!("{id} failed: {reason}"));
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return Err(self.died(format!("waiting for {request}")).await),
-                    Err(e) => return Err(e).with_context(|| format!("reading {id}'s messages")),
-                },
+                }
                 Some(joined) = self.callers.join_next() => {
                     let call = joined.context("a caller task failed")?;
                     if call.reply.is_err() {
@@ -1038,14 +979,13 @@ impl Replica {
         if !self.paused {
             return Ok(());
         }
+        self.paused = false;
         if let Some(front) = &self.front
             && front.resume().is_err()
         {
             // The only way SIGCONT fails on our own unreaped child: it is no longer there.
-            self.paused = false;
             return Err(self.died("while it was paused".into()).await);
         }
-        self.paused = false;
         self.evidence.signals.push("SIGCONT: continued".into());
         Ok(())
     }
