@@ -138,6 +138,8 @@ struct Replica {
     paused: bool,
     /// When the run began: lease losses and answers are timed from it.
     started: Instant,
+    /// The run's safety timeout: how long a process that ended may take to be reaped.
+    safety_timeout: Duration,
     evidence: ReplicaEvidence,
 }
 
@@ -288,6 +290,7 @@ impl Run {
                 inside: Vec::new(),
                 paused: false,
                 started: self.started,
+                safety_timeout: self.options.safety_timeout,
                 evidence: ReplicaEvidence {
                     id,
                     pid: front.pid(),
@@ -965,7 +968,7 @@ impl Replica {
         let Some(front) = &mut self.front else {
             return anyhow!("{id} is gone ({doing})");
         };
-        match tokio::time::timeout(SAFETY_TIMEOUT, front.wait()).await {
+        match tokio::time::timeout(self.safety_timeout, front.wait()).await {
             Ok(Ok(exit)) => {
                 self.evidence.exit = Some(exit.to_string());
                 anyhow!("{id} died unexpectedly ({doing}): its process {exit}")
