@@ -82,12 +82,11 @@ impl<'a> RoomOfRun<'a> {
 pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str) -> Checked {
     let mut findings = Vec::new();
     let mut differences = Vec::new();
-    let at = |path: &[&str]| format!("{prefix}{}", pointer(path));
     let last = report.policies.len().saturating_sub(1);
     for (i, policy) in report.policies.iter().enumerate() {
         // The lab stops at the first policy that fails, so only the last one can be cut short.
         let cut_short = report.failure.is_some() && i == last;
-        let base = at(&["policies", &i.to_string()]);
+        let base = format!("{prefix}{}", pointer(&["policies", &i.to_string()]));
         let mut check = PolicyCheck::new(report, policy, room, base, cut_short);
         check.run();
         if !check.differences.is_empty() && i != last {
@@ -99,66 +98,68 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             );
         }
         if check.dropped > 0 {
-            let more = format!(
-                "{}: and {} more contradictions, left out",
-                policy.mode.name(),
-                check.dropped
-            );
             check.findings.push(Finding {
                 pointer: check.base.clone(),
-                says: more,
+                says: format!(
+                    "{}: and {} more contradictions, left out",
+                    policy.mode.name(),
+                    check.dropped
+                ),
             });
         }
         findings.extend(check.findings);
         differences.push(check.differences);
     }
 
+    let mut find = |path: &[&str], says: String| {
+        let pointer = format!("{prefix}{}", pointer(path));
+        findings.push(Finding { pointer, says });
+    };
     let runner = &report.runner;
     // Another version may describe its fronts in other words.
     if runner.version == env!("CARGO_PKG_VERSION") && runner.server != runner.front.describe() {
-        findings.push(Finding {
-            pointer: at(&["runner", "server"]),
-            says: format!(
+        find(
+            &["runner", "server"],
+            format!(
                 "the runner says the {} front ran, but describes another front's server: {}",
                 runner.front.name(),
                 runner.server
             ),
-        });
+        );
     }
-    let modes = report.inputs.mode.modes();
-    let claims = report.matches_model;
-    if claims != report.failure.is_none() {
-        findings.push(Finding {
-            pointer: at(&["matches_model"]),
-            says: match claims {
-                true => {
-                    "the report says it matched the policy model, and also that it failed".into()
-                }
-                false => "the report says it did not match the policy model, but records no \
-                          failure: a run that differs says why in \"failure\""
-                    .into(),
-            },
-        });
+    match (report.matches_model, &report.failure) {
+        (true, Some(_)) => find(
+            &["matches_model"],
+            "the report says it matched the policy model, and also that it failed".into(),
+        ),
+        (false, None) => find(
+            &["matches_model"],
+            "the report says it did not match the policy model, but records no failure: a run \
+             that differs says why in \"failure\""
+                .into(),
+        ),
+        _ => {}
     }
-    let first = differences
-        .iter()
-        .zip(&report.policies)
-        .find_map(|(d, p)| d.first().map(|d| format!("{}: {d}", p.mode.name())));
     if report.failure.is_none() {
-        if let Some(first) = &first {
-            findings.push(Finding {
-                pointer: at(&["matches_model"]),
-                says: format!(
+        let first = differences
+            .iter()
+            .zip(&report.policies)
+            .find_map(|(d, p)| d.first().map(|d| format!("{}: {d}", p.mode.name())));
+        if let Some(first) = first {
+            find(
+                &["matches_model"],
+                format!(
                     "the report says it matched the policy model, but its own evidence does not: \
                      {first}"
                 ),
-            });
+            );
         }
+        let modes = report.inputs.mode.modes();
         if report.policies.len() < modes.len() {
             let ran: Vec<&str> = report.policies.iter().map(|p| p.mode.name()).collect();
-            findings.push(Finding {
-                pointer: at(&["policies"]),
-                says: format!(
+            find(
+                &["policies"],
+                format!(
                     "--mode {} runs {} policies, but the report holds {} ({}) and records no \
                      failure that stopped it",
                     report.inputs.mode.name(),
@@ -170,21 +171,11 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                         ran.join(", ")
                     }
                 ),
-            });
+            );
         }
     }
-
-    let verdict = if !findings.is_empty() {
-        Recheck::DoesNotHold { findings }
-    } else if let Some(failure) = &report.failure {
-        Recheck::DidNotMatch {
-            reason: failure.clone(),
-        }
-    } else {
-        Recheck::Matched
-    };
     Checked {
-        verdict,
+        verdict: Recheck::of(findings, report.failure.clone()),
         differences,
     }
 }
@@ -258,10 +249,7 @@ fn answer_differs(
     route: Route,
 ) -> Option<String> {
     let pool = event.pool;
-    let kind = match route {
-        Route::Slow => "slow",
-        Route::Fast => "fast",
-    };
+    let kind = route.path().trim_start_matches('/');
     let expected = match (event.event, status) {
         (Event::Admitted, 200) => json!({ "request": request, "pool": pool }),
         (Event::Refused, 503) => {
@@ -301,22 +289,13 @@ fn answer_differs(
     })
 }
 
-/// The ledger's state after some prefix of the events.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct LedgerState {
-    active: BTreeMap<Pool, usize>,
-    held_at_gate: Vec<Label>,
-    refused: Vec<Label>,
-}
-
-/// Words for what a snapshot or a state shows.
-fn showing(active: &BTreeMap<Pool, usize>, held: &[Label], refused: &[Label]) -> String {
-    let taken: Vec<String> = active.iter().map(|(p, n)| format!("{p} {n}")).collect();
+/// Words for what a snapshot, the observer's or the replay's, shows.
+fn showing(state: &Snapshot) -> String {
     format!(
         "held at the gate {}, refused {}, permits taken {}",
-        labels(held),
-        labels(refused),
-        taken.join(", ")
+        labels(&state.held_at_gate),
+        labels(&state.refused),
+        counts(&state.active_work)
     )
 }
 
@@ -339,7 +318,7 @@ struct Replayed<'a> {
     /// The `seq` of the gate's first opening.
     gate: Option<u64>,
     /// The state after the last event.
-    end: LedgerState,
+    end: Snapshot,
     /// The snapshots, and whether the ledger showed each at a moment of its step.
     watch: Vec<Watch<'a>>,
 }
@@ -357,12 +336,12 @@ struct Watch<'a> {
     /// only grow, so one comparison serves every position at that length.
     refused: Option<(usize, bool)>,
     /// The state at the window's end, for the message.
-    last: Option<LedgerState>,
+    last: Option<Snapshot>,
 }
 
 impl Watch<'_> {
     /// Looks at `state`, the ledger after `k` events.
-    fn look(&mut self, k: usize, state: &LedgerState) {
+    fn look(&mut self, k: usize, state: &Snapshot) {
         if k < self.from || k > self.to {
             return;
         }
@@ -370,7 +349,7 @@ impl Watch<'_> {
             self.last = Some(state.clone());
         }
         if self.seen
-            || state.active != self.snapshot.active_work
+            || state.active_work != self.snapshot.active_work
             || state.held_at_gate != self.snapshot.held_at_gate
             || state.refused.len() != self.snapshot.refused.len()
         {
@@ -509,20 +488,19 @@ impl<'a> PolicyCheck<'a> {
 
         // Tasks are aborted only when a run fails.
         let aborted = [
-            ("client_tasks_aborted", file.client_tasks_aborted),
+            (&["client_tasks_aborted"][..], file.client_tasks_aborted),
             (
-                "server/connection_tasks_aborted",
+                &["server", "connection_tasks_aborted"],
                 file.server
                     .as_ref()
                     .map_or(0, |s| s.connection_tasks_aborted),
             ),
         ];
-        for (field, count) in aborted.into_iter().filter(|(_, n)| *n > 0) {
-            if self.report.failure.is_none() {
-                let path: Vec<&str> = field.split('/').collect();
+        for (path, count) in aborted {
+            if count > 0 && self.report.failure.is_none() {
                 self.find(
-                    &path,
-                    format!("{field} is {count}, yet the report records no failure: tasks are aborted only when a run fails"),
+                    path,
+                    format!("{} is {count}, yet the report records no failure: tasks are aborted only when a run fails", path.join("/")),
                 );
             }
         }
@@ -564,41 +542,36 @@ impl<'a> PolicyCheck<'a> {
             );
         }
         let stored = &file.model;
-        if stored.matches != stored.mismatches.is_empty() {
-            self.find(
-                &["model", "matches"],
-                match stored.matches {
-                    true => "the model block says the run matched, and lists differences too",
-                    false => "the model block says the run did not match, but lists no difference",
-                }
-                .into(),
-            );
-        } else if stored.matches
-            && let Some(first) = self.differences.first().cloned()
-        {
-            self.find(
-                &["model", "matches"],
-                format!("the model block says the run matched, but its evidence does not: {first}"),
-            );
-        } else if !stored.matches && self.differences.is_empty() {
-            self.find(
-                &["model", "matches"],
+        let listed = !stored.mismatches.is_empty();
+        let says = match (stored.matches, listed, self.differences.first()) {
+            (true, true, _) => {
+                "the model block says the run matched, and lists differences too".into()
+            }
+            (false, false, _) => {
+                "the model block says the run did not match, but lists no difference".into()
+            }
+            (true, false, Some(first)) => {
+                format!("the model block says the run matched, but its evidence does not: {first}")
+            }
+            (false, true, None) => {
                 "the model block lists differences from the model, but its evidence shows none"
-                    .into(),
-            );
-        }
+                    .into()
+            }
+            _ => return,
+        };
+        self.find(&["model", "matches"], says);
     }
 
     /// Replays the ledger: checks each event's order, request, pool, place in its request's
-    /// life and count of taken permits. Returns the events with each refusal's holders filled
-    /// in, the state after each prefix (`states[k]` after `k` events), each request's decision,
-    /// and the `seq` at which the gate opened.
+    /// life and count of taken permits, and watches for the observer's snapshots along the way.
+    /// `None` once a pool admits beyond its capacity: nothing after that can be replayed.
     fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);
         let mut events = self.file.work_events.clone();
-        let mut state = LedgerState {
-            active: policy.per_pool(|_| 0),
+        // The ledger's state after the events so far, in the observer's terms.
+        let mut state = Snapshot {
+            active_work: policy.per_pool(|_| 0),
             held_at_gate: Vec::new(),
             refused: Vec::new(),
         };
@@ -612,7 +585,7 @@ impl<'a> PolicyCheck<'a> {
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
-        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        let file = self.file;
         for (i, e) in events.iter_mut().enumerate() {
             let at = i.to_string();
             let path = ["work_events", at.as_str()];
@@ -621,7 +594,9 @@ impl<'a> PolicyCheck<'a> {
             if seq != want && !order_broken {
                 order_broken = true;
                 let says = match i {
-                    _ if seq > want && seqs[i..].contains(&want) => {
+                    _ if seq > want
+                        && file.work_events[i..].iter().any(|later| later.seq == want) =>
+                    {
                         format!("work_events are out of order: seq {seq} comes before seq {want}")
                     }
                     0 => format!(
@@ -685,8 +660,7 @@ impl<'a> PolicyCheck<'a> {
                         ),
                         Some(_) => {}
                     }
-                    if !e.cancelled || e.event == Event::Finished {
-                    } else {
+                    if e.cancelled && e.event != Event::Finished {
                         self.find(&path, format!("{request}'s {event} event says its work was cancelled; only work that leaves is"));
                     }
                     let before = decided.get(&request).copied();
@@ -702,16 +676,16 @@ impl<'a> PolicyCheck<'a> {
                                     ),
                                 );
                             } else {
-                                let decision = if e.event == Event::Admitted {
-                                    Decision::Admitted
-                                } else {
-                                    Decision::Refused
+                                let decision = match e.event {
+                                    Event::Admitted => Decision::Admitted,
+                                    _ => Decision::Refused,
                                 };
+                                let index = i;
                                 decided.insert(
                                     request,
                                     Decided {
                                         seq,
-                                        index: i,
+                                        index,
                                         decision,
                                     },
                                 );
@@ -719,7 +693,7 @@ impl<'a> PolicyCheck<'a> {
                             if e.event == Event::Admitted {
                                 inside.insert(request);
                                 holders.entry(e.pool).or_default().push(request);
-                                let active = state.active.entry(e.pool).or_default();
+                                let active = state.active_work.entry(e.pool).or_default();
                                 *active += 1;
                                 let capacity = policy.capacity(e.pool);
                                 if *active > capacity {
@@ -771,7 +745,7 @@ impl<'a> PolicyCheck<'a> {
                                     h.retain(|&r| r != request);
                                 }
                                 state.held_at_gate.retain(|&r| r != request);
-                                let active = state.active.entry(e.pool).or_default();
+                                let active = state.active_work.entry(e.pool).or_default();
                                 *active = active.saturating_sub(1);
                             } else if finished.contains_key(&request) {
                                 self.find(
@@ -788,7 +762,7 @@ impl<'a> PolicyCheck<'a> {
                     }
                 }
             }
-            let taken = state.active.get(&e.pool).copied().unwrap_or(0);
+            let taken = state.active_work.get(&e.pool).copied().unwrap_or(0);
             if e.active_after != taken {
                 let capacity = policy.capacity(e.pool);
                 let who = e.request.map_or("the gate".to_owned(), |r| r.to_string());
@@ -1170,13 +1144,9 @@ impl<'a> PolicyCheck<'a> {
             let says = match &watch.last {
                 Some(s) => format!(
                     "{name} disagrees with the ledger: it shows {}, but {} the ledger shows {}",
-                    showing(
-                        &snapshot.active_work,
-                        &snapshot.held_at_gate,
-                        &snapshot.refused
-                    ),
+                    showing(snapshot),
                     watch.when,
-                    showing(&s.active, &s.held_at_gate, &s.refused)
+                    showing(s)
                 ),
                 None => format!("{name} was recorded at no moment the ledger reached"),
             };
@@ -1185,13 +1155,14 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// The final state must be where the ledger ends: its permits, and the gate.
-    fn final_state(&mut self, at_end: &LedgerState, gate: Option<u64>) {
+    fn final_state(&mut self, at_end: &Snapshot, gate: Option<u64>) {
         let end = &self.file.final_state;
-        let last = &at_end.active;
+        let last = &at_end.active_work;
         for (pool, capacity) in self.policy.capacities() {
             let taken = last.get(&pool).copied().unwrap_or(0);
             let active = end.active_work.get(&pool).copied();
             let available = end.available_permits.get(&pool).copied();
+            let returned = capacity.saturating_sub(taken);
             if active != Some(taken) {
                 self.find(
                     &["final_state", "active_work"],
@@ -1201,35 +1172,26 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            if available != Some(capacity - taken.min(capacity)) {
+            if available != Some(returned) {
                 self.find(
                     &["final_state", "available_permits"],
                     format!(
-                        "final_state says {} of the {pool} pool's {capacity} permits are back, but its work events return {}",
+                        "final_state says {} of the {pool} pool's {capacity} permits are back, but its work events return {returned}",
                         available.map_or("none".to_owned(), |a| a.to_string()),
-                        capacity - taken.min(capacity)
                     ),
                 );
             }
         }
-        let gate_says = match end.gate {
-            GateState::Open => gate.is_some(),
-            GateState::Closed | GateState::Abandoned => gate.is_none(),
+        let says = match (end.gate, gate) {
+            (GateState::Closed | GateState::Abandoned, Some(seq)) => {
+                format!("final_state says the gate is not open, but it opened at seq {seq}")
+            }
+            (GateState::Open, None) => {
+                "final_state says the gate is open, but the ledger has no gate_opened event".into()
+            }
+            _ => return,
         };
-        if !gate_says {
-            self.find(
-                &["final_state", "gate"],
-                match gate {
-                    Some(seq) => {
-                        format!("final_state says the gate is not open, but it opened at seq {seq}")
-                    }
-                    None => {
-                        "final_state says the gate is open, but the ledger has no gate_opened event"
-                            .into()
-                    }
-                },
-            );
-        }
+        self.find(&["final_state", "gate"], says);
     }
 }
 
