@@ -19,10 +19,10 @@ use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
-use crate::policy::{Mode, Policy, Pool, Route};
+use crate::policy::{Policy, Pool, Route};
 use crate::report::{PolicyReport, Report};
 
-use super::read::SavedSession;
+use super::read::{SavedRoomGate, SavedSession};
 use super::{Recheck, pointer};
 
 /// A contradiction in a saved report, in words a student reads, and where it is.
@@ -44,37 +44,13 @@ pub(crate) struct Checked {
 }
 
 /// The room's part in one run of a classroom session: the route of each room request (the
-/// session's, read once), and the room gates closed on that run's ledger (`mode`, closed after,
-/// opened after).
+/// session's, read once), and the session's room gates, of which those closed on this run's
+/// ledger apply.
 #[derive(Debug)]
 pub(crate) struct RoomOfRun<'a> {
-    routes: &'a BTreeMap<Label, Route>,
-    gates: Vec<(Mode, u64, Option<u64>)>,
-}
-
-/// The route of each of the room's requests in `session`.
-pub(crate) fn room_routes(session: &SavedSession) -> BTreeMap<Label, Route> {
-    let routes = session.room_requests.iter();
-    routes.map(|r| (r.request, r.route)).collect()
-}
-
-impl<'a> RoomOfRun<'a> {
-    /// The room's part in run `run` of `session`, whose room's requests go to `routes`.
-    pub(crate) fn of(
-        session: &SavedSession,
-        routes: &'a BTreeMap<Label, Route>,
-        run: usize,
-    ) -> Self {
-        RoomOfRun {
-            routes,
-            gates: session
-                .room_gates
-                .iter()
-                .filter(|g| g.run == run)
-                .map(|g| (g.mode, g.closed_after_event, g.opened_after_event))
-                .collect(),
-        }
-    }
+    pub(crate) routes: &'a BTreeMap<Label, Route>,
+    pub(crate) gates: &'a [SavedRoomGate],
+    pub(crate) run: usize,
 }
 
 /// Checks `report`, found at `prefix` in the file (`""`, or `/runs/<i>` in a classroom report);
@@ -84,10 +60,22 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     let mut differences = Vec::new();
     let last = report.policies.len().saturating_sub(1);
     for (i, policy) in report.policies.iter().enumerate() {
-        // The lab stops at the first policy that fails, so only the last one can be cut short.
-        let cut_short = report.failure.is_some() && i == last;
-        let base = format!("{prefix}{}", pointer(&["policies", &i.to_string()]));
-        let mut check = PolicyCheck::new(report, policy, room, base, cut_short);
+        let mut check = PolicyCheck {
+            report,
+            file: policy,
+            policy: Policy {
+                mode: policy.mode,
+                slots: report.inputs.slots,
+            },
+            room,
+            base: format!("{prefix}{}", pointer(&["policies", &i.to_string()])),
+            // The lab stops at the first policy that fails, so only the last one can be cut
+            // short.
+            cut_short: report.failure.is_some() && i == last,
+            findings: Vec::new(),
+            dropped: 0,
+            differences: Vec::new(),
+        };
         check.run();
         if !check.differences.is_empty() && i != last {
             check.find(
@@ -387,29 +375,6 @@ struct PolicyCheck<'a> {
 const MAX_FINDINGS: usize = 40;
 
 impl<'a> PolicyCheck<'a> {
-    fn new(
-        report: &'a Report,
-        file: &'a PolicyReport,
-        room: Option<&'a RoomOfRun<'a>>,
-        base: String,
-        cut_short: bool,
-    ) -> Self {
-        PolicyCheck {
-            report,
-            file,
-            policy: Policy {
-                mode: file.mode,
-                slots: report.inputs.slots,
-            },
-            room,
-            base,
-            cut_short,
-            findings: Vec::new(),
-            dropped: 0,
-            differences: Vec::new(),
-        }
-    }
-
     fn find(&mut self, path: &[&str], says: String) {
         // A report edited at its root contradicts itself everywhere after; the first ones say
         // what a reader needs.
@@ -848,8 +813,10 @@ impl<'a> PolicyCheck<'a> {
         let Some(room) = self.room.filter(|_| request.from_room()) else {
             return false;
         };
-        room.gates.iter().any(|&(mode, closed, opened)| {
-            mode == self.policy.mode && closed < seq && opened.is_none_or(|o| seq <= o)
+        room.gates.iter().any(|g| {
+            (g.run, g.mode) == (room.run, self.policy.mode)
+                && g.closed_after_event < seq
+                && g.opened_after_event.is_none_or(|o| seq <= o)
         })
     }
 
@@ -1038,17 +1005,16 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            let decisive = match d.decision {
-                Decision::Admitted => finished_at(request),
-                Decision::Refused => Some(d.seq),
+            let (decisive, what) = match d.decision {
+                Decision::Admitted => (finished_at(request), "its work left the section"),
+                Decision::Refused => (Some(d.seq), "its refusal"),
             };
             match decisive {
                 Some(seq) if r.after_event < seq => self.find(
                     &path,
                     format!(
-                        "{request}'s response arrived after seq {}, before {} at seq {seq}: the permit leaves before the response is sent",
+                        "{request}'s response arrived after seq {}, before {what} at seq {seq}: the permit leaves before the response is sent",
                         r.after_event,
-                        if d.decision == Decision::Admitted { "its work left the section" } else { "its refusal" }
                     ),
                 ),
                 None if r.status == 200 => self.find(

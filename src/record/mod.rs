@@ -32,9 +32,10 @@ pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
 use crate::evidence::{AdmissionRecord, Decision, Phase, ResponseRecord};
+use crate::lab;
 use crate::label::Label;
 use crate::outcome::Outcome;
-use crate::policy::{Inputs, Mode, Policy, Pool, Route};
+use crate::policy::{Inputs, Mode, Pool, Route};
 use crate::report::{PolicyReport, Report};
 
 /// The first line of the individual record: who ran it (the lab fills in the rest of it).
@@ -183,9 +184,14 @@ impl SessionRecord {
         let mut findings = Vec::new();
         let mut failed = None;
         let mut runs = Vec::new();
-        let routes = check::room_routes(session);
+        let routes = session.room_requests.iter();
+        let routes = routes.map(|r| (r.request, r.route)).collect();
         for (i, run) in session.runs.iter().enumerate() {
-            let room = RoomOfRun::of(session, &routes, i);
+            let room = RoomOfRun {
+                routes: &routes,
+                gates: &session.room_gates,
+                run: i,
+            };
             let prefix = pointer(&["runs", &i.to_string()]);
             let checked = check::report(run, Some(&room), &prefix);
             match &checked.verdict {
@@ -427,15 +433,6 @@ impl Record {
     /// session's report) in the file named `file` (a shell word), as `checked` found it.
     pub(crate) fn of(report: &Report, file: &str, prefix: &str, checked: &Checked) -> Self {
         let (inputs, runner) = (report.inputs, &report.runner);
-        let prediction = inputs.mode.modes().iter().map(|&mode| {
-            let policy = Policy {
-                mode,
-                slots: inputs.slots,
-            };
-            // The executor's wait (`--work`) changes what the model expects.
-            let shape = (runner.front, report.executor);
-            Outcome::predicted_on(policy, inputs.held, shape)
-        });
         let mut evidence = Vec::new();
         if !matches!(checked.verdict, Recheck::DoesNotHold { .. }) {
             if let Some(reason) = &report.failure {
@@ -481,7 +478,8 @@ impl Record {
             version: format!("{} {}", runner.name, runner.version),
             runner: described,
             inputs,
-            prediction: prediction.collect(),
+            // The executor's wait (`--work`) changes what the model expects.
+            prediction: lab::predict_on(inputs, (runner.front, report.executor)),
             verdict: checked.verdict.clone(),
             matches_model: checked.verdict == Recheck::Matched,
             evidence,
