@@ -10,17 +10,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::GateState;
+use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Policy, Pool, Route};
 use crate::report::{PolicyReport, Report};
+use crate::server;
 
 use super::read::{SavedRoomGate, SavedSession};
 use super::{Recheck, pointer};
@@ -228,7 +229,7 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
 }
 
 /// How `status` and `body` differ from what the lab's front answers `request` after the
-/// ledger's decision `event`, if they do.
+/// ledger's decision `event` ([`server::answer`], both fronts' reply), if they do.
 fn answer_differs(
     request: Label,
     status: u16,
@@ -238,15 +239,17 @@ fn answer_differs(
 ) -> Option<String> {
     let pool = event.pool;
     let kind = route.path().trim_start_matches('/');
-    let expected = match (event.event, status) {
-        (Event::Admitted, 200) => json!({ "request": request, "pool": pool }),
-        (Event::Refused, 503) => {
-            json!({ "error": "work_capacity_full", "pool": pool, "request": request })
-        }
+    let verdict = match (event.event, status) {
+        (Event::Admitted, 200) => Verdict::Done(pool),
+        // A refusal by a pool of this process: its holders are in the ledger, not the body.
+        (Event::Refused, 503) => Verdict::Refused(Refusal {
+            request,
+            pool,
+            held_by: Vec::new(),
+            holders: Vec::new(),
+        }),
         // A failed run gives up on the work it holds, and says so.
-        (Event::Admitted, 503) if body["error"] == "work_abandoned" => {
-            json!({ "error": "work_abandoned", "pool": pool, "request": request })
-        }
+        (Event::Admitted, 503) if body["error"] == "work_abandoned" => Verdict::Abandoned(pool),
         (Event::Refused, 200) => {
             return Some(format!(
                 "{request}'s evidence says 200 but the ledger shows no {kind} admission: the \
@@ -269,6 +272,7 @@ fn answer_differs(
             ));
         }
     };
+    let expected = server::answer(request, verdict).body;
     (*body != expected).then(|| {
         format!(
             "{request}'s response is {status}, but its body {body} is not the one the lab's front \
@@ -763,17 +767,15 @@ impl<'a> PolicyCheck<'a> {
     /// events: `k` is the state after the first `k`.
     fn watches(&self, events: &[WorkEvent]) -> Vec<Watch<'a>> {
         let observed = &self.file.observed;
-        let f1: Vec<usize> = (0..events.len())
-            .filter(|&i| events[i].request == Some(Label::F1))
-            .collect();
-        let opened = (0..events.len())
-            .find(|&i| events[i].event == Event::GateOpened)
-            .unwrap_or(events.len());
-        let first_f1 = f1.first().copied().unwrap_or(opened);
-        let held_sent = (0..opened.min(first_f1))
-            .rfind(|&i| matches!(events[i].request, Some(Label::Slow(_))))
+        let is_f1 = |e: &WorkEvent| e.request == Some(Label::F1);
+        let opened = events.iter().position(|e| e.event == Event::GateOpened);
+        let opened = opened.unwrap_or(events.len());
+        let first_f1 = events.iter().position(is_f1).unwrap_or(opened);
+        let held_sent = events[..opened.min(first_f1)]
+            .iter()
+            .rposition(|e| matches!(e.request, Some(Label::Slow(_))))
             .map_or(0, |i| i + 1);
-        let after_f1 = f1.last().map_or(opened, |&i| i + 1);
+        let after_f1 = events.iter().rposition(is_f1).map_or(opened, |i| i + 1);
         let windows = [
             (
                 "observer_before_fast",
@@ -1102,10 +1104,7 @@ impl<'a> PolicyCheck<'a> {
 
     /// The observer's snapshots must be the ledger's state at some moment of their step.
     fn snapshots(&mut self, replayed: &Replayed<'_>) {
-        for watch in &replayed.watch {
-            if watch.seen {
-                continue;
-            }
+        for watch in replayed.watch.iter().filter(|w| !w.seen) {
             let (name, snapshot) = (watch.name, watch.snapshot);
             let says = match &watch.last {
                 Some(s) => format!(
@@ -1168,6 +1167,8 @@ fn counts(map: &BTreeMap<Pool, usize>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::lab::fixtures;
 
