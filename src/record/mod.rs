@@ -337,7 +337,7 @@ impl Line {
 }
 
 /// What an evidence pointer points at, as the record states it. Each variant names the fields
-/// of the value at the pointer that it states; `tests/record.rs` checks them there.
+/// of the value at the pointer that it states; `tests/lab/record.rs` checks them there.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Says {
