@@ -218,8 +218,8 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 room.mode.name()
             )),
             (Some(status), Some(event)) => {
-                let body = room.body.clone().unwrap_or(Value::Null);
-                if let Some(says) = answer_differs(request, status, &body, event, room.route) {
+                let body = room.body.as_ref().unwrap_or(&Value::Null);
+                if let Some(says) = answer_differs(request, status, body, event, room.route) {
                     find(says);
                 }
             }
