@@ -10,19 +10,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::GateState;
+use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
-use crate::policy::{Mode, Policy, Pool, Route};
+use crate::policy::{Policy, Pool, Route};
 use crate::report::{PolicyReport, Report};
+use crate::server;
 
-use super::read::SavedSession;
+use super::read::{SavedRoomGate, SavedSession};
 use super::{Recheck, pointer};
 
 /// A contradiction in a saved report, in words a student reads, and where it is.
@@ -44,37 +45,13 @@ pub(crate) struct Checked {
 }
 
 /// The room's part in one run of a classroom session: the route of each room request (the
-/// session's, read once), and the room gates closed on that run's ledger (`mode`, closed after,
-/// opened after).
+/// session's, read once), and the session's room gates, of which those closed on this run's
+/// ledger apply.
 #[derive(Debug)]
 pub(crate) struct RoomOfRun<'a> {
-    routes: &'a BTreeMap<Label, Route>,
-    gates: Vec<(Mode, u64, Option<u64>)>,
-}
-
-/// The route of each of the room's requests in `session`.
-pub(crate) fn room_routes(session: &SavedSession) -> BTreeMap<Label, Route> {
-    let routes = session.room_requests.iter();
-    routes.map(|r| (r.request, r.route)).collect()
-}
-
-impl<'a> RoomOfRun<'a> {
-    /// The room's part in run `run` of `session`, whose room's requests go to `routes`.
-    pub(crate) fn of(
-        session: &SavedSession,
-        routes: &'a BTreeMap<Label, Route>,
-        run: usize,
-    ) -> Self {
-        RoomOfRun {
-            routes,
-            gates: session
-                .room_gates
-                .iter()
-                .filter(|g| g.run == run)
-                .map(|g| (g.mode, g.closed_after_event, g.opened_after_event))
-                .collect(),
-        }
-    }
+    pub(crate) routes: &'a BTreeMap<Label, Route>,
+    pub(crate) gates: &'a [SavedRoomGate],
+    pub(crate) run: usize,
 }
 
 /// Checks `report`, found at `prefix` in the file (`""`, or `/runs/<i>` in a classroom report);
@@ -82,13 +59,24 @@ impl<'a> RoomOfRun<'a> {
 pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str) -> Checked {
     let mut findings = Vec::new();
     let mut differences = Vec::new();
-    let at = |path: &[&str]| format!("{prefix}{}", pointer(path));
     let last = report.policies.len().saturating_sub(1);
     for (i, policy) in report.policies.iter().enumerate() {
-        // The lab stops at the first policy that fails, so only the last one can be cut short.
-        let cut_short = report.failure.is_some() && i == last;
-        let base = at(&["policies", &i.to_string()]);
-        let mut check = PolicyCheck::new(report, policy, room, base, cut_short);
+        let mut check = PolicyCheck {
+            report,
+            file: policy,
+            policy: Policy {
+                mode: policy.mode,
+                slots: report.inputs.slots,
+            },
+            room,
+            base: format!("{prefix}{}", pointer(&["policies", &i.to_string()])),
+            // The lab stops at the first policy that fails, so only the last one can be cut
+            // short.
+            cut_short: report.failure.is_some() && i == last,
+            findings: Vec::new(),
+            dropped: 0,
+            differences: Vec::new(),
+        };
         check.run();
         if !check.differences.is_empty() && i != last {
             check.find(
@@ -99,66 +87,68 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             );
         }
         if check.dropped > 0 {
-            let more = format!(
-                "{}: and {} more contradictions, left out",
-                policy.mode.name(),
-                check.dropped
-            );
             check.findings.push(Finding {
                 pointer: check.base.clone(),
-                says: more,
+                says: format!(
+                    "{}: and {} more contradictions, left out",
+                    policy.mode.name(),
+                    check.dropped
+                ),
             });
         }
         findings.extend(check.findings);
         differences.push(check.differences);
     }
 
+    let mut find = |path: &[&str], says: String| {
+        let pointer = format!("{prefix}{}", pointer(path));
+        findings.push(Finding { pointer, says });
+    };
     let runner = &report.runner;
     // Another version may describe its fronts in other words.
     if runner.version == env!("CARGO_PKG_VERSION") && runner.server != runner.front.describe() {
-        findings.push(Finding {
-            pointer: at(&["runner", "server"]),
-            says: format!(
+        find(
+            &["runner", "server"],
+            format!(
                 "the runner says the {} front ran, but describes another front's server: {}",
                 runner.front.name(),
                 runner.server
             ),
-        });
+        );
     }
-    let modes = report.inputs.mode.modes();
-    let claims = report.matches_model;
-    if claims != report.failure.is_none() {
-        findings.push(Finding {
-            pointer: at(&["matches_model"]),
-            says: match claims {
-                true => {
-                    "the report says it matched the policy model, and also that it failed".into()
-                }
-                false => "the report says it did not match the policy model, but records no \
-                          failure: a run that differs says why in \"failure\""
-                    .into(),
-            },
-        });
+    match (report.matches_model, &report.failure) {
+        (true, Some(_)) => find(
+            &["matches_model"],
+            "the report says it matched the policy model, and also that it failed".into(),
+        ),
+        (false, None) => find(
+            &["matches_model"],
+            "the report says it did not match the policy model, but records no failure: a run \
+             that differs says why in \"failure\""
+                .into(),
+        ),
+        _ => {}
     }
-    let first = differences
-        .iter()
-        .zip(&report.policies)
-        .find_map(|(d, p)| d.first().map(|d| format!("{}: {d}", p.mode.name())));
     if report.failure.is_none() {
-        if let Some(first) = &first {
-            findings.push(Finding {
-                pointer: at(&["matches_model"]),
-                says: format!(
+        let first = differences
+            .iter()
+            .zip(&report.policies)
+            .find_map(|(d, p)| d.first().map(|d| format!("{}: {d}", p.mode.name())));
+        if let Some(first) = first {
+            find(
+                &["matches_model"],
+                format!(
                     "the report says it matched the policy model, but its own evidence does not: \
                      {first}"
                 ),
-            });
+            );
         }
+        let modes = report.inputs.mode.modes();
         if report.policies.len() < modes.len() {
             let ran: Vec<&str> = report.policies.iter().map(|p| p.mode.name()).collect();
-            findings.push(Finding {
-                pointer: at(&["policies"]),
-                says: format!(
+            find(
+                &["policies"],
+                format!(
                     "--mode {} runs {} policies, but the report holds {} ({}) and records no \
                      failure that stopped it",
                     report.inputs.mode.name(),
@@ -170,21 +160,11 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                         ran.join(", ")
                     }
                 ),
-            });
+            );
         }
     }
-
-    let verdict = if !findings.is_empty() {
-        Recheck::DoesNotHold { findings }
-    } else if let Some(failure) = &report.failure {
-        Recheck::DidNotMatch {
-            reason: failure.clone(),
-        }
-    } else {
-        Recheck::Matched
-    };
     Checked {
-        verdict,
+        verdict: Recheck::of(findings, report.failure.clone()),
         differences,
     }
 }
@@ -238,8 +218,8 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 room.mode.name()
             )),
             (Some(status), Some(event)) => {
-                let body = room.body.clone().unwrap_or(Value::Null);
-                if let Some(says) = answer_differs(request, status, &body, event, room.route) {
+                let body = room.body.as_ref().unwrap_or(&Value::Null);
+                if let Some(says) = answer_differs(request, status, body, event, room.route) {
                     find(says);
                 }
             }
@@ -249,7 +229,7 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
 }
 
 /// How `status` and `body` differ from what the lab's front answers `request` after the
-/// ledger's decision `event`, if they do.
+/// ledger's decision `event` ([`server::answer`], both fronts' reply), if they do.
 fn answer_differs(
     request: Label,
     status: u16,
@@ -258,19 +238,18 @@ fn answer_differs(
     route: Route,
 ) -> Option<String> {
     let pool = event.pool;
-    let kind = match route {
-        Route::Slow => "slow",
-        Route::Fast => "fast",
-    };
-    let expected = match (event.event, status) {
-        (Event::Admitted, 200) => json!({ "request": request, "pool": pool }),
-        (Event::Refused, 503) => {
-            json!({ "error": "work_capacity_full", "pool": pool, "request": request })
-        }
+    let kind = route.path().trim_start_matches('/');
+    let verdict = match (event.event, status) {
+        (Event::Admitted, 200) => Verdict::Done(pool),
+        // A refusal by a pool of this process: its holders are in the ledger, not the body.
+        (Event::Refused, 503) => Verdict::Refused(Refusal {
+            request,
+            pool,
+            held_by: Vec::new(),
+            holders: Vec::new(),
+        }),
         // A failed run gives up on the work it holds, and says so.
-        (Event::Admitted, 503) if body["error"] == "work_abandoned" => {
-            json!({ "error": "work_abandoned", "pool": pool, "request": request })
-        }
+        (Event::Admitted, 503) if body["error"] == "work_abandoned" => Verdict::Abandoned(pool),
         (Event::Refused, 200) => {
             return Some(format!(
                 "{request}'s evidence says 200 but the ledger shows no {kind} admission: the \
@@ -293,6 +272,7 @@ fn answer_differs(
             ));
         }
     };
+    let expected = server::answer(request, verdict).body;
     (*body != expected).then(|| {
         format!(
             "{request}'s response is {status}, but its body {body} is not the one the lab's front \
@@ -301,22 +281,13 @@ fn answer_differs(
     })
 }
 
-/// The ledger's state after some prefix of the events.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct LedgerState {
-    active: BTreeMap<Pool, usize>,
-    held_at_gate: Vec<Label>,
-    refused: Vec<Label>,
-}
-
-/// Words for what a snapshot or a state shows.
-fn showing(active: &BTreeMap<Pool, usize>, held: &[Label], refused: &[Label]) -> String {
-    let taken: Vec<String> = active.iter().map(|(p, n)| format!("{p} {n}")).collect();
+/// Words for what a snapshot, the observer's or the replay's, shows.
+fn showing(state: &Snapshot) -> String {
     format!(
         "held at the gate {}, refused {}, permits taken {}",
-        labels(held),
-        labels(refused),
-        taken.join(", ")
+        labels(&state.held_at_gate),
+        labels(&state.refused),
+        counts(&state.active_work)
     )
 }
 
@@ -339,7 +310,7 @@ struct Replayed<'a> {
     /// The `seq` of the gate's first opening.
     gate: Option<u64>,
     /// The state after the last event.
-    end: LedgerState,
+    end: Snapshot,
     /// The snapshots, and whether the ledger showed each at a moment of its step.
     watch: Vec<Watch<'a>>,
 }
@@ -357,12 +328,12 @@ struct Watch<'a> {
     /// only grow, so one comparison serves every position at that length.
     refused: Option<(usize, bool)>,
     /// The state at the window's end, for the message.
-    last: Option<LedgerState>,
+    last: Option<Snapshot>,
 }
 
 impl Watch<'_> {
     /// Looks at `state`, the ledger after `k` events.
-    fn look(&mut self, k: usize, state: &LedgerState) {
+    fn look(&mut self, k: usize, state: &Snapshot) {
         if k < self.from || k > self.to {
             return;
         }
@@ -370,7 +341,7 @@ impl Watch<'_> {
             self.last = Some(state.clone());
         }
         if self.seen
-            || state.active != self.snapshot.active_work
+            || state.active_work != self.snapshot.active_work
             || state.held_at_gate != self.snapshot.held_at_gate
             || state.refused.len() != self.snapshot.refused.len()
         {
@@ -408,29 +379,6 @@ struct PolicyCheck<'a> {
 const MAX_FINDINGS: usize = 40;
 
 impl<'a> PolicyCheck<'a> {
-    fn new(
-        report: &'a Report,
-        file: &'a PolicyReport,
-        room: Option<&'a RoomOfRun<'a>>,
-        base: String,
-        cut_short: bool,
-    ) -> Self {
-        PolicyCheck {
-            report,
-            file,
-            policy: Policy {
-                mode: file.mode,
-                slots: report.inputs.slots,
-            },
-            room,
-            base,
-            cut_short,
-            findings: Vec::new(),
-            dropped: 0,
-            differences: Vec::new(),
-        }
-    }
-
     fn find(&mut self, path: &[&str], says: String) {
         // A report edited at its root contradicts itself everywhere after; the first ones say
         // what a reader needs.
@@ -482,47 +430,42 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        if let Some(server) = &file.server
-            && !server.address.ip().is_loopback()
-        {
-            self.find(
-                &["server", "address"],
-                format!(
-                    "the server listened on {}, but the lab binds 127.0.0.1 only",
-                    server.address
-                ),
-            );
-        }
-
-        if let Some(server) = &file.server
-            && server.connections_accepted == 0
-            && !file.observed.responses.is_empty()
-        {
-            self.find(
-                &["server", "connections_accepted"],
-                format!(
-                    "the server accepted no connection, yet {} responses came from it",
-                    file.observed.responses.len()
-                ),
-            );
+        if let Some(server) = &file.server {
+            if !server.address.ip().is_loopback() {
+                self.find(
+                    &["server", "address"],
+                    format!(
+                        "the server listened on {}, but the lab binds 127.0.0.1 only",
+                        server.address
+                    ),
+                );
+            }
+            let responses = file.observed.responses.len();
+            if server.connections_accepted == 0 && responses > 0 {
+                self.find(
+                    &["server", "connections_accepted"],
+                    format!(
+                        "the server accepted no connection, yet {responses} responses came from it"
+                    ),
+                );
+            }
         }
 
         // Tasks are aborted only when a run fails.
         let aborted = [
-            ("client_tasks_aborted", file.client_tasks_aborted),
+            (&["client_tasks_aborted"][..], file.client_tasks_aborted),
             (
-                "server/connection_tasks_aborted",
+                &["server", "connection_tasks_aborted"],
                 file.server
                     .as_ref()
                     .map_or(0, |s| s.connection_tasks_aborted),
             ),
         ];
-        for (field, count) in aborted.into_iter().filter(|(_, n)| *n > 0) {
-            if self.report.failure.is_none() {
-                let path: Vec<&str> = field.split('/').collect();
+        for (path, count) in aborted {
+            if count > 0 && self.report.failure.is_none() {
                 self.find(
-                    &path,
-                    format!("{field} is {count}, yet the report records no failure: tasks are aborted only when a run fails"),
+                    path,
+                    format!("{} is {count}, yet the report records no failure: tasks are aborted only when a run fails", path.join("/")),
                 );
             }
         }
@@ -564,41 +507,36 @@ impl<'a> PolicyCheck<'a> {
             );
         }
         let stored = &file.model;
-        if stored.matches != stored.mismatches.is_empty() {
-            self.find(
-                &["model", "matches"],
-                match stored.matches {
-                    true => "the model block says the run matched, and lists differences too",
-                    false => "the model block says the run did not match, but lists no difference",
-                }
-                .into(),
-            );
-        } else if stored.matches
-            && let Some(first) = self.differences.first().cloned()
-        {
-            self.find(
-                &["model", "matches"],
-                format!("the model block says the run matched, but its evidence does not: {first}"),
-            );
-        } else if !stored.matches && self.differences.is_empty() {
-            self.find(
-                &["model", "matches"],
+        let listed = !stored.mismatches.is_empty();
+        let says = match (stored.matches, listed, self.differences.first()) {
+            (true, true, _) => {
+                "the model block says the run matched, and lists differences too".into()
+            }
+            (false, false, _) => {
+                "the model block says the run did not match, but lists no difference".into()
+            }
+            (true, false, Some(first)) => {
+                format!("the model block says the run matched, but its evidence does not: {first}")
+            }
+            (false, true, None) => {
                 "the model block lists differences from the model, but its evidence shows none"
-                    .into(),
-            );
-        }
+                    .into()
+            }
+            _ => return,
+        };
+        self.find(&["model", "matches"], says);
     }
 
     /// Replays the ledger: checks each event's order, request, pool, place in its request's
-    /// life and count of taken permits. Returns the events with each refusal's holders filled
-    /// in, the state after each prefix (`states[k]` after `k` events), each request's decision,
-    /// and the `seq` at which the gate opened.
+    /// life and count of taken permits, and watches for the observer's snapshots along the way.
+    /// `None` once a pool admits beyond its capacity: nothing after that can be replayed.
     fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);
         let mut events = self.file.work_events.clone();
-        let mut state = LedgerState {
-            active: policy.per_pool(|_| 0),
+        // The ledger's state after the events so far, in the observer's terms.
+        let mut state = Snapshot {
+            active_work: policy.per_pool(|_| 0),
             held_at_gate: Vec::new(),
             refused: Vec::new(),
         };
@@ -612,7 +550,7 @@ impl<'a> PolicyCheck<'a> {
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
-        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        let file = self.file;
         for (i, e) in events.iter_mut().enumerate() {
             let at = i.to_string();
             let path = ["work_events", at.as_str()];
@@ -621,7 +559,9 @@ impl<'a> PolicyCheck<'a> {
             if seq != want && !order_broken {
                 order_broken = true;
                 let says = match i {
-                    _ if seq > want && seqs[i..].contains(&want) => {
+                    _ if seq > want
+                        && file.work_events[i..].iter().any(|later| later.seq == want) =>
+                    {
                         format!("work_events are out of order: seq {seq} comes before seq {want}")
                     }
                     0 => format!(
@@ -685,8 +625,7 @@ impl<'a> PolicyCheck<'a> {
                         ),
                         Some(_) => {}
                     }
-                    if !e.cancelled || e.event == Event::Finished {
-                    } else {
+                    if e.cancelled && e.event != Event::Finished {
                         self.find(&path, format!("{request}'s {event} event says its work was cancelled; only work that leaves is"));
                     }
                     let before = decided.get(&request).copied();
@@ -702,16 +641,16 @@ impl<'a> PolicyCheck<'a> {
                                     ),
                                 );
                             } else {
-                                let decision = if e.event == Event::Admitted {
-                                    Decision::Admitted
-                                } else {
-                                    Decision::Refused
+                                let decision = match e.event {
+                                    Event::Admitted => Decision::Admitted,
+                                    _ => Decision::Refused,
                                 };
+                                let index = i;
                                 decided.insert(
                                     request,
                                     Decided {
                                         seq,
-                                        index: i,
+                                        index,
                                         decision,
                                     },
                                 );
@@ -719,7 +658,7 @@ impl<'a> PolicyCheck<'a> {
                             if e.event == Event::Admitted {
                                 inside.insert(request);
                                 holders.entry(e.pool).or_default().push(request);
-                                let active = state.active.entry(e.pool).or_default();
+                                let active = state.active_work.entry(e.pool).or_default();
                                 *active += 1;
                                 let capacity = policy.capacity(e.pool);
                                 if *active > capacity {
@@ -771,7 +710,7 @@ impl<'a> PolicyCheck<'a> {
                                     h.retain(|&r| r != request);
                                 }
                                 state.held_at_gate.retain(|&r| r != request);
-                                let active = state.active.entry(e.pool).or_default();
+                                let active = state.active_work.entry(e.pool).or_default();
                                 *active = active.saturating_sub(1);
                             } else if finished.contains_key(&request) {
                                 self.find(
@@ -788,7 +727,7 @@ impl<'a> PolicyCheck<'a> {
                     }
                 }
             }
-            let taken = state.active.get(&e.pool).copied().unwrap_or(0);
+            let taken = state.active_work.get(&e.pool).copied().unwrap_or(0);
             if e.active_after != taken {
                 let capacity = policy.capacity(e.pool);
                 let who = e.request.map_or("the gate".to_owned(), |r| r.to_string());
@@ -824,17 +763,15 @@ impl<'a> PolicyCheck<'a> {
     /// events: `k` is the state after the first `k`.
     fn watches(&self, events: &[WorkEvent]) -> Vec<Watch<'a>> {
         let observed = &self.file.observed;
-        let f1: Vec<usize> = (0..events.len())
-            .filter(|&i| events[i].request == Some(Label::F1))
-            .collect();
-        let opened = (0..events.len())
-            .find(|&i| events[i].event == Event::GateOpened)
-            .unwrap_or(events.len());
-        let first_f1 = f1.first().copied().unwrap_or(opened);
-        let held_sent = (0..opened.min(first_f1))
-            .rfind(|&i| matches!(events[i].request, Some(Label::Slow(_))))
+        let is_f1 = |e: &WorkEvent| e.request == Some(Label::F1);
+        let opened = events.iter().position(|e| e.event == Event::GateOpened);
+        let opened = opened.unwrap_or(events.len());
+        let first_f1 = events.iter().position(is_f1).unwrap_or(opened);
+        let held_sent = events[..opened.min(first_f1)]
+            .iter()
+            .rposition(|e| matches!(e.request, Some(Label::Slow(_))))
             .map_or(0, |i| i + 1);
-        let after_f1 = f1.last().map_or(opened, |&i| i + 1);
+        let after_f1 = events.iter().rposition(is_f1).map_or(opened, |i| i + 1);
         let windows = [
             (
                 "observer_before_fast",
@@ -874,8 +811,10 @@ impl<'a> PolicyCheck<'a> {
         let Some(room) = self.room.filter(|_| request.from_room()) else {
             return false;
         };
-        room.gates.iter().any(|&(mode, closed, opened)| {
-            mode == self.policy.mode && closed < seq && opened.is_none_or(|o| seq <= o)
+        room.gates.iter().any(|g| {
+            (g.run, g.mode) == (room.run, self.policy.mode)
+                && g.closed_after_event < seq
+                && g.opened_after_event.is_none_or(|o| seq <= o)
         })
     }
 
@@ -1064,17 +1003,16 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            let decisive = match d.decision {
-                Decision::Admitted => finished_at(request),
-                Decision::Refused => Some(d.seq),
+            let (decisive, what) = match d.decision {
+                Decision::Admitted => (finished_at(request), "its work left the section"),
+                Decision::Refused => (Some(d.seq), "its refusal"),
             };
             match decisive {
                 Some(seq) if r.after_event < seq => self.find(
                     &path,
                     format!(
-                        "{request}'s response arrived after seq {}, before {} at seq {seq}: the permit leaves before the response is sent",
+                        "{request}'s response arrived after seq {}, before {what} at seq {seq}: the permit leaves before the response is sent",
                         r.after_event,
-                        if d.decision == Decision::Admitted { "its work left the section" } else { "its refusal" }
                     ),
                 ),
                 None if r.status == 200 => self.find(
@@ -1162,21 +1100,14 @@ impl<'a> PolicyCheck<'a> {
 
     /// The observer's snapshots must be the ledger's state at some moment of their step.
     fn snapshots(&mut self, replayed: &Replayed<'_>) {
-        for watch in &replayed.watch {
-            if watch.seen {
-                continue;
-            }
+        for watch in replayed.watch.iter().filter(|w| !w.seen) {
             let (name, snapshot) = (watch.name, watch.snapshot);
             let says = match &watch.last {
                 Some(s) => format!(
                     "{name} disagrees with the ledger: it shows {}, but {} the ledger shows {}",
-                    showing(
-                        &snapshot.active_work,
-                        &snapshot.held_at_gate,
-                        &snapshot.refused
-                    ),
+                    showing(snapshot),
                     watch.when,
-                    showing(&s.active, &s.held_at_gate, &s.refused)
+                    showing(s)
                 ),
                 None => format!("{name} was recorded at no moment the ledger reached"),
             };
@@ -1185,13 +1116,14 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// The final state must be where the ledger ends: its permits, and the gate.
-    fn final_state(&mut self, at_end: &LedgerState, gate: Option<u64>) {
+    fn final_state(&mut self, at_end: &Snapshot, gate: Option<u64>) {
         let end = &self.file.final_state;
-        let last = &at_end.active;
+        let last = &at_end.active_work;
         for (pool, capacity) in self.policy.capacities() {
             let taken = last.get(&pool).copied().unwrap_or(0);
             let active = end.active_work.get(&pool).copied();
             let available = end.available_permits.get(&pool).copied();
+            let returned = capacity.saturating_sub(taken);
             if active != Some(taken) {
                 self.find(
                     &["final_state", "active_work"],
@@ -1201,35 +1133,26 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            if available != Some(capacity - taken.min(capacity)) {
+            if available != Some(returned) {
                 self.find(
                     &["final_state", "available_permits"],
                     format!(
-                        "final_state says {} of the {pool} pool's {capacity} permits are back, but its work events return {}",
+                        "final_state says {} of the {pool} pool's {capacity} permits are back, but its work events return {returned}",
                         available.map_or("none".to_owned(), |a| a.to_string()),
-                        capacity - taken.min(capacity)
                     ),
                 );
             }
         }
-        let gate_says = match end.gate {
-            GateState::Open => gate.is_some(),
-            GateState::Closed | GateState::Abandoned => gate.is_none(),
+        let says = match (end.gate, gate) {
+            (GateState::Closed | GateState::Abandoned, Some(seq)) => {
+                format!("final_state says the gate is not open, but it opened at seq {seq}")
+            }
+            (GateState::Open, None) => {
+                "final_state says the gate is open, but the ledger has no gate_opened event".into()
+            }
+            _ => return,
         };
-        if !gate_says {
-            self.find(
-                &["final_state", "gate"],
-                match gate {
-                    Some(seq) => {
-                        format!("final_state says the gate is not open, but it opened at seq {seq}")
-                    }
-                    None => {
-                        "final_state says the gate is open, but the ledger has no gate_opened event"
-                            .into()
-                    }
-                },
-            );
-        }
+        self.find(&["final_state", "gate"], says);
     }
 }
 
@@ -1240,6 +1163,8 @@ fn counts(map: &BTreeMap<Pool, usize>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::lab::fixtures;
 

@@ -31,10 +31,11 @@ pub use self::read::{Refused, Saved, SavedRoomGate, SavedRoomRequest, SavedSessi
 pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
-use crate::evidence::{AdmissionRecord, Decision, Phase};
+use crate::evidence::{AdmissionRecord, Decision, Phase, ResponseRecord};
+use crate::lab;
 use crate::label::Label;
 use crate::outcome::Outcome;
-use crate::policy::{Inputs, Mode, Policy, Pool, Route};
+use crate::policy::{Inputs, Mode, Pool, Route};
 use crate::report::{PolicyReport, Report};
 
 /// The first line of the individual record: who ran it (the lab fills in the rest of it).
@@ -70,6 +71,20 @@ pub enum Recheck {
         /// Each contradiction, where it is.
         findings: Vec<Finding>,
     },
+}
+
+impl Recheck {
+    /// The verdict of a re-check that found `findings`, and otherwise the failure `failed`, if
+    /// the report records one.
+    fn of(findings: Vec<Finding>, failed: Option<String>) -> Recheck {
+        if !findings.is_empty() {
+            Recheck::DoesNotHold { findings }
+        } else if let Some(reason) = failed {
+            Recheck::DidNotMatch { reason }
+        } else {
+            Recheck::Matched
+        }
+    }
 }
 
 /// What `record` shows of a saved file: the record of a lab report, or of a classroom session.
@@ -169,9 +184,14 @@ impl SessionRecord {
         let mut findings = Vec::new();
         let mut failed = None;
         let mut runs = Vec::new();
-        let routes = check::room_routes(session);
+        let routes = session.room_requests.iter();
+        let routes = routes.map(|r| (r.request, r.route)).collect();
         for (i, run) in session.runs.iter().enumerate() {
-            let room = RoomOfRun::of(session, &routes, i);
+            let room = RoomOfRun {
+                routes: &routes,
+                gates: &session.room_gates,
+                run: i,
+            };
             let prefix = pointer(&["runs", &i.to_string()]);
             let checked = check::report(run, Some(&room), &prefix);
             match &checked.verdict {
@@ -200,13 +220,7 @@ impl SessionRecord {
         if session.runs.is_empty() {
             failed.get_or_insert_with(|| "the session ran nothing, so nothing was checked".into());
         }
-        let verdict = if !findings.is_empty() {
-            Recheck::DoesNotHold { findings }
-        } else if let Some(reason) = failed {
-            Recheck::DidNotMatch { reason }
-        } else {
-            Recheck::Matched
-        };
+        let verdict = Recheck::of(findings, failed);
         if matches!(verdict, Recheck::DoesNotHold { .. }) {
             // An edited session vouches for none of its runs, even those whose own parts agree.
             for run in &mut runs {
@@ -323,7 +337,7 @@ impl Line {
 }
 
 /// What an evidence pointer points at, as the record states it. Each variant names the fields
-/// of the value at the pointer that it states; `tests/record.rs` checks them there.
+/// of the value at the pointer that it states; `tests/lab/record.rs` checks them there.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Says {
@@ -418,66 +432,54 @@ impl Record {
     /// The record of `report`, found at `prefix` (`""`, or `/runs/<i>` in a classroom
     /// session's report) in the file named `file` (a shell word), as `checked` found it.
     pub(crate) fn of(report: &Report, file: &str, prefix: &str, checked: &Checked) -> Self {
-        let inputs = report.inputs;
-        let prediction = inputs.mode.modes().iter().map(|&mode| {
-            let policy = Policy {
-                mode,
-                slots: inputs.slots,
-            };
-            // The executor's wait (`--work`) changes what the model expects.
-            let shape = (report.runner.front, report.executor);
-            Outcome::predicted_on(policy, inputs.held, shape)
-        });
-        let runner = &report.runner;
+        let (inputs, runner) = (report.inputs, &report.runner);
         let mut evidence = Vec::new();
-        let holds = !matches!(checked.verdict, Recheck::DoesNotHold { .. });
-        if let Some(reason) = report.failure.as_ref().filter(|_| holds) {
-            evidence.push(Cited {
-                line: Line::Failure,
-                mode: None,
-                pointer: format!("{prefix}{}", pointer(&["failure"])),
-                says: Says::Failure {
-                    reason: reason.clone(),
-                },
-            });
-        }
-        let policies = report.policies.iter().zip(&checked.differences);
-        for (index, (policy, differences)) in policies.enumerate().filter(|_| holds) {
-            evidence.extend(cite_policy(prefix, index, policy, differences));
+        if !matches!(checked.verdict, Recheck::DoesNotHold { .. }) {
+            if let Some(reason) = &report.failure {
+                evidence.push(Cited {
+                    line: Line::Failure,
+                    mode: None,
+                    pointer: format!("{prefix}/failure"),
+                    says: Says::Failure {
+                        reason: reason.clone(),
+                    },
+                });
+            }
+            for (index, (policy, differences)) in
+                report.policies.iter().zip(&checked.differences).enumerate()
+            {
+                evidence.extend(cite_policy(prefix, index, policy, differences));
+            }
         }
         // Printed line by line: a stable sort keeps each line's pointers in policy order.
         evidence.sort_by_key(|cited| Line::ALL.iter().position(|&line| line == cited.line));
+        let mut command = format!(
+            "isolation-lab {} --server {}{}",
+            inputs.flags(),
+            runner.front.name(),
+            report.executor.flags(),
+        );
+        if prefix.is_empty() {
+            command = format!("{command} > {file}");
+        }
+        let mut described = format!("{}, {}", runner.language, runner.runtime);
+        // The command reproduces the run with the binary at hand: say so if it is another
+        // version.
+        if runner.version != env!("CARGO_PKG_VERSION") {
+            described = format!(
+                "{described}; read by isolation-lab {}",
+                env!("CARGO_PKG_VERSION")
+            );
+        }
         Record {
             report: file.to_owned(),
-            command: match prefix {
-                "" => format!(
-                    "isolation-lab {} --server {}{} > {file}",
-                    inputs.flags(),
-                    runner.front.name(),
-                    report.executor.flags(),
-                ),
-                _ => format!(
-                    "isolation-lab {} --server {}{}",
-                    inputs.flags(),
-                    runner.front.name(),
-                    report.executor.flags(),
-                ),
-            },
+            command,
             executor_flags: report.executor.flags(),
             version: format!("{} {}", runner.name, runner.version),
-            runner: match runner.version.as_str() {
-                // The command reproduces the run with the binary at hand: say so if it is
-                // another version.
-                env!("CARGO_PKG_VERSION") => format!("{}, {}", runner.language, runner.runtime),
-                _ => format!(
-                    "{}, {}; read by isolation-lab {}",
-                    runner.language,
-                    runner.runtime,
-                    env!("CARGO_PKG_VERSION")
-                ),
-            },
+            runner: described,
             inputs,
-            prediction: prediction.collect(),
+            // The executor's wait (`--work`) changes what the model expects.
+            prediction: lab::predict_on(inputs, (runner.front, report.executor)),
             verdict: checked.verdict.clone(),
             matches_model: checked.verdict == Recheck::Matched,
             evidence,
@@ -501,8 +503,7 @@ fn cite_policy(
     let at = index.to_string();
     let mut cited = Vec::new();
     let mut cite = |line, path: &[&str], says| {
-        let mut segments = vec!["policies", at.as_str()];
-        segments.extend_from_slice(path);
+        let segments = [&["policies", at.as_str()], path].concat();
         cited.push(Cited {
             line,
             mode: Some(policy.mode),
@@ -512,54 +513,49 @@ fn cite_policy(
     };
     let observed = &policy.observed;
     let capacity = |pool: Pool| policy.pool_capacities.get(&pool).copied().unwrap_or(0);
-    let admission = |i: usize, a: &AdmissionRecord| {
-        let says = Says::Admission {
-            request: a.request,
-            pool: a.pool,
-            decision: a.decision,
-            active_after: a.active_after,
-            capacity: capacity(a.pool),
-            held_by: a.held_by.clone().unwrap_or_default(),
-        };
-        (i.to_string(), says)
+    let admission = |a: &AdmissionRecord| Says::Admission {
+        request: a.request,
+        pool: a.pool,
+        decision: a.decision,
+        active_after: a.active_after,
+        capacity: capacity(a.pool),
+        held_by: a.held_by.clone().unwrap_or_default(),
     };
     // The slow callers' responses received in `phase`, in the order they arrived.
     let slow_responses = |phase: Phase| {
         let found = observed.responses.iter().enumerate();
-        let found = found.filter(|(_, r)| matches!(r.request, Label::Slow(_)) && r.phase == phase);
-        let found = found.map(|(i, r)| {
-            let says = Says::Response {
-                request: r.request,
-                status: r.status,
-                phase: r.phase,
-            };
-            (i.to_string(), says)
-        });
-        found.collect::<Vec<_>>()
+        found.filter(move |(_, r)| matches!(r.request, Label::Slow(_)) && r.phase == phase)
+    };
+    let response = |r: &ResponseRecord| Says::Response {
+        request: r.request,
+        status: r.status,
+        phase: r.phase,
     };
 
     // The held slow requests' decisions, in the order they were sent.
     for (i, a) in policy.admissions.iter().enumerate() {
         if matches!(a.request, Label::Slow(_)) {
-            let (i, says) = admission(i, a);
-            cite(Line::Admission, &["admissions", &i], says);
+            cite(
+                Line::Admission,
+                &["admissions", &i.to_string()],
+                admission(a),
+            );
         }
     }
     if let Some(pending) = &observed.slow_callers_pending_before_release {
         let unread = observed.executor.iter().flat_map(|w| &w.unread);
-        let unread = unread.map(|u| u.request).filter(|r| pending.contains(r));
         let says = Says::Pending {
             requests: pending.clone(),
-            unread: unread.collect(),
+            unread: unread
+                .map(|u| u.request)
+                .filter(|r| pending.contains(r))
+                .collect(),
         };
-        cite(
-            Line::Admission,
-            &["slow_callers_pending_before_release"],
-            says,
-        );
+        let path = ["slow_callers_pending_before_release"];
+        cite(Line::Admission, &path, says);
     }
-    for (i, says) in slow_responses(Phase::BeforeRelease) {
-        cite(Line::Admission, &["responses", &i], says);
+    for (i, r) in slow_responses(Phase::BeforeRelease) {
+        cite(Line::Admission, &["responses", &i.to_string()], response(r));
     }
     if let Some(before) = &observed.observer_before_fast {
         let slow_pool = policy.route_pools.get(&Route::Slow).copied();
@@ -570,8 +566,7 @@ fn cite_policy(
             .map(|a| a.request)
             .collect();
         for (&pool, &taken) in &before.active_work {
-            let idle = capacity(pool).saturating_sub(taken);
-            if Some(pool) != slow_pool && idle > 0 && !refused.is_empty() {
+            if Some(pool) != slow_pool && capacity(pool) > taken && !refused.is_empty() {
                 let says = Says::IdlePermits {
                     pool,
                     taken,
@@ -585,21 +580,15 @@ fn cite_policy(
     }
 
     // F1 while the slow work is held.
-    let f1 = policy.admissions.iter().enumerate();
-    if let Some((i, says)) = f1
-        .filter(|(_, a)| a.request == Label::F1)
-        .map(|(i, a)| admission(i, a))
-        .next()
-    {
-        cite(Line::FastBeforeRelease, &["admissions", &i], says);
+    let mut admissions = policy.admissions.iter().enumerate();
+    if let Some((i, a)) = admissions.find(|(_, a)| a.request == Label::F1) {
+        let path = ["admissions", &i.to_string()];
+        cite(Line::FastBeforeRelease, &path, admission(a));
     }
     if let Some(f1) = &observed.fast_response_before_release {
         let says = Says::FastResponse { status: f1.status };
-        cite(
-            Line::FastBeforeRelease,
-            &["fast_response_before_release"],
-            says,
-        );
+        let path = ["fast_response_before_release"];
+        cite(Line::FastBeforeRelease, &path, says);
     }
     if let Some(after) = &observed.observer_after_fast_before_release {
         let says = Says::StillHeld {
@@ -610,17 +599,17 @@ fn cite_policy(
     }
 
     // Release, and the end.
-    let opened = policy
-        .work_events
-        .iter()
-        .enumerate()
-        .find(|(_, e)| e.event == Event::GateOpened);
-    if let Some((i, event)) = opened {
+    let mut events = policy.work_events.iter().enumerate();
+    if let Some((i, event)) = events.find(|(_, e)| e.event == Event::GateOpened) {
         let says = Says::GateOpened { seq: event.seq };
         cite(Line::AfterRelease, &["work_events", &i.to_string()], says);
     }
-    for (i, says) in slow_responses(Phase::AfterRelease) {
-        cite(Line::AfterRelease, &["responses", &i], says);
+    for (i, r) in slow_responses(Phase::AfterRelease) {
+        cite(
+            Line::AfterRelease,
+            &["responses", &i.to_string()],
+            response(r),
+        );
     }
     let state = &policy.final_state;
     let says = Says::FinalState {

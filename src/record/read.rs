@@ -184,19 +184,7 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
         }
         return Ok(Saved::Classroom(session));
     }
-    match json.get("lab") {
-        Some(lab) if lab == LAB => {}
-        Some(lab) => {
-            return Err(refuse(anyhow!(
-                "is not a lab report: its \"lab\" is {lab}, not \"{LAB}\""
-            )));
-        }
-        None => {
-            return Err(refuse(anyhow!(
-                "is not a lab report: it has no \"lab\": \"{LAB}\""
-            )));
-        }
-    }
+    this_lab(json.get("lab")).map_err(refuse)?;
     let whole = "is not a whole lab report";
     let report: Report = serde_json::from_value(json)
         .context(whole)
@@ -208,10 +196,7 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
 /// Whether `report` has the shape a run of its inputs gives it: its `lab`, and its policies in
 /// the order its mode runs them, each once (a run that stopped early has fewer).
 fn shaped(report: &Report) -> anyhow::Result<()> {
-    if report.lab != LAB {
-        let lab = serde_json::Value::from(report.lab.as_str());
-        bail!("is not a lab report: its \"lab\" is {lab}, not \"{LAB}\"");
-    }
+    this_lab(Some(&report.lab.as_str().into()))?;
     let modes = report.inputs.mode.modes();
     for (i, policy) in report.policies.iter().enumerate() {
         let name = policy.mode.name();
@@ -228,6 +213,15 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `lab`, a report's `"lab"` field, names this lab.
+fn this_lab(lab: Option<&serde_json::Value>) -> anyhow::Result<()> {
+    match lab {
+        Some(lab) if lab == LAB => Ok(()),
+        Some(lab) => bail!("is not a lab report: its \"lab\" is {lab}, not \"{LAB}\""),
+        None => bail!("is not a lab report: it has no \"lab\": \"{LAB}\""),
+    }
 }
 
 /// Up to `limit` bytes of the regular file at `path`, or why it cannot be read.

@@ -43,15 +43,8 @@ pub(crate) fn render(record: &Record) -> String {
         return out;
     }
     // `/runs/2` reads `runs[2].`, so the example names the same place both ways.
-    let dotted: String =
-        record
-            .prefix
-            .split('/')
-            .skip(1)
-            .fold(String::new(), |at, part| match part.parse::<usize>() {
-                Ok(n) => format!("{}[{n}].", at.trim_end_matches('.')),
-                Err(_) => format!("{at}{part}."),
-            });
+    let dotted =
+        (record.prefix.strip_prefix("/runs/")).map_or(String::new(), |i| format!("runs[{i}]."));
     let _ = writeln!(
         out,
         "\nEvidence pointers: JSON Pointers into {}, each under what it shows.\n\

@@ -533,7 +533,7 @@ type Edit = (&'static str, &'static str, fn(&mut Value), &'static str);
 const DEFAULT: &str = "slots-2-held-2.json";
 const HELD_1: &str = "slots-2-held-1.json";
 /// Saved from `isolation-lab classroom --mode partitioned --slots 3 --held 1`, driven through
-/// its page's control API as `a_room_request_is_held_and_then_answered` in `tests/classroom.rs`
+/// its page's control API as `a_room_request_is_held_and_then_answered` in `tests/lab/classroom.rs`
 /// drives it, and ended with SIGINT. (Since then the classroom's report counts runs from 1, as
 /// its page does, and counts the connections it refused: both fixtures were brought to that
 /// shape by adding 1 to each `run` and a `connections_refused` of 0.)
