@@ -19,6 +19,7 @@ pub(crate) mod threaded;
 pub(crate) mod work_style;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -118,6 +119,39 @@ impl Backoff {
             self.failures,
             self.paused.as_millis()
         )
+    }
+
+    /// The next connection `listener` accepts, for a Tokio accept loop (the async front's and
+    /// the classroom's): `None` once `stop` resolves, `Err` saying why the loop gives up.
+    pub(crate) async fn accept(
+        &mut self,
+        listener: &tokio::net::TcpListener,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<tokio::net::TcpStream>, String> {
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => return Ok(None),
+                incoming = listener.accept() => match incoming {
+                    Ok((stream, _peer)) => {
+                        self.succeeded();
+                        return Ok(Some(stream));
+                    }
+                    // Most often a shortage of descriptors, in this process or the system: the
+                    // connection stays queued, and a retry after a pause may well take it. The
+                    // pause waits for the stop signal too, for at most the pause: a retry, not
+                    // a step of the sequence.
+                    Err(e) => match self.failed() {
+                        Some(pause) => {
+                            if tokio::time::timeout(pause, &mut stop).await.is_ok() {
+                                return Ok(None);
+                            }
+                        }
+                        None => return Err(self.gave_up("accepting connections", &e)),
+                    },
+                },
+            }
+        }
     }
 }
 

@@ -240,17 +240,14 @@ impl FrontThread {
             bail!("the front was already stopped");
         };
         let limit = self.drain_limit + REPORT_SLACK;
-        let reported = tokio::time::timeout(limit, report).await;
-        let reported = match reported {
-            Ok(Ok(reported)) => reported,
-            Ok(Err(_)) => Err(anyhow!("the front's thread ended without a report")),
-            Err(_) => {
-                bail!(
-                    "the front's runtimes did not stop within {} s; left running",
-                    limit.as_secs()
-                );
-            }
+        let Ok(reported) = tokio::time::timeout(limit, report).await else {
+            bail!(
+                "the front's runtimes did not stop within {} s; left running",
+                limit.as_secs()
+            );
         };
+        let reported =
+            reported.unwrap_or_else(|_| Err(anyhow!("the front's thread ended without a report")));
         // The thread reports as its last act, so this join returns at once.
         match self.thread.take().map(JoinHandle::join) {
             Some(Err(_)) => Err(anyhow!("the front's thread panicked")),

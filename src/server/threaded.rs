@@ -217,12 +217,11 @@ impl ThreadedListener {
             id,
             gates,
         } = self;
-        let (poller, waker) = Poller::new(listener).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("starting the threaded server's poller: {e}"),
-            )
-        })?;
+        let starting = |what: &str| {
+            let what = format!("starting the threaded server's {what}");
+            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+        };
+        let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
         let (notes, heard) = std_mpsc::channel();
         let signal = Arc::new(Signal {
             state: AtomicU8::new(SERVING),
@@ -237,27 +236,15 @@ impl ThreadedListener {
             signal: signal.clone(),
         });
         let (report, stopped) = oneshot::channel();
-        let accept = Accept {
-            poller,
-            heard,
-            shared,
-            id,
-            drain_limit,
-        };
         let thread = thread::Builder::new()
             .name("lab-accept".into())
             .spawn(move || {
                 let tid = os_thread_id();
-                let summary = accept.serve();
+                let summary = serve(poller, heard, shared, id, drain_limit);
                 // The receiver is gone only if the coordinator itself went away.
                 let _ = report.send((summary, tid));
             })
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("starting the threaded server's thread: {e}"),
-                )
-            })?;
+            .map_err(starting("thread"))?;
         Ok(ThreadedFront {
             signal,
             drain_limit,
@@ -267,110 +254,99 @@ impl ThreadedListener {
     }
 }
 
-/// The accept thread's own state.
-struct Accept {
-    poller: Poller,
+/// The accept thread's life: the accept loop on `poller`, hearing its connections end on
+/// `heard`, then the drain: see [`ThreadedFront::stop`].
+fn serve(
+    mut poller: Poller,
     heard: std_mpsc::Receiver<Note>,
     shared: Arc<Shared>,
     id: ListenerId,
     drain_limit: Duration,
-}
-
-impl Accept {
-    /// The accept loop, then the drain: see [`ThreadedFront::stop`].
-    fn serve(self) -> Stopped {
-        let Accept {
-            mut poller,
-            heard,
-            shared,
-            id,
-            drain_limit,
-        } = self;
-        let signal = shared.signal.clone();
-        let section = shared.section.clone();
-        let mut connections = Connections::default();
-        let mut retry = Backoff::default();
-        let mut error = None;
-        while !signal.stopping() {
-            // Join the connections that ended, so nothing grows with their number.
-            connections.reap(&heard);
-            // The poller reports a listener's readiness once, as it changes: accept until the
-            // queue is empty before waiting again.
-            let failed = match poller.listener.accept() {
-                Ok((stream, _peer)) => match connections.spawn(stream, &shared) {
-                    Ok(()) => {
-                        retry.succeeded();
-                        continue;
-                    }
-                    // The connection was closed unserved (its client sees the close). A thread
-                    // that cannot start now may start after a pause, as threads end.
-                    Err(e) => ("starting connection threads", e),
-                },
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poller.wait(None) {
-                    Ok(()) => continue,
-                    Err(e) => ("waiting for connections", e),
-                },
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // Most often a shortage of descriptors, in this process or the system: the
-                // connection stays queued, and a retry after a pause may well take it.
-                Err(e) => ("accepting connections", e),
-            };
-            let (what, e) = failed;
-            match retry.failed() {
-                Some(pause) => poller.pause(pause, &signal),
-                None => {
-                    error = Some(format!("the threaded server: {}", retry.gave_up(what, &e)));
-                    break;
+) -> Stopped {
+    let signal = shared.signal.clone();
+    let section = shared.section.clone();
+    let mut connections = Connections::default();
+    let mut retry = Backoff::default();
+    let mut error = None;
+    while !signal.stopping() {
+        // Join the connections that ended, so nothing grows with their number.
+        connections.reap(&heard);
+        // The poller reports a listener's readiness once, as it changes: accept until the
+        // queue is empty before waiting again.
+        let failed = match poller.listener.accept() {
+            Ok((stream, _peer)) => match connections.spawn(stream, &shared) {
+                Ok(()) => {
+                    retry.succeeded();
+                    continue;
                 }
+                // The connection was closed unserved (its client sees the close). A thread
+                // that cannot start now may start after a pause, as threads end.
+                Err(e) => ("starting connection threads", e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poller.wait(None) {
+                Ok(()) => continue,
+                Err(e) => ("waiting for connections", e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Most often a shortage of descriptors, in this process or the system: the
+            // connection stays queued, and a retry after a pause may well take it.
+            Err(e) => ("accepting connections", e),
+        };
+        let (what, e) = failed;
+        match retry.failed() {
+            Some(pause) => poller.pause(pause, &signal),
+            None => {
+                error = Some(format!("the threaded server: {}", retry.gave_up(what, &e)));
+                break;
             }
         }
-        // Stop accepting: from here on the port refuses connections.
-        drop(poller);
-        drop(shared);
-        if let Some(unserved) = connections.unserved.take() {
-            error.get_or_insert(unserved);
-        }
-
-        // Once stopping, a connection between requests ends by itself; one that is not
-        // serving a request (waiting for one, or for the rest of a head a client may never
-        // finish) is closed now. The two checks are ordered (SeqCst) so one of them catches it.
-        // A server dropped without `stop` closes every connection and waits for no work.
-        let abandoned = signal.abandoned();
-        if abandoned {
-            section.abandon_gate();
-        }
-        for connection in connections.open.values() {
-            if abandoned || !connection.in_work.load(Ordering::SeqCst) {
-                let _ = connection.stream.shutdown(Shutdown::Both);
-            }
-        }
-        let drain_until = Instant::now() + drain_limit;
-        connections.wait(&heard, drain_until, false, || signal.abandoned());
-        if !connections.open.is_empty() {
-            // A thread cannot be aborted from outside. What can keep one busy this long is
-            // work at a gate that never opened: abandon the gate, and break every socket's
-            // blocking I/O, then wait (briefly) for each to end.
-            section.abandon_gate();
-            for connection in connections.open.values() {
-                let _ = connection.stream.shutdown(Shutdown::Both);
-            }
-            if !signal.abandoned() {
-                error.get_or_insert(format!(
-                    "connection threads were still busy {} s after the server stopped \
-                     accepting; their held work was abandoned",
-                    drain_limit.as_secs()
-                ));
-            }
-            let forced_until = Instant::now() + FORCED_LIMIT;
-            connections.wait(&heard, forced_until, true, || false);
-        }
-        if let Some(stuck) = connections.give_up() {
-            error.get_or_insert(stuck);
-        }
-        connections
-            .ended
-            .stopped(id, connections.accepted, &section, error)
     }
+    // Stop accepting: from here on the port refuses connections.
+    drop(poller);
+    drop(shared);
+    if let Some(unserved) = connections.unserved.take() {
+        error.get_or_insert(unserved);
+    }
+
+    // Once stopping, a connection between requests ends by itself; one that is not
+    // serving a request (waiting for one, or for the rest of a head a client may never
+    // finish) is closed now. The two checks are ordered (SeqCst) so one of them catches it.
+    // A server dropped without `stop` closes every connection and waits for no work.
+    let abandoned = signal.abandoned();
+    if abandoned {
+        section.abandon_gate();
+    }
+    for connection in connections.open.values() {
+        if abandoned || !connection.in_work.load(Ordering::SeqCst) {
+            let _ = connection.stream.shutdown(Shutdown::Both);
+        }
+    }
+    let drain_until = Instant::now() + drain_limit;
+    connections.wait(&heard, drain_until, false, || signal.abandoned());
+    if !connections.open.is_empty() {
+        // A thread cannot be aborted from outside. What can keep one busy this long is
+        // work at a gate that never opened: abandon the gate, and break every socket's
+        // blocking I/O, then wait (briefly) for each to end.
+        section.abandon_gate();
+        for connection in connections.open.values() {
+            let _ = connection.stream.shutdown(Shutdown::Both);
+        }
+        if !signal.abandoned() {
+            error.get_or_insert(format!(
+                "connection threads were still busy {} s after the server stopped \
+                     accepting; their held work was abandoned",
+                drain_limit.as_secs()
+            ));
+        }
+        let forced_until = Instant::now() + FORCED_LIMIT;
+        connections.wait(&heard, forced_until, true, || false);
+    }
+    if let Some(stuck) = connections.give_up() {
+        error.get_or_insert(stuck);
+    }
+    connections
+        .ended
+        .stopped(id, connections.accepted, &section, error)
 }
 
 /// The accept thread's connections: the open ones, and how the ended ones ended.
@@ -444,14 +420,7 @@ impl Connections {
         let Some(connection) = self.open.remove(&id) else {
             return;
         };
-        match connection.thread.join() {
-            Err(panic) => self.ended.panicked.push(format!(
-                "a connection thread panicked: {}",
-                panic_message(panic.as_ref())
-            )),
-            Ok(()) if forced => self.ended.aborted += 1,
-            Ok(()) => self.ended.completed += 1,
-        }
+        count(&mut self.ended, connection.thread.join(), forced);
         await_release(tid);
     }
 
@@ -463,13 +432,7 @@ impl Connections {
         let stuck = self.open.len();
         for (_, connection) in self.open.drain() {
             if connection.thread.is_finished() {
-                match connection.thread.join() {
-                    Err(panic) => self.ended.panicked.push(format!(
-                        "a connection thread panicked: {}",
-                        panic_message(panic.as_ref())
-                    )),
-                    Ok(()) => self.ended.aborted += 1,
-                }
+                count(&mut self.ended, connection.thread.join(), true);
             }
         }
         (stuck > 0).then(|| {
@@ -479,6 +442,19 @@ impl Connections {
                 FORCED_LIMIT.as_secs()
             )
         })
+    }
+}
+
+/// Counts how a joined connection thread ended: a panic as a panic; otherwise aborted if it
+/// was `forced` to stop, completed if not.
+fn count(ended: &mut Handlers, joined: thread::Result<()>, forced: bool) {
+    match joined {
+        Err(panic) => ended.panicked.push(format!(
+            "a connection thread panicked: {}",
+            panic_message(panic.as_ref())
+        )),
+        Ok(()) if forced => ended.aborted += 1,
+        Ok(()) => ended.completed += 1,
     }
 }
 
