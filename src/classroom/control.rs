@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::gates::{CannotClose, RoomGate, RoomGates};
-use super::journal::Journal;
+use super::journal::{self, Journal};
 use super::room::{Room, Target};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
 use crate::evidence::{ExecutorEvidence, Moment, ResponseRecord};
@@ -232,14 +232,9 @@ impl Driver {
             slots: current.inputs.slots,
         };
         let held = current.inputs.held;
-        let policies: Vec<&str> = current
-            .inputs
-            .mode
-            .modes()
-            .iter()
-            .map(|m| m.name())
-            .collect();
-        let number = policies.iter().position(|m| *m == mode.name()).unwrap_or(0) + 1;
+        let modes = current.inputs.mode.modes();
+        let policies: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+        let number = modes.iter().position(|m| *m == mode).unwrap_or(0) + 1;
         let plan: Vec<String> = Planned::all(held)
             .map(step_name)
             .chain(["close".to_owned()])
@@ -401,8 +396,8 @@ impl Driver {
         let Some(open) = self.current.as_mut().and_then(|c| c.open.take()) else {
             return Value::Null;
         };
-        let PolicyRun { report, failure } = self.close_run(index, open).await;
-        let (mode, run) = (report.mode, PolicyRun { report, failure });
+        let run = self.close_run(index, open).await;
+        let mode = run.report.mode;
         let matches = self.verdict(index, mode, &run);
         self.conclude(mode, run);
         json!({ "step": "close", "matches": matches })
@@ -561,13 +556,7 @@ impl Driver {
 
 /// One of the sequence's responses, as the journal tells the page.
 fn scripted(response: &ResponseRecord) -> Value {
-    let mut message = json!({ "kind": "response", "room": false });
-    if let (Value::Object(fields), Ok(Value::Object(record))) =
-        (&mut message, serde_json::to_value(response))
-    {
-        fields.extend(record);
-    }
-    message
+    journal::tagged(json!({ "kind": "response", "room": false }), response)
 }
 
 /// What the run has observed of the front's own runtime, as the page draws it: every heartbeat

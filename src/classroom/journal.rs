@@ -10,13 +10,13 @@
 //! sent the journal afresh — so a stalled client costs at most its buffer and never slows the
 //! run: the section's subscription is unbounded and drained by the journal's own pump.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use hyper::body::{Body, Bytes, Frame};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -196,15 +196,10 @@ impl Journal {
 impl Inner {
     /// Journals the events recorded but not yet journaled, so what follows comes after them.
     fn drain(&mut self) {
-        let mut events = VecDeque::new();
-        if let Some(source) = self.source.as_mut() {
-            while let Ok(event) = source.events.try_recv() {
-                events.push_back(event);
-            }
-        }
-        let any = !events.is_empty();
-        for event in events {
+        let mut any = false;
+        while let Some(event) = self.source.as_mut().and_then(|s| s.events.try_recv().ok()) {
             self.append(&work(&event));
+            any = true;
         }
         if any {
             self.resources();
@@ -247,13 +242,20 @@ impl Inner {
 /// A work event as the page reads it: the report's fields, and for a refusal who held the
 /// permits.
 pub(crate) fn work(event: &WorkEvent) -> Value {
-    let mut message = json!({ "kind": "work" });
-    if let (Value::Object(fields), Ok(Value::Object(event_fields))) =
-        (&mut message, serde_json::to_value(event))
-    {
-        fields.extend(event_fields);
+    let mut message = tagged(json!({ "kind": "work" }), event);
+    if let Value::Object(fields) = &mut message {
         fields.insert("held_by".into(), json!(event.held_by));
         fields.insert("route".into(), json!(event.request.map(|r| r.route())));
+    }
+    message
+}
+
+/// `message` (a JSON object) with the fields of `record` added, as they serialize.
+pub(crate) fn tagged(mut message: Value, record: &impl Serialize) -> Value {
+    if let (Value::Object(fields), Ok(Value::Object(record))) =
+        (&mut message, serde_json::to_value(record))
+    {
+        fields.extend(record);
     }
     message
 }
