@@ -475,15 +475,14 @@ pub(crate) fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
 pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
     let (status, body) = match verdict {
         Verdict::Done(pool) => (StatusCode::OK, json!({ "request": request, "pool": pool })),
-        Verdict::Refused(refusal) if !refusal.holders.is_empty() => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request,
-                    "held_by": refusal.holders }),
-        ),
-        Verdict::Refused(refusal) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request }),
-        ),
+        Verdict::Refused(refusal) => {
+            let mut body =
+                json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request });
+            if !refusal.holders.is_empty() {
+                body["held_by"] = json!(refusal.holders);
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, body)
+        }
         Verdict::Failed(failure) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "work_permits_unavailable", "pool": failure.pool,

@@ -74,27 +74,25 @@ pub(crate) fn start(
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, FrontThread)> {
     let workers = executor.workers();
-    let (front, classes) = match executor.work {
+    // One runtime for everything, its blocking pool as `--blocking-threads` says.
+    let alone = |dispatch| {
+        let front = runtime(workers, executor.blocking_threads.get(), "lab-front")?;
+        std::io::Result::Ok((front, None, dispatch))
+    };
+    let (front, classes, dispatch) = match executor.work {
+        WorkStyle::Await => alone(Dispatch::Await)?,
+        WorkStyle::Block => alone(Dispatch::Block)?,
+        WorkStyle::SpawnBlocking => alone(Dispatch::SpawnBlocking)?,
         WorkStyle::OwnRuntime => {
             let slow = runtime(workers, 1, "lab-slow-work")?;
             let fast = runtime(workers, 1, "lab-fast-work")?;
             let connections = runtime(Workers::CurrentThread, 1, "lab-front")?;
-            (connections, Some((slow, fast)))
+            let dispatch = Dispatch::OwnRuntime {
+                slow: slow.handle().clone(),
+                fast: fast.handle().clone(),
+            };
+            (connections, Some((slow, fast)), dispatch)
         }
-        _ => (
-            runtime(workers, executor.blocking_threads.get(), "lab-front")?,
-            None,
-        ),
-    };
-    let dispatch = match (&executor.work, &classes) {
-        (WorkStyle::Await, _) => Dispatch::Await,
-        (WorkStyle::Block, _) => Dispatch::Block,
-        (WorkStyle::SpawnBlocking, _) => Dispatch::SpawnBlocking,
-        (WorkStyle::OwnRuntime, Some((slow, fast))) => Dispatch::OwnRuntime {
-            slow: slow.handle().clone(),
-            fast: fast.handle().clone(),
-        },
-        (WorkStyle::OwnRuntime, None) => unreachable!("own-runtime builds a runtime per class"),
     };
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.

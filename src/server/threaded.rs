@@ -605,7 +605,7 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
         let (reply, keep_alive) = match head {
             Ok(request) => {
                 let head = Head {
-                    is_get: request.method == "GET",
+                    is_get: request.is_get,
                     path: &request.path,
                     token: request.token.as_deref(),
                     label: request.label.as_deref(),
@@ -638,7 +638,7 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
 
 /// The parts of a request head the lab reads.
 struct RequestHead {
-    method: String,
+    is_get: bool,
     path: String,
     token: Option<Vec<u8>>,
     label: Option<Vec<u8>>,
@@ -702,7 +702,7 @@ impl From<&httparse::Request<'_, '_>> for RequestHead {
         let body = header("content-length").is_some_and(|v| v != b"0")
             || header("transfer-encoding").is_some();
         RequestHead {
-            method: request.method.unwrap_or_default().to_owned(),
+            is_get: request.method == Some("GET"),
             // The path without a query string, as Hyper's `uri().path()` gives it.
             path: request
                 .path
