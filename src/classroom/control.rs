@@ -460,22 +460,20 @@ impl Driver {
         let Some(mut current) = self.current.take() else {
             return;
         };
-        if !current.touched {
-            // Not a step taken, nor a request from the room: nothing to report.
-            if let Some(open) = current.open.take() {
-                let index = self.driven.runs.len();
-                self.close_run(index, open).await;
-            }
-            return;
-        }
         let index = self.driven.runs.len();
         if let Some(open) = current.open.take() {
             let mode = open.mode;
             let run = self.close_run(index, open).await;
-            self.verdict(index, mode, &run);
-            if !current.invocation.push(mode, run) {
-                current.modes.clear();
+            if current.touched {
+                self.verdict(index, mode, &run);
+                if !current.invocation.push(mode, run) {
+                    current.modes.clear();
+                }
             }
+        }
+        if !current.touched {
+            // Not a step taken, nor a request from the room: nothing to report.
+            return;
         }
         if let Some(mode) = current.modes.front() {
             let why = format!("{}: not run, the session ended before it", mode.name());

@@ -76,11 +76,18 @@ impl Journal {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The lock, once every event recorded so far is journaled: what is added next comes
+    /// after them.
+    fn caught_up(&self) -> MutexGuard<'_, Inner> {
+        let mut inner = self.inner();
+        inner.drain();
+        inner
+    }
+
     /// Starts the journal of a new policy run with its `run` message, following no section
     /// yet. Every stream is told, and resets.
     pub(crate) fn begin(&self, run: &Value) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         inner.frames.clear();
         inner.source = None;
         inner.append(run);
@@ -94,8 +101,7 @@ impl Journal {
         census: &Arc<HandlerCount>,
         front: &'static str,
     ) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         let (past, events) = section.subscribe();
         inner.source = Some(Source {
             events,
@@ -114,19 +120,17 @@ impl Journal {
     /// Adds `message` after every work event recorded so far: a response is journaled after
     /// the events that came before it.
     pub(crate) fn push(&self, message: &Value) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         inner.append(message);
     }
 
     /// A stream of the journal so far, then of everything after; `None` once the session has
     /// ended.
     pub(crate) fn follow(&self) -> Option<EventStream> {
-        let mut inner = self.inner();
+        let mut inner = self.caught_up();
         if inner.ended {
             return None;
         }
-        inner.drain();
         let (sender, live) = mpsc::channel(self.buffer);
         inner.streams.push(sender);
         // Tell the page to reconnect soon if the stream ends, then the journal in one frame.
@@ -141,8 +145,7 @@ impl Journal {
     /// Ends the session's streams with a last `ended` message carrying the session's
     /// `verdict` (`None`: every run matched the model); the pump returns.
     pub(crate) fn end(&self, verdict: Option<&str>) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         inner.append(&json!({ "kind": "ended", "verdict": verdict }));
         inner.ended = true;
         inner.streams.clear();

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -108,10 +109,8 @@ impl AsyncListener {
         drain_limit: Duration,
     ) -> AsyncFront {
         let (stop, stopped) = oneshot::channel::<()>();
-        let shutdown = async {
-            // A dropped sender also means stop.
-            let _ = stopped.await;
-        };
+        // A dropped sender also means stop.
+        let shutdown = stopped.map(drop);
         let task = tokio::spawn(self.serve(section, census, hooks, shutdown, drain_limit));
         AsyncFront { stop, task }
     }

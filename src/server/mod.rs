@@ -226,20 +226,17 @@ pub(crate) fn start_on(
     gates: Gates,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
-    match front {
+    let running = match front {
         Front::Async => {
             let server = async_front::AsyncListener::from_std(listener, address)?.at(gates);
-            let address = server.address();
-            let running = server.start(section, census, hooks, drain_limit);
-            Ok((address, Running::Async(running)))
+            Running::Async(server.start(section, census, hooks, drain_limit))
         }
         Front::Threaded => {
             let server = threaded::ThreadedListener::from_std(listener, address).at(gates);
-            let address = server.address();
-            let running = server.start(section, census, hooks, drain_limit)?;
-            Ok((address, Running::Threaded(running)))
+            Running::Threaded(server.start(section, census, hooks, drain_limit)?)
         }
-    }
+    };
+    Ok((address, running))
 }
 
 impl Running {

@@ -18,6 +18,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use futures_util::FutureExt;
 use tokio::runtime::{Builder, Runtime};
 use tokio::sync::oneshot;
 
@@ -109,15 +110,10 @@ pub(crate) fn start(
     let thread = thread::Builder::new()
         .name("lab-front".into())
         .spawn(move || {
-            let served = serve(front, classes, beating, async move {
-                let shutdown = async {
-                    // A dropped sender also means stop.
-                    let _ = stopped.await;
-                };
-                server
-                    .serve(section, census, hooks, shutdown, drain_limit)
-                    .await
-            });
+            // A dropped sender also means stop.
+            let shutdown = stopped.map(drop);
+            let serving = server.serve(section, census, hooks, shutdown, drain_limit);
+            let served = serve(front, classes, beating, serving);
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;

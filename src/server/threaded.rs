@@ -53,8 +53,7 @@ const STOP: Token = Token(1);
 #[derive(Debug)]
 pub(crate) struct ThreadedListener {
     listener: TcpListener,
-    address: SocketAddr,
-    /// The listener's socket, to see it closed.
+    /// The listener's socket, bound to its address, to see it closed.
     id: ListenerId,
     /// The gate each request's slow work waits at.
     gates: Gates,
@@ -188,7 +187,6 @@ impl ThreadedListener {
         ThreadedListener {
             id: ListenerId::of(&listener, address),
             listener,
-            address,
             gates: Gates::default(),
         }
     }
@@ -197,10 +195,6 @@ impl ThreadedListener {
     /// run's own).
     pub(crate) fn at(self, gates: Gates) -> Self {
         ThreadedListener { gates, ..self }
-    }
-
-    pub(crate) fn address(&self) -> SocketAddr {
-        self.address
     }
 
     /// Starts the accept thread, which serves until [`ThreadedFront::stop`].
@@ -213,7 +207,6 @@ impl ThreadedListener {
     ) -> io::Result<ThreadedFront> {
         let ThreadedListener {
             listener,
-            address: _,
             id,
             gates,
         } = self;
