@@ -289,8 +289,7 @@ impl Driver {
             Action::OpenGate => self.open_room_gate(),
             Action::CloseGate => self.close_room_gate(),
             Action::Reveal => {
-                let open = self.current.as_ref().is_some_and(|c| c.open.is_some());
-                if !open {
+                if self.open_run().is_none() {
                     bail!("no run is open: its predictions show once it is");
                 }
                 self.journal.push(&json!({ "kind": "reveal" }));
@@ -513,7 +512,7 @@ impl Driver {
 
     /// Tells the page what the controls can do now.
     fn state(&self) {
-        let open = self.current.as_ref().and_then(|c| c.open.as_ref());
+        let open = self.open_run();
         let next = match (&self.current, open) {
             (None, _) => Value::Null,
             (Some(_), Some(open)) => {
@@ -538,7 +537,6 @@ impl Driver {
                 None => Value::Null,
             },
         };
-        let open = self.open_run();
         let gate = open.map(|o| o.run.section().final_state().gate);
         let room_gate = open.and_then(|o| o.gates.last());
         self.journal.push(&json!({

@@ -266,7 +266,7 @@ fn serve(
         connections.reap(&heard);
         // The poller reports a listener's readiness once, as it changes: accept until the
         // queue is empty before waiting again.
-        let failed = match poller.listener.accept() {
+        let (what, e) = match poller.listener.accept() {
             Ok((stream, _peer)) => match connections.spawn(stream, &shared) {
                 Ok(()) => {
                     retry.succeeded();
@@ -285,7 +285,6 @@ fn serve(
             // connection stays queued, and a retry after a pause may well take it.
             Err(e) => ("accepting connections", e),
         };
-        let (what, e) = failed;
         match retry.failed() {
             Some(pause) => poller.pause(pause, &signal),
             None => {
@@ -327,7 +326,7 @@ fn serve(
         if !signal.abandoned() {
             error.get_or_insert(format!(
                 "connection threads were still busy {} s after the server stopped \
-                     accepting; their held work was abandoned",
+                 accepting; their held work was abandoned",
                 drain_limit.as_secs()
             ));
         }
