@@ -324,10 +324,9 @@ impl Driver {
         if let Some(watched) = &open.run.observed().executor {
             self.journal.push(&executor_message(watched));
         }
-        let failure = match done {
-            Some(Err(failure)) => Some(failure.to_string()),
-            _ => None,
-        };
+        let failure = done
+            .and_then(Result::err)
+            .map(|failure| failure.to_string());
         let name = step_name(step);
         self.journal.push(&json!({
             "kind": "step",

@@ -255,7 +255,7 @@ pub async fn serve(
     let driven = driver.await;
     room.aim(None);
     let broken = app.broken.lock().map_or(None, |b| b.clone());
-    let failure = failure.or(broken);
+    let mut failure = failure.or(broken);
     let told = match &driven {
         Ok(driven) => verdict(&driven.runs, failure.as_deref()),
         Err(e) => Some(format!("the classroom's driver failed: {e}")),
@@ -268,7 +268,6 @@ pub async fn serve(
     let pumped = pump.await;
 
     let driven = driven.context("the classroom's driver failed")?;
-    let mut failure = failure;
     let served = served.unwrap_or_else(|e| http::Served {
         refused: 0,
         error: Some(format!("the classroom's server task failed: {e}")),

@@ -358,8 +358,7 @@ impl Connections {
     /// a request asks to close, or the server stops. On an error the connection is closed
     /// unserved, and noted.
     fn spawn(&mut self, stream: mio::net::TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
-        let started = start_connection(self.accepted + 1, stream, shared);
-        match started {
+        match start_connection(self.accepted + 1, stream, shared) {
             Ok(connection) => {
                 self.accepted += 1;
                 self.open.insert(self.accepted, connection);
