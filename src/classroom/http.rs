@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -51,7 +51,7 @@ use super::room::{ROOM_HEADER, Room};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
 use crate::server::Backoff;
-use crate::server::connections::{Busy, Connections};
+use crate::server::connections::{Connections, Owed, Owing};
 
 /// The header that carries the control token.
 pub(crate) const CONTROL_HEADER: &str = "lab-control";
@@ -446,47 +446,6 @@ pub(crate) async fn serve(
     let panicked = connections.ended.panicked.into_iter().next();
     served.error = served.error.or(drained).or(panicked);
     served
-}
-
-/// What one connection owes its client: how many answers are being made or sent, and whether
-/// one of them is an event stream.
-#[derive(Debug, Default)]
-struct Owed {
-    answers: AtomicUsize,
-    /// Set when an answer is an event stream.
-    streaming: AtomicBool,
-}
-
-/// One answer owed, from the moment its request is whole until its body is dropped (sent, or
-/// the connection gone).
-#[derive(Debug)]
-struct Owing(Arc<Owed>);
-
-/// Busy while it owes an answer that is not an event stream.
-impl Busy for Owed {
-    fn busy(&self) -> bool {
-        self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
-    }
-}
-
-impl Owed {
-    /// No request in progress: between requests, or a head not yet whole.
-    fn idle(&self) -> bool {
-        self.answers.load(Ordering::SeqCst) == 0
-    }
-}
-
-impl Owing {
-    fn new(owed: Arc<Owed>) -> Self {
-        owed.answers.fetch_add(1, Ordering::SeqCst);
-        Owing(owed)
-    }
-}
-
-impl Drop for Owing {
-    fn drop(&mut self) {
-        self.0.answers.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// An answer's body, which owes its answer until it is dropped.

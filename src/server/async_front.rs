@@ -5,7 +5,6 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -21,7 +20,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use super::connections::Connections;
+use super::connections::{Connections, Owed, Owing};
 use super::work_style::Dispatch;
 use super::{Backoff, Gates, HandlerCount, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
@@ -151,14 +150,14 @@ impl AsyncListener {
                 }
             };
             connections.reap();
-            let serving = Arc::new(AtomicBool::new(false));
+            let owed = Arc::new(Owed::default());
             let given = (
                 section.clone(),
                 hooks.clone(),
                 gates.clone(),
                 dispatch.clone(),
             );
-            let flag = serving.clone();
+            let connection_owes = owed.clone();
             let service = service_fn(move |request| {
                 // Screened before the handler's future exists, and dropped: the request's head
                 // points into Hyper's read buffer, and while it lived Hyper's next read
@@ -167,11 +166,11 @@ impl AsyncListener {
                 let (section, hooks, gates, dispatch) = given.clone();
                 let screened = screen_request(&section, &request);
                 drop(request);
-                let flag = flag.clone();
+                let owed = connection_owes.clone();
                 // The handler's blocks are shared beyond its connection (ledger events,
                 // channels, threads its work starts): outside the slot.
                 Placed::outside(async move {
-                    let _serving = Serving::start(&flag);
+                    let _owing = Owing::new(owed);
                     let reply = match screened {
                         Ok((label, route)) => {
                             let verdict = dispatch.work(&section, &*hooks, &gates, label, route);
@@ -197,7 +196,7 @@ impl AsyncListener {
                 let _ = connection.await;
             });
             connections.make_room();
-            let _ = slot.enter(Placement::Written, || connections.spawn(serving, task));
+            let _ = slot.enter(Placement::Written, || connections.spawn(owed, task));
             // Counted once its handler exists, as on the threaded front.
             accepted += 1;
         }
@@ -211,22 +210,6 @@ impl AsyncListener {
             .await;
         error = error.or(drained);
         connections.ended.stopped(id, accepted, &section, error)
-    }
-}
-
-/// Marks a connection as serving a request for as long as the request's handler lives.
-struct Serving<'a>(&'a AtomicBool);
-
-impl<'a> Serving<'a> {
-    fn start(flag: &'a AtomicBool) -> Self {
-        flag.store(true, Ordering::SeqCst);
-        Serving(flag)
-    }
-}
-
-impl Drop for Serving<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -257,7 +240,7 @@ fn screen_request(
 }
 
 /// A complete JSON response. The body is whole because a connection counts as busy only while
-/// its handler runs (`Serving`): at stop, a connection that is not busy is closed at once, so a
+/// its handler runs (`Owing`): at stop, a connection that is not busy is closed at once, so a
 /// body still streaming after its handler returned could be cut off mid-response. (The permit
 /// is not the reason: the work left the section, and returned it, before this reply was built.)
 fn respond(reply: Reply) -> Response<Full<Bytes>> {
