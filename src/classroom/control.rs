@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::gates::{CannotClose, RoomGate, RoomGates};
-use super::journal::Journal;
+use super::journal::{self, Journal};
 use super::room::{Room, Target};
 use crate::coordinator::{Options, Planned, PolicyRun, Run};
 use crate::evidence::{ExecutorEvidence, Moment, ResponseRecord};
@@ -232,14 +232,9 @@ impl Driver {
             slots: current.inputs.slots,
         };
         let held = current.inputs.held;
-        let policies: Vec<&str> = current
-            .inputs
-            .mode
-            .modes()
-            .iter()
-            .map(|m| m.name())
-            .collect();
-        let number = policies.iter().position(|m| *m == mode.name()).unwrap_or(0) + 1;
+        let modes = current.inputs.mode.modes();
+        let policies: Vec<&str> = modes.iter().map(|m| m.name()).collect();
+        let number = modes.iter().position(|m| *m == mode).unwrap_or(0) + 1;
         let plan: Vec<String> = Planned::all(held)
             .map(step_name)
             .chain(["close".to_owned()])
@@ -294,8 +289,7 @@ impl Driver {
             Action::OpenGate => self.open_room_gate(),
             Action::CloseGate => self.close_room_gate(),
             Action::Reveal => {
-                let open = self.current.as_ref().is_some_and(|c| c.open.is_some());
-                if !open {
+                if self.open_run().is_none() {
                     bail!("no run is open: its predictions show once it is");
                 }
                 self.journal.push(&json!({ "kind": "reveal" }));
@@ -330,10 +324,9 @@ impl Driver {
         if let Some(watched) = &open.run.observed().executor {
             self.journal.push(&executor_message(watched));
         }
-        let failure = match done {
-            Some(Err(failure)) => Some(failure.to_string()),
-            _ => None,
-        };
+        let failure = done
+            .and_then(Result::err)
+            .map(|failure| failure.to_string());
         let name = step_name(step);
         self.journal.push(&json!({
             "kind": "step",
@@ -401,8 +394,8 @@ impl Driver {
         let Some(open) = self.current.as_mut().and_then(|c| c.open.take()) else {
             return Value::Null;
         };
-        let PolicyRun { report, failure } = self.close_run(index, open).await;
-        let (mode, run) = (report.mode, PolicyRun { report, failure });
+        let run = self.close_run(index, open).await;
+        let mode = run.report.mode;
         let matches = self.verdict(index, mode, &run);
         self.conclude(mode, run);
         json!({ "step": "close", "matches": matches })
@@ -465,22 +458,20 @@ impl Driver {
         let Some(mut current) = self.current.take() else {
             return;
         };
-        if !current.touched {
-            // Not a step taken, nor a request from the room: nothing to report.
-            if let Some(open) = current.open.take() {
-                let index = self.driven.runs.len();
-                self.close_run(index, open).await;
-            }
-            return;
-        }
         let index = self.driven.runs.len();
         if let Some(open) = current.open.take() {
             let mode = open.mode;
             let run = self.close_run(index, open).await;
-            self.verdict(index, mode, &run);
-            if !current.invocation.push(mode, run) {
-                current.modes.clear();
+            if current.touched {
+                self.verdict(index, mode, &run);
+                if !current.invocation.push(mode, run) {
+                    current.modes.clear();
+                }
             }
+        }
+        if !current.touched {
+            // Not a step taken, nor a request from the room: nothing to report.
+            return;
         }
         if let Some(mode) = current.modes.front() {
             let why = format!("{}: not run, the session ended before it", mode.name());
@@ -520,7 +511,7 @@ impl Driver {
 
     /// Tells the page what the controls can do now.
     fn state(&self) {
-        let open = self.current.as_ref().and_then(|c| c.open.as_ref());
+        let open = self.open_run();
         let next = match (&self.current, open) {
             (None, _) => Value::Null,
             (Some(_), Some(open)) => {
@@ -545,7 +536,6 @@ impl Driver {
                 None => Value::Null,
             },
         };
-        let open = self.open_run();
         let gate = open.map(|o| o.run.section().final_state().gate);
         let room_gate = open.and_then(|o| o.gates.last());
         self.journal.push(&json!({
@@ -561,13 +551,7 @@ impl Driver {
 
 /// One of the sequence's responses, as the journal tells the page.
 fn scripted(response: &ResponseRecord) -> Value {
-    let mut message = json!({ "kind": "response", "room": false });
-    if let (Value::Object(fields), Ok(Value::Object(record))) =
-        (&mut message, serde_json::to_value(response))
-    {
-        fields.extend(record);
-    }
-    message
+    journal::tagged(json!({ "kind": "response", "room": false }), response)
 }
 
 /// What the run has observed of the front's own runtime, as the page draws it: every heartbeat

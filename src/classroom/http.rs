@@ -24,7 +24,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -51,7 +51,7 @@ use super::room::{ROOM_HEADER, Room};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
 use crate::server::Backoff;
-use crate::server::connections::{Busy, Connections};
+use crate::server::connections::{Connections, Owed, Owing};
 
 /// The header that carries the control token.
 pub(crate) const CONTROL_HEADER: &str = "lab-control";
@@ -153,36 +153,28 @@ impl App {
     ) -> (Response<Body>, Owing) {
         if !self.addressed_here(&request) {
             let detail = "only the page served at this address, from this address, may use it";
-            let refused = answer(
-                StatusCode::FORBIDDEN,
-                json!({ "error": "wrong_host_or_origin", "detail": detail }),
-            );
+            let refused = refuse(StatusCode::FORBIDDEN, "wrong_host_or_origin", detail);
             return (refused, Owing::new(owed.clone()));
         }
         let path = request.uri().path().to_owned();
-        let method = request.method().clone();
-        if method == Method::POST && path.starts_with("/control/") {
-            return self
-                .control(&path["/control/".len()..], request, owed)
-                .await;
+        if request.method() == Method::POST
+            && let Some(action) = path.strip_prefix("/control/")
+        {
+            return self.control(action, request, owed).await;
         }
         let owing = Owing::new(owed.clone());
-        let route = Route::from_path(&path);
-        let answer = match (method, path.as_str()) {
-            (Method::GET, "/") => self.page(),
-            (Method::GET, "/events") => match self.journal.follow() {
+        let answer = match (request.method(), path.as_str(), Route::from_path(&path)) {
+            (&Method::GET, "/", _) => self.page(),
+            (&Method::GET, "/events", _) => match self.journal.follow() {
                 Some(stream) => {
                     owed.streaming.store(true, Ordering::SeqCst);
                     uncached(stream.boxed(), "text/event-stream")
                 }
                 None => answer(StatusCode::CONFLICT, json!({ "error": "session_ended" })),
             },
-            (Method::GET, _) if route.is_some() => {
-                let route = route.expect("matched just above");
-                self.room_request(route, request.headers()).await
-            }
-            (_, "/" | "/events") => not_allowed(),
-            (_, path) if path.starts_with("/control/") || route.is_some() => not_allowed(),
+            (&Method::GET, _, Some(route)) => self.room_request(route, request.headers()).await,
+            (_, "/" | "/events", _) | (_, _, Some(_)) => not_allowed(),
+            (_, path, _) if path.starts_with("/control/") => not_allowed(),
             _ => answer(StatusCode::NOT_FOUND, json!({ "error": "not_found" })),
         };
         (answer, owing)
@@ -195,15 +187,13 @@ impl App {
         let mut response = uncached(body, "text/html; charset=utf-8");
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_SECURITY_POLICY, self.policy.clone());
-        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-        headers.insert(
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        );
-        headers.insert(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        );
+        for (name, value) in [
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ] {
+            headers.insert(name, HeaderValue::from_static(value));
+        }
         response
     }
 
@@ -221,10 +211,7 @@ impl App {
         if !self.control.admits(token) {
             let detail = "controls need this session's control token, which only the \
                           instructor's URL printed on the terminal carries";
-            let refused = answer(
-                StatusCode::FORBIDDEN,
-                json!({ "error": "control_token", "detail": detail }),
-            );
+            let refused = refuse(StatusCode::FORBIDDEN, "control_token", detail);
             return (refused, Owing::new(owed.clone()));
         }
         let whole = Limited::new(request.into_body(), MAX_BODY).collect();
@@ -234,10 +221,7 @@ impl App {
             Ok(Ok(body)) => body.to_bytes(),
             Ok(Err(_)) => {
                 let detail = format!("a control body is at most {MAX_BODY} bytes");
-                let refused = answer(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    json!({ "error": "body_too_large", "detail": detail }),
-                );
+                let refused = refuse(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", detail);
                 return (refused, owing);
             }
             Err(_) => {
@@ -245,10 +229,7 @@ impl App {
                     "the control body did not arrive within {}",
                     in_words(self.timeouts.body)
                 );
-                let mut refused = answer(
-                    StatusCode::REQUEST_TIMEOUT,
-                    json!({ "error": "body_timeout", "detail": detail }),
-                );
+                let mut refused = refuse(StatusCode::REQUEST_TIMEOUT, "body_timeout", detail);
                 // The rest of the body may still come: the connection cannot be reused.
                 (refused.headers_mut())
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -274,10 +255,7 @@ impl App {
                     let detail = format!(
                         "expected {{\"mode\": \"shared|partitioned|both\", \"slots\": 2..4, \"held\": 1..4}}: {e}"
                     );
-                    return answer(
-                        StatusCode::BAD_REQUEST,
-                        json!({ "error": "bad_inputs", "detail": detail }),
-                    );
+                    return refuse(StatusCode::BAD_REQUEST, "bad_inputs", detail);
                 }
             },
             "finish" => {
@@ -296,10 +274,7 @@ impl App {
         };
         match done {
             Some(Ok(done)) => answer(StatusCode::OK, done),
-            Some(Err(why)) => answer(
-                StatusCode::CONFLICT,
-                json!({ "error": "not_now", "detail": format!("{why:#}") }),
-            ),
+            Some(Err(why)) => refuse(StatusCode::CONFLICT, "not_now", format!("{why:#}")),
             None => answer(StatusCode::CONFLICT, json!({ "error": "session_ending" })),
         }
     }
@@ -311,19 +286,11 @@ impl App {
             .admits(headers.get(ROOM_HEADER).map(HeaderValue::as_bytes))
         {
             let detail = "the room's requests carry the room token shown on the page";
-            return answer(
-                StatusCode::FORBIDDEN,
-                json!({ "error": "room_token", "detail": detail }),
-            );
+            return refuse(StatusCode::FORBIDDEN, "room_token", detail);
         }
         let (request, target) = match self.room.admit(route) {
             Ok(admitted) => admitted,
-            Err(closed) => {
-                return answer(
-                    StatusCode::CONFLICT,
-                    json!({ "error": "room_closed", "detail": closed.words() }),
-                );
-            }
+            Err(closed) => return refuse(StatusCode::CONFLICT, "room_closed", closed.words()),
         };
         let record = self.room.send(request, target).await;
         self.journal.push(&super::room::message(&record));
@@ -356,6 +323,11 @@ fn not_allowed() -> Response<Body> {
     )
 }
 
+/// A refusal: its `error` code and, in words, its `detail`.
+fn refuse(status: StatusCode, error: &str, detail: impl Into<Value>) -> Response<Body> {
+    answer(status, json!({ "error": error, "detail": detail.into() }))
+}
+
 /// A whole JSON answer.
 fn answer(status: StatusCode, body: Value) -> Response<Body> {
     let body = Full::new(Bytes::from(body.to_string())).boxed();
@@ -377,9 +349,6 @@ fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
 /// How the server's connections ended.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
-    pub(crate) accepted: u64,
-    /// Every connection task was joined.
-    pub(crate) joined: u64,
     /// Connections closed because `cap` were open: the oldest idle one, or the new one.
     pub(crate) refused: u64,
     /// What did not stop cleanly.
@@ -408,77 +377,64 @@ pub(crate) async fn serve(
     let mut by_age: VecDeque<(Arc<Owed>, AbortHandle)> = VecDeque::new();
     let header_timeout = app.timeouts.header;
     loop {
-        tokio::select! {
-            biased;
-            () = &mut stop_accepting => break,
-            incoming = listener.accept() => match incoming {
-                Ok((stream, _peer)) => {
-                    retry.succeeded();
-                    connections.reap();
-                    by_age.retain(|(_, handle)| !handle.is_finished());
-                    if connections.open() >= cap {
-                        // The oldest connection with no request in progress makes room; with
-                        // none, the new one is refused, closed at once. Either way this server
-                        // holds at most `cap` connections, and idle ones end at the header
-                        // timeout.
-                        let idle = by_age.iter().position(|(owed, _)| owed.idle());
-                        match idle.and_then(|at| by_age.remove(at)) {
-                            Some((_, oldest)) => oldest.abort(),
-                            None => {
-                                served.refused += 1;
-                                drop(stream);
-                                continue;
-                            }
-                        }
-                        served.refused += 1;
-                    }
-                    served.accepted += 1;
-                    let owed = Arc::new(Owed::default());
-                    let (app, connection_owes) = (app.clone(), owed.clone());
-                    let service = service_fn(move |request| {
-                        let (app, owed) = (app.clone(), connection_owes.clone());
-                        async move {
-                            let (response, owing) = app.handle(request, &owed).await;
-                            Ok::<_, Infallible>(response.map(|body| {
-                                OwedBody { body, _owing: owing }.boxed()
-                            }))
-                        }
-                    });
-                    let mut builder = http1::Builder::new();
-                    builder
-                        .max_buf_size(MAX_HEAD)
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(header_timeout);
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    let connection = graceful.watch(connection);
-                    let handle = connections.spawn(owed.clone(), async move {
-                        // A client's broken connection is its own business, not the session's.
-                        let _ = connection.await;
-                    });
-                    by_age.push_back((owed, handle));
+        let stream = match retry.accept(&listener, stop_accepting.as_mut()).await {
+            Ok(Some(stream)) => stream,
+            Ok(None) => break,
+            // A shortage that outlasts every pause ends the session, which would otherwise go
+            // on with nobody able to reach it.
+            Err(gave_up) => {
+                let why = format!("the classroom's server: {gave_up}");
+                served.error = Some(why.clone());
+                // Told before the session ends, so the page can say it too.
+                *app.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+                app.finish.notify_one();
+                break;
+            }
+        };
+        connections.reap();
+        by_age.retain(|(_, handle)| !handle.is_finished());
+        if connections.open() >= cap {
+            // The oldest connection with no request in progress makes room; with none, the new
+            // one is refused, closed at once. Either way this server holds at most `cap`
+            // connections, and idle ones end at the header timeout.
+            served.refused += 1;
+            let idle = by_age.iter().position(|(owed, _)| owed.idle());
+            match idle.and_then(|at| by_age.remove(at)) {
+                Some((_, oldest)) => oldest.abort(),
+                None => {
+                    drop(stream);
+                    continue;
                 }
-                // Most often a shortage of descriptors that passes: the connection stays queued
-                // and a retry after a pause may take it, as the lab's own front retries. The
-                // pause waits for the stop signal too. A shortage that outlasts every pause ends
-                // the session, which would otherwise go on with nobody able to reach it.
-                Err(e) => match retry.failed() {
-                    Some(pause) => {
-                        if tokio::time::timeout(pause, &mut stop_accepting).await.is_ok() {
-                            break;
-                        }
-                    }
-                    None => {
-                        let gave_up = retry.gave_up("accepting connections", &e);
-                        let why = format!("the classroom's server: {gave_up}");
-                        served.error = Some(why.clone());
-                        // Told before the session ends, so the page can say it too.
-                        *app.broken.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
-                        app.finish.notify_one();
-                        break;
-                    }
-                },
-            },
+            }
         }
+        let owed = Arc::new(Owed::default());
+        let (app, connection_owes) = (app.clone(), owed.clone());
+        let service = service_fn(move |request| {
+            let (app, owed) = (app.clone(), connection_owes.clone());
+            async move {
+                let (response, owing) = app.handle(request, &owed).await;
+                let body = |body| {
+                    OwedBody {
+                        body,
+                        _owing: owing,
+                    }
+                    .boxed()
+                };
+                Ok::<_, Infallible>(response.map(body))
+            }
+        });
+        let mut builder = http1::Builder::new();
+        builder
+            .max_buf_size(MAX_HEAD)
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        let handle = connections.spawn(owed.clone(), async move {
+            // A client's broken connection is its own business, not the session's.
+            let _ = connection.await;
+        });
+        by_age.push_back((owed, handle));
     }
     drop(listener);
     drain.await;
@@ -487,52 +443,9 @@ pub(crate) async fn serve(
     let drained = connections
         .drain(graceful, limit, "classroom connections")
         .await;
-    let ended = connections.ended;
-    served.joined = ended.completed + ended.aborted + ended.panicked.len() as u64;
-    let panicked = ended.panicked.into_iter().next();
+    let panicked = connections.ended.panicked.into_iter().next();
     served.error = served.error.or(drained).or(panicked);
     served
-}
-
-/// What one connection owes its client: how many answers are being made or sent, and whether
-/// one of them is an event stream.
-#[derive(Debug, Default)]
-struct Owed {
-    answers: AtomicUsize,
-    /// Set when an answer is an event stream.
-    streaming: AtomicBool,
-}
-
-/// One answer owed, from the moment its request is whole until its body is dropped (sent, or
-/// the connection gone).
-#[derive(Debug)]
-struct Owing(Arc<Owed>);
-
-/// Busy while it owes an answer that is not an event stream.
-impl Busy for Owed {
-    fn busy(&self) -> bool {
-        self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
-    }
-}
-
-impl Owed {
-    /// No request in progress: between requests, or a head not yet whole.
-    fn idle(&self) -> bool {
-        self.answers.load(Ordering::SeqCst) == 0
-    }
-}
-
-impl Owing {
-    fn new(owed: Arc<Owed>) -> Self {
-        owed.answers.fetch_add(1, Ordering::SeqCst);
-        Owing(owed)
-    }
-}
-
-impl Drop for Owing {
-    fn drop(&mut self) {
-        self.0.answers.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// An answer's body, which owes its answer until it is dropped.

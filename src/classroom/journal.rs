@@ -10,13 +10,13 @@
 //! sent the journal afresh — so a stalled client costs at most its buffer and never slows the
 //! run: the section's subscription is unbounded and drained by the journal's own pump.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use hyper::body::{Body, Bytes, Frame};
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -76,11 +76,18 @@ impl Journal {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The lock, once every event recorded so far is journaled: what is added next comes
+    /// after them.
+    fn caught_up(&self) -> MutexGuard<'_, Inner> {
+        let mut inner = self.inner();
+        inner.drain();
+        inner
+    }
+
     /// Starts the journal of a new policy run with its `run` message, following no section
     /// yet. Every stream is told, and resets.
     pub(crate) fn begin(&self, run: &Value) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         inner.frames.clear();
         inner.source = None;
         inner.append(run);
@@ -94,8 +101,7 @@ impl Journal {
         census: &Arc<HandlerCount>,
         front: &'static str,
     ) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         let (past, events) = section.subscribe();
         inner.source = Some(Source {
             events,
@@ -114,19 +120,17 @@ impl Journal {
     /// Adds `message` after every work event recorded so far: a response is journaled after
     /// the events that came before it.
     pub(crate) fn push(&self, message: &Value) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         inner.append(message);
     }
 
     /// A stream of the journal so far, then of everything after; `None` once the session has
     /// ended.
     pub(crate) fn follow(&self) -> Option<EventStream> {
-        let mut inner = self.inner();
+        let mut inner = self.caught_up();
         if inner.ended {
             return None;
         }
-        inner.drain();
         let (sender, live) = mpsc::channel(self.buffer);
         inner.streams.push(sender);
         // Tell the page to reconnect soon if the stream ends, then the journal in one frame.
@@ -141,8 +145,7 @@ impl Journal {
     /// Ends the session's streams with a last `ended` message carrying the session's
     /// `verdict` (`None`: every run matched the model); the pump returns.
     pub(crate) fn end(&self, verdict: Option<&str>) {
-        let mut inner = self.inner();
-        inner.drain();
+        let mut inner = self.caught_up();
         inner.append(&json!({ "kind": "ended", "verdict": verdict }));
         inner.ended = true;
         inner.streams.clear();
@@ -196,15 +199,10 @@ impl Journal {
 impl Inner {
     /// Journals the events recorded but not yet journaled, so what follows comes after them.
     fn drain(&mut self) {
-        let mut events = VecDeque::new();
-        if let Some(source) = self.source.as_mut() {
-            while let Ok(event) = source.events.try_recv() {
-                events.push_back(event);
-            }
-        }
-        let any = !events.is_empty();
-        for event in events {
+        let mut any = false;
+        while let Some(event) = self.source.as_mut().and_then(|s| s.events.try_recv().ok()) {
             self.append(&work(&event));
+            any = true;
         }
         if any {
             self.resources();
@@ -247,13 +245,20 @@ impl Inner {
 /// A work event as the page reads it: the report's fields, and for a refusal who held the
 /// permits.
 pub(crate) fn work(event: &WorkEvent) -> Value {
-    let mut message = json!({ "kind": "work" });
-    if let (Value::Object(fields), Ok(Value::Object(event_fields))) =
-        (&mut message, serde_json::to_value(event))
-    {
-        fields.extend(event_fields);
+    let mut message = tagged(json!({ "kind": "work" }), event);
+    if let Value::Object(fields) = &mut message {
         fields.insert("held_by".into(), json!(event.held_by));
         fields.insert("route".into(), json!(event.request.map(|r| r.route())));
+    }
+    message
+}
+
+/// `message` (a JSON object) with the fields of `record` added, as they serialize.
+pub(crate) fn tagged(mut message: Value, record: &impl Serialize) -> Value {
+    if let (Value::Object(fields), Ok(Value::Object(record))) =
+        (&mut message, serde_json::to_value(record))
+    {
+        fields.extend(record);
     }
     message
 }

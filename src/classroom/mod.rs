@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::FutureExt;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -224,20 +225,9 @@ pub async fn serve(
     });
     let (stop_accepting, stopped) = oneshot::channel::<()>();
     let (drain, drained) = oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(
-        listener,
-        app.clone(),
-        (
-            async move {
-                let _ = stopped.await;
-            },
-            async move {
-                let _ = drained.await;
-            },
-        ),
-        limit,
-        cap,
-    ));
+    // A dropped sender also means stop.
+    let signals = (stopped.map(drop), drained.map(drop));
+    let server = tokio::spawn(http::serve(listener, app.clone(), signals, limit, cap));
 
     let mut failure = None;
     match announce(&urls) {
@@ -265,7 +255,7 @@ pub async fn serve(
     let driven = driver.await;
     room.aim(None);
     let broken = app.broken.lock().map_or(None, |b| b.clone());
-    let failure = failure.or(broken);
+    let mut failure = failure.or(broken);
     let told = match &driven {
         Ok(driven) => verdict(&driven.runs, failure.as_deref()),
         Err(e) => Some(format!("the classroom's driver failed: {e}")),
@@ -278,18 +268,12 @@ pub async fn serve(
     let pumped = pump.await;
 
     let driven = driven.context("the classroom's driver failed")?;
-    let mut failure = failure;
-    let mut refused = 0;
-    match served {
-        Ok(served) => {
-            refused = served.refused;
-            if let Some(error) = served.error {
-                failure.get_or_insert(error);
-            }
-        }
-        Err(e) => {
-            failure.get_or_insert(format!("the classroom's server task failed: {e}"));
-        }
+    let served = served.unwrap_or_else(|e| http::Served {
+        refused: 0,
+        error: Some(format!("the classroom's server task failed: {e}")),
+    });
+    if let Some(error) = served.error {
+        failure.get_or_insert(error);
     }
     if let Err(e) = pumped {
         failure.get_or_insert(format!("the journal's pump failed: {e}"));
@@ -300,7 +284,7 @@ pub async fn serve(
         room_requests: room.requests(),
         room_gates: driven.room_gates,
         event_streams_dropped: journal.dropped(),
-        connections_refused: refused,
+        connections_refused: served.refused,
         failure,
     })
 }

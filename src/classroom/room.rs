@@ -132,25 +132,30 @@ impl Room {
     /// Sends `request` on to the run's front and waits for its answer (held work waits for a
     /// gate). The record is kept for the report and returned for the journal.
     pub(crate) async fn send(&self, request: Label, target: Target) -> RoomRequest {
-        let reply = target.client.call(request).await;
-        let mut record = RoomRequest {
+        let (status, body, error, after_event) = match target.client.call(request).await {
+            Ok(reply) => (
+                Some(reply.status),
+                Some(reply.body),
+                None,
+                reply.after_event,
+            ),
+            Err(why) => (
+                None,
+                None,
+                Some(format!("{why:#}")),
+                target.section.last_seq(),
+            ),
+        };
+        let record = RoomRequest {
             request,
             route: request.route(),
             run: target.run,
             mode: target.mode,
-            status: None,
-            body: None,
-            error: None,
-            after_event: target.section.last_seq(),
+            status,
+            body,
+            error,
+            after_event,
         };
-        match reply {
-            Ok(reply) => {
-                record.status = Some(reply.status);
-                record.body = Some(reply.body);
-                record.after_event = reply.after_event;
-            }
-            Err(why) => record.error = Some(format!("{why:#}")),
-        }
         self.state().requests.push(record.clone());
         record
     }

@@ -5,10 +5,10 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::FutureExt;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -20,7 +20,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use super::connections::Connections;
+use super::connections::{Connections, Owed, Owing};
 use super::work_style::Dispatch;
 use super::{Backoff, Gates, HandlerCount, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
@@ -108,10 +108,8 @@ impl AsyncListener {
         drain_limit: Duration,
     ) -> AsyncFront {
         let (stop, stopped) = oneshot::channel::<()>();
-        let shutdown = async {
-            // A dropped sender also means stop.
-            let _ = stopped.await;
-        };
+        // A dropped sender also means stop.
+        let shutdown = stopped.map(drop);
         let task = tokio::spawn(self.serve(section, census, hooks, shutdown, drain_limit));
         AsyncFront { stop, task }
     }
@@ -143,76 +141,64 @@ impl AsyncListener {
         let mut error = None;
         let mut shutdown = pin!(shutdown);
         loop {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                incoming = listener.accept() => match incoming {
-                    Ok((stream, _peer)) => {
-                        retry.succeeded();
-                        connections.reap();
-                        let serving = Arc::new(AtomicBool::new(false));
-                        let given = (section.clone(), hooks.clone(), gates.clone(), dispatch.clone());
-                        let flag = serving.clone();
-                        let service = service_fn(move |request| {
-                            // Screened before the handler's future exists, and dropped: the
-                            // request's head points into Hyper's read buffer, and while it
-                            // lived Hyper's next read (watching for the client going away
-                            // while the work is held) had to take a second buffer.
-                            let (section, hooks, gates, dispatch) = given.clone();
-                            let screened = screen_request(&section, &request);
-                            drop(request);
-                            let flag = flag.clone();
-                            // The handler's blocks are shared beyond its connection (ledger
-                            // events, channels, threads its work starts): outside the slot.
-                            Placed::outside(async move {
-                                let _serving = Serving::start(&flag);
-                                let reply = match screened {
-                                    Ok((label, route)) => {
-                                        let verdict = dispatch.work(&section, &*hooks, &gates, label, route);
-                                        answer(label, verdict.await)
-                                    }
-                                    Err(reply) => reply,
-                                };
-                                Ok::<_, Infallible>(respond(reply))
-                            })
-                        });
-                        // What the connection itself allocates (Hyper's state and buffers, its
-                        // task, the box for its handler) goes into its slot, as far as it fits:
-                        // one page resident while a request is held (`src/allocator/slots.rs`).
-                        let slot = Slot::take();
-                        let connection = slot.enter(Placement::Unwritten, || {
-                            http1::Builder::new().serve_connection(TokioIo::new(stream), service)
-                        });
-                        let connection = graceful.watch(connection);
-                        let live = census.enter();
-                        let task = Placed::in_slot(slot.clone(), async move {
-                            let _live = live;
-                            // A client's broken connection is its own business, not the run's.
-                            let _ = connection.await;
-                        });
-                        connections.make_room();
-                        let _ = slot.enter(Placement::Written, || connections.spawn(serving, task));
-                        // Counted once its handler exists, as on the threaded front.
-                        accepted += 1;
-                    }
-                    // Most often a shortage of descriptors, in this process or the system: the
-                    // connection stays queued, and a retry after a pause may well take it.
-                    // The back-off waits for the stop signal, for at most the pause: a retry, not
-                    // a step of the sequence.
-                    Err(e) => match retry.failed() {
-                        Some(pause) => {
-                            if tokio::time::timeout(pause, &mut shutdown).await.is_ok() {
-                                break;
-                            }
+            let stream = match retry.accept(&listener, shutdown.as_mut()).await {
+                Ok(Some(stream)) => stream,
+                Ok(None) => break,
+                Err(gave_up) => {
+                    error = Some(format!("the server: {gave_up}"));
+                    break;
+                }
+            };
+            connections.reap();
+            let owed = Arc::new(Owed::default());
+            let given = (
+                section.clone(),
+                hooks.clone(),
+                gates.clone(),
+                dispatch.clone(),
+            );
+            let connection_owes = owed.clone();
+            let service = service_fn(move |request| {
+                // Screened before the handler's future exists, and dropped: the request's head
+                // points into Hyper's read buffer, and while it lived Hyper's next read
+                // (watching for the client going away while the work is held) had to take a
+                // second buffer.
+                let (section, hooks, gates, dispatch) = given.clone();
+                let screened = screen_request(&section, &request);
+                drop(request);
+                let owed = connection_owes.clone();
+                // The handler's blocks are shared beyond its connection (ledger events,
+                // channels, threads its work starts): outside the slot.
+                Placed::outside(async move {
+                    let _owing = Owing::new(owed);
+                    let reply = match screened {
+                        Ok((label, route)) => {
+                            let verdict = dispatch.work(&section, &*hooks, &gates, label, route);
+                            answer(label, verdict.await)
                         }
-                        None => {
-                            let gave_up = retry.gave_up("accepting connections", &e);
-                            error = Some(format!("the server: {gave_up}"));
-                            break;
-                        }
-                    },
-                },
-            }
+                        Err(reply) => reply,
+                    };
+                    Ok::<_, Infallible>(respond(reply))
+                })
+            });
+            // What the connection itself allocates (Hyper's state and buffers, its task, the
+            // box for its handler) goes into its slot, as far as it fits: one page resident
+            // while a request is held (`src/allocator/slots.rs`).
+            let slot = Slot::take();
+            let connection = slot.enter(Placement::Unwritten, || {
+                http1::Builder::new().serve_connection(TokioIo::new(stream), service)
+            });
+            let connection = graceful.watch(connection);
+            let live = census.enter();
+            let task = Placed::in_slot(slot.clone(), async move {
+                let _live = live;
+                // A client's broken connection is its own business, not the run's.
+                let _ = connection.await;
+            });
+            connections.make_room();
+            let _ = slot.enter(Placement::Written, || connections.spawn(owed, task));
+            // Counted once its handler exists, as on the threaded front.
+            accepted += 1;
         }
         // Stop accepting: from here on the port refuses connections.
         drop(listener);
@@ -224,22 +210,6 @@ impl AsyncListener {
             .await;
         error = error.or(drained);
         connections.ended.stopped(id, accepted, &section, error)
-    }
-}
-
-/// Marks a connection as serving a request for as long as the request's handler lives.
-struct Serving<'a>(&'a AtomicBool);
-
-impl<'a> Serving<'a> {
-    fn start(flag: &'a AtomicBool) -> Self {
-        flag.store(true, Ordering::SeqCst);
-        Serving(flag)
-    }
-}
-
-impl Drop for Serving<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
     }
 }
 
@@ -270,7 +240,7 @@ fn screen_request(
 }
 
 /// A complete JSON response. The body is whole because a connection counts as busy only while
-/// its handler runs (`Serving`): at stop, a connection that is not busy is closed at once, so a
+/// its handler runs (`Owing`): at stop, a connection that is not busy is closed at once, so a
 /// body still streaming after its handler returned could be cut off mid-response. (The permit
 /// is not the reason: the work left the section, and returned it, before this reply was built.)
 fn respond(reply: Reply) -> Response<Full<Bytes>> {

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulShutdown;
@@ -12,18 +12,45 @@ use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
 use super::Handlers;
 
-/// Whether a connection is answering a request right now: while it is, closing it would drop
-/// an answer its client is owed.
-pub(crate) trait Busy: Send + Sync {
-    /// Busy answering.
-    fn busy(&self) -> bool;
+/// What one connection owes its client: how many answers are being made or sent, and whether
+/// one of them is an event stream (the classroom's).
+#[derive(Debug, Default)]
+pub(crate) struct Owed {
+    answers: AtomicUsize,
+    /// Set when an answer is an event stream.
+    pub(crate) streaming: AtomicBool,
 }
 
-/// A flag set while a request's handler runs (the async front's answers are whole, so the
-/// handler's life is the answer's).
-impl Busy for AtomicBool {
+impl Owed {
+    /// Busy answering: it owes an answer that is not an event stream. Closing it now would drop
+    /// an answer its client is owed; an event stream owes nothing (a client that stopped
+    /// reading would never let it finish).
     fn busy(&self) -> bool {
-        self.load(Ordering::SeqCst)
+        self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
+    }
+
+    /// No request in progress: between requests, or a head not yet whole.
+    pub(crate) fn idle(&self) -> bool {
+        self.answers.load(Ordering::SeqCst) == 0
+    }
+}
+
+/// One answer owed, for as long as this lives: on the async front, the request's handler
+/// (its answers are whole, so the handler's life is the answer's); on the classroom's, from
+/// the moment its request is whole until its body is dropped (sent, or the connection gone).
+#[derive(Debug)]
+pub(crate) struct Owing(Arc<Owed>);
+
+impl Owing {
+    pub(crate) fn new(owed: Arc<Owed>) -> Self {
+        owed.answers.fetch_add(1, Ordering::SeqCst);
+        Owing(owed)
+    }
+}
+
+impl Drop for Owing {
+    fn drop(&mut self) {
+        self.0.answers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -31,22 +58,22 @@ impl Busy for AtomicBool {
 #[derive(Default)]
 pub(crate) struct Connections {
     tasks: JoinSet<()>,
-    open: HashMap<task::Id, (Arc<dyn Busy>, AbortHandle)>,
+    open: HashMap<task::Id, (Arc<Owed>, AbortHandle)>,
     closed_idle: HashSet<task::Id>,
     /// How the joined tasks ended.
     pub(crate) ended: Handlers,
 }
 
 impl Connections {
-    /// Runs one connection as a task of its own; `busy` says when it is answering. Returns
+    /// Runs one connection as a task of its own; `owed` says when it is answering. Returns
     /// a handle that can close it (it then counts as aborted).
     pub(crate) fn spawn(
         &mut self,
-        busy: Arc<dyn Busy>,
+        owed: Arc<Owed>,
         task: impl Future<Output = ()> + Send + 'static,
     ) -> AbortHandle {
         let handle = self.tasks.spawn(task);
-        self.open.insert(handle.id(), (busy, handle.clone()));
+        self.open.insert(handle.id(), (owed, handle.clone()));
         handle
     }
 
@@ -99,8 +126,8 @@ impl Connections {
 
     /// Aborts every connection task that is not busy; they count as completed.
     fn close_idle(&mut self) {
-        for (&id, (busy, handle)) in &self.open {
-            if !busy.busy() && !handle.is_finished() {
+        for (&id, (owed, handle)) in &self.open {
+            if !owed.busy() && !handle.is_finished() {
                 handle.abort();
                 self.closed_idle.insert(id);
             }

@@ -19,6 +19,7 @@ pub(crate) mod threaded;
 pub(crate) mod work_style;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -119,6 +120,39 @@ impl Backoff {
             self.paused.as_millis()
         )
     }
+
+    /// The next connection `listener` accepts, for a Tokio accept loop (the async front's and
+    /// the classroom's): `None` once `stop` resolves, `Err` saying why the loop gives up.
+    pub(crate) async fn accept(
+        &mut self,
+        listener: &tokio::net::TcpListener,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Option<tokio::net::TcpStream>, String> {
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => return Ok(None),
+                incoming = listener.accept() => match incoming {
+                    Ok((stream, _peer)) => {
+                        self.succeeded();
+                        return Ok(Some(stream));
+                    }
+                    // Most often a shortage of descriptors, in this process or the system: the
+                    // connection stays queued, and a retry after a pause may well take it. The
+                    // pause waits for the stop signal too, for at most the pause: a retry, not
+                    // a step of the sequence.
+                    Err(e) => match self.failed() {
+                        Some(pause) => {
+                            if tokio::time::timeout(pause, &mut stop).await.is_ok() {
+                                return Ok(None);
+                            }
+                        }
+                        None => return Err(self.gave_up("accepting connections", &e)),
+                    },
+                },
+            }
+        }
+    }
 }
 
 /// Which gate a request's slow work waits at, given to a front by whoever starts it. By
@@ -192,20 +226,17 @@ pub(crate) fn start_on(
     gates: Gates,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
-    match front {
+    let running = match front {
         Front::Async => {
             let server = async_front::AsyncListener::from_std(listener, address)?.at(gates);
-            let address = server.address();
-            let running = server.start(section, census, hooks, drain_limit);
-            Ok((address, Running::Async(running)))
+            Running::Async(server.start(section, census, hooks, drain_limit))
         }
         Front::Threaded => {
             let server = threaded::ThreadedListener::from_std(listener, address).at(gates);
-            let address = server.address();
-            let running = server.start(section, census, hooks, drain_limit)?;
-            Ok((address, Running::Threaded(running)))
+            Running::Threaded(server.start(section, census, hooks, drain_limit)?)
         }
-    }
+    };
+    Ok((address, running))
 }
 
 impl Running {
@@ -441,15 +472,14 @@ pub(crate) fn inside<'a>(hooks: &dyn Hooks, work: Work<'a>) -> Work<'a> {
 pub(crate) fn answer(request: Label, verdict: Verdict) -> Reply {
     let (status, body) = match verdict {
         Verdict::Done(pool) => (StatusCode::OK, json!({ "request": request, "pool": pool })),
-        Verdict::Refused(refusal) if !refusal.holders.is_empty() => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request,
-                    "held_by": refusal.holders }),
-        ),
-        Verdict::Refused(refusal) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request }),
-        ),
+        Verdict::Refused(refusal) => {
+            let mut body =
+                json!({ "error": "work_capacity_full", "pool": refusal.pool, "request": request });
+            if !refusal.holders.is_empty() {
+                body["held_by"] = json!(refusal.holders);
+            }
+            (StatusCode::SERVICE_UNAVAILABLE, body)
+        }
         Verdict::Failed(failure) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({ "error": "work_permits_unavailable", "pool": failure.pool,

@@ -18,6 +18,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
+use futures_util::FutureExt;
 use tokio::runtime::{Builder, Runtime};
 use tokio::sync::oneshot;
 
@@ -74,27 +75,25 @@ pub(crate) fn start(
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, FrontThread)> {
     let workers = executor.workers();
-    let (front, classes) = match executor.work {
+    // One runtime for everything, its blocking pool as `--blocking-threads` says.
+    let alone = |dispatch| {
+        let front = runtime(workers, executor.blocking_threads.get(), "lab-front")?;
+        std::io::Result::Ok((front, None, dispatch))
+    };
+    let (front, classes, dispatch) = match executor.work {
+        WorkStyle::Await => alone(Dispatch::Await)?,
+        WorkStyle::Block => alone(Dispatch::Block)?,
+        WorkStyle::SpawnBlocking => alone(Dispatch::SpawnBlocking)?,
         WorkStyle::OwnRuntime => {
             let slow = runtime(workers, 1, "lab-slow-work")?;
             let fast = runtime(workers, 1, "lab-fast-work")?;
             let connections = runtime(Workers::CurrentThread, 1, "lab-front")?;
-            (connections, Some((slow, fast)))
+            let dispatch = Dispatch::OwnRuntime {
+                slow: slow.handle().clone(),
+                fast: fast.handle().clone(),
+            };
+            (connections, Some((slow, fast)), dispatch)
         }
-        _ => (
-            runtime(workers, executor.blocking_threads.get(), "lab-front")?,
-            None,
-        ),
-    };
-    let dispatch = match (&executor.work, &classes) {
-        (WorkStyle::Await, _) => Dispatch::Await,
-        (WorkStyle::Block, _) => Dispatch::Block,
-        (WorkStyle::SpawnBlocking, _) => Dispatch::SpawnBlocking,
-        (WorkStyle::OwnRuntime, Some((slow, fast))) => Dispatch::OwnRuntime {
-            slow: slow.handle().clone(),
-            fast: fast.handle().clone(),
-        },
-        (WorkStyle::OwnRuntime, None) => unreachable!("own-runtime builds a runtime per class"),
     };
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.
@@ -111,15 +110,10 @@ pub(crate) fn start(
     let thread = thread::Builder::new()
         .name("lab-front".into())
         .spawn(move || {
-            let served = serve(front, classes, beating, async move {
-                let shutdown = async {
-                    // A dropped sender also means stop.
-                    let _ = stopped.await;
-                };
-                server
-                    .serve(section, census, hooks, shutdown, drain_limit)
-                    .await
-            });
+            // A dropped sender also means stop.
+            let shutdown = stopped.map(drop);
+            let serving = server.serve(section, census, hooks, shutdown, drain_limit);
+            let served = serve(front, classes, beating, serving);
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;
@@ -240,17 +234,14 @@ impl FrontThread {
             bail!("the front was already stopped");
         };
         let limit = self.drain_limit + REPORT_SLACK;
-        let reported = tokio::time::timeout(limit, report).await;
-        let reported = match reported {
-            Ok(Ok(reported)) => reported,
-            Ok(Err(_)) => Err(anyhow!("the front's thread ended without a report")),
-            Err(_) => {
-                bail!(
-                    "the front's runtimes did not stop within {} s; left running",
-                    limit.as_secs()
-                );
-            }
+        let Ok(reported) = tokio::time::timeout(limit, report).await else {
+            bail!(
+                "the front's runtimes did not stop within {} s; left running",
+                limit.as_secs()
+            );
         };
+        let reported =
+            reported.unwrap_or_else(|_| Err(anyhow!("the front's thread ended without a report")));
         // The thread reports as its last act, so this join returns at once.
         match self.thread.take().map(JoinHandle::join) {
             Some(Err(_)) => Err(anyhow!("the front's thread panicked")),

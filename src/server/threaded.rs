@@ -53,8 +53,7 @@ const STOP: Token = Token(1);
 #[derive(Debug)]
 pub(crate) struct ThreadedListener {
     listener: TcpListener,
-    address: SocketAddr,
-    /// The listener's socket, to see it closed.
+    /// The listener's socket, bound to its address, to see it closed.
     id: ListenerId,
     /// The gate each request's slow work waits at.
     gates: Gates,
@@ -188,7 +187,6 @@ impl ThreadedListener {
         ThreadedListener {
             id: ListenerId::of(&listener, address),
             listener,
-            address,
             gates: Gates::default(),
         }
     }
@@ -197,10 +195,6 @@ impl ThreadedListener {
     /// run's own).
     pub(crate) fn at(self, gates: Gates) -> Self {
         ThreadedListener { gates, ..self }
-    }
-
-    pub(crate) fn address(&self) -> SocketAddr {
-        self.address
     }
 
     /// Starts the accept thread, which serves until [`ThreadedFront::stop`].
@@ -213,16 +207,14 @@ impl ThreadedListener {
     ) -> io::Result<ThreadedFront> {
         let ThreadedListener {
             listener,
-            address: _,
             id,
             gates,
         } = self;
-        let (poller, waker) = Poller::new(listener).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("starting the threaded server's poller: {e}"),
-            )
-        })?;
+        let starting = |what: &str| {
+            let what = format!("starting the threaded server's {what}");
+            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+        };
+        let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
         let (notes, heard) = std_mpsc::channel();
         let signal = Arc::new(Signal {
             state: AtomicU8::new(SERVING),
@@ -237,27 +229,15 @@ impl ThreadedListener {
             signal: signal.clone(),
         });
         let (report, stopped) = oneshot::channel();
-        let accept = Accept {
-            poller,
-            heard,
-            shared,
-            id,
-            drain_limit,
-        };
         let thread = thread::Builder::new()
             .name("lab-accept".into())
             .spawn(move || {
                 let tid = os_thread_id();
-                let summary = accept.serve();
+                let summary = serve(poller, heard, shared, id, drain_limit);
                 // The receiver is gone only if the coordinator itself went away.
                 let _ = report.send((summary, tid));
             })
-            .map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("starting the threaded server's thread: {e}"),
-                )
-            })?;
+            .map_err(starting("thread"))?;
         Ok(ThreadedFront {
             signal,
             drain_limit,
@@ -267,110 +247,98 @@ impl ThreadedListener {
     }
 }
 
-/// The accept thread's own state.
-struct Accept {
-    poller: Poller,
+/// The accept thread's life: the accept loop on `poller`, hearing its connections end on
+/// `heard`, then the drain: see [`ThreadedFront::stop`].
+fn serve(
+    mut poller: Poller,
     heard: std_mpsc::Receiver<Note>,
     shared: Arc<Shared>,
     id: ListenerId,
     drain_limit: Duration,
-}
-
-impl Accept {
-    /// The accept loop, then the drain: see [`ThreadedFront::stop`].
-    fn serve(self) -> Stopped {
-        let Accept {
-            mut poller,
-            heard,
-            shared,
-            id,
-            drain_limit,
-        } = self;
-        let signal = shared.signal.clone();
-        let section = shared.section.clone();
-        let mut connections = Connections::default();
-        let mut retry = Backoff::default();
-        let mut error = None;
-        while !signal.stopping() {
-            // Join the connections that ended, so nothing grows with their number.
-            connections.reap(&heard);
-            // The poller reports a listener's readiness once, as it changes: accept until the
-            // queue is empty before waiting again.
-            let failed = match poller.listener.accept() {
-                Ok((stream, _peer)) => match connections.spawn(stream, &shared) {
-                    Ok(()) => {
-                        retry.succeeded();
-                        continue;
-                    }
-                    // The connection was closed unserved (its client sees the close). A thread
-                    // that cannot start now may start after a pause, as threads end.
-                    Err(e) => ("starting connection threads", e),
-                },
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poller.wait(None) {
-                    Ok(()) => continue,
-                    Err(e) => ("waiting for connections", e),
-                },
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // Most often a shortage of descriptors, in this process or the system: the
-                // connection stays queued, and a retry after a pause may well take it.
-                Err(e) => ("accepting connections", e),
-            };
-            let (what, e) = failed;
-            match retry.failed() {
-                Some(pause) => poller.pause(pause, &signal),
-                None => {
-                    error = Some(format!("the threaded server: {}", retry.gave_up(what, &e)));
-                    break;
+) -> Stopped {
+    let signal = shared.signal.clone();
+    let section = shared.section.clone();
+    let mut connections = Connections::default();
+    let mut retry = Backoff::default();
+    let mut error = None;
+    while !signal.stopping() {
+        // Join the connections that ended, so nothing grows with their number.
+        connections.reap(&heard);
+        // The poller reports a listener's readiness once, as it changes: accept until the
+        // queue is empty before waiting again.
+        let (what, e) = match poller.listener.accept() {
+            Ok((stream, _peer)) => match connections.spawn(stream, &shared) {
+                Ok(()) => {
+                    retry.succeeded();
+                    continue;
                 }
+                // The connection was closed unserved (its client sees the close). A thread
+                // that cannot start now may start after a pause, as threads end.
+                Err(e) => ("starting connection threads", e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => match poller.wait(None) {
+                Ok(()) => continue,
+                Err(e) => ("waiting for connections", e),
+            },
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Most often a shortage of descriptors, in this process or the system: the
+            // connection stays queued, and a retry after a pause may well take it.
+            Err(e) => ("accepting connections", e),
+        };
+        match retry.failed() {
+            Some(pause) => poller.pause(pause, &signal),
+            None => {
+                error = Some(format!("the threaded server: {}", retry.gave_up(what, &e)));
+                break;
             }
         }
-        // Stop accepting: from here on the port refuses connections.
-        drop(poller);
-        drop(shared);
-        if let Some(unserved) = connections.unserved.take() {
-            error.get_or_insert(unserved);
-        }
-
-        // Once stopping, a connection between requests ends by itself; one that is not
-        // serving a request (waiting for one, or for the rest of a head a client may never
-        // finish) is closed now. The two checks are ordered (SeqCst) so one of them catches it.
-        // A server dropped without `stop` closes every connection and waits for no work.
-        let abandoned = signal.abandoned();
-        if abandoned {
-            section.abandon_gate();
-        }
-        for connection in connections.open.values() {
-            if abandoned || !connection.in_work.load(Ordering::SeqCst) {
-                let _ = connection.stream.shutdown(Shutdown::Both);
-            }
-        }
-        let drain_until = Instant::now() + drain_limit;
-        connections.wait(&heard, drain_until, false, || signal.abandoned());
-        if !connections.open.is_empty() {
-            // A thread cannot be aborted from outside. What can keep one busy this long is
-            // work at a gate that never opened: abandon the gate, and break every socket's
-            // blocking I/O, then wait (briefly) for each to end.
-            section.abandon_gate();
-            for connection in connections.open.values() {
-                let _ = connection.stream.shutdown(Shutdown::Both);
-            }
-            if !signal.abandoned() {
-                error.get_or_insert(format!(
-                    "connection threads were still busy {} s after the server stopped \
-                     accepting; their held work was abandoned",
-                    drain_limit.as_secs()
-                ));
-            }
-            let forced_until = Instant::now() + FORCED_LIMIT;
-            connections.wait(&heard, forced_until, true, || false);
-        }
-        if let Some(stuck) = connections.give_up() {
-            error.get_or_insert(stuck);
-        }
-        connections
-            .ended
-            .stopped(id, connections.accepted, &section, error)
     }
+    // Stop accepting: from here on the port refuses connections.
+    drop(poller);
+    drop(shared);
+    if let Some(unserved) = connections.unserved.take() {
+        error.get_or_insert(unserved);
+    }
+
+    // Once stopping, a connection between requests ends by itself; one that is not
+    // serving a request (waiting for one, or for the rest of a head a client may never
+    // finish) is closed now. The two checks are ordered (SeqCst) so one of them catches it.
+    // A server dropped without `stop` closes every connection and waits for no work.
+    let abandoned = signal.abandoned();
+    if abandoned {
+        section.abandon_gate();
+    }
+    for connection in connections.open.values() {
+        if abandoned || !connection.in_work.load(Ordering::SeqCst) {
+            let _ = connection.stream.shutdown(Shutdown::Both);
+        }
+    }
+    let drain_until = Instant::now() + drain_limit;
+    connections.wait(&heard, drain_until, false, || signal.abandoned());
+    if !connections.open.is_empty() {
+        // A thread cannot be aborted from outside. What can keep one busy this long is
+        // work at a gate that never opened: abandon the gate, and break every socket's
+        // blocking I/O, then wait (briefly) for each to end.
+        section.abandon_gate();
+        for connection in connections.open.values() {
+            let _ = connection.stream.shutdown(Shutdown::Both);
+        }
+        if !signal.abandoned() {
+            error.get_or_insert(format!(
+                "connection threads were still busy {} s after the server stopped \
+                 accepting; their held work was abandoned",
+                drain_limit.as_secs()
+            ));
+        }
+        let forced_until = Instant::now() + FORCED_LIMIT;
+        connections.wait(&heard, forced_until, true, || false);
+    }
+    if let Some(stuck) = connections.give_up() {
+        error.get_or_insert(stuck);
+    }
+    connections
+        .ended
+        .stopped(id, connections.accepted, &section, error)
 }
 
 /// The accept thread's connections: the open ones, and how the ended ones ended.
@@ -390,8 +358,7 @@ impl Connections {
     /// a request asks to close, or the server stops. On an error the connection is closed
     /// unserved, and noted.
     fn spawn(&mut self, stream: mio::net::TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
-        let started = start_connection(self.accepted + 1, stream, shared);
-        match started {
+        match start_connection(self.accepted + 1, stream, shared) {
             Ok(connection) => {
                 self.accepted += 1;
                 self.open.insert(self.accepted, connection);
@@ -444,14 +411,7 @@ impl Connections {
         let Some(connection) = self.open.remove(&id) else {
             return;
         };
-        match connection.thread.join() {
-            Err(panic) => self.ended.panicked.push(format!(
-                "a connection thread panicked: {}",
-                panic_message(panic.as_ref())
-            )),
-            Ok(()) if forced => self.ended.aborted += 1,
-            Ok(()) => self.ended.completed += 1,
-        }
+        count(&mut self.ended, connection.thread.join(), forced);
         await_release(tid);
     }
 
@@ -463,13 +423,7 @@ impl Connections {
         let stuck = self.open.len();
         for (_, connection) in self.open.drain() {
             if connection.thread.is_finished() {
-                match connection.thread.join() {
-                    Err(panic) => self.ended.panicked.push(format!(
-                        "a connection thread panicked: {}",
-                        panic_message(panic.as_ref())
-                    )),
-                    Ok(()) => self.ended.aborted += 1,
-                }
+                count(&mut self.ended, connection.thread.join(), true);
             }
         }
         (stuck > 0).then(|| {
@@ -479,6 +433,19 @@ impl Connections {
                 FORCED_LIMIT.as_secs()
             )
         })
+    }
+}
+
+/// Counts how a joined connection thread ended: a panic as a panic; otherwise aborted if it
+/// was `forced` to stop, completed if not.
+fn count(ended: &mut Handlers, joined: thread::Result<()>, forced: bool) {
+    match joined {
+        Err(panic) => ended.panicked.push(format!(
+            "a connection thread panicked: {}",
+            panic_message(panic.as_ref())
+        )),
+        Ok(()) if forced => ended.aborted += 1,
+        Ok(()) => ended.completed += 1,
     }
 }
 
@@ -629,7 +596,7 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
         let (reply, keep_alive) = match head {
             Ok(request) => {
                 let head = Head {
-                    is_get: request.method == "GET",
+                    is_get: request.is_get,
                     path: &request.path,
                     token: request.token.as_deref(),
                     label: request.label.as_deref(),
@@ -662,7 +629,7 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
 
 /// The parts of a request head the lab reads.
 struct RequestHead {
-    method: String,
+    is_get: bool,
     path: String,
     token: Option<Vec<u8>>,
     label: Option<Vec<u8>>,
@@ -726,7 +693,7 @@ impl From<&httparse::Request<'_, '_>> for RequestHead {
         let body = header("content-length").is_some_and(|v| v != b"0")
             || header("transfer-encoding").is_some();
         RequestHead {
-            method: request.method.unwrap_or_default().to_owned(),
+            is_get: request.method == Some("GET"),
             // The path without a query string, as Hyper's `uri().path()` gives it.
             path: request
                 .path
