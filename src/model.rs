@@ -54,16 +54,12 @@ impl Wait {
     }
 }
 
-/// The model's expectations for one policy run, in the order the requests are sent:
-/// `S1..S<held>`, `F1`, `S-after`, `F-after`.
-pub(crate) fn expect(policy: Policy, held: Held) -> Vec<Expected> {
-    expect_on(policy, held, (Front::Async, Executor::default()))
-}
-
-/// [`expect`] on `front` with `executor`: the executor can make a request wait where no
-/// permit would (`docs/blocking.md`, "The model").
+/// The model's expectations for one policy run on `front` with `executor`, in the order the
+/// requests are sent: `S1..S<held>`, `F1`, `S-after`, `F-after`. The executor can make a
+/// request wait where no permit would (`docs/blocking.md`, "The model").
 ///
-/// - Work that awaits, and every request on the threaded front: as [`expect`].
+/// - Work that awaits, and every request on the threaded front: each request is decided by
+///   its pool alone, as the contract's policy model says.
 /// - `block` on the async front with W workers: each admitted slow request blocks a worker.
 ///   Once W are blocked, every later request (slow or F1) sits unread until the gate opens,
 ///   then is admitted and answered 200: its pool has room by then, since a worker that runs
@@ -471,6 +467,11 @@ fn count(value: Option<&usize>) -> String {
 mod tests {
     use super::*;
     use crate::policy::{Mode, Slots};
+
+    /// The model's expectations when work awaits, on the async front.
+    fn expect(policy: Policy, held: Held) -> Vec<Expected> {
+        expect_on(policy, held, (Front::Async, Executor::default()))
+    }
 
     fn outcomes(mode: Mode, slots: u8, held: u8) -> (Vec<Label>, Vec<Label>, u16) {
         let slots = Slots::new(slots).expect("test slots are in range");

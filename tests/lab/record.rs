@@ -953,6 +953,92 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
     }
 }
 
+/// Runs whose slow work blocks its thread, or waits for a thread, on each front: requests the
+/// front leaves unread until release, and work queued for a thread. Each genuine report
+/// matches on re-check (exit 0); edited where the executor decides (F1 answered before a
+/// release it waited for, an unread caller dropped from the pending, the model block's
+/// expectations made those of work that awaits), each is named, exit 1.
+#[test]
+fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
+    let dir = scratch("executors");
+    let shapes: [&[&str]; 6] = [
+        &["--work", "block"],
+        &["--work", "block", "--workers", "2", "--held", "4"],
+        &["--work", "block", "--server", "threaded"],
+        &["--work", "spawn-blocking", "--blocking-threads", "1"],
+        &["--work", "own-runtime", "--workers", "1", "--held", "3"],
+        &[
+            "--mode",
+            "partitioned",
+            "--work",
+            "block",
+            "--workers",
+            "3",
+            "--held",
+            "4",
+        ],
+    ];
+    for (i, args) in shapes.iter().enumerate() {
+        let file = format!("shape-{i}.json");
+        save(&dir, args, &file);
+        let (_, shown) = record(&dir, &file);
+        assert!(
+            shown.contains("matched the policy model."),
+            "{args:?}: {shown}"
+        );
+    }
+    let blocked = save(&dir, &["--work", "block"], "blocked.json");
+    let f1_before_release = |report: &mut Value| {
+        let responses = list(report, "/policies/0/responses");
+        let f1 = responses.iter_mut().find(|r| r["request"] == "F1");
+        let f1 = f1.expect("F1 is answered");
+        f1["phase"] = json!("before_release");
+        let f1 = f1.clone();
+        set(report, "/policies/0/fast_response_before_release", f1);
+    };
+    let unread_dropped = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/slow_callers_pending_before_release",
+            json!(["S1"]),
+        );
+    };
+    let awaits = |report: &mut Value| {
+        for expected in list(report, "/policies/0/model/expected") {
+            expected.as_object_mut().expect("an object").remove("waits");
+        }
+    };
+    let edits: [(fn(&mut Value), _); 3] = [
+        (
+            f1_before_release,
+            "F1's response is marked before release, but it arrived after seq",
+        ),
+        (
+            unread_dropped,
+            "slow_callers_pending_before_release lists S1, but when the gate opened the ledger \
+             held S1, and the front had not yet read S2",
+        ),
+        (
+            awaits,
+            "the model block's expectations are not the policy model's",
+        ),
+    ];
+    for (i, (edit, says)) in edits.into_iter().enumerate() {
+        let mut report = blocked.clone();
+        edit(&mut report);
+        let file = format!("blocked-edit-{i}.json");
+        std::fs::write(dir.join(&file), report.to_string()).expect("written");
+        let shown = lab(&dir, &["record", &file]);
+        let (stdout, stderr) = (text(&shown.stdout), text(&shown.stderr));
+        assert_eq!(shown.status.code(), Some(1), "{file}: {stdout}{stderr}");
+        assert!(stdout.contains(says), "{says:?} in {file}: {stdout}");
+        assert!(
+            stderr.contains("was edited, or no run of the lab wrote it"),
+            "{stderr}"
+        );
+    }
+}
+
 /// A file's name, how it is made from the default run's report, and what its refusal says.
 type Malformed = (&'static str, fn(&mut Value), &'static str);
 
