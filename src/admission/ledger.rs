@@ -121,19 +121,7 @@ impl Ledger {
         event: Event,
         active_after: usize,
     ) -> &WorkEvent {
-        let held_by = match event {
-            Event::Refused => self.holders(pool),
-            _ => Vec::new(),
-        };
-        self.push(WorkEvent {
-            seq: 0,
-            request,
-            pool,
-            event,
-            active_after,
-            cancelled: false,
-            held_by,
-        })
+        self.push(request, pool, event, active_after, false)
     }
 
     /// Records that `request`'s work left the section, completed or `cancelled`.
@@ -144,19 +132,36 @@ impl Ledger {
         active_after: usize,
         cancelled: bool,
     ) {
-        self.push(WorkEvent {
-            seq: 0,
-            request: Some(request),
+        self.push(
+            Some(request),
             pool,
-            event: Event::Finished,
+            Event::Finished,
             active_after,
             cancelled,
-            held_by: Vec::new(),
-        });
+        );
     }
 
-    fn push(&mut self, mut event: WorkEvent) -> &WorkEvent {
-        event.seq = self.events.len() as u64 + 1;
+    fn push(
+        &mut self,
+        request: Option<Label>,
+        pool: Pool,
+        event: Event,
+        active_after: usize,
+        cancelled: bool,
+    ) -> &WorkEvent {
+        let held_by = match event {
+            Event::Refused => self.holders(pool),
+            _ => Vec::new(),
+        };
+        let event = WorkEvent {
+            seq: self.events.len() as u64 + 1,
+            request,
+            pool,
+            event,
+            active_after,
+            cancelled,
+            held_by,
+        };
         // A closed stream means its reader has stopped listening; the ledger still keeps the
         // event for the report.
         self.subscribers
@@ -171,7 +176,7 @@ impl Ledger {
     }
 
     /// The requests inside the section on `pool`'s permits: admitted and not yet finished.
-    pub(crate) fn holders(&self, pool: Pool) -> Vec<Label> {
+    fn holders(&self, pool: Pool) -> Vec<Label> {
         let mut holders = Vec::new();
         for event in self.events.iter().filter(|e| e.pool == pool) {
             match (event.event, event.request) {
