@@ -282,7 +282,7 @@ impl Run {
             self.intrude(foreign).await?;
         }
         self.observed.observer_before_fast = Some(self.session.section.snapshot());
-        self.resources.before_fast = Some(self.session.count());
+        self.resources.before_fast = Some(session::count(&self.session.section, &self.census));
 
         if self.saturated() {
             // F1 cannot be read, let alone admitted or refused: its caller waits for release,

@@ -25,7 +25,6 @@ use crate::server::{self, Gates, HandlerCount, Running};
 #[derive(Debug)]
 pub(crate) struct Session {
     pub(crate) section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
     /// The control observer: every ledger event after the session opened.
     events: mpsc::UnboundedReceiver<WorkEvent>,
     /// Kept open while an injected fault silences the observer, so it waits rather than ends.
@@ -126,7 +125,6 @@ impl Session {
         let client = Client::new(headers, address, section.clone());
         Ok(Session {
             section,
-            census,
             events,
             _silenced: silenced,
             client,
@@ -181,11 +179,6 @@ impl Session {
     /// Whether any caller task is still running or unjoined.
     pub(crate) fn has_callers(&self) -> bool {
         !self.callers.is_empty()
-    }
-
-    /// The resources of the process now.
-    pub(crate) fn count(&self) -> Resources {
-        count(&self.section, &self.census)
     }
 
     /// Sends `request` and waits for its response, within the safety timeout.
