@@ -55,8 +55,9 @@ pub struct WorkEvent {
     pub event: Event,
     /// The pool's taken permits right after the event.
     pub active_after: usize,
-    /// On `finished` only: the work did not complete but was dropped — its handler was
-    /// cancelled (the caller disconnected) or panicked. The permit still went back.
+    /// On `finished` only: the work did not complete — its handler was cancelled (the caller
+    /// disconnected) or panicked, or the gate it waited at was abandoned. The permit still
+    /// went back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
     /// For a refusal, the requests holding the pool's permits at that moment.
@@ -91,11 +92,6 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// An empty ledger with no subscriber.
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
     /// The events so far, and a stream of every event after them.
     pub(crate) fn subscribe(&mut self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -213,7 +209,7 @@ mod tests {
     use super::*;
 
     fn ledger() -> (Ledger, mpsc::UnboundedReceiver<WorkEvent>) {
-        let mut ledger = Ledger::new();
+        let mut ledger = Ledger::default();
         let (so_far, events) = ledger.subscribe();
         assert!(so_far.is_empty());
         (ledger, events)

@@ -138,7 +138,7 @@ impl WorkSection {
         Self {
             pools,
             gate: Arc::new(Gate::new()),
-            ledger: Mutex::new(Ledger::new()),
+            ledger: Mutex::default(),
             token,
             foreign_refused: AtomicU64::new(0),
         }

@@ -1,7 +1,8 @@
 //! The lab's sequence as an explicit, steppable thing: `next_step().await` performs exactly one
 //! step and says what it was. The command line runs it to the end; a live view can run it one
-//! step at a time. Every step waits on an observer event, a response or a join; the only timer
-//! is the safety timeout that fails a stalled step.
+//! step at a time. Every step waits on an observer event, a response or a join — or, for a front
+//! on runtimes of its own, on a reading of its heartbeat or accept queue; the only timer is the
+//! safety timeout that fails a stalled step.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
