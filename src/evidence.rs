@@ -242,39 +242,33 @@ impl Evidence {
             server: None,
         }
     }
-}
 
-impl Evidence {
     /// The admission decisions among the work events, in order.
     pub(crate) fn admissions(&self) -> Vec<AdmissionRecord> {
-        admissions(&self.work_events)
+        let decisions = self.work_events.iter().filter_map(|e| {
+            let decision = match e.event {
+                Event::Admitted => Decision::Admitted,
+                Event::Refused => Decision::Refused,
+                _ => return None,
+            };
+            let request = e.request?;
+            Some(AdmissionRecord {
+                request,
+                route: request.route(),
+                pool: e.pool,
+                decision,
+                active_after: e.active_after,
+                held_by: (decision == Decision::Refused).then(|| e.held_by.clone()),
+            })
+        });
+        decisions.collect()
     }
-}
-
-/// The admission decisions among the work events, in order.
-fn admissions(events: &[WorkEvent]) -> Vec<AdmissionRecord> {
-    let decisions = events.iter().filter_map(|e| {
-        let decision = match e.event {
-            Event::Admitted => Decision::Admitted,
-            Event::Refused => Decision::Refused,
-            _ => return None,
-        };
-        let request = e.request?;
-        Some(AdmissionRecord {
-            request,
-            route: request.route(),
-            pool: e.pool,
-            decision,
-            active_after: e.active_after,
-            held_by: (decision == Decision::Refused).then(|| e.held_by.clone()),
-        })
-    });
-    decisions.collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{Mode, Slots};
 
     fn event(seq: u64, request: Label, pool: Pool, event: Event, active: usize) -> WorkEvent {
         WorkEvent {
@@ -301,7 +295,17 @@ mod tests {
             event(4, Label::F1, Pool::Fast, Event::Admitted, 1),
             event(5, Label::F1, Pool::Fast, Event::Finished, 0),
         ];
-        let decided: Vec<_> = admissions(&events)
+        let slots = Slots::new(2).expect("an allowed number of slots");
+        let policy = Policy {
+            mode: Mode::Partitioned,
+            slots,
+        };
+        let evidence = Evidence {
+            work_events: events.to_vec(),
+            ..Evidence::nothing_ran(policy)
+        };
+        let decided: Vec<_> = evidence
+            .admissions()
             .into_iter()
             .map(|a| (a.request, a.decision, a.held_by))
             .collect();

@@ -132,10 +132,8 @@ impl Outcome {
             held_before_f1: Some(admitted),
             refused_slow: Some(refused),
             // Watched only where the front runs on runtimes of its own.
-            executor: (shape.0 == Front::Async && shape.1.own_runtime()).then(|| ExecutorOutcome {
-                unread: unread.clone(),
-                queued: queued.clone(),
-            }),
+            executor: (shape.0 == Front::Async && shape.1.own_runtime())
+                .then_some(ExecutorOutcome { unread, queued }),
         }
     }
 

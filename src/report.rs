@@ -1,6 +1,6 @@
 //! The report: what a run actually showed, assembled only after the server and every caller are
 //! closed, from the run's [`Evidence`] and the model's check of it. The fields are described in
-//! `docs/contract.md`; [`crate::render`] draws reports for people.
+//! `docs/contract.md`; [`crate::lab::render`] draws reports for people.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

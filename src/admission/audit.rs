@@ -10,7 +10,7 @@ use crate::label::Label;
 use crate::policy::Pool;
 
 /// One pool's account of a run: the report's `ledger` entry for that pool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PoolLedger {
     /// Permits the pool holds.
     pub capacity: usize,
@@ -70,13 +70,7 @@ pub(crate) fn audit(
         let mut ledger = PoolLedger {
             capacity,
             attempts: attempts.get(&pool).copied().unwrap_or(0),
-            admitted: 0,
-            refused: 0,
-            finished: 0,
-            cancelled: 0,
-            peak: 0,
-            refusals: Vec::new(),
-            invariants: Vec::new(),
+            ..PoolLedger::default()
         };
         let (mut active, mut bounded, mut agrees) = (0_i64, true, true);
         for event in events.iter().filter(|e| e.pool == pool) {
@@ -105,24 +99,18 @@ pub(crate) fn audit(
             agrees &= active == event.active_after as i64;
             ledger.peak = ledger.peak.max(event.active_after);
         }
-        ledger.invariants = vec![
-            Invariant {
-                rule: DECIDED.into(),
-                holds: ledger.attempts == ledger.admitted + ledger.refused,
-            },
-            Invariant {
-                rule: RETURNED.into(),
-                holds: ledger.admitted == ledger.finished,
-            },
-            Invariant {
-                rule: BOUNDED.into(),
-                holds: bounded,
-            },
-            Invariant {
-                rule: AGREES.into(),
-                holds: agrees,
-            },
+        let invariants = [
+            (DECIDED, ledger.attempts == ledger.admitted + ledger.refused),
+            (RETURNED, ledger.admitted == ledger.finished),
+            (BOUNDED, bounded),
+            (AGREES, agrees),
         ];
+        ledger.invariants = (invariants.into_iter())
+            .map(|(rule, holds)| Invariant {
+                rule: rule.into(),
+                holds,
+            })
+            .collect();
         (pool, ledger)
     };
     capacities.iter().map(audit_pool).collect()

@@ -55,8 +55,9 @@ pub struct WorkEvent {
     pub event: Event,
     /// The pool's taken permits right after the event.
     pub active_after: usize,
-    /// On `finished` only: the work did not complete but was dropped — its handler was
-    /// cancelled (the caller disconnected) or panicked. The permit still went back.
+    /// On `finished` only: the work did not complete — its handler was cancelled (the caller
+    /// disconnected) or panicked, or the gate it waited at was abandoned. The permit still
+    /// went back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancelled: bool,
     /// For a refusal, the requests holding the pool's permits at that moment.
@@ -91,11 +92,6 @@ pub(crate) struct Ledger {
 }
 
 impl Ledger {
-    /// An empty ledger with no subscriber.
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
     /// The events so far, and a stream of every event after them.
     pub(crate) fn subscribe(&mut self) -> (Vec<WorkEvent>, mpsc::UnboundedReceiver<WorkEvent>) {
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -121,19 +117,7 @@ impl Ledger {
         event: Event,
         active_after: usize,
     ) -> &WorkEvent {
-        let held_by = match event {
-            Event::Refused => self.holders(pool),
-            _ => Vec::new(),
-        };
-        self.push(WorkEvent {
-            seq: 0,
-            request,
-            pool,
-            event,
-            active_after,
-            cancelled: false,
-            held_by,
-        })
+        self.push(request, pool, event, active_after, false)
     }
 
     /// Records that `request`'s work left the section, completed or `cancelled`.
@@ -144,19 +128,36 @@ impl Ledger {
         active_after: usize,
         cancelled: bool,
     ) {
-        self.push(WorkEvent {
-            seq: 0,
-            request: Some(request),
+        self.push(
+            Some(request),
             pool,
-            event: Event::Finished,
+            Event::Finished,
             active_after,
             cancelled,
-            held_by: Vec::new(),
-        });
+        );
     }
 
-    fn push(&mut self, mut event: WorkEvent) -> &WorkEvent {
-        event.seq = self.events.len() as u64 + 1;
+    fn push(
+        &mut self,
+        request: Option<Label>,
+        pool: Pool,
+        event: Event,
+        active_after: usize,
+        cancelled: bool,
+    ) -> &WorkEvent {
+        let held_by = match event {
+            Event::Refused => self.holders(pool),
+            _ => Vec::new(),
+        };
+        let event = WorkEvent {
+            seq: self.events.len() as u64 + 1,
+            request,
+            pool,
+            event,
+            active_after,
+            cancelled,
+            held_by,
+        };
         // A closed stream means its reader has stopped listening; the ledger still keeps the
         // event for the report.
         self.subscribers
@@ -171,7 +172,7 @@ impl Ledger {
     }
 
     /// The requests inside the section on `pool`'s permits: admitted and not yet finished.
-    pub(crate) fn holders(&self, pool: Pool) -> Vec<Label> {
+    fn holders(&self, pool: Pool) -> Vec<Label> {
         let mut holders = Vec::new();
         for event in self.events.iter().filter(|e| e.pool == pool) {
             match (event.event, event.request) {
@@ -208,7 +209,7 @@ mod tests {
     use super::*;
 
     fn ledger() -> (Ledger, mpsc::UnboundedReceiver<WorkEvent>) {
-        let mut ledger = Ledger::new();
+        let mut ledger = Ledger::default();
         let (so_far, events) = ledger.subscribe();
         assert!(so_far.is_empty());
         (ledger, events)

@@ -25,18 +25,14 @@ impl WorkSection {
         let (request, pool, route) = (work.request, work.pool, work.route);
         let gate = (route == Route::Slow).then_some(gate);
         move || {
-            section.record(request, pool, Event::Started);
+            section.record(Some(request), pool, Event::Started);
             match gate {
-                Some(gate) => gate.pass_blocking(|| section.record(request, pool, Event::Held)),
+                Some(gate) => {
+                    gate.pass_blocking(|| section.record(Some(request), pool, Event::Held))
+                }
                 None => Latch::Open,
             }
         }
-    }
-
-    fn record(&self, request: crate::label::Label, pool: crate::policy::Pool, event: Event) {
-        let mut ledger = self.ledger();
-        let active = self.pools.active(pool);
-        ledger.record(Some(request), pool, event, active);
     }
 }
 

@@ -32,7 +32,6 @@ enum Semaphores {
 /// A permit of either kind. It returns to its pool when dropped, so capacity is never counted
 /// by hand.
 #[derive(Debug)]
-// Never read: a permit is held only for its `Drop`, which returns it to its pool.
 #[expect(dead_code, reason = "a permit is held for its Drop alone")]
 pub(crate) enum Permit {
     /// From a Tokio semaphore.

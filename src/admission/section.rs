@@ -130,10 +130,15 @@ impl WorkSection {
         permits: Permits,
         token: RunToken,
     ) -> Self {
+        Self::over(Pools::new(allocation.into(), permits), token)
+    }
+
+    /// `pools` behind a closed gate, with an empty ledger.
+    fn over(pools: Pools, token: RunToken) -> Self {
         Self {
-            pools: Pools::new(allocation.into(), permits),
+            pools,
             gate: Arc::new(Gate::new()),
-            ledger: Mutex::new(Ledger::new()),
+            ledger: Mutex::default(),
             token,
             foreign_refused: AtomicU64::new(0),
         }
@@ -171,14 +176,7 @@ impl WorkSection {
     ) -> (Self, SharedDriver) {
         let allocation = allocation.into();
         let (link, driver) = SharedLink::new(allocation.pools(), pool);
-        let section = Self {
-            pools: Pools::remote(allocation, link),
-            gate: Arc::new(Gate::new()),
-            ledger: Mutex::new(Ledger::new()),
-            token,
-            foreign_refused: AtomicU64::new(0),
-        };
-        (section, driver)
+        (Self::over(Pools::remote(allocation, link), token), driver)
     }
 
     /// Ends remote admission: later requests fail, and the driver ends once its round trips
@@ -208,32 +206,21 @@ impl WorkSection {
         let pool = self.allocation().pool_for(route);
         let decision = link.decide(pool, request).await;
         let mut ledger = self.ledger();
-        match decision {
+        let decision = match decision {
             Ok(SharedDecision::Admitted(permit)) => {
-                ledger.attempt(pool);
-                let permit = Permit::Remote(link.hold(pool, request, permit));
-                let active = self.pools.active(pool);
-                ledger.record(Some(request), pool, Event::Admitted, active);
-                Ok(self.work(request, route, pool, permit))
+                Ok(Permit::Remote(link.hold(pool, request, permit)))
             }
-            Ok(SharedDecision::Refused(holders)) => {
-                ledger.attempt(pool);
-                let active = self.pools.active(pool);
-                let refused = ledger.record(Some(request), pool, Event::Refused, active);
-                Err(Denied::Refused(Refusal {
+            Ok(SharedDecision::Refused(holders)) => Err(holders),
+            // Undecided: neither an attempt with a decision nor an event; the run fails on it.
+            Err(reason) => {
+                return Err(Denied::Failed(PoolFailure {
                     request,
                     pool,
-                    held_by: refused.held_by.clone(),
-                    holders,
-                }))
+                    reason: format!("{reason:#}"),
+                }));
             }
-            // Undecided: neither an attempt with a decision nor an event; the run fails on it.
-            Err(reason) => Err(Denied::Failed(PoolFailure {
-                request,
-                pool,
-                reason: format!("{reason:#}"),
-            })),
-        }
+        };
+        self.decided(&mut ledger, request, route, pool, decision)
     }
 
     /// [`WorkSection::admit`] for a section whose pools are this process's, deciding without
@@ -251,41 +238,52 @@ impl WorkSection {
         // Decide and record under the ledger lock, so the ledger's order and counts are the
         // semaphore's own, whatever else runs at the same time.
         let mut ledger = self.ledger();
-        ledger.attempt(pool);
-        let Some(permit) = self.pools.try_acquire(pool) else {
-            let active = self.pools.active(pool);
-            let refused = ledger.record(Some(request), pool, Event::Refused, active);
-            return Err(Denied::Refused(Refusal {
-                request,
-                pool,
-                held_by: refused.held_by.clone(),
-                holders: Vec::new(),
-            }));
-        };
-        let active = self.pools.active(pool);
-        ledger.record(Some(request), pool, Event::Admitted, active);
-        Ok(self.work(request, route, pool, permit))
+        let decision = self.pools.try_acquire(pool).ok_or_else(Vec::new);
+        self.decided(&mut ledger, request, route, pool, decision)
     }
 
-    fn work(&self, request: Label, route: Route, pool: Pool, permit: Permit) -> Work<'_> {
-        Work {
-            section: self,
-            request,
-            route,
-            pool,
-            permit: Some(permit),
-            completed: false,
+    /// Records a decision under the ledger lock (`ledger`), with the pool's count after it: the
+    /// admitted [`Work`] owning its permit, or the refusal naming the holders (for a pool shared
+    /// with other processes, as that pool names them; empty for a local pool).
+    fn decided(
+        &self,
+        ledger: &mut Ledger,
+        request: Label,
+        route: Route,
+        pool: Pool,
+        decision: Result<Permit, Vec<String>>,
+    ) -> Result<Work<'_>, Denied> {
+        ledger.attempt(pool);
+        let active = self.pools.active(pool);
+        match decision {
+            Ok(permit) => {
+                ledger.record(Some(request), pool, Event::Admitted, active);
+                Ok(Work {
+                    section: self,
+                    request,
+                    route,
+                    pool,
+                    permit: Some(permit),
+                    completed: false,
+                })
+            }
+            Err(holders) => {
+                let refused = ledger.record(Some(request), pool, Event::Refused, active);
+                Err(Denied::Refused(Refusal {
+                    request,
+                    pool,
+                    held_by: refused.held_by.clone(),
+                    holders,
+                }))
+            }
         }
     }
 
     /// Opens the slow gate (once), recording `gate_opened` before any held work can move.
     pub(crate) fn open_gate(&self) {
-        self.gate.open(|| {
-            let pool = self.allocation().pool_for(Route::Slow);
-            let mut ledger = self.ledger();
-            let active = self.pools.active(pool);
-            ledger.record(None, pool, Event::GateOpened, active);
-        });
+        let pool = self.allocation().pool_for(Route::Slow);
+        self.gate
+            .open(|| self.record(None, pool, Event::GateOpened));
     }
 
     /// Abandons the run's gate if it is still closed: held work leaves unfinished. For tearing
@@ -352,6 +350,13 @@ impl WorkSection {
     fn ledger(&self) -> MutexGuard<'_, Ledger> {
         lock(&self.ledger)
     }
+
+    /// Records `event` with the pool's count, both under the ledger lock.
+    fn record(&self, request: Option<Label>, pool: Pool, event: Event) {
+        let mut ledger = self.ledger();
+        let active = self.pools.active(pool);
+        ledger.record(request, pool, event, active);
+    }
 }
 
 /// Admitted work inside the section. It owns its permit, so the permit lives exactly as long as
@@ -409,9 +414,7 @@ impl Work<'_> {
 
     /// Records that the work is waiting at the closed gate (called under the gate's lock).
     fn held(&self) {
-        let mut ledger = self.section.ledger();
-        let active = self.section.pools.active(self.pool);
-        ledger.record(Some(self.request), self.pool, Event::Held, active);
+        (self.section).record(Some(self.request), self.pool, Event::Held);
     }
 
     /// Leaves the section: the permit goes back before the caller builds its response.

@@ -97,16 +97,6 @@ pub(crate) struct SharedLink {
     jobs: Mutex<Option<mpsc::UnboundedSender<Job>>>,
 }
 
-impl fmt::Debug for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Job::Admit { request, .. } => write!(f, "Admit({request})"),
-            Job::Release { request, .. } => write!(f, "Release({request})"),
-            Job::Orphan { request, .. } => write!(f, "Orphan({request})"),
-        }
-    }
-}
-
 impl SharedLink {
     /// A link for `pools`, and the driver that serves it.
     pub(crate) fn new(

@@ -118,7 +118,7 @@ impl Client {
     /// `GET` `request`'s route on a connection left open, or on a new one: the status and the
     /// whole body. The connection is left open again once the body is read.
     async fn get(&self, request: Label) -> anyhow::Result<(u16, Bytes)> {
-        let sent = self.request(request)?;
+        let sent = build(self.address, request.route().path(), request, &self.headers)?;
         let (reused, mut connection) = match self.left_open() {
             Some(connection) => (true, connection),
             None => (false, connect(self.address).await?),
@@ -149,10 +149,6 @@ impl Client {
     /// client closes it or the server stops (after the client has closed its own).
     fn left_open(&self) -> Option<Connection> {
         self.idle().pop()
-    }
-
-    fn request(&self, request: Label) -> anyhow::Result<Request<Empty<Bytes>>> {
-        build(self.address, request.route().path(), request, &self.headers)
     }
 }
 

@@ -108,6 +108,14 @@ impl Failure {
         self
     }
 
+    /// `first`, then `also`, when both failed; whichever did, when one did.
+    pub(crate) fn both(first: Option<Failure>, also: Option<Failure>) -> Option<Failure> {
+        match (first, also) {
+            (Some(first), Some(also)) => Some(first.then(also)),
+            (first, also) => first.or(also),
+        }
+    }
+
     /// Whether the run stalled: a safety timeout ran out.
     pub fn is_stall(&self) -> bool {
         matches!(self.cause, Cause::Stalled { .. })

@@ -1,7 +1,8 @@
 //! The lab's sequence as an explicit, steppable thing: `next_step().await` performs exactly one
 //! step and says what it was. The command line runs it to the end; a live view can run it one
-//! step at a time. Every step waits on an observer event, a response or a join; the only timer
-//! is the safety timeout that fails a stalled step.
+//! step at a time. Every step waits on an observer event, a response or a join — or, for a front
+//! on runtimes of its own, on a reading of its heartbeat or accept queue; the only timer is the
+//! safety timeout that fails a stalled step.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -103,12 +104,8 @@ impl Run {
         let shape = (front, executor);
         let token = RunToken::generate().map_err(|e| {
             let why = format!("cannot draw a random run token from the OS: {e}");
-            never_started(
-                policy,
-                held,
-                shape,
-                Failure::new(Step::Start, None, Cause::Setup(why)),
-            )
+            let failure = Failure::new(Step::Start, None, Cause::Setup(why));
+            unfinished(policy, held, shape, Evidence::nothing_ran(policy), failure)
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
         let (section, census) = (Arc::new(section), Arc::new(HandlerCount::default()));
@@ -121,10 +118,7 @@ impl Run {
             };
             let nobody = CallerTasks::default();
             let evidence = evidence(&section, Observed::default(), resources, nobody, None);
-            Box::new(PolicyRun {
-                report: PolicyReport::assemble_on(policy, held, shape, evidence),
-                failure: Some(failure),
-            })
+            unfinished(policy, held, shape, evidence, failure)
         })?;
         // The front's own runtime is watched: its heartbeat, what it leaves unread or queued.
         let watched = session.heartbeat.is_some().then(ExecutorEvidence::default);
@@ -214,10 +208,7 @@ impl Run {
         let closed = self.session.close(self.failure.is_some()).await;
         // Both can fail for one cause: a panicking handler breaks its caller's request (the
         // sequence's failure) and its connection task (the close's). Say both.
-        let failure = match (self.failure, closed.failure) {
-            (Some(first), Some(also)) => Some(first.then(also)),
-            (first, also) => first.or(also),
-        };
+        let failure = Failure::both(self.failure, closed.failure);
         self.resources.after_run = Some(session::count(&section, &self.census));
         let (observed, resources) = (self.observed, self.resources);
         let evidence = evidence(&section, observed, resources, closed.callers, closed.server);
@@ -265,12 +256,10 @@ impl Run {
         }
         // Refused: wait for its caller's actual 503. While the gate is closed the refused caller
         // is the only one that can finish.
-        let reply = self.session.join_caller();
-        let reply = within(timeout, reply, at, || {
+        let reply = self.session.next_reply(at, || {
             format!("{request} was refused but its caller got no response")
-        })
-        .await?;
-        let reply = session::joined(reply).map_err(|why| caller_failed(at, why))?;
+        });
+        let reply = reply.await?;
         if reply.request != request {
             return Err(Failure::new(
                 at.0,
@@ -282,8 +271,7 @@ impl Run {
                 },
             ));
         }
-        let record = self.session.record(reply);
-        self.observed.responses.push(record);
+        self.respond(reply);
         Ok(())
     }
 
@@ -295,28 +283,23 @@ impl Run {
             self.intrude(foreign).await?;
         }
         self.observed.observer_before_fast = Some(self.session.section.snapshot());
-        self.resources.before_fast = Some(self.session.count());
+        self.resources.before_fast = Some(session::count(&self.session.section, &self.census));
 
         if self.saturated() {
             // F1 cannot be read, let alone admitted or refused: its caller waits for release,
             // with the lab's other callers.
             self.session.send(Label::F1);
             self.unread(Step::Fast, Label::F1).await?;
-            self.observed.observer_after_fast_before_release =
-                Some(self.session.section.snapshot());
-            self.observed.slow_callers_pending_before_release = Some(self.session.pending());
-            return Ok(());
+        } else {
+            self.keep_a_worker_listening();
+            let f1 = self.session.exchange(Step::Fast, Label::F1).await?;
+            self.observed.fast_response_before_release = Some(FastResponse {
+                request: f1.request,
+                status: f1.status,
+                body: f1.body.clone(),
+            });
+            self.respond(f1);
         }
-        self.keep_a_worker_listening();
-        let f1 = self.session.exchange(Step::Fast, Label::F1).await?;
-        self.observed.fast_response_before_release = Some(FastResponse {
-            request: f1.request,
-            status: f1.status,
-            body: f1.body.clone(),
-        });
-        let record = self.session.record(f1);
-        self.observed.responses.push(record);
-
         self.observed.observer_after_fast_before_release = Some(self.session.section.snapshot());
         self.observed.slow_callers_pending_before_release = Some(self.session.pending());
         Ok(())
@@ -326,26 +309,27 @@ impl Run {
     async fn release(&mut self) -> Result<(), Failure> {
         self.beat(Moment::Release, None);
         self.session.open_gate();
-        let (at, timeout) = ((Step::Release, None), self.session.timeout);
         while self.session.has_callers() {
-            let reply = self.session.join_caller();
-            let reply = within(timeout, reply, at, || {
+            let reply = self.session.next_reply((Step::Release, None), || {
                 "a released slow caller got no response".into()
-            })
-            .await?;
-            let reply = session::joined(reply).map_err(|why| caller_failed(at, why))?;
-            let record = self.session.record(reply);
-            self.observed.responses.push(record);
+            });
+            let reply = reply.await?;
+            self.respond(reply);
         }
         Ok(())
     }
 
     /// Step 8: a new probe after release — not a replay of refused work.
     async fn probe(&mut self, request: Label) -> Result<(), Failure> {
-        let reply: Received = self.session.exchange(Step::Probe, request).await?;
+        let reply = self.session.exchange(Step::Probe, request).await?;
+        self.respond(reply);
+        Ok(())
+    }
+
+    /// Records `reply` among the responses, placed before or after release.
+    fn respond(&mut self, reply: Received) {
         let record = self.session.record(reply);
         self.observed.responses.push(record);
-        Ok(())
     }
 
     /// With some but not all of the front's workers blocked (`--work block`), wakes a parked
@@ -404,17 +388,8 @@ impl Run {
     /// Before the first request, waits to see the front runtime's heartbeat tick: its
     /// runtime runs tasks. Later readings are compared with this one.
     async fn heartbeat_started(&mut self, request: Label) -> Result<(), Failure> {
-        let started = self
-            .observed
-            .executor
-            .as_ref()
-            .map(|w| !w.heartbeat.is_empty());
-        let Some(heartbeat) = self
-            .session
-            .heartbeat
-            .clone()
-            .filter(|_| started == Some(false))
-        else {
+        let unstarted = (self.observed.executor.as_ref()).is_some_and(|w| w.heartbeat.is_empty());
+        let Some(heartbeat) = self.session.heartbeat.clone().filter(|_| unstarted) else {
             return Ok(());
         };
         let ticked = async {
@@ -490,10 +465,6 @@ impl Run {
     }
 }
 
-fn caller_failed((step, request): (Step, Option<Label>), why: anyhow::Error) -> Failure {
-    Failure::new(step, request, Cause::Caller(format!("{why:#}")))
-}
-
 /// The evidence of a run once everything it opened is closed: the section as it stands, what
 /// the sequence observed and counted, and how its callers and server ended.
 fn evidence(
@@ -515,14 +486,14 @@ fn evidence(
     }
 }
 
-/// The report of a run that never started: no events, full pools, a closed gate.
-fn never_started(
+/// The report of a run that failed to start, from the `evidence` it left.
+fn unfinished(
     policy: Policy,
     held: Held,
     shape: (Front, Executor),
+    evidence: Evidence,
     failure: Failure,
 ) -> Box<PolicyRun> {
-    let evidence = Evidence::nothing_ran(policy);
     Box::new(PolicyRun {
         report: PolicyReport::assemble_on(policy, held, shape, evidence),
         failure: Some(failure),

@@ -25,7 +25,6 @@ use crate::server::{self, Gates, HandlerCount, Running};
 #[derive(Debug)]
 pub(crate) struct Session {
     pub(crate) section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
     /// The control observer: every ledger event after the session opened.
     events: mpsc::UnboundedReceiver<WorkEvent>,
     /// Kept open while an injected fault silences the observer, so it waits rather than ends.
@@ -126,7 +125,6 @@ impl Session {
         let client = Client::new(headers, address, section.clone());
         Ok(Session {
             section,
-            census,
             events,
             _silenced: silenced,
             client,
@@ -183,11 +181,6 @@ impl Session {
         !self.callers.is_empty()
     }
 
-    /// The resources of the process now.
-    pub(crate) fn count(&self) -> Resources {
-        count(&self.section, &self.census)
-    }
-
     /// Sends `request` and waits for its response, within the safety timeout.
     pub(crate) async fn exchange(&self, step: Step, request: Label) -> Result<Received, Failure> {
         let reply = self.client.call(request);
@@ -195,7 +188,18 @@ impl Session {
             format!("{request} got no response")
         })
         .await?;
-        reply.map_err(|why| Failure::new(step, Some(request), Cause::Caller(format!("{why:#}"))))
+        reply.map_err(|why| caller_failed((step, Some(request)), why))
+    }
+
+    /// The next caller to end, joined and counted, and its reply, within the safety timeout:
+    /// `at` is the step and request waiting, `waiting_for` what it waits for in words.
+    pub(crate) async fn next_reply(
+        &mut self,
+        at: (Step, Option<Label>),
+        waiting_for: impl FnOnce() -> String,
+    ) -> Result<Received, Failure> {
+        let reply = within(self.timeout, self.join_caller(), at, waiting_for).await?;
+        joined(reply).map_err(|why| caller_failed(at, why))
     }
 
     /// The next caller to end, joined and counted.
@@ -223,15 +227,14 @@ impl Session {
                 biased;
                 event = self.events.recv() => match event {
                     Some(e) if e.request == Some(request)
-                        && matches!(e.event, Event::Held | Event::Refused) => return Ok(e.event),
-                    Some(e) if e.request == Some(request)
-                        && e.event == Event::Admitted && queued_if_admitted => return Ok(e.event),
+                        && (matches!(e.event, Event::Held | Event::Refused)
+                            || e.event == Event::Admitted && queued_if_admitted) => return Ok(e.event),
                     Some(_) => {}
                     None => return Err(at(Cause::ObserverStopped)),
                 },
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
                     self.account.joined += 1;
-                    let reply = joined(ended).map_err(|why| at(Cause::Caller(format!("{why:#}"))))?;
+                    let reply = joined(ended).map_err(|why| caller_failed((Step::Slow, Some(request)), why))?;
                     return Err(at(Cause::AnsweredEarly {
                         request: reply.request,
                         status: reply.status,
@@ -308,22 +311,16 @@ impl Session {
         self.client.close();
         let callers = self.account;
         let closing = |why: String| Failure::new(Step::Close, None, Cause::Server(why));
-        // A caller that panicked and a server that did not stop cleanly are both said, in order.
-        let both = |first: Option<String>, then: Option<String>| match (first, then) {
-            (Some(first), Some(then)) => Some(closing(first).then(closing(then))),
-            (first, then) => first.or(then).map(closing),
+        let (server, error) = match self.server.stop().await {
+            Ok(stopped) => (Some(stopped.summary), stopped.error),
+            Err(e) => (None, Some(format!("{e:#}"))),
         };
-        match self.server.stop().await {
-            Ok(stopped) => SessionEnd {
-                callers,
-                server: Some(stopped.summary),
-                failure: both(failure, stopped.error),
-            },
-            Err(e) => SessionEnd {
-                callers,
-                server: None,
-                failure: both(failure, Some(format!("{e:#}"))),
-            },
+        SessionEnd {
+            callers,
+            server,
+            // A caller that panicked and a server that did not stop cleanly are both said, in
+            // order.
+            failure: Failure::both(failure.map(closing), error.map(closing)),
         }
     }
 }
@@ -350,10 +347,13 @@ pub(crate) fn count(section: &WorkSection, census: &HandlerCount) -> Resources {
     }
 }
 
+/// A caller's HTTP exchange or its task failed, at `step` about `request`.
+fn caller_failed((step, request): (Step, Option<Label>), why: anyhow::Error) -> Failure {
+    Failure::new(step, request, Cause::Caller(format!("{why:#}")))
+}
+
 /// The reply of a joined caller task, or why there is none.
-pub(crate) fn joined(
-    joined: Option<Result<anyhow::Result<Received>, JoinError>>,
-) -> anyhow::Result<Received> {
+fn joined(joined: Option<Result<anyhow::Result<Received>, JoinError>>) -> anyhow::Result<Received> {
     match joined {
         Some(Ok(reply)) => reply,
         Some(Err(e)) => Err(anyhow::Error::new(e).context("a client task did not finish")),
