@@ -520,18 +520,18 @@ where
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let named = words
+    // Where the subcommand is among the words (0: none is named), and its name.
+    let at = words
         .iter()
         .skip(1)
-        .position(|w| subcommands.contains(&w.as_str()));
+        .position(|w| subcommands.contains(&w.as_str()))
+        .map_or(0, |i| i + 1);
+    let sub = if at == 0 { "" } else { words[at].as_str() };
     let message = match error.kind() {
         // `isolation-lab --held 4 predict`: flags before the subcommand.
         // `isolation-lab --held 4 record r.json`: the run's flags belong to the run that
         // saves the report, not to `record`.
-        ErrorKind::ArgumentConflict
-            if named.is_some_and(|at| at > 0 && words[at + 1] == "record") =>
-        {
-            let at = named.map_or(0, |at| at + 1);
+        ErrorKind::ArgumentConflict if at > 1 && sub == "record" => {
             // Shell words, so that the suggested command names the same file, whatever its
             // name's bytes.
             let word = |arg: &std::ffi::OsString| crate::record::shell_word(arg);
@@ -543,8 +543,7 @@ where
                 flags.join(" ")
             ))
         }
-        ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {
-            let at = named.map_or(0, |at| at + 1);
+        ErrorKind::ArgumentConflict if at > 1 => {
             let mut order = vec![words[at].clone()];
             order.extend(words[1..at].iter().chain(&words[at + 1..]).cloned());
             Some(format!(
@@ -554,14 +553,10 @@ where
         }
         ErrorKind::UnknownArgument => {
             let flag = text(ContextKind::InvalidArg).unwrap_or_default();
-            let sub = named.map(|at| words[at + 1].as_str());
-            let sub = sub.unwrap_or_default();
             instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
         }
         // `isolation-lab record` with no report.
         ErrorKind::MissingRequiredArgument => {
-            let sub = named.map(|at| words[at + 1].as_str());
-            let sub = sub.unwrap_or_default();
             instead(sub).map(|instead| format!("{sub} is missing its argument: {instead}"))
         }
         ErrorKind::InvalidUtf8 => {
