@@ -318,7 +318,8 @@ impl From<WorkArg> for WorkStyle {
 }
 
 /// Why `executor` cannot run on `front`: the threaded front has no runtime to shape.
-fn refuse_executor(front: Front, executor: &ExecutorArgs) -> Option<String> {
+/// `blocking_given`: `--blocking-threads` was on the command line, whatever its value.
+fn refuse_executor(front: Front, executor: &ExecutorArgs, blocking_given: bool) -> Option<String> {
     if front != Front::Threaded {
         return None;
     }
@@ -330,10 +331,10 @@ fn refuse_executor(front: Front, executor: &ExecutorArgs) -> Option<String> {
             work.name()
         ));
     }
-    let flag = match (executor.workers, executor.blocking_threads) {
+    let flag = match (executor.workers, blocking_given) {
         (Some(_), _) => "--workers",
-        (None, k) if k != BlockingThreads::default() => "--blocking-threads",
-        _ => return None,
+        (None, true) => "--blocking-threads",
+        (None, false) => return None,
     };
     Some(format!(
         "{flag} shapes the async front's runtime; the threaded front has none (a thread per \
@@ -481,19 +482,36 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    use clap::FromArgMatches;
     use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::parser::ValueSource;
 
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    let error = match Cli::try_parse_from(&args) {
-        Ok(cli) => {
-            let refused = match &cli.command {
-                None => refuse_executor(cli.run.server.into(), &cli.run.executor),
-                Some(Command::Sweep {
-                    server, executor, ..
-                })
-                | Some(Command::Classroom {
-                    server, executor, ..
-                }) => refuse_executor((*server).into(), executor),
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| {
+            let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut Cli::command()))?;
+            Ok((cli, matches))
+        });
+    let error = match parsed {
+        Ok((cli, matches)) => {
+            // Given on the command line, even at its default value.
+            let given = |matches: &clap::ArgMatches| {
+                matches.value_source("blocking_threads") == Some(ValueSource::CommandLine)
+            };
+            let refused = match (&cli.command, matches.subcommand()) {
+                (None, _) => {
+                    refuse_executor(cli.run.server.into(), &cli.run.executor, given(&matches))
+                }
+                (
+                    Some(Command::Sweep {
+                        server, executor, ..
+                    })
+                    | Some(Command::Classroom {
+                        server, executor, ..
+                    }),
+                    Some((_, sub)),
+                ) => refuse_executor((*server).into(), executor, given(sub)),
                 _ => None,
             };
             return match refused {
@@ -837,6 +855,15 @@ mod tests {
             (&["--server", "threaded", "--workers", "2"], "--workers"),
             (
                 &["--server", "threaded", "--blocking-threads", "3"],
+                "--blocking-threads",
+            ),
+            // Given, even at its default, it shapes nothing on the threaded front.
+            (
+                &["--server", "threaded", "--blocking-threads", "512"],
+                "--blocking-threads",
+            ),
+            (
+                &["sweep", "--server", "threaded", "--blocking-threads", "512"],
                 "--blocking-threads",
             ),
             (
