@@ -10,8 +10,8 @@ use crate::evidence::{ResponseRecord, Unread};
 use crate::policy::Pool;
 use crate::report::PolicyReport;
 
-/// Width of the event column: fits the longest description, `S-after refused: no shared
-/// permit free`, so the bars line up.
+/// Width of the event column: fits the longest description, `F-after admitted: takes a shared
+/// permit` (39 characters), so the bars line up.
 const EVENT_WIDTH: usize = 40;
 
 /// A line of the timeline: a work event, a response that arrived after one, or a request
