@@ -495,23 +495,19 @@ where
         });
     let error = match parsed {
         Ok((cli, matches)) => {
-            // Given on the command line, even at its default value.
-            let given = |matches: &clap::ArgMatches| {
-                matches.value_source("blocking_threads") == Some(ValueSource::CommandLine)
-            };
-            let refused = match (&cli.command, matches.subcommand()) {
-                (None, _) => {
-                    refuse_executor(cli.run.server.into(), &cli.run.executor, given(&matches))
-                }
-                (
-                    Some(Command::Sweep {
-                        server, executor, ..
-                    })
-                    | Some(Command::Classroom {
-                        server, executor, ..
-                    }),
-                    Some((_, sub)),
-                ) => refuse_executor((*server).into(), executor, given(sub)),
+            // The run's flags or its subcommand's; `--blocking-threads` is given even at its
+            // default value.
+            let own = matches.subcommand().map_or(&matches, |(_, sub)| sub);
+            let blocking =
+                || own.value_source("blocking_threads") == Some(ValueSource::CommandLine);
+            let refused = match &cli.command {
+                None => refuse_executor(cli.run.server.into(), &cli.run.executor, blocking()),
+                Some(Command::Sweep {
+                    server, executor, ..
+                })
+                | Some(Command::Classroom {
+                    server, executor, ..
+                }) => refuse_executor((*server).into(), executor, blocking()),
                 _ => None,
             };
             return match refused {
@@ -520,10 +516,6 @@ where
             };
         }
         Err(error) => error,
-    };
-    let text = |kind| match error.get(kind) {
-        Some(ContextValue::String(s)) => Some(s.clone()),
-        _ => None,
     };
     let subcommands = [
         "predict",
@@ -570,7 +562,10 @@ where
             ))
         }
         ErrorKind::UnknownArgument => {
-            let flag = text(ContextKind::InvalidArg).unwrap_or_default();
+            let flag = match error.get(ContextKind::InvalidArg) {
+                Some(ContextValue::String(flag)) => flag.as_str(),
+                _ => "",
+            };
             instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
         }
         // `isolation-lab record` with no report.
