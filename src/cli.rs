@@ -556,6 +556,14 @@ where
         ErrorKind::ArgumentConflict if at > 1 => {
             let mut order = vec![words[at].clone()];
             order.extend(words[1..at].iter().chain(&words[at + 1..]).cloned());
+            // Suggested only if it would be taken: otherwise its own refusal says what the
+            // subcommand takes (`--held 4 sweep`: sweep takes no --held).
+            let reordered = std::iter::once(words[0].clone()).chain(order.iter().cloned());
+            if let Err(refused) = parse(reordered)
+                && refused.use_stderr()
+            {
+                return Err(refused);
+            }
             Some(format!(
                 "flags of a subcommand go after it: isolation-lab {}",
                 order.join(" ")
@@ -726,6 +734,12 @@ mod tests {
             (
                 "--held 4 predict",
                 "flags of a subcommand go after it: isolation-lab predict --held 4",
+            ),
+            // The flags moved after the subcommand would be refused too: that refusal, not
+            // a suggestion to run it.
+            (
+                "--held 3 sweep",
+                "sweep does not take --held: sweep runs every --slots/--held input itself",
             ),
             ("--slots -1", "expected a whole number from 2 through 4"),
             ("--held -3", "expected a whole number from 1 through 4"),
