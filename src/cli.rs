@@ -318,7 +318,8 @@ impl From<WorkArg> for WorkStyle {
 }
 
 /// Why `executor` cannot run on `front`: the threaded front has no runtime to shape.
-fn refuse_executor(front: Front, executor: &ExecutorArgs) -> Option<String> {
+/// `blocking_given`: `--blocking-threads` was on the command line, whatever its value.
+fn refuse_executor(front: Front, executor: &ExecutorArgs, blocking_given: bool) -> Option<String> {
     if front != Front::Threaded {
         return None;
     }
@@ -330,10 +331,10 @@ fn refuse_executor(front: Front, executor: &ExecutorArgs) -> Option<String> {
             work.name()
         ));
     }
-    let flag = match (executor.workers, executor.blocking_threads) {
+    let flag = match (executor.workers, blocking_given) {
         (Some(_), _) => "--workers",
-        (None, k) if k != BlockingThreads::default() => "--blocking-threads",
-        _ => return None,
+        (None, true) => "--blocking-threads",
+        (None, false) => return None,
     };
     Some(format!(
         "{flag} shapes the async front's runtime; the threaded front has none (a thread per \
@@ -481,19 +482,32 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    use clap::FromArgMatches;
     use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::parser::ValueSource;
 
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-    let error = match Cli::try_parse_from(&args) {
-        Ok(cli) => {
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| {
+            let cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut Cli::command()))?;
+            Ok((cli, matches))
+        });
+    let error = match parsed {
+        Ok((cli, matches)) => {
+            // The run's flags or its subcommand's; `--blocking-threads` is given even at its
+            // default value.
+            let own = matches.subcommand().map_or(&matches, |(_, sub)| sub);
+            let blocking =
+                || own.value_source("blocking_threads") == Some(ValueSource::CommandLine);
             let refused = match &cli.command {
-                None => refuse_executor(cli.run.server.into(), &cli.run.executor),
+                None => refuse_executor(cli.run.server.into(), &cli.run.executor, blocking()),
                 Some(Command::Sweep {
                     server, executor, ..
                 })
                 | Some(Command::Classroom {
                     server, executor, ..
-                }) => refuse_executor((*server).into(), executor),
+                }) => refuse_executor((*server).into(), executor, blocking()),
                 _ => None,
             };
             return match refused {
@@ -502,10 +516,6 @@ where
             };
         }
         Err(error) => error,
-    };
-    let text = |kind| match error.get(kind) {
-        Some(ContextValue::String(s)) => Some(s.clone()),
-        _ => None,
     };
     let subcommands = [
         "predict",
@@ -520,18 +530,18 @@ where
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let named = words
+    // Where the subcommand is among the words (0: none is named), and its name.
+    let at = words
         .iter()
         .skip(1)
-        .position(|w| subcommands.contains(&w.as_str()));
+        .position(|w| subcommands.contains(&w.as_str()))
+        .map_or(0, |i| i + 1);
+    let sub = if at == 0 { "" } else { words[at].as_str() };
     let message = match error.kind() {
         // `isolation-lab --held 4 predict`: flags before the subcommand.
         // `isolation-lab --held 4 record r.json`: the run's flags belong to the run that
         // saves the report, not to `record`.
-        ErrorKind::ArgumentConflict
-            if named.is_some_and(|at| at > 0 && words[at + 1] == "record") =>
-        {
-            let at = named.map_or(0, |at| at + 1);
+        ErrorKind::ArgumentConflict if at > 1 && sub == "record" => {
             // Shell words, so that the suggested command names the same file, whatever its
             // name's bytes.
             let word = |arg: &std::ffi::OsString| crate::record::shell_word(arg);
@@ -543,25 +553,31 @@ where
                 flags.join(" ")
             ))
         }
-        ErrorKind::ArgumentConflict if named.is_some_and(|at| at > 0) => {
-            let at = named.map_or(0, |at| at + 1);
+        ErrorKind::ArgumentConflict if at > 1 => {
             let mut order = vec![words[at].clone()];
             order.extend(words[1..at].iter().chain(&words[at + 1..]).cloned());
+            // Suggested only if it would be taken: otherwise its own refusal says what the
+            // subcommand takes (`--held 4 sweep`: sweep takes no --held).
+            let reordered = std::iter::once(words[0].clone()).chain(order.iter().cloned());
+            if let Err(refused) = parse(reordered)
+                && refused.use_stderr()
+            {
+                return Err(refused);
+            }
             Some(format!(
                 "flags of a subcommand go after it: isolation-lab {}",
                 order.join(" ")
             ))
         }
         ErrorKind::UnknownArgument => {
-            let flag = text(ContextKind::InvalidArg).unwrap_or_default();
-            let sub = named.map(|at| words[at + 1].as_str());
-            let sub = sub.unwrap_or_default();
+            let flag = match error.get(ContextKind::InvalidArg) {
+                Some(ContextValue::String(flag)) => flag.as_str(),
+                _ => "",
+            };
             instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
         }
         // `isolation-lab record` with no report.
         ErrorKind::MissingRequiredArgument => {
-            let sub = named.map(|at| words[at + 1].as_str());
-            let sub = sub.unwrap_or_default();
             instead(sub).map(|instead| format!("{sub} is missing its argument: {instead}"))
         }
         ErrorKind::InvalidUtf8 => {
@@ -719,6 +735,12 @@ mod tests {
                 "--held 4 predict",
                 "flags of a subcommand go after it: isolation-lab predict --held 4",
             ),
+            // The flags moved after the subcommand would be refused too: that refusal, not
+            // a suggestion to run it.
+            (
+                "--held 3 sweep",
+                "sweep does not take --held: sweep runs every --slots/--held input itself",
+            ),
             ("--slots -1", "expected a whole number from 2 through 4"),
             ("--held -3", "expected a whole number from 1 through 4"),
             (
@@ -842,6 +864,15 @@ mod tests {
             (&["--server", "threaded", "--workers", "2"], "--workers"),
             (
                 &["--server", "threaded", "--blocking-threads", "3"],
+                "--blocking-threads",
+            ),
+            // Given, even at its default, it shapes nothing on the threaded front.
+            (
+                &["--server", "threaded", "--blocking-threads", "512"],
+                "--blocking-threads",
+            ),
+            (
+                &["sweep", "--server", "threaded", "--blocking-threads", "512"],
                 "--blocking-threads",
             ),
             (

@@ -108,20 +108,15 @@ impl FromStr for Workers {
     type Err = anyhow::Error;
 
     fn from_str(text: &str) -> anyhow::Result<Self> {
-        let expected = || {
-            anyhow!(
-                "expected current-thread or a whole number of workers from 1 through {}",
-                Self::MAX
-            )
-        };
         if text == "current-thread" {
             return Ok(Workers::CurrentThread);
         }
         // Digits only, as for --slots.
-        digits_only::<u8>(text)
-            .filter(|n| (1..=Self::MAX).contains(n))
-            .map(Workers::Threads)
-            .ok_or_else(expected)
+        let workers = digits_only::<u8>(text).filter(|n| (1..=Self::MAX).contains(n));
+        workers.map(Workers::Threads).ok_or_else(|| {
+            let max = Self::MAX;
+            anyhow!("expected current-thread or a whole number of workers from 1 through {max}")
+        })
     }
 }
 

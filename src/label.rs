@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::policy::{Held, Route};
+use crate::policy::{Held, Route, digits_only};
 
 /// The header that carries a request's label.
 pub(crate) const LABEL_HEADER: &str = "lab-request";
@@ -63,9 +63,7 @@ impl Label {
     /// session that is the classroom, which numbers the room's requests itself.
     pub(crate) fn read(text: &str, route: Route) -> Option<Label> {
         if let Some(digits) = text.strip_prefix('R') {
-            let plain = !digits.starts_with('0') && digits.bytes().all(|b| b.is_ascii_digit());
-            let n = digits.parse::<u32>().ok().filter(|_| plain)?;
-            return Some(Label::Room(n, route));
+            return plain(digits).map(|n| Label::Room(n, route));
         }
         text.parse::<Label>()
             .ok()
@@ -102,14 +100,15 @@ impl FromStr for Label {
             "F-after" => Ok(Label::FastAfter),
             _ => {
                 let digits = text.strip_prefix('S').ok_or(UnknownLabel)?;
-                let plain = !digits.is_empty()
-                    && !digits.starts_with('0')
-                    && digits.bytes().all(|b| b.is_ascii_digit());
-                let n = digits.parse::<u16>().ok().filter(|_| plain);
-                n.map(Label::Slow).ok_or(UnknownLabel)
+                plain(digits).map(Label::Slow).ok_or(UnknownLabel)
             }
         }
     }
+}
+
+/// `digits` as a number if written plainly: digits only, no leading zero.
+fn plain<N: FromStr>(digits: &str) -> Option<N> {
+    digits_only(digits).filter(|_| !digits.starts_with('0'))
 }
 
 impl Serialize for Label {

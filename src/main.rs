@@ -28,14 +28,18 @@ static ALLOCATOR: isolation_lab::allocator::LabAllocator = isolation_lab::alloca
 fn main() -> ExitCode {
     // A refused command line exits 2 here, with a message naming the flag, before anything else.
     let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
-    match cli.command {
+    // `Err`: an exit status already explained on stderr.
+    instrument(cli).unwrap_or_else(|status| status)
+}
+
+/// Runs the lab, or the instrument the command line names, and writes what it shows.
+fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
+    Ok(match cli.command {
         None => {
             let options =
                 Options::on(cli.run.server.into()).with_executor(cli.run.executor.executor());
             let run = isolation_lab::lab::run_with(cli.run.inputs.inputs(), options);
-            let Some(report) = runtime(run) else {
-                return ExitCode::from(1);
-            };
+            let report = runtime(run)?;
             let rendered = match cli.run.format {
                 Format::Json => json(&report),
                 Format::Text => Ok(text::render(&report)),
@@ -60,10 +64,7 @@ fn main() -> ExitCode {
             executor,
             format,
         }) => {
-            let sweep = sweep::sweep_on(server.into(), executor.executor());
-            let Some(sweep) = runtime(sweep) else {
-                return ExitCode::from(1);
-            };
+            let sweep = runtime(sweep::sweep_on(server.into(), executor.executor()))?;
             let rendered = table(format, &sweep, || sweep::render::render(&sweep));
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
             emit(rendered, failure)
@@ -96,13 +97,8 @@ fn main() -> ExitCode {
                     .write_all(said.as_bytes())
                     .and_then(|()| stderr.flush())
             };
-            let Some(session) = runtime(classroom::run(config, announce)) else {
-                return ExitCode::from(1);
-            };
-            let report = match session {
-                Ok(report) => report,
-                Err(reason) => return fail(&format!("{reason:#}")),
-            };
+            let session = runtime(classroom::run(config, announce))?;
+            let report = session.map_err(|reason| fail(&format!("{reason:#}")))?;
             emit(json(&report), report.verdict().as_deref())
         }
         Some(Command::Compare {
@@ -111,23 +107,17 @@ fn main() -> ExitCode {
             executor,
             format,
         }) => {
-            let comparison = compare::compare_on(slots, held, executor.executor());
-            let Some(comparison) = runtime(comparison) else {
-                return ExitCode::from(1);
-            };
+            let comparison = runtime(compare::compare_on(slots, held, executor.executor()))?;
             let rendered = table(format, &comparison, || compare::render::render(&comparison));
             emit(rendered, comparison.failure().as_deref())
         }
         Some(Command::Record { report, format }) => {
             // A report that cannot be read is refused input, like a bad flag: exit 2, before
             // anything is printed.
-            let saved = match record::load(&report) {
-                Ok(saved) => saved,
-                Err(refused) => {
-                    let _ = writeln!(std::io::stderr(), "error: {refused}");
-                    return ExitCode::from(2);
-                }
-            };
+            let saved = record::load(&report).map_err(|refused| {
+                let _ = writeln!(std::io::stderr(), "error: {refused}");
+                ExitCode::from(2)
+            })?;
             // Re-checked, never trusted: exit 1 when it does not hold together or did not match.
             let shown = record::Shown::of(&saved, &report);
             let rendered = table(format, &shown, || shown.text());
@@ -151,9 +141,7 @@ fn main() -> ExitCode {
                 lease_ms,
                 fencing,
             };
-            let Some(report) = runtime(isolation_lab::replicas::run(inputs)) else {
-                return ExitCode::from(1);
-            };
+            let report = runtime(isolation_lab::replicas::run(inputs))?;
             let rendered = table(format, &report, || {
                 isolation_lab::replicas::render::render(&report)
             });
@@ -165,14 +153,11 @@ fn main() -> ExitCode {
             server,
             format,
         }) => {
-            let config = match hold::HoldInputs::new(&counts, &server.fronts()) {
-                Ok(config) => config,
-                // The command line's parser checked the same: this is a safety net.
-                Err(reason) => {
-                    let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason:#}");
-                    return ExitCode::from(2);
-                }
-            };
+            // The command line's parser checked the same: this is a safety net.
+            let config = hold::HoldInputs::new(&counts, &server.fronts()).map_err(|reason| {
+                let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason:#}");
+                ExitCode::from(2)
+            })?;
             let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
                 HoldFormat::Text => Ok(hold::render::text(&report)),
@@ -184,14 +169,14 @@ fn main() -> ExitCode {
         // A child process of the lab: its stdout is its parent's channel, so it prints nothing.
         #[cfg(unix)]
         Some(Command::Front { spec }) => ExitCode::from(isolation_lab::front_process::serve(&spec)),
-    }
+    })
 }
 
-/// Runs `future` on the lab's runtime; `None` (after saying why) if the runtime cannot start.
-fn runtime<F: Future>(future: F) -> Option<F::Output> {
+/// Runs `future` on the lab's runtime; exit status 1 (after saying why) if the runtime cannot
+/// start.
+fn runtime<F: Future>(future: F) -> Result<F::Output, ExitCode> {
     isolation_lab::lab::block_on(future)
         .map_err(|e| fail(&format!("cannot start the Tokio runtime: {e}")))
-        .ok()
 }
 
 /// The rendering `format` asks for: `text`'s, or `value` as JSON.

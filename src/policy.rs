@@ -292,7 +292,7 @@ impl Policy {
     pub fn capacity(self, pool: Pool) -> usize {
         match (self.mode, pool) {
             (Mode::Shared, Pool::Shared) => self.slots.get(),
-            // One permit is reserved for fast work; `Slots::MIN` is 2, so the slow pool keeps one.
+            // One permit is reserved for fast work; `Slots` starts at 2, so the slow pool keeps one.
             (Mode::Partitioned, Pool::Slow) => self.slots.get() - 1,
             (Mode::Partitioned, Pool::Fast) => 1,
             _ => 0,

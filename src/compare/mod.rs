@@ -99,14 +99,13 @@ pub async fn compare_on(slots: Slots, held: Held, executor: Executor) -> Compari
         slots,
         held,
     };
+    let shapes = Front::ALL.map(|front| (front, executor_of(front, executor)));
     let mut reports = BTreeMap::new();
-    for front in Front::ALL {
-        let options = crate::coordinator::Options::on(front);
-        let options = options.with_executor(executor_of(front, executor));
+    for (front, executor) in shapes {
+        let options = crate::coordinator::Options::on(front).with_executor(executor);
         reports.insert(front, crate::lab::run_with(inputs, options).await);
     }
-    let predicted = Front::ALL
-        .map(|front| crate::lab::predict_on(inputs, (front, executor_of(front, executor))));
+    let predicted = shapes.map(|shape| crate::lab::predict_on(inputs, shape));
     let strip = |outcomes: &[crate::outcome::Outcome]| {
         let answers = outcomes
             .iter()
@@ -114,9 +113,8 @@ pub async fn compare_on(slots: Slots, held: Held, executor: Executor) -> Compari
         answers.collect::<Vec<_>>()
     };
     let expected_to_differ = strip(&predicted[0]) != strip(&predicted[1]);
-    let executors = Front::ALL
-        .into_iter()
-        .map(|front| (front, executor_of(front, executor)))
+    let executors = shapes.into_iter();
+    let executors = executors
         .filter(|(_, executor)| !executor.is_default())
         .collect();
     let failures = reports

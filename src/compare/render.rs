@@ -137,16 +137,11 @@ fn disagreement(comparison: &Comparison) -> String {
         ) else {
             continue;
         };
-        let held: Vec<_> = on_async
-            .iter()
-            .filter(|o| o.held)
-            .map(|o| o.request)
-            .collect();
-        let unread: Vec<_> = on_async
-            .iter()
-            .filter(|o| o.unread)
-            .map(|o| o.request)
-            .collect();
+        let requests = |kept: fn(&RequestOutcome) -> bool| {
+            let kept = on_async.iter().filter(|&o| kept(o));
+            kept.map(|o| o.request).collect::<Vec<_>>()
+        };
+        let (held, unread) = (requests(|o| o.held), requests(|o| o.unread));
         if unread.is_empty() {
             continue;
         }

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::draw::table::{columns, paragraph};
+use crate::label::Label;
 use crate::policy::{Held, Mode, Slots};
 use crate::sweep::{Sweep, SweepRun};
 
@@ -95,29 +96,20 @@ fn cell(run: &SweepRun) -> String {
     };
     let unread_f1 = (outcome.f1_before_release.as_ref()).is_some_and(|f1| f1.unread_until_release);
     let f1 = if unread_f1 { format!("({f1})") } else { f1 };
+    // Queued slow work was admitted too, its permit held.
+    let queued = outcome.executor.as_ref().map_or(0, |w| {
+        let slow = w.queued.iter().filter(|l| matches!(l, Label::Slow(_)));
+        slow.count()
+    });
     let waiting = outcome.executor.as_ref().map_or(String::new(), |waiting| {
-        let slow = |labels: &[crate::label::Label]| {
-            labels
-                .iter()
-                .filter(|l| matches!(l, crate::label::Label::Slow(_)))
-                .count()
-        };
         let mut marks = String::new();
         if !waiting.unread.is_empty() {
             marks += &format!(" u{}", waiting.unread.len());
         }
         if !waiting.queued.is_empty() {
-            marks += &format!(" q{}", slow(&waiting.queued));
+            marks += &format!(" q{queued}");
         }
         marks
-    });
-    // Queued work was admitted too, its permit held.
-    let queued = outcome.executor.as_ref().map_or(0, |w| {
-        let slow = w
-            .queued
-            .iter()
-            .filter(|l| matches!(l, crate::label::Label::Slow(_)));
-        slow.count()
     });
     let admitted = outcome
         .held_before_f1

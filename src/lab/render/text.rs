@@ -77,12 +77,8 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-/// Renders the model's prediction for `inputs`: the same table, before any run.
-pub fn prediction(inputs: &Inputs, outcomes: &[Outcome]) -> String {
-    prediction_on(inputs, &Executor::default(), outcomes)
-}
-
-/// [`prediction`] for slow work that waits as `executor` says, on the async front.
+/// Renders the model's prediction for `inputs`, for slow work that waits as `executor` says on
+/// the async front: the same table, before any run.
 pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome]) -> String {
     let mut out = heading("isolation-lab predict", inputs, executor);
     if !executor.is_default() {

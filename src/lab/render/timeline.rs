@@ -10,8 +10,8 @@ use crate::evidence::{ResponseRecord, Unread};
 use crate::policy::Pool;
 use crate::report::PolicyReport;
 
-/// Width of the event column: fits the longest description, `S-after refused: no shared
-/// permit free`, so the bars line up.
+/// Width of the event column: fits the longest description, `F-after admitted: takes a shared
+/// permit` (39 characters), so the bars line up.
 const EVENT_WIDTH: usize = 40;
 
 /// A line of the timeline: a work event, a response that arrived after one, or a request
@@ -44,7 +44,7 @@ pub(crate) fn render(policy: &PolicyReport) -> String {
     push_line(&mut out, &header);
 
     for line in lines(policy) {
-        match line {
+        let text = match line {
             Line::Event(event) => {
                 // `active_after` is the occupancy of the event's own pool; the others keep
                 // their last value.
@@ -54,20 +54,17 @@ pub(crate) fn render(policy: &PolicyReport) -> String {
                     let taken = active.get(&pool).copied().unwrap_or(0);
                     let _ = write!(text, "  {:<width$}", bar(taken, capacity));
                 }
-                push_line(&mut out, &text);
+                text
             }
             Line::Answer(response) => {
-                let text = format!("        {} answered {}", response.request, response.status);
-                push_line(&mut out, &text);
+                format!("        {} answered {}", response.request, response.status)
             }
-            Line::Unread(unread) => {
-                let text = format!(
-                    "        {} arrived unread: {} in the accept queue",
-                    unread.request, unread.accept_queue
-                );
-                push_line(&mut out, &text);
-            }
-        }
+            Line::Unread(unread) => format!(
+                "        {} arrived unread: {} in the accept queue",
+                unread.request, unread.accept_queue
+            ),
+        };
+        push_line(&mut out, &text);
     }
     out
 }

@@ -19,38 +19,37 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
     let mode = policy.mode.name();
     let mut out = String::new();
     let held = policy.observed.observer_before_fast.as_ref();
-    let held = held.map_or(Vec::new(), |s| s.held_at_gate.clone());
+    let held = held.map_or(&[][..], |s| s.held_at_gate.as_slice());
     let seq_of = |request: Label, event: Event| {
-        let events = policy.work_events.iter();
-        let mut found = events.filter(|e| e.request == Some(request) && e.event == event);
-        found.next().map(|e| e.seq)
+        let mut events = policy.work_events.iter();
+        let found = events.find(|e| e.request == Some(request) && e.event == event);
+        found.map(|e| e.seq)
     };
     let answer = |request: Label| {
-        let responses = policy.observed.responses.iter();
-        let mut found =
-            responses.filter(|r| r.request == request && r.phase == Phase::AfterRelease);
-        found.next().map(|r| r.status)
+        let mut responses = policy.observed.responses.iter();
+        let found = responses.find(|r| r.request == request && r.phase == Phase::AfterRelease);
+        found.map(|r| r.status)
     };
-    if let Some(first) = watched.unread.first() {
+    if let Some(last) = watched.unread.last() {
         // From the last slow request held to the release: the model checks they are equal.
         let last_held = watched
             .heartbeat
             .iter()
             .rposition(|b| b.moment == Moment::Held);
         let still = last_held.map_or(&[][..], |from| &watched.heartbeat[from..]);
-        let ticks: Vec<u64> = still.iter().map(|b| b.ticks).collect();
         let _ = write!(
             out,
             "{mode}: the slow work held at the gate ({}) blocked every worker of the front's \
              runtime",
-            labels(&held)
+            labels(held)
         );
-        if let (Some(from), Some(to)) = (ticks.first(), ticks.last())
-            && from == to
+        if let (Some(from), Some(to)) = (still.first(), still.last())
+            && from.ticks == to.ticks
         {
+            let ticks = from.ticks;
             let _ = write!(
                 out,
-                "; its heartbeat stood at {from} ticks until the release"
+                "; its heartbeat stood at {ticks} ticks until the release"
             );
         }
         out.push_str(".\n");
@@ -60,10 +59,7 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
             "  {} arrived and sat unread: the kernel queued each connection, and the \
              listener's accept queue grew to {} while no worker was free to accept.",
             labels(&requests),
-            watched
-                .unread
-                .last()
-                .map_or(first.accept_queue, |u| u.accept_queue),
+            last.accept_queue,
         );
         if requests.contains(&Label::F1) {
             let pool = policy.route_pools[&Route::Fast];
@@ -95,7 +91,7 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
             "{mode}: {request} was admitted and took its permit, but its work waited for a \
              thread while {} held every thread it could run on: a queue the permits do not \
              show",
-            labels(&held)
+            labels(held)
         );
         match seq_of(request, Event::Started) {
             Some(seq) => {
@@ -111,7 +107,7 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
                 out,
                 "{mode}: the slow work ({}) held threads of its own, not the front's workers; \
                  the front's heartbeat read {from} then {to} ticks while it was held.",
-                labels(&held)
+                labels(held)
             );
         }
     }
