@@ -18,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -35,6 +36,8 @@ const PORT_ATTEMPTS: usize = 5;
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The server's last output lines kept to explain a failure.
 const KEPT_LINES: usize = 40;
+/// The most bytes of one output line kept as one line.
+const LINE_PIECE: u64 = 4096;
 
 /// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
 /// own empty directory, no snapshots and no append-only file.
@@ -52,10 +55,10 @@ pub(crate) struct LocalRedis {
     /// Reads the server's output (stdout and stderr, one pipe) until it exits; returns the
     /// last lines.
     output: Option<JoinHandle<Vec<String>>>,
-    /// `None` once removed.
-    dir: Option<PathBuf>,
-    /// The directory, once removed (it is removed as soon as the server is ready).
-    removed_dir: Option<PathBuf>,
+    /// Its private directory, removed as soon as the server is ready.
+    dir: PathBuf,
+    /// Whether `dir` is still to be removed.
+    dir_exists: bool,
 }
 
 /// How one attempt to start a server ended.
@@ -125,8 +128,8 @@ impl LocalRedis {
             pid: child.id(),
             child: Some(child),
             output: None,
-            dir: Some(dir),
-            removed_dir: None,
+            dir,
+            dir_exists: true,
         };
         // From here `redis` owns the process: any early return kills and reaps it.
         let output =
@@ -136,12 +139,7 @@ impl LocalRedis {
             Ok(Ok(())) => {
                 // Ready: the server has made the directory its working directory and will
                 // write nothing in it. Removed now, it cannot outlive a killed lab.
-                if let Some(dir) = redis.dir.take() {
-                    std::fs::remove_dir_all(&dir).with_context(|| {
-                        format!("removing redis-server's directory {}", dir.display())
-                    })?;
-                    redis.removed_dir = Some(dir);
-                }
+                redis.remove_dir()?;
                 Ok(Attempt::Ready(redis))
             }
             Ok(Err(_)) => {
@@ -175,8 +173,8 @@ impl LocalRedis {
 
     /// The server's private directory (already removed once it is ready).
     #[cfg(test)]
-    pub(crate) fn dir(&self) -> Option<&std::path::Path> {
-        self.dir.as_deref().or(self.removed_dir.as_deref())
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// Asks the server to exit (SIGTERM: with no persistence it saves nothing), waits for it
@@ -222,10 +220,7 @@ impl LocalRedis {
                 .await
                 .context("the redis-server output reader failed")?;
         }
-        if let Some(dir) = self.dir.take() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing redis-server's directory {}", dir.display()))?;
-        }
+        self.remove_dir()?;
         match problem {
             Some(problem) => bail!(problem),
             None => Ok(()),
@@ -273,6 +268,16 @@ impl LocalRedis {
         child.wait().context("reaping redis-server")
     }
 
+    /// Removes the server's directory, if it is still there.
+    fn remove_dir(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.dir_exists) {
+            std::fs::remove_dir_all(&self.dir).with_context(|| {
+                format!("removing redis-server's directory {}", self.dir.display())
+            })?;
+        }
+        Ok(())
+    }
+
     /// Joins the output reader, which ends when the server has exited.
     async fn collect_output(&mut self) -> Result<Vec<String>> {
         match self.output.take() {
@@ -295,8 +300,8 @@ impl Drop for LocalRedis {
         if let Some(output) = self.output.take() {
             output.abort();
         }
-        if let Some(dir) = self.dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
+        if self.dir_exists {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
@@ -356,14 +361,20 @@ fn fresh_dir() -> Result<PathBuf> {
 }
 
 /// Reads the server's output until it ends, says when the ready line has come, and returns the
-/// last lines.
+/// last lines. A line longer than [`LINE_PIECE`] is kept in pieces rather than growing forever;
+/// a read error ends the output like its end.
 async fn read_output(output: pipe::Receiver, ready: oneshot::Sender<()>) -> Vec<String> {
     let mut ready = Some(ready);
     let mut lines = VecDeque::with_capacity(KEPT_LINES);
-    let mut pending = Vec::new();
-    let mut buf = [0u8; 4096];
-    let mut keep = |bytes: &[u8], lines: &mut VecDeque<String>| {
-        let line = String::from_utf8_lossy(bytes).trim_end().to_owned();
+    let mut output = BufReader::new(output);
+    let mut piece = Vec::new();
+    while let Ok(1..) = (&mut output)
+        .take(LINE_PIECE)
+        .read_until(b'\n', &mut piece)
+        .await
+    {
+        let line = String::from_utf8_lossy(&piece).trim_end().to_owned();
+        piece.clear();
         if line.contains(READY_LINE)
             && let Some(ready) = ready.take()
         {
@@ -374,32 +385,6 @@ async fn read_output(output: pipe::Receiver, ready: oneshot::Sender<()>) -> Vec<
             lines.pop_front();
         }
         lines.push_back(line);
-    };
-    loop {
-        if output.readable().await.is_err() {
-            break;
-        }
-        match output.try_read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                pending.extend_from_slice(&buf[..n]);
-                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
-                    keep(&line, &mut lines);
-                }
-                // A line longer than the buffer is kept in pieces rather than growing forever.
-                if pending.len() > buf.len() {
-                    keep(&pending, &mut lines);
-                    pending.clear();
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    if !pending.is_empty() {
-        keep(&pending, &mut lines);
     }
     lines.into()
 }

@@ -145,16 +145,6 @@ pub(crate) enum TryAcquire {
     },
 }
 
-impl TryAcquire {
-    /// The Redis time of the decision.
-    #[cfg(test)]
-    pub(crate) fn at_ms(&self) -> u64 {
-        match self {
-            TryAcquire::Admitted { at_ms, .. } | TryAcquire::Refused { at_ms, .. } => *at_ms,
-        }
-    }
-}
-
 /// What an admitted holder shows the dependency: its permit slot (0 to capacity − 1) and its
 /// fencing token, newer than every token the run issued before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,14 +207,6 @@ pub(crate) enum Renewal {
         /// The Redis time the renewal found it gone.
         at_ms: u64,
     },
-}
-
-impl Renewal {
-    /// Whether the holder still held its permit.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> bool {
-        matches!(self, Renewal::Renewed { .. })
-    }
 }
 
 /// The answer of [`GlobalPermits::try_hold`].
@@ -343,16 +325,17 @@ impl std::error::Error for GlobalError {}
 /// A semaphore of `capacity` permits in Redis, shared by every replica that connects with the
 /// same run id. Cloning shares the connection.
 ///
-/// Its keys are `isolation-lab:{RUN}:holders` (a sorted set of holders scored by the Redis
-/// time their lease ends) and `isolation-lab:{RUN}:config` (the run's capacity and lease, so a
-/// replica given other settings is refused at connect). The braces are a Redis Cluster hash
-/// tag: both keys of a run would land on one node, as the multi-key cleanup needs.
+/// Its six keys are `isolation-lab:{RUN}:NAME` (`src/redis_pool/scripts.rs` says what each
+/// holds): among them `holders`, a sorted set of holders scored by the Redis time their lease
+/// ends, and `config`, the run's capacity and lease, so a replica given other settings is
+/// refused at connect. The braces are a Redis Cluster hash tag: every key of a run would land
+/// on one node, as the multi-key scripts need.
 ///
 /// A lease turns a leak into a possible double admission: with [`Lease::None`] a holder that
 /// dies keeps its permit forever, while with a lease a holder that is merely paused (stopped,
 /// swapping, partitioned) past its lease loses its permit while it still works, and another
 /// holder is admitted beside it. Renewing at a third of the lease narrows that window but
-/// cannot close it; fencing tokens (a counter checked by the guarded resource) would.
+/// cannot close it; fencing tokens ([`Fence`], checked by the dependency) do.
 #[derive(Clone)]
 pub(crate) struct GlobalPermits {
     inner: Arc<Inner>,
@@ -361,9 +344,7 @@ pub(crate) struct GlobalPermits {
 
 struct Inner {
     run: String,
-    holders_key: String,
-    config_key: String,
-    /// The run's six keys, in the order every script but `agree` takes them.
+    /// The run's six keys, in the order every script takes them (`agree` only the second).
     keys: [String; 6],
     capacity: u32,
     lease: Lease,
@@ -444,8 +425,6 @@ impl GlobalPermits {
         let permits = GlobalPermits {
             inner: Arc::new(Inner {
                 run: run.to_owned(),
-                holders_key: format!("isolation-lab:{{{run}}}:holders"),
-                config_key: format!("isolation-lab:{{{run}}}:config"),
                 keys: ["holders", "config", "slots", "token", "resource", "effects"]
                     .map(|name| format!("isolation-lab:{{{run}}}:{name}")),
                 capacity,
@@ -480,7 +459,7 @@ impl GlobalPermits {
         let reply: Value = inner
             .scripts
             .agree
-            .key(&inner.config_key)
+            .key(&inner.keys[1])
             .arg(inner.capacity)
             .arg(inner.lease.script_arg())
             .arg(inner.ttl_ms)
@@ -504,18 +483,6 @@ impl GlobalPermits {
             ours: settings(ours),
             recorded: settings(recorded),
         })
-    }
-
-    /// The run id.
-    #[cfg(test)]
-    pub(crate) fn run(&self) -> &str {
-        &self.inner.run
-    }
-
-    /// The number of permits.
-    #[cfg(test)]
-    pub(crate) fn capacity(&self) -> u32 {
-        self.inner.capacity
     }
 
     /// The SHA1 of every script, as `EVALSHA` names them.
@@ -745,14 +712,14 @@ impl GlobalPermits {
     /// while its holders still work. A fault for tests of the lab.
     pub(crate) async fn forget_holders(&self) -> Result<(), GlobalError> {
         let _: i64 = redis::cmd("DEL")
-            .arg(&self.inner.holders_key)
+            .arg(&self.inner.keys[0])
             .query_async(&mut self.conn.clone())
             .await
             .map_err(while_doing("deleting the holders"))?;
         Ok(())
     }
 
-    /// How many keys of the run exist now, by a pattern over every key, not only the two this
+    /// How many keys of the run exist now, by a pattern over every key, not only the six this
     /// module writes: the evidence that a cleanup left nothing.
     pub(crate) async fn keys_left(&self) -> Result<usize, GlobalError> {
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -763,7 +730,7 @@ impl GlobalPermits {
         Ok(keys.len())
     }
 
-    /// `script` with the run's six keys, in the order every script but `agree` takes them.
+    /// `script` with the run's six keys.
     fn keyed<'a>(&'a self, script: &'a redis::Script) -> redis::ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
         for key in &self.inner.keys {
