@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::lease::LeaseState;
+use super::lease::{Confirmed, LeaseState};
 use super::permits::{Holding, MAX_LEASE_MS, REDIS_TIMEOUT, Renewal, TryAcquire};
 use super::*;
 
@@ -351,6 +351,55 @@ async fn renewal_keeps_a_lease_alive() {
         }
         assert!(held.release().await.expect("Redis answers"), "still held");
         admitted(&permits, &b).await;
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
+/// The renewals keep the clock the lease is judged by, counted from when the admission was
+/// sent, not from when its answer was read: an answer read late (here 2.2 s of a 3 s lease
+/// after it was sent, with 0.8 s left by Redis's clock) is renewed at once, not a period
+/// later, after the lease has ended.
+#[tokio::test]
+async fn an_admission_read_late_is_renewed_at_once() {
+    let Some(redis) = redis_or_skip("an_admission_read_late_is_renewed_at_once").await else {
+        return;
+    };
+    guarded(async {
+        const LEASE: u64 = 3_000;
+        const LEFT: u64 = 800;
+        let permits = connect(&redis, "late", 1, Lease::Millis(LEASE)).await;
+        let who = holder("r1", "S1");
+        let TryAcquire::Admitted { at_ms, fence, .. } =
+            permits.try_acquire(&who).await.expect("Redis answers")
+        else {
+            panic!("the first holder is admitted");
+        };
+        let _: i64 = redis::cmd("ZADD")
+            .arg("isolation-lab:{late}:holders")
+            .arg("XX")
+            .arg(at_ms + LEFT)
+            .arg(who.to_string())
+            .query_async(&mut own_connection(&redis).await)
+            .await
+            .expect("ZADD answers");
+        let sent = tokio::time::Instant::now()
+            .checked_sub(Duration::from_millis(LEASE - LEFT))
+            .expect("the clock has run for longer than a lease");
+        let admitted = Confirmed {
+            at_ms,
+            expires_at_ms: Some(at_ms + LEFT),
+            sent,
+        };
+        let held = HeldLease::start(permits.clone(), who, admitted, fence, None);
+        let mut renewals = held.subscribe();
+        renewals.changed().await.expect("the renewal task runs");
+        let state = renewals.borrow_and_update().clone();
+        assert!(
+            matches!(state, LeaseState::Held { renewals: 1, .. }),
+            "renewed before the lease ended: {state:?}"
+        );
+        assert!(held.release().await.expect("Redis answers"), "still held");
     })
     .await;
     redis.stop().await.expect("redis-server stops cleanly");
