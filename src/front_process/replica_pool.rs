@@ -66,7 +66,7 @@ impl SharedPool for ReplicaPool {
                         }
                     }
                 }
-                Hold::Refused { holders, .. } => Ok(SharedDecision::Refused(
+                Hold::Refused { holders } => Ok(SharedDecision::Refused(
                     holders.iter().map(|h| h.holder.to_string()).collect(),
                 )),
             }

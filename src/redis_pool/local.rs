@@ -182,7 +182,6 @@ impl LocalRedis {
     /// killed, exited with an error, or the directory could not be removed.
     pub(crate) async fn stop(mut self) -> Result<()> {
         let mut problem = None;
-        let output = self.output.take();
         if self.child.is_some() {
             let pid = libc::pid_t::try_from(self.pid).context("a pid fits in pid_t")?;
             // SAFETY: `kill` has no memory effects; `pid` is our unreaped child, so the id
@@ -190,36 +189,27 @@ impl LocalRedis {
             if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
                 problem = Some(format!("SIGTERM failed: {}", io::Error::last_os_error()));
             }
-            let mut killed = false;
-            if let Some(mut output) = output {
-                // The output ends when the server has exited.
-                let joined = match tokio::time::timeout(STEP_TIMEOUT, &mut output).await {
-                    Ok(joined) => joined,
-                    Err(_) => {
-                        problem = Some(format!(
-                            "redis-server did not exit within {} s of SIGTERM; killed",
-                            STEP_TIMEOUT.as_secs()
-                        ));
-                        self.kill().context("killing redis-server")?;
-                        killed = true;
-                        output.await
+            // The output ends when the server has exited.
+            match tokio::time::timeout(STEP_TIMEOUT, self.collect_output()).await {
+                Ok(collected) => {
+                    collected?;
+                    // The output has ended, so the server has exited: this wait does not block.
+                    let status = self.reap()?;
+                    if problem.is_none() && !status.success() {
+                        problem = Some(format!("redis-server exited with {status}"));
                     }
-                };
-                joined.context("the redis-server output reader failed")?;
-            }
-            if !killed {
-                // The output has ended, so the server has exited: this wait does not block.
-                let status = self.reap()?;
-                if problem.is_none() && !status.success() {
-                    problem = Some(format!("redis-server exited with {status}"));
+                }
+                Err(_) => {
+                    problem = Some(format!(
+                        "redis-server did not exit within {} s of SIGTERM; killed",
+                        STEP_TIMEOUT.as_secs()
+                    ));
+                    self.kill().context("killing redis-server")?;
                 }
             }
-        } else if let Some(output) = output {
-            // Killed earlier: its output has ended or is about to.
-            output
-                .await
-                .context("the redis-server output reader failed")?;
         }
+        // Killed, here or earlier: its output has ended or is about to.
+        self.collect_output().await?;
         self.remove_dir()?;
         match problem {
             Some(problem) => bail!(problem),
@@ -278,14 +268,15 @@ impl LocalRedis {
         Ok(())
     }
 
-    /// Joins the output reader, which ends when the server has exited.
+    /// Joins the output reader, which ends when the server has exited. Cancel-safe: the
+    /// reader is forgotten only once it has been joined.
     async fn collect_output(&mut self) -> Result<Vec<String>> {
-        match self.output.take() {
-            Some(output) => output
-                .await
-                .context("the redis-server output reader failed"),
-            None => Ok(Vec::new()),
-        }
+        let Some(output) = &mut self.output else {
+            return Ok(Vec::new());
+        };
+        let joined = output.await;
+        self.output = None;
+        joined.context("the redis-server output reader failed")
     }
 }
 

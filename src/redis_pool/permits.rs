@@ -214,19 +214,9 @@ pub(crate) enum Renewal {
 pub(crate) enum Hold {
     /// Admitted; the lease is renewed until it is released or dropped.
     Held(HeldLease),
-    /// Refused at Redis time `at_ms`, naming the holders.
+    /// Refused, naming the holders (a replica's refusal names no time).
     Refused {
-        /// The Redis time of the decision.
-        #[cfg_attr(
-            not(test),
-            expect(
-                dead_code,
-                reason = "a replica's refusal names the holders only; this module's tests \
-                          check the time against their leases"
-            )
-        )]
-        at_ms: u64,
-        /// The holders at that time.
+        /// The holders when it was refused.
         holders: Vec<Holding>,
     },
 }
@@ -574,7 +564,7 @@ impl GlobalPermits {
                 fence,
                 losses,
             ))),
-            TryAcquire::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
+            TryAcquire::Refused { holders, .. } => Ok(Hold::Refused { holders }),
         }
     }
 

@@ -314,10 +314,7 @@ async fn renewal_keeps_a_lease_alive() {
             .await
             .expect("Redis answers")
         {
-            Hold::Refused { at_ms, holders } => {
-                assert_eq!(names(&holders), set(&["r1/S1"]));
-                assert!(holders[0].expires_at_ms > Some(at_ms));
-            }
+            Hold::Refused { holders } => assert_eq!(names(&holders), set(&["r1/S1"])),
             Hold::Held(held) => panic!("capacity 1 admitted a second holder: {held:?}"),
         }
         let LeaseState::Held {
