@@ -79,7 +79,7 @@ impl Holder {
     /// A holder; each part is 1 to 64 of `A-Z a-z 0-9 _ - .` so that `/` can separate them.
     pub(crate) fn new(replica: &str, request: &str) -> Result<Holder, GlobalError> {
         for (what, part) in [("replica", replica), ("request", request)] {
-            if !valid_name(part) {
+            if !valid_name(part, b"_-.") {
                 return Err(GlobalError::Invalid(format!(
                     "{what} `{part}` must be 1 to 64 of A-Z a-z 0-9 _ - ."
                 )));
@@ -108,10 +108,11 @@ impl fmt::Display for Holder {
     }
 }
 
-fn valid_name(s: &str) -> bool {
+/// Whether `s` is 1 to 64 of `A-Z a-z 0-9` and `also`.
+fn valid_name(s: &str, also: &[u8]) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            .all(|b| b.is_ascii_alphanumeric() || also.contains(&b))
 }
 
 /// A holder and the Redis time (ms since the Unix epoch) its lease ends; `None`: no lease.
@@ -377,11 +378,7 @@ impl GlobalPermits {
         timeout: Duration,
     ) -> Result<GlobalPermits, GlobalError> {
         // No `{`, `}`, `*` or `?`: the run id sits inside a hash tag and a `KEYS` pattern.
-        let run_ok = (1..=64).contains(&run.len())
-            && run
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
-        if !run_ok {
+        if !valid_name(run, b"_-") {
             return Err(GlobalError::Invalid(format!(
                 "run id `{run}` must be 1 to 64 of A-Z a-z 0-9 _ -"
             )));
