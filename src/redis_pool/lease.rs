@@ -1,8 +1,8 @@
 //! A held global permit whose lease is renewed while it is held, by a task the holder owns.
 //!
 //! The renewal ticks every third of the lease on a Tokio interval: that timer is the lease's
-//! own clock (two renewals may be missed before the lease lapses), not a way to sequence
-//! anything. A renewal must be answered before the lease it renews would end (counted from
+//! own clock (one renewal may be missed; the third tick comes as the lease ends), not a way
+//! to sequence anything. A renewal must be answered before the lease it renews would end (counted from
 //! when the last confirmed round trip was sent, by this process's clock): a Redis that stays
 //! silent past that point has let the lease lapse, whatever it answers later. Dropping the
 //! lease stops renewing without releasing, as a holder that dies does: with a lease, the

@@ -443,18 +443,19 @@ impl GlobalPermits {
     async fn agree(&self) -> Result<(), GlobalError> {
         const DOING: &str = "recording the run's settings";
         let inner = &self.inner;
-        let reply: Value = inner
-            .scripts
-            .agree
-            .key(&inner.keys[1])
-            .arg(inner.capacity)
-            .arg(inner.lease.script_arg())
-            .arg(inner.ttl_ms)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(while_doing(DOING))?;
-        let fields = array(&reply, DOING)?;
-        let [capacity, lease] = fields else {
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .agree
+                    .key(&inner.keys[1])
+                    .arg(inner.capacity)
+                    .arg(inner.lease.script_arg())
+                    .arg(inner.ttl_ms),
+                DOING,
+            )
+            .await?;
+        let [capacity, lease] = array(&reply, DOING)? else {
             return Err(reply_error(DOING, &reply));
         };
         let recorded = (uint(capacity, DOING)?, uint(lease, DOING)?);
