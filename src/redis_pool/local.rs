@@ -282,12 +282,8 @@ impl LocalRedis {
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
-        // Nothing to report to from a drop: kill, reap and remove are each best effort, and a
-        // kill that fails means the process has already exited (the wait still reaps it).
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // Nothing to report to from a drop: kill, reap and remove are each best effort.
+        let _ = self.kill();
         if let Some(output) = self.output.take() {
             output.abort();
         }
