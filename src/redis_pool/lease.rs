@@ -2,11 +2,11 @@
 //!
 //! The renewal ticks every third of the lease on a Tokio interval: that timer is the lease's
 //! own clock (one renewal may be missed; the third tick comes as the lease ends), not a way
-//! to sequence anything. A renewal must be answered before the lease it renews would end (counted from
-//! when the last confirmed round trip was sent, by this process's clock): a Redis that stays
-//! silent past that point has let the lease lapse, whatever it answers later. Dropping the
-//! lease stops renewing without releasing, as a holder that dies does: with a lease, the
-//! permit then lapses when the lease ends; without one, it leaks.
+//! to sequence anything. A renewal must be answered before the lease it renews would end
+//! (counted from when the last confirmed round trip was sent, by this process's clock): a
+//! Redis that stays silent past that point has let the lease lapse, whatever it answers later.
+//! Dropping the lease stops renewing without releasing, as a holder that dies does: with a
+//! lease, the permit then lapses when the lease ends; without one, it leaks.
 //!
 //! A lease found lost is reported once, with what is known of why, to whoever the holder was
 //! given ([`Losses`]): the replica tells its parent at once, so the run can name it.
