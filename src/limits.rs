@@ -172,29 +172,23 @@ const TASK_ADDRESS_SPACE_KIB: u64 = 32;
 /// libraries, the runtime, the heap's first arena. The child at rest measures ≈ 10 MiB.
 pub(crate) const BASE_ADDRESS_SPACE_KIB: u64 = 40 * 1024;
 
-/// A ceiling that can stop a front from holding more requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// A ceiling that can stop a front from holding more requests. Serialized as its
+/// [`name`](Ceiling::name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ceiling {
     /// Memory maps per process.
-    #[serde(rename = "vm.max_map_count")]
     MaxMapCount,
     /// Pids, machine-wide.
-    #[serde(rename = "kernel.pid_max")]
     PidMax,
     /// Threads, machine-wide.
-    #[serde(rename = "kernel.threads-max")]
     ThreadsMax,
     /// Threads of this user.
-    #[serde(rename = "RLIMIT_NPROC")]
     Nproc,
     /// Open files per process.
-    #[serde(rename = "RLIMIT_NOFILE")]
     Nofile,
     /// Ephemeral ports per source address, over at most [`MAX_SOURCE_ADDRESSES`] addresses.
-    #[serde(rename = "net.ipv4.ip_local_port_range")]
     LocalPorts,
     /// Address space per process.
-    #[serde(rename = "RLIMIT_AS")]
     AddressSpace,
 }
 
@@ -210,6 +204,12 @@ impl Ceiling {
             Ceiling::LocalPorts => "net.ipv4.ip_local_port_range",
             Ceiling::AddressSpace => "RLIMIT_AS",
         }
+    }
+}
+
+impl Serialize for Ceiling {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
     }
 }
 
@@ -421,6 +421,19 @@ pub(crate) mod tests {
     use crate::child::test_child::{self, step};
     use crate::child::{Exit, ToParent};
     use crate::procfs::ProcessFigures;
+
+    /// A ceiling is written in a report by the name `sysctl` or `getrlimit` knows it by.
+    #[test]
+    fn a_ceiling_serializes_as_its_name() {
+        let names = [Ceiling::MaxMapCount, Ceiling::Nofile, Ceiling::AddressSpace]
+            .map(|ceiling| serde_json::to_string(&ceiling).ok());
+        let expected = [
+            r#""vm.max_map_count""#,
+            r#""RLIMIT_NOFILE""#,
+            r#""RLIMIT_AS""#,
+        ];
+        assert_eq!(names, expected.map(|name| Some(name.to_owned())));
+    }
 
     /// This machine's defaults: 65 530 maps, 32 768 pids, RLIMIT_NOFILE 20 000.
     pub(crate) fn limits() -> Limits {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -39,16 +39,19 @@ impl ChildProcess {
                 "a child process must be started within a Tokio runtime",
             ));
         }
+        let (child_stdin, stdin) = io::pipe()?;
+        let (stdout, child_stdout) = io::pipe()?;
+        let (stderr, child_stderr) = io::pipe()?;
         command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdin(child_stdin)
+            .stdout(child_stdout)
+            .stderr(child_stderr);
         die_with_parent(&mut command);
-        let (reaper, pipes) = Reaper::start(command)?;
+        let reaper = Reaper::start(command)?;
         // From here on an error drops `reaper`, which kills and reaps the child.
-        let stdin = pipe::Sender::from_owned_fd(pipes.stdin.into())?;
-        let stdout = pipe::Receiver::from_owned_fd(pipes.stdout.into())?;
-        let stderr = pipe::Receiver::from_owned_fd(pipes.stderr.into())?;
+        let stdin = pipe::Sender::from_owned_fd(stdin.into())?;
+        let stdout = pipe::Receiver::from_owned_fd(stdout.into())?;
+        let stderr = pipe::Receiver::from_owned_fd(stderr.into())?;
         Ok(ChildProcess {
             stdin: Some(stdin),
             stdout: JsonLines::new(stdout),

@@ -38,13 +38,6 @@ pub(crate) fn die_with_parent(command: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn die_with_parent(_command: &mut Command) {}
 
-/// The child's end of the three pipes, as the reaper thread hands them over.
-pub(super) struct Pipes {
-    pub(super) stdin: std::process::ChildStdin,
-    pub(super) stdout: std::process::ChildStdout,
-    pub(super) stderr: std::process::ChildStderr,
-}
-
 /// The thread that forks the child, waits for it to end, and reaps it: so the child's
 /// parent-death signal follows this thread (see [`die_with_parent`]), and the child is reaped
 /// promptly whatever the runtime does. Dropping it SIGKILLs the child and joins the thread.
@@ -62,7 +55,9 @@ pub(super) struct Reaper {
 }
 
 impl Reaper {
-    pub(super) fn start(mut command: Command) -> io::Result<(Reaper, Pipes)> {
+    /// Starts `command` on the reaper thread. The command is dropped there once the child is
+    /// started: its stdio (the child's ends of any pipes) then closes in this process.
+    pub(super) fn start(mut command: Command) -> io::Result<Reaper> {
         keep_children_waitable()?;
         let (started, start) = mpsc::sync_channel(1);
         let (report_exit, exited) = oneshot::channel();
@@ -71,32 +66,23 @@ impl Reaper {
         let thread = thread::Builder::new()
             .name("lab-child-reaper".into())
             .spawn(move || {
-                let mut child = match command.spawn() {
+                let spawned = command.spawn();
+                drop(command);
+                let mut child = match spawned {
                     Ok(child) => child,
                     Err(e) => {
                         let _ = started.send(Err(e));
                         return;
                     }
                 };
-                let pipes = Pipes {
-                    stdin: child.stdin.take().expect("stdin is set to Stdio::piped()"),
-                    stdout: child
-                        .stdout
-                        .take()
-                        .expect("stdout is set to Stdio::piped()"),
-                    stderr: child
-                        .stderr
-                        .take()
-                        .expect("stderr is set to Stdio::piped()"),
-                };
                 // The spawner waits for this message; if it is gone, so is the child's stdin,
                 // and the child stops by itself.
-                let _ = started.send(Ok((child.id(), pipes)));
+                let _ = started.send(Ok(child.id()));
                 let status = reap(&mut child, &reaping);
                 // The owner may have gone without waiting: then nobody needs the status.
                 let _ = report_exit.send(status);
             })?;
-        let (pid, pipes) = match start.recv() {
+        let pid = match start.recv() {
             Ok(Ok(started)) => started,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -109,14 +95,13 @@ impl Reaper {
                 ));
             }
         };
-        let reaper = Reaper {
+        Ok(Reaper {
             pid,
             reaped,
             exited,
             status: None,
             thread: Some(thread),
-        };
-        Ok((reaper, pipes))
+        })
     }
 
     pub(super) fn signal(&self, signal: Signal) -> io::Result<()> {

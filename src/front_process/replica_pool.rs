@@ -49,26 +49,24 @@ impl SharedPool for ReplicaPool {
         let (losses, fencing) = (self.losses.clone(), self.fencing);
         Box::pin(async move {
             let holder = Holder::new(&replica, &request.to_string())?;
-            match permits.try_hold(holder.clone(), Some(losses)).await? {
+            match permits.try_hold(holder, Some(losses)).await? {
                 Hold::Held(lease) => {
                     // The work begins by writing to the dependency with its token. Its answer
                     // is the dependency's log; the work goes on either way, as work that
                     // cannot see the lock service does.
-                    let fence = lease.fence();
-                    let begun = permits
-                        .effect(&holder, fence, WorkEnd::Begin, fencing)
-                        .await;
-                    let permit = GlobalPermit { lease, fencing };
-                    match begun {
-                        Ok(_) => Ok(SharedDecision::Admitted(Box::new(permit))),
+                    match lease.effect(WorkEnd::Begin, fencing).await {
+                        Ok(_) => Ok(SharedDecision::Admitted(Box::new(GlobalPermit {
+                            lease,
+                            fencing,
+                        }))),
                         Err(e) => {
                             // Dropping the permit stops its renewals; give it back first.
-                            let _ = permit.lease.release().await;
+                            let _ = lease.release().await;
                             Err(e.into())
                         }
                     }
                 }
-                Hold::Refused { holders, .. } => Ok(SharedDecision::Refused(
+                Hold::Refused { holders } => Ok(SharedDecision::Refused(
                     holders.iter().map(|h| h.holder.to_string()).collect(),
                 )),
             }
@@ -89,11 +87,7 @@ impl SharedPermit for GlobalPermit {
     /// permit goes back.
     fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>> {
         Box::pin(async move {
-            let (holder, fence) = (self.lease.holder().clone(), self.lease.fence());
-            let permits = self.lease.permits().clone();
-            let ended = permits
-                .effect(&holder, fence, WorkEnd::End, self.fencing)
-                .await;
+            let ended = self.lease.effect(WorkEnd::End, self.fencing).await;
             let released = self.lease.release().await;
             ended?;
             Ok(released?)

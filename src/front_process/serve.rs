@@ -157,6 +157,7 @@ async fn run(spec: &FrontSpec) -> u8 {
         counts: Counts::default(),
     };
     let mut problem = None;
+    let mut batch = Vec::new();
     if to_parent.send(&FromFront::Ready(ready)).await.is_ok() {
         loop {
             tokio::select! {
@@ -175,9 +176,9 @@ async fn run(spec: &FrontSpec) -> u8 {
                         break;
                     }
                 },
-                Some(event) = events.recv() => {
-                    let batch = batch(event, &mut events);
-                    if forward.send(&mut to_parent, batch).await.is_err() {
+                // Every event waiting, in one batch.
+                1.. = events.recv_many(&mut batch, usize::MAX) => {
+                    if forward.send(&mut to_parent, std::mem::take(&mut batch)).await.is_err() {
                         // The parent stopped reading: it is gone.
                         break;
                     }
@@ -212,10 +213,7 @@ async fn run(spec: &FrontSpec) -> u8 {
         },
         None => None,
     };
-    let mut rest = Vec::new();
-    while let Ok(event) = events.try_recv() {
-        rest.push(event);
-    }
+    let rest = std::iter::from_fn(|| events.try_recv().ok()).collect();
     // From here on a failed send means the parent is gone, and nobody is left to tell.
     let _ = forward.send(&mut to_parent, rest).await;
     if let Some(lost) = &mut lost {
@@ -251,15 +249,6 @@ async fn next_loss(lost: &mut Option<mpsc::UnboundedReceiver<LeaseLoss>>) -> Opt
         Some(lost) => lost.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// `first` and every event already waiting after it.
-fn batch(first: WorkEvent, events: &mut mpsc::UnboundedReceiver<WorkEvent>) -> Vec<WorkEvent> {
-    let mut batch = vec![first];
-    while let Ok(event) = events.try_recv() {
-        batch.push(event);
-    }
-    batch
 }
 
 /// What the parent is told about the section's events.

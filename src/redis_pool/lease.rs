@@ -1,12 +1,12 @@
 //! A held global permit whose lease is renewed while it is held, by a task the holder owns.
 //!
 //! The renewal ticks every third of the lease on a Tokio interval: that timer is the lease's
-//! own clock (two renewals may be missed before the lease lapses), not a way to sequence
-//! anything. A renewal must be answered before the lease it renews would end (counted from
-//! when the last confirmed round trip was sent, by this process's clock): a Redis that stays
-//! silent past that point has let the lease lapse, whatever it answers later. Dropping the
-//! lease stops renewing without releasing, as a holder that dies does: with a lease, the
-//! permit then lapses when the lease ends; without one, it leaks.
+//! own clock (one renewal may be missed; the third tick comes as the lease ends), not a way
+//! to sequence anything. A renewal must be answered before the lease it renews would end
+//! (counted from when the last confirmed round trip was sent, by this process's clock): a
+//! Redis that stays silent past that point has let the lease lapse, whatever it answers later.
+//! Dropping the lease stops renewing without releasing, as a holder that dies does: with a
+//! lease, the permit then lapses when the lease ends; without one, it leaks.
 //!
 //! A lease found lost is reported once, with what is known of why, to whoever the holder was
 //! given ([`Losses`]): the replica tells its parent at once, so the run can name it.
@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant, MissedTickBehavior};
 
-use super::permits::{Fence, GlobalError, GlobalPermits, Holder, Lease, Renewal};
+use super::permits::{Fence, GlobalError, GlobalPermits, Holder, Lease, Renewal, WorkEnd};
 
 /// What the renewals of a held lease have found so far.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +152,7 @@ impl HeldLease {
                 // At least 1 ms: a zero period would make the interval panic.
                 let period = Duration::from_millis((ms / 3).max(1));
                 let lease = Duration::from_millis(ms);
-                let task = renew(Renewer {
+                let task = Renewer {
                     permits: permits.clone(),
                     holder: holder.clone(),
                     period,
@@ -161,8 +161,8 @@ impl HeldLease {
                     expires_at_ms,
                     sent,
                     losses,
-                });
-                (Some(tokio::spawn(task)), None)
+                };
+                (Some(tokio::spawn(task.run())), None)
             }
             Lease::None => (None, Some(tx)),
         };
@@ -177,18 +177,16 @@ impl HeldLease {
     }
 
     /// Who holds the permit.
+    #[cfg(test)]
     pub(crate) fn holder(&self) -> &Holder {
         &self.holder
     }
 
-    /// Its slot and fencing token.
-    pub(crate) fn fence(&self) -> Fence {
-        self.fence
-    }
-
-    /// The permits it came from.
-    pub(crate) fn permits(&self) -> &GlobalPermits {
-        &self.permits
+    /// Applies the holder's effect at `phase` of its work, with its slot and fencing token, to
+    /// the run's dependency ([`GlobalPermits::effect`]).
+    pub(crate) async fn effect(&self, phase: WorkEnd, fencing: bool) -> Result<bool, GlobalError> {
+        let (holder, fence) = (&self.holder, self.fence);
+        self.permits.effect(holder, fence, phase, fencing).await
     }
 
     /// What the renewals have found so far.
@@ -266,91 +264,85 @@ struct Renewer {
     losses: Option<Losses>,
 }
 
-/// Renews the holder's lease every period until a renewal finds it lost or fails; reports each
-/// outcome on the watch, and a loss to `losses`.
-async fn renew(task: Renewer) {
-    let Renewer {
-        permits,
-        holder,
-        period,
-        lease,
-        tx,
-        mut expires_at_ms,
-        mut sent,
-        losses,
-    } = task;
-    let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
-    // A starved runtime renews late rather than in a burst.
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut renewals = 0u32;
-    let report = |cause: LossCause, ended: Option<u64>| {
-        if let Some(losses) = &losses {
-            // The replica may be stopping and no longer listening: the state still says it.
-            let _ = losses.send(LeaseLoss {
-                holder: holder.to_string(),
-                cause,
-                lease_ended_at_ms: ended,
-            });
-        }
-    };
-    loop {
-        ticks.tick().await;
-        let asked = Instant::now();
-        // Past the lease's end by this clock the lease has lapsed, answered or not.
-        let deadline = sent + lease;
-        let renewed = if asked >= deadline {
-            // Already past the lease's end before asking (this process did not run in time):
-            // Redis's answer says what became of the permit.
-            Ok(permits.renew(&holder).await)
-        } else {
-            tokio::time::timeout_at(deadline, permits.renew(&holder)).await
-        };
-        match renewed {
-            Ok(Ok(Renewal::Renewed {
-                at_ms,
-                expires_at_ms: expiry,
-            })) => {
-                renewals = renewals.saturating_add(1);
-                expires_at_ms = expiry;
-                sent = asked;
-                tx.send_replace(LeaseState::Held {
+impl Renewer {
+    /// Renews the holder's lease every period until a renewal finds it lost or fails; reports
+    /// each outcome on the watch, and a loss to `losses`.
+    async fn run(mut self) {
+        // From when the admission was sent, as the lease's end is counted: an answer read
+        // late leaves less than a lease to renew in, and is renewed at once when a period has
+        // passed.
+        let mut ticks = tokio::time::interval_at(self.sent + self.period, self.period);
+        // A starved runtime renews late rather than in a burst.
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut renewals = 0u32;
+        loop {
+            ticks.tick().await;
+            let asked = Instant::now();
+            // Past the lease's end by this clock the lease has lapsed, answered or not.
+            let deadline = self.sent + self.lease;
+            let renewed = if asked >= deadline {
+                // Already past the lease's end before asking (this process did not run in
+                // time): Redis's answer says what became of the permit.
+                Ok(self.permits.renew(&self.holder).await)
+            } else {
+                tokio::time::timeout_at(deadline, self.permits.renew(&self.holder)).await
+            };
+            let (state, cause) = match renewed {
+                Ok(Ok(Renewal::Renewed {
                     at_ms,
                     expires_at_ms,
-                    renewals,
-                });
-            }
-            Ok(Ok(Renewal::Lost { at_ms })) => {
-                let cause = match expires_at_ms {
-                    Some(end) if at_ms >= end => LossCause::RenewedTooLate {
-                        late_ms: at_ms - end,
+                })) => {
+                    renewals = renewals.saturating_add(1);
+                    self.expires_at_ms = expires_at_ms;
+                    self.sent = asked;
+                    self.tx.send_replace(LeaseState::Held {
+                        at_ms,
+                        expires_at_ms,
+                        renewals,
+                    });
+                    continue;
+                }
+                Ok(Ok(Renewal::Lost { at_ms })) => {
+                    let cause = match self.expires_at_ms {
+                        Some(end) if at_ms >= end => LossCause::RenewedTooLate {
+                            late_ms: at_ms - end,
+                        },
+                        _ => LossCause::RemovedFromRedis,
+                    };
+                    (LeaseState::Lost { at_ms, cause }, cause)
+                }
+                Ok(Err(error)) => (
+                    LeaseState::Failed {
+                        error: error.to_string(),
+                        expires_at_ms: self.expires_at_ms,
                     },
-                    _ => LossCause::RemovedFromRedis,
-                };
-                tx.send_replace(LeaseState::Lost { at_ms, cause });
-                report(cause, expires_at_ms);
-                return;
-            }
-            Ok(Err(error)) => {
-                tx.send_replace(LeaseState::Failed {
-                    error: error.to_string(),
-                    expires_at_ms,
-                });
-                let silent_ms = asked.elapsed().as_millis() as u64;
-                report(LossCause::RedisSilent { silent_ms }, expires_at_ms);
-                return;
-            }
-            Err(_) => {
-                let silent_ms = asked.elapsed().as_millis() as u64;
-                tx.send_replace(LeaseState::Failed {
-                    error: format!(
+                    LossCause::RedisSilent {
+                        silent_ms: asked.elapsed().as_millis() as u64,
+                    },
+                ),
+                Err(_) => {
+                    let silent_ms = asked.elapsed().as_millis() as u64;
+                    let error = format!(
                         "Redis did not answer a renewal within {silent_ms} ms, before the lease \
                          ended"
-                    ),
-                    expires_at_ms,
+                    );
+                    let state = LeaseState::Failed {
+                        error,
+                        expires_at_ms: self.expires_at_ms,
+                    };
+                    (state, LossCause::RedisSilent { silent_ms })
+                }
+            };
+            self.tx.send_replace(state);
+            if let Some(losses) = &self.losses {
+                // The replica may be stopping and no longer listening: the state still says it.
+                let _ = losses.send(LeaseLoss {
+                    holder: self.holder.to_string(),
+                    cause,
+                    lease_ended_at_ms: self.expires_at_ms,
                 });
-                report(LossCause::RedisSilent { silent_ms }, expires_at_ms);
-                return;
             }
+            return;
         }
     }
 }

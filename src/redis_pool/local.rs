@@ -18,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -35,6 +36,8 @@ const PORT_ATTEMPTS: usize = 5;
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The server's last output lines kept to explain a failure.
 const KEPT_LINES: usize = 40;
+/// The most bytes of one output line kept as one line.
+const LINE_PIECE: u64 = 4096;
 
 /// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
 /// own empty directory, no snapshots and no append-only file.
@@ -52,10 +55,10 @@ pub(crate) struct LocalRedis {
     /// Reads the server's output (stdout and stderr, one pipe) until it exits; returns the
     /// last lines.
     output: Option<JoinHandle<Vec<String>>>,
-    /// `None` once removed.
-    dir: Option<PathBuf>,
-    /// The directory, once removed (it is removed as soon as the server is ready).
-    removed_dir: Option<PathBuf>,
+    /// Its private directory, removed as soon as the server is ready.
+    dir: PathBuf,
+    /// Whether `dir` is still to be removed.
+    dir_exists: bool,
 }
 
 /// How one attempt to start a server ended.
@@ -125,8 +128,8 @@ impl LocalRedis {
             pid: child.id(),
             child: Some(child),
             output: None,
-            dir: Some(dir),
-            removed_dir: None,
+            dir,
+            dir_exists: true,
         };
         // From here `redis` owns the process: any early return kills and reaps it.
         let output =
@@ -136,12 +139,7 @@ impl LocalRedis {
             Ok(Ok(())) => {
                 // Ready: the server has made the directory its working directory and will
                 // write nothing in it. Removed now, it cannot outlive a killed lab.
-                if let Some(dir) = redis.dir.take() {
-                    std::fs::remove_dir_all(&dir).with_context(|| {
-                        format!("removing redis-server's directory {}", dir.display())
-                    })?;
-                    redis.removed_dir = Some(dir);
-                }
+                redis.remove_dir()?;
                 Ok(Attempt::Ready(redis))
             }
             Ok(Err(_)) => {
@@ -175,8 +173,8 @@ impl LocalRedis {
 
     /// The server's private directory (already removed once it is ready).
     #[cfg(test)]
-    pub(crate) fn dir(&self) -> Option<&std::path::Path> {
-        self.dir.as_deref().or(self.removed_dir.as_deref())
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// Asks the server to exit (SIGTERM: with no persistence it saves nothing), waits for it
@@ -184,7 +182,6 @@ impl LocalRedis {
     /// killed, exited with an error, or the directory could not be removed.
     pub(crate) async fn stop(mut self) -> Result<()> {
         let mut problem = None;
-        let output = self.output.take();
         if self.child.is_some() {
             let pid = libc::pid_t::try_from(self.pid).context("a pid fits in pid_t")?;
             // SAFETY: `kill` has no memory effects; `pid` is our unreaped child, so the id
@@ -192,40 +189,28 @@ impl LocalRedis {
             if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
                 problem = Some(format!("SIGTERM failed: {}", io::Error::last_os_error()));
             }
-            let mut killed = false;
-            if let Some(mut output) = output {
-                // The output ends when the server has exited.
-                let joined = match tokio::time::timeout(STEP_TIMEOUT, &mut output).await {
-                    Ok(joined) => joined,
-                    Err(_) => {
-                        problem = Some(format!(
-                            "redis-server did not exit within {} s of SIGTERM; killed",
-                            STEP_TIMEOUT.as_secs()
-                        ));
-                        self.kill().context("killing redis-server")?;
-                        killed = true;
-                        output.await
+            // The output ends when the server has exited.
+            match tokio::time::timeout(STEP_TIMEOUT, self.collect_output()).await {
+                Ok(collected) => {
+                    collected?;
+                    // The output has ended, so the server has exited: this wait does not block.
+                    let status = self.reap()?;
+                    if problem.is_none() && !status.success() {
+                        problem = Some(format!("redis-server exited with {status}"));
                     }
-                };
-                joined.context("the redis-server output reader failed")?;
-            }
-            if !killed {
-                // The output has ended, so the server has exited: this wait does not block.
-                let status = self.reap()?;
-                if problem.is_none() && !status.success() {
-                    problem = Some(format!("redis-server exited with {status}"));
+                }
+                Err(_) => {
+                    problem = Some(format!(
+                        "redis-server did not exit within {} s of SIGTERM; killed",
+                        STEP_TIMEOUT.as_secs()
+                    ));
+                    self.kill().context("killing redis-server")?;
                 }
             }
-        } else if let Some(output) = output {
-            // Killed earlier: its output has ended or is about to.
-            output
-                .await
-                .context("the redis-server output reader failed")?;
         }
-        if let Some(dir) = self.dir.take() {
-            std::fs::remove_dir_all(&dir)
-                .with_context(|| format!("removing redis-server's directory {}", dir.display()))?;
-        }
+        // Killed, here or earlier: its output has ended or is about to.
+        self.collect_output().await?;
+        self.remove_dir()?;
         match problem {
             Some(problem) => bail!(problem),
             None => Ok(()),
@@ -273,30 +258,37 @@ impl LocalRedis {
         child.wait().context("reaping redis-server")
     }
 
-    /// Joins the output reader, which ends when the server has exited.
-    async fn collect_output(&mut self) -> Result<Vec<String>> {
-        match self.output.take() {
-            Some(output) => output
-                .await
-                .context("the redis-server output reader failed"),
-            None => Ok(Vec::new()),
+    /// Removes the server's directory, if it is still there.
+    fn remove_dir(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.dir_exists) {
+            std::fs::remove_dir_all(&self.dir).with_context(|| {
+                format!("removing redis-server's directory {}", self.dir.display())
+            })?;
         }
+        Ok(())
+    }
+
+    /// Joins the output reader, which ends when the server has exited. Cancel-safe: the
+    /// reader is forgotten only once it has been joined.
+    async fn collect_output(&mut self) -> Result<Vec<String>> {
+        let Some(output) = &mut self.output else {
+            return Ok(Vec::new());
+        };
+        let joined = output.await;
+        self.output = None;
+        joined.context("the redis-server output reader failed")
     }
 }
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
-        // Nothing to report to from a drop: kill, reap and remove are each best effort, and a
-        // kill that fails means the process has already exited (the wait still reaps it).
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        // Nothing to report to from a drop: kill, reap and remove are each best effort.
+        let _ = self.kill();
         if let Some(output) = self.output.take() {
             output.abort();
         }
-        if let Some(dir) = self.dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
+        if self.dir_exists {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
@@ -356,14 +348,20 @@ fn fresh_dir() -> Result<PathBuf> {
 }
 
 /// Reads the server's output until it ends, says when the ready line has come, and returns the
-/// last lines.
+/// last lines. A line longer than [`LINE_PIECE`] is kept in pieces rather than growing forever;
+/// a read error ends the output like its end.
 async fn read_output(output: pipe::Receiver, ready: oneshot::Sender<()>) -> Vec<String> {
     let mut ready = Some(ready);
     let mut lines = VecDeque::with_capacity(KEPT_LINES);
-    let mut pending = Vec::new();
-    let mut buf = [0u8; 4096];
-    let mut keep = |bytes: &[u8], lines: &mut VecDeque<String>| {
-        let line = String::from_utf8_lossy(bytes).trim_end().to_owned();
+    let mut output = BufReader::new(output);
+    let mut piece = Vec::new();
+    while let Ok(1..) = (&mut output)
+        .take(LINE_PIECE)
+        .read_until(b'\n', &mut piece)
+        .await
+    {
+        let line = String::from_utf8_lossy(&piece).trim_end().to_owned();
+        piece.clear();
         if line.contains(READY_LINE)
             && let Some(ready) = ready.take()
         {
@@ -374,32 +372,6 @@ async fn read_output(output: pipe::Receiver, ready: oneshot::Sender<()>) -> Vec<
             lines.pop_front();
         }
         lines.push_back(line);
-    };
-    loop {
-        if output.readable().await.is_err() {
-            break;
-        }
-        match output.try_read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                pending.extend_from_slice(&buf[..n]);
-                while let Some(end) = pending.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = pending.drain(..=end).collect();
-                    keep(&line, &mut lines);
-                }
-                // A line longer than the buffer is kept in pieces rather than growing forever.
-                if pending.len() > buf.len() {
-                    keep(&pending, &mut lines);
-                    pending.clear();
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    if !pending.is_empty() {
-        keep(&pending, &mut lines);
     }
     lines.into()
 }

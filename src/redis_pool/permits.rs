@@ -79,7 +79,7 @@ impl Holder {
     /// A holder; each part is 1 to 64 of `A-Z a-z 0-9 _ - .` so that `/` can separate them.
     pub(crate) fn new(replica: &str, request: &str) -> Result<Holder, GlobalError> {
         for (what, part) in [("replica", replica), ("request", request)] {
-            if !valid_name(part) {
+            if !valid_name(part, b"_-.") {
                 return Err(GlobalError::Invalid(format!(
                     "{what} `{part}` must be 1 to 64 of A-Z a-z 0-9 _ - ."
                 )));
@@ -108,10 +108,11 @@ impl fmt::Display for Holder {
     }
 }
 
-fn valid_name(s: &str) -> bool {
+/// Whether `s` is 1 to 64 of `A-Z a-z 0-9` and `also`.
+fn valid_name(s: &str, also: &[u8]) -> bool {
     (1..=64).contains(&s.len())
         && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            .all(|b| b.is_ascii_alphanumeric() || also.contains(&b))
 }
 
 /// A holder and the Redis time (ms since the Unix epoch) its lease ends; `None`: no lease.
@@ -143,16 +144,6 @@ pub(crate) enum TryAcquire {
         /// The holders at that time.
         holders: Vec<Holding>,
     },
-}
-
-impl TryAcquire {
-    /// The Redis time of the decision.
-    #[cfg(test)]
-    pub(crate) fn at_ms(&self) -> u64 {
-        match self {
-            TryAcquire::Admitted { at_ms, .. } | TryAcquire::Refused { at_ms, .. } => *at_ms,
-        }
-    }
 }
 
 /// What an admitted holder shows the dependency: its permit slot (0 to capacity − 1) and its
@@ -219,32 +210,14 @@ pub(crate) enum Renewal {
     },
 }
 
-impl Renewal {
-    /// Whether the holder still held its permit.
-    #[cfg(test)]
-    pub(crate) fn held(&self) -> bool {
-        matches!(self, Renewal::Renewed { .. })
-    }
-}
-
 /// The answer of [`GlobalPermits::try_hold`].
 #[derive(Debug)]
 pub(crate) enum Hold {
     /// Admitted; the lease is renewed until it is released or dropped.
     Held(HeldLease),
-    /// Refused at Redis time `at_ms`, naming the holders.
+    /// Refused, naming the holders (a replica's refusal names no time).
     Refused {
-        /// The Redis time of the decision.
-        #[cfg_attr(
-            not(test),
-            expect(
-                dead_code,
-                reason = "a replica's refusal names the holders only; this module's tests \
-                          check the time against their leases"
-            )
-        )]
-        at_ms: u64,
-        /// The holders at that time.
+        /// The holders when it was refused.
         holders: Vec<Holding>,
     },
 }
@@ -343,16 +316,17 @@ impl std::error::Error for GlobalError {}
 /// A semaphore of `capacity` permits in Redis, shared by every replica that connects with the
 /// same run id. Cloning shares the connection.
 ///
-/// Its keys are `isolation-lab:{RUN}:holders` (a sorted set of holders scored by the Redis
-/// time their lease ends) and `isolation-lab:{RUN}:config` (the run's capacity and lease, so a
-/// replica given other settings is refused at connect). The braces are a Redis Cluster hash
-/// tag: both keys of a run would land on one node, as the multi-key cleanup needs.
+/// Its six keys are `isolation-lab:{RUN}:NAME` (`src/redis_pool/scripts.rs` says what each
+/// holds): among them `holders`, a sorted set of holders scored by the Redis time their lease
+/// ends, and `config`, the run's capacity and lease, so a replica given other settings is
+/// refused at connect. The braces are a Redis Cluster hash tag: every key of a run would land
+/// on one node, as the multi-key scripts need.
 ///
 /// A lease turns a leak into a possible double admission: with [`Lease::None`] a holder that
 /// dies keeps its permit forever, while with a lease a holder that is merely paused (stopped,
 /// swapping, partitioned) past its lease loses its permit while it still works, and another
 /// holder is admitted beside it. Renewing at a third of the lease narrows that window but
-/// cannot close it; fencing tokens (a counter checked by the guarded resource) would.
+/// cannot close it; fencing tokens ([`Fence`], checked by the dependency) do.
 #[derive(Clone)]
 pub(crate) struct GlobalPermits {
     inner: Arc<Inner>,
@@ -361,9 +335,7 @@ pub(crate) struct GlobalPermits {
 
 struct Inner {
     run: String,
-    holders_key: String,
-    config_key: String,
-    /// The run's six keys, in the order every script but `agree` takes them.
+    /// The run's six keys, in the order every script takes them (`agree` only the second).
     keys: [String; 6],
     capacity: u32,
     lease: Lease,
@@ -406,11 +378,7 @@ impl GlobalPermits {
         timeout: Duration,
     ) -> Result<GlobalPermits, GlobalError> {
         // No `{`, `}`, `*` or `?`: the run id sits inside a hash tag and a `KEYS` pattern.
-        let run_ok = (1..=64).contains(&run.len())
-            && run
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
-        if !run_ok {
+        if !valid_name(run, b"_-") {
             return Err(GlobalError::Invalid(format!(
                 "run id `{run}` must be 1 to 64 of A-Z a-z 0-9 _ -"
             )));
@@ -444,8 +412,6 @@ impl GlobalPermits {
         let permits = GlobalPermits {
             inner: Arc::new(Inner {
                 run: run.to_owned(),
-                holders_key: format!("isolation-lab:{{{run}}}:holders"),
-                config_key: format!("isolation-lab:{{{run}}}:config"),
                 keys: ["holders", "config", "slots", "token", "resource", "effects"]
                     .map(|name| format!("isolation-lab:{{{run}}}:{name}")),
                 capacity,
@@ -477,18 +443,19 @@ impl GlobalPermits {
     async fn agree(&self) -> Result<(), GlobalError> {
         const DOING: &str = "recording the run's settings";
         let inner = &self.inner;
-        let reply: Value = inner
-            .scripts
-            .agree
-            .key(&inner.config_key)
-            .arg(inner.capacity)
-            .arg(inner.lease.script_arg())
-            .arg(inner.ttl_ms)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(while_doing(DOING))?;
-        let fields = array(&reply, DOING)?;
-        let [capacity, lease] = fields else {
+        let reply = self
+            .invoke(
+                inner
+                    .scripts
+                    .agree
+                    .key(&inner.keys[1])
+                    .arg(inner.capacity)
+                    .arg(inner.lease.script_arg())
+                    .arg(inner.ttl_ms),
+                DOING,
+            )
+            .await?;
+        let [capacity, lease] = array(&reply, DOING)? else {
             return Err(reply_error(DOING, &reply));
         };
         let recorded = (uint(capacity, DOING)?, uint(lease, DOING)?);
@@ -504,18 +471,6 @@ impl GlobalPermits {
             ours: settings(ours),
             recorded: settings(recorded),
         })
-    }
-
-    /// The run id.
-    #[cfg(test)]
-    pub(crate) fn run(&self) -> &str {
-        &self.inner.run
-    }
-
-    /// The number of permits.
-    #[cfg(test)]
-    pub(crate) fn capacity(&self) -> u32 {
-        self.inner.capacity
     }
 
     /// The SHA1 of every script, as `EVALSHA` names them.
@@ -607,7 +562,7 @@ impl GlobalPermits {
                 fence,
                 losses,
             ))),
-            TryAcquire::Refused { at_ms, holders } => Ok(Hold::Refused { at_ms, holders }),
+            TryAcquire::Refused { holders, .. } => Ok(Hold::Refused { holders }),
         }
     }
 
@@ -745,14 +700,14 @@ impl GlobalPermits {
     /// while its holders still work. A fault for tests of the lab.
     pub(crate) async fn forget_holders(&self) -> Result<(), GlobalError> {
         let _: i64 = redis::cmd("DEL")
-            .arg(&self.inner.holders_key)
+            .arg(&self.inner.keys[0])
             .query_async(&mut self.conn.clone())
             .await
             .map_err(while_doing("deleting the holders"))?;
         Ok(())
     }
 
-    /// How many keys of the run exist now, by a pattern over every key, not only the two this
+    /// How many keys of the run exist now, by a pattern over every key, not only the six this
     /// module writes: the evidence that a cleanup left nothing.
     pub(crate) async fn keys_left(&self) -> Result<usize, GlobalError> {
         let keys: Vec<String> = redis::cmd("KEYS")
@@ -763,7 +718,7 @@ impl GlobalPermits {
         Ok(keys.len())
     }
 
-    /// `script` with the run's six keys, in the order every script but `agree` takes them.
+    /// `script` with the run's six keys.
     fn keyed<'a>(&'a self, script: &'a redis::Script) -> redis::ScriptInvocation<'a> {
         let mut invocation = script.prepare_invoke();
         for key in &self.inner.keys {

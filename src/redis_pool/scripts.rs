@@ -1,15 +1,15 @@
 //! The Lua scripts that make each permit operation one atomic step inside Redis.
 //!
-//! Every script reads the time from Redis's own `TIME`, never from a caller, so replicas with
-//! different clocks agree on when a lease ends. Holders live in one sorted set scored by the
-//! Redis time (ms) at which their lease ends, `+inf` for no lease; a holder is held while
-//! `now < score`, so every script first removes the scores `<= now`. Each returns the Redis
-//! time it decided at, as evidence.
+//! The scripts of the semaphore read the time from Redis's own `TIME`, never from a caller,
+//! so replicas with different clocks agree on when a lease ends. Holders live in one sorted
+//! set scored by the Redis time (ms) at which their lease ends, `+inf` for no lease; a holder
+//! is held while `now < score`, so each of these scripts first removes the scores `<= now`,
+//! and returns the Redis time it decided at, as evidence.
 //!
-//! Every script takes the run's six keys, in this order: KEYS[1] the holders (a sorted set),
-//! KEYS[2] the config (a hash), KEYS[3] each holder's permit slot (a hash), KEYS[4] the
-//! fencing-token counter, KEYS[5] the dependency's newest accepted token per slot (a hash),
-//! KEYS[6] the dependency's log of effects (a list).
+//! Every script but `AGREE` takes the run's six keys, in this order: KEYS[1] the holders (a
+//! sorted set), KEYS[2] the config (a hash), KEYS[3] each holder's permit slot (a hash),
+//! KEYS[4] the fencing-token counter, KEYS[5] the dependency's newest accepted token per slot
+//! (a hash), KEYS[6] the dependency's log of effects (a list).
 //!
 //! Every script that writes also sets the run's keys to expire ([`Scripts::new`]'s `ttl_ms`,
 //! a little past the longest lease and run), so the keys of a run whose owner was killed
@@ -137,7 +137,7 @@ pub(super) struct Scripts {
 impl Scripts {
     /// The scripts of one run whose keys expire `ttl_ms` after their last write.
     pub(super) fn new(ttl_ms: u64) -> Scripts {
-        // The body runs as a function so that every return path refreshes both keys' expiry.
+        // The body runs as a function so that every return path refreshes every key's expiry.
         let kept = |prelude: &str, body: &str| {
             format!(
                 "{prelude}local function decide()\n{body}end\n\
@@ -151,7 +151,7 @@ impl Scripts {
             kept(NOW, RENEW),
             kept(NOW, RELEASE),
             kept(NOW, HOLDERS),
-            // Deletes both keys: nothing is left to expire.
+            // Deletes every key: nothing is left to expire.
             format!("{NOW}{CLEANUP}"),
             // Reads no time and sweeps nothing: KEYS[1] is the config hash, not the holders.
             AGREE.to_owned(),

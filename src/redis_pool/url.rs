@@ -113,18 +113,17 @@ fn split_host_port(authority: &str) -> anyhow::Result<(&str, Option<&str>)> {
             bail!("an IPv6 host opened with `[` is not closed with `]`");
         };
         return match after.strip_prefix(':') {
-            Some(port) if !port.is_empty() => Ok((host, Some(port))),
-            _ if after.is_empty() || after == ":" => Ok((host, None)),
-            _ => bail!("`{after}` after the IPv6 host is not `:PORT`"),
+            Some(port) => Ok((host, (!port.is_empty()).then_some(port))),
+            None if after.is_empty() => Ok((host, None)),
+            None => bail!("`{after}` after the IPv6 host is not `:PORT`"),
         };
     }
     match authority.rsplit_once(':') {
         Some((host, _)) if host.contains(':') => {
             bail!("an IPv6 host must be written in brackets, as in redis://[::1]:6379")
         }
-        Some((host, port)) if !host.is_empty() && !port.is_empty() => Ok((host, Some(port))),
         Some(("", _)) => bail!("no host: expected redis://127.0.0.1:PORT"),
-        Some((host, _)) => Ok((host, None)),
+        Some((host, port)) => Ok((host, (!port.is_empty()).then_some(port))),
         None => Ok((authority, None)),
     }
 }
