@@ -1,5 +1,5 @@
 //! Reports recorded from real runs, for the rendering tests: every allowed input, both policies,
-//! on the async front. `tests/fixtures.rs` checks they still match what the lab does today, and
+//! on the async front. `tests/lab/fixtures.rs` checks they still match what the lab does today, and
 //! rewrites them when asked to.
 
 use crate::report::Report;

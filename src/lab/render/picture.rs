@@ -1023,7 +1023,7 @@ mod tests {
     }
 
     /// Where a text element reaches, left to right, by the picture's own estimate of its
-    /// width. The estimate is checked against a real browser in tests/picture.rs.
+    /// width. The estimate is checked against a real browser in tests/lab/picture.rs.
     fn extent(node: Node) -> (f64, f64) {
         let mut style = Type::size(number(node, "font-size"));
         if node.attribute("font-weight") == Some("bold") {
