@@ -86,14 +86,16 @@ pub(crate) fn alone(entry: &str) -> bool {
         return false;
     }
     let program = std::env::current_exe().expect("a test binary has a path");
-    let child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(["--exact", entry, "--nocapture", "--test-threads=1"])
         .env(ROLE, entry)
         .env_remove("RUST_BACKTRACE")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the test binary starts again");
+        .stderr(Stdio::piped());
+    // This thread waits below until the child has ended, so the child dies with it.
+    super::die_with_parent(&mut command);
+    let child = command.spawn().expect("the test binary starts again");
     // Its output is read to the end on a thread of its own, so a child that stalls is killed
     // after STEP rather than holding the test up.
     let pid = child.id();
