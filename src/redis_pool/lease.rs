@@ -67,6 +67,12 @@ pub enum LossCause {
         /// How long the renewal went unanswered, by this process's clock.
         silent_ms: u64,
     },
+    /// A renewal failed at once, before the lease ended (the connection broke, or Redis
+    /// refused it): the holder cannot keep its lease, which lapses at its end.
+    RenewalFailed {
+        /// How long before the lease's end, by this process's clock, the renewal failed.
+        before_end_ms: u64,
+    },
 }
 
 impl std::fmt::Display for LossCause {
@@ -83,6 +89,11 @@ impl std::fmt::Display for LossCause {
             LossCause::RedisSilent { silent_ms } => write!(
                 f,
                 "Redis was unreachable for at least {silent_ms} ms, past the lease's end"
+            ),
+            LossCause::RenewalFailed { before_end_ms } => write!(
+                f,
+                "its renewal failed {before_end_ms} ms before the lease's end (the connection to \
+                 Redis broke, or Redis refused it), so the lease could not be kept"
             ),
         }
     }
@@ -311,15 +322,23 @@ impl Renewer {
                     };
                     (LeaseState::Lost { at_ms, cause }, cause)
                 }
-                Ok(Err(error)) => (
-                    LeaseState::Failed {
+                Ok(Err(error)) => {
+                    let failed = Instant::now();
+                    // Failed at once: Redis was not silent until the lease's end, unless this
+                    // process only asked once the end had passed.
+                    let cause = if failed < deadline {
+                        let before_end_ms = (deadline - failed).as_millis() as u64;
+                        LossCause::RenewalFailed { before_end_ms }
+                    } else {
+                        let silent_ms = (failed - asked).as_millis() as u64;
+                        LossCause::RedisSilent { silent_ms }
+                    };
+                    let state = LeaseState::Failed {
                         error: error.to_string(),
                         expires_at_ms: self.expires_at_ms,
-                    },
-                    LossCause::RedisSilent {
-                        silent_ms: asked.elapsed().as_millis() as u64,
-                    },
-                ),
+                    };
+                    (state, cause)
+                }
                 Err(_) => {
                     let silent_ms = asked.elapsed().as_millis() as u64;
                     let error = format!(

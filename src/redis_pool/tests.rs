@@ -496,6 +496,41 @@ async fn no_lease_leaks_until_cleanup() {
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
+/// A renewal that fails at once, well before the lease's end (Redis killed: the connection
+/// breaks), is reported as that, how long before the end: not as Redis silent past the end.
+#[tokio::test]
+async fn a_renewal_that_fails_at_once_is_not_called_silence() {
+    let Some(mut redis) = redis_or_skip("a_renewal_that_fails_at_once_is_not_called_silence").await
+    else {
+        return;
+    };
+    guarded(async {
+        const LEASE: u64 = 1_500;
+        let permits = connect(&redis, "broken", 1, Lease::Millis(LEASE)).await;
+        let (losses, mut lost) = tokio::sync::mpsc::unbounded_channel();
+        let held = permits.try_hold(holder("r1", "S1"), Some(losses)).await;
+        let Hold::Held(_held) = held.expect("answers") else {
+            panic!("the first holder is admitted");
+        };
+        redis.kill().expect("SIGKILL and reap");
+        let loss = lost.recv().await.expect("the loss is reported");
+        // The first renewal comes a third of the lease after the admission was sent.
+        match loss.cause {
+            LossCause::RenewalFailed { before_end_ms } => {
+                assert!(before_end_ms < LEASE, "{loss:?}");
+                let words = loss.cause.to_string();
+                assert!(words.contains("ms before the lease's end"), "{words}");
+            }
+            other => panic!("expected a failed renewal before the end, got {other:?}"),
+        }
+    })
+    .await;
+    redis
+        .stop()
+        .await
+        .expect("stopping a killed redis only removes its directory");
+}
+
 /// Redis killed mid-run: every operation fails fast, with an error rather than a hang, and a
 /// held lease's renewal reports the failure.
 #[tokio::test]
