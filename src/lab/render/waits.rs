@@ -47,9 +47,10 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
             && from.ticks == to.ticks
         {
             let ticks = from.ticks;
+            let noun = if ticks == 1 { "tick" } else { "ticks" };
             let _ = write!(
                 out,
-                "; its heartbeat stood at {ticks} ticks until the release"
+                "; its heartbeat stood at {ticks} {noun} until the release"
             );
         }
         out.push_str(".\n");
@@ -124,4 +125,37 @@ fn within_80(text: &str) -> String {
         indented.collect::<String>()
     });
     lines.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordinator::Options;
+    use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+    use crate::policy::{Front, Inputs};
+
+    /// A heartbeat that stood still is said with its count and the noun in the right number.
+    #[test]
+    fn a_heartbeat_that_stood_at_one_tick_says_tick() {
+        let blocked = Executor::new(
+            WorkStyle::Block,
+            Workers::CurrentThread,
+            BlockingThreads::default(),
+        );
+        let options = Options::on(Front::Async).with_executor(blocked);
+        let run = crate::lab::run_with(Inputs::default(), options);
+        let report = crate::lab::block_on(run).expect("a runtime");
+        let mut policy = report.policies[0].clone();
+        for (ticks, noun) in [(1, "tick"), (7, "ticks")] {
+            let watched = policy.observed.executor.as_mut();
+            let watched = watched.expect("the executor's evidence");
+            for beat in &mut watched.heartbeat {
+                beat.ticks = ticks;
+            }
+            let text = explain(&policy);
+            let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            let said = format!("its heartbeat stood at {ticks} {noun} until the release");
+            assert!(words.contains(&said), "{words}");
+        }
+    }
 }
