@@ -73,6 +73,12 @@ pub enum LossCause {
         /// How long before the lease's end, by this process's clock, the renewal failed.
         before_end_ms: u64,
     },
+    /// A renewal was sent only after the lease had ended, by this process's clock (it did not
+    /// run in time), and failed: Redis could not say what became of the permit.
+    RenewalFailedLate {
+        /// How long after the lease's end, by this process's clock, the renewal was sent.
+        after_end_ms: u64,
+    },
 }
 
 impl std::fmt::Display for LossCause {
@@ -89,6 +95,11 @@ impl std::fmt::Display for LossCause {
             LossCause::RedisSilent { silent_ms } => write!(
                 f,
                 "Redis was unreachable for at least {silent_ms} ms, past the lease's end"
+            ),
+            LossCause::RenewalFailedLate { after_end_ms } => write!(
+                f,
+                "its renewal was sent {after_end_ms} ms after the lease had ended (the replica \
+                 did not run in time), and failed"
             ),
             LossCause::RenewalFailed { before_end_ms } => write!(
                 f,
@@ -324,14 +335,15 @@ impl Renewer {
                 }
                 Ok(Err(error)) => {
                     let failed = Instant::now();
-                    // Failed at once: Redis was not silent until the lease's end, unless this
-                    // process only asked once the end had passed.
-                    let cause = if failed < deadline {
-                        let before_end_ms = (deadline - failed).as_millis() as u64;
-                        LossCause::RenewalFailed { before_end_ms }
+                    // Failed at once: Redis was not silent until the lease's end. Either the
+                    // renewal failed before the end, or this process only asked after it.
+                    let cause = if asked >= deadline {
+                        let after_end_ms = (asked - deadline).as_millis() as u64;
+                        LossCause::RenewalFailedLate { after_end_ms }
                     } else {
-                        let silent_ms = (failed - asked).as_millis() as u64;
-                        LossCause::RedisSilent { silent_ms }
+                        let before_end_ms = deadline.saturating_duration_since(failed);
+                        let before_end_ms = before_end_ms.as_millis() as u64;
+                        LossCause::RenewalFailed { before_end_ms }
                     };
                     let state = LeaseState::Failed {
                         error: error.to_string(),

@@ -496,6 +496,54 @@ async fn no_lease_leaks_until_cleanup() {
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
+/// A renewal this process sends only after the lease's end, and that fails, says so: how long
+/// after the end it was sent, not that Redis was silent (it was never waited for).
+#[tokio::test]
+async fn a_failed_renewal_sent_after_the_end_says_it_was_late() {
+    let Some(mut redis) =
+        redis_or_skip("a_failed_renewal_sent_after_the_end_says_it_was_late").await
+    else {
+        return;
+    };
+    guarded(async {
+        const LEASE: u64 = 1_000;
+        let permits = connect(&redis, "late-failed", 1, Lease::Millis(LEASE)).await;
+        let who = holder("r1", "S1");
+        let TryAcquire::Admitted { at_ms, fence, .. } =
+            permits.try_acquire(&who).await.expect("Redis answers")
+        else {
+            panic!("the first holder is admitted");
+        };
+        redis.kill().expect("SIGKILL and reap");
+        // Admitted two leases ago by this process's clock: the first renewal is already due,
+        // and is sent after the lease's end.
+        let sent = tokio::time::Instant::now()
+            .checked_sub(Duration::from_millis(2 * LEASE))
+            .expect("the clock has run for longer than two leases");
+        let admitted = Confirmed {
+            at_ms,
+            expires_at_ms: Some(at_ms + LEASE),
+            sent,
+        };
+        let (losses, mut lost) = tokio::sync::mpsc::unbounded_channel();
+        let _held = HeldLease::start(permits.clone(), who, admitted, fence, Some(losses));
+        let loss = lost.recv().await.expect("the loss is reported");
+        match loss.cause {
+            LossCause::RenewalFailedLate { after_end_ms } => {
+                assert!(after_end_ms >= LEASE, "{loss:?}");
+                let words = loss.cause.to_string();
+                assert!(words.contains("ms after the lease had ended"), "{words}");
+            }
+            other => panic!("expected a late failed renewal, got {other:?}"),
+        }
+    })
+    .await;
+    redis
+        .stop()
+        .await
+        .expect("stopping a killed redis only removes its directory");
+}
+
 /// A renewal that fails at once, well before the lease's end (Redis killed: the connection
 /// breaks), is reported as that, how long before the end: not as Redis silent past the end.
 #[tokio::test]
