@@ -69,6 +69,17 @@ async fn connect(redis: &LocalRedis, run: &str, capacity: u32, lease: Lease) -> 
         .expect("the private Redis accepts connections")
 }
 
+/// An admission at Redis time `at_ms`, its lease ending at `expires_at_ms`, as if its request
+/// had been sent `ago` before now by this process's clock.
+fn confirmed_ago(at_ms: u64, expires_at_ms: u64, ago: Duration) -> Confirmed {
+    let sent = tokio::time::Instant::now().checked_sub(ago);
+    Confirmed {
+        at_ms,
+        expires_at_ms: Some(expires_at_ms),
+        sent: sent.expect("the clock has run for longer than the time asked for"),
+    }
+}
+
 /// One permit, no lease, connecting and giving up on each command within 200 ms.
 async fn impatient(redis: &LocalRedis, run: &str) -> GlobalPermits {
     GlobalPermits::connect_within(redis.url(), run, 1, Lease::None, Duration::from_millis(200))
@@ -380,14 +391,7 @@ async fn an_admission_read_late_is_renewed_at_once() {
             .query_async(&mut own_connection(&redis).await)
             .await
             .expect("ZADD answers");
-        let sent = tokio::time::Instant::now()
-            .checked_sub(Duration::from_millis(LEASE - LEFT))
-            .expect("the clock has run for longer than a lease");
-        let admitted = Confirmed {
-            at_ms,
-            expires_at_ms: Some(at_ms + LEFT),
-            sent,
-        };
+        let admitted = confirmed_ago(at_ms, at_ms + LEFT, Duration::from_millis(LEASE - LEFT));
         let held = HeldLease::start(permits.clone(), who, admitted, fence, None);
         let mut renewals = held.subscribe();
         renewals.changed().await.expect("the renewal task runs");
@@ -496,80 +500,54 @@ async fn no_lease_leaks_until_cleanup() {
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
-/// A renewal this process sends only after the lease's end, and that fails, says so: how long
-/// after the end it was sent, not that Redis was silent (it was never waited for).
+/// A renewal that fails at once (Redis killed: the connection breaks) says when it failed,
+/// by this process's clock, and never that Redis was silent past the lease's end (it was not
+/// waited for): well before the end, how long before; sent only after the end (this process
+/// did not run in time, here a lease admitted two leases ago), how long after.
 #[tokio::test]
-async fn a_failed_renewal_sent_after_the_end_says_it_was_late() {
-    let Some(mut redis) =
-        redis_or_skip("a_failed_renewal_sent_after_the_end_says_it_was_late").await
-    else {
-        return;
-    };
-    guarded(async {
-        const LEASE: u64 = 1_000;
-        let permits = connect(&redis, "late-failed", 1, Lease::Millis(LEASE)).await;
-        let who = holder("r1", "S1");
-        let TryAcquire::Admitted { at_ms, fence, .. } =
-            permits.try_acquire(&who).await.expect("Redis answers")
-        else {
-            panic!("the first holder is admitted");
-        };
-        redis.kill().expect("SIGKILL and reap");
-        // Admitted two leases ago by this process's clock: the first renewal is already due,
-        // and is sent after the lease's end.
-        let sent = tokio::time::Instant::now()
-            .checked_sub(Duration::from_millis(2 * LEASE))
-            .expect("the clock has run for longer than two leases");
-        let admitted = Confirmed {
-            at_ms,
-            expires_at_ms: Some(at_ms + LEASE),
-            sent,
-        };
-        let (losses, mut lost) = tokio::sync::mpsc::unbounded_channel();
-        let _held = HeldLease::start(permits.clone(), who, admitted, fence, Some(losses));
-        let loss = lost.recv().await.expect("the loss is reported");
-        match loss.cause {
-            LossCause::RenewalFailedLate { after_end_ms } => {
-                assert!(after_end_ms >= LEASE, "{loss:?}");
-                let words = loss.cause.to_string();
-                assert!(words.contains("ms after the lease had ended"), "{words}");
-            }
-            other => panic!("expected a late failed renewal, got {other:?}"),
-        }
-    })
-    .await;
-    redis
-        .stop()
-        .await
-        .expect("stopping a killed redis only removes its directory");
-}
-
-/// A renewal that fails at once, well before the lease's end (Redis killed: the connection
-/// breaks), is reported as that, how long before the end: not as Redis silent past the end.
-#[tokio::test]
-async fn a_renewal_that_fails_at_once_is_not_called_silence() {
-    let Some(mut redis) = redis_or_skip("a_renewal_that_fails_at_once_is_not_called_silence").await
+async fn a_renewal_that_fails_at_once_says_when_not_silence() {
+    let Some(mut redis) = redis_or_skip("a_renewal_that_fails_at_once_says_when_not_silence").await
     else {
         return;
     };
     guarded(async {
         const LEASE: u64 = 1_500;
-        let permits = connect(&redis, "broken", 1, Lease::Millis(LEASE)).await;
-        let (losses, mut lost) = tokio::sync::mpsc::unbounded_channel();
-        let held = permits.try_hold(holder("r1", "S1"), Some(losses)).await;
-        let Hold::Held(_held) = held.expect("answers") else {
-            panic!("the first holder is admitted");
-        };
+        let permits = connect(&redis, "broken", 2, Lease::Millis(LEASE)).await;
+        let mut admissions = Vec::new();
+        for (request, ago) in [("S1", 0), ("S2", 2 * LEASE)] {
+            let who = holder("r1", request);
+            let TryAcquire::Admitted { at_ms, fence, .. } =
+                permits.try_acquire(&who).await.expect("Redis answers")
+            else {
+                panic!("{request} is admitted");
+            };
+            let admitted = confirmed_ago(at_ms, at_ms + LEASE, Duration::from_millis(ago));
+            admissions.push((who, admitted, fence));
+        }
         redis.kill().expect("SIGKILL and reap");
-        let loss = lost.recv().await.expect("the loss is reported");
-        // The first renewal comes a third of the lease after the admission was sent.
-        match loss.cause {
-            LossCause::RenewalFailed { before_end_ms } => {
-                assert!(before_end_ms < LEASE, "{loss:?}");
-                let words = loss.cause.to_string();
-                assert!(words.contains("ms before the lease's end"), "{words}");
+        let (losses, mut lost) = tokio::sync::mpsc::unbounded_channel();
+        let _held: Vec<HeldLease> = admissions
+            .into_iter()
+            .map(|(who, admitted, fence)| {
+                HeldLease::start(permits.clone(), who, admitted, fence, Some(losses.clone()))
+            })
+            .collect();
+        // S2's renewal is due at once; S1's comes a third of the lease after its admission.
+        for request in ["S2", "S1"] {
+            let loss = lost.recv().await.expect("the loss is reported");
+            assert_eq!(loss.holder, holder("r1", request).to_string(), "{loss:?}");
+            let words = loss.cause.to_string();
+            match (request, loss.cause) {
+                ("S1", LossCause::RenewalFailed { before_end_ms }) => {
+                    assert!(before_end_ms < LEASE, "{loss:?}");
+                    assert!(words.contains("ms before the lease's end"), "{words}");
+                }
+                ("S2", LossCause::RenewalFailedLate { after_end_ms }) => {
+                    assert!(after_end_ms >= LEASE, "{loss:?}");
+                    assert!(words.contains("ms after the lease had ended"), "{words}");
+                }
+                (_, other) => panic!("{request}: not a failed renewal of its time: {other:?}"),
             }
-            other => panic!("expected a failed renewal before the end, got {other:?}"),
         }
     })
     .await;
