@@ -125,13 +125,6 @@ async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
         .expect("KEYS answers")
 }
 
-/// Sends `signal` to the private Redis: SIGSTOP silences it, SIGCONT lets it go on.
-fn signal(redis: &LocalRedis, signal: libc::c_int) {
-    let pid = libc::pid_t::try_from(redis.pid()).expect("a pid fits in pid_t");
-    // SAFETY: `pid` is our own unreaped child; signals have no memory effects here.
-    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-}
-
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -612,14 +605,14 @@ async fn a_silent_redis_times_out() {
     guarded(async {
         let permits = impatient(&redis, "silent").await;
         admitted(&permits, &holder("r1", "S1")).await;
-        signal(&redis, libc::SIGSTOP);
+        redis.stall(true).expect("SIGSTOP");
         match permits.try_acquire(&holder("r1", "S2")).await {
             Err(GlobalError::Redis { source, .. }) => {
                 assert!(source.is_timeout(), "a timeout, got {source}");
             }
             other => panic!("expected a timeout, got {other:?}"),
         }
-        signal(&redis, libc::SIGCONT);
+        redis.stall(false).expect("SIGCONT");
     })
     .await;
     redis.stop().await.expect("redis-server stops cleanly");
@@ -642,9 +635,9 @@ async fn a_timed_out_try_hold_leaves_no_holder() {
                 .await
                 .expect("Redis answers")
         );
-        signal(&redis, libc::SIGSTOP);
+        redis.stall(true).expect("SIGSTOP");
         let held = permits.try_hold(holder("r1", "S1"), None).await;
-        signal(&redis, libc::SIGCONT);
+        redis.stall(false).expect("SIGCONT");
         assert!(
             matches!(held, Err(GlobalError::Redis { .. })),
             "expected a timeout, got {held:?}"
