@@ -287,9 +287,7 @@ impl Drop for LocalRedis {
         if let Some(output) = self.output.take() {
             output.abort();
         }
-        if self.dir_exists {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        let _ = self.remove_dir();
     }
 }
 
