@@ -302,7 +302,8 @@ impl Renewer {
             let asked = Instant::now();
             // Past the lease's end by this clock the lease has lapsed, answered or not.
             let deadline = self.sent + self.lease;
-            let renewed = if asked >= deadline {
+            let late = asked.checked_duration_since(deadline);
+            let renewed = if late.is_some() {
                 // Already past the lease's end before asking (this process did not run in
                 // time): Redis's answer says what became of the permit.
                 Ok(self.permits.renew(&self.holder).await)
@@ -334,16 +335,17 @@ impl Renewer {
                     (LeaseState::Lost { at_ms, cause }, cause)
                 }
                 Ok(Err(error)) => {
-                    let failed = Instant::now();
-                    // Failed at once: Redis was not silent until the lease's end. Either the
-                    // renewal failed before the end, or this process only asked after it.
-                    let cause = if asked >= deadline {
-                        let after_end_ms = (asked - deadline).as_millis() as u64;
-                        LossCause::RenewalFailedLate { after_end_ms }
-                    } else {
-                        let before_end_ms = deadline.saturating_duration_since(failed);
-                        let before_end_ms = before_end_ms.as_millis() as u64;
-                        LossCause::RenewalFailed { before_end_ms }
+                    // Failed at once: Redis was not silent until the lease's end. Either this
+                    // process only asked after the end, or the renewal failed before it.
+                    let cause = match late {
+                        Some(late) => LossCause::RenewalFailedLate {
+                            after_end_ms: late.as_millis() as u64,
+                        },
+                        None => LossCause::RenewalFailed {
+                            before_end_ms: deadline
+                                .saturating_duration_since(Instant::now())
+                                .as_millis() as u64,
+                        },
                     };
                     let state = LeaseState::Failed {
                         error: error.to_string(),
