@@ -302,7 +302,7 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvi
     let late_effect = evidence
         .engine
         .as_ref()
-        .and_then(|e| last_effect(&e.effects, holder));
+        .and_then(|e| end_effect(&e.effects, holder));
     Lapsed {
         late_effect: late_effect.cloned(),
         holder: holder.to_owned(),
@@ -315,7 +315,7 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvi
 }
 
 /// The effect `holder`'s work wrote as it ended, if it came: each holder's work ends once.
-pub(crate) fn last_effect<'a>(effects: &'a [Effect], holder: &str) -> Option<&'a Effect> {
+pub(crate) fn end_effect<'a>(effects: &'a [Effect], holder: &str) -> Option<&'a Effect> {
     effects
         .iter()
         .find(|e| e.holder == holder && e.phase == WorkEnd::End)
@@ -478,7 +478,7 @@ fn check_late_effects(
         return;
     };
     for paused in &pause.holders {
-        let late = last_effect(&engine.effects, &paused.holder);
+        let late = end_effect(&engine.effects, &paused.holder);
         match (late, plan.late_effects_refused) {
             (None, _) => wrong.push(format!(
                 "{}'s work ended without its effect reaching the dependency",

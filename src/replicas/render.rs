@@ -10,7 +10,7 @@ use crate::draw::table::{columns, labels};
 use crate::evidence::Decision;
 use crate::front_process::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
-use crate::replicas::model::{last_effect, until_admitted};
+use crate::replicas::model::{end_effect, until_admitted};
 use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
@@ -413,7 +413,7 @@ fn leases(report: &ReplicasReport) -> String {
         let late: Vec<&Effect> = pause
             .holders
             .iter()
-            .filter_map(|h| last_effect(effects, &h.holder))
+            .filter_map(|h| end_effect(effects, &h.holder))
             .collect();
         for effect in &late {
             notes.push_str(&wrap(
@@ -439,7 +439,8 @@ fn leases(report: &ReplicasReport) -> String {
     if let Some(crash) = &report.evidence.crash {
         let killed = crash.replica.map_or("?".into(), |r| r.to_string());
         let probed = crash.probed.map_or("?".into(), |r| r.to_string());
-        let (window_cell, then) = match (until_admitted(&crash.probes).1, crash.watched_ms) {
+        let (refused, admitted) = until_admitted(&crash.probes);
+        let (window_cell, then) = match (admitted, crash.watched_ms) {
             (Some(p), _) => (
                 window(crash.window_ms),
                 format!("{} admitted on {probed}", p.request),
@@ -455,7 +456,7 @@ fn leases(report: &ReplicasReport) -> String {
             lease_cell,
             left(&crash.dead_holders),
             window_cell,
-            until_admitted(&crash.probes).0.len().to_string(),
+            refused.len().to_string(),
             then,
         ]);
         let meaning = if lease_ms > 0 {
