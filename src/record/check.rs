@@ -1089,22 +1089,22 @@ impl<'a> PolicyCheck<'a> {
             // Slow callers of the sequence with no response yet when the gate opened: admitted
             // before it and not yet left, or not decided until after it (unread while slow work
             // blocked the front's workers).
-            let slow = decided.iter().filter(|(r, _)| matches!(r, Label::Slow(_)));
-            let (unread, held): (Vec<_>, Vec<_>) = slow
+            let waiting: Vec<Label> = decided
+                .iter()
                 .filter(|(r, d)| {
-                    d.seq > opened
-                        || d.decision == Decision::Admitted
-                            && finished_at(**r).is_none_or(|f| f > opened)
+                    matches!(r, Label::Slow(_))
+                        && (d.seq > opened
+                            || d.decision == Decision::Admitted
+                                && finished_at(**r).is_none_or(|f| f > opened))
                 })
-                .partition(|(_, d)| d.seq > opened);
-            let label = |(&r, _): (&Label, _)| r;
-            let held: Vec<Label> = held.into_iter().map(label).collect();
-            let unread: Vec<Label> = unread.into_iter().map(label).collect();
+                .map(|(&r, _)| r)
+                .collect();
             let mut said = pending.clone();
             said.sort();
-            let mut waiting = [held.as_slice(), unread.as_slice()].concat();
-            waiting.sort();
             if said != waiting {
+                // The map's labels come in order, so `waiting` is sorted like `said`.
+                let (unread, held): (Vec<Label>, Vec<Label>) =
+                    waiting.iter().partition(|r| decided[*r].seq > opened);
                 let mut says = format!(
                     "slow_callers_pending_before_release lists {}, but when the gate opened the ledger held {}",
                     labels(pending),
