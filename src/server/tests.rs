@@ -54,9 +54,7 @@ fn start(
 /// This thread's id in the kernel.
 #[cfg(unix)]
 fn this_thread() -> u32 {
-    let link = std::fs::read_link("/proc/thread-self").expect("Linux /proc");
-    let name = link.file_name().and_then(|n| n.to_str());
-    name.and_then(|n| n.parse().ok()).expect("a thread id")
+    super::threaded::os_thread_id().expect("a thread id from Linux's /proc")
 }
 
 /// The ids of this process's threads.

@@ -561,7 +561,7 @@ impl Drop for Ending {
 }
 
 /// This thread's id in the kernel, where `/proc` tells it (Linux).
-fn os_thread_id() -> Option<u32> {
+pub(super) fn os_thread_id() -> Option<u32> {
     let link = std::fs::read_link("/proc/thread-self").ok()?;
     link.file_name()?.to_str()?.parse().ok()
 }
