@@ -15,24 +15,25 @@ const READY: &str = "isolation-lab test child ready";
 /// Fails a stalled step. Generous: the machine may be busy building.
 const STEP: Duration = Duration::from_secs(60);
 
-/// Starts this test binary again, running only the ignored test `entry` (its full path,
-/// such as `child::tests::child_entry`) with `role`, and reads up to its ready line.
-pub(crate) async fn spawn(entry: &str, role: &str) -> ChildProcess {
+/// This test binary again, to run only the test `entry` in `role`.
+fn this_test_binary(entry: &str, role: &str) -> Command {
     let program = std::env::current_exe().expect("a test binary has a path");
     let mut command = Command::new(program);
     command
         // One test thread: then the harness never prints "has been running for over 60
         // seconds", which would end a long-lived child whose stdout is closed.
-        .args([
-            "--exact",
-            entry,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         // So that a panic's last stderr line is its message, not a backtrace.
         .env_remove("RUST_BACKTRACE");
+    command
+}
+
+/// Starts this test binary again, running only the ignored test `entry` (its full path,
+/// such as `child::tests::child_entry`) with `role`, and reads up to its ready line.
+pub(crate) async fn spawn(entry: &str, role: &str) -> ChildProcess {
+    let mut command = this_test_binary(entry, role);
+    command.arg("--ignored");
     let mut child = ChildProcess::spawn_command(command).expect("the test child starts");
     let ready = async {
         while let Some(line) = child.next_line().await? {
@@ -85,14 +86,8 @@ pub(crate) fn alone(entry: &str) -> bool {
     if std::env::var(ROLE).is_ok_and(|role| role == entry) {
         return false;
     }
-    let program = std::env::current_exe().expect("a test binary has a path");
-    let mut command = Command::new(program);
-    command
-        .args(["--exact", entry, "--nocapture", "--test-threads=1"])
-        .env(ROLE, entry)
-        .env_remove("RUST_BACKTRACE")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut command = this_test_binary(entry, entry);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
     // This thread waits below until the child has ended, so the child dies with it.
     super::die_with_parent(&mut command);
     let child = command.spawn().expect("the test binary starts again");
