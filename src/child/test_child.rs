@@ -77,12 +77,16 @@ pub(crate) async fn step<F: Future>(what: &str, future: F) -> F::Output {
         .unwrap_or_else(|_| panic!("stalled for {STEP:?}: {what}"))
 }
 
-/// Runs the test `entry` (its full path, such as `server::tests::spawn_failure::..`)
-/// alone, in this test binary started again, for a test that changes or counts the whole
-/// process (its descriptors, its address space, its threads) while the other unit tests run.
-/// `true` in the parent, once the child passed (its output is in the failure otherwise);
-/// `false` in that child, which then runs the test's body.
-pub(crate) fn alone(entry: &str) -> bool {
+/// Runs the calling test alone, in this test binary started again, for a test that changes or
+/// counts the whole process (its descriptors, its address space, its threads) while the other
+/// unit tests run. `true` in the parent, once the child passed (its output is in the failure
+/// otherwise); `false` in that child, which then runs the test's body. The test is named by
+/// its thread: libtest runs each test on a thread named after it.
+pub(crate) fn alone() -> bool {
+    let thread = std::thread::current();
+    let entry = thread
+        .name()
+        .expect("libtest names a test's thread after the test");
     if std::env::var(ROLE).is_ok_and(|role| role == entry) {
         return false;
     }

@@ -472,9 +472,7 @@ mod accept_retry {
     /// accept error would instead have closed its listener, resetting the waiting connection.
     #[test]
     fn a_brief_descriptor_shortage_does_not_end_the_server() {
-        if crate::child::test_child::alone(
-            "server::tests::accept_retry::a_brief_descriptor_shortage_does_not_end_the_server",
-        ) {
+        if crate::child::test_child::alone() {
             return;
         }
         if !cfg!(target_os = "linux") {
@@ -702,9 +700,7 @@ mod spawn_failure {
     /// every counted handler joined, and reports the one it closed unserved.
     #[test]
     fn a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on() {
-        if crate::child::test_child::alone(
-            "server::tests::spawn_failure::a_connection_whose_thread_cannot_start_is_closed_and_the_server_goes_on",
-        ) {
+        if crate::child::test_child::alone() {
             return;
         }
         if Command::new("prlimit").arg("--version").output().is_err() {
@@ -874,9 +870,7 @@ mod thread_count {
     /// taken at once was one too many in about one run in a thousand.
     #[test]
     fn every_threaded_run_ends_with_the_threads_it_started_with() {
-        if crate::child::test_child::alone(
-            "server::tests::thread_count::every_threaded_run_ends_with_the_threads_it_started_with",
-        ) {
+        if crate::child::test_child::alone() {
             return;
         }
         let Some(before) = os_threads() else {

@@ -4,9 +4,11 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-pub mod load;
+pub mod alone;
+pub mod bulk;
 pub mod webdriver;
 
+pub use alone::alone;
 pub use tempfile::TempDir;
 
 use isolation_lab::classroom::{self, ClassroomReport};
@@ -353,6 +355,27 @@ pub async fn serve_classroom_config(config: classroom::Config) -> Classroom {
         .expect("the session announces its URL within 10 s (failure guard)")
         .expect("the session announces its URL");
     Classroom { url, leave, task }
+}
+
+/// A runtime on the test's own thread (current-thread, with I/O and time).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// A client that goes to the lab directly, never through a proxy.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client")
+}
+
+/// The address a classroom serves on, from an instructor's URL: what comes before `/#`.
+pub fn base_url(url: &str) -> &str {
+    url.split("/#").next().unwrap_or(url)
 }
 
 /// The control token in an instructor's URL: what follows `#control=`.

@@ -1,12 +1,12 @@
 //! `hold` with real front children (the lab's binary, started with its hidden `__front`) and
-//! real HTTP on loopback. One test in its own process, so no other test's threads or
-//! descriptors are counted with the parent's.
+//! real HTTP on loopback. The test runs alone in a process of its own (`common::alone`), so no
+//! other test's threads or descriptors are counted with the parent's.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 
-use common::load::{Resources, settled};
+use common::bulk::{Resources, settled};
 use isolation_lab::hold::{CountOutcome, HoldInputs, HoldOptions, hold};
 use isolation_lab::policy::Front;
 
@@ -19,7 +19,7 @@ fn options() -> HoldOptions {
 }
 
 /// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
-fn is_gone(pid: u32) -> bool {
+pub(crate) fn is_gone(pid: u32) -> bool {
     let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
     // SAFETY: signal 0 only checks that the process exists.
     let result = unsafe { libc::kill(pid, 0) };
@@ -32,6 +32,9 @@ fn is_gone(pid: u32) -> bool {
 /// ends with the descriptors and threads it started with.
 #[test]
 fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
+    if common::alone() {
+        return;
+    }
     // The instrument raises the parent's RLIMIT_NOFILE first, which opens nothing.
     let start = Resources::now();
     let config = HoldInputs::new(&[50, 200], &Front::ALL).expect("valid counts");

@@ -1,11 +1,11 @@
-//! Soak: the quick load test, scaled up. Run it with
-//! `cargo test --release --test soak -- --ignored --nocapture`.
+//! Soak: the quick load test, scaled up, alone in a process of its own like it. Run it with
+//! `cargo test --release --test lab soak:: -- --ignored --nocapture`.
 
-mod common;
+use crate::common;
 
 use std::time::Instant;
 
-use common::load::{self, Resources};
+use common::bulk::{self, Resources};
 use isolation_lab::policy::Front;
 
 /// On each front, 1 000 default labs in a row and 32 at once ten times over; then every input
@@ -14,21 +14,24 @@ use isolation_lab::policy::Front;
 #[test]
 #[ignore = "a soak of several seconds; run it explicitly"]
 fn a_thousand_labs_leave_nothing_behind() {
+    if common::alone() {
+        return;
+    }
     let before = Resources::now();
     for front in Front::ALL {
         let started = Instant::now();
-        load::sequential(front, 1_000);
+        bulk::sequential(front, 1_000);
         let sequential = started.elapsed();
         assert_eq!(
-            load::settled(before),
+            bulk::settled(before),
             before,
             "after 1 000 sequential labs on {front:?}"
         );
         let started = Instant::now();
         for _ in 0..10 {
-            load::concurrent(front, 32);
+            bulk::concurrent(front, 32);
             assert_eq!(
-                load::settled(before),
+                bulk::settled(before),
                 before,
                 "after 32 concurrent labs on {front:?}"
             );
@@ -41,9 +44,9 @@ fn a_thousand_labs_leave_nothing_behind() {
         );
     }
     let started = Instant::now();
-    load::under_cpu_load(10);
+    bulk::under_cpu_load(10);
     let loaded = started.elapsed();
-    let after = load::settled(before);
+    let after = bulk::settled(before);
     assert_eq!(after, before, "after 480 policy runs under CPU load");
     println!(
         "soak: 480 policy runs (both fronts) under CPU load in {loaded:?}; \

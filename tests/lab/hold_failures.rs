@@ -1,28 +1,20 @@
 //! `hold` when a front fails: a front child SIGKILLed mid-hold, or one without room for its
 //! threads, is evidence of that front at that count, not a failure of the lab, and leaves no
-//! process behind. In a process of their own, one test at a time, so each check for leftover
-//! children sees only that test's.
+//! process behind. Each test alone in a process of its own (`common::alone`), so its check for
+//! leftover children sees only its own.
+
+use crate::common;
 
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError, mpsc};
+use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::hold::is_gone;
 use isolation_lab::hold::{CountOutcome, Faults, HoldInputs, HoldOptions, HoldReport, Stage, hold};
 use isolation_lab::policy::Front;
 
-/// Held by each test for its whole run, so the children one sees are its own.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 /// How long a killed front may take to be reported: a guard, not a measurement.
 const REPORTED_WITHIN: Duration = Duration::from_secs(15);
-
-/// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
-fn is_gone(pid: u32) -> bool {
-    let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
-    // SAFETY: signal 0 only checks that the process exists.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
 
 /// The children of every thread of this process, from `/proc/self/task/*/children`.
 fn children() -> Vec<String> {
@@ -56,7 +48,9 @@ fn hold_within(config: HoldInputs, options: HoldOptions) -> HoldReport {
 /// itself does not fail; the killed child is reaped and no child is left.
 #[test]
 fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    if common::alone() {
+        return;
+    }
     let config = HoldInputs::new(&[200, 400], &Front::ALL).expect("valid counts");
     let options = HoldOptions {
         program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
@@ -102,7 +96,9 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
 /// ended; the async front holds all 400 in the same room; the lab does not fail.
 #[test]
 fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    if common::alone() {
+        return;
+    }
     let wrapper = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lab-in-256-mib");
     let script = format!(
         "#!/bin/sh\nulimit -v 262144 || exit 99\nexec '{}' \"$@\"\n",
@@ -158,7 +154,9 @@ fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
 /// line: the measurement stops there, the rest is not run, and no child is left.
 #[test]
 fn a_refused_request_fails_the_lab() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    if common::alone() {
+        return;
+    }
     let config = HoldInputs::new(&[50, 100], &[Front::Async]).expect("valid counts");
     let options = HoldOptions {
         program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
@@ -206,7 +204,9 @@ fn a_front_stopped_once_all_are_held_is_reported_within_15_s() {
 /// Runs `hold` at 200 on the async front, SIGSTOPped once the lab reads a count of `at` held,
 /// and checks the stopped front's report.
 fn stopped_when_held(at: u64) {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    if common::alone() {
+        return;
+    }
     let config = HoldInputs::new(&[200], &[Front::Async]).expect("valid counts");
     let options = HoldOptions {
         program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
@@ -238,7 +238,9 @@ fn stopped_when_held(at: u64) {
 #[test]
 fn an_address_space_limit_fails_in_one_line() {
     use std::os::unix::process::CommandExt;
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    if common::alone() {
+        return;
+    }
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
     command.args(["hold", "--counts", "10,100,1000"]);
     // SAFETY: setrlimit is async-signal-safe and allocates nothing.

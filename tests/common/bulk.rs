@@ -110,10 +110,7 @@ pub fn under_cpu_load(rounds: usize) {
             })
         })
         .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = super::runtime();
     runtime.block_on(async {
         for _ in 0..rounds {
             for front in Front::ALL {

@@ -1,9 +1,10 @@
 //! `compare`: admission is identical on both fronts for every input, while what a held request
-//! costs differs. One test in its own process, so no other test's threads are counted.
+//! costs differs. The test runs alone in a process of its own (`common::alone`), so no other
+//! test's threads are counted.
 
-mod common;
+use crate::common;
 
-use common::load::{self, Resources};
+use common::bulk::{self, Resources};
 use isolation_lab::compare::compare;
 use isolation_lab::policy::Front;
 use isolation_lab::policy::{Held, Slots};
@@ -14,6 +15,9 @@ use isolation_lab::policy::{Held, Slots};
 /// and do not grow at all on the async front, where a held request is a parked task.
 #[tokio::test]
 async fn admission_is_identical_and_only_the_threaded_front_pays_a_thread_per_hold() {
+    if common::alone() {
+        return;
+    }
     for slots in Slots::all() {
         for held in Held::all() {
             let comparison = compare(slots, held).await;
@@ -31,7 +35,7 @@ async fn admission_is_identical_and_only_the_threaded_front_pays_a_thread_per_ho
     let idle = Resources::now().threads;
     for held in Held::all() {
         // The previous runs' joined threads may linger in /proc for a moment: let them go.
-        let left = load::settled_threads(idle);
+        let left = bulk::settled_threads(idle);
         assert_eq!(left, idle, "no thread left from the previous runs");
         let comparison = compare(four, held).await;
         let shared = &comparison.policies[0];

@@ -1,9 +1,10 @@
 //! Slow work that blocks its thread, repeated: the combinations where the executor, not a
 //! permit, decides — on both fronts — run again and again with nothing differing from the
-//! model, and nothing left running: the process's threads are back to what they were. This
-//! file is a crate of its own so that no other test's threads come and go while it counts.
+//! model, and nothing left running: the process's threads are back to what they were. Each test
+//! runs alone in a process of its own (`common::alone`), so no other test's threads come and
+//! go while it counts.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
@@ -67,10 +68,7 @@ fn combinations() -> Vec<(Front, Executor, Case)> {
 /// model and its prediction, and afterwards the process has the threads it started with.
 fn repeat(rounds: usize) {
     let before = os_threads();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = common::runtime();
     for round in 0..rounds {
         for (front, executor, case) in combinations() {
             let options = Options::on(front).with_executor(executor);
@@ -103,14 +101,20 @@ fn repeat(rounds: usize) {
 /// Twenty rounds of every combination, with nothing differing and nothing left running.
 #[test]
 fn blocked_runs_repeat_without_differing_or_leaving_threads() {
+    if common::alone() {
+        return;
+    }
     repeat(20);
 }
 
-/// The same, 200 rounds: a soak, run by hand (`cargo test --release --test blocking_repeat --
-/// --ignored`).
+/// The same, 200 rounds: a soak, run by hand (`cargo test --release --test lab
+/// blocked_runs_soak -- --ignored`).
 #[test]
-#[ignore]
+#[ignore = "a soak of 200 rounds; run it by hand"]
 fn blocked_runs_soak() {
+    if common::alone() {
+        return;
+    }
     repeat(200);
 }
 
