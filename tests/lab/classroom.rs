@@ -697,9 +697,9 @@ async fn finish_closes_the_session_and_reports_an_unfinished_run() {
 fn sigint_ends_the_session_with_its_report() {
     let (mut child, url, lines) = spawn(&["classroom", "--mode", "partitioned"]);
     let (base, control) = base_and_control(&url);
-    let runtime = runtime();
+    let runtime = common::runtime();
     runtime.block_on(async {
-        let http = client();
+        let http = common::client();
         let done = http
             .post(format!("{base}/control/run-to-end"))
             .header("lab-control", &control)
@@ -726,9 +726,9 @@ fn sigint_ends_the_session_with_its_report() {
 fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     let (mut child, url, lines) = spawn(&["classroom", "--server", "threaded", "--mode", "shared"]);
     let (base, control) = base_and_control(&url);
-    let runtime = runtime();
+    let runtime = common::runtime();
     let (answer, (status, report)) = runtime.block_on(async move {
-        let http = client();
+        let http = common::client();
         let post = |action: &str| {
             http.post(format!("{base}/control/{action}"))
                 .header("lab-control", &control)
@@ -766,24 +766,7 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
 /// The address the binary serves on and the control token, from the instructor's URL it
 /// printed.
 fn base_and_control(url: &str) -> (String, String) {
-    let base = url.split("/#").next().expect("a base").to_owned();
-    (base, common::control_token(url))
-}
-
-/// A runtime on the test's own thread, to drive the binary from.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime")
-}
-
-/// A client that goes to the binary directly, never through a proxy.
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("a client")
+    (common::base_url(url).to_owned(), common::control_token(url))
 }
 
 /// Starts the binary with `args` (the lab's own, or `prlimit` with the lab's after its own);
@@ -905,10 +888,10 @@ fn measure_memory_after_a_thousand_room_requests() {
     };
     let pid = child.id();
     let (base, control) = base_and_control(&url);
-    let runtime = runtime();
+    let runtime = common::runtime();
     let before = rss(pid);
     let (page_bytes, after) = runtime.block_on(async {
-        let http = client();
+        let http = common::client();
         let page = http
             .get(format!("{base}/"))
             .send()
@@ -1121,7 +1104,7 @@ async fn idle_connections_are_closed_at_the_header_timeout() {
         ..Timeouts::default()
     };
     let served = common::serve_classroom_config(with_timeouts(Inputs::default(), short)).await;
-    let base = served.url.split("/#").next().expect("a base");
+    let base = common::base_url(&served.url);
     let address: SocketAddr = base["http://".len()..].parse().expect("an address");
     // Raw sockets only: a client that sends its head at once is never at risk of a timeout
     // this short, but nothing here depends on it.
@@ -1172,9 +1155,9 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
     let flood: Vec<TcpStream> = (0..1100)
         .map(|_| TcpStream::connect(address).expect("connect"))
         .collect();
-    let runtime = runtime();
+    let runtime = common::runtime();
     let post = |action: &str| {
-        let http = client();
+        let http = common::client();
         let sent = http
             .post(format!("{base}/control/{action}"))
             .header("lab-control", &control)

@@ -444,11 +444,8 @@ async fn room(page: &Page, url: &str, shots: bool) {
     assert!(room.contains("/slow"), "{seen}");
     let command = room.split("curl").nth(1).expect("a command");
     let token = &command.split("lab-room: ").nth(1).expect("a token")[..32];
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("a client");
-    let base = url.split("/#").next().expect("a base");
+    let http = common::client();
+    let base = common::base_url(url);
     let fast = http
         .get(format!("{base}/fast"))
         .header("lab-room", token)

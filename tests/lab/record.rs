@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::Faults;
+use crate::common::{self, Faults};
 use isolation_lab::coordinator::Options;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Front, Inputs, ModeChoice};
@@ -356,10 +356,7 @@ fn a_failed_runs_report_is_recorded() {
         caller_disconnects: Some(Label::Slow(1)),
         ..Faults::default()
     });
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = common::runtime();
     let report = runtime.block_on(isolation_lab::lab::run_with(inputs, options));
     drop(runtime);
     assert!(
@@ -1127,10 +1124,7 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
 #[test]
 fn failed_runs_are_not_called_edited_and_their_verdicts_cannot_be_edited() {
     let dir = scratch("faults");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = common::runtime();
     let faults = [
         (
             Front::Async,
