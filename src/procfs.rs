@@ -169,7 +169,7 @@ impl StatusFigures {
 }
 
 /// The value of a `Key:  <number>` line, as in `/proc/<pid>/status`.
-fn number_field(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn number_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         let value = line.strip_prefix(key)?.strip_prefix(':')?;
         value.trim().parse().ok()
@@ -177,7 +177,7 @@ fn number_field(text: &str, key: &str) -> Option<u64> {
 }
 
 /// The value of a `Key:  <number> kB` line, as in `/proc/meminfo`; the kernel's "kB" is KiB.
-fn kib_field(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn kib_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
         let value = line.strip_prefix(key)?.strip_prefix(':')?;
         value.trim().strip_suffix("kB")?.trim_end().parse().ok()

@@ -119,36 +119,31 @@ impl Client {
     /// whole body. The connection is left open again once the body is read.
     async fn get(&self, request: Label) -> anyhow::Result<(u16, Bytes)> {
         let sent = build(self.address, request.route().path(), request, &self.headers)?;
-        let (reused, mut connection) = match self.left_open() {
-            Some(connection) => (true, connection),
-            None => (false, connect(self.address).await?),
+        // A connection the last caller left open. The fronts keep a connection open until the
+        // client closes it or the server stops (after the client has closed its own).
+        let left_open = self.idle().pop();
+        let reused = left_open.is_some();
+        let mut connection = match left_open {
+            Some(connection) => connection,
+            None => connect(self.address).await?,
         };
-        let answered = match (reused, connection.exchange(sent).await) {
+        let answered = match connection.exchange(sent).await {
             // The server closed the connection while it was left open, and the request never
             // left: it goes on a new one.
-            (
-                true,
-                Err(Failed {
-                    unsent: Some(request),
-                    ..
-                }),
-            ) => {
+            Err(Failed {
+                unsent: Some(request),
+                ..
+            }) if reused => {
                 connection = connect(self.address).await?;
                 connection.exchange(request).await
             }
-            (_, answered) => answered,
+            answered => answered,
         };
         let answer = answered.map_err(|failed| failed.error)?;
         if connection.open() {
             self.idle().push(connection);
         }
         Ok(answer)
-    }
-
-    /// A connection the last caller left open. The fronts keep a connection open until the
-    /// client closes it or the server stops (after the client has closed its own).
-    fn left_open(&self) -> Option<Connection> {
-        self.idle().pop()
     }
 }
 

@@ -591,10 +591,7 @@ mod accept_retry {
         let mut text = String::new();
         status.rewind().ok()?;
         status.read_to_string(&mut text).ok()?;
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?;
-        line.trim().parse().ok()
+        crate::procfs::number_field(&text, "voluntary_ctxt_switches")
     }
 
     fn section() -> (Arc<WorkSection>, Arc<HandlerCount>) {
@@ -833,9 +830,7 @@ mod spawn_failure {
     /// The process's mapped address space now.
     fn mapped_bytes() -> Option<u64> {
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let line = status.lines().find_map(|l| l.strip_prefix("VmSize:"))?;
-        let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
-        Some(kib * 1024)
+        Some(crate::procfs::kib_field(&status, "VmSize")? * 1024)
     }
 }
 
