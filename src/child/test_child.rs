@@ -1,4 +1,5 @@
-//! Test children: this test binary started again, running one ignored test as a child process.
+//! Test children: this test binary started again, running one test as a child process: an
+//! ignored entry test in a role the parent gives it ([`spawn`]), or a test alone ([`alone`]).
 
 use std::future::Future;
 use std::io::Write;
@@ -94,28 +95,44 @@ pub(crate) fn alone() -> bool {
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     // This thread waits below until the child has ended, so the child dies with it.
     super::die_with_parent(&mut command);
-    let child = command.spawn().expect("the test binary starts again");
-    // Its output is read to the end on a thread of its own, so a child that stalls is killed
-    // after STEP rather than holding the test up.
-    let pid = child.id();
+    let mut child = command.spawn().expect("the test binary starts again");
+    // Each pipe is read to its end on a thread of its own; both ends mean the child has gone.
+    // One that stalls is killed after STEP rather than holding the test up: it is still this
+    // thread's unreaped child then, so the signal cannot reach another process.
     let (done, ended) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
+    let stdout = read(child.stdout.take(), done.clone());
+    let stderr = read(child.stderr.take(), done);
+    let deadline = std::time::Instant::now() + STEP;
+    let both = (0..2).all(|_| {
+        ended
+            .recv_timeout(deadline - std::time::Instant::now())
+            .is_ok()
     });
-    let ran = ended.recv_timeout(STEP).unwrap_or_else(|_| {
-        // SAFETY: kill takes plain integers; the child is not yet reaped (the reader waits on
-        // it), so its pid is still its own.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-        ended.recv().expect("the reader reaps the child")
-    });
-    reader.join().expect("the reader ends");
-    let ran = ran.expect("the test child's output is read");
-    let stdout = String::from_utf8_lossy(&ran.stdout);
+    if !both {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("the test child is reaped");
+    let stdout = stdout.join().expect("the stdout reader ends");
+    let stderr = stderr.join().expect("the stderr reader ends");
+    let killed = if both { "" } else { " (killed: it stalled)" };
     assert!(
-        ran.status.success() && stdout.contains("1 passed"),
-        "{entry}, alone in its own process: {}\n{stdout}\n{}",
-        ran.status,
-        String::from_utf8_lossy(&ran.stderr)
+        status.success() && stdout.contains("test result: ok. 1 passed;"),
+        "{entry}, alone in its own process: {status}{killed}\n{stdout}\n{stderr}"
     );
     true
+}
+
+/// Reads `pipe` to its end on a thread of its own, then says so on `done`.
+fn read<R>(pipe: Option<R>, done: std::sync::mpsc::Sender<()>) -> std::thread::JoinHandle<String>
+where
+    R: std::io::Read + Send + 'static,
+{
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        let _ = done.send(());
+        text
+    })
 }

@@ -439,8 +439,9 @@ mod drop_front {
 #[cfg(unix)]
 mod accept_retry {
     //! A brief shortage of file descriptors does not end a server: its accept fails, it pauses and
-    //! tries again, and the connection that was waiting is served. This file holds one test, since
-    //! the test takes every descriptor the process may open.
+    //! tries again, and the connection that was waiting is served. The test runs alone in a
+    //! process of its own (`test_child::alone`), since it takes every descriptor the process may
+    //! open.
 
     use std::fs::File;
     use std::io::{self, Read, Seek, Write};
@@ -668,8 +669,8 @@ mod accept_retry {
 #[cfg(unix)]
 mod spawn_failure {
     //! A connection whose thread cannot start is closed unserved and reported, is not counted as
-    //! accepted, and does not end the threaded server. This file holds one test, since the test
-    //! limits the whole process's address space for a moment.
+    //! accepted, and does not end the threaded server. The test runs alone in a process of its own
+    //! (`test_child::alone`), since it limits the whole process's address space for a moment.
 
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
@@ -837,8 +838,8 @@ mod spawn_failure {
 #[cfg(unix)]
 mod thread_count {
     //! The threaded front's threads are all gone once it has stopped, so `after_run.os_threads`
-    //! is exact: equal to the count before the run, on every run. This file holds one test, so no
-    //! other test's threads come and go while it counts the process's threads.
+    //! is exact: equal to the count before the run, on every run. The test runs alone in a process
+    //! of its own (`test_child::alone`), so no other test's threads come and go while it counts.
 
     use std::io::{Read, Write};
     use std::net::TcpStream;

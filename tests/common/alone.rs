@@ -4,9 +4,11 @@
 //! a test still runs beside the others, only in its own process: this test binary started
 //! again, running that one test and nothing else.
 
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::webdriver::die_with_parent;
 
@@ -34,7 +36,8 @@ pub fn alone() -> bool {
     command
         // `--include-ignored`: a test run by hand with `--ignored` runs in its child too.
         // `--nocapture`: what the test writes to stderr is passed on below, where this
-        // process's harness captures it or shows it as it would the test's own.
+        // process's harness captures it or shows it as it would the test's own (what it prints
+        // to stdout is shown only if it fails, beside the child harness's own lines).
         .args(["--exact", test, "--include-ignored", "--nocapture"])
         .args(["--test-threads=1"])
         .env(ALONE, test)
@@ -43,29 +46,43 @@ pub fn alone() -> bool {
         .stderr(Stdio::piped());
     // This thread waits below until the child has ended, so the child dies with it.
     die_with_parent(&mut command);
-    let child = command.spawn().expect("the test binary starts again");
-    let pid = child.id();
-    // The output is read to its end on a thread of its own, so a child that stalls is killed
-    // after LIMIT rather than holding the run up.
+    let mut child = command.spawn().expect("the test binary starts again");
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    // Each pipe is read to its end on a thread of its own; both ends mean the child has gone.
+    // One that stalls is killed after LIMIT rather than holding the run up: it is still this
+    // thread's unreaped child then, so the signal cannot reach another process.
     let (done, ended) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    let ran = ended.recv_timeout(LIMIT).unwrap_or_else(|_| {
-        // SAFETY: kill takes plain integers; the child is not yet reaped (the reader waits on
-        // it), so its pid is still its own.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-        ended.recv().expect("the reader reaps the child")
-    });
-    reader.join().expect("the reader ends");
-    let ran = ran.expect("the child's output is read");
-    let stdout = String::from_utf8_lossy(&ran.stdout);
-    let stderr = String::from_utf8_lossy(&ran.stderr);
+    let (stdout, stderr) = (read(stdout, done.clone()), read(stderr, done));
+    let deadline = Instant::now() + LIMIT;
+    let both = (0..2).all(|_| ended.recv_timeout(deadline - Instant::now()).is_ok());
+    if !both {
+        let _ = child.kill();
+    }
+    let status = child.wait().expect("the child is reaped");
+    let stdout = stdout.join().expect("the stdout reader ends");
+    let stderr = stderr.join().expect("the stderr reader ends");
+    // What the test wrote, for this process's harness to capture or show as the test's own.
     eprint!("{stderr}");
+    let killed = if both {
+        String::new()
+    } else {
+        format!(" (killed after {LIMIT:?})")
+    };
     assert!(
-        ran.status.success() && stdout.contains("1 passed"),
-        "{test}, alone in its own process: {}\n{stdout}",
-        ran.status,
+        status.success() && stdout.contains("test result: ok. 1 passed;"),
+        "{test}, alone in its own process: {status}{killed}\n{stdout}"
     );
     true
+}
+
+/// Reads `pipe` to its end on a thread of its own, then says so on `done`.
+fn read<R: Read + Send + 'static>(pipe: Option<R>, done: mpsc::Sender<()>) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_string(&mut text);
+        }
+        let _ = done.send(());
+        text
+    })
 }

@@ -119,14 +119,26 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// Nothing that outlived the run listens on `address`. Tests run side by side, so another test's
-/// server (in this process, or a child of it) may have been given the same port since: only a
-/// listener held by some other process, such as an orphan of a replica, is a leak. A connection
-/// attempt could not tell them apart.
+/// server (in this process, or in a process it started, however deep: a `hold` front under a
+/// test alone in its own process) may have been given the same port since: only a listener
+/// held by some other process, such as an orphan of a replica, is a leak. A connection attempt
+/// could not tell them apart.
 fn refuses(address: &str) -> bool {
+    listeners(address).into_iter().all(descends_from_me)
+}
+
+/// Whether `pid` is this process or one it started, directly or not. An orphan has been given
+/// to init or a subreaper, above this process, so it is not.
+fn descends_from_me(pid: u32) -> bool {
     let me = std::process::id();
-    listeners(address)
-        .into_iter()
-        .all(|owner| owner == me || parent_of(owner) == Some(me))
+    let mut pid = Some(pid);
+    while let Some(p) = pid.filter(|&p| p > 1) {
+        if p == me {
+            return true;
+        }
+        pid = parent_of(p);
+    }
+    false
 }
 
 /// Every replica process is gone and its port closed; a private redis-server too.

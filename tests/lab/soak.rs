@@ -37,7 +37,7 @@ fn a_thousand_labs_leave_nothing_behind() {
             );
         }
         let concurrent = started.elapsed();
-        println!(
+        eprintln!(
             "soak, {} front: 1000 sequential default labs in {sequential:?}; \
              10 x 32 concurrent in {concurrent:?}",
             front.name()
@@ -48,7 +48,7 @@ fn a_thousand_labs_leave_nothing_behind() {
     let loaded = started.elapsed();
     let after = bulk::settled(before);
     assert_eq!(after, before, "after 480 policy runs under CPU load");
-    println!(
+    eprintln!(
         "soak: 480 policy runs (both fronts) under CPU load in {loaded:?}; \
          fds {} -> {}, threads {} -> {}",
         before.fds, after.fds, before.threads, after.threads
