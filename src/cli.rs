@@ -510,9 +510,10 @@ where
                 }) => refuse_executor((*server).into(), executor, blocking()),
                 _ => None,
             };
+            let sub = matches.subcommand_name().unwrap_or_default();
             return match refused {
                 None => Ok(cli),
-                Some(message) => Err(Cli::command().error(ErrorKind::ArgumentConflict, message)),
+                Some(message) => Err(refusal(sub, ErrorKind::ArgumentConflict, message)),
             };
         }
         Err(error) => error,
@@ -593,9 +594,20 @@ where
         _ => None,
     };
     Err(match message {
-        Some(message) => Cli::command().error(ErrorKind::ValueValidation, message),
+        Some(message) => refusal(sub, ErrorKind::ValueValidation, message),
         None => error,
     })
+}
+
+/// A refusal of the command line in clap's words, with the usage of the subcommand `sub` (the
+/// run's own when `sub` names none), as clap's own refusals of it show.
+fn refusal(sub: &str, kind: clap::error::ErrorKind, message: String) -> clap::Error {
+    let mut command = Cli::command();
+    command.build();
+    match command.find_subcommand_mut(sub) {
+        Some(sub) => sub.error(kind, message),
+        None => command.error(kind, message),
+    }
 }
 
 fn refuse_address(_: &str) -> anyhow::Result<Infallible> {
@@ -730,39 +742,71 @@ mod tests {
             error.to_string()
         };
         let words = |text: &str| text.split(' ').map(Into::into).collect::<Vec<_>>();
-        for (args, says) in [
+        // Each refusal, and the usage it shows: the subcommand's, as clap's own refusals of a
+        // subcommand show (none for a bad value, as clap shows none).
+        for (args, says, usage) in [
             (
                 "--held 4 predict",
                 "flags of a subcommand go after it: isolation-lab predict --held 4",
+                Some("isolation-lab predict [OPTIONS]"),
             ),
             // The flags moved after the subcommand would be refused too: that refusal, not
             // a suggestion to run it.
             (
                 "--held 3 sweep",
                 "sweep does not take --held: sweep runs every --slots/--held input itself",
+                Some("isolation-lab sweep [OPTIONS]"),
             ),
-            ("--slots -1", "expected a whole number from 2 through 4"),
-            ("--held -3", "expected a whole number from 1 through 4"),
+            (
+                "--slots -1",
+                "expected a whole number from 2 through 4",
+                None,
+            ),
+            (
+                "--held -3",
+                "expected a whole number from 1 through 4",
+                None,
+            ),
             (
                 "sweep --held 3",
                 "sweep runs every --slots/--held input itself",
+                Some("isolation-lab sweep [OPTIONS]"),
             ),
             (
                 "compare --mode shared",
                 "compare runs both policies on both fronts",
+                Some("isolation-lab compare [OPTIONS]"),
             ),
             (
                 "--held 4 record r.json",
                 "isolation-lab --held 4 > r.json && isolation-lab record r.json",
+                Some("isolation-lab record [OPTIONS] <REPORT>"),
             ),
-            ("record --held 4 r.json", "record reads a saved report"),
+            (
+                "record --held 4 r.json",
+                "record reads a saved report",
+                Some("isolation-lab record [OPTIONS] <REPORT>"),
+            ),
             (
                 "record",
                 "record is missing its argument: record reads a saved report",
+                Some("isolation-lab record [OPTIONS] <REPORT>"),
+            ),
+            (
+                "sweep --server threaded --blocking-threads 512",
+                "the threaded front has none",
+                Some("isolation-lab sweep [OPTIONS]"),
+            ),
+            (
+                "--server threaded --blocking-threads 512",
+                "the threaded front has none",
+                Some("isolation-lab [OPTIONS]"),
             ),
         ] {
             let message = said(words(args));
             assert!(message.contains(says), "{args}: {message}");
+            let shown = message.lines().find_map(|l| l.strip_prefix("Usage: "));
+            assert_eq!(shown, usage, "{args}: {message}");
         }
         let bytes = std::ffi::OsStr::from_bytes(b"\xff").to_owned();
         let message = said(vec!["--slots".into(), bytes]);
