@@ -9,16 +9,21 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use tokio::net::unix::pipe;
 
 /// The write end of the pipe the handler wakes the session through; -1 when none.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
+/// How many handler calls are between reading [`WAKE`] and their write: the pipe is closed only
+/// when none is, so a handler never writes to a descriptor that has since been closed and
+/// opened again for something else.
+static WRITING: AtomicUsize = AtomicUsize::new(0);
 
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
 extern "C" fn caught(_signal: libc::c_int) {
+    WRITING.fetch_add(1, Ordering::SeqCst);
     let fd = WAKE.load(Ordering::SeqCst);
     if fd >= 0 {
         // SAFETY: write(2) is async-signal-safe and the byte is static; errno is saved and put
@@ -30,6 +35,7 @@ extern "C" fn caught(_signal: libc::c_int) {
             *libc::__errno_location() = errno;
         }
     }
+    WRITING.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// SIGINT and SIGTERM, caught until this is dropped.
@@ -106,7 +112,13 @@ impl Drop for Interrupts {
                 libc::sigaction(*signal, previous, std::ptr::null_mut());
             }
         }
-        // From here no new handler call can start; the pipe closes after this.
+        // From here no new handler call can start, and one that starts on another thread now
+        // reads -1. One that read the descriptor before is waited for: its write takes
+        // microseconds (on this thread, it ran to its end before this went on). The pipe
+        // closes after this.
         WAKE.store(-1, Ordering::SeqCst);
+        while WRITING.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
     }
 }
