@@ -8,6 +8,7 @@
 //! could have written it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -17,10 +18,11 @@ use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Phase};
+use crate::executor::WorkStyle;
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Policy, Pool, Route};
-use crate::report::{PolicyReport, Report};
+use crate::report::{PolicyReport, Report, Runner};
 use crate::server;
 
 use super::read::{SavedRoomGate, SavedSession};
@@ -104,17 +106,72 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         let pointer = format!("{prefix}{}", pointer(path));
         findings.push(Finding { pointer, says });
     };
+    // Another version may describe its runs in other words: this one writes its runner from
+    // the front and the executor alone (and the scheduler it ran on).
     let runner = &report.runner;
-    // Another version may describe its fronts in other words.
-    if runner.version == env!("CARGO_PKG_VERSION") && runner.server != runner.front.describe() {
-        find(
-            &["runner", "server"],
-            format!(
-                "the runner says the {} front ran, but describes another front's server: {}",
-                runner.front.name(),
-                runner.server
-            ),
-        );
+    if runner.version == env!("CARGO_PKG_VERSION") {
+        let timeout = Duration::from_millis(runner.safety_timeout_ms);
+        let wrote = Runner::on(runner.front, report.executor, timeout);
+        if runner.server != wrote.server {
+            find(
+                &["runner", "server"],
+                format!(
+                    "the runner says the {} front ran, but describes another front's server: {}",
+                    runner.front.name(),
+                    runner.server
+                ),
+            );
+        }
+        for (field, said, written) in [
+            ("language", &runner.language, &wrote.language),
+            ("client", &runner.client, &wrote.client),
+        ] {
+            if said != written {
+                find(
+                    &["runner", field],
+                    format!("the runner's {field} is {said:?}, but this lab writes {written:?}"),
+                );
+            }
+        }
+        let schedulers = ["current-thread scheduler", "multi-thread scheduler"];
+        if !schedulers
+            .map(|s| format!("Tokio 1, {s}"))
+            .contains(&runner.runtime)
+        {
+            find(
+                &["runner", "runtime"],
+                format!(
+                    "the runner's runtime is {:?}, but this lab runs on Tokio 1's current-thread \
+                     or multi-thread scheduler",
+                    runner.runtime
+                ),
+            );
+        }
+        // Not empty where it is shown: only another executor than the usual has a front runtime.
+        let flags = report.executor.flags();
+        // Where it is said: the runner itself when it names no front runtime.
+        let at: &[&str] = match runner.front_runtime {
+            Some(_) => &["runner", "front_runtime"],
+            None => &["runner"],
+        };
+        let says = match (&runner.front_runtime, &wrote.front_runtime) {
+            (said, written) if said == written => None,
+            (None, None) => None,
+            (None, Some(written)) => Some(format!(
+                "the report's executor is{flags}, but its runner names no runtime of the \
+                 front's own; a run with that executor says: {written}"
+            )),
+            (Some(said), None) => Some(format!(
+                "the runner says the front ran on a runtime of its own ({said}), but the \
+                 report's executor is the lab's usual one"
+            )),
+            (Some(said), Some(written)) => Some(format!(
+                "the runner says {said:?}, but the report's executor{flags} runs: {written}"
+            )),
+        };
+        if let Some(says) = says {
+            find(at, says);
+        }
     }
     match (report.matches_model, &report.failure) {
         (true, Some(_)) => find(
@@ -550,6 +607,13 @@ impl<'a> PolicyCheck<'a> {
         let mut holders: BTreeMap<Pool, Vec<Label>> = BTreeMap::new();
         let mut decided: BTreeMap<Label, Decided> = BTreeMap::new();
         let mut inside = BTreeSet::new();
+        // Work a thread of another pool or runtime began to run, where the executor hands it to
+        // one (`--work spawn-blocking` or `own-runtime`): it reaches the gate only then.
+        let handed = matches!(
+            self.report.executor.work,
+            WorkStyle::SpawnBlocking | WorkStyle::OwnRuntime
+        );
+        let mut started = BTreeSet::new();
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
@@ -685,12 +749,21 @@ impl<'a> PolicyCheck<'a> {
                         Event::Started => {
                             // Admitted work that a thread of another pool or runtime began to
                             // run (`--work spawn-blocking` or `own-runtime`): it must be inside.
-                            if !inside.contains(&request) {
+                            if !handed {
+                                let work = self.report.executor.work.name();
+                                self.find(&path, format!("{request} is started at seq {seq} by a thread of another pool or runtime, but with --work {work} no work is handed to one"));
+                            } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
+                            started.insert(request);
                         }
                         Event::Held => {
-                            if !inside.contains(&request) {
+                            if state.held_at_gate.contains(&request) {
+                                self.find(&path, format!("{request} is held at seq {seq} a second time: it reached the gate already and has not left it"));
+                            } else if handed && !started.contains(&request) {
+                                let work = self.report.executor.work.name();
+                                self.find(&path, format!("{request} is held at seq {seq}, but with --work {work} its work reaches the gate only once a thread starts it, and no started event came before"));
+                            } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is held at seq {seq}, but it is not inside the work section: no admission before it"));
                             } else if self.route(request) == Some(Route::Fast) {
                                 self.find(&path, format!("{request} is held at the gate, but only /slow work waits there"));
@@ -922,6 +995,22 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["ledger", name, "refusals"],
                     format!("the ledger's refusals on the {pool} pool are not the refusals in its work events, with the requests holding the pool at each"),
+                );
+            }
+            let rules = |ledger: &PoolLedger| -> Vec<String> {
+                ledger.invariants.iter().map(|i| i.rule.clone()).collect()
+            };
+            let (stated, audits) = (rules(stored), rules(own));
+            if let Some(rule) = audits.iter().find(|r| !stated.contains(r)) {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool leaves out the rule \"{rule}\", which its audit always checks"),
+                );
+            }
+            if let Some(rule) = stated.iter().find(|r| !audits.contains(r)) {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool states a rule its audit does not check: \"{rule}\""),
                 );
             }
             for rule in &own.invariants {

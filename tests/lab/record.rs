@@ -895,6 +895,57 @@ const EDITS: &[Edit] = &[
         },
         "the session says every run matched the policy model, but its runs do not",
     ),
+    (
+        "a front's own runtime watched, in a run that awaits",
+        DEFAULT,
+        |r| {
+            let unread = json!([{ "request": "S2", "after_event": 4, "accept_queue": 1 }]);
+            let watched = json!({ "heartbeat": [], "unread": unread, "queued": [] });
+            r["policies"][0]["executor"] = watched;
+        },
+        "expected none seen unread before release, observed S2",
+    ),
+    (
+        "a run that awaits relabelled as spawn-blocking",
+        DEFAULT,
+        |r| r["executor"] = json!({ "work": "spawn-blocking", "blocking_threads": 4 }),
+        "the report's executor is --work spawn-blocking --blocking-threads 4, but its runner \
+         names no runtime of the front's own",
+    ),
+    (
+        "the runner's language",
+        DEFAULT,
+        |r| set(r, "/runner/language", json!("Python 3.12")),
+        "the runner's language is \"Python 3.12\", but this lab writes \"Rust\"",
+    ),
+    (
+        "S1 held twice",
+        DEFAULT,
+        |r| set(r, "/policies/0/work_events/3/request", json!("S1")),
+        "S1 is held at seq 4 a second time",
+    ),
+    (
+        "work started by another thread, in a run that awaits",
+        DEFAULT,
+        |r| set(r, "/policies/0/work_events/1/event", json!("started")),
+        "S1 is started at seq 2 by a thread of another pool or runtime, but with --work await \
+         no work is handed to one",
+    ),
+    (
+        "a rule left out of the ledger",
+        DEFAULT,
+        |r| list(r, "/policies/0/ledger/shared/invariants").clear(),
+        "the ledger of the shared pool leaves out the rule",
+    ),
+    (
+        "a rule added to the ledger",
+        DEFAULT,
+        |r| {
+            let rule = json!({ "rule": "no permit leaked", "holds": false });
+            list(r, "/policies/0/ledger/shared/invariants").push(rule);
+        },
+        "the ledger of the shared pool states a rule its audit does not check",
+    ),
 ];
 
 /// Every edit of [`EDITS`] is named in the record's words, on stdout and in the one line on
@@ -1005,23 +1056,44 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             expected.as_object_mut().expect("an object").remove("waits");
         }
     };
-    let edits: [(fn(&mut Value), _); 3] = [
+    let spawned = save(
+        &dir,
+        &["--work", "spawn-blocking", "--blocking-threads", "1"],
+        "spawned.json",
+    );
+    let s1_not_started = |report: &mut Value| {
+        let events = list(report, "/policies/0/work_events");
+        let started = events.iter_mut().find(|e| e["event"] == "started");
+        started.expect("S1 is started")["request"] = json!("S2");
+    };
+    /// A real report, an edit of it, and what the record must say of the edit.
+    type OnReport<'a> = (&'a Value, fn(&mut Value), &'static str);
+    let edits: [OnReport; 4] = [
         (
+            &spawned,
+            s1_not_started,
+            "S1 is held at seq 3, but with --work spawn-blocking its work reaches the gate only \
+             once a thread starts it",
+        ),
+        (
+            &blocked,
             f1_before_release,
             "F1's response is marked before release, but it arrived after seq",
         ),
         (
+            &blocked,
             unread_dropped,
             "slow_callers_pending_before_release lists S1, but when the gate opened the ledger \
              held S1, and the front had not yet read S2",
         ),
         (
+            &blocked,
             awaits,
             "the model block's expectations are not the policy model's",
         ),
     ];
-    for (i, (edit, says)) in edits.into_iter().enumerate() {
-        let mut report = blocked.clone();
+    for (i, (base, edit, says)) in edits.into_iter().enumerate() {
+        let mut report = base.clone();
         edit(&mut report);
         let file = format!("blocked-edit-{i}.json");
         std::fs::write(dir.join(&file), report.to_string()).expect("written");
