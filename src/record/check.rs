@@ -21,7 +21,7 @@ use crate::evidence::{Decision, Evidence, Phase};
 use crate::executor::WorkStyle;
 use crate::label::Label;
 use crate::model;
-use crate::policy::{Policy, Pool, Route};
+use crate::policy::{Front, Policy, Pool, Route};
 use crate::report::{PolicyReport, Report, Runner};
 use crate::server;
 
@@ -488,12 +488,24 @@ impl<'a> PolicyCheck<'a> {
             }
         }
         if let Some(server) = &file.server {
-            if !server.address.ip().is_loopback() {
+            let address = server.address;
+            if address.ip() != std::net::Ipv4Addr::LOCALHOST || address.port() == 0 {
                 self.find(
                     &["server", "address"],
                     format!(
-                        "the server listened on {}, but the lab binds 127.0.0.1 only",
-                        server.address
+                        "the server listened on {address}, but the lab binds 127.0.0.1 only, on \
+                         the port the OS gives it"
+                    ),
+                );
+            }
+            let handlers = file.resources.before_fast.map(|r| r.connection_handlers);
+            if let Some(handlers) = handlers.filter(|&h| server.connections_accepted < h as u64) {
+                self.find(
+                    &["server", "connections_accepted"],
+                    format!(
+                        "the server accepted {} connections, fewer than the {handlers} \
+                         connection handlers alive before F1",
+                        server.connections_accepted
                     ),
                 );
             }
@@ -507,6 +519,8 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
+
+        self.resources();
 
         // Tasks are aborted only when a run fails.
         let aborted = [
@@ -590,6 +604,79 @@ impl<'a> PolicyCheck<'a> {
     /// Replays the ledger: checks each event's order, request, pool, place in its request's
     /// life and count of taken permits, and watches for the observer's snapshots along the way.
     /// `None` once a pool admits beyond its capacity: nothing after that can be replayed.
+    /// The process's counts before F1 and after the run: what the fronts and the sequence make
+    /// of them in every run.
+    fn resources(&mut self) {
+        let file = self.file;
+        if let Some(before) = file.resources.before_fast {
+            let held = file.observed.observer_before_fast.as_ref();
+            let held = held.map(|o| o.held_at_gate.len());
+            // Counted right after the observer's snapshot; a classroom's room may send a
+            // request between the two.
+            if let Some(held) = held.filter(|&h| h != before.held_at_gate && self.room.is_none()) {
+                self.find(
+                    &["resources", "before_fast", "held_at_gate"],
+                    format!(
+                        "resources.before_fast counts {} requests held at the gate, but \
+                         observer_before_fast, taken at the same moment, holds {held}",
+                        before.held_at_gate
+                    ),
+                );
+            }
+            if before.connection_handlers < before.held_at_gate {
+                self.find(
+                    &["resources", "before_fast", "connection_handlers"],
+                    format!(
+                        "resources.before_fast counts {} connection handlers, fewer than the {} \
+                         requests held at the gate, each inside one",
+                        before.connection_handlers, before.held_at_gate
+                    ),
+                );
+            }
+            // Each of the threaded front's handlers is an OS thread, beside the one that runs
+            // the sequence.
+            let threads = before
+                .os_threads
+                .filter(|_| self.report.runner.front == Front::Threaded);
+            if let Some(threads) = threads.filter(|&t| t <= before.connection_handlers) {
+                self.find(
+                    &["resources", "before_fast", "os_threads"],
+                    format!(
+                        "the threaded front runs a thread per connection, but \
+                         resources.before_fast counts {threads} OS threads for {} connection \
+                         handlers and the thread running the sequence",
+                        before.connection_handlers
+                    ),
+                );
+            }
+        }
+        let stopped = file
+            .server
+            .as_ref()
+            .is_some_and(|s| s.connection_tasks_stopped);
+        if let Some(after) = file
+            .resources
+            .after_run
+            .filter(|_| stopped && !self.cut_short)
+        {
+            for (field, left) in [
+                ("connection_handlers", after.connection_handlers),
+                ("held_at_gate", after.held_at_gate),
+            ] {
+                if left > 0 {
+                    self.find(
+                        &["resources", "after_run", field],
+                        format!(
+                            "resources.after_run counts {left} {}, yet every connection task \
+                             stopped and the run records no failure",
+                            field.replace('_', " ")
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
     fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);

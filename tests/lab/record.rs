@@ -946,6 +946,62 @@ const EDITS: &[Edit] = &[
         },
         "the ledger of the shared pool states a rule its audit does not check",
     ),
+    (
+        "no request held when F1 was sent, by the resources",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/resources/before_fast/held_at_gate",
+                json!(0),
+            )
+        },
+        "resources.before_fast counts 0 requests held at the gate, but observer_before_fast, \
+         taken at the same moment, holds 2",
+    ),
+    (
+        "held requests without a connection handler",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/resources/before_fast/connection_handlers",
+                json!(0),
+            )
+        },
+        "resources.before_fast counts 0 connection handlers, fewer than the 2 requests held at \
+         the gate",
+    ),
+    (
+        "requests still held after the run",
+        DEFAULT,
+        |r| set(r, "/policies/0/resources/after_run/held_at_gate", json!(2)),
+        "resources.after_run counts 2 held at gate, yet every connection task stopped",
+    ),
+    (
+        "one connection accepted for two held requests",
+        DEFAULT,
+        |r| set(r, "/policies/0/server/connections_accepted", json!(1)),
+        "the server accepted 1 connections, fewer than the 2 connection handlers alive before F1",
+    ),
+    (
+        "a server on another address",
+        DEFAULT,
+        |r| set(r, "/policies/0/server/address", json!("127.0.0.2:80")),
+        "the server listened on 127.0.0.2:80, but the lab binds 127.0.0.1 only",
+    ),
+    (
+        "the async front's run told as the threaded front's",
+        DEFAULT,
+        |r| {
+            set(r, "/runner/front", json!("threaded"));
+            let server =
+                "std::net and httparse, HTTP/1.1 on 127.0.0.1: an OS thread per connection";
+            set(r, "/runner/server", json!(server));
+        },
+        "the threaded front runs a thread per connection, but resources.before_fast counts 1 OS \
+         threads for 2 connection handlers",
+    ),
 ];
 
 /// Every edit of [`EDITS`] is named in the record's words, on stdout and in the one line on
