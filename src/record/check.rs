@@ -17,7 +17,7 @@ use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
-use crate::evidence::{Decision, Evidence, Phase};
+use crate::evidence::{Decision, Evidence, Moment, Phase};
 use crate::executor::WorkStyle;
 use crate::label::Label;
 use crate::model;
@@ -561,6 +561,7 @@ impl<'a> PolicyCheck<'a> {
         self.ledger(&evidence.ledger);
         self.responses(&replayed);
         self.snapshots(&replayed);
+        self.watched(&replayed);
         self.final_state(&replayed.end, replayed.gate);
 
         // The model's check of that evidence.
@@ -674,6 +675,127 @@ impl<'a> PolicyCheck<'a> {
                     );
                 }
             }
+        }
+    }
+
+    /// What the front's runtime was seen doing, read against the ledger: the heartbeat read in
+    /// the sequence's order (at the start, after each slow request held, after each request
+    /// seen unread or queued, just before the gate opened), never going back; and each request
+    /// seen unread before any decision about it, and before the release.
+    fn watched(&mut self, replayed: &Replayed<'_>) {
+        let Some(watched) = &self.file.observed.executor else {
+            return;
+        };
+        let beats = &watched.heartbeat;
+        if let Some(i) = (1..beats.len()).find(|&i| {
+            beats[i].after_event < beats[i - 1].after_event || beats[i].ticks < beats[i - 1].ticks
+        }) {
+            let (was, now) = (&beats[i - 1], &beats[i]);
+            self.find(
+                &["executor", "heartbeat", &i.to_string()],
+                format!(
+                    "the heartbeat goes back: read after event {} with {} ticks, after a reading \
+                     after event {} with {}",
+                    now.after_event, now.ticks, was.after_event, was.ticks
+                ),
+            );
+        }
+        // A run cut short stops reading where it failed.
+        if self.cut_short {
+            return;
+        }
+        let moments: Vec<Moment> = beats.iter().map(|b| b.moment).collect();
+        let once = |m: Moment| moments.iter().filter(|&&n| n == m).count() == 1;
+        let framed = moments.first() == Some(&Moment::Start)
+            && moments.last() == Some(&Moment::Release)
+            && once(Moment::Start)
+            && once(Moment::Release);
+        if !framed {
+            self.find(
+                &["executor", "heartbeat"],
+                format!(
+                    "the heartbeat is read once at the start and once just before the gate \
+                     opens, first and last; its readings here are: {}",
+                    moments
+                        .iter()
+                        .map(|m| format!("{m:?}").to_lowercase())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+        let gate = replayed.gate.unwrap_or(u64::MAX);
+        let held: Vec<(Label, u64)> = (replayed.events.iter())
+            .filter(|e| e.event == Event::Held && e.seq < gate)
+            .filter_map(|e| e.request.filter(|r| !r.from_room()).map(|r| (r, e.seq)))
+            .collect();
+        let read = |moment: Moment| -> Vec<(Label, u64)> {
+            (beats.iter().filter(|b| b.moment == moment))
+                .filter_map(|b| b.request.map(|r| (r, b.after_event)))
+                .collect()
+        };
+        let names =
+            |seen: &[(Label, u64)]| -> Vec<Label> { seen.iter().map(|&(r, _)| r).collect() };
+        let read_held = read(Moment::Held);
+        if names(&read_held) != names(&held) {
+            self.find(
+                &["executor", "heartbeat"],
+                format!(
+                    "the heartbeat is read after each slow request is held, in order: the ledger \
+                     holds {} before the release, the readings name {}",
+                    labels(&names(&held)),
+                    labels(&names(&read_held))
+                ),
+            );
+        } else if let Some(((request, at), (_, seq))) = read_held
+            .iter()
+            .zip(&held)
+            .find(|((_, at), (_, seq))| at < seq)
+        {
+            self.find(
+                &["executor", "heartbeat"],
+                format!(
+                    "the heartbeat is read after {request} is held, after event {at}, but the \
+                     ledger holds {request} only at seq {seq}"
+                ),
+            );
+        }
+        let unread: Vec<Label> = watched.unread.iter().map(|u| u.request).collect();
+        let (read_unread, read_queued) =
+            (names(&read(Moment::Unread)), names(&read(Moment::Queued)));
+        if read_unread != unread || read_queued != watched.queued {
+            self.find(
+                &["executor", "heartbeat"],
+                format!(
+                    "the heartbeat is read after each request seen unread or queued: the \
+                     readings name {} unread and {} queued, the executor's evidence {} unread \
+                     and {} queued",
+                    labels(&read_unread),
+                    labels(&read_queued),
+                    labels(&unread),
+                    labels(&watched.queued)
+                ),
+            );
+        }
+        for (i, seen) in watched.unread.iter().enumerate() {
+            let decided = replayed.decided.get(&seen.request).map(|d| d.seq);
+            let why = match decided {
+                Some(seq) if seq <= seen.after_event => {
+                    format!("the ledger decided it at seq {seq}: it had been read")
+                }
+                _ if seen.after_event >= gate => {
+                    format!("the gate had opened at seq {gate}: it is seen before the release")
+                }
+                _ => continue,
+            };
+            let at = i.to_string();
+            self.find(
+                &["executor", "unread", &at, "after_event"],
+                format!(
+                    "{} is seen unread after event {}, but {why}",
+                    seen.request, seen.after_event
+                ),
+            );
         }
     }
 

@@ -1124,7 +1124,48 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     };
     /// A real report, an edit of it, and what the record must say of the edit.
     type OnReport<'a> = (&'a Value, fn(&mut Value), &'static str);
-    let edits: [OnReport; 4] = [
+    let goes_back =
+        |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(5));
+    let unread_reading_dropped = |report: &mut Value| {
+        list(report, "/policies/0/executor/heartbeat").remove(2);
+    };
+    let unread_after_release = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/unread/0/after_event",
+            json!(3),
+        )
+    };
+    let read_before_held = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/heartbeat/1/after_event",
+            json!(1),
+        )
+    };
+    let edits: [OnReport; 8] = [
+        (
+            &blocked,
+            goes_back,
+            // The ticks of the reading after it vary with the run; the start's were made 5.
+            "ticks, after a reading after event 0 with 5",
+        ),
+        (
+            &blocked,
+            unread_reading_dropped,
+            "the heartbeat is read after each request seen unread or queued",
+        ),
+        (
+            &blocked,
+            unread_after_release,
+            "S2 is seen unread after event 3, but the gate had opened at seq 3",
+        ),
+        (
+            &blocked,
+            read_before_held,
+            "the heartbeat is read after S1 is held, after event 1, but the ledger holds S1 only at \
+             seq 2",
+        ),
         (
             &spawned,
             s1_not_started,
