@@ -780,6 +780,18 @@ impl<'a> PolicyCheck<'a> {
         for (i, seen) in watched.unread.iter().enumerate() {
             let decided = replayed.decided.get(&seen.request).map(|d| d.seq);
             let why = match decided {
+                // Its connection waits in the accept queue, the last of those seen so far.
+                _ if seen.accept_queue <= i => {
+                    let before = match i {
+                        0 => String::new(),
+                        _ => format!(", after the {i} seen unread before it"),
+                    };
+                    format!(
+                        "its connection waits in the accept queue{before}, yet the queue is \
+                         counted at {}",
+                        seen.accept_queue
+                    )
+                }
                 Some(seq) if seq <= seen.after_event => {
                     format!("the ledger decided it at seq {seq}: it had been read")
                 }
@@ -790,7 +802,7 @@ impl<'a> PolicyCheck<'a> {
             };
             let at = i.to_string();
             self.find(
-                &["executor", "unread", &at, "after_event"],
+                &["executor", "unread", &at],
                 format!(
                     "{} is seen unread after event {}, but {why}",
                     seen.request, seen.after_event

@@ -145,6 +145,9 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
             refuse(anyhow::Error::new(e).context("is not JSON"))
         }
     })?;
+    serde_json::from_slice::<OneKeyEach>(&text)
+        .context("is not what the lab writes")
+        .map_err(refuse)?;
     // Checked before the whole report, so that other JSON (`predict --format json`, say) is
     // named for what it lacks rather than for the first field serde trips on.
     let classroom = json.get("lab").is_none()
@@ -213,6 +216,67 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Any JSON, read only to refuse an object that has a key twice: a parser keeps one of the two
+/// values and drops the other, so such a file shows a reader one thing and its record another.
+struct OneKeyEach;
+
+impl<'de> Deserialize<'de> for OneKeyEach {
+    fn deserialize<D: serde::Deserializer<'de>>(json: D) -> Result<Self, D::Error> {
+        json.deserialize_any(OneKeyEach)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for OneKeyEach {
+    type Value = OneKeyEach;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<Self, A::Error> {
+        while items.next_element::<OneKeyEach>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut keys = std::collections::BTreeSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if keys.contains(&key) {
+                return Err(serde::de::Error::custom(format!(
+                    "an object has the key {key:?} twice"
+                )));
+            }
+            map.next_value::<OneKeyEach>()?;
+            keys.insert(key);
+        }
+        Ok(self)
+    }
 }
 
 /// Whether `lab`, a report's `"lab"` field, names this lab.

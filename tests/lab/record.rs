@@ -406,6 +406,11 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
             real.replace("concurrency-isolation", "another-lab"),
         ),
         ("cut.json", real[..real.len() / 2].to_owned()),
+        // The same key twice: a reader of the file may see the 200 where the record reads 503.
+        (
+            "twice.json",
+            real.replacen("\"status\": 503", "\"status\": 200, \"status\": 503", 1),
+        ),
         ("no-runner.json", {
             let mut value: Value = serde_json::from_str(&real).expect("JSON");
             value.as_object_mut().expect("an object").remove("runner");
@@ -426,6 +431,10 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         ("other-lab.json", "is not a lab report"),
         ("cut.json", "is not JSON"),
         ("no-runner.json", "missing field `runner`"),
+        (
+            "twice.json",
+            "is not what the lab writes: an object has the key \"status\" twice",
+        ),
     ];
     for (file, says) in cases {
         let output = lab(&dir, &["record", file]);
@@ -1143,7 +1152,20 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             json!(1),
         )
     };
-    let edits: [OnReport; 8] = [
+    let queue_empty = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/unread/0/accept_queue",
+            json!(0),
+        )
+    };
+    let edits: [OnReport; 9] = [
+        (
+            &blocked,
+            queue_empty,
+            "S2 is seen unread after event 2, but its connection waits in the accept queue, yet \
+             the queue is counted at 0",
+        ),
         (
             &blocked,
             goes_back,
