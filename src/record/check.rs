@@ -279,6 +279,30 @@ pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 if let Some(says) = answer_differs(request, status, body, event, room.route) {
                     find(says);
                 }
+                // Answered once its work left the section (or once refused), within the run.
+                let events = &policy.work_events;
+                let left = events
+                    .iter()
+                    .find(|e| e.request == Some(request) && e.event == Event::Finished);
+                let (earliest, last) = (
+                    left.unwrap_or(event).seq,
+                    events.last().map_or(0, |e| e.seq),
+                );
+                if !(earliest..=last).contains(&room.after_event) {
+                    find(format!(
+                        "{request} is answered after event {}, but the ledger of runs[{}] ({}) \
+                         lets it be answered only from seq {earliest}, when its work {}, to its \
+                         last event, seq {last}",
+                        room.after_event,
+                        room.run,
+                        room.mode.name(),
+                        if left.is_some() {
+                            "left the section"
+                        } else {
+                            "was decided"
+                        },
+                    ));
+                }
             }
         }
     }

@@ -956,6 +956,13 @@ const EDITS: &[Edit] = &[
         "the ledger of the shared pool states a rule its audit does not check",
     ),
     (
+        "a room request answered after the run's last event",
+        SESSION,
+        |r| set(r, "/room_requests/0/after_event", json!(999)),
+        "R1 is answered after event 999, but the ledger of runs[0] (partitioned) lets it be \
+         answered only from seq",
+    ),
+    (
         "no request held when F1 was sent, by the resources",
         DEFAULT,
         |r| {
