@@ -633,6 +633,22 @@ impl<'a> PolicyCheck<'a> {
     /// of them in every run.
     fn resources(&mut self) {
         let file = self.file;
+        let counted = [
+            ("before_fast", file.resources.before_fast.is_some()),
+            ("after_run", file.resources.after_run.is_some()),
+        ];
+        if let Some((when, _)) = counted
+            .iter()
+            .find(|(_, counted)| !counted && !self.cut_short)
+        {
+            self.find(
+                &["resources"],
+                format!(
+                    "resources.{when} is missing: a run that did not fail counts the process's \
+                     resources before F1 and after it closed"
+                ),
+            );
+        }
         if let Some(before) = file.resources.before_fast {
             let held = file.observed.observer_before_fast.as_ref();
             let held = held.map(|o| o.held_at_gate.len());

@@ -963,6 +963,12 @@ const EDITS: &[Edit] = &[
          answered only from seq",
     ),
     (
+        "resources left uncounted after a run that closed",
+        DEFAULT,
+        |r| set(r, "/policies/0/resources/after_run", json!(null)),
+        "resources.after_run is missing: a run that did not fail counts the process's resources",
+    ),
+    (
         "no request held when F1 was sent, by the resources",
         DEFAULT,
         |r| {
