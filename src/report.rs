@@ -64,20 +64,34 @@ pub struct Runner {
     pub front_runtime: Option<String>,
 }
 
+/// The schedulers a runner's `runtime` names: the current-thread one, the multi-thread one, or
+/// none known (called outside a runtime).
+const SCHEDULERS: [&str; 3] = [
+    "current-thread scheduler",
+    "multi-thread scheduler",
+    "scheduler unknown",
+];
+
+/// A runner's `runtime`, on `scheduler`.
+fn runtime(scheduler: &str) -> String {
+    format!("Tokio 1, {scheduler}")
+}
+
 impl Runner {
     /// This runner, serving on `front` with `safety_timeout`, on the Tokio runtime it is
     /// called from.
     pub(crate) fn current(front: Front, safety_timeout: Duration) -> Self {
+        let [current_thread, multi_thread, unknown] = SCHEDULERS;
         let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => "current-thread scheduler",
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => "multi-thread scheduler",
-            _ => "scheduler unknown",
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => current_thread,
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => multi_thread,
+            _ => unknown,
         };
         Runner {
             name: env!("CARGO_PKG_NAME").into(),
             version: env!("CARGO_PKG_VERSION").into(),
             language: "Rust".into(),
-            runtime: format!("Tokio 1, {scheduler}"),
+            runtime: runtime(scheduler),
             front,
             server: front.describe().into(),
             // The coordinator's client (`coordinator/client.rs`).
@@ -85,6 +99,13 @@ impl Runner {
             safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
             front_runtime: None,
         }
+    }
+
+    /// Whether `runtime` is one this lab writes: Tokio 1 on one of [`SCHEDULERS`].
+    pub(crate) fn writes_runtime(text: &str) -> bool {
+        SCHEDULERS
+            .iter()
+            .any(|&scheduler| runtime(scheduler) == text)
     }
 
     /// This runner, its front on `executor`.

@@ -18,7 +18,7 @@ use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Moment, Phase};
-use crate::executor::WorkStyle;
+use crate::executor::Lane;
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Front, Policy, Pool, Route};
@@ -106,72 +106,9 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         let pointer = format!("{prefix}{}", pointer(path));
         findings.push(Finding { pointer, says });
     };
-    // Another version may describe its runs in other words: this one writes its runner from
-    // the front and the executor alone (and the scheduler it ran on).
-    let runner = &report.runner;
-    if runner.version == env!("CARGO_PKG_VERSION") {
-        let timeout = Duration::from_millis(runner.safety_timeout_ms);
-        let wrote = Runner::on(runner.front, report.executor, timeout);
-        if runner.server != wrote.server {
-            find(
-                &["runner", "server"],
-                format!(
-                    "the runner says the {} front ran, but describes another front's server: {}",
-                    runner.front.name(),
-                    runner.server
-                ),
-            );
-        }
-        for (field, said, written) in [
-            ("language", &runner.language, &wrote.language),
-            ("client", &runner.client, &wrote.client),
-        ] {
-            if said != written {
-                find(
-                    &["runner", field],
-                    format!("the runner's {field} is {said:?}, but this lab writes {written:?}"),
-                );
-            }
-        }
-        let schedulers = ["current-thread scheduler", "multi-thread scheduler"];
-        if !schedulers
-            .map(|s| format!("Tokio 1, {s}"))
-            .contains(&runner.runtime)
-        {
-            find(
-                &["runner", "runtime"],
-                format!(
-                    "the runner's runtime is {:?}, but this lab runs on Tokio 1's current-thread \
-                     or multi-thread scheduler",
-                    runner.runtime
-                ),
-            );
-        }
-        // Not empty where it is shown: only another executor than the usual has a front runtime.
-        let flags = report.executor.flags();
-        // Where it is said: the runner itself when it names no front runtime.
-        let at: &[&str] = match runner.front_runtime {
-            Some(_) => &["runner", "front_runtime"],
-            None => &["runner"],
-        };
-        let says = match (&runner.front_runtime, &wrote.front_runtime) {
-            (said, written) if said == written => None,
-            (None, None) => None,
-            (None, Some(written)) => Some(format!(
-                "the report's executor is{flags}, but its runner names no runtime of the \
-                 front's own; a run with that executor says: {written}"
-            )),
-            (Some(said), None) => Some(format!(
-                "the runner says the front ran on a runtime of its own ({said}), but the \
-                 report's executor is the lab's usual one"
-            )),
-            (Some(said), Some(written)) => Some(format!(
-                "the runner says {said:?}, but the report's executor{flags} runs: {written}"
-            )),
-        };
-        if let Some(says) = says {
-            find(at, says);
-        }
+    // Another version may describe its runs in other words.
+    if report.runner.version == env!("CARGO_PKG_VERSION") {
+        runner(report, &mut find);
     }
     match (report.matches_model, &report.failure) {
         (true, Some(_)) => find(
@@ -223,6 +160,70 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     Checked {
         verdict: Recheck::of(findings, report.failure.clone()),
         differences,
+    }
+}
+
+/// Whether `report`'s runner is the one this version writes for its front and executor (and
+/// the scheduler it ran on); `find` is told each field that is not.
+fn runner(report: &Report, find: &mut impl FnMut(&[&str], String)) {
+    let runner = &report.runner;
+    let timeout = Duration::from_millis(runner.safety_timeout_ms);
+    let wrote = Runner::on(runner.front, report.executor, timeout);
+    if runner.server != wrote.server {
+        find(
+            &["runner", "server"],
+            format!(
+                "the runner says the {} front ran, but describes another front's server: {}",
+                runner.front.name(),
+                runner.server
+            ),
+        );
+    }
+    for (field, said, written) in [
+        ("language", &runner.language, &wrote.language),
+        ("client", &runner.client, &wrote.client),
+    ] {
+        if said != written {
+            find(
+                &["runner", field],
+                format!("the runner's {field} is {said:?}, but this lab writes {written:?}"),
+            );
+        }
+    }
+    if !Runner::writes_runtime(&runner.runtime) {
+        find(
+            &["runner", "runtime"],
+            format!(
+                "the runner's runtime is {:?}, but this lab runs on Tokio 1's current-thread or \
+                 multi-thread scheduler",
+                runner.runtime
+            ),
+        );
+    }
+    // Only another executor than the usual has a front runtime, so `flags` is never empty
+    // where it is shown.
+    let flags = report.executor.flags();
+    match (&runner.front_runtime, &wrote.front_runtime) {
+        (None, Some(written)) => find(
+            // The runner itself, which names none.
+            &["runner"],
+            format!(
+                "the report's executor is{flags}, but its runner names no runtime of the front's \
+                 own; a run with that executor says: {written}"
+            ),
+        ),
+        (Some(said), None) => find(
+            &["runner", "front_runtime"],
+            format!(
+                "the runner says the front ran on a runtime of its own ({said}), but the report's \
+                 executor is the lab's usual one"
+            ),
+        ),
+        (Some(said), Some(written)) if said != written => find(
+            &["runner", "front_runtime"],
+            format!("the runner says {said:?}, but the report's executor{flags} runs: {written}"),
+        ),
+        _ => {}
     }
 }
 
@@ -868,12 +869,10 @@ impl<'a> PolicyCheck<'a> {
         let mut holders: BTreeMap<Pool, Vec<Label>> = BTreeMap::new();
         let mut decided: BTreeMap<Label, Decided> = BTreeMap::new();
         let mut inside = BTreeSet::new();
-        // Work a thread of another pool or runtime began to run, where the executor hands it to
+        // Work a thread of the slow work's own pool began to run, where the executor hands it to
         // one (`--work spawn-blocking` or `own-runtime`): it reaches the gate only then.
-        let handed = matches!(
-            self.report.executor.work,
-            WorkStyle::SpawnBlocking | WorkStyle::OwnRuntime
-        );
+        let lane = self.report.executor.lane(self.report.runner.front);
+        let handed = matches!(lane, Lane::Own(..));
         let mut started = BTreeSet::new();
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
