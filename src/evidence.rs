@@ -90,6 +90,18 @@ pub struct ExecutorEvidence {
     pub queued: Vec<Label>,
 }
 
+impl ExecutorEvidence {
+    /// The heartbeat's readings from the last slow request held on; empty if none was held.
+    /// When every worker is blocked, they stand still from there to the release.
+    pub(crate) fn since_last_held(&self) -> &[Beat] {
+        let from = self
+            .heartbeat
+            .iter()
+            .rposition(|b| b.moment == Moment::Held);
+        from.map_or(&[][..], |from| &self.heartbeat[from..])
+    }
+}
+
 /// One reading of the heartbeat of the front's runtime.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Beat {

@@ -413,12 +413,7 @@ fn check_executor(
     }
     if !unread.is_empty() {
         // From the last slow request held to the release, no worker was free to tick.
-        let last_held = watched
-            .heartbeat
-            .iter()
-            .rposition(|b| b.moment == Moment::Held);
-        let still = last_held.map(|from| &watched.heartbeat[from..]);
-        let ticks: Vec<u64> = still.into_iter().flatten().map(|b| b.ticks).collect();
+        let ticks: Vec<u64> = watched.since_last_held().iter().map(|b| b.ticks).collect();
         let released = watched.heartbeat.last().map(|b| b.moment) == Some(Moment::Release);
         if ticks.is_empty() || !released || ticks.iter().any(|&t| t != ticks[0]) {
             differ(format!(

@@ -560,8 +560,7 @@ fn scripted(response: &ResponseRecord) -> Value {
 /// unread, and every reading from the last slow request held on has the same ticks.
 fn executor_message(watched: &ExecutorEvidence) -> Value {
     let beats = &watched.heartbeat;
-    let last_held = beats.iter().rposition(|b| b.moment == Moment::Held);
-    let still = last_held.map_or(&[][..], |from| &beats[from..]);
+    let still = watched.since_last_held();
     let stopped = (!watched.unread.is_empty()
         && still.len() >= 2
         && still.iter().all(|b| b.ticks == still[0].ticks))

@@ -635,8 +635,7 @@ fn draw_heartbeat(
     writeln!(out, r#"<g class="heartbeat">"#)?;
     let (y, mut row) = lane_frame(out, panel, top, ("ticks", "runtime"))?;
     let beats = &watched.heartbeat;
-    let last_held = beats.iter().rposition(|b| b.moment == Moment::Held);
-    let still = last_held.map(|from| &beats[from..]).filter(|still| {
+    let still = Some(watched.since_last_held()).filter(|still| {
         let released = still.last().map(|b| b.moment) == Some(Moment::Release);
         released && !watched.unread.is_empty() && still.iter().all(|b| b.ticks == still[0].ticks)
     });

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use crate::admission::ledger::Event;
 use crate::draw::table::{labels, paragraph};
-use crate::evidence::{Moment, Phase};
+use crate::evidence::Phase;
 use crate::label::Label;
 use crate::policy::Route;
 use crate::report::PolicyReport;
@@ -32,11 +32,7 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
     };
     if let Some(last) = watched.unread.last() {
         // From the last slow request held to the release: the model checks they are equal.
-        let last_held = watched
-            .heartbeat
-            .iter()
-            .rposition(|b| b.moment == Moment::Held);
-        let still = last_held.map_or(&[][..], |from| &watched.heartbeat[from..]);
+        let still = watched.since_last_held();
         let _ = write!(
             out,
             "{mode}: the slow work held at the gate ({}) blocked every worker of the front's \
