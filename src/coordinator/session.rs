@@ -234,7 +234,7 @@ impl Session {
                 },
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
                     self.account.joined += 1;
-                    let reply = joined(ended).map_err(|why| caller_failed((Step::Slow, Some(request)), why))?;
+                    let reply = joined(ended).map_err(|why| at(Cause::Caller(format!("{why:#}"))))?;
                     return Err(at(Cause::AnsweredEarly {
                         request: reply.request,
                         status: reply.status,
