@@ -207,6 +207,12 @@ impl Run {
         Duration::from_millis(u64::from(self.inputs.lease_ms.get()))
     }
 
+    /// How long a permit may take to come free once its holder stops renewing: its lease, and
+    /// the safety timeout on top.
+    fn lapse_limit(&self) -> Duration {
+        self.lease() + self.timeout()
+    }
+
     /// Between probes: a fortieth of the lease, from 5 to 50 ms.
     fn probe_pace(&self) -> Duration {
         let lease = self.lease();
@@ -438,12 +444,9 @@ impl Run {
             // A failed kill means it had already exited: dead either way.
             let _ = local.kill();
         }
-        if let Some(id) = faults.replica_dies
-            && let Some(front) = self
-                .replicas
-                .iter()
-                .find(|r| r.id == id)
-                .and_then(|r| r.front.as_ref())
+        if let Some(id) = self.options.faults.replica_dies
+            && let Ok(replica) = self.replica(id)
+            && let Some(front) = &replica.front
         {
             let _ = front.kill();
         }
@@ -481,7 +484,7 @@ impl Run {
         matches: impl Fn(&str) -> bool,
         otherwise: String,
     ) -> Result<()> {
-        let (since, limit) = (Instant::now(), self.lease() + self.timeout());
+        let (since, limit) = (Instant::now(), self.lapse_limit());
         let mut pace = pace(self.probe_pace());
         loop {
             let holders = self.engine_holders("reading the holders").await?;
@@ -526,7 +529,7 @@ impl Run {
             probed: Some(plan.probed),
             ..PauseEvidence::default()
         });
-        let limit = self.lease() + self.timeout();
+        let limit = self.lapse_limit();
         let mut probes = Vec::new();
         // The paused holders' permits are all taken again once a refusal names live holders
         // only.
@@ -553,7 +556,7 @@ impl Run {
             }),
             Err(why) => Err(why),
         };
-        let admitted_after_ms = probes.iter().find(admitted).and_then(|p| p.at_ms);
+        let admitted_after_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
         let in_sections = self
             .replicas
             .iter()
@@ -634,7 +637,7 @@ impl Run {
             ended => ended.map(drop),
         };
         if let Some(crash) = &mut self.evidence.crash {
-            crash.window_ms = probes.iter().find(|p| admitted(p)).and_then(|p| p.at_ms);
+            crash.window_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
             crash.watched_ms = (!plan.lapses).then(|| millis(since.elapsed()));
             crash.probes = probes;
         }
