@@ -183,11 +183,8 @@ impl LocalRedis {
     pub(crate) async fn stop(mut self) -> Result<()> {
         let mut problem = None;
         if self.child.is_some() {
-            let pid = libc::pid_t::try_from(self.pid).context("a pid fits in pid_t")?;
-            // SAFETY: `kill` has no memory effects; `pid` is our unreaped child, so the id
-            // cannot have been reused by another process.
-            if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-                problem = Some(format!("SIGTERM failed: {}", io::Error::last_os_error()));
+            if let Err(e) = self.signal(libc::SIGTERM) {
+                problem = Some(format!("SIGTERM failed: {e}"));
             }
             // The output ends when the server has exited.
             match tokio::time::timeout(STEP_TIMEOUT, self.collect_output()).await {
@@ -220,15 +217,19 @@ impl LocalRedis {
     /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the server, as a stalled machine would: it
     /// keeps its connections but answers nothing while stopped.
     pub(crate) fn stall(&self, stopped: bool) -> io::Result<()> {
+        self.signal(if stopped {
+            libc::SIGSTOP
+        } else {
+            libc::SIGCONT
+        })
+    }
+
+    /// Sends `signal` to the server, which must not have been reaped.
+    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
         if self.child.is_none() {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
         let pid = libc::pid_t::try_from(self.pid).map_err(io::Error::other)?;
-        let signal = if stopped {
-            libc::SIGSTOP
-        } else {
-            libc::SIGCONT
-        };
         // SAFETY: `kill` has no memory effects; `pid` is our unreaped child (checked above),
         // so the id cannot have been reused by another process.
         if unsafe { libc::kill(pid, signal) } != 0 {
