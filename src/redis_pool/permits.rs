@@ -333,9 +333,15 @@ pub(crate) struct GlobalPermits {
     conn: MultiplexedConnection,
 }
 
+/// The run's keys, by name, in the order every script takes them.
+const KEYS: [&str; 6] = ["holders", "config", "slots", "token", "resource", "effects"];
+/// Where the holders key and the config key (all `agree` takes) stand in [`KEYS`].
+const HOLDERS: usize = 0;
+const CONFIG: usize = 1;
+
 struct Inner {
     run: String,
-    /// The run's six keys, in the order every script takes them (`agree` only the second).
+    /// The run's keys, named as [`KEYS`] names them.
     keys: [String; 6],
     capacity: u32,
     lease: Lease,
@@ -412,8 +418,7 @@ impl GlobalPermits {
         let permits = GlobalPermits {
             inner: Arc::new(Inner {
                 run: run.to_owned(),
-                keys: ["holders", "config", "slots", "token", "resource", "effects"]
-                    .map(|name| format!("isolation-lab:{{{run}}}:{name}")),
+                keys: KEYS.map(|name| format!("isolation-lab:{{{run}}}:{name}")),
                 capacity,
                 lease,
                 ttl_ms,
@@ -448,7 +453,7 @@ impl GlobalPermits {
                 inner
                     .scripts
                     .agree
-                    .key(&inner.keys[1])
+                    .key(&inner.keys[CONFIG])
                     .arg(inner.capacity)
                     .arg(inner.lease.script_arg())
                     .arg(inner.ttl_ms),
@@ -700,7 +705,7 @@ impl GlobalPermits {
     /// while its holders still work. A fault for tests of the lab.
     pub(crate) async fn forget_holders(&self) -> Result<(), GlobalError> {
         let _: i64 = redis::cmd("DEL")
-            .arg(&self.inner.keys[0])
+            .arg(&self.inner.keys[HOLDERS])
             .query_async(&mut self.conn.clone())
             .await
             .map_err(while_doing("deleting the holders"))?;
