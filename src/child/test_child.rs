@@ -3,10 +3,10 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use super::ChildProcess;
+use super::{ChildProcess, die_with_parent};
 
 /// The environment variable that gives a test child its role.
 const ROLE: &str = "ISOLATION_LAB_TEST_CHILD_ROLE";
@@ -78,61 +78,8 @@ pub(crate) async fn step<F: Future>(what: &str, future: F) -> F::Output {
         .unwrap_or_else(|_| panic!("stalled for {STEP:?}: {what}"))
 }
 
-/// Runs the calling test alone, in this test binary started again, for a test that changes or
-/// counts the whole process (its descriptors, its address space, its threads) while the other
-/// unit tests run. `true` in the parent, once the child passed (its output is in the failure
-/// otherwise); `false` in that child, which then runs the test's body. The test is named by
-/// its thread: libtest runs each test on a thread named after it.
-pub(crate) fn alone() -> bool {
-    let thread = std::thread::current();
-    let entry = thread
-        .name()
-        .expect("libtest names a test's thread after the test");
-    if std::env::var(ROLE).is_ok_and(|role| role == entry) {
-        return false;
-    }
-    let mut command = this_test_binary(entry, entry);
-    command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    // This thread waits below until the child has ended, so the child dies with it.
-    super::die_with_parent(&mut command);
-    let mut child = command.spawn().expect("the test binary starts again");
-    // Each pipe is read to its end on a thread of its own; both ends mean the child has gone.
-    // One that stalls is killed after STEP rather than holding the test up: it is still this
-    // thread's unreaped child then, so the signal cannot reach another process.
-    let (done, ended) = std::sync::mpsc::channel();
-    let stdout = read(child.stdout.take(), done.clone());
-    let stderr = read(child.stderr.take(), done);
-    let deadline = std::time::Instant::now() + STEP;
-    let both = (0..2).all(|_| {
-        ended
-            .recv_timeout(deadline - std::time::Instant::now())
-            .is_ok()
-    });
-    if !both {
-        let _ = child.kill();
-    }
-    let status = child.wait().expect("the test child is reaped");
-    let stdout = stdout.join().expect("the stdout reader ends");
-    let stderr = stderr.join().expect("the stderr reader ends");
-    let killed = if both { "" } else { " (killed: it stalled)" };
-    assert!(
-        status.success() && stdout.contains("test result: ok. 1 passed;"),
-        "{entry}, alone in its own process: {status}{killed}\n{stdout}\n{stderr}"
-    );
-    true
-}
-
-/// Reads `pipe` to its end on a thread of its own, then says so on `done`.
-fn read<R>(pipe: Option<R>, done: std::sync::mpsc::Sender<()>) -> std::thread::JoinHandle<String>
-where
-    R: std::io::Read + Send + 'static,
-{
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        let _ = done.send(());
-        text
-    })
-}
+/// Runs the calling test alone, in this test binary started again: the scenarios' own
+/// `alone`, one file for both test binaries.
+#[path = "../../tests/common/alone.rs"]
+mod alone_in_process;
+pub(crate) use alone_in_process::alone;

@@ -1,8 +1,9 @@
 //! A test alone in a process of its own: for a test that counts or changes what belongs to the
 //! whole process (its descriptors, its threads, its children, its address space), so that no
-//! other test's come and go while it looks. The scenarios stay one crate, linked once, and such
-//! a test still runs beside the others, only in its own process: this test binary started
-//! again, running that one test and nothing else.
+//! other test's come and go while it looks. Such a test still runs beside the others, only in
+//! its own process: this test binary started again, running that one test and nothing else.
+//! One file for both test binaries: the scenarios' (`tests/common`) and the unit tests'
+//! (`child::test_child`), each giving it its own `die_with_parent`.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -10,7 +11,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::webdriver::die_with_parent;
+use super::die_with_parent;
 
 /// The environment variable naming the test a child process is to run.
 const ALONE: &str = "ISOLATION_LAB_ALONE";
@@ -23,7 +24,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 /// returns `false`, and the test's body runs.
 ///
 /// The test is named by its thread: libtest runs each test on a thread named after it.
-pub fn alone() -> bool {
+pub(crate) fn alone() -> bool {
     let thread = std::thread::current();
     let test = thread
         .name()

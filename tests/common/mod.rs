@@ -8,8 +8,9 @@ pub mod alone;
 pub mod bulk;
 pub mod webdriver;
 
-pub use alone::alone;
+pub(crate) use alone::alone;
 pub use tempfile::TempDir;
+use webdriver::die_with_parent;
 
 use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
