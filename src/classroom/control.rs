@@ -115,6 +115,15 @@ struct Current {
     touched: bool,
 }
 
+impl Current {
+    /// Adds a closed policy run; one that failed or differed leaves no policy to open.
+    fn push(&mut self, mode: Mode, run: PolicyRun) {
+        if !self.invocation.push(mode, run) {
+            self.modes.clear();
+        }
+    }
+}
+
 /// An open policy run.
 #[derive(Debug)]
 struct Open {
@@ -442,9 +451,7 @@ impl Driver {
         let Some(current) = self.current.as_mut() else {
             return;
         };
-        if !current.invocation.push(mode, run) {
-            current.modes.clear();
-        }
+        current.push(mode, run);
         if current.modes.is_empty()
             && let Some(current) = self.current.take()
         {
@@ -459,19 +466,18 @@ impl Driver {
             return;
         };
         let index = self.driven.runs.len();
-        if let Some(open) = current.open.take() {
-            let mode = open.mode;
-            let run = self.close_run(index, open).await;
-            if current.touched {
-                self.verdict(index, mode, &run);
-                if !current.invocation.push(mode, run) {
-                    current.modes.clear();
-                }
-            }
-        }
+        // Closed whether or not anything happened in it.
+        let closed = match current.open.take() {
+            Some(open) => Some((open.mode, self.close_run(index, open).await)),
+            None => None,
+        };
         if !current.touched {
             // Not a step taken, nor a request from the room: nothing to report.
             return;
+        }
+        if let Some((mode, run)) = closed {
+            self.verdict(index, mode, &run);
+            current.push(mode, run);
         }
         if let Some(mode) = current.modes.front() {
             let why = format!("{}: not run, the session ended before it", mode.name());
