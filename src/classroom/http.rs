@@ -20,7 +20,6 @@
 //!   yet whole) is closed to make room, so a flood of idle connections cannot lock the page
 //!   out; when every open one is answering, the new one is closed as soon as it is accepted.
 
-use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
@@ -41,7 +40,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
-use tokio::task::AbortHandle;
 
 use super::Timeouts;
 use super::control::{Action, Order};
@@ -373,8 +371,6 @@ pub(crate) async fn serve(
     let mut served = Served::default();
     let mut stop_accepting = pin!(stop_accepting);
     let mut retry = Backoff::default();
-    // The open connections, oldest first, for closing the oldest idle one at the cap.
-    let mut by_age: VecDeque<(Arc<Owed>, AbortHandle)> = VecDeque::new();
     let header_timeout = app.timeouts.header;
     loop {
         let stream = match retry.accept(&listener, stop_accepting.as_mut()).await {
@@ -392,19 +388,14 @@ pub(crate) async fn serve(
             }
         };
         connections.reap();
-        by_age.retain(|(_, handle)| !handle.is_finished());
+        // The oldest connection with no request in progress makes room; with none, the new one
+        // is refused, closed at once. Either way this server holds at most `cap` connections,
+        // and idle ones end at the header timeout.
         if connections.open() >= cap {
-            // The oldest connection with no request in progress makes room; with none, the new
-            // one is refused, closed at once. Either way this server holds at most `cap`
-            // connections, and idle ones end at the header timeout.
             served.refused += 1;
-            let idle = by_age.iter().position(|(owed, _)| owed.idle());
-            match idle.and_then(|at| by_age.remove(at)) {
-                Some((_, oldest)) => oldest.abort(),
-                None => {
-                    drop(stream);
-                    continue;
-                }
+            if !connections.close_oldest_idle() {
+                drop(stream);
+                continue;
             }
         }
         let owed = Arc::new(Owed::default());
@@ -430,11 +421,10 @@ pub(crate) async fn serve(
             .header_read_timeout(header_timeout);
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
-        let handle = connections.spawn(owed.clone(), async move {
+        connections.spawn(owed, async move {
             // A client's broken connection is its own business, not the session's.
             let _ = connection.await;
         });
-        by_age.push_back((owed, handle));
     }
     drop(listener);
     drain.await;

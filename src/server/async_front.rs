@@ -196,7 +196,7 @@ impl AsyncListener {
                 let _ = connection.await;
             });
             connections.make_room();
-            let _ = slot.enter(Placement::Written, || connections.spawn(owed, task));
+            slot.enter(Placement::Written, || connections.spawn(owed, task));
             // Counted once its handler exists, as on the threaded front.
             accepted += 1;
         }

@@ -1,6 +1,7 @@
 //! The connection tasks of a Hyper server on Tokio — the async front's, and the classroom's —
-//! with whether each is busy answering a request, so a stopping server can close at once the
-//! ones that are not, drain the rest, and count how every one ended.
+//! with whether each is busy answering a request, so a full server can close its oldest idle
+//! one, a stopping server can close at once the ones that are not busy and drain the rest, and
+//! every one's end is counted.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -54,27 +55,56 @@ impl Drop for Owing {
     }
 }
 
+/// An open connection's task: spawned `age`-th, what it owes, and whether it is being closed
+/// to make room.
+struct Open {
+    age: u64,
+    owed: Arc<Owed>,
+    handle: AbortHandle,
+    closing: bool,
+}
+
 /// The connection tasks, whether each is busy, and how the ended ones ended.
 #[derive(Default)]
 pub(crate) struct Connections {
     tasks: JoinSet<()>,
-    open: HashMap<task::Id, (Arc<Owed>, AbortHandle)>,
+    open: HashMap<task::Id, Open>,
+    spawned: u64,
     closed_idle: HashSet<task::Id>,
     /// How the joined tasks ended.
     pub(crate) ended: Handlers,
 }
 
 impl Connections {
-    /// Runs one connection as a task of its own; `owed` says when it is answering. Returns
-    /// a handle that can close it (it then counts as aborted).
+    /// Runs one connection as a task of its own; `owed` says when it is answering.
     pub(crate) fn spawn(
         &mut self,
         owed: Arc<Owed>,
         task: impl Future<Output = ()> + Send + 'static,
-    ) -> AbortHandle {
+    ) {
         let handle = self.tasks.spawn(task);
-        self.open.insert(handle.id(), (owed, handle.clone()));
-        handle
+        self.spawned += 1;
+        let open = Open {
+            age: self.spawned,
+            owed,
+            handle,
+            closing: false,
+        };
+        self.open.insert(open.handle.id(), open);
+    }
+
+    /// Closes the oldest open connection with no request in progress, to make room for a new
+    /// one; false when every one is answering. It counts as aborted, and as open until its
+    /// task is joined.
+    pub(crate) fn close_oldest_idle(&mut self) -> bool {
+        let idle = self.open.values_mut();
+        let idle = idle.filter(|c| !c.closing && c.owed.idle() && !c.handle.is_finished());
+        let Some(oldest) = idle.min_by_key(|c| c.age) else {
+            return false;
+        };
+        oldest.closing = true;
+        oldest.handle.abort();
+        true
     }
 
     /// Makes room for one more connection before it is spawned, so the bookkeeping's own
@@ -126,7 +156,7 @@ impl Connections {
 
     /// Aborts every connection task that is not busy; they count as completed.
     fn close_idle(&mut self) {
-        for (&id, (owed, handle)) in &self.open {
+        for (&id, Open { owed, handle, .. }) in &self.open {
             if !owed.busy() && !handle.is_finished() {
                 handle.abort();
                 self.closed_idle.insert(id);
