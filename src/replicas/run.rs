@@ -323,9 +323,19 @@ impl Run {
         request: Label,
         since: Option<Instant>,
     ) -> Result<Sent> {
+        self.replica(replica)?.send(request);
+        self.decision(replica, request, since).await
+    }
+
+    /// Waits until `request`, sent to `replica`, is held or refused.
+    async fn decision(
+        &mut self,
+        replica: ReplicaId,
+        request: Label,
+        since: Option<Instant>,
+    ) -> Result<Sent> {
         let (timeout, global) = (self.timeout(), self.permits.is_some());
         let replica = self.replica(replica)?;
-        replica.send(request);
         let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
         let (decision, held_by) = decided.map_err(|_| {
             anyhow!(
@@ -393,18 +403,7 @@ impl Run {
             local.stall(false).context("cannot continue redis-server")?;
         }
         waited?;
-        let replica = self.replica(replica)?;
-        // Stalling Redis needs global permits.
-        let decided = tokio::time::timeout(timeout, replica.decision(request, true)).await;
-        let (decision, held_by) =
-            decided.map_err(|_| anyhow!("{} gave no decision on {request}", replica.id))??;
-        let sent = Sent {
-            request,
-            replica: replica.id,
-            decision,
-            held_by,
-            at_ms: None,
-        };
+        let sent = self.decision(replica, request, None).await?;
         // The replica's lease clock runs from when it sent its last confirmed renewal, Redis's
         // from when it ran it, a little later; and the renewal the replica gave up on is still
         // queued in Redis, which runs it once continued, renewing the holder once more if
