@@ -392,18 +392,13 @@ impl Run {
         let Some(heartbeat) = self.session.heartbeat.clone().filter(|_| unstarted) else {
             return Ok(());
         };
-        let ticked = async {
-            while heartbeat.ticks() == 0 {
-                tokio::task::yield_now().await;
-            }
-        };
-        within(
-            self.session.timeout,
-            ticked,
-            (Step::Start, Some(request)),
-            || "the front's own runtime never ran its heartbeat".into(),
-        )
-        .await?;
+        let at = (Step::Start, Some(request));
+        let never = || "the front's own runtime never ran its heartbeat".into();
+        let ticked = within(self.session.timeout, heartbeat.first_tick(), at, never).await?;
+        if !ticked {
+            let why = "the front's own runtime stopped before it ran its heartbeat";
+            return Err(Failure::new(at.0, at.1, Cause::Server(why.into())));
+        }
         self.beat(Moment::Start, None);
         Ok(())
     }

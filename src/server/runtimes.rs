@@ -12,15 +12,16 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use futures_util::FutureExt;
 use tokio::runtime::{Builder, Runtime};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::Gates;
 use super::async_front::AsyncListener;
@@ -37,15 +38,47 @@ const BEAT: Duration = Duration::from_millis(1);
 /// How much longer than its drain limit the front's thread may take to report.
 const REPORT_SLACK: Duration = Duration::from_secs(2);
 
-/// The heartbeat of the front's runtime: ticks counted by a task of that runtime.
+/// The heartbeat of the front's runtime: ticks counted by a task of that runtime, and whether
+/// the front's thread has stopped.
 #[derive(Debug, Default)]
 pub(crate) struct Heartbeat {
     ticks: AtomicU64,
+    stopped: AtomicBool,
+    /// Told at the first tick, and when the front's thread stops.
+    changed: Notify,
 }
 
 impl Heartbeat {
     pub(crate) fn ticks(&self) -> u64 {
         self.ticks.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the runtime has run the heartbeat once (true), or the front's thread has
+    /// stopped without (false: starting it failed).
+    pub(crate) async fn first_tick(&self) -> bool {
+        loop {
+            // Registered before the checks, so a tick or stop between them still wakes it.
+            let mut changed = pin!(self.changed.notified());
+            changed.as_mut().enable();
+            if self.ticks() > 0 {
+                return true;
+            }
+            if self.stopped.load(Ordering::SeqCst) {
+                return false;
+            }
+            changed.await;
+        }
+    }
+
+    fn tick(&self) {
+        if self.ticks.fetch_add(1, Ordering::SeqCst) == 0 {
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 }
 
@@ -77,7 +110,7 @@ pub(crate) fn start(
     let workers = executor.workers();
     // One runtime for everything, its blocking pool as `--blocking-threads` says.
     let alone = |dispatch| {
-        let front = runtime(workers, executor.blocking_threads.get(), "lab-front")?;
+        let front = Built::runtime(workers, executor.blocking_threads.get(), "lab-front")?;
         std::io::Result::Ok((front, None, dispatch))
     };
     let (front, classes, dispatch) = match executor.work {
@@ -85,9 +118,9 @@ pub(crate) fn start(
         WorkStyle::Block => alone(Dispatch::Block)?,
         WorkStyle::SpawnBlocking => alone(Dispatch::SpawnBlocking)?,
         WorkStyle::OwnRuntime => {
-            let slow = runtime(workers, 1, "lab-slow-work")?;
-            let fast = runtime(workers, 1, "lab-fast-work")?;
-            let connections = runtime(Workers::CurrentThread, 1, "lab-front")?;
+            let slow = Built::runtime(workers, 1, "lab-slow-work")?;
+            let fast = Built::runtime(workers, 1, "lab-fast-work")?;
+            let connections = Built::runtime(Workers::CurrentThread, 1, "lab-front")?;
             let dispatch = Dispatch::OwnRuntime {
                 slow: slow.handle().clone(),
                 fast: fast.handle().clone(),
@@ -113,7 +146,9 @@ pub(crate) fn start(
             // A dropped sender also means stop.
             let shutdown = stopped.map(drop);
             let serving = server.serve(section, census, hooks, shutdown, drain_limit);
-            let served = serve(front, classes, beating, serving);
+            let classes = classes.map(|(slow, fast)| (slow.take(), fast.take()));
+            let served = serve(front.take(), classes, beating.clone(), serving);
+            beating.stop();
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;
@@ -127,6 +162,41 @@ pub(crate) fn start(
         listening: Some(listening),
     };
     Ok((address, running))
+}
+
+/// A runtime built on the lab's own thread, inside its runtime, until the front's thread takes
+/// it. Dropping a runtime there would panic, since it waits for its threads: when starting
+/// fails before the front's thread takes it (a limit on descriptors or threads), it is shut
+/// down without waiting, and its threads, which ran nothing, end on their own.
+struct Built(Option<Runtime>);
+
+impl Built {
+    fn runtime(workers: Workers, blocking: usize, name: &str) -> std::io::Result<Built> {
+        runtime(workers, blocking, name).map(|runtime| Built(Some(runtime)))
+    }
+
+    /// The runtime, on the thread that will drop it.
+    fn take(mut self) -> Runtime {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl std::ops::Deref for Built {
+    type Target = Runtime;
+
+    fn deref(&self) -> &Runtime {
+        self.0
+            .as_ref()
+            .expect("taken only by `take`, which consumes it")
+    }
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// A runtime of `workers`, whose blocking pool starts at most `blocking` threads, its threads
@@ -143,8 +213,17 @@ fn runtime(workers: Workers, blocking: usize, name: &str) -> std::io::Result<Run
     builder
         .max_blocking_threads(blocking)
         .thread_name(name)
-        .enable_all()
-        .build()
+        .enable_all();
+    // A multi-thread runtime starts its workers as it is built, and panics (rather than
+    // failing) when the system cannot start a thread, as under an address-space limit. The
+    // panic is printed; the run fails with its own line.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.build())).unwrap_or_else(
+        |_| {
+            Err(std::io::Error::other(
+                "the system could not start its worker threads",
+            ))
+        },
+    )
 }
 
 /// The front thread's life: the heartbeat and the server on the front's runtime, each work
@@ -165,7 +244,7 @@ fn serve(
         // The first tick counts as soon as the task runs at all: the lab waits for it
         // before its first request, as evidence that the runtime runs tasks.
         loop {
-            heartbeat.ticks.fetch_add(1, Ordering::SeqCst);
+            heartbeat.tick();
             interval.tick().await;
         }
     });
