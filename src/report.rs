@@ -64,25 +64,24 @@ pub struct Runner {
     pub front_runtime: Option<String>,
 }
 
-/// The schedulers a runner's `runtime` names: the current-thread one, the multi-thread one, or
+/// A runner's `runtime`, on each scheduler: the current-thread one, the multi-thread one, or
 /// none known (called outside a runtime).
-const SCHEDULERS: [&str; 3] = [
-    "current-thread scheduler",
-    "multi-thread scheduler",
-    "scheduler unknown",
+const RUNTIMES: [&str; 3] = [
+    "Tokio 1, current-thread scheduler",
+    "Tokio 1, multi-thread scheduler",
+    "Tokio 1, scheduler unknown",
 ];
 
-/// A runner's `runtime`, on `scheduler`.
-fn runtime(scheduler: &str) -> String {
-    format!("Tokio 1, {scheduler}")
-}
-
 impl Runner {
+    /// The runtime every run of the binary runs on, on the command line or in a classroom
+    /// (`lab::block_on`).
+    pub(crate) const LAB_RUNTIME: &str = RUNTIMES[0];
+
     /// This runner, serving on `front` with `safety_timeout`, on the Tokio runtime it is
     /// called from.
     pub(crate) fn current(front: Front, safety_timeout: Duration) -> Self {
-        let [current_thread, multi_thread, unknown] = SCHEDULERS;
-        let scheduler = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        let [current_thread, multi_thread, unknown] = RUNTIMES;
+        let runtime = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => current_thread,
             Ok(tokio::runtime::RuntimeFlavor::MultiThread) => multi_thread,
             _ => unknown,
@@ -91,7 +90,7 @@ impl Runner {
             name: env!("CARGO_PKG_NAME").into(),
             version: env!("CARGO_PKG_VERSION").into(),
             language: "Rust".into(),
-            runtime: runtime(scheduler),
+            runtime: runtime.into(),
             front,
             server: front.describe().into(),
             // The coordinator's client (`coordinator/client.rs`).
@@ -99,13 +98,6 @@ impl Runner {
             safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
             front_runtime: None,
         }
-    }
-
-    /// Whether `runtime` is one this lab writes: Tokio 1 on one of [`SCHEDULERS`].
-    pub(crate) fn writes_runtime(text: &str) -> bool {
-        SCHEDULERS
-            .iter()
-            .any(|&scheduler| runtime(scheduler) == text)
     }
 
     /// This runner, its front on `executor`.

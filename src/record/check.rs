@@ -106,10 +106,8 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         let pointer = format!("{prefix}{}", pointer(path));
         findings.push(Finding { pointer, says });
     };
-    // Another version may describe its runs in other words.
-    if report.runner.version == env!("CARGO_PKG_VERSION") {
-        runner(report, &mut find);
-    }
+    // The version is this one (`read` refuses another's).
+    runner(report, &mut find);
     match (report.matches_model, &report.failure) {
         (true, Some(_)) => find(
             &["matches_model"],
@@ -167,6 +165,8 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
 /// the scheduler it ran on); `find` is told each field that is not.
 fn runner(report: &Report, find: &mut impl FnMut(&[&str], String)) {
     let runner = &report.runner;
+    // The safety timeout is the run's own (a library's run may choose another), so the runner
+    // is compared with the one written with it.
     let timeout = Duration::from_millis(runner.safety_timeout_ms);
     let wrote = Runner::on(runner.front, report.executor, timeout);
     if runner.server != wrote.server {
@@ -190,13 +190,13 @@ fn runner(report: &Report, find: &mut impl FnMut(&[&str], String)) {
             );
         }
     }
-    if !Runner::writes_runtime(&runner.runtime) {
+    if runner.runtime != Runner::LAB_RUNTIME {
         find(
             &["runner", "runtime"],
             format!(
-                "the runner's runtime is {:?}, but this lab runs on Tokio 1's current-thread or \
-                 multi-thread scheduler",
-                runner.runtime
+                "the runner's runtime is {:?}, but this lab's runs run on {:?}",
+                runner.runtime,
+                Runner::LAB_RUNTIME
             ),
         );
     }
@@ -499,6 +499,38 @@ impl<'a> PolicyCheck<'a> {
                     counts(&capacities)
                 ),
             );
+        }
+        // The pools a run writes are its policy's: a count for any other is made up.
+        let observed = &file.observed;
+        let by_pool = |s: &'a Option<Snapshot>| s.as_ref().map(|s| &s.active_work);
+        let maps = [
+            (
+                ["final_state", "active_work"].as_slice(),
+                Some(&file.final_state.active_work),
+            ),
+            (
+                &["final_state", "available_permits"],
+                Some(&file.final_state.available_permits),
+            ),
+            (&["peak_active_work"], Some(&file.peak_active_work)),
+            (
+                &["observer_before_fast", "active_work"],
+                by_pool(&observed.observer_before_fast),
+            ),
+            (
+                &["observer_after_fast_before_release", "active_work"],
+                by_pool(&observed.observer_after_fast_before_release),
+            ),
+        ];
+        for (path, map) in maps {
+            let mut pools = map.into_iter().flat_map(BTreeMap::keys);
+            if let Some(other) = pools.find(|pool| !capacities.contains_key(pool)) {
+                let mode = policy.mode.name();
+                self.find(
+                    path,
+                    format!("it counts a {other} pool, which {mode} does not have"),
+                );
+            }
         }
         for route in [Route::Slow, Route::Fast] {
             let pool = policy.pool_for(route);

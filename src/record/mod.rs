@@ -265,7 +265,7 @@ pub struct Record {
     pub executor_flags: String,
     /// The lab and version that wrote the report: `isolation-lab 0.1.0`.
     pub version: String,
-    /// The language and runtime that ran it, and this binary's version when it differs.
+    /// The language and runtime that ran it.
     pub runner: String,
     /// The run's inputs.
     pub inputs: Inputs,
@@ -462,15 +462,9 @@ impl Record {
         if prefix.is_empty() {
             command = format!("{command} > {file}");
         }
-        let mut described = format!("{}, {}", runner.language, runner.runtime);
-        // The command reproduces the run with the binary at hand: say so if it is another
-        // version.
-        if runner.version != env!("CARGO_PKG_VERSION") {
-            described = format!(
-                "{described}; read by isolation-lab {}",
-                env!("CARGO_PKG_VERSION")
-            );
-        }
+        // `read` refuses another version's report, so the command reproduces the run with
+        // the binary at hand.
+        let described = format!("{}, {}", runner.language, runner.runtime);
         Record {
             report: file.to_owned(),
             command,
@@ -699,11 +693,6 @@ mod tests {
             .find(|c| c.pointer == "/policies/1/observer_before_fast/active_work/fast");
         assert!(idle.is_some(), "the idle fast permit is cited");
         assert_eq!(record.runner, "Rust, Tokio 1, current-thread scheduler");
-        let mut older = default.clone();
-        older.runner.version = "0.0.1".into();
-        let older = Record::of(&older, "r.json", "", &check::report(&older, None, ""));
-        let reader = format!("; read by isolation-lab {}", env!("CARGO_PKG_VERSION"));
-        assert!(older.runner.ends_with(&reader), "{older:?}");
         let lines: Vec<Line> = record.evidence.iter().map(|c| c.line).collect();
         let mut sorted = lines.clone();
         sorted.sort_by_key(|line| Line::ALL.iter().position(|l| l == line));

@@ -200,6 +200,17 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
 /// the order its mode runs them, each once (a run that stopped early has fewer).
 fn shaped(report: &Report) -> anyhow::Result<()> {
     this_lab(Some(&report.lab.as_str().into()))?;
+    // Each version writes its own evidence and words; this one can re-check only its own.
+    let (name, version) = (&report.runner.name, &report.runner.version);
+    let this = (env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    if (name.as_str(), version.as_str()) != this {
+        bail!(
+            "was written by {name} {version:?}, and this is {} {}, which re-checks only the \
+             reports its own version writes: read it with the version that wrote it",
+            this.0,
+            this.1
+        );
+    }
     let modes = report.inputs.mode.modes();
     for (i, policy) in report.policies.iter().enumerate() {
         let name = policy.mode.name();

@@ -551,6 +551,25 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a pool the policy does not have, in the final state",
+        DEFAULT,
+        |r| r["policies"][0]["final_state"]["active_work"]["slow"] = json!(1),
+        "it counts a slow pool, which shared does not have",
+    ),
+    (
+        "a pool the policy does not have, among the permits back",
+        DEFAULT,
+        |r| r["policies"][1]["final_state"]["available_permits"]["shared"] = json!(2),
+        "it counts a shared pool, which partitioned does not have",
+    ),
+    (
+        "the lab's runtime relabelled multi-thread",
+        DEFAULT,
+        |r| set(r, "/runner/runtime", json!("Tokio 1, multi-thread scheduler")),
+        "the runner's runtime is \"Tokio 1, multi-thread scheduler\", but this lab's runs run on \
+         \"Tokio 1, current-thread scheduler\"",
+    ),
+    (
         "F1's 503 reads 200",
         DEFAULT,
         |r| {
@@ -1254,7 +1273,7 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 9] = [
+    let cases: [Malformed; 11] = [
         (
             "twice",
             |r| {
@@ -1302,6 +1321,16 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
             "label",
             |r| set(r, "/policies/0/work_events/0/request", json!("S0")),
             "not a lab request label: \"S0\"",
+        ),
+        (
+            "other-version",
+            |r| set(r, "/runner/version", json!("0.1.0\u{200b}")),
+            "which re-checks only the reports its own version writes",
+        ),
+        (
+            "other-name",
+            |r| set(r, "/runner/name", json!("workshop-python-runner")),
+            "was written by workshop-python-runner ",
         ),
         (
             "room-run",
