@@ -18,7 +18,7 @@ use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Moment, Phase};
-use crate::executor::Lane;
+use crate::executor::{Lane, WorkStyle};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Front, Policy, Pool, Route};
@@ -759,7 +759,38 @@ impl<'a> PolicyCheck<'a> {
         let Some(watched) = &self.file.observed.executor else {
             return;
         };
+        let (front, executor) = (self.report.runner.front, self.report.executor);
+        if front == Front::Threaded || !executor.own_runtime() {
+            let on = match executor.flags() {
+                flags if flags.is_empty() => " on the lab's usual executor".to_owned(),
+                flags => format!(" with{flags}"),
+            };
+            self.find(
+                &["executor"],
+                format!(
+                    "the report watches the front's own runtime, but the {} front{on} runs on \
+                     none of its own: there is no heartbeat to read",
+                    front.name(),
+                ),
+            );
+            return;
+        }
         let beats = &watched.heartbeat;
+        // The start and the release are the run's; every other reading follows a request.
+        if let Some(i) = beats.iter().position(|b| {
+            let run_wide = matches!(b.moment, Moment::Start | Moment::Release);
+            run_wide == b.request.is_some()
+        }) {
+            let beat = &beats[i];
+            let moment = format!("{:?}", beat.moment).to_lowercase();
+            let says = match beat.request {
+                Some(request) => format!(
+                    "the {moment} reading names {request}, but it is the run's, read for no request"
+                ),
+                None => format!("the {moment} reading names no request, but it is read after one"),
+            };
+            self.find(&["executor", "heartbeat", &i.to_string()], says);
+        }
         if let Some(i) = (1..beats.len()).find(|&i| {
             beats[i].after_event < beats[i - 1].after_event || beats[i].ticks < beats[i - 1].ticks
         }) {
@@ -850,9 +881,38 @@ impl<'a> PolicyCheck<'a> {
                 ),
             );
         }
+        for b in beats.iter().filter(|b| b.moment == Moment::Queued) {
+            let Some(request) = b.request else { continue };
+            let admitted = replayed.decided.get(&request).map(|d| d.seq);
+            if admitted.is_none_or(|seq| b.after_event < seq) {
+                let at = admitted.map_or("never".to_owned(), |seq| format!("only at seq {seq}"));
+                self.find(
+                    &["executor", "heartbeat"],
+                    format!(
+                        "the heartbeat is read after {request} is queued, after event {}, but the \
+                         ledger admits {request} {at}: it is seen queued once admitted",
+                        b.after_event
+                    ),
+                );
+            }
+        }
         for (i, seen) in watched.unread.iter().enumerate() {
+            // It was sent once every request before it was decided, or seen unread (decided
+            // only later).
+            let before = (replayed.decided.iter())
+                .filter(|(r, _)| sent_before(**r, seen.request) && !unread.contains(r));
+            let last_before = before.max_by_key(|(_, d)| d.seq);
             let decided = replayed.decided.get(&seen.request).map(|d| d.seq);
             let why = match decided {
+                _ if let Some((earlier, d)) = last_before
+                    && seen.after_event < d.seq =>
+                {
+                    format!(
+                        "it is sent only once {earlier} is decided, and the ledger decides \
+                         {earlier} at seq {}",
+                        d.seq
+                    )
+                }
                 // Its connection waits in the accept queue, the last of those seen so far.
                 _ if seen.accept_queue <= i => {
                     let before = match i {
@@ -1072,6 +1132,21 @@ impl<'a> PolicyCheck<'a> {
                             }
                         }
                         Event::Finished => {
+                            // Work handed to another thread runs, and so leaves, once started
+                            // (unless it is cancelled before): `own-runtime` hands both routes,
+                            // `spawn-blocking` the slow one.
+                            let route = self.route(request);
+                            let runs_elsewhere = handed
+                                && (route == Some(Route::Slow)
+                                    || self.report.executor.work == WorkStyle::OwnRuntime);
+                            if runs_elsewhere
+                                && inside.contains(&request)
+                                && !e.cancelled
+                                && !started.contains(&request)
+                            {
+                                let work = self.report.executor.work.name();
+                                self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but with --work {work} its work runs only once a thread starts it, and no started event came before"));
+                            }
                             if inside.remove(&request) {
                                 finished.insert(request, (seq, e.cancelled));
                                 if let Some(h) = holders.get_mut(&e.pool) {
@@ -1557,6 +1632,16 @@ impl<'a> PolicyCheck<'a> {
             _ => return,
         };
         self.find(&["final_state", "gate"], says);
+    }
+}
+
+/// Whether the sequence sends `earlier` before `later`, both before the release: S1, S2, …,
+/// then F1.
+fn sent_before(earlier: Label, later: Label) -> bool {
+    match (earlier, later) {
+        (Label::Slow(a), Label::Slow(b)) => a < b,
+        (Label::Slow(_), Label::F1) => true,
+        _ => false,
     }
 }
 

@@ -551,6 +551,13 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a front runtime of its own watched, on the usual executor",
+        DEFAULT,
+        |r| r["policies"][0]["executor"] = json!({ "heartbeat": [], "unread": [], "queued": [] }),
+        "the report watches the front's own runtime, but the async front on the lab's usual \
+         executor runs on none of its own",
+    ),
+    (
         "a pool the policy does not have, in the final state",
         DEFAULT,
         |r| r["policies"][0]["final_state"]["active_work"]["slow"] = json!(1),
@@ -565,7 +572,13 @@ const EDITS: &[Edit] = &[
     (
         "the lab's runtime relabelled multi-thread",
         DEFAULT,
-        |r| set(r, "/runner/runtime", json!("Tokio 1, multi-thread scheduler")),
+        |r| {
+            set(
+                r,
+                "/runner/runtime",
+                json!("Tokio 1, multi-thread scheduler"),
+            )
+        },
         "the runner's runtime is \"Tokio 1, multi-thread scheduler\", but this lab's runs run on \
          \"Tokio 1, current-thread scheduler\"",
     ),
@@ -1196,7 +1209,66 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             json!(0),
         )
     };
-    let edits: [OnReport; 9] = [
+    let unread_before_s1 = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/unread/0/after_event",
+            json!(0),
+        )
+    };
+    let release_names_f1 = |report: &mut Value| {
+        let beats = list(report, "/policies/0/executor/heartbeat");
+        let release = beats.iter_mut().find(|b| b["moment"] == "release");
+        release.expect("a release reading")["request"] = json!("F1");
+    };
+    let queued_before_admitted = |report: &mut Value| {
+        let beats = list(report, "/policies/0/executor/heartbeat");
+        let queued = beats.iter_mut().find(|b| b["moment"] == "queued");
+        queued.expect("S2 queued")["after_event"] = json!(1);
+    };
+    // S-after's `started` taken out, and the ledger numbered again after it.
+    let s_after_not_started = |report: &mut Value| {
+        let events = list(report, "/policies/0/work_events");
+        let at = events
+            .iter()
+            .position(|e| e["event"] == "started" && e["request"] == "S-after");
+        let gone = events.remove(at.expect("S-after is started"));
+        let seq = gone["seq"].as_u64().expect("a seq");
+        let later = |n: &mut Value| {
+            if let Some(k) = n.as_u64().filter(|&k| k > seq) {
+                *n = json!(k - 1);
+            }
+        };
+        events.iter_mut().for_each(|e| later(&mut e["seq"]));
+        let responses = list(report, "/policies/0/responses");
+        responses
+            .iter_mut()
+            .for_each(|r| later(&mut r["after_event"]));
+    };
+    let edits: [OnReport; 13] = [
+        (
+            &blocked,
+            unread_before_s1,
+            "S2 is seen unread after event 0, but it is sent only once S1 is decided, and the \
+             ledger decides S1 at seq 1",
+        ),
+        (
+            &blocked,
+            release_names_f1,
+            "the release reading names F1, but it is the run's, read for no request",
+        ),
+        (
+            &spawned,
+            queued_before_admitted,
+            "the heartbeat is read after S2 is queued, after event 1, but the ledger admits S2 \
+             only at seq 4",
+        ),
+        (
+            &spawned,
+            s_after_not_started,
+            "S-after finishes at seq 11, not cancelled, but with --work spawn-blocking its work \
+             runs only once a thread starts it",
+        ),
         (
             &blocked,
             queue_empty,
