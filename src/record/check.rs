@@ -1497,6 +1497,32 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
+        // The lab sends each request only once it has the responses it waits for: a refusal's,
+        // before the next request; every response of the release, before the probes; S-after's,
+        // before F-after.
+        for (i, r) in observed.responses.iter().enumerate() {
+            let awaited_before = |later: Label| match r.request {
+                Label::SlowAfter => later == Label::FastAfter,
+                Label::Slow(_) | Label::F1 => {
+                    matches!(later, Label::SlowAfter | Label::FastAfter)
+                        || r.phase == Phase::BeforeRelease && sent_before(r.request, later)
+                }
+                _ => false,
+            };
+            let first = (decided.iter())
+                .filter(|&(&later, d)| awaited_before(later) && d.seq <= r.after_event)
+                .min_by_key(|(_, d)| d.seq);
+            if let Some((later, d)) = first {
+                let request = r.request;
+                self.find(
+                    &["responses", &i.to_string()],
+                    format!(
+                        "{request}'s response arrived after seq {}, but the lab sends {later} only once it has {request}'s response, and the ledger decides {later} at seq {}",
+                        r.after_event, d.seq
+                    ),
+                );
+            }
+        }
         if !self.cut_short {
             for (&request, d) in decided {
                 if request.from_room() || answered.contains(&request) {

@@ -551,6 +551,13 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a refusal's 503 moved after the next request",
+        DEFAULT,
+        |r| set(r, "/policies/1/responses/0/after_event", json!(5)),
+        "S2's response arrived after seq 5, but the lab sends F1 only once it has S2's \
+         response, and the ledger decides F1 at seq 4",
+    ),
+    (
         "a front runtime of its own watched, on the usual executor",
         DEFAULT,
         |r| r["policies"][0]["executor"] = json!({ "heartbeat": [], "unread": [], "queued": [] }),
