@@ -227,9 +227,127 @@ fn runner(report: &Report, find: &mut impl FnMut(&[&str], String)) {
     }
 }
 
+/// Checks a classroom session as a whole: its runs' shape, its room's gates and requests
+/// against the runs' ledgers, and its own verdict.
+pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
+    let mut findings = room_requests(session);
+    let mut find = |path: &[&str], says: String| {
+        findings.push(Finding {
+            pointer: pointer(path),
+            says,
+        })
+    };
+    // One command line, one front and executor: `classroom --server/--work` apply to every
+    // run, and a new run changes only its inputs.
+    if let Some(first) = session.runs.first() {
+        let shape = |r: &Report| (r.runner.front, r.executor);
+        for (i, run) in session.runs.iter().enumerate().skip(1) {
+            if shape(run) != shape(first) {
+                find(
+                    &["runs", &i.to_string(), "runner"],
+                    format!(
+                        "run {} ran with --server {}{}, but run 1 with --server {}{}: every run \
+                         of a session runs on the front and executor its command line names",
+                        i + 1,
+                        run.runner.front.name(),
+                        run.executor.flags(),
+                        first.runner.front.name(),
+                        first.executor.flags()
+                    ),
+                );
+            }
+        }
+    }
+    // A room gate closes only once the run's own gate has opened, and before it opens again.
+    for (i, gate) in session.room_gates.iter().enumerate() {
+        let policy = session.runs[gate.run]
+            .policies
+            .iter()
+            .find(|p| p.mode == gate.mode);
+        let opened = policy.and_then(|p| {
+            (p.work_events.iter())
+                .find(|e| e.event == Event::GateOpened)
+                .map(|e| e.seq)
+        });
+        let why = match (opened, gate.opened_after_event) {
+            (Some(seq), _) if gate.closed_after_event < seq => format!(
+                "it closed after event {}, before the run's own gate opened at seq {seq}: the \
+                 room's gate closes only once the run's has opened",
+                gate.closed_after_event
+            ),
+            (_, Some(reopened)) if reopened < gate.closed_after_event => format!(
+                "it opened after event {reopened}, before it closed after event {}",
+                gate.closed_after_event
+            ),
+            _ => continue,
+        };
+        find(&["room_gates", &i.to_string()], why);
+    }
+    // The session's verdict is its runs' and its close's: it did not match only for a reason.
+    let claims_all = session.runs.iter().all(|r| r.matches_model);
+    if !session.matches_model && session.failure.is_none() && !session.runs.is_empty() && claims_all
+    {
+        find(
+            &["matches_model"],
+            "the session says it did not match the policy model, but records no failure, and \
+             every run says it matched"
+                .into(),
+        );
+    }
+    findings
+}
+
 /// Checks the room's requests of a classroom session against the runs' ledgers.
-pub(crate) fn room_requests(session: &SavedSession) -> Vec<Finding> {
+fn room_requests(session: &SavedSession) -> Vec<Finding> {
     let mut findings = Vec::new();
+    // The room's requests are numbered as they arrive, and go to the run open then: a later
+    // number never reached an earlier run.
+    let mut by_number: Vec<(u32, usize, usize)> = (session.room_requests.iter().enumerate())
+        .filter_map(|(i, r)| match r.request {
+            Label::Room(n, _) => Some((n, r.run, i)),
+            _ => None,
+        })
+        .collect();
+    by_number.sort_unstable();
+    for pair in by_number.windows(2) {
+        let [(earlier, run, _), (later, later_run, i)] = pair else {
+            continue;
+        };
+        if later_run < run {
+            findings.push(Finding {
+                pointer: pointer(&["room_requests", &i.to_string()]),
+                says: format!(
+                    "R{later} reached run {}, but R{earlier}, numbered before it, reached run {}: \
+                     the room's requests are numbered as they arrive, run after run",
+                    later_run + 1,
+                    run + 1
+                ),
+            });
+        }
+    }
+    // Each in the ledger of the run it reached, and of no other.
+    for (j, run) in session.runs.iter().enumerate() {
+        let mut rooms = (run.policies.iter()).flat_map(|p| p.work_events.iter());
+        let elsewhere = rooms.find_map(|e| {
+            let request = e.request.filter(|r| r.from_room())?;
+            let listed = session
+                .room_requests
+                .iter()
+                .find(|r| r.request == request)?;
+            (listed.run != j).then_some((request, listed.run))
+        });
+        if let Some((request, reached)) = elsewhere {
+            findings.push(Finding {
+                pointer: pointer(&["runs", &j.to_string(), "policies"]),
+                says: format!(
+                    "{request} is in the ledger of run {}, but it reached run {}: a room's request \
+                     reaches one run",
+                    j + 1,
+                    reached + 1
+                ),
+            });
+        }
+    }
     let mut seen = BTreeSet::new();
     // Each policy's decisions by request, read once for all the room's requests.
     let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();

@@ -203,7 +203,7 @@ impl SessionRecord {
             }
             runs.push(Record::of(run, file, &prefix, &checked));
         }
-        findings.extend(check::room_requests(session));
+        findings.extend(check::session(session));
         let every_run = runs.iter().all(|r| r.verdict == Recheck::Matched);
         // A session that says it did not match is believed: only a claim of a match must be
         // borne out by its runs.

@@ -903,6 +903,48 @@ const EDITS: &[Edit] = &[
         "--mode both runs 2 policies, but the report holds 1 (shared) and records no failure",
     ),
     (
+        "a room gate closed before the run's own gate opened",
+        SESSION,
+        |r| set(r, "/room_gates/0/closed_after_event", json!(2)),
+        "it closed after event 2, before the run's own gate opened at seq 7",
+    ),
+    (
+        "a session that matched said not to have",
+        SESSION,
+        |r| set(r, "/matches_model", json!(false)),
+        "the session says it did not match the policy model, but records no failure, and every \
+         run says it matched",
+    ),
+    (
+        "a second run on another front",
+        SESSION,
+        |r| {
+            let mut second = r["runs"][0].clone();
+            second["runner"]["front"] = json!("threaded");
+            list(r, "/runs").push(second);
+        },
+        "run 2 ran with --server threaded, but run 1 with --server async",
+    ),
+    (
+        "a room request in the ledgers of two runs, numbered out of order",
+        SESSION,
+        |r| {
+            let second = r["runs"][0].clone();
+            list(r, "/runs").push(second);
+            set(r, "/room_requests/0/run", json!(2));
+        },
+        "R2 reached run 1, but R1, numbered before it, reached run 2",
+    ),
+    (
+        "a room request in the ledger of a run it did not reach",
+        SESSION,
+        |r| {
+            let second = r["runs"][0].clone();
+            list(r, "/runs").push(second);
+        },
+        "R1 is in the ledger of run 2, but it reached run 1: a room's request reaches one run",
+    ),
+    (
         "a room request's 200 reads 503",
         SESSION,
         |r| {
