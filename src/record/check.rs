@@ -18,11 +18,12 @@ use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Moment, Phase};
-use crate::executor::{Lane, WorkStyle};
+use crate::executor::{Executor, Lane, WorkStyle, Workers};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Front, Policy, Pool, Route};
 use crate::report::{PolicyReport, Report, Runner};
+use crate::resources::Resources;
 use crate::server;
 
 use super::read::{SavedRoomGate, SavedSession};
@@ -684,6 +685,24 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+            // While F1 is sent, each slow caller still waiting keeps a connection of its own,
+            // and F1's is another: the server accepts every one of them, at the latest once the
+            // gate opens.
+            let pending = file.observed.slow_callers_pending_before_release.as_ref();
+            let f1_sent = file.observed.observer_after_fast_before_release.is_some();
+            let least = pending.filter(|_| f1_sent).map(|p| p.len() as u64 + 1);
+            if let Some(least) = least.filter(|&l| server.connections_accepted < l) {
+                self.find(
+                    &["server", "connections_accepted"],
+                    format!(
+                        "the server accepted {} connections, but {} slow callers were still \
+                         waiting, each on its own connection, when F1 was sent on another: at \
+                         least {least}",
+                        server.connections_accepted,
+                        least - 1
+                    ),
+                );
+            }
             let responses = file.observed.responses.len();
             if server.connections_accepted == 0 && responses > 0 {
                 self.find(
@@ -803,14 +822,27 @@ impl<'a> PolicyCheck<'a> {
         if let Some(before) = file.resources.before_fast {
             let held = file.observed.observer_before_fast.as_ref();
             let held = held.map(|o| o.held_at_gate.len());
-            // Counted right after the observer's snapshot; a classroom's room may send a
-            // request between the two.
-            if let Some(held) = held.filter(|&h| h != before.held_at_gate && self.room.is_none()) {
+            // Counted right after the observer's snapshot. In a classroom the room may send a
+            // request between the two, held at the run's gate (no room gate closes before it
+            // opens), or one held may be cancelled by its student.
+            let room_cancelled = (file.work_events.iter())
+                .filter(|e| e.event == Event::Finished && e.cancelled)
+                .filter(|e| e.request.is_some_and(|r| r.from_room()))
+                .count();
+            let differs = |held: usize| match self.room {
+                None => held != before.held_at_gate,
+                Some(_) => before.held_at_gate + room_cancelled < held,
+            };
+            if let Some(held) = held.filter(|&h| differs(h)) {
+                let taken = match self.room {
+                    None => "taken at the same moment",
+                    Some(_) => "taken just before, while a room's request can only add held work",
+                };
                 self.find(
                     &["resources", "before_fast", "held_at_gate"],
                     format!(
                         "resources.before_fast counts {} requests held at the gate, but \
-                         observer_before_fast, taken at the same moment, holds {held}",
+                         observer_before_fast, {taken}, holds {held}",
                         before.held_at_gate
                     ),
                 );
@@ -825,19 +857,16 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            // Each of the threaded front's handlers is an OS thread, beside the one that runs
-            // the sequence.
-            let threads = before
-                .os_threads
-                .filter(|_| self.report.runner.front == Front::Threaded);
-            if let Some(threads) = threads.filter(|&t| t <= before.connection_handlers) {
+            let (front, executor) = (self.report.runner.front, self.report.executor);
+            let least = least_threads(front, executor, before);
+            if let (Some(threads), Some((least, whose))) = (before.os_threads, least)
+                && threads < least
+            {
                 self.find(
                     &["resources", "before_fast", "os_threads"],
                     format!(
-                        "the threaded front runs a thread per connection, but \
-                         resources.before_fast counts {threads} OS threads for {} connection \
-                         handlers and the thread running the sequence",
-                        before.connection_handlers
+                        "resources.before_fast counts {threads} OS threads, but the sequence's \
+                         thread with {whose} make at least {least}"
                     ),
                 );
             }
@@ -1777,6 +1806,49 @@ impl<'a> PolicyCheck<'a> {
         };
         self.find(&["final_state", "gate"], says);
     }
+}
+
+/// The fewest OS threads the lab's process runs before F1 on `front` with `executor`, with the
+/// resources counted then, and whose they are (`None`: the sequence's thread is all): the sequence's thread, and on the threaded
+/// front its accept thread and a thread per connection; with a front runtime of its own, the
+/// thread that drives it and its workers, each work class's driver and workers
+/// (`own-runtime`), and a blocking thread for each slow request held (`spawn-blocking`).
+fn least_threads(front: Front, executor: Executor, before: Resources) -> Option<(usize, String)> {
+    if front == Front::Threaded {
+        let handlers = before.connection_handlers;
+        let whose = format!("the accept thread and {handlers} connections' threads");
+        return Some((handlers + 2, whose));
+    }
+    if !executor.own_runtime() {
+        return None;
+    }
+    let workers = match executor.workers() {
+        Workers::CurrentThread => 0,
+        Workers::Threads(n) => usize::from(n),
+    };
+    // `own-runtime` gives `--workers` to each work class's runtime; its connections run on a
+    // current-thread one.
+    let (front_workers, others, whose) = match executor.work {
+        WorkStyle::OwnRuntime => (
+            0,
+            2 * (1 + workers),
+            format!("each work class's runtime's {} threads", 1 + workers),
+        ),
+        WorkStyle::SpawnBlocking => (
+            workers,
+            before.held_at_gate,
+            format!(
+                "{} held slow requests' blocking threads",
+                before.held_at_gate
+            ),
+        ),
+        WorkStyle::Block | WorkStyle::Await => (workers, 0, String::new()),
+    };
+    let mut words = format!("the front runtime's {} threads", 1 + front_workers);
+    if !whose.is_empty() {
+        words = format!("{words} and {whose}");
+    }
+    Some((2 + front_workers + others, words))
 }
 
 /// Whether the sequence sends `earlier` before `later`, both before the release: S1, S2, …,

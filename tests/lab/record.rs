@@ -551,6 +551,26 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "fewer connections accepted than callers waiting",
+        DEFAULT,
+        |r| set(r, "/policies/0/server/connections_accepted", json!(2)),
+        "the server accepted 2 connections, but 2 slow callers were still waiting, each on its \
+         own connection, when F1 was sent on another: at least 3",
+    ),
+    (
+        "a classroom run's held work counted below the observer's",
+        SESSION,
+        |r| {
+            set(
+                r,
+                "/runs/0/policies/0/resources/before_fast/held_at_gate",
+                json!(0),
+            )
+        },
+        "resources.before_fast counts 0 requests held at the gate, but observer_before_fast, \
+         taken just before, while a room's request can only add held work, holds 2",
+    ),
+    (
         "a refusal's 503 moved after the next request",
         DEFAULT,
         |r| set(r, "/policies/1/responses/0/after_event", json!(5)),
@@ -1102,8 +1122,8 @@ const EDITS: &[Edit] = &[
                 "std::net and httparse, HTTP/1.1 on 127.0.0.1: an OS thread per connection";
             set(r, "/runner/server", json!(server));
         },
-        "the threaded front runs a thread per connection, but resources.before_fast counts 1 OS \
-         threads for 2 connection handlers",
+        "resources.before_fast counts 1 OS threads, but the sequence's thread with the accept \
+         thread and 2 connections' threads make at least 4",
     ),
 ];
 
@@ -1294,7 +1314,20 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             .iter_mut()
             .for_each(|r| later(&mut r["after_event"]));
     };
-    let edits: [OnReport; 13] = [
+    let one_thread = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/resources/before_fast/os_threads",
+            json!(1),
+        )
+    };
+    let edits: [OnReport; 14] = [
+        (
+            &blocked,
+            one_thread,
+            "resources.before_fast counts 1 OS threads, but the sequence's thread with the \
+             front runtime's 1 threads make at least 2",
+        ),
         (
             &blocked,
             unread_before_s1,
