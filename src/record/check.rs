@@ -1294,6 +1294,15 @@ impl<'a> PolicyCheck<'a> {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but with --work {work} its work runs only once a thread starts it, and no started event came before"));
                             }
+                            // Until the gate opens, /slow work can only wait at it, or be
+                            // cancelled there.
+                            if route == Some(Route::Slow)
+                                && gate.is_none()
+                                && !e.cancelled
+                                && inside.contains(&request)
+                            {
+                                self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, before the gate opened: /slow work waits at the closed gate until it opens"));
+                            }
                             if inside.remove(&request) {
                                 finished.insert(request, (seq, e.cancelled));
                                 if let Some(h) = holders.get_mut(&e.pool) {

@@ -551,6 +551,13 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a room's /slow request let through the closed gate",
+        SESSION,
+        |r| set(r, "/runs/0/policies/0/work_events/1/event", json!("finished")),
+        "R1 finishes at seq 2, not cancelled, before the gate opened: /slow work waits at the \
+         closed gate until it opens",
+    ),
+    (
         "fewer connections accepted than callers waiting",
         DEFAULT,
         |r| set(r, "/policies/0/server/connections_accepted", json!(2)),
