@@ -18,6 +18,16 @@ const KILL_AFTER: Duration = Duration::from_secs(20);
 /// Runs of each shape under each limit.
 const RUNS: usize = 3;
 
+/// A thread that could not start, as the panic std or Tokio prints says it, and how the lab's
+/// own last line then starts.
+const THREAD_PANICS: [(&str, &str); 2] = [
+    (
+        "failed to allocate an alternative stack",
+        "isolation-lab: out of memory",
+    ),
+    ("OS can't spawn worker thread", "isolation-lab: "),
+];
+
 /// The shapes run under each limit: both fronts, and the async front on runtimes of its own
 /// (the lab builds them inside its own runtime, where dropping one that a failed start leaves
 /// would panic), three of them with `own-runtime`, multi-thread with `--workers`.
@@ -147,31 +157,19 @@ fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
             }
             Ok(())
         }
-        // Under an address-space limit a new thread can fail inside std, before any code of the
-        // lab's runs in it: std cannot map the thread's signal stack and says so as a panic,
-        // which nothing can catch. The lab's allocator then ends the run with its own one line.
-        // That is an end, not a hang, so it passes — only there, and only with that line last.
+        // Under an address-space limit a new thread can fail where no code of the lab's can
+        // act, and say so as a panic, which is printed: std cannot map a thread's signal stack
+        // (the lab's allocator then ends the run), or Tokio cannot start a thread for a
+        // multi-thread runtime's workers as it is built, or for its blocking pool
+        // (`spawn_blocking` has no fallible form; the lab catches the panic at the runtime's
+        // build or the connection task). That is an end, not a hang, so it passes — only
+        // there, and only with the lab's own line last.
         Some(1)
             if limit.starts_with("--as=")
-                && stderr.contains("failed to allocate an alternative stack")
-                && stderr
-                    .lines()
-                    .last()
-                    .is_some_and(|l| l.starts_with("isolation-lab: out of memory")) =>
-        {
-            Ok(())
-        }
-        // Likewise Tokio, when it cannot start a thread for a multi-thread runtime's workers
-        // (as it is built) or for its blocking pool (`spawn_blocking`, which has no fallible
-        // form): it panics, and the panic is printed. The lab catches it where it happens (the
-        // runtime's build, the connection task) and fails the run with its own line, last.
-        Some(1)
-            if limit.starts_with("--as=")
-                && stderr.contains("OS can't spawn worker thread")
-                && stderr
-                    .lines()
-                    .last()
-                    .is_some_and(|l| l.starts_with("isolation-lab: ")) =>
+                && THREAD_PANICS.iter().any(|(panic, last)| {
+                    stderr.contains(panic)
+                        && stderr.lines().last().is_some_and(|l| l.starts_with(last))
+                }) =>
         {
             Ok(())
         }

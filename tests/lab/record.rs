@@ -553,7 +553,13 @@ const EDITS: &[Edit] = &[
     (
         "a room's /slow request let through the closed gate",
         SESSION,
-        |r| set(r, "/runs/0/policies/0/work_events/1/event", json!("finished")),
+        |r| {
+            set(
+                r,
+                "/runs/0/policies/0/work_events/1/event",
+                json!("finished"),
+            )
+        },
         "R1 finishes at seq 2, not cancelled, before the gate opened: /slow work waits at the \
          closed gate until it opens",
     ),
