@@ -232,6 +232,11 @@ impl Session {
                     Some(_) => {}
                     None => return Err(at(Cause::ObserverStopped)),
                 },
+                // A front on a runtime of its own that stops serving before the release (its
+                // listener broken, say) decides nothing more.
+                () = front_stopped(self.heartbeat.as_deref()) => {
+                    return Err(at(Cause::Server("the front's own runtime stopped serving".into())));
+                }
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
                     self.account.joined += 1;
                     let reply = joined(ended).map_err(|why| at(Cause::Caller(format!("{why:#}"))))?;
@@ -336,6 +341,14 @@ pub(crate) async fn within<T>(
         let waiting_for = waiting_for();
         Failure::new(at, request, Cause::Stalled { waiting_for, limit })
     })
+}
+
+/// Once the front's own runtime has stopped serving; never for a front without one.
+async fn front_stopped(heartbeat: Option<&Heartbeat>) {
+    match heartbeat {
+        Some(heartbeat) => heartbeat.stopped().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The resources of the process now.

@@ -56,15 +56,27 @@ impl Heartbeat {
     /// Waits until the runtime has run the heartbeat once (true), or the front's thread has
     /// stopped without (false: starting it failed).
     pub(crate) async fn first_tick(&self) -> bool {
+        self.until(|h| h.ticks() > 0 || h.has_stopped()).await;
+        self.ticks() > 0
+    }
+
+    /// Waits until the front's thread has stopped serving: told to, or because it could not
+    /// go on (its listener broken, say).
+    pub(crate) async fn stopped(&self) {
+        self.until(Heartbeat::has_stopped).await;
+    }
+
+    fn has_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    async fn until(&self, done: impl Fn(&Self) -> bool) {
         loop {
-            // Registered before the checks, so a tick or stop between them still wakes it.
+            // Registered before the check, so a tick or stop between them still wakes it.
             let mut changed = pin!(self.changed.notified());
             changed.as_mut().enable();
-            if self.ticks() > 0 {
-                return true;
-            }
-            if self.stopped.load(Ordering::SeqCst) {
-                return false;
+            if done(self) {
+                return;
             }
             changed.await;
         }
