@@ -1432,6 +1432,22 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     }
 }
 
+/// A `--work block` run that failed with requests still unread (saved from `(ulimit -n 16;
+/// isolation-lab --work block)`: after release the front could accept no connection, so S2
+/// and F1 were never read) is recorded as not matching, exit 1, and not called edited: its
+/// unread callers waited, and the connections it never accepted are not owed.
+#[test]
+fn a_run_that_failed_with_requests_unread_is_not_called_edited() {
+    let dir = scratch("unread-failed");
+    let file = "block-out-of-descriptors.json";
+    std::fs::write(dir.join(file), fixture(file).to_string()).expect("saved");
+    let output = lab(&dir, &["record", file]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let failed = format!("isolation-lab: {file}: the run did not match the policy model: shared: ");
+    assert!(stderr.starts_with(&failed), "{stderr}");
+}
+
 /// A file's name, how it is made from the default run's report, and what its refusal says.
 type Malformed = (&'static str, fn(&mut Value), &'static str);
 
