@@ -326,25 +326,28 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             });
         }
     }
-    // Each in the ledger of the run it reached, and of no other.
+    // Each in the ledger of the run and policy it reached, and of no other.
     for (j, run) in session.runs.iter().enumerate() {
-        let mut rooms = (run.policies.iter()).flat_map(|p| p.work_events.iter());
-        let elsewhere = rooms.find_map(|e| {
+        let mut rooms =
+            (run.policies.iter()).flat_map(|p| p.work_events.iter().map(move |e| (p.mode, e)));
+        let elsewhere = rooms.find_map(|(mode, e)| {
             let request = e.request.filter(|r| r.from_room())?;
             let listed = session
                 .room_requests
                 .iter()
                 .find(|r| r.request == request)?;
-            (listed.run != j).then_some((request, listed.run))
+            ((listed.run, listed.mode) != (j, mode)).then_some((request, mode, listed))
         });
-        if let Some((request, reached)) = elsewhere {
+        if let Some((request, mode, listed)) = elsewhere {
             findings.push(Finding {
                 pointer: pointer(&["runs", &j.to_string(), "policies"]),
                 says: format!(
-                    "{request} is in the ledger of run {}, but it reached run {}: a room's request \
-                     reaches one run",
+                    "{request} is in the ledger of run {} ({}), but it reached run {} ({}): a \
+                     room's request reaches one server",
                     j + 1,
-                    reached + 1
+                    mode.name(),
+                    listed.run + 1,
+                    listed.mode.name()
                 ),
             });
         }
@@ -758,6 +761,7 @@ impl<'a> PolicyCheck<'a> {
         self.responses(&replayed);
         self.snapshots(&replayed);
         self.watched(&replayed);
+        self.sent_in_order(&replayed);
         self.final_state(&replayed.end, replayed.gate);
 
         // The model's check of that evidence.
@@ -845,6 +849,20 @@ impl<'a> PolicyCheck<'a> {
                     format!(
                         "resources.before_fast counts {} requests held at the gate, but \
                          observer_before_fast, {taken}, holds {held}",
+                        before.held_at_gate
+                    ),
+                );
+            }
+            // Held work is inside the section, each holding a permit of the pool /slow draws
+            // from.
+            let slow_pool = self.policy.pool_for(Route::Slow);
+            let permits = self.policy.capacity(slow_pool);
+            if before.held_at_gate > permits {
+                self.find(
+                    &["resources", "before_fast", "held_at_gate"],
+                    format!(
+                        "resources.before_fast counts {} requests held at the gate, but each \
+                         holds one of the {slow_pool} pool's {permits} permits",
                         before.held_at_gate
                     ),
                 );
@@ -1093,6 +1111,101 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
+    /// The sequence sends its requests before the release one at a time: the next only once
+    /// the last is held (or refused, or admitted to wait for a thread, or seen unread). So no
+    /// request is decided before the one sent ahead of it has come that far, and each reading
+    /// of the heartbeat comes before the next request's decision, the release's before the
+    /// gate opens.
+    fn sent_in_order(&mut self, replayed: &Replayed<'_>) {
+        let gate = replayed.gate.unwrap_or(u64::MAX);
+        let watched = self.file.observed.executor.as_ref();
+        let unread: Vec<Label> =
+            watched.map_or(Vec::new(), |w| w.unread.iter().map(|u| u.request).collect());
+        // Where the sequence went on from each request it sent before the release.
+        let mut went_on: BTreeMap<Label, u64> = BTreeMap::new();
+        for e in replayed.events.iter().filter(|e| e.seq < gate) {
+            let Some(request) = e
+                .request
+                .filter(|r| matches!(r, Label::Slow(_) | Label::F1))
+            else {
+                continue;
+            };
+            if unread.contains(&request) {
+                continue;
+            }
+            match e.event {
+                Event::Held | Event::Refused => {
+                    went_on.insert(request, e.seq);
+                }
+                Event::Admitted => {
+                    went_on.entry(request).or_insert(e.seq);
+                }
+                _ => {}
+            }
+        }
+        // Decisions of requests read when sent (not seen unread), by request.
+        let decided: Vec<(Label, u64)> = (replayed.decided.iter())
+            .filter(|(r, _)| matches!(r, Label::Slow(_) | Label::F1) && !unread.contains(r))
+            .map(|(&r, d)| (r, d.seq))
+            .collect();
+        if let Some((later, seq, earlier, on)) = decided.iter().find_map(|&(later, seq)| {
+            let ahead = went_on.iter().filter(|(e, _)| sent_before(**e, later));
+            let (&earlier, &on) = ahead.max_by_key(|(_, on)| **on)?;
+            (seq <= on).then_some((later, seq, earlier, on))
+        }) {
+            let at = replayed.decided[&later].index.to_string();
+            self.find(
+                &["work_events", &at],
+                format!(
+                    "{later} is decided at seq {seq}, but the lab sends {later} only once \
+                     {earlier}, sent before it, is decided and held, and the ledger has that \
+                     at seq {on}"
+                ),
+            );
+        }
+        let Some(watched) = watched else {
+            return;
+        };
+        for (i, beat) in watched.heartbeat.iter().enumerate() {
+            let next = |after: Option<Label>| {
+                (decided.iter())
+                    .filter(|&&(b, _)| after.is_none_or(|a| sent_before(a, b)))
+                    .min_by_key(|&&(_, seq)| seq)
+                    .copied()
+            };
+            let limit = match beat.moment {
+                Moment::Start => next(None),
+                Moment::Release => (gate < u64::MAX).then_some((Label::F1, gate)),
+                Moment::Held | Moment::Queued | Moment::Unread => match beat.request {
+                    Some(request) => next(Some(request)),
+                    None => None,
+                },
+            };
+            let moment = format!("{:?}", beat.moment).to_lowercase();
+            if let Some((b, seq)) = limit.filter(|&(_, seq)| beat.after_event >= seq) {
+                let then = match beat.moment {
+                    Moment::Release => format!("the gate opens at seq {seq}"),
+                    _ => format!("{b} is decided at seq {seq}"),
+                };
+                self.find(
+                    &["executor", "heartbeat", &i.to_string()],
+                    format!(
+                        "the {moment} reading is after event {}, but it is read before {then}",
+                        beat.after_event
+                    ),
+                );
+            }
+            if beat.moment == Moment::Start && beat.ticks == 0 {
+                self.find(
+                    &["executor", "heartbeat", &i.to_string()],
+                    "the start reading has 0 ticks, but the lab reads it once the heartbeat has \
+                     ticked"
+                        .into(),
+                );
+            }
+        }
+    }
+
     fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);
@@ -1243,6 +1356,19 @@ impl<'a> PolicyCheck<'a> {
                                     return None;
                                 }
                             } else {
+                                // Decided under the ledger's lock, as the semaphore's own
+                                // try-acquire: refused only when no permit is free.
+                                let taken = state.active_work.get(&e.pool).copied().unwrap_or(0);
+                                let capacity = policy.capacity(e.pool);
+                                if taken < capacity {
+                                    self.find(
+                                        &path,
+                                        format!(
+                                            "{request} is refused at seq {seq} with {taken} of the {} pool's {capacity} permits taken: a request is refused only when no permit is free",
+                                            e.pool
+                                        ),
+                                    );
+                                }
                                 e.held_by = holders.get(&e.pool).cloned().unwrap_or_default();
                                 state.refused.push(request);
                             }
@@ -1654,6 +1780,20 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+        }
+        // Listed as they arrived, each placed by the last event then: the ledger only grows.
+        if let Some(i) = (1..observed.responses.len())
+            .find(|&i| observed.responses[i].after_event < observed.responses[i - 1].after_event)
+        {
+            let (was, now) = (&observed.responses[i - 1], &observed.responses[i]);
+            self.find(
+                &["responses", &i.to_string()],
+                format!(
+                    "{}'s response, listed after {}'s, arrived after seq {}, before {}'s after \
+                     seq {}: responses are listed as they arrive",
+                    now.request, was.request, now.after_event, was.request, was.after_event
+                ),
+            );
         }
         // The lab sends each request only once it has the responses it waits for: a refusal's,
         // before the next request; every response of the release, before the probes; S-after's,

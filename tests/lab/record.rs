@@ -551,6 +551,53 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a refusal while a permit is free",
+        HELD_1,
+        |r| set(r, "/policies/0/work_events/2/event", json!("refused")),
+        "F1 is refused at seq 3 with 1 of the shared pool's 2 permits taken: a request is \
+         refused only when no permit is free",
+    ),
+    (
+        "S2 admitted before S1 was held",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/work_events/1/request", json!("S2"));
+            set(r, "/policies/0/work_events/1/event", json!("admitted"));
+            set(r, "/policies/0/work_events/1/active_after", json!(2));
+            set(r, "/policies/0/work_events/2/request", json!("S1"));
+            set(r, "/policies/0/work_events/2/event", json!("held"));
+            set(r, "/policies/0/work_events/2/active_after", json!(2));
+        },
+        "S2 is decided at seq 2, but the lab sends S2 only once S1, sent before it, is decided \
+         and held, and the ledger has that at seq 3",
+    ),
+    (
+        "responses listed in another order than they came",
+        DEFAULT,
+        |r| list(r, "/policies/0/responses").reverse(),
+        "responses are listed as they arrive",
+    ),
+    (
+        "more held at the gate than the slow pool has permits",
+        SESSION,
+        |r| {
+            set(
+                r,
+                "/runs/0/policies/0/resources/before_fast/held_at_gate",
+                json!(5),
+            )
+        },
+        "resources.before_fast counts 5 requests held at the gate, but each holds one of the slow \
+         pool's 2 permits",
+    ),
+    (
+        "a room request in the ledger of a policy it did not reach",
+        SESSION,
+        |r| set(r, "/room_requests/1/mode", json!("shared")),
+        "R3 is in the ledger of run 1 (partitioned), but it reached run 1 (shared): a room's \
+         request reaches one server",
+    ),
+    (
         "a room's /slow request let through the closed gate",
         SESSION,
         |r| {
@@ -975,7 +1022,8 @@ const EDITS: &[Edit] = &[
             let second = r["runs"][0].clone();
             list(r, "/runs").push(second);
         },
-        "R1 is in the ledger of run 2, but it reached run 1: a room's request reaches one run",
+        "R1 is in the ledger of run 2 (partitioned), but it reached run 1 (partitioned): a room's \
+         request reaches one server",
     ),
     (
         "a room request's 200 reads 503",
@@ -1334,7 +1382,26 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             json!(1),
         )
     };
-    let edits: [OnReport; 14] = [
+    let start_late = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/heartbeat/0/after_event",
+            json!(2),
+        )
+    };
+    let never_ticked =
+        |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
+    let edits: [OnReport; 16] = [
+        (
+            &blocked,
+            start_late,
+            "the start reading is after event 2, but it is read before S1 is decided at seq 1",
+        ),
+        (
+            &blocked,
+            never_ticked,
+            "the start reading has 0 ticks, but the lab reads it once the heartbeat has ticked",
+        ),
         (
             &blocked,
             one_thread,
