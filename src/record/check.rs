@@ -259,8 +259,23 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
             }
         }
     }
-    // A room gate closes only once the run's own gate has opened, and before it opens again.
+    // A room gate closes only once the run's own gate has opened, and once the room's last gate
+    // of that policy has opened again; then opens after it closed.
     for (i, gate) in session.room_gates.iter().enumerate() {
+        let same = |g: &&SavedRoomGate| (g.run, g.mode) == (gate.run, gate.mode);
+        let last = session.room_gates[..i].iter().rfind(same);
+        if let Some(last) = last
+            && last
+                .opened_after_event
+                .is_none_or(|o| gate.closed_after_event < o)
+        {
+            find(
+                &["room_gates", &i.to_string()],
+                "it closed while the room's gate before it was still closed: one room gate at a \
+                 time, each closing once the last has opened"
+                    .into(),
+            );
+        }
         let policy = session.runs[gate.run]
             .policies
             .iter()
@@ -270,7 +285,20 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                 .find(|e| e.event == Event::GateOpened)
                 .map(|e| e.seq)
         });
+        let last = policy
+            .and_then(|p| p.work_events.last())
+            .map_or(0, |e| e.seq);
         let why = match (opened, gate.opened_after_event) {
+            _ if policy.is_none() => format!(
+                "it names the {} policy of run {}, which has no such policy",
+                gate.mode.name(),
+                gate.run + 1
+            ),
+            _ if gate.closed_after_event > last
+                || gate.opened_after_event.is_some_and(|o| o > last) =>
+            {
+                format!("it names events after seq {last}, where its run's ledger ends")
+            }
             (Some(seq), _) if gate.closed_after_event < seq => format!(
                 "it closed after event {}, before the run's own gate opened at seq {seq}: the \
                  room's gate closes only once the run's has opened",
@@ -878,15 +906,13 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
             let (front, executor) = (self.report.runner.front, self.report.executor);
-            let least = least_threads(front, executor, before);
-            if let (Some(threads), Some((least, whose))) = (before.os_threads, least)
-                && threads < least
-            {
+            let (least, whose) = least_threads(front, executor, before);
+            if let Some(threads) = before.os_threads.filter(|&t| t < least) {
                 self.find(
                     &["resources", "before_fast", "os_threads"],
                     format!(
                         "resources.before_fast counts {threads} OS threads, but the sequence's \
-                         thread with {whose} make at least {least}"
+                         thread{whose} make at least {least}"
                     ),
                 );
             }
@@ -900,6 +926,13 @@ impl<'a> PolicyCheck<'a> {
             .after_run
             .filter(|_| stopped && !self.cut_short)
         {
+            if after.os_threads == Some(0) {
+                self.find(
+                    &["resources", "after_run", "os_threads"],
+                    "resources.after_run counts no OS thread, but the thread counting them is one"
+                        .into(),
+                );
+            }
             for (field, left) in [
                 ("connection_handlers", after.connection_handlers),
                 ("held_at_gate", after.held_at_gate),
@@ -1166,6 +1199,23 @@ impl<'a> PolicyCheck<'a> {
         let Some(watched) = watched else {
             return;
         };
+        for (i, seen) in watched.unread.iter().enumerate() {
+            let ahead = went_on
+                .iter()
+                .filter(|(e, _)| sent_before(**e, seen.request));
+            if let Some((earlier, &on)) = ahead.max_by_key(|(_, on)| **on)
+                && seen.after_event < on
+            {
+                self.find(
+                    &["executor", "unread", &i.to_string()],
+                    format!(
+                        "{} is seen unread after event {}, but the lab sends it only once \
+                         {earlier}, sent before it, is decided and held, at seq {on}",
+                        seen.request, seen.after_event
+                    ),
+                );
+            }
+        }
         for (i, beat) in watched.heartbeat.iter().enumerate() {
             let next = |after: Option<Label>| {
                 (decided.iter())
@@ -1965,18 +2015,18 @@ impl<'a> PolicyCheck<'a> {
 }
 
 /// The fewest OS threads the lab's process runs before F1 on `front` with `executor`, with the
-/// resources counted then, and whose they are (`None`: the sequence's thread is all): the sequence's thread, and on the threaded
+/// resources counted then, and whose they are besides the sequence's thread: the sequence's thread, and on the threaded
 /// front its accept thread and a thread per connection; with a front runtime of its own, the
 /// thread that drives it and its workers, each work class's driver and workers
 /// (`own-runtime`), and a blocking thread for each slow request held (`spawn-blocking`).
-fn least_threads(front: Front, executor: Executor, before: Resources) -> Option<(usize, String)> {
+fn least_threads(front: Front, executor: Executor, before: Resources) -> (usize, String) {
     if front == Front::Threaded {
         let handlers = before.connection_handlers;
-        let whose = format!("the accept thread and {handlers} connections' threads");
-        return Some((handlers + 2, whose));
+        let whose = format!(" with the accept thread and {handlers} connections' threads");
+        return (handlers + 2, whose);
     }
     if !executor.own_runtime() {
-        return None;
+        return (1, " alone would".into());
     }
     let workers = match executor.workers() {
         Workers::CurrentThread => 0,
@@ -2000,11 +2050,11 @@ fn least_threads(front: Front, executor: Executor, before: Resources) -> Option<
         ),
         WorkStyle::Block | WorkStyle::Await => (workers, 0, String::new()),
     };
-    let mut words = format!("the front runtime's {} threads", 1 + front_workers);
+    let mut words = format!(" with the front runtime's {} threads", 1 + front_workers);
     if !whose.is_empty() {
         words = format!("{words} and {whose}");
     }
-    Some((2 + front_workers + others, words))
+    (2 + front_workers + others, words)
 }
 
 /// Whether the sequence sends `earlier` before `later`, both before the release: S1, S2, …,

@@ -551,6 +551,34 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a room gate on a policy the run does not have",
+        SESSION,
+        |r| set(r, "/room_gates/0/mode", json!("shared")),
+        "it names the shared policy of run 1, which has no such policy",
+    ),
+    (
+        "a room gate after the run's last event",
+        SESSION,
+        |r| set(r, "/room_gates/0/closed_after_event", json!(500)),
+        "it names events after seq 18, where its run's ledger ends",
+    ),
+    (
+        "a room gate listed twice",
+        SESSION,
+        |r| {
+            let gate = r["room_gates"][0].clone();
+            list(r, "/room_gates").push(gate);
+        },
+        "it closed while the room's gate before it was still closed",
+    ),
+    (
+        "no OS thread counted",
+        DEFAULT,
+        |r| set(r, "/policies/0/resources/before_fast/os_threads", json!(0)),
+        "resources.before_fast counts 0 OS threads, but the sequence's thread alone would make at \
+         least 1",
+    ),
+    (
         "a refusal while a permit is free",
         HELD_1,
         |r| set(r, "/policies/0/work_events/2/event", json!("refused")),
@@ -1391,7 +1419,20 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     };
     let never_ticked =
         |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
-    let edits: [OnReport; 16] = [
+    let unread_before_s1_held = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/unread/0/after_event",
+            json!(1),
+        )
+    };
+    let edits: [OnReport; 17] = [
+        (
+            &blocked,
+            unread_before_s1_held,
+            "S2 is seen unread after event 1, but the lab sends it only once S1, sent before it, is \
+             decided and held, at seq 2",
+        ),
         (
             &blocked,
             start_late,
