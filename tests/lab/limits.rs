@@ -30,12 +30,12 @@ const THREAD_PANICS: [(&str, &str); 2] = [
 
 /// The shapes run under each limit: both fronts, and the async front on runtimes of its own
 /// (the lab builds them inside its own runtime, where dropping one that a failed start leaves
-/// would panic), three of them with `own-runtime`, multi-thread with `--workers`.
+/// would panic): own-runtime's three, current-thread and multi-thread (`--workers`).
 const SHAPES: [&[&str]; 4] = [
     &["--server", "async"],
     &["--server", "threaded"],
     &["--work", "own-runtime"],
-    &["--work", "spawn-blocking", "--workers", "2"],
+    &["--work", "own-runtime", "--workers", "2"],
 ];
 
 /// Runs at once. Most end in milliseconds; those whose server retries a failing accept wait
