@@ -881,11 +881,19 @@ async fn a_url_that_is_not_redis_fails_in_one_line() {
 }
 
 /// The leak check finds a listener and its owner: this process's own, which it then allows.
+/// (A child another test forks at that moment holds every descriptor until its exec closes
+/// them: it may be seen as an owner too; it descends from this process, or is gone.)
 #[test]
 fn the_leak_check_sees_a_listener_and_its_owner() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
     let address = listener.local_addr().expect("its address").to_string();
-    assert_eq!(listeners(&address), vec![std::process::id()]);
+    let owners = listeners(&address);
+    assert!(owners.contains(&std::process::id()), "{owners:?}");
+    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
+    assert!(
+        owners.iter().all(|&pid| descends_from_me(pid) || gone(pid)),
+        "{owners:?}"
+    );
     assert!(refuses(&address));
 }
 
