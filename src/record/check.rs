@@ -109,6 +109,40 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     };
     // The version is this one (`read` refuses another's).
     runner(report, &mut find);
+    // A failure is said of the policy it stopped (the lab runs no policy after it), and a
+    // caller that failed got no response.
+    if let Some(failure) = &report.failure {
+        let said = report.policies.iter().enumerate().find_map(|(i, p)| {
+            let rest = failure.strip_prefix(p.mode.name())?.strip_prefix(": ")?;
+            Some((i, p, rest))
+        });
+        if let Some((i, policy, rest)) = said {
+            let mode = policy.mode.name();
+            let caller = rest
+                .split_once(": GET ")
+                .and_then(|(label, _)| label.parse().ok());
+            let answered = caller.filter(|&label: &Label| {
+                policy.observed.responses.iter().any(|r| r.request == label)
+            });
+            if i != last {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure is the {mode} policy's, yet another policy follows it: the \
+                         lab stops at the first policy that fails"
+                    ),
+                );
+            } else if let Some(label) = answered {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {label}'s request failed, yet {mode} records its \
+                         response"
+                    ),
+                );
+            }
+        }
+    }
     match (report.matches_model, &report.failure) {
         (true, Some(_)) => find(
             &["matches_model"],
@@ -1425,11 +1459,14 @@ impl<'a> PolicyCheck<'a> {
                         }
                         Event::Started => {
                             // Admitted work that a thread of another pool or runtime began to
-                            // run (`--work spawn-blocking` or `own-runtime`): it must be inside.
+                            // run (`--work spawn-blocking` or `own-runtime`): it must be inside,
+                            // unless it waited for a thread and was cancelled first (a run that
+                            // failed closes then): its wait still runs, finding the gate open.
+                            let cancelled_first = finished.get(&request).is_some_and(|&(_, c)| c);
                             if !handed {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} is started at seq {seq} by a thread of another pool or runtime, but with --work {work} no work is handed to one"));
-                            } else if !inside.contains(&request) {
+                            } else if !inside.contains(&request) && !cancelled_first {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
                             started.insert(request);

@@ -551,6 +551,26 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a caller's failure made up for a request that was answered",
+        DEFAULT,
+        |r| {
+            set(r, "/matches_model", json!(false));
+            let failure = "partitioned: F1: GET /fast failed: connection closed before message \
+                           completed";
+            r["failure"] = json!(failure);
+        },
+        "the failure says F1's request failed, yet partitioned records its response",
+    ),
+    (
+        "a failure of the first policy, the second one run after it",
+        DEFAULT,
+        |r| {
+            set(r, "/matches_model", json!(false));
+            r["failure"] = json!("shared: stalled: no admission decision for S1 within 5 s");
+        },
+        "the failure is the shared policy's, yet another policy follows it",
+    ),
+    (
         "a room gate on a policy the run does not have",
         SESSION,
         |r| set(r, "/room_gates/0/mode", json!("shared")),
@@ -1540,20 +1560,33 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     }
 }
 
-/// A `--work block` run that failed with requests still unread (saved from `(ulimit -n 16;
-/// isolation-lab --work block)`: after release the front could accept no connection, so S2
-/// and F1 were never read) is recorded as not matching, exit 1, and not called edited: its
-/// unread callers waited, and the connections it never accepted are not owed.
+/// Runs that failed out of descriptors, where the executor decides, are recorded as not
+/// matching, exit 1, and not called edited:
+/// - `--work block` with requests still unread (saved from `(ulimit -n 16; isolation-lab
+///   --work block)`): after release the front could accept no connection, so S2 and F1 were
+///   never read. Its unread callers waited, and the connections it never accepted are not owed.
+/// - `--work spawn-blocking` with work queued for a thread (saved from `(ulimit -n 17;
+///   isolation-lab --work spawn-blocking --workers 1 --blocking-threads 2 --mode partitioned
+///   --slots 4 --held 3)` beside two CPU hogs): closing cancelled S3 while it waited, and its
+///   wait started only then, finding the gate open.
 #[test]
-fn a_run_that_failed_with_requests_unread_is_not_called_edited() {
-    let dir = scratch("unread-failed");
-    let file = "block-out-of-descriptors.json";
-    std::fs::write(dir.join(file), fixture(file).to_string()).expect("saved");
-    let output = lab(&dir, &["record", file]);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let failed = format!("isolation-lab: {file}: the run did not match the policy model: shared: ");
-    assert!(stderr.starts_with(&failed), "{stderr}");
+fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
+    let dir = scratch("executor-failed");
+    for (file, mode) in [
+        ("block-out-of-descriptors.json", "shared"),
+        (
+            "spawn-blocking-cancelled-before-started.json",
+            "partitioned",
+        ),
+    ] {
+        std::fs::write(dir.join(file), fixture(file).to_string()).expect("saved");
+        let output = lab(&dir, &["record", file]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        let failed =
+            format!("isolation-lab: {file}: the run did not match the policy model: {mode}: ");
+        assert!(stderr.starts_with(&failed), "{stderr}");
+    }
 }
 
 /// A file's name, how it is made from the default run's report, and what its refusal says.
