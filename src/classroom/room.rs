@@ -37,7 +37,8 @@ pub struct RoomRequest {
     /// The front's JSON body.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
-    /// Why there was no answer: the run closed while the request was on its way.
+    /// Why there was no answer: the run closed while the request was on its way, or the
+    /// student gave up waiting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The last work event of the run's ledger when the answer came: order evidence.
@@ -132,7 +133,16 @@ impl Room {
     /// Sends `request` on to the run's front and waits for its answer (held work waits for a
     /// gate). The record is kept for the report and returned for the journal.
     pub(crate) async fn send(&self, request: Label, target: Target) -> RoomRequest {
-        let (status, body, error, after_event) = match target.client.call(request).await {
+        // A student who gives up drops this future: the request is listed all the same, since
+        // its work may be in the run's ledger.
+        let mut unanswered = Unanswered {
+            room: self,
+            request,
+            target: Some(target.clone()),
+        };
+        let called = target.client.call(request).await;
+        unanswered.target = None;
+        let (status, body, error, after_event) = match called {
             Ok(reply) => (
                 Some(reply.status),
                 Some(reply.body),
@@ -163,6 +173,32 @@ impl Room {
     /// Every request the room sent, in the order their answers came.
     pub(crate) fn requests(&self) -> Vec<RoomRequest> {
         self.state().requests.clone()
+    }
+}
+
+/// A room request on its way: listed, with no answer, if it is dropped before one comes.
+struct Unanswered<'a> {
+    room: &'a Room,
+    request: Label,
+    target: Option<Target>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        let Some(target) = self.target.take() else {
+            return;
+        };
+        let request = self.request;
+        self.room.state().requests.push(RoomRequest {
+            request,
+            route: request.route(),
+            run: target.run,
+            mode: target.mode,
+            status: None,
+            body: None,
+            error: Some("the student gave up before the answer came".into()),
+            after_event: target.section.last_seq(),
+        });
     }
 }
 

@@ -223,6 +223,50 @@ fn kind(message: &Value) -> &str {
     message["kind"].as_str().unwrap_or_default()
 }
 
+/// A student who gives up on a room request held at the gate (the async front drops its
+/// handler, and the work leaves cancelled): the request is listed all the same, with no answer
+/// and why, the session still matches, and `record` re-checks the saved report as matched
+/// (it named the ledger's R1 a request the room never sent).
+#[tokio::test]
+async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
+    let session = Session::start(inputs(ModeChoice::Partitioned, 3, 1), Front::Async).await;
+    let mut events = session.events().await;
+    let state = events.until(|m| kind(m) == "state").await;
+    let commands = &state.last().expect("a state")["room"]["commands"];
+    let command = commands[0].as_str().expect("the room's command");
+    let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+    assert_eq!(session.next().await["step"], "open");
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    let r1 = session.room("/slow", &token);
+    events.until(is_work("R1", "held")).await;
+    r1.abort();
+    events.until(is_work("R1", "finished")).await;
+    for step in ["S1", "F1", "release", "S-after", "F-after", "close"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    let report = session.end().await;
+    assert!(report.matches_model, "{:?}", report.runs);
+    let listed = report
+        .room_requests
+        .iter()
+        .find(|r| r.request.to_string() == "R1");
+    let listed = listed.expect("R1 is listed");
+    assert_eq!(listed.status, None);
+    let why = listed.error.as_deref().unwrap_or_default();
+    assert!(why.contains("gave up"), "{why}");
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let saved = dir.path().join("s.json");
+    let json = serde_json::to_string(&report).expect("the report serializes");
+    std::fs::write(&saved, json).expect("saved");
+    let recorded = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+        .arg("record")
+        .arg(&saved)
+        .output()
+        .expect("record runs");
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert_eq!(recorded.status.code(), Some(0), "{stderr}");
+}
+
 fn is_work(request: &str, event: &str) -> impl Fn(&Value) -> bool {
     move |m| kind(m) == "work" && m["request"] == request && m["event"] == event
 }
