@@ -616,8 +616,8 @@ const EDITS: &[Edit] = &[
             set(r, "/policies/0/work_events/2/event", json!("held"));
             set(r, "/policies/0/work_events/2/active_after", json!(2));
         },
-        "S2 is decided at seq 2, but the lab sends S2 only once S1, sent before it, is decided \
-         and held, and the ledger has that at seq 3",
+        "S2 is decided at seq 2, but the lab sends S2 only once S1, sent before it, is held, \
+         refused or queued for a thread, and the ledger has that at seq 3",
     ),
     (
         "responses listed in another order than they came",
@@ -1451,7 +1451,7 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             &blocked,
             unread_before_s1_held,
             "S2 is seen unread after event 1, but the lab sends it only once S1, sent before it, is \
-             decided and held, at seq 2",
+             held, refused or queued for a thread, at seq 2",
         ),
         (
             &blocked,
