@@ -1356,43 +1356,8 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     };
     /// A real report, an edit of it, and what the record must say of the edit.
     type OnReport<'a> = (&'a Value, fn(&mut Value), &'static str);
-    let goes_back = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/heartbeat/0/ticks",
-            json!(1_000_000),
-        )
-    };
     let unread_reading_dropped = |report: &mut Value| {
         list(report, "/policies/0/executor/heartbeat").remove(2);
-    };
-    let unread_after_release = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/unread/0/after_event",
-            json!(3),
-        )
-    };
-    let read_before_held = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/heartbeat/1/after_event",
-            json!(1),
-        )
-    };
-    let queue_empty = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/unread/0/accept_queue",
-            json!(0),
-        )
-    };
-    let unread_before_s1 = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/unread/0/after_event",
-            json!(0),
-        )
     };
     let release_names_f1 = |report: &mut Value| {
         let beats = list(report, "/policies/0/executor/heartbeat");
@@ -1423,57 +1388,13 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             .iter_mut()
             .for_each(|r| later(&mut r["after_event"]));
     };
-    let one_thread = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/resources/before_fast/os_threads",
-            json!(1),
-        )
-    };
-    let start_late = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/heartbeat/0/after_event",
-            json!(2),
-        )
-    };
     let never_ticked =
         |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
-    let unread_before_s1_held = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/unread/0/after_event",
-            json!(1),
-        )
-    };
-    let edits: [OnReport; 17] = [
-        (
-            &blocked,
-            unread_before_s1_held,
-            "S2 is seen unread after event 1, but the lab sends it only once S1, sent before it, is \
-             held, refused or queued for a thread, at seq 2",
-        ),
-        (
-            &blocked,
-            start_late,
-            "the start reading is after event 2, but it is read before S1 is decided at seq 1",
-        ),
+    let edits: [OnReport; 9] = [
         (
             &blocked,
             never_ticked,
             "the start reading has 0 ticks, but the lab reads it once the heartbeat has ticked",
-        ),
-        (
-            &blocked,
-            one_thread,
-            "resources.before_fast counts 1 OS threads, but the sequence's thread with the \
-             front runtime's 1 threads make at least 2",
-        ),
-        (
-            &blocked,
-            unread_before_s1,
-            "S2 is seen unread after event 0, but it is sent only once S1 is decided, and the \
-             ledger decides S1 at seq 1",
         ),
         (
             &blocked,
@@ -1494,32 +1415,8 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         ),
         (
             &blocked,
-            queue_empty,
-            "S2 is seen unread after event 2, but its connection waits in the accept queue, yet \
-             the queue is counted at 0",
-        ),
-        (
-            &blocked,
-            goes_back,
-            // The ticks of the reading after it vary with the run (it ticks until its worker
-            // blocks); the start's are made more than any run ticks.
-            "ticks, after a reading after event 0 with 1000000",
-        ),
-        (
-            &blocked,
             unread_reading_dropped,
             "the heartbeat is read after each request seen unread or queued",
-        ),
-        (
-            &blocked,
-            unread_after_release,
-            "S2 is seen unread after event 3, but the gate had opened at seq 3",
-        ),
-        (
-            &blocked,
-            read_before_held,
-            "the heartbeat is read after S1 is held, after event 1, but the ledger holds S1 only at \
-             seq 2",
         ),
         (
             &spawned,
@@ -1544,9 +1441,75 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             "the model block's expectations are not the policy model's",
         ),
     ];
-    for (i, (base, edit, says)) in edits.into_iter().enumerate() {
+    // Edits that set one value.
+    let sets: [(&Value, &str, Value, &str); 8] = [
+        (
+            &blocked,
+            "/policies/0/executor/unread/0/after_event",
+            json!(1),
+            "S2 is seen unread after event 1, but the lab sends it only once S1, sent before it, is \
+             held, refused or queued for a thread, at seq 2",
+        ),
+        (
+            &blocked,
+            "/policies/0/executor/heartbeat/0/after_event",
+            json!(2),
+            "the start reading is after event 2, but it is read before S1 is decided at seq 1",
+        ),
+        (
+            &blocked,
+            "/policies/0/resources/before_fast/os_threads",
+            json!(1),
+            "resources.before_fast counts 1 OS threads, but the sequence's thread with the \
+             front runtime's 1 threads make at least 2",
+        ),
+        (
+            &blocked,
+            "/policies/0/executor/unread/0/after_event",
+            json!(0),
+            "S2 is seen unread after event 0, but it is sent only once S1 is decided, and the \
+             ledger decides S1 at seq 1",
+        ),
+        (
+            &blocked,
+            "/policies/0/executor/unread/0/accept_queue",
+            json!(0),
+            "S2 is seen unread after event 2, but its connection waits in the accept queue, yet \
+             the queue is counted at 0",
+        ),
+        (
+            &blocked,
+            "/policies/0/executor/heartbeat/0/ticks",
+            json!(1_000_000),
+            // The ticks of the reading after it vary with the run (it ticks until its worker
+            // blocks); the start's are made more than any run ticks.
+            "ticks, after a reading after event 0 with 1000000",
+        ),
+        (
+            &blocked,
+            "/policies/0/executor/unread/0/after_event",
+            json!(3),
+            "S2 is seen unread after event 3, but the gate had opened at seq 3",
+        ),
+        (
+            &blocked,
+            "/policies/0/executor/heartbeat/1/after_event",
+            json!(1),
+            "the heartbeat is read after S1 is held, after event 1, but the ledger holds S1 only at \
+             seq 2",
+        ),
+    ];
+    let edited = edits.into_iter().map(|(base, edit, says)| {
         let mut report = base.clone();
         edit(&mut report);
+        (report, says)
+    });
+    let set_one = sets.into_iter().map(|(base, pointer, value, says)| {
+        let mut report = base.clone();
+        set(&mut report, pointer, value);
+        (report, says)
+    });
+    for (i, (report, says)) in edited.chain(set_one).enumerate() {
         let file = format!("blocked-edit-{i}.json");
         std::fs::write(dir.join(&file), report.to_string()).expect("written");
         let shown = lab(&dir, &["record", &file]);
