@@ -231,10 +231,7 @@ fn kind(message: &Value) -> &str {
 async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
     let session = Session::start(inputs(ModeChoice::Partitioned, 3, 1), Front::Async).await;
     let mut events = session.events().await;
-    let state = events.until(|m| kind(m) == "state").await;
-    let commands = &state.last().expect("a state")["room"]["commands"];
-    let command = commands[0].as_str().expect("the room's command");
-    let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+    let token = room_token(&events.until(|m| kind(m) == "state").await);
     assert_eq!(session.next().await["step"], "open");
     assert_eq!(session.control("open-room", json!({})).await.0, 200);
     let r1 = session.room("/slow", &token);
@@ -265,6 +262,14 @@ async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
         .expect("record runs");
     let stderr = String::from_utf8_lossy(&recorded.stderr);
     assert_eq!(recorded.status.code(), Some(0), "{stderr}");
+}
+
+/// The room's token, read from the command the last of `states` shows a student.
+fn room_token(states: &[Value]) -> String {
+    let commands = &states.last().expect("a state")["room"]["commands"];
+    let command = commands[0].as_str().expect("the room's command");
+    assert!(command.starts_with("curl -s -H 'lab-room: "), "{command}");
+    command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned()
 }
 
 fn is_work(request: &str, event: &str) -> impl Fn(&Value) -> bool {
@@ -535,11 +540,7 @@ async fn a_room_request_is_held_and_then_answered() {
     // Partitioned, 3 permits: the slow pool has room for S1 and one request from the room.
     let session = Session::start(inputs(ModeChoice::Partitioned, 3, 1), Front::Async).await;
     let mut events = session.events().await;
-    let state = events.until(|m| kind(m) == "state").await;
-    let commands = &state.last().expect("a state")["room"]["commands"];
-    let command = commands[0].as_str().expect("the room's command").to_owned();
-    assert!(command.starts_with("curl -s -H 'lab-room: "), "{command}");
-    let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+    let token = room_token(&events.until(|m| kind(m) == "state").await);
 
     let (status, refused) = within(session.room("/slow", &token))
         .await
@@ -784,8 +785,7 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
         let state = events
             .until(|m| kind(m) == "state" && m["room"]["open"] == true)
             .await;
-        let command = state.last().expect("a state")["room"]["commands"][0].to_string();
-        let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+        let token = room_token(&state);
         let held = http
             .get(format!("{base}/slow"))
             .header("lab-room", token)
@@ -891,8 +891,7 @@ async fn measure_event_to_stream_delay() {
     let session = Session::start(Inputs::default(), Front::Async).await;
     let mut events = session.events().await;
     let state = events.until(|m| kind(m) == "state").await;
-    let command = state.last().expect("a state")["room"]["commands"][1].to_string();
-    let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+    let token = room_token(&state);
     session.next().await;
     assert_eq!(session.control("open-room", json!({})).await.0, 200);
     let mut delays = Vec::new();
@@ -957,8 +956,7 @@ fn measure_memory_after_a_thousand_room_requests() {
         let state = events
             .until(|m| kind(m) == "state" && m["room"]["open"] == true)
             .await;
-        let command = state.last().expect("a state")["room"]["commands"][0].to_string();
-        let token = command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned();
+        let token = room_token(&state);
         for n in 0..1000 {
             let route = if n % 2 == 0 { "/slow" } else { "/fast" };
             let sent = http
