@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
-use crate::coordinator::client::Client;
+use crate::coordinator::client::{Client, Received};
 use crate::label::Label;
 use crate::policy::{Mode, Route};
 
@@ -133,15 +133,25 @@ impl Room {
     /// Sends `request` on to the run's front and waits for its answer (held work waits for a
     /// gate). The record is kept for the report and returned for the journal.
     pub(crate) async fn send(&self, request: Label, target: Target) -> RoomRequest {
+        let call = target.client.call(request);
         // A student who gives up drops this future: the request is listed all the same, since
         // its work may be in the run's ledger.
-        let mut unanswered = Unanswered {
+        let unanswered = Unanswered {
             room: self,
             request,
-            target: Some(target.clone()),
+            target: Some(target),
         };
-        let called = target.client.call(request).await;
-        unanswered.target = None;
+        let called = call.await.map_err(|why| format!("{why:#}"));
+        unanswered.answered(called)
+    }
+
+    /// Lists `request`, sent to `target`, with its answer or why none came.
+    fn list(
+        &self,
+        request: Label,
+        target: &Target,
+        called: Result<Received, String>,
+    ) -> RoomRequest {
         let (status, body, error, after_event) = match called {
             Ok(reply) => (
                 Some(reply.status),
@@ -149,12 +159,7 @@ impl Room {
                 None,
                 reply.after_event,
             ),
-            Err(why) => (
-                None,
-                None,
-                Some(format!("{why:#}")),
-                target.section.last_seq(),
-            ),
+            Err(why) => (None, None, Some(why), target.section.last_seq()),
         };
         let record = RoomRequest {
             request,
@@ -180,25 +185,23 @@ impl Room {
 struct Unanswered<'a> {
     room: &'a Room,
     request: Label,
+    /// Until it is listed.
     target: Option<Target>,
+}
+
+impl Unanswered<'_> {
+    fn answered(mut self, called: Result<Received, String>) -> RoomRequest {
+        let target = self.target.take().expect("listed once");
+        self.room.list(self.request, &target, called)
+    }
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
-        let Some(target) = self.target.take() else {
-            return;
-        };
-        let request = self.request;
-        self.room.state().requests.push(RoomRequest {
-            request,
-            route: request.route(),
-            run: target.run,
-            mode: target.mode,
-            status: None,
-            body: None,
-            error: Some("the student gave up before the answer came".into()),
-            after_event: target.section.last_seq(),
-        });
+        if let Some(target) = self.target.take() {
+            let why = "the student gave up before the answer came".to_owned();
+            self.room.list(self.request, &target, Err(why));
+        }
     }
 }
 
