@@ -1397,6 +1397,10 @@ impl<'a> PolicyCheck<'a> {
                         self.find(&path, format!("{request}'s {event} event says its work was cancelled; only work that leaves is"));
                     }
                     let before = decided.get(&request).copied();
+                    // Work handed to another thread and cancelled while it waited for one (a
+                    // failed run closes then): its wait still runs after it left, and starts,
+                    // finding the gate open, or is held at a closed one.
+                    let left_cancelled = finished.get(&request).is_some_and(|&(_, c)| c);
                     match e.event {
                         Event::Admitted | Event::Refused => {
                             if let Some(first) = before {
@@ -1462,14 +1466,11 @@ impl<'a> PolicyCheck<'a> {
                         }
                         Event::Started => {
                             // Admitted work that a thread of another pool or runtime began to
-                            // run (`--work spawn-blocking` or `own-runtime`): it must be inside,
-                            // unless it waited for a thread and was cancelled first (a run that
-                            // failed closes then): its wait still runs, finding the gate open.
-                            let cancelled_first = finished.get(&request).is_some_and(|&(_, c)| c);
+                            // run (`--work spawn-blocking` or `own-runtime`): it must be inside.
                             if !handed {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} is started at seq {seq} by a thread of another pool or runtime, but with --work {work} no work is handed to one"));
-                            } else if !inside.contains(&request) && !cancelled_first {
+                            } else if !inside.contains(&request) && !left_cancelled {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
                             started.insert(request);
@@ -1480,11 +1481,7 @@ impl<'a> PolicyCheck<'a> {
                             } else if handed && !started.contains(&request) {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} is held at seq {seq}, but with --work {work} its work reaches the gate only once a thread starts it, and no started event came before"));
-                            } else if !inside.contains(&request)
-                                && !finished.get(&request).is_some_and(|&(_, c)| c)
-                            {
-                                // (Work handed to another thread and cancelled before its wait
-                                // ran may still reach a closed gate after.)
+                            } else if !inside.contains(&request) && !left_cancelled {
                                 self.find(&path, format!("{request} is held at seq {seq}, but it is not inside the work section: no admission before it"));
                             } else if self.route(request) == Some(Route::Fast) {
                                 self.find(&path, format!("{request} is held at the gate, but only /slow work waits there"));
