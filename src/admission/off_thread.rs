@@ -4,8 +4,12 @@
 //! wait is a closure that owns what it needs, records `started` when a thread runs it, and
 //! `held` if the gate is closed. Until a thread runs it, the work is admitted, its permit
 //! held, and not running: a queue the permits cannot see.
+//!
+//! The handler may be cancelled while its wait is queued (a failed run closes then): the work
+//! leaves, and the wait, when a thread runs it at last, finds that it left and records nothing.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use super::super::gate::{Gate, Latch};
 use super::super::ledger::Event;
@@ -16,20 +20,26 @@ impl WorkSection {
     /// The wait of admitted `work`, for another thread to run: it records `started`, then, for
     /// slow work, waits at the gate (recording `held` if it is closed) and says how the gate
     /// left; fast work has nothing to wait for. Hand the result to [`Work::leave_after`].
+    ///
+    /// If the work has left by the time a thread runs the wait, it records nothing and waits
+    /// for nothing: no one is there to take its answer.
     pub(crate) fn wait_elsewhere(
         self: &Arc<Self>,
-        work: &Work<'_>,
+        work: &mut Work<'_>,
         gate: Arc<Gate>,
     ) -> impl FnOnce() -> Latch + Send + 'static {
         let section = self.clone();
         let (request, pool, route) = (work.request, work.pool, work.route);
+        let left = work.left.insert(Arc::new(AtomicBool::new(false))).clone();
         let gate = (route == Route::Slow).then_some(gate);
         move || {
-            section.record(Some(request), pool, Event::Started);
+            if !section.record_inside(&left, request, pool, Event::Started) {
+                return Latch::Abandoned;
+            }
             match gate {
-                Some(gate) => {
-                    gate.pass_blocking(|| section.record(Some(request), pool, Event::Held))
-                }
+                Some(gate) => gate.pass_blocking(|| {
+                    section.record_inside(&left, request, pool, Event::Held);
+                }),
                 None => Latch::Open,
             }
         }

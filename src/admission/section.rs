@@ -7,7 +7,7 @@
 //! front, which has only local pools, admits with [`admit_now`](WorkSection::admit_now).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -265,6 +265,7 @@ impl WorkSection {
                     pool,
                     permit: Some(permit),
                     completed: false,
+                    left: None,
                 })
             }
             Err(holders) => {
@@ -357,6 +358,19 @@ impl WorkSection {
         let active = self.pools.active(pool);
         ledger.record(request, pool, event, active);
     }
+
+    /// Records `request`'s `event` as [`WorkSection::record`] does, unless its work has `left`
+    /// the section: read under the same lock as the work's `finished` is recorded, so the
+    /// ledger never shows work that acts after it left. Whether it was recorded.
+    fn record_inside(&self, left: &AtomicBool, request: Label, pool: Pool, event: Event) -> bool {
+        let mut ledger = self.ledger();
+        if left.load(Ordering::Relaxed) {
+            return false;
+        }
+        let active = self.pools.active(pool);
+        ledger.record(Some(request), pool, event, active);
+        true
+    }
 }
 
 /// Admitted work inside the section. It owns its permit, so the permit lives exactly as long as
@@ -373,6 +387,9 @@ pub(crate) struct Work<'a> {
     permit: Option<Permit>,
     /// Set when the work ran to its end.
     completed: bool,
+    /// For work whose wait runs on another thread ([`WorkSection::wait_elsewhere`]): set, under
+    /// the ledger's lock, when the work leaves, so a wait that runs after records nothing.
+    left: Option<Arc<AtomicBool>>,
 }
 
 impl Work<'_> {
@@ -436,6 +453,9 @@ impl Drop for Work<'_> {
         drop(self.permit.take());
         let active = self.section.pools.active(self.pool);
         ledger.finish(self.request, self.pool, active, !self.completed);
+        if let Some(left) = &self.left {
+            left.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -534,6 +554,24 @@ mod tests {
         assert_eq!(events(&section), expected);
         assert_eq!(section.final_state().available_permits[&Pool::Slow], 1);
         assert!(section.audit()[&Pool::Slow].broken().next().is_none());
+    }
+
+    /// Work whose wait runs on another thread, and which leaves before a thread runs it (its
+    /// handler cancelled: a failed run closes then): the wait records nothing and waits for
+    /// nothing, so the ledger never shows work acting after it left.
+    #[test]
+    fn a_wait_run_after_its_work_left_records_nothing() {
+        let section = Arc::new(section(Mode::Partitioned, 2, Permits::Tokio));
+        // Fast work first: a wait that went on would record `started`, then slow work's would
+        // be held at the closed gate, and block.
+        for (request, route) in [(Label::F1, Route::Fast), (Label::Slow(1), Route::Slow)] {
+            let mut work = section.admit_now(request, route).expect("a permit is free");
+            let wait = section.wait_elsewhere(&mut work, section.gate().clone());
+            drop(work);
+            assert_eq!(wait(), Latch::Abandoned, "{request}'s wait after it left");
+        }
+        let left = [(Event::Admitted, false), (Event::Finished, true)];
+        assert_eq!(events(&section), [left, left].concat());
     }
 
     /// Fast work passes straight through while the gate is closed; slow work after the opening

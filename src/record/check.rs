@@ -1397,10 +1397,6 @@ impl<'a> PolicyCheck<'a> {
                         self.find(&path, format!("{request}'s {event} event says its work was cancelled; only work that leaves is"));
                     }
                     let before = decided.get(&request).copied();
-                    // Work handed to another thread and cancelled while it waited for one (a
-                    // failed run closes then): its wait still runs after it left, and starts,
-                    // finding the gate open, or is held at a closed one.
-                    let left_cancelled = finished.get(&request).is_some_and(|&(_, c)| c);
                     match e.event {
                         Event::Admitted | Event::Refused => {
                             if let Some(first) = before {
@@ -1470,7 +1466,7 @@ impl<'a> PolicyCheck<'a> {
                             if !handed {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} is started at seq {seq} by a thread of another pool or runtime, but with --work {work} no work is handed to one"));
-                            } else if !inside.contains(&request) && !left_cancelled {
+                            } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
                             started.insert(request);
@@ -1481,7 +1477,7 @@ impl<'a> PolicyCheck<'a> {
                             } else if handed && !started.contains(&request) {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} is held at seq {seq}, but with --work {work} its work reaches the gate only once a thread starts it, and no started event came before"));
-                            } else if !inside.contains(&request) && !left_cancelled {
+                            } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is held at seq {seq}, but it is not inside the work section: no admission before it"));
                             } else if self.route(request) == Some(Route::Fast) {
                                 self.find(&path, format!("{request} is held at the gate, but only /slow work waits there"));

@@ -69,11 +69,11 @@ impl Dispatch {
         };
         // Admitted here, on the connection task, so a refusal is immediate; the permit stays
         // with the handler (in `work`) while the wait runs elsewhere.
-        let work = match section.admit(request, route).await {
+        let mut work = match section.admit(request, route).await {
             Ok(work) => inside(hooks, work),
             Err(denied) => return denied.into(),
         };
-        let wait = section.wait_elsewhere(&work, gates.pick(section, request));
+        let wait = section.wait_elsewhere(&mut work, gates.pick(section, request));
         let waited = match elsewhere {
             None => tokio::task::spawn_blocking(wait).await,
             Some(runtime) => runtime.spawn(async move { wait() }).await,

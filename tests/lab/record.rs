@@ -1528,10 +1528,12 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
 /// - `--work block` with requests still unread (saved from `(ulimit -n 16; isolation-lab
 ///   --work block)`): after release the front could accept no connection, so S2 and F1 were
 ///   never read. Its unread callers waited, and the connections it never accepted are not owed.
-/// - `--work spawn-blocking` with work queued for a thread (saved from `(ulimit -n 17;
+/// - `--work spawn-blocking` with work queued for a thread (saved from `(ulimit -n 18;
 ///   isolation-lab --work spawn-blocking --workers 1 --blocking-threads 2 --mode partitioned
-///   --slots 4 --held 3)` beside two CPU hogs): closing cancelled S3 while it waited, and its
-///   wait started only then, finding the gate open.
+///   --slots 4 --held 3)` beside four CPU hogs): closing cancelled S3 while it waited, so its
+///   wait, when a thread ran it, found it gone and recorded nothing.
+///
+/// That report with S3 started after it left (as the lab once wrote it) is named as edited.
 #[test]
 fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     let dir = scratch("executor-failed");
@@ -1550,6 +1552,20 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
             format!("isolation-lab: {file}: the run did not match the policy model: {mode}: ");
         assert!(stderr.starts_with(&failed), "{stderr}");
     }
+    let mut late = fixture("spawn-blocking-cancelled-before-started.json");
+    let events = list(&mut late, "/policies/0/work_events");
+    let seq = events.len() + 1;
+    let started = json!({ "seq": seq, "request": "S3", "pool": "slow", "event": "started", "active_after": 0 });
+    events.push(started);
+    std::fs::write(dir.join("late.json"), late.to_string()).expect("saved");
+    let output = lab(&dir, &["record", "late.json"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let named = format!("S3 is started at seq {seq}, but it is not inside the work section");
+    assert!(
+        stderr.contains("was edited") && stderr.contains(&named),
+        "{stderr}"
+    );
 }
 
 /// A file's name, how it is made from the default run's report, and what its refusal says.
