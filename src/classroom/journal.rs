@@ -24,7 +24,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use crate::admission::ledger::WorkEvent;
 use crate::admission::section::WorkSection;
 use crate::coordinator::session;
-use crate::server::HandlerCount;
+use crate::server::FrontCensus;
 
 /// How many messages a stream may have queued and unread before its client is dropped. A run
 /// to the end queues a few dozen at once; a page that reads keeps its queue near empty.
@@ -57,7 +57,7 @@ struct Inner {
 struct Source {
     events: mpsc::UnboundedReceiver<WorkEvent>,
     section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     front: &'static str,
 }
 
@@ -98,7 +98,7 @@ impl Journal {
     pub(crate) fn watch(
         &self,
         section: &Arc<WorkSection>,
-        census: &Arc<HandlerCount>,
+        census: &Arc<FrontCensus>,
         front: &'static str,
     ) {
         let mut inner = self.caught_up();
@@ -319,7 +319,7 @@ mod tests {
     async fn streams_get_the_past_then_the_future_in_ledger_order() {
         let journal = Journal::new(8);
         let section = section();
-        let census = Arc::new(HandlerCount::default());
+        let census = Arc::new(FrontCensus::default());
         let _ = section.perform(Label::F1, Route::Fast).await;
         journal.begin(&json!({ "kind": "run" }));
         journal.watch(&section, &census, "async");

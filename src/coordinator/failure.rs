@@ -100,12 +100,25 @@ impl Failure {
 
     /// This failure, then `also`.
     pub(crate) fn then(mut self, also: Failure) -> Self {
+        // Said once: a front that gave up accepting fails the run when it does, and its stop
+        // says the same again.
+        if self.says(&also.cause) {
+            return match also.then {
+                Some(rest) => self.then(*rest),
+                None => self,
+            };
+        }
         let last = match self.then.take() {
             Some(next) => next.then(also),
             None => also,
         };
         self.then = Some(Box::new(last));
         self
+    }
+
+    /// Whether this failure, or one after it, has `cause`.
+    fn says(&self, cause: &Cause) -> bool {
+        self.cause == *cause || self.then.as_ref().is_some_and(|then| then.says(cause))
     }
 
     /// `first`, then `also`, when both failed; whichever did, when one did.
@@ -194,5 +207,19 @@ mod tests {
             "stalled: no admission decision for S1 within 5 s; then a connection task panicked"
         );
         assert!(both.is_stall());
+    }
+
+    /// A front that gave up accepting fails the run when it does, and its stop says the same
+    /// again: said once, with what else went wrong after it.
+    #[test]
+    fn the_same_cause_is_said_once() {
+        let gave_up = || Cause::Server("the server: accepting connections stayed broken".into());
+        let first = Failure::new(Step::Slow, Some(Label::Slow(2)), gave_up());
+        let panicked = Failure::new(Step::Close, None, Cause::Server("a panic".into()));
+        let at_close = Failure::new(Step::Close, None, gave_up()).then(panicked);
+        assert_eq!(
+            first.then(at_close).to_string(),
+            "the server: accepting connections stayed broken; then a panic"
+        );
     }
 }

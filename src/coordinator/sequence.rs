@@ -7,12 +7,12 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow};
 use hyper::header::HeaderMap;
 
 use super::client::Received;
 use super::failure::{Cause, Failure, Left, Step};
-use super::session::{self, CallerTasks, Session, within};
+use super::session::{self, CallerTasks, Session};
 use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
 use crate::admission::section::WorkSection;
@@ -25,7 +25,7 @@ use crate::label::Label;
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
-use crate::server::{self, Gates, HandlerCount};
+use crate::server::{self, FrontCensus, Gates};
 
 /// One step of the sequence, as planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub struct Run {
     /// Slow requests seen held at the gate so far.
     blocked: usize,
     session: Session,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     plan: VecDeque<Planned>,
     observed: Observed,
     resources: ResourceEvidence,
@@ -108,7 +108,7 @@ impl Run {
             unfinished(policy, held, shape, Evidence::nothing_ran(policy), failure)
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
-        let (section, census) = (Arc::new(section), Arc::new(HandlerCount::default()));
+        let (section, census) = (Arc::new(section), Arc::new(FrontCensus::default()));
         let session = Session::open(&options, gates, section.clone(), census.clone(), &token);
         let session = session.map_err(|failure| {
             // The section exists: report it as it stands, and what the process holds now.
@@ -157,7 +157,7 @@ impl Run {
     }
 
     /// The count of the front's live connection handlers.
-    pub(crate) fn census(&self) -> &Arc<HandlerCount> {
+    pub(crate) fn census(&self) -> &Arc<FrontCensus> {
         &self.census
     }
 
@@ -224,7 +224,7 @@ impl Run {
         self.heartbeat_started(request).await?;
         self.keep_a_worker_listening();
         let caller = self.session.send(request);
-        let (at, timeout) = ((Step::Slow, Some(request)), self.session.timeout);
+        let (at, bounds) = ((Step::Slow, Some(request)), self.session.bounds());
         if self.saturated() {
             // Every worker that could read it is blocked: it is answered after release.
             self.session.hold(request, caller);
@@ -233,10 +233,11 @@ impl Run {
         // Every thread the slow work can run on is held: admitted work waits for one.
         let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked >= threads);
         let decision = self.session.decision(request, lane_full);
-        let decision = within(timeout, decision, at, || {
-            format!("no admission decision for {request}")
-        })
-        .await??;
+        let decision = bounds
+            .within(decision, at, || {
+                format!("no admission decision for {request}")
+            })
+            .await??;
         if decision == Event::Admitted {
             self.session.hold(request, caller);
             if let Some(watched) = &mut self.observed.executor {
@@ -355,24 +356,34 @@ impl Run {
             .executor
             .as_ref()
             .map_or(0, |w| w.unread.len());
-        let session = &self.session;
+        let (bounds, session) = (self.session.bounds(), &mut self.session);
+        let waiting = || format!("while waiting to see {request} wait unread");
+        let fail = |cause| Failure::new(step, Some(request), cause);
         let arrived = async {
             loop {
                 match session.accept_queue() {
-                    Some(Ok(queued)) if queued > seen => return Ok(queued),
-                    Some(Ok(_)) => tokio::task::yield_now().await,
-                    Some(Err(e)) => return Err(anyhow::Error::new(e)),
-                    None => bail!("the front has no runtime of its own to watch"),
+                    Some(Ok(queued)) if queued > seen => return Ok(Ok(queued)),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Ok(Err(anyhow::Error::new(e))),
+                    None => {
+                        return Ok(Err(anyhow!("the front has no runtime of its own to watch")));
+                    }
                 }
+                // A caller that ended (its connection refused, say) will never be seen.
+                if let Some(failed) = session.caller_ended(fail, waiting) {
+                    return Err(failed);
+                }
+                tokio::task::yield_now().await;
             }
         };
         let at = (step, Some(request));
-        let accept_queue = within(session.timeout, arrived, at, || {
-            format!("{request} to be seen waiting unread for the blocked front")
-        })
-        .await?
-        .with_context(|| format!("reading the front's accept queue for {request}"))
-        .map_err(|why| Failure::new(step, Some(request), Cause::Setup(format!("{why:#}"))))?;
+        let accept_queue = bounds
+            .within(arrived, at, || {
+                format!("{request} to be seen waiting unread for the blocked front")
+            })
+            .await??
+            .with_context(|| format!("reading the front's accept queue for {request}"))
+            .map_err(|why| fail(Cause::Setup(format!("{why:#}"))))?;
         let after_event = self.session.section.last_seq();
         if let Some(watched) = &mut self.observed.executor {
             watched.unread.push(Unread {
@@ -394,7 +405,8 @@ impl Run {
         };
         let at = (Step::Start, Some(request));
         let never = || "the front's own runtime never ran its heartbeat".into();
-        let ticked = within(self.session.timeout, heartbeat.first_tick(), at, never).await?;
+        let bounds = self.session.bounds();
+        let ticked = bounds.within(heartbeat.first_tick(), at, never).await?;
         if !ticked {
             let why = "the front's own runtime stopped before it ran its heartbeat";
             return Err(Failure::new(at.0, at.1, Cause::Server(why.into())));
@@ -444,10 +456,11 @@ impl Run {
         for request in intruders {
             let sent = super::client::get(address, request.route().path(), request, &no_token);
             let at = (Step::Intrude, None);
-            let response = within(self.session.timeout, sent, at, || {
-                "a foreign request got no response".into()
-            })
-            .await?;
+            let response = self
+                .session
+                .bounds()
+                .within(sent, at, || "a foreign request got no response".into())
+                .await?;
             let (status, _) =
                 response.map_err(|e| failed(format!("a foreign request failed: {e:#}")))?;
             if status != 403 {

@@ -19,7 +19,7 @@ use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::{self, Resources};
 use crate::server::runtimes::Heartbeat;
-use crate::server::{self, Gates, HandlerCount, Running};
+use crate::server::{self, FrontCensus, Gates, Running};
 
 /// The server, client and callers of one policy run.
 #[derive(Debug)]
@@ -42,6 +42,8 @@ pub(crate) struct Session {
     hooks: Arc<dyn Hooks>,
     /// The longest any one wait may take before the run is failed as stalled.
     pub(crate) timeout: Duration,
+    /// What the front says as it serves: its live handlers, and whether it still accepts.
+    census: Arc<FrontCensus>,
 }
 
 /// The callers' account: every spawned task must be joined.
@@ -69,7 +71,7 @@ impl Session {
         options: &Options,
         gates: Gates,
         section: Arc<WorkSection>,
-        census: Arc<HandlerCount>,
+        census: Arc<FrontCensus>,
         token: &RunToken,
     ) -> Result<Self, Failure> {
         let Options {
@@ -135,7 +137,16 @@ impl Session {
             heartbeat,
             hooks,
             timeout,
+            census,
         })
+    }
+
+    /// What ends the session's waits other than their steps.
+    pub(crate) fn bounds(&self) -> Bounds {
+        Bounds {
+            timeout: self.timeout,
+            census: self.census.clone(),
+        }
     }
 
     /// Connections waiting in the front's accept queue now, when it runs on runtimes of its own.
@@ -184,10 +195,12 @@ impl Session {
     /// Sends `request` and waits for its response, within the safety timeout.
     pub(crate) async fn exchange(&self, step: Step, request: Label) -> Result<Received, Failure> {
         let reply = self.client.call(request);
-        let reply = within(self.timeout, reply, (step, Some(request)), || {
-            format!("{request} got no response")
-        })
-        .await?;
+        let reply = self
+            .bounds()
+            .within(reply, (step, Some(request)), || {
+                format!("{request} got no response")
+            })
+            .await?;
         reply.map_err(|why| caller_failed((step, Some(request)), why))
     }
 
@@ -198,7 +211,8 @@ impl Session {
         at: (Step, Option<Label>),
         waiting_for: impl FnOnce() -> String,
     ) -> Result<Received, Failure> {
-        let reply = within(self.timeout, self.join_caller(), at, waiting_for).await?;
+        let bounds = self.bounds();
+        let reply = bounds.within(self.join_caller(), at, waiting_for).await?;
         joined(reply).map_err(|why| caller_failed(at, why))
     }
 
@@ -238,15 +252,40 @@ impl Session {
                     return Err(at(Cause::Server("the front's own runtime stopped serving".into())));
                 }
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
-                    self.account.joined += 1;
-                    let reply = joined(ended).map_err(|why| at(Cause::Caller(format!("{why:#}"))))?;
-                    return Err(at(Cause::AnsweredEarly {
-                        request: reply.request,
-                        status: reply.status,
-                        while_waiting_for: format!("while waiting for {request}'s admission decision"),
-                    }));
+                    let waiting = format!("while waiting for {request}'s admission decision");
+                    return Err(self.ended_early(ended, at, waiting));
                 }
             }
+        }
+    }
+
+    /// A caller that has ended by now, joined and counted, as the failure it makes
+    /// ([`Session::ended_early`]); `None` while every caller is still out.
+    pub(crate) fn caller_ended(
+        &mut self,
+        at: impl Fn(Cause) -> Failure,
+        while_waiting_for: impl FnOnce() -> String,
+    ) -> Option<Failure> {
+        let ended = self.callers.try_join_next()?;
+        Some(self.ended_early(Some(ended), at, while_waiting_for()))
+    }
+
+    /// The failure a caller that `ended` before the release makes, joined and counted: while
+    /// the gate is closed no caller has a reason to end. Its own failure, or the answer it got.
+    fn ended_early(
+        &mut self,
+        ended: Option<Result<anyhow::Result<Received>, JoinError>>,
+        at: impl Fn(Cause) -> Failure,
+        while_waiting_for: String,
+    ) -> Failure {
+        self.account.joined += 1;
+        match joined(ended) {
+            Err(why) => at(Cause::Caller(format!("{why:#}"))),
+            Ok(reply) => at(Cause::AnsweredEarly {
+                request: reply.request,
+                status: reply.status,
+                while_waiting_for,
+            }),
         }
     }
 
@@ -330,17 +369,36 @@ impl Session {
     }
 }
 
-/// Waits for `step`, or fails as stalled after `limit`, the safety timeout.
-pub(crate) async fn within<T>(
-    limit: Duration,
-    step: impl Future<Output = T>,
-    (at, request): (Step, Option<Label>),
-    waiting_for: impl FnOnce() -> String,
-) -> Result<T, Failure> {
-    tokio::time::timeout(limit, step).await.map_err(|_| {
-        let waiting_for = waiting_for();
-        Failure::new(at, request, Cause::Stalled { waiting_for, limit })
-    })
+/// What ends a wait of the sequence other than the step it waits for: the safety timeout, or
+/// the front's giving up accepting connections.
+#[derive(Clone, Debug)]
+pub(crate) struct Bounds {
+    timeout: Duration,
+    census: Arc<FrontCensus>,
+}
+
+impl Bounds {
+    /// Waits for `step`. Fails as stalled after the safety timeout; or at once, saying why,
+    /// once the front has given up accepting connections: the run fails for that anyway, and
+    /// a request whose connection no one will accept would otherwise wait out the timeout.
+    pub(crate) async fn within<T>(
+        &self,
+        step: impl Future<Output = T>,
+        (at, request): (Step, Option<Label>),
+        waiting_for: impl FnOnce() -> String,
+    ) -> Result<T, Failure> {
+        let limit = self.timeout;
+        tokio::select! {
+            biased;
+            done = tokio::time::timeout(limit, step) => done.map_err(|_| {
+                let waiting_for = waiting_for();
+                Failure::new(at, request, Cause::Stalled { waiting_for, limit })
+            }),
+            why = self.census.stopped_accepting() => {
+                Err(Failure::new(at, request, Cause::Server(why.to_owned())))
+            }
+        }
+    }
 }
 
 /// Once the front's own runtime has stopped serving; never for a front without one.
@@ -352,7 +410,7 @@ async fn front_stopped(heartbeat: Option<&Heartbeat>) {
 }
 
 /// The resources of the process now.
-pub(crate) fn count(section: &WorkSection, census: &HandlerCount) -> Resources {
+pub(crate) fn count(section: &WorkSection, census: &FrontCensus) -> Resources {
     Resources {
         os_threads: resources::os_threads(),
         connection_handlers: census.live(),

@@ -21,7 +21,7 @@ use crate::child::{ToParent, parent_link};
 use crate::hooks::NoHooks;
 use crate::policy::Allocation;
 use crate::redis_pool::{GlobalPermits, Lease, LeaseLoss, LoopbackUrl};
-use crate::server::{self, HandlerCount, Running};
+use crate::server::{self, FrontCensus, Running};
 
 /// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
 /// once it has reported its stop, 1 if it could not start or serve (after saying why, if the
@@ -94,7 +94,7 @@ impl Serving {
             spec.front,
             bound,
             section.clone(),
-            Arc::new(HandlerCount::default()),
+            Arc::new(FrontCensus::default()),
             Arc::new(NoHooks),
             server::Gates::default(),
             Duration::from_millis(spec.drain_ms),

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use super::connections::{Connections, Owed, Owing};
 use super::work_style::Dispatch;
-use super::{Backoff, Gates, HandlerCount, Head, ListenerId, Reply, Stopped, answer, screen};
+use super::{Backoff, FrontCensus, Gates, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::allocator::slots::{Placed, Placement, Slot};
@@ -103,7 +103,7 @@ impl AsyncListener {
     pub(crate) fn start(
         self,
         section: Arc<WorkSection>,
-        census: Arc<HandlerCount>,
+        census: Arc<FrontCensus>,
         hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
     ) -> AsyncFront {
@@ -122,7 +122,7 @@ impl AsyncListener {
     pub(crate) async fn serve(
         self,
         section: Arc<WorkSection>,
-        census: Arc<HandlerCount>,
+        census: Arc<FrontCensus>,
         hooks: Arc<dyn Hooks>,
         shutdown: impl Future<Output = ()>,
         drain_limit: Duration,
@@ -145,7 +145,9 @@ impl AsyncListener {
                 Ok(Some(stream)) => stream,
                 Ok(None) => break,
                 Err(gave_up) => {
-                    error = Some(format!("the server: {gave_up}"));
+                    let why = format!("the server: {gave_up}");
+                    census.gave_up_accepting(&why);
+                    error = Some(why);
                     break;
                 }
             };

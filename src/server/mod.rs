@@ -19,13 +19,14 @@ pub(crate) mod threaded;
 pub(crate) mod work_style;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::pin::Pin;
-use std::sync::Arc;
+use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use hyper::StatusCode;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::admission::gate::Gate;
 use crate::admission::pools::Permits;
@@ -207,7 +208,7 @@ pub(crate) enum Running {
 pub(crate) fn start_at(
     front: Front,
     section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
@@ -221,7 +222,7 @@ pub(crate) fn start_on(
     front: Front,
     (listener, address): (TcpListener, SocketAddr),
     section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
@@ -343,17 +344,22 @@ impl ListenerId {
     }
 }
 
-/// The connection handlers alive right now, counted by a guard each handler holds.
+/// What a running front tells the coordinator as it serves: the connection handlers alive
+/// right now, counted by a guard each handler holds, and, once its accept loop has given up,
+/// why. A run whose front gave up accepting fails (its stop says why); the coordinator fails it
+/// then, rather than wait out the safety timeout for a connection no one will accept.
 #[derive(Debug, Default)]
-pub(crate) struct HandlerCount {
+pub(crate) struct FrontCensus {
     live: AtomicUsize,
+    gave_up: OnceLock<String>,
+    changed: Notify,
 }
 
 /// Held by a connection handler for as long as it lives.
 #[derive(Debug)]
-pub(crate) struct Live(Arc<HandlerCount>);
+pub(crate) struct Live(Arc<FrontCensus>);
 
-impl HandlerCount {
+impl FrontCensus {
     /// Counts a handler in until the returned guard drops (also on a panic).
     pub(crate) fn enter(self: &Arc<Self>) -> Live {
         self.live.fetch_add(1, Ordering::SeqCst);
@@ -362,6 +368,26 @@ impl HandlerCount {
 
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::SeqCst)
+    }
+
+    /// Says that the front's accept loop gave up, and why: it accepts no more connections.
+    pub(crate) fn gave_up_accepting(&self, why: &str) {
+        if self.gave_up.set(why.to_owned()).is_ok() {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Once the front's accept loop has given up: why.
+    pub(crate) async fn stopped_accepting(&self) -> &str {
+        loop {
+            // Registered before the check, so a give-up between them still wakes it.
+            let mut changed = pin!(self.changed.notified());
+            changed.as_mut().enable();
+            if let Some(why) = self.gave_up.get() {
+                return why;
+            }
+            changed.await;
+        }
     }
 }
 

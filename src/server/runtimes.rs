@@ -26,7 +26,7 @@ use tokio::sync::{Notify, oneshot};
 use super::Gates;
 use super::async_front::AsyncListener;
 use super::work_style::Dispatch;
-use super::{HandlerCount, Stopped};
+use super::{FrontCensus, Stopped};
 use crate::admission::section::WorkSection;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::hooks::Hooks;
@@ -114,7 +114,7 @@ pub(crate) struct FrontThread {
 pub(crate) fn start(
     executor: Executor,
     section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Gates, HandlerCount, Running};
+use super::{FrontCensus, Gates, Running};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::hooks::{Hooks, NoHooks};
@@ -44,7 +44,7 @@ impl Case {
 fn start(
     front: Front,
     section: Arc<WorkSection>,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
@@ -79,7 +79,7 @@ fn section(front: Front, policy: Policy) -> (Arc<WorkSection>, RunToken) {
 struct Bare {
     section: Arc<WorkSection>,
     token: RunToken,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     address: SocketAddr,
     running: Running,
 }
@@ -87,7 +87,7 @@ struct Bare {
 /// Starts `front` bare over a new section under `policy` (see [`section`]).
 fn bare(front: Front, policy: Policy, drain_limit: Duration) -> Bare {
     let (section, token) = section(front, policy);
-    let census = Arc::new(HandlerCount::default());
+    let census = Arc::new(FrontCensus::default());
     let started = start(
         front,
         section.clone(),
@@ -455,7 +455,7 @@ mod accept_retry {
 
     use crate::hooks::NoHooks;
     use crate::policy::Mode;
-    use crate::server::{Front, HandlerCount, Stopped, async_front};
+    use crate::server::{Front, FrontCensus, Stopped, async_front};
     use tokio::sync::oneshot;
 
     /// A failure guard on each wait; never reached when the server works.
@@ -595,10 +595,10 @@ mod accept_retry {
         crate::procfs::number_field(&text, "voluntary_ctxt_switches")
     }
 
-    fn section() -> (Arc<WorkSection>, Arc<HandlerCount>) {
+    fn section() -> (Arc<WorkSection>, Arc<FrontCensus>) {
         let policy = super::Case::new(Mode::Shared, 2, 1).policy();
         let (section, _) = super::section(Front::Async, policy);
-        (section, Arc::new(HandlerCount::default()))
+        (section, Arc::new(FrontCensus::default()))
     }
 
     /// The async front on a current-thread runtime of its own thread, which is then the thread

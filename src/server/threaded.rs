@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::{
-    Backoff, Gates, HandlerCount, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
+    Backoff, FrontCensus, Gates, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
     work_blocking,
 };
 use crate::admission::section::WorkSection;
@@ -177,7 +177,7 @@ struct Shared {
     section: Arc<WorkSection>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
-    census: Arc<HandlerCount>,
+    census: Arc<FrontCensus>,
     signal: Arc<Signal>,
 }
 
@@ -201,7 +201,7 @@ impl ThreadedListener {
     pub(crate) fn start(
         self,
         section: Arc<WorkSection>,
-        census: Arc<HandlerCount>,
+        census: Arc<FrontCensus>,
         hooks: Arc<dyn Hooks>,
         drain_limit: Duration,
     ) -> io::Result<ThreadedFront> {
@@ -288,7 +288,9 @@ fn serve(
         match retry.failed() {
             Some(pause) => poller.pause(pause, &signal),
             None => {
-                error = Some(format!("the threaded server: {}", retry.gave_up(what, &e)));
+                let why = format!("the threaded server: {}", retry.gave_up(what, &e));
+                shared.census.gave_up_accepting(&why);
+                error = Some(why);
                 break;
             }
         }
