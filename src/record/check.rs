@@ -116,6 +116,23 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             let rest = failure.strip_prefix(p.mode.name())?.strip_prefix(": ")?;
             Some((i, p, rest))
         });
+        // A policy that fails keeps its entry; only a classroom session's run may name one
+        // it never ran, when the session ended first.
+        let absent = (report.inputs.mode.modes().iter())
+            .find(|mode| failure.starts_with(&format!("{}: ", mode.name())));
+        if let (None, Some(mode)) = (&said, absent) {
+            let mode = mode.name();
+            let not_run = format!("{mode}: not run, the session ended before it");
+            if room.is_none() || *failure != not_run {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure is the {mode} policy's, but the report has no {mode} \
+                         policy: the lab keeps the entry of a policy that fails"
+                    ),
+                );
+            }
+        }
         if let Some((i, policy, rest)) = said {
             let mode = policy.mode.name();
             let caller = rest
@@ -1314,6 +1331,10 @@ impl<'a> PolicyCheck<'a> {
         // one (`--work spawn-blocking` or `own-runtime`): it reaches the gate only then.
         let lane = self.report.executor.lane(self.report.runner.front);
         let handed = matches!(lane, Lane::Own(..));
+        // Which routes' work is handed to one: `own-runtime` hands both routes, `spawn-blocking`
+        // the slow one.
+        let own_runtime = self.report.executor.work == WorkStyle::OwnRuntime;
+        let hands = |route: Option<Route>| handed && (route == Some(Route::Slow) || own_runtime);
         let mut started = BTreeSet::new();
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
@@ -1463,9 +1484,13 @@ impl<'a> PolicyCheck<'a> {
                         Event::Started => {
                             // Admitted work that a thread of another pool or runtime began to
                             // run (`--work spawn-blocking` or `own-runtime`): it must be inside.
+                            let work = self.report.executor.work.name();
                             if !handed {
-                                let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} is started at seq {seq} by a thread of another pool or runtime, but with --work {work} no work is handed to one"));
+                            } else if !hands(self.route(request)) {
+                                self.find(&path, format!("{request} is started at seq {seq}, but with --work {work} only /slow work is handed to another thread: /fast work runs on its connection's task"));
+                            } else if started.contains(&request) {
+                                self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
@@ -1495,13 +1520,9 @@ impl<'a> PolicyCheck<'a> {
                         }
                         Event::Finished => {
                             // Work handed to another thread runs, and so leaves, once started
-                            // (unless it is cancelled before): `own-runtime` hands both routes,
-                            // `spawn-blocking` the slow one.
+                            // (unless it is cancelled before).
                             let route = self.route(request);
-                            let runs_elsewhere = handed
-                                && (route == Some(Route::Slow)
-                                    || self.report.executor.work == WorkStyle::OwnRuntime);
-                            if runs_elsewhere
+                            if hands(route)
                                 && inside.contains(&request)
                                 && !e.cancelled
                                 && !started.contains(&request)

@@ -562,6 +562,18 @@ const EDITS: &[Edit] = &[
         "the failure says F1's request failed, yet partitioned records its response",
     ),
     (
+        "a policy that ran and matched taken out, and the failure said of it",
+        DEFAULT,
+        |r| {
+            set(r, "/matches_model", json!(false));
+            list(r, "/policies").remove(1);
+            let failure = "partitioned: starting the front's own runtime on 127.0.0.1:0: Too \
+                           many open files (os error 24)";
+            r["failure"] = json!(failure);
+        },
+        "the failure is the partitioned policy's, but the report has no partitioned policy",
+    ),
+    (
         "a failure of the first policy, the second one run after it",
         DEFAULT,
         |r| {
@@ -1377,20 +1389,25 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             .position(|e| e["event"] == "started" && e["request"] == "S-after");
         let gone = events.remove(at.expect("S-after is started"));
         let seq = gone["seq"].as_u64().expect("a seq");
-        let later = |n: &mut Value| {
-            if let Some(k) = n.as_u64().filter(|&k| k > seq) {
-                *n = json!(k - 1);
-            }
-        };
-        events.iter_mut().for_each(|e| later(&mut e["seq"]));
-        let responses = list(report, "/policies/0/responses");
-        responses
-            .iter_mut()
-            .for_each(|r| later(&mut r["after_event"]));
+        renumber(report, seq + 1, -1);
     };
+    // Fast work handed to a blocking thread, which spawn-blocking never does.
+    let f_after_started =
+        |report: &mut Value| insert_event(report, "F-after", "admitted", "started");
+    let s1_started_twice = |report: &mut Value| insert_event(report, "S1", "held", "started");
     let never_ticked =
         |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
-    let edits: [OnReport; 9] = [
+    let edits: [OnReport; 11] = [
+        (
+            &spawned,
+            f_after_started,
+            "but with --work spawn-blocking only /slow work is handed to another thread",
+        ),
+        (
+            &spawned,
+            s1_started_twice,
+            "S1 is started at seq 4 a second time: a thread runs a request's work once",
+        ),
         (
             &blocked,
             never_ticked,
@@ -1521,6 +1538,50 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             "{stderr}"
         );
     }
+}
+
+/// Every `seq` and `after_event` of the first policy at `from` or later moved by `by`: its
+/// ledger numbered again after an event taken out (-1) or put in (+1).
+fn renumber(report: &mut Value, from: u64, by: i64) {
+    let shift = |n: &mut Value| {
+        if let Some(k) = n.as_u64().filter(|&k| k >= from) {
+            *n = json!(k.saturating_add_signed(by));
+        }
+    };
+    list(report, "/policies/0/work_events")
+        .iter_mut()
+        .for_each(|e| shift(&mut e["seq"]));
+    list(report, "/policies/0/responses")
+        .iter_mut()
+        .for_each(|r| shift(&mut r["after_event"]));
+    for readings in ["heartbeat", "unread"] {
+        let pointer = format!("/policies/0/executor/{readings}");
+        let readings = report.pointer_mut(&pointer).and_then(Value::as_array_mut);
+        for reading in readings.into_iter().flatten() {
+            shift(&mut reading["after_event"]);
+        }
+    }
+}
+
+/// `request`'s `event` put in the first policy's ledger just after its `after` event, the
+/// ledger numbered again after it.
+fn insert_event(report: &mut Value, request: &str, after: &str, event: &str) {
+    let events = list(report, "/policies/0/work_events");
+    let at = events
+        .iter()
+        .position(|e| e["request"] == request && e["event"] == after);
+    let at = at.unwrap_or_else(|| panic!("{request} is {after}"));
+    let before = events[at].clone();
+    let seq = before["seq"].as_u64().expect("a seq") + 1;
+    renumber(report, seq, 1);
+    let inserted = json!({
+        "seq": seq,
+        "request": request,
+        "pool": before["pool"],
+        "event": event,
+        "active_after": before["active_after"],
+    });
+    list(report, "/policies/0/work_events").insert(at + 1, inserted);
 }
 
 /// Runs that failed out of descriptors, where the executor decides, are recorded as not
