@@ -141,12 +141,34 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             let answered = caller.filter(|&label: &Label| {
                 policy.observed.responses.iter().any(|r| r.request == label)
             });
+            // F1 is sent as the snapshot before it is taken, the probes after the slow callers
+            // still waiting are noted at the release.
+            let observed = &policy.observed;
+            let unsent = caller.and_then(|label| match label {
+                Label::F1 if observed.observer_before_fast.is_none() => {
+                    Some((label, "snapshot taken as the lab sends F1"))
+                }
+                Label::SlowAfter | Label::FastAfter
+                    if observed.slow_callers_pending_before_release.is_none() =>
+                {
+                    Some((label, "slow callers noted as still waiting at the release"))
+                }
+                _ => None,
+            });
             if i != last {
                 find(
                     &["failure"],
                     format!(
                         "the failure is the {mode} policy's, yet another policy follows it: the \
                          lab stops at the first policy that fails"
+                    ),
+                );
+            } else if let Some((label, missing)) = unsent {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {label}'s request failed, yet {mode} stopped before the \
+                         lab sent it: it records no {missing}"
                     ),
                 );
             } else if let Some(label) = answered {
@@ -685,6 +707,48 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
+    /// The sequence takes its evidence in order: the snapshot before F1 as it sends F1, and
+    /// the slow callers still waiting as it opens the gate. A run stopped before one of them has
+    /// none of what the steps after it make: no F1 before the first, no response after the
+    /// release and no probe before the second.
+    fn reached(&mut self) {
+        let observed = &self.file.observed;
+        let f1_sent = observed.observer_before_fast.is_some();
+        let released = observed.slow_callers_pending_before_release.is_some();
+        const F1: (&str, &str) = ("the lab sent F1", "snapshot taken as the lab sends F1");
+        const RELEASE: (&str, &str) = (
+            "the release",
+            "slow callers noted as still waiting at the release",
+        );
+        let before = |request: Label| match request {
+            Label::F1 if !f1_sent => Some(F1),
+            Label::SlowAfter | Label::FastAfter if !released => Some(RELEASE),
+            _ => None,
+        };
+        let mut found = Vec::new();
+        for (i, r) in observed.responses.iter().enumerate() {
+            let (step, missing) = match before(r.request) {
+                Some(unreached) => unreached,
+                None if r.phase == Phase::AfterRelease && !released => RELEASE,
+                None => continue,
+            };
+            let at = ["responses".to_owned(), i.to_string()];
+            let request = r.request;
+            found.push((at, format!("{request} is answered, but the run stopped before {step}: it records no {missing}")));
+        }
+        for (i, e) in self.file.work_events.iter().enumerate() {
+            let Some(request) = e.request else { continue };
+            if let Some((step, missing)) = before(request) {
+                let at = ["work_events".to_owned(), i.to_string()];
+                let (event, seq) = (e.event.name(), e.seq);
+                found.push((at, format!("{request} is {event} at seq {seq}, but the run stopped before {step}: it records no {missing}")));
+            }
+        }
+        for (at, says) in found {
+            self.find(&[&at[0], &at[1]], says);
+        }
+    }
+
     fn run(&mut self) {
         let policy = self.policy;
         let file = self.file;
@@ -745,6 +809,7 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
+        self.reached();
         if let Some(server) = &file.server {
             let address = server.address;
             if address.ip() != std::net::Ipv4Addr::LOCALHOST || address.port() == 0 {
@@ -1336,6 +1401,8 @@ impl<'a> PolicyCheck<'a> {
         let own_runtime = self.report.executor.work == WorkStyle::OwnRuntime;
         let hands = |route: Option<Route>| handed && (route == Some(Route::Slow) || own_runtime);
         let mut started = BTreeSet::new();
+        let watched = self.file.observed.executor.as_ref();
+        let queued: Vec<Label> = watched.map_or(Vec::new(), |w| w.queued.clone());
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
@@ -1491,6 +1558,12 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is started at seq {seq}, but with --work {work} only /slow work is handed to another thread: /fast work runs on its connection's task"));
                             } else if started.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
+                            } else if gate.is_none()
+                                && self.room.is_none()
+                                && queued.contains(&request)
+                            {
+                                // (A classroom's room gates can free a thread sooner.)
+                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but the lab saw it queued: every thread its work could run on was held at the closed gate, which frees none until it opens"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
@@ -1516,6 +1589,14 @@ impl<'a> PolicyCheck<'a> {
                             }
                             if inside.contains(&request) && !state.held_at_gate.contains(&request) {
                                 state.held_at_gate.push(request);
+                                // Each request held blocks a thread of the lane until the gate
+                                // opens, work that left included.
+                                if let Lane::Workers(threads) | Lane::Own(threads, _) = lane
+                                    && state.held_at_gate.len() > threads
+                                {
+                                    let held = labels(&state.held_at_gate);
+                                    self.find(&path, format!("{request} is held at seq {seq}: {} requests held at once ({held}), more than the {threads} the slow work's threads can hold, one each until the gate opens", state.held_at_gate.len()));
+                                }
                             }
                         }
                         Event::Finished => {

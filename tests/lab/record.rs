@@ -1563,6 +1563,41 @@ fn renumber(report: &mut Value, from: u64, by: i64) {
     }
 }
 
+/// Queued `request` told as held beside the others in `held`, as if a thread had been free for
+/// it: started and held after its admission, seen held, in every count of held work, with a
+/// thread more where threads were counted (a count any local process can raise).
+fn queued_told_held(report: &mut Value, request: &str, held: &[&str]) {
+    insert_event(report, request, "admitted", "started");
+    insert_event(report, request, "started", "held");
+    set(report, "/policies/0/executor/queued", json!([]));
+    let events = list(report, "/policies/0/work_events");
+    let seq = events
+        .iter()
+        .find(|e| e["request"] == request && e["event"] == "held")
+        .map(|e| e["seq"].clone());
+    let beats = list(report, "/policies/0/executor/heartbeat");
+    let reading = beats.iter_mut().find(|b| b["moment"] == "queued");
+    let reading = reading.unwrap_or_else(|| panic!("{request} queued"));
+    reading["moment"] = json!("held");
+    reading["after_event"] = seq.expect("held");
+    for observer in ["observer_before_fast", "observer_after_fast_before_release"] {
+        let pointer = format!("/policies/0/{observer}/held_at_gate");
+        if let Some(seen) = report.pointer_mut(&pointer) {
+            *seen = json!(held);
+        }
+    }
+    let before_fast = "/policies/0/resources/before_fast";
+    set(
+        report,
+        &format!("{before_fast}/held_at_gate"),
+        json!(held.len()),
+    );
+    let threads = report.pointer_mut(&format!("{before_fast}/os_threads"));
+    if let Some(threads) = threads.filter(|t| t.is_u64()) {
+        *threads = json!(threads.as_u64().unwrap_or_default() + 1);
+    }
+}
+
 /// `request`'s `event` put in the first policy's ledger just after its `after` event, the
 /// ledger numbered again after it.
 fn insert_event(report: &mut Value, request: &str, after: &str, event: &str) {
@@ -1594,7 +1629,12 @@ fn insert_event(report: &mut Value, request: &str, after: &str, event: &str) {
 ///   --slots 4 --held 3)` beside four CPU hogs): closing cancelled S3 while it waited, so its
 ///   wait, when a thread ran it, found it gone and recorded nothing.
 ///
-/// That report with S3 started after it left (as the lab once wrote it) is named as edited.
+/// - `--work spawn-blocking` stopped before F1 (saved from `(ulimit -n 14; isolation-lab --work
+///   spawn-blocking --blocking-threads 2 --held 3)`): S2 could not connect.
+///
+/// Edits of them telling what no such run does are named as edited: S3 started after it left
+/// (as the lab once wrote it), or started before the gate opened while every thread was held;
+/// F1 or a release named in a run that stopped before either.
 #[test]
 fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     let dir = scratch("executor-failed");
@@ -1604,6 +1644,7 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
             "spawn-blocking-cancelled-before-started.json",
             "partitioned",
         ),
+        ("spawn-blocking-s2-out-of-descriptors.json", "shared"),
     ] {
         std::fs::write(dir.join(file), fixture(file).to_string()).expect("saved");
         let output = lab(&dir, &["record", file]);
@@ -1613,20 +1654,90 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
             format!("isolation-lab: {file}: the run did not match the policy model: {mode}: ");
         assert!(stderr.starts_with(&failed), "{stderr}");
     }
-    let mut late = fixture("spawn-blocking-cancelled-before-started.json");
-    let events = list(&mut late, "/policies/0/work_events");
-    let seq = events.len() + 1;
-    let started = json!({ "seq": seq, "request": "S3", "pool": "slow", "event": "started", "active_after": 0 });
-    events.push(started);
-    std::fs::write(dir.join("late.json"), late.to_string()).expect("saved");
-    let output = lab(&dir, &["record", "late.json"]);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let named = format!("S3 is started at seq {seq}, but it is not inside the work section");
-    assert!(
-        stderr.contains("was edited") && stderr.contains(&named),
-        "{stderr}"
-    );
+    let queued = "spawn-blocking-cancelled-before-started.json";
+    let before_f1 = "spawn-blocking-s2-out-of-descriptors.json";
+    /// A fixture, an edit of it, and what the record must say of the edit.
+    type OnFixture = (&'static str, fn(&mut Value), &'static str);
+    let edits: [OnFixture; 6] = [
+        (
+            queued,
+            |r| queued_told_held(r, "S3", &["S1", "S2", "S3"]),
+            "S3 is held at seq 9: 3 requests held at once (S1 S2 S3), more than the 2 the slow \
+             work's threads can hold",
+        ),
+        (
+            queued,
+            |r| {
+                let events = list(r, "/policies/0/work_events");
+                let seq = events.len() + 1;
+                let started = json!({ "seq": seq, "request": "S3", "pool": "slow", "event": "started", "active_after": 0 });
+                events.push(started);
+            },
+            "S3 is started at seq 12, but it is not inside the work section",
+        ),
+        (
+            queued,
+            |r| insert_event(r, "S3", "admitted", "started"),
+            "S3 is started at seq 8, before the gate opened, but the lab saw it queued",
+        ),
+        (
+            before_f1,
+            |r| {
+                let failure = "shared: F1: GET /fast failed: connecting to 127.0.0.1:40297: Too \
+                               many open files (os error 24)";
+                r["failure"] = json!(failure);
+            },
+            "the failure says F1's request failed, yet shared stopped before the lab sent it",
+        ),
+        (
+            before_f1,
+            |r| {
+                // S1 completed and answered, rather than cancelled at the close.
+                let events = list(r, "/policies/0/work_events");
+                events[4]
+                    .as_object_mut()
+                    .expect("S1 finished")
+                    .remove("cancelled");
+                set(r, "/policies/0/ledger/shared/cancelled", json!(0));
+                let answered = json!({
+                    "request": "S1", "route": "/slow", "status": 200,
+                    "body": { "request": "S1", "pool": "shared" },
+                    "phase": "after_release", "after_event": 5,
+                });
+                list(r, "/policies/0/responses").push(answered);
+            },
+            "S1 is answered, but the run stopped before the release",
+        ),
+        (
+            before_f1,
+            |r| {
+                // F1 admitted and gone after the close opened the gate, in every count.
+                let events = list(r, "/policies/0/work_events");
+                let event = |seq, event, active| json!({ "seq": seq, "request": "F1", "pool": "shared", "event": event, "active_after": active });
+                events.extend([event(6, "admitted", 1), event(7, "finished", 0)]);
+                let admitted = json!({ "request": "F1", "route": "/fast", "pool": "shared", "decision": "admitted", "active_after": 1 });
+                list(r, "/policies/0/admissions").push(admitted);
+                for count in ["attempts", "admitted", "finished"] {
+                    set(r, &format!("/policies/0/ledger/shared/{count}"), json!(2));
+                }
+            },
+            "F1 is admitted at seq 6, but the run stopped before the lab sent F1",
+        ),
+    ];
+    for (i, (base, edit, named)) in edits.into_iter().enumerate() {
+        let mut report = fixture(base);
+        edit(&mut report);
+        let file = format!("failed-edit-{i}.json");
+        std::fs::write(dir.join(&file), report.to_string()).expect("saved");
+        let output = lab(&dir, &["record", &file]);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{file}: {stderr}");
+        let edited = stderr.contains("was edited, or no run of the lab wrote it");
+        assert!(
+            edited && stderr.contains(named),
+            "{named:?} in {file}: {stderr}"
+        );
+    }
 }
 
 /// A file's name, how it is made from the default run's report, and what its refusal says.
