@@ -141,6 +141,19 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             let answered = caller.filter(|&label: &Label| {
                 policy.observed.responses.iter().any(|r| r.request == label)
             });
+            // A caller that could not connect never sent its request: the client sends again on
+            // a new connection only a request that never left a reused one.
+            let unconnected = caller.filter(|_| {
+                let (_, after) = rest.split_once(": GET ").unwrap_or_default();
+                after
+                    .split_once(" failed: ")
+                    .is_some_and(|(_, why)| why.starts_with("connecting to "))
+            });
+            let decided = unconnected.and_then(|label| {
+                let mut events = policy.work_events.iter();
+                let event = events.find(|e| e.request == Some(label));
+                event.map(|e| (label, e.seq))
+            });
             // F1 is sent as the snapshot before it is taken, the probes after the slow callers
             // still waiting are noted at the release.
             let observed = &policy.observed;
@@ -177,6 +190,14 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                     format!(
                         "the failure says {label}'s request failed, yet {mode} records its \
                          response"
+                    ),
+                );
+            } else if let Some((label, seq)) = decided {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {label} could not connect, yet {mode}'s ledger has \
+                         {label} at seq {seq}: a request never sent reaches no work section"
                     ),
                 );
             }
@@ -1401,8 +1422,9 @@ impl<'a> PolicyCheck<'a> {
         let own_runtime = self.report.executor.work == WorkStyle::OwnRuntime;
         let hands = |route: Option<Route>| handed && (route == Some(Route::Slow) || own_runtime);
         let mut started = BTreeSet::new();
-        let watched = self.file.observed.executor.as_ref();
-        let queued: Vec<Label> = watched.map_or(Vec::new(), |w| w.queued.clone());
+        // Slow work started: until the gate opens, each keeps its thread blocked at it, even
+        // once its work was cancelled.
+        let mut running: Vec<Label> = Vec::new();
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
@@ -1558,16 +1580,20 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is started at seq {seq}, but with --work {work} only /slow work is handed to another thread: /fast work runs on its connection's task"));
                             } else if started.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
-                            } else if gate.is_none()
-                                && self.room.is_none()
-                                && queued.contains(&request)
+                            } else if let Lane::Own(threads, _) = lane
+                                && gate.is_none()
+                                && self.route(request) == Some(Route::Slow)
+                                && running.len() >= threads
                             {
-                                // (A classroom's room gates can free a thread sooner.)
-                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but the lab saw it queued: every thread its work could run on was held at the closed gate, which frees none until it opens"));
+                                let (n, names) = (running.len(), labels(&running));
+                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {n} of the slow work's {threads} threads already run {names}, each blocked at the closed gate: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
                             started.insert(request);
+                            if self.route(request) == Some(Route::Slow) {
+                                running.push(request);
+                            }
                         }
                         Event::Held => {
                             if state.held_at_gate.contains(&request) {

@@ -1658,7 +1658,24 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     let before_f1 = "spawn-blocking-s2-out-of-descriptors.json";
     /// A fixture, an edit of it, and what the record must say of the edit.
     type OnFixture = (&'static str, fn(&mut Value), &'static str);
-    let edits: [OnFixture; 6] = [
+    let edits: [OnFixture; 7] = [
+        (
+            queued,
+            |r| {
+                // F1 decided, in every count, although its caller never connected.
+                renumber(r, 8, 2);
+                let event = |seq, event, active| json!({ "seq": seq, "request": "F1", "pool": "fast", "event": event, "active_after": active });
+                let events = list(r, "/policies/0/work_events");
+                events.splice(7..7, [event(8, "admitted", 1), event(9, "finished", 0)]);
+                let admitted = json!({ "request": "F1", "route": "/fast", "pool": "fast", "decision": "admitted", "active_after": 1 });
+                list(r, "/policies/0/admissions").push(admitted);
+                for count in ["attempts", "admitted", "finished", "peak"] {
+                    set(r, &format!("/policies/0/ledger/fast/{count}"), json!(1));
+                }
+                set(r, "/policies/0/peak_active_work/fast", json!(1));
+            },
+            "the failure says F1 could not connect, yet partitioned's ledger has F1 at seq 8",
+        ),
         (
             queued,
             |r| queued_told_held(r, "S3", &["S1", "S2", "S3"]),
@@ -1678,7 +1695,8 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         (
             queued,
             |r| insert_event(r, "S3", "admitted", "started"),
-            "S3 is started at seq 8, before the gate opened, but the lab saw it queued",
+            "S3 is started at seq 8, before the gate opened, but 2 of the slow work's 2 threads \
+             already run S1 S2",
         ),
         (
             before_f1,
@@ -1730,11 +1748,12 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         let file = format!("failed-edit-{i}.json");
         std::fs::write(dir.join(&file), report.to_string()).expect("saved");
         let output = lab(&dir, &["record", &file]);
-        let stderr = text(&output.stderr);
+        let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
         assert_eq!(output.status.code(), Some(1), "{file}: {stderr}");
         let edited = stderr.contains("was edited, or no run of the lab wrote it");
+        // Every contradiction is on stdout; stderr's one line names the first.
         assert!(
-            edited && stderr.contains(named),
+            edited && stdout.contains(named),
             "{named:?} in {file}: {stderr}"
         );
     }
