@@ -529,6 +529,13 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 let left = events
                     .iter()
                     .find(|e| e.request == Some(request) && e.event == Event::Finished);
+                if let Some(left) = left.filter(|e| e.cancelled && status == 200) {
+                    find(format!(
+                        "{request} is answered 200, but its work was cancelled (seq {}): work \
+                         that is dropped sends no answer",
+                        left.seq
+                    ));
+                }
                 let (earliest, last) = (
                     left.unwrap_or(event).seq,
                     events.last().map_or(0, |e| e.seq),
@@ -1425,6 +1432,9 @@ impl<'a> PolicyCheck<'a> {
         // Slow work started: until the gate opens, each keeps its thread blocked at it, even
         // once its work was cancelled.
         let mut running: Vec<Label> = Vec::new();
+        // A gate that never opened and was abandoned at the close (a run that failed for it)
+        // freed its threads without a `gate_opened` event.
+        let abandoned = self.file.final_state.gate == GateState::Abandoned;
         let mut finished = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
@@ -1582,6 +1592,7 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
                             } else if let Lane::Own(threads, _) = lane
                                 && gate.is_none()
+                                && !abandoned
                                 && self.route(request) == Some(Route::Slow)
                                 && running.len() >= threads
                             {
@@ -1636,6 +1647,18 @@ impl<'a> PolicyCheck<'a> {
                             {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but with --work {work} its work runs only once a thread starts it, and no started event came before"));
+                            }
+                            // Held work blocking its thread (the threaded front's, or a
+                            // worker with `--work block`) cannot be cancelled there: nothing
+                            // polls or wakes it until the gate opens.
+                            let blocking = self.report.runner.front == Front::Threaded
+                                || matches!(lane, Lane::Workers(_));
+                            if blocking
+                                && gate.is_none()
+                                && !abandoned
+                                && state.held_at_gate.contains(&request)
+                            {
+                                self.find(&path, format!("{request} finishes at seq {seq}, before the gate opened, but it was held blocking its thread, which nothing wakes until the gate opens"));
                             }
                             // Until the gate opens, /slow work can only wait at it, or be
                             // cancelled there.

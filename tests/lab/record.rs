@@ -551,6 +551,20 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a room request's work cancelled, and its answer kept",
+        SESSION,
+        |r| {
+            let events = list(r, "/runs/0/policies/0/work_events");
+            let r3 = events
+                .iter_mut()
+                .find(|e| e["request"] == "R3" && e["event"] == "finished");
+            r3.expect("R3 finishes")["cancelled"] = json!(true);
+            set(r, "/runs/0/policies/0/ledger/fast/cancelled", json!(1));
+        },
+        "R3 is answered 200, but its work was cancelled (seq 17): work that is dropped sends no \
+         answer",
+    ),
+    (
         "a caller's failure made up for a request that was answered",
         DEFAULT,
         |r| {
@@ -1395,9 +1409,58 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     let f_after_started =
         |report: &mut Value| insert_event(report, "F-after", "admitted", "started");
     let s1_started_twice = |report: &mut Value| insert_event(report, "S1", "held", "started");
+    // S1, held blocking the one worker, told as cancelled there, before the gate opened: its
+    // caller gone, and the run failed for it at once, every count agreeing.
+    let s1_cancelled_while_blocking = |report: &mut Value| {
+        list(report, "/policies").truncate(1);
+        let events = list(report, "/policies/0/work_events");
+        events.truncate(2);
+        let event = |seq, request: Option<&str>, event| json!({ "seq": seq, "request": request, "pool": "shared", "event": event, "active_after": 0 });
+        let mut cancelled = event(3, Some("S1"), "finished");
+        cancelled["cancelled"] = json!(true);
+        events.extend([cancelled, event(4, None, "gate_opened")]);
+        list(report, "/policies/0/admissions").truncate(1);
+        for (count, n) in [
+            ("attempts", 1),
+            ("admitted", 1),
+            ("finished", 1),
+            ("cancelled", 1),
+        ] {
+            set(
+                report,
+                &format!("/policies/0/ledger/shared/{count}"),
+                json!(n),
+            );
+        }
+        let policy = report.pointer_mut("/policies/0").expect("a policy");
+        for step in [
+            "observer_before_fast",
+            "slow_callers_pending_before_release",
+            "fast_response_before_release",
+            "observer_after_fast_before_release",
+        ] {
+            policy[step] = Value::Null;
+        }
+        policy["responses"] = json!([]);
+        policy["resources"]["before_fast"] = Value::Null;
+        policy["executor"]["unread"] = json!([]);
+        list(report, "/policies/0/executor/heartbeat").truncate(2);
+        set(report, "/policies/0/model/matches", json!(false));
+        let differs = json!(["S1: no response was received"]);
+        set(report, "/policies/0/model/mismatches", differs);
+        set(report, "/matches_model", json!(false));
+        let failure = "shared: S1's caller disconnected while its work was held; the work left \
+                       the section (work event 3, finished, cancelled) and returned its permit";
+        report["failure"] = json!(failure);
+    };
     let never_ticked =
         |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
-    let edits: [OnReport; 11] = [
+    let edits: [OnReport; 12] = [
+        (
+            &blocked,
+            s1_cancelled_while_blocking,
+            "S1 finishes at seq 3, before the gate opened, but it was held blocking its thread",
+        ),
         (
             &spawned,
             f_after_started,
