@@ -12,6 +12,27 @@ pub(crate) use alone::alone;
 pub use tempfile::TempDir;
 use webdriver::die_with_parent;
 
+/// Leaves `command`'s child only the standard descriptors 0, 1 and 2, whatever this process
+/// inherited: a run under a descriptor limit (`ulimit -n 4`, `prlimit --nofile`) counts on them
+/// alone. (`/usr/bin/time -o FILE cargo test` leaves FILE open as descriptor 3; under `ulimit -n
+/// 4` the binary then cannot even load its libraries.)
+#[cfg(unix)]
+pub fn standard_descriptors_only(
+    command: &mut std::process::Command,
+) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let cloexec = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+    // SAFETY: `close_range` allocates nothing and is async-signal-safe, as `pre_exec` needs.
+    // Marked close-on-exec rather than closed, the descriptors std itself uses until the exec
+    // (the pipe that reports a failed one) keep working. A kernel without it changes nothing.
+    unsafe {
+        command.pre_exec(move || {
+            libc::close_range(3, libc::c_uint::MAX, cloexec);
+            Ok(())
+        })
+    }
+}
+
 use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::evidence::Event;

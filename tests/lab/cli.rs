@@ -162,7 +162,7 @@ fn hostile_command_lines_are_refused_before_any_socket() {
             .arg(r#"ulimit -n 4 && exec "$0" "$@""#)
             .arg(env!("CARGO_BIN_EXE_isolation-lab"))
             .args(args);
-        run(&mut command)
+        run(crate::common::standard_descriptors_only(&mut command))
     };
     // The control: with that limit a valid run cannot even start its runtime.
     let (code, stdout, stderr) = limited(&["--held", "1"]);

@@ -95,7 +95,7 @@ async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
 #[cfg(unix)]
 #[test]
 fn predict_starts_no_server() {
-    let output = Command::new("sh")
+    let output = crate::common::standard_descriptors_only(&mut Command::new("sh"))
         .arg("-c")
         .arg(r#"ulimit -n 4 && exec "$0" predict --held 4 --format json"#)
         .arg(env!("CARGO_BIN_EXE_isolation-lab"))

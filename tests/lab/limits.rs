@@ -11,6 +11,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use crate::common::standard_descriptors_only;
+
 /// A run still going after this is killed and counted as hung: a stalled run fails within the
 /// lab's own bound of 15 s.
 const KILL_AFTER: Duration = Duration::from_secs(20);
@@ -58,7 +60,7 @@ fn load_floor_mib() -> u64 {
     let loads = |mib: u64| {
         let limit = format!("--as={}", mib * 1024 * 1024);
         let lab = env!("CARGO_BIN_EXE_isolation-lab");
-        let status = Command::new("prlimit")
+        let status = standard_descriptors_only(&mut Command::new("prlimit"))
             .args([limit.as_str(), "--", lab, "predict"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -130,7 +132,7 @@ fn next(jobs: &Mutex<Vec<Job>>) -> Option<Job> {
 
 /// One run of the binary under `limit`, checked.
 fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
-    let mut child = Command::new("prlimit")
+    let mut child = standard_descriptors_only(&mut Command::new("prlimit"))
         .arg(limit)
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_isolation-lab"))
