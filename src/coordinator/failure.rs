@@ -99,21 +99,25 @@ impl Failure {
     }
 
     /// This failure, then `also`.
-    pub(crate) fn then(mut self, also: Failure) -> Self {
-        // Said once: a front that gave up accepting fails the run when it does, and its stop
-        // says the same again.
-        if self.says(&also.cause) {
-            return match also.then {
-                Some(rest) => self.then(*rest),
-                None => self,
-            };
+    pub(crate) fn then(mut self, mut also: Failure) -> Self {
+        let rest = also.then.take();
+        // Each cause said once: a front that gave up accepting fails the run when it does, and
+        // its stop says the same again, maybe after something else.
+        if !self.says(&also.cause) {
+            self.append(also);
         }
-        let last = match self.then.take() {
-            Some(next) => next.then(also),
-            None => also,
-        };
-        self.then = Some(Box::new(last));
-        self
+        match rest {
+            Some(rest) => self.then(*rest),
+            None => self,
+        }
+    }
+
+    /// `also`, alone, at the end of the chain.
+    fn append(&mut self, also: Failure) {
+        match &mut self.then {
+            Some(next) => next.append(also),
+            None => self.then = Some(Box::new(also)),
+        }
     }
 
     /// Whether this failure, or one after it, has `cause`.
@@ -215,8 +219,9 @@ mod tests {
     fn the_same_cause_is_said_once() {
         let gave_up = || Cause::Server("the server: accepting connections stayed broken".into());
         let first = Failure::new(Step::Slow, Some(Label::Slow(2)), gave_up());
-        let panicked = Failure::new(Step::Close, None, Cause::Server("a panic".into()));
-        let at_close = Failure::new(Step::Close, None, gave_up()).then(panicked);
+        let panicked = Failure::new(Step::Close, None, Cause::Caller("a panic".into()));
+        // The close says a caller's panic first, then the server's error.
+        let at_close = panicked.then(Failure::new(Step::Close, None, gave_up()));
         assert_eq!(
             first.then(at_close).to_string(),
             "the server: accepting connections stayed broken; then a panic"

@@ -17,7 +17,7 @@ use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
-use crate::evidence::{Decision, Evidence, Moment, Phase};
+use crate::evidence::{Decision, Evidence, Moment, Observed, Phase};
 use crate::executor::{Executor, Lane, WorkStyle, Workers};
 use crate::label::Label;
 use crate::model;
@@ -135,38 +135,25 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         }
         if let Some((i, policy, rest)) = said {
             let mode = policy.mode.name();
-            let caller = rest
-                .split_once(": GET ")
-                .and_then(|(label, _)| label.parse().ok());
-            let answered = caller.filter(|&label: &Label| {
-                policy.observed.responses.iter().any(|r| r.request == label)
-            });
+            let (caller, why) = match rest.split_once(": GET ") {
+                Some((label, after)) => (label.parse::<Label>().ok(), after),
+                None => (None, ""),
+            };
+            let answered = caller
+                .filter(|&label| policy.observed.responses.iter().any(|r| r.request == label));
             // A caller that could not connect never sent its request: the client sends again on
             // a new connection only a request that never left a reused one.
-            let unconnected = caller.filter(|_| {
-                let (_, after) = rest.split_once(": GET ").unwrap_or_default();
-                after
-                    .split_once(" failed: ")
-                    .is_some_and(|(_, why)| why.starts_with("connecting to "))
-            });
-            let decided = unconnected.and_then(|label| {
+            let unconnected = why
+                .split_once(" failed: ")
+                .is_some_and(|(_, why)| why.starts_with("connecting to "));
+            let decided = caller.filter(|_| unconnected).and_then(|label| {
                 let mut events = policy.work_events.iter();
                 let event = events.find(|e| e.request == Some(label));
                 event.map(|e| (label, e.seq))
             });
-            // F1 is sent as the snapshot before it is taken, the probes after the slow callers
-            // still waiting are noted at the release.
-            let observed = &policy.observed;
-            let unsent = caller.and_then(|label| match label {
-                Label::F1 if observed.observer_before_fast.is_none() => {
-                    Some((label, "snapshot taken as the lab sends F1"))
-                }
-                Label::SlowAfter | Label::FastAfter
-                    if observed.slow_callers_pending_before_release.is_none() =>
-                {
-                    Some((label, "slow callers noted as still waiting at the release"))
-                }
-                _ => None,
+            let unsent = caller.and_then(|label| {
+                let (_, missing) = unreached(&policy.observed, Some(label))?;
+                Some((label, missing))
             });
             if i != last {
                 find(
@@ -530,11 +517,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                     .iter()
                     .find(|e| e.request == Some(request) && e.event == Event::Finished);
                 if let Some(left) = left.filter(|e| e.cancelled && status == 200) {
-                    find(format!(
-                        "{request} is answered 200, but its work was cancelled (seq {}): work \
-                         that is dropped sends no answer",
-                        left.seq
-                    ));
+                    find(answered_though_cancelled(request, left.seq));
                 }
                 let (earliest, last) = (
                     left.unwrap_or(event).seq,
@@ -559,6 +542,37 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// What a 200 for work that was cancelled at `seq` is.
+fn answered_though_cancelled(request: Label, seq: u64) -> String {
+    format!(
+        "{request} was answered 200, but its work was cancelled (seq {seq}): work that is dropped \
+         sends no answer"
+    )
+}
+
+/// The step of the sequence `request` is sent in, and the evidence the lab takes as that step
+/// begins, if `observed` has none of it: the run stopped before it. The snapshot before F1 is
+/// taken as F1 is sent; the slow callers still waiting are noted as F1's step ends, before the
+/// release and the probes after it.
+fn unreached(observed: &Observed, request: Option<Label>) -> Option<(&'static str, &'static str)> {
+    const F1: (&str, &str) = ("the lab sent F1", "snapshot taken as the lab sends F1");
+    const RELEASE: (&str, &str) = (
+        "the release",
+        "slow callers noted as still waiting, which ends F1's step",
+    );
+    match request {
+        Some(Label::F1) if observed.observer_before_fast.is_none() => Some(F1),
+        Some(Label::SlowAfter | Label::FastAfter)
+            if observed.slow_callers_pending_before_release.is_none() =>
+        {
+            Some(RELEASE)
+        }
+        // Any response after the release (`None`: not a request's own step).
+        None if observed.slow_callers_pending_before_release.is_none() => Some(RELEASE),
+        _ => None,
+    }
 }
 
 /// How `status` and `body` differ from what the lab's front answers `request` after the
@@ -735,45 +749,27 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
-    /// The sequence takes its evidence in order: the snapshot before F1 as it sends F1, and
-    /// the slow callers still waiting as it opens the gate. A run stopped before one of them has
-    /// none of what the steps after it make: no F1 before the first, no response after the
-    /// release and no probe before the second.
+    /// The sequence takes its evidence in order ([`unreached`]). A run stopped before a step has
+    /// none of what the step makes: no F1 before the snapshot before F1, no response after the
+    /// release and no probe before the slow callers still waiting are noted.
     fn reached(&mut self) {
-        let observed = &self.file.observed;
-        let f1_sent = observed.observer_before_fast.is_some();
-        let released = observed.slow_callers_pending_before_release.is_some();
-        const F1: (&str, &str) = ("the lab sent F1", "snapshot taken as the lab sends F1");
-        const RELEASE: (&str, &str) = (
-            "the release",
-            "slow callers noted as still waiting at the release",
-        );
-        let before = |request: Label| match request {
-            Label::F1 if !f1_sent => Some(F1),
-            Label::SlowAfter | Label::FastAfter if !released => Some(RELEASE),
-            _ => None,
-        };
-        let mut found = Vec::new();
-        for (i, r) in observed.responses.iter().enumerate() {
-            let (step, missing) = match before(r.request) {
-                Some(unreached) => unreached,
-                None if r.phase == Phase::AfterRelease && !released => RELEASE,
-                None => continue,
-            };
-            let at = ["responses".to_owned(), i.to_string()];
-            let request = r.request;
-            found.push((at, format!("{request} is answered, but the run stopped before {step}: it records no {missing}")));
-        }
-        for (i, e) in self.file.work_events.iter().enumerate() {
-            let Some(request) = e.request else { continue };
-            if let Some((step, missing)) = before(request) {
-                let at = ["work_events".to_owned(), i.to_string()];
-                let (event, seq) = (e.event.name(), e.seq);
-                found.push((at, format!("{request} is {event} at seq {seq}, but the run stopped before {step}: it records no {missing}")));
+        let file = self.file;
+        for (i, r) in file.observed.responses.iter().enumerate() {
+            let after_release = r.phase == Phase::AfterRelease;
+            let unreached = unreached(&file.observed, Some(r.request))
+                .or_else(|| unreached(&file.observed, None).filter(|_| after_release));
+            if let Some((step, missing)) = unreached {
+                let request = r.request;
+                self.find(&["responses", &i.to_string()], format!("{request} is answered, but the run stopped before {step}: it records no {missing}"));
             }
         }
-        for (at, says) in found {
-            self.find(&[&at[0], &at[1]], says);
+        for (i, e) in file.work_events.iter().enumerate() {
+            if let (Some(request), Some((step, missing))) =
+                (e.request, unreached(&file.observed, e.request))
+            {
+                let (event, seq) = (e.event.name(), e.seq);
+                self.find(&["work_events", &i.to_string()], format!("{request} is {event} at seq {seq}, but the run stopped before {step}: it records no {missing}"));
+            }
         }
     }
 
@@ -1626,14 +1622,6 @@ impl<'a> PolicyCheck<'a> {
                             }
                             if inside.contains(&request) && !state.held_at_gate.contains(&request) {
                                 state.held_at_gate.push(request);
-                                // Each request held blocks a thread of the lane until the gate
-                                // opens, work that left included.
-                                if let Lane::Workers(threads) | Lane::Own(threads, _) = lane
-                                    && state.held_at_gate.len() > threads
-                                {
-                                    let held = labels(&state.held_at_gate);
-                                    self.find(&path, format!("{request} is held at seq {seq}: {} requests held at once ({held}), more than the {threads} the slow work's threads can hold, one each until the gate opens", state.held_at_gate.len()));
-                                }
                             }
                         }
                         Event::Finished => {
@@ -1654,6 +1642,7 @@ impl<'a> PolicyCheck<'a> {
                             let blocking = self.report.runner.front == Front::Threaded
                                 || matches!(lane, Lane::Workers(_));
                             if blocking
+                                && e.cancelled
                                 && gate.is_none()
                                 && !abandoned
                                 && state.held_at_gate.contains(&request)
@@ -2011,12 +2000,7 @@ impl<'a> PolicyCheck<'a> {
             if let Some(&(seq, true)) = replayed.finished.get(&request)
                 && r.status == 200
             {
-                self.find(
-                    &path,
-                    format!(
-                        "{request} was answered 200, but its work was cancelled (seq {seq}): work that is dropped sends no answer"
-                    ),
-                );
+                self.find(&path, answered_though_cancelled(request, seq));
             }
         }
         // Listed as they arrived, each placed by the last event then: the ledger only grows.

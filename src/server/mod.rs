@@ -380,9 +380,9 @@ impl FrontCensus {
     /// Once the front's accept loop has given up: why.
     pub(crate) async fn stopped_accepting(&self) -> &str {
         loop {
-            // Registered before the check, so a give-up between them still wakes it.
-            let mut changed = pin!(self.changed.notified());
-            changed.as_mut().enable();
+            // Made before the check, so a give-up between them still wakes it: a `Notified`
+            // completes on any `notify_waiters` call after its creation (as `Gate::pass`).
+            let changed = pin!(self.changed.notified());
             if let Some(why) = self.gave_up.get() {
                 return why;
             }
