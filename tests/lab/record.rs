@@ -526,6 +526,12 @@ fn set(report: &mut Value, pointer: &str, value: Value) {
         .unwrap_or_else(|| panic!("{pointer} resolves")) = value;
 }
 
+/// The run told as one that failed, saying `failure`.
+fn failed(report: &mut Value, failure: &str) {
+    set(report, "/matches_model", json!(false));
+    report["failure"] = json!(failure);
+}
+
 /// The array at `pointer`.
 fn list<'a>(report: &'a mut Value, pointer: &str) -> &'a mut Vec<Value> {
     let found = report.pointer_mut(pointer);
@@ -568,10 +574,9 @@ const EDITS: &[Edit] = &[
         "a caller's failure made up for a request that was answered",
         DEFAULT,
         |r| {
-            set(r, "/matches_model", json!(false));
             let failure = "partitioned: F1: GET /fast failed: connection closed before message \
                            completed";
-            r["failure"] = json!(failure);
+            failed(r, failure);
         },
         "the failure says F1's request failed, yet partitioned records its response",
     ),
@@ -579,11 +584,10 @@ const EDITS: &[Edit] = &[
         "a policy that ran and matched taken out, and the failure said of it",
         DEFAULT,
         |r| {
-            set(r, "/matches_model", json!(false));
             list(r, "/policies").remove(1);
             let failure = "partitioned: starting the front's own runtime on 127.0.0.1:0: Too \
                            many open files (os error 24)";
-            r["failure"] = json!(failure);
+            failed(r, failure);
         },
         "the failure is the partitioned policy's, but the report has no partitioned policy",
     ),
@@ -591,8 +595,10 @@ const EDITS: &[Edit] = &[
         "a failure of the first policy, the second one run after it",
         DEFAULT,
         |r| {
-            set(r, "/matches_model", json!(false));
-            r["failure"] = json!("shared: stalled: no admission decision for S1 within 5 s");
+            failed(
+                r,
+                "shared: stalled: no admission decision for S1 within 5 s",
+            );
         },
         "the failure is the shared policy's, yet another policy follows it",
     ),
@@ -1448,10 +1454,9 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         set(report, "/policies/0/model/matches", json!(false));
         let differs = json!(["S1: no response was received"]);
         set(report, "/policies/0/model/mismatches", differs);
-        set(report, "/matches_model", json!(false));
         let failure = "shared: S1's caller disconnected while its work was held; the work left \
                        the section (work event 3, finished, cancelled) and returned its permit";
-        report["failure"] = json!(failure);
+        failed(report, failure);
     };
     let never_ticked =
         |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
