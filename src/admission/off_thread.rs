@@ -36,12 +36,13 @@ impl WorkSection {
         let left = work.left.insert(Arc::new(AtomicBool::new(false))).clone();
         let gate = (route == Route::Slow).then_some(gate);
         move || {
-            if !section.record_inside(&left, request, pool, Event::Started) {
+            let record = |event| section.record_unless(Some(&left), Some(request), pool, event);
+            if !record(Event::Started) {
                 return Latch::Abandoned;
             }
             match gate {
                 Some(gate) => gate.pass_blocking(|| {
-                    section.record_inside(&left, request, pool, Event::Held);
+                    record(Event::Held);
                 }),
                 None => Latch::Open,
             }

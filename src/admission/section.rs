@@ -354,21 +354,25 @@ impl WorkSection {
 
     /// Records `event` with the pool's count, both under the ledger lock.
     fn record(&self, request: Option<Label>, pool: Pool, event: Event) {
-        let mut ledger = self.ledger();
-        let active = self.pools.active(pool);
-        ledger.record(request, pool, event, active);
+        self.record_unless(None, request, pool, event);
     }
 
-    /// Records `request`'s `event` as [`WorkSection::record`] does, unless its work has `left`
-    /// the section: read under the same lock as the work's `finished` is recorded, so the
-    /// ledger never shows work that acts after it left. Whether it was recorded.
-    fn record_inside(&self, left: &AtomicBool, request: Label, pool: Pool, event: Event) -> bool {
+    /// Records `event` as [`WorkSection::record`] does, unless its work has `left` the section:
+    /// read under the same lock as the work's `finished` is recorded, so the ledger never shows
+    /// work that acts after it left. Whether it was recorded.
+    fn record_unless(
+        &self,
+        left: Option<&AtomicBool>,
+        request: Option<Label>,
+        pool: Pool,
+        event: Event,
+    ) -> bool {
         let mut ledger = self.ledger();
-        if left.load(Ordering::Relaxed) {
+        if left.is_some_and(|left| left.load(Ordering::Relaxed)) {
             return false;
         }
         let active = self.pools.active(pool);
-        ledger.record(Some(request), pool, event, active);
+        ledger.record(request, pool, event, active);
         true
     }
 }
