@@ -145,9 +145,7 @@ impl AsyncListener {
                 Ok(Some(stream)) => stream,
                 Ok(None) => break,
                 Err(gave_up) => {
-                    let why = format!("the server: {gave_up}");
-                    census.gave_up_accepting(&why);
-                    error = Some(why);
+                    error = Some(census.gave_up_accepting(format!("the server: {gave_up}")));
                     break;
                 }
             };

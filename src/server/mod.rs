@@ -371,23 +371,31 @@ impl FrontCensus {
     }
 
     /// Says that the front's accept loop gave up, and why: it accepts no more connections.
-    pub(crate) fn gave_up_accepting(&self, why: &str) {
-        if self.gave_up.set(why.to_owned()).is_ok() {
+    /// Returns `why`, the server's error.
+    pub(crate) fn gave_up_accepting(&self, why: String) -> String {
+        if self.gave_up.set(why.clone()).is_ok() {
             self.changed.notify_waiters();
         }
+        why
     }
 
     /// Once the front's accept loop has given up: why.
     pub(crate) async fn stopped_accepting(&self) -> &str {
-        loop {
-            // Made before the check, so a give-up between them still wakes it: a `Notified`
-            // completes on any `notify_waiters` call after its creation (as `Gate::pass`).
-            let changed = pin!(self.changed.notified());
-            if let Some(why) = self.gave_up.get() {
-                return why;
-            }
-            changed.await;
+        until(&self.changed, || self.gave_up.get().is_some()).await;
+        self.gave_up.get().map_or("", String::as_str)
+    }
+}
+
+/// Waits until `done` holds, looking again each time `changed` is notified.
+pub(crate) async fn until(changed: &Notify, done: impl Fn() -> bool) {
+    loop {
+        // Made before the look, so a change between them still wakes it: a `Notified`
+        // completes on any `notify_waiters` call after its creation (as in `Gate::pass`).
+        let notified = pin!(changed.notified());
+        if done() {
+            return;
         }
+        notified.await;
     }
 }
 

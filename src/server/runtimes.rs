@@ -12,7 +12,6 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
@@ -71,15 +70,7 @@ impl Heartbeat {
     }
 
     async fn until(&self, done: impl Fn(&Self) -> bool) {
-        loop {
-            // Registered before the check, so a tick or stop between them still wakes it.
-            let mut changed = pin!(self.changed.notified());
-            changed.as_mut().enable();
-            if done(self) {
-                return;
-            }
-            changed.await;
-        }
+        super::until(&self.changed, || done(self)).await;
     }
 
     fn tick(&self) {

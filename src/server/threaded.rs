@@ -289,8 +289,7 @@ fn serve(
             Some(pause) => poller.pause(pause, &signal),
             None => {
                 let why = format!("the threaded server: {}", retry.gave_up(what, &e));
-                shared.census.gave_up_accepting(&why);
-                error = Some(why);
+                error = Some(shared.census.gave_up_accepting(why));
                 break;
             }
         }
