@@ -121,7 +121,10 @@ impl Run {
             unfinished(policy, held, shape, evidence, failure)
         })?;
         // The front's own runtime is watched: its heartbeat, what it leaves unread or queued.
-        let watched = session.heartbeat.is_some().then(ExecutorEvidence::default);
+        let watched = session
+            .heartbeat()
+            .is_some()
+            .then(ExecutorEvidence::default);
         Ok(Run {
             policy,
             held,
@@ -400,7 +403,7 @@ impl Run {
     /// runtime runs tasks. Later readings are compared with this one.
     async fn heartbeat_started(&mut self, request: Label) -> Result<(), Failure> {
         let unstarted = (self.observed.executor.as_ref()).is_some_and(|w| w.heartbeat.is_empty());
-        let Some(heartbeat) = self.session.heartbeat.clone().filter(|_| unstarted) else {
+        let Some(heartbeat) = self.session.heartbeat().cloned().filter(|_| unstarted) else {
             return Ok(());
         };
         let at = (Step::Start, Some(request));
@@ -418,7 +421,7 @@ impl Run {
     /// Reads the heartbeat of the front's own runtime, if it has one, at `moment`.
     fn beat(&mut self, moment: Moment, request: Option<Label>) {
         let (Some(heartbeat), Some(watched)) =
-            (&self.session.heartbeat, &mut self.observed.executor)
+            (self.session.heartbeat(), &mut self.observed.executor)
         else {
             return;
         };
@@ -436,7 +439,7 @@ impl Run {
     /// work leaves only when closing opens the gate.
     async fn disconnect(&mut self, request: Label, caller: tokio::task::AbortHandle) -> Failure {
         caller.abort();
-        let timeout = self.session.timeout;
+        let timeout = self.session.timeout();
         let left = tokio::time::timeout(timeout, self.session.left(request)).await;
         let left = match left {
             Err(_) => Left::NotNoticed(timeout),

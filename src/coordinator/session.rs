@@ -37,13 +37,9 @@ pub(crate) struct Session {
     /// The admitted slow callers, to check which are still waiting for their response.
     held: Vec<(Label, AbortHandle)>,
     server: Running,
-    /// The heartbeat of the front's own runtime, if it has one.
-    pub(crate) heartbeat: Option<Arc<Heartbeat>>,
     hooks: Arc<dyn Hooks>,
-    /// The longest any one wait may take before the run is failed as stalled.
-    pub(crate) timeout: Duration,
-    /// What the front says as it serves: its live handlers, and whether it still accepts.
-    census: Arc<FrontCensus>,
+    /// What ends each wait of the session other than its step.
+    bounds: Bounds,
 }
 
 /// The callers' account: every spawned task must be joined.
@@ -134,19 +130,28 @@ impl Session {
             account: CallerTasks::default(),
             held: Vec::new(),
             server,
-            heartbeat,
             hooks,
-            timeout,
-            census,
+            bounds: Bounds {
+                timeout,
+                census,
+                heartbeat,
+            },
         })
     }
 
     /// What ends the session's waits other than their steps.
     pub(crate) fn bounds(&self) -> Bounds {
-        Bounds {
-            timeout: self.timeout,
-            census: self.census.clone(),
-        }
+        self.bounds.clone()
+    }
+
+    /// The heartbeat of the front's own runtime, if it has one.
+    pub(crate) fn heartbeat(&self) -> Option<&Arc<Heartbeat>> {
+        self.bounds.heartbeat.as_ref()
+    }
+
+    /// The longest any one wait may take before the run is failed as stalled.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.bounds.timeout
     }
 
     /// Connections waiting in the front's accept queue now, when it runs on runtimes of its own.
@@ -246,11 +251,6 @@ impl Session {
                     Some(_) => {}
                     None => return Err(at(Cause::ObserverStopped)),
                 },
-                // A front on a runtime of its own that stops serving before the release (its
-                // listener broken, say) decides nothing more.
-                () = front_stopped(self.heartbeat.as_deref()) => {
-                    return Err(at(Cause::Server("the front's own runtime stopped serving".into())));
-                }
                 ended = self.callers.join_next(), if !self.callers.is_empty() => {
                     let waiting = format!("while waiting for {request}'s admission decision");
                     return Err(self.ended_early(ended, at, waiting));
@@ -369,18 +369,21 @@ impl Session {
     }
 }
 
-/// What ends a wait of the sequence other than the step it waits for: the safety timeout, or
-/// the front's giving up accepting connections.
+/// What ends a wait of the sequence other than the step it waits for: the safety timeout, the
+/// front's giving up accepting connections, or its own runtime's stopping.
 #[derive(Clone, Debug)]
 pub(crate) struct Bounds {
     timeout: Duration,
     census: Arc<FrontCensus>,
+    /// The heartbeat of the front's own runtime, if it has one.
+    heartbeat: Option<Arc<Heartbeat>>,
 }
 
 impl Bounds {
     /// Waits for `step`. Fails as stalled after the safety timeout; or at once, saying why,
-    /// once the front has given up accepting connections: the run fails for that anyway, and
-    /// a request whose connection no one will accept would otherwise wait out the timeout.
+    /// once the front has given up accepting connections, or its own runtime has stopped
+    /// serving before the close: the run fails for either anyway, and a request no one will
+    /// accept or decide would otherwise wait out the timeout.
     pub(crate) async fn within<T>(
         &self,
         step: impl Future<Output = T>,
@@ -396,6 +399,10 @@ impl Bounds {
             }),
             why = self.census.stopped_accepting() => {
                 Err(Failure::new(at, request, Cause::Server(why.to_owned())))
+            }
+            () = front_stopped(self.heartbeat.as_deref()) => {
+                let why = "the front's own runtime stopped serving";
+                Err(Failure::new(at, request, Cause::Server(why.into())))
             }
         }
     }
