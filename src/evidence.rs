@@ -132,6 +132,19 @@ pub enum Moment {
     Release,
 }
 
+impl Moment {
+    /// The moment's name, as the report spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Moment::Start => "start",
+            Moment::Held => "held",
+            Moment::Queued => "queued",
+            Moment::Unread => "unread",
+            Moment::Release => "release",
+        }
+    }
+}
+
 /// A request seen arriving and sitting unread: its connection, made by the kernel, waiting in
 /// the listener's accept queue for a server that cannot accept it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

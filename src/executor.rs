@@ -247,6 +247,12 @@ impl Executor {
         self.work != WorkStyle::Await || self.workers.is_some()
     }
 
+    /// Whether `front` runs on runtimes of its own under this executor: only the async front
+    /// does, and only when [`Executor::own_runtime`] asks for one.
+    pub(crate) fn front_runtime(&self, front: Front) -> bool {
+        front == Front::Async && self.own_runtime()
+    }
+
     /// The shape of the front's own runtime (current-thread unless `--workers` said).
     pub fn workers(&self) -> Workers {
         self.workers.unwrap_or_default()

@@ -132,7 +132,9 @@ impl Outcome {
             held_before_f1: Some(admitted),
             refused_slow: Some(refused),
             // Watched only where the front runs on runtimes of its own.
-            executor: (shape.0 == Front::Async && shape.1.own_runtime())
+            executor: shape
+                .1
+                .front_runtime(shape.0)
                 .then_some(ExecutorOutcome { unread, queued }),
         }
     }

@@ -16,7 +16,6 @@ use crate::admission::token::RunToken;
 use crate::evidence::{Phase, ResponseRecord, ServerSummary};
 use crate::hooks::Hooks;
 use crate::label::Label;
-use crate::policy::Front;
 use crate::resources::{self, Resources};
 use crate::server::runtimes::Heartbeat;
 use crate::server::{self, FrontCensus, Gates, Running};
@@ -90,7 +89,7 @@ impl Session {
         // `close` stops and joins it.
         let headers = client::token_header(&token.header_value());
         let headers = headers.map_err(|e| setup(format!("{e:#}")))?;
-        let (address, server) = if front == Front::Async && executor.own_runtime() {
+        let (address, server) = if executor.front_runtime(front) {
             let started = server::runtimes::start(
                 executor,
                 section.clone(),

@@ -18,7 +18,7 @@ use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Moment, Observed, Phase};
-use crate::executor::{Executor, Lane, WorkStyle, Workers};
+use crate::executor::{Executor, Lane, LaneThreads, WorkStyle, Workers};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Front, Policy, Pool, Route};
@@ -754,10 +754,10 @@ impl<'a> PolicyCheck<'a> {
     /// release and no probe before the slow callers still waiting are noted.
     fn reached(&mut self) {
         let file = self.file;
+        let release = unreached(&file.observed, None);
         for (i, r) in file.observed.responses.iter().enumerate() {
-            let after_release = r.phase == Phase::AfterRelease;
-            let unreached = unreached(&file.observed, Some(r.request))
-                .or_else(|| unreached(&file.observed, None).filter(|_| after_release));
+            let after_release = release.filter(|_| r.phase == Phase::AfterRelease);
+            let unreached = unreached(&file.observed, Some(r.request)).or(after_release);
             if let Some((step, missing)) = unreached {
                 let request = r.request;
                 self.find(&["responses", &i.to_string()], format!("{request} is answered, but the run stopped before {step}: it records no {missing}"));
@@ -1102,7 +1102,7 @@ impl<'a> PolicyCheck<'a> {
             return;
         };
         let (front, executor) = (self.report.runner.front, self.report.executor);
-        if front == Front::Threaded || !executor.own_runtime() {
+        if !executor.front_runtime(front) {
             let on = match executor.flags() {
                 flags if flags.is_empty() => " on the lab's usual executor".to_owned(),
                 flags => format!(" with{flags}"),
@@ -1124,7 +1124,7 @@ impl<'a> PolicyCheck<'a> {
             run_wide == b.request.is_some()
         }) {
             let beat = &beats[i];
-            let moment = format!("{:?}", beat.moment).to_lowercase();
+            let moment = beat.moment.name();
             let says = match beat.request {
                 Some(request) => format!(
                     "the {moment} reading names {request}, but it is the run's, read for no request"
@@ -1164,7 +1164,7 @@ impl<'a> PolicyCheck<'a> {
                      opens, first and last; its readings here are: {}",
                     moments
                         .iter()
-                        .map(|m| format!("{m:?}").to_lowercase())
+                        .map(|m| m.name())
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -1223,17 +1223,16 @@ impl<'a> PolicyCheck<'a> {
                 ),
             );
         }
-        for b in beats.iter().filter(|b| b.moment == Moment::Queued) {
-            let Some(request) = b.request else { continue };
+        for (request, after_event) in read(Moment::Queued) {
             let admitted = replayed.decided.get(&request).map(|d| d.seq);
-            if admitted.is_none_or(|seq| b.after_event < seq) {
+            if admitted.is_none_or(|seq| after_event < seq) {
                 let at = admitted.map_or("never".to_owned(), |seq| format!("only at seq {seq}"));
                 self.find(
                     &["executor", "heartbeat"],
                     format!(
-                        "the heartbeat is read after {request} is queued, after event {}, but the \
-                         ledger admits {request} {at}: it is seen queued once admitted",
-                        b.after_event
+                        "the heartbeat is read after {request} is queued, after event \
+                         {after_event}, but the ledger admits {request} {at}: it is seen queued \
+                         once admitted"
                     ),
                 );
             }
@@ -1374,7 +1373,7 @@ impl<'a> PolicyCheck<'a> {
                     None => None,
                 },
             };
-            let moment = format!("{:?}", beat.moment).to_lowercase();
+            let moment = beat.moment.name();
             if let Some((b, seq)) = limit.filter(|&(_, seq)| beat.after_event >= seq) {
                 let then = match beat.moment {
                     Moment::Release => format!("the gate opens at seq {seq}"),
@@ -1420,10 +1419,13 @@ impl<'a> PolicyCheck<'a> {
         // one (`--work spawn-blocking` or `own-runtime`): it reaches the gate only then.
         let lane = self.report.executor.lane(self.report.runner.front);
         let handed = matches!(lane, Lane::Own(..));
-        // Which routes' work is handed to one: `own-runtime` hands both routes, `spawn-blocking`
-        // the slow one.
-        let own_runtime = self.report.executor.work == WorkStyle::OwnRuntime;
-        let hands = |route: Option<Route>| handed && (route == Some(Route::Slow) || own_runtime);
+        // Which routes' work is handed to one: `own-runtime` (its slow runtime) hands both
+        // routes, `spawn-blocking` (the blocking pool) the slow one.
+        let hands = |route: Option<Route>| match lane {
+            Lane::Own(_, LaneThreads::SlowRuntime) => true,
+            Lane::Own(_, LaneThreads::BlockingPool) => route == Some(Route::Slow),
+            _ => false,
+        };
         let mut started = BTreeSet::new();
         // Slow work started: until the gate opens, each keeps its thread blocked at it, even
         // once its work was cancelled.
