@@ -448,6 +448,21 @@ impl Hooks for Faults {
     }
 }
 
+/// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
+pub fn is_gone(pid: u32) -> bool {
+    let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
+    // SAFETY: signal 0 only checks that the process exists.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The room's token in `command`, one the classroom shows the room (`curl -s -H 'lab-room:
+/// <token>' …`).
+pub fn room_token_in(command: &str) -> &str {
+    let token = command.split("lab-room: ").nth(1).expect("a token");
+    &token[..32]
+}
+
 /// A new, empty directory under the system's temporary directory whose name starts with
 /// `prefix`: only this user may enter it, and it is removed with everything in it when dropped.
 pub fn temp_dir(prefix: &str) -> std::io::Result<TempDir> {

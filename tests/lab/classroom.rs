@@ -251,7 +251,7 @@ async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
     assert_eq!(listed.status, None);
     let why = listed.error.as_deref().unwrap_or_default();
     assert!(why.contains("gave up"), "{why}");
-    let dir = tempfile::tempdir().expect("a scratch directory");
+    let dir = common::temp_dir("isolation-lab-session").expect("a scratch directory");
     let saved = dir.path().join("s.json");
     let json = serde_json::to_string(&report).expect("the report serializes");
     std::fs::write(&saved, json).expect("saved");
@@ -269,7 +269,7 @@ fn room_token(states: &[Value]) -> String {
     let commands = &states.last().expect("a state")["room"]["commands"];
     let command = commands[0].as_str().expect("the room's command");
     assert!(command.starts_with("curl -s -H 'lab-room: "), "{command}");
-    command.split("lab-room: ").nth(1).expect("a token")[..32].to_owned()
+    common::room_token_in(command).to_owned()
 }
 
 fn is_work(request: &str, event: &str) -> impl Fn(&Value) -> bool {

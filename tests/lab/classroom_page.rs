@@ -443,7 +443,7 @@ async fn room(page: &Page, url: &str, shots: bool) {
     assert!(room.contains("curl -s -H 'lab-room: "), "{seen}");
     assert!(room.contains("/slow"), "{seen}");
     let command = room.split("curl").nth(1).expect("a command");
-    let token = &command.split("lab-room: ").nth(1).expect("a token")[..32];
+    let token = common::room_token_in(command);
     let http = common::client();
     let base = common::base_url(url);
     let fast = http

@@ -18,14 +18,6 @@ fn options() -> HoldOptions {
     }
 }
 
-/// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
-pub(crate) fn is_gone(pid: u32) -> bool {
-    let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
-    // SAFETY: signal 0 only checks that the process exists.
-    let result = unsafe { libc::kill(pid, 0) };
-    result == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
 /// N = 50 and 200 on both fronts: every request held and answered 200 (the instrument checks
 /// each answer and the child's ledger, or fails); the threaded front's child gains at least a
 /// thread per held request, the async front's none; every child is reaped; and the parent
@@ -68,7 +60,7 @@ fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
                 "{figures:?}"
             );
             assert!(
-                is_gone(figures.pid),
+                common::is_gone(figures.pid),
                 "{front:?}'s child {} is reaped",
                 figures.pid
             );

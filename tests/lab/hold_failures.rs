@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::hold::is_gone;
+use crate::common::is_gone;
 use isolation_lab::hold::{CountOutcome, Faults, HoldInputs, HoldOptions, HoldReport, Stage, hold};
 use isolation_lab::policy::Front;
 

@@ -11,6 +11,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::common::is_gone;
+
 use isolation_lab::evidence::Decision;
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
@@ -889,9 +891,10 @@ fn the_leak_check_sees_a_listener_and_its_owner() {
     let address = listener.local_addr().expect("its address").to_string();
     let owners = listeners(&address);
     assert!(owners.contains(&std::process::id()), "{owners:?}");
-    let gone = |pid: u32| !Path::new(&format!("/proc/{pid}")).exists();
     assert!(
-        owners.iter().all(|&pid| descends_from_me(pid) || gone(pid)),
+        owners
+            .iter()
+            .all(|&pid| descends_from_me(pid) || is_gone(pid)),
         "{owners:?}"
     );
     assert!(refuses(&address));
