@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use hyper::header::HeaderMap;
 
 use super::client::Received;
@@ -362,14 +362,19 @@ impl Run {
         let (bounds, session) = (self.session.bounds(), &mut self.session);
         let waiting = || format!("while waiting to see {request} wait unread");
         let fail = |cause| Failure::new(step, Some(request), cause);
+        let unreadable = |why: anyhow::Error| {
+            let why = why.context(format!("reading the front's accept queue for {request}"));
+            fail(Cause::Setup(format!("{why:#}")))
+        };
         let arrived = async {
             loop {
                 match session.accept_queue() {
-                    Some(Ok(queued)) if queued > seen => return Ok(Ok(queued)),
+                    Some(Ok(queued)) if queued > seen => return Ok(queued),
                     Some(Ok(_)) => {}
-                    Some(Err(e)) => return Ok(Err(anyhow::Error::new(e))),
+                    Some(Err(e)) => return Err(unreadable(e.into())),
                     None => {
-                        return Ok(Err(anyhow!("the front has no runtime of its own to watch")));
+                        let none = anyhow!("the front has no runtime of its own to watch");
+                        return Err(unreadable(none));
                     }
                 }
                 // A caller that ended (its connection refused, say) will never be seen.
@@ -384,9 +389,7 @@ impl Run {
             .within(arrived, at, || {
                 format!("{request} to be seen waiting unread for the blocked front")
             })
-            .await??
-            .with_context(|| format!("reading the front's accept queue for {request}"))
-            .map_err(|why| fail(Cause::Setup(format!("{why:#}"))))?;
+            .await??;
         let after_event = self.session.section.last_seq();
         if let Some(watched) = &mut self.observed.executor {
             watched.unread.push(Unread {
