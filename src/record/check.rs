@@ -1419,6 +1419,10 @@ impl<'a> PolicyCheck<'a> {
         // one (`--work spawn-blocking` or `own-runtime`): it reaches the gate only then.
         let lane = self.report.executor.lane(self.report.runner.front);
         let handed = matches!(lane, Lane::Own(..));
+        // Whether held work blocks the thread that reads its request: the threaded front's, or
+        // a worker's with `--work block`.
+        let blocking =
+            self.report.runner.front == Front::Threaded || matches!(lane, Lane::Workers(_));
         // Which routes' work is handed to one: `own-runtime` (its slow runtime) hands both
         // routes, `spawn-blocking` (the blocking pool) the slow one.
         let hands = |route: Option<Route>| match lane {
@@ -1492,7 +1496,8 @@ impl<'a> PolicyCheck<'a> {
                 }
                 (_, None) => self.find(&path, format!("a {event} event names no request")),
                 (_, Some(request)) => {
-                    match self.route(request) {
+                    let route = self.route(request);
+                    match route {
                         None if self.room.is_some() => self.find(
                             &path,
                             format!("the ledger names {request}, but the room's requests list no {request}"),
@@ -1584,14 +1589,14 @@ impl<'a> PolicyCheck<'a> {
                             let work = self.report.executor.work.name();
                             if !handed {
                                 self.find(&path, format!("{request} is started at seq {seq} by a thread of another pool or runtime, but with --work {work} no work is handed to one"));
-                            } else if !hands(self.route(request)) {
+                            } else if !hands(route) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but with --work {work} only /slow work is handed to another thread: /fast work runs on its connection's task"));
                             } else if started.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
                             } else if let Lane::Own(threads, _) = lane
                                 && gate.is_none()
                                 && !abandoned
-                                && self.route(request) == Some(Route::Slow)
+                                && route == Some(Route::Slow)
                                 && running.len() >= threads
                             {
                                 let (n, names) = (running.len(), labels(&running));
@@ -1600,7 +1605,7 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
                             started.insert(request);
-                            if self.route(request) == Some(Route::Slow) {
+                            if route == Some(Route::Slow) {
                                 running.push(request);
                             }
                         }
@@ -1612,7 +1617,7 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is held at seq {seq}, but with --work {work} its work reaches the gate only once a thread starts it, and no started event came before"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is held at seq {seq}, but it is not inside the work section: no admission before it"));
-                            } else if self.route(request) == Some(Route::Fast) {
+                            } else if route == Some(Route::Fast) {
                                 self.find(&path, format!("{request} is held at the gate, but only /slow work waits there"));
                             } else if let Some(opened) = gate
                                 && !self.room_gate_closed(request, seq)
@@ -1629,7 +1634,6 @@ impl<'a> PolicyCheck<'a> {
                         Event::Finished => {
                             // Work handed to another thread runs, and so leaves, once started
                             // (unless it is cancelled before).
-                            let route = self.route(request);
                             if hands(route)
                                 && inside.contains(&request)
                                 && !e.cancelled
@@ -1638,11 +1642,8 @@ impl<'a> PolicyCheck<'a> {
                                 let work = self.report.executor.work.name();
                                 self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but with --work {work} its work runs only once a thread starts it, and no started event came before"));
                             }
-                            // Held work blocking its thread (the threaded front's, or a
-                            // worker with `--work block`) cannot be cancelled there: nothing
-                            // polls or wakes it until the gate opens.
-                            let blocking = self.report.runner.front == Front::Threaded
-                                || matches!(lane, Lane::Workers(_));
+                            // Held work blocking its thread cannot be cancelled there:
+                            // nothing polls or wakes it until the gate opens.
                             if blocking
                                 && e.cancelled
                                 && gate.is_none()
