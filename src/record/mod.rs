@@ -205,8 +205,9 @@ impl SessionRecord {
         }
         findings.extend(check::session(session));
         let every_run = runs.iter().all(|r| r.verdict == Recheck::Matched);
-        // A session that says it did not match is believed: only a claim of a match must be
-        // borne out by its runs.
+        // A claim of a match must be borne out by the runs as re-checked here; a claim of no
+        // match needs a reason in the file itself (a failure, or a run that says it differed),
+        // which `check::session` asks for.
         if session.matches_model && !(session.failure.is_none() && every_run) {
             findings.push(Finding {
                 pointer: pointer(&["matches_model"]),
