@@ -21,7 +21,7 @@ use crate::evidence::{Decision, Evidence, Moment, Observed, Phase};
 use crate::executor::{Executor, Lane, LaneThreads, WorkStyle, Workers};
 use crate::label::Label;
 use crate::model;
-use crate::policy::{Front, Policy, Pool, Route};
+use crate::policy::{Front, Mode, Policy, Pool, Route};
 use crate::report::{PolicyReport, Report, Runner};
 use crate::resources::Resources;
 use crate::server;
@@ -112,14 +112,20 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     // A failure is said of the policy it stopped (the lab runs no policy after it), and a
     // caller that failed got no response.
     if let Some(failure) = &report.failure {
-        let said = report.policies.iter().enumerate().find_map(|(i, p)| {
-            let rest = failure.strip_prefix(p.mode.name())?.strip_prefix(": ")?;
+        // The policy the failure names, read once.
+        let named = Mode::ALL.into_iter().find_map(|mode| {
+            let rest = failure.strip_prefix(mode.name())?.strip_prefix(": ")?;
+            Some((mode, rest))
+        });
+        let said = named.and_then(|(mode, rest)| {
+            let (i, p) = (report.policies.iter().enumerate()).find(|(_, p)| p.mode == mode)?;
             Some((i, p, rest))
         });
         // A policy that fails keeps its entry; only a classroom session's run may name one
         // it never ran, when the session ended first.
-        let absent = (report.inputs.mode.modes().iter())
-            .find(|mode| failure.starts_with(&format!("{}: ", mode.name())));
+        let absent = named
+            .map(|(mode, _)| mode)
+            .filter(|mode| report.inputs.mode.modes().contains(mode));
         if let (None, Some(mode)) = (&said, absent) {
             let mode = mode.name();
             let not_run = format!("{mode}: not run, the session ended before it");
