@@ -248,6 +248,14 @@ pub struct Inputs {
 }
 
 impl Inputs {
+    /// The policy these inputs give `mode`: the command line's permits, shared as `mode` says.
+    pub(crate) fn policy(&self, mode: Mode) -> Policy {
+        Policy {
+            mode,
+            slots: self.slots,
+        }
+    }
+
     /// The command-line flags that give these inputs: `--mode both --slots 2 --held 2`.
     pub(crate) fn flags(&self) -> String {
         format!(

@@ -236,10 +236,7 @@ impl Driver {
         let Some(current) = self.current.as_ref() else {
             return Value::Null;
         };
-        let policy = Policy {
-            mode,
-            slots: current.inputs.slots,
-        };
+        let policy = current.inputs.policy(mode);
         let held = current.inputs.held;
         let modes = current.inputs.mode.modes();
         let policies: Vec<&str> = modes.iter().map(|m| m.name()).collect();
@@ -358,10 +355,7 @@ impl Driver {
         let Some(mode) = current.modes.pop_front() else {
             return Value::Null;
         };
-        let policy = Policy {
-            mode,
-            slots: current.inputs.slots,
-        };
+        let policy = current.inputs.policy(mode);
         let held = current.inputs.held;
         let gates = Arc::new(RoomGates::default());
         let run = match Run::open_at(policy, held, self.options.clone(), gates.chooser()) {

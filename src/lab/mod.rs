@@ -11,7 +11,7 @@ pub mod render;
 use crate::coordinator::{self, Options};
 use crate::executor::Executor;
 use crate::outcome;
-use crate::policy::{self, Front, Inputs, Policy};
+use crate::policy::{self, Front, Inputs};
 use crate::report::{self, Report, Runner};
 
 /// Runs the policies `inputs` selects, each on its own fresh async server, and reports what
@@ -30,10 +30,7 @@ pub async fn run_on(front: Front, inputs: Inputs) -> Report {
 pub async fn run_with(inputs: Inputs, options: Options) -> Report {
     let mut invocation = Invocation::new(inputs, &options);
     for &mode in inputs.mode.modes() {
-        let policy = Policy {
-            mode,
-            slots: inputs.slots,
-        };
+        let policy = inputs.policy(mode);
         let run = coordinator::run_policy_with(policy, inputs.held, options.clone()).await;
         if !invocation.push(mode, run) {
             break;
@@ -103,10 +100,7 @@ pub fn predict(inputs: Inputs) -> Vec<outcome::Outcome> {
 
 /// [`predict`] for a run on `front` with `executor`.
 pub fn predict_on(inputs: Inputs, shape: (Front, Executor)) -> Vec<outcome::Outcome> {
-    let policies = inputs.mode.modes().iter().map(|&mode| Policy {
-        mode,
-        slots: inputs.slots,
-    });
+    let policies = inputs.mode.modes().iter().map(|&mode| inputs.policy(mode));
     policies
         .map(|policy| outcome::Outcome::predicted_on(policy, inputs.held, shape))
         .collect()

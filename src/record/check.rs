@@ -67,10 +67,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         let mut check = PolicyCheck {
             report,
             file: policy,
-            policy: Policy {
-                mode: policy.mode,
-                slots: report.inputs.slots,
-            },
+            policy: report.inputs.policy(policy.mode),
             room,
             base: format!("{prefix}{}", pointer(&["policies", &i.to_string()])),
             // The lab stops at the first policy that fails, so only the last one can be cut
@@ -976,9 +973,6 @@ impl<'a> PolicyCheck<'a> {
         self.find(&["model", "matches"], says);
     }
 
-    /// Replays the ledger: checks each event's order, request, pool, place in its request's
-    /// life and count of taken permits, and watches for the observer's snapshots along the way.
-    /// `None` once a pool admits beyond its capacity: nothing after that can be replayed.
     /// The process's counts before F1 and after the run: what the fronts and the sequence make
     /// of them in every run.
     fn resources(&mut self) {
@@ -1404,6 +1398,9 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
+    /// Replays the ledger: checks each event's order, request, pool, place in its request's
+    /// life and count of taken permits, and watches for the observer's snapshots along the way.
+    /// `None` once a pool admits beyond its capacity: nothing after that can be replayed.
     fn replay(&mut self) -> Option<Replayed<'a>> {
         let policy = self.policy;
         let slow_pool = policy.pool_for(Route::Slow);
