@@ -10,6 +10,7 @@ use std::io;
 use serde::Serialize;
 
 use crate::policy::Front;
+use crate::procfs::{invalid, read_proc};
 
 /// The ceilings, as read from this machine and process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -395,20 +396,6 @@ fn sysctl(name: &str) -> io::Result<u64> {
     text.trim()
         .parse()
         .map_err(|e| invalid(format!("{path}: not a number ({e}): {text:?}")))
-}
-
-fn read_proc(path: &str) -> io::Result<String> {
-    if !cfg!(target_os = "linux") {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!("{path}: the limits are read on Linux only"),
-        ));
-    }
-    std::fs::read_to_string(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
-}
-
-fn invalid(message: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
 #[cfg(test)]

@@ -199,7 +199,8 @@ fn line_count(text: &[u8]) -> u64 {
     text.iter().map(|&byte| u64::from(byte == b'\n')).sum()
 }
 
-fn read_proc(path: &str) -> io::Result<String> {
+/// The text of the `/proc` file at `path`; its errors name the path.
+pub(crate) fn read_proc(path: &str) -> io::Result<String> {
     read_proc_bytes(path).and_then(|bytes| {
         String::from_utf8(bytes).map_err(|e| invalid(format!("{path} is not UTF-8: {e}")))
     })
@@ -215,7 +216,7 @@ fn read_proc_bytes(path: &str) -> io::Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
 }
 
-fn invalid(message: String) -> io::Error {
+pub(crate) fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
