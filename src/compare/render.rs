@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
-use crate::draw::table::{columns, labels, paragraph};
+use crate::draw::table::{columns, labels, wrap};
 use crate::executor::WorkStyle;
 use crate::policy::Front;
 use crate::resources::Resources;
@@ -19,7 +19,7 @@ pub fn render(comparison: &Comparison) -> String {
     );
     for (front, executor) in &comparison.executors {
         let shape = format!("The {} front: {}.", front.name(), executor.describe(*front));
-        out.push_str(&paragraph(&shape, 80, 2));
+        out.push_str(&wrap(&shape, "", "  ", 80));
     }
     if !comparison.executors.is_empty() {
         out.push('\n');
@@ -88,7 +88,7 @@ pub fn render(comparison: &Comparison) -> String {
              own. Neither front bounds connections or handlers; only the declared work \
              section is bounded."
         );
-        out.push_str(&paragraph(&words, 80, 0));
+        out.push_str(&wrap(&words, "", "", 80));
     } else if comparison.identical {
         out.push_str(
             "Admission is identical on both fronts: the same requests were held, refused\n\
@@ -165,7 +165,7 @@ fn disagreement(comparison: &Comparison) -> String {
             f1(on_async),
             f1(threaded),
         );
-        out.push_str(&paragraph(&why, 80, 2));
+        out.push_str(&wrap(&why, "", "  ", 80));
     }
     out
 }

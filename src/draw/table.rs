@@ -26,46 +26,44 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// `words` as lines of at most `width` characters, broken between words, each line after the
-/// first indented by `indent` spaces; every line ends in a newline.
-pub(crate) fn paragraph(words: &str, width: usize, indent: usize) -> String {
+/// `words` as lines of at most `width` characters (a longer word has a line of its own),
+/// broken between words: the first line led by `first`, each later one by `rest`. Every line
+/// ends in a newline; no words make no lines.
+pub(crate) fn wrap(words: &str, first: &str, rest: &str, width: usize) -> String {
     let mut out = String::new();
-    let mut line = String::new();
+    let mut line = first.to_owned();
+    let mut empty = true;
     for word in words.split_whitespace() {
-        let room = if out.is_empty() {
-            width
-        } else {
-            width - indent
-        };
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > room {
-            push_line(&mut out, &line, indent);
-            line.clear();
+        if !empty && line.chars().count() + 1 + word.chars().count() > width {
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_owned();
+            empty = true;
         }
-        if !line.is_empty() {
+        if !empty {
             line.push(' ');
         }
         line.push_str(word);
+        empty = false;
     }
-    if !line.is_empty() {
-        push_line(&mut out, &line, indent);
+    if !empty {
+        out.push_str(&line);
+        out.push('\n');
     }
     out
 }
 
-fn push_line(out: &mut String, line: &str, indent: usize) {
-    if !out.is_empty() {
-        out.push_str(&" ".repeat(indent));
-    }
-    out.push_str(line);
-    out.push('\n');
-}
-
 #[cfg(test)]
-mod paragraph_tests {
+mod wrap_tests {
     #[test]
-    fn a_paragraph_breaks_between_words_within_its_width() {
-        let text = super::paragraph("one two three four five six", 10, 2);
+    fn words_break_between_them_within_the_width() {
+        let text = super::wrap("one two three four five six", "", "  ", 10);
         assert_eq!(text, "one two\n  three\n  four\n  five six\n");
         assert!(text.lines().all(|l| l.chars().count() <= 10));
+        assert_eq!(
+            super::wrap("one two three", "- ", "  ", 10),
+            "- one two\n  three\n"
+        );
+        assert_eq!(super::wrap(" ", "- ", "  ", 10), "");
     }
 }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::draw::table::{columns, labels};
+use crate::draw::table::{self, columns, labels};
 use crate::evidence::Decision;
 use crate::front_process::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
@@ -131,33 +131,17 @@ fn capitalized(text: &str) -> String {
     }
 }
 
-/// `text` wrapped at 100 columns, later lines indented by `indent`; a leading newline kept.
+/// `text` wrapped at 100 columns, later lines indented by `indent`; a leading newline and a
+/// leading indent kept.
 fn wrap(text: &str, indent: &str) -> String {
-    const WIDTH: usize = 100;
-    let mut out = String::new();
-    let text = match text.strip_prefix('\n') {
-        Some(rest) => {
-            out.push('\n');
-            rest
-        }
-        None => text,
+    let (newline, text) = match text.strip_prefix('\n') {
+        Some(rest) => ("\n", rest),
+        None => ("", text),
     };
-    // Leading spaces indent the first line too.
-    let body = text.trim_start_matches(' ');
-    let mut line = text[..text.len() - body.len()].to_owned();
-    for word in body.split(' ').filter(|w| !w.is_empty()) {
-        if !line.trim().is_empty() && line.chars().count() + 1 + word.chars().count() > WIDTH {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            line = indent.to_owned();
-        } else if !line.trim().is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
-    out
+    let words = text.trim_start_matches(' ');
+    let lead = &text[..text.len() - words.len()];
+    let lines = table::wrap(words, lead, indent, 100);
+    format!("{newline}{}", if lines.is_empty() { "\n" } else { &lines })
 }
 
 fn outcome(sent: &Sent) -> String {

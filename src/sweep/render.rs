@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, paragraph};
+use crate::draw::table::{columns, wrap};
 use crate::label::Label;
 use crate::policy::{Held, Mode, Slots};
 use crate::sweep::{Sweep, SweepRun};
@@ -20,7 +20,7 @@ pub fn render(sweep: &Sweep) -> String {
             sweep.executor.flags(),
             sweep.executor.describe(sweep.front)
         );
-        out.push_str(&paragraph(&shape, 80, 2));
+        out.push_str(&wrap(&shape, "", "  ", 80));
     }
     for mode in Mode::ALL {
         let _ = writeln!(out, "\n{}", describe(mode));

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{count, figure, seconds, wrap};
+use super::{count, figure, seconds};
+use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
 /// A column group: its heading, and its cell for a held count and for the idle baseline.
@@ -106,8 +107,11 @@ pub(super) fn render(report: &HoldReport) -> String {
         out.push('\n');
         out.push_str(&notes);
     }
-    out.push('\n');
-    out.push_str(&wrap(&ceilings(report), "", 96));
+    let ceilings = ceilings(report);
+    if !ceilings.is_empty() {
+        out.push('\n');
+        out.push_str(&wrap(&ceilings, "", "", 96));
+    }
     out
 }
 

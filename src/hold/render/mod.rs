@@ -11,6 +11,7 @@ mod reading;
 #[cfg(test)]
 mod tests;
 
+use crate::draw::table::wrap;
 use crate::hold::HoldReport;
 
 /// The text report: the table, its notes, the ceilings, and the reading.
@@ -26,7 +27,7 @@ pub fn text(report: &HoldReport) -> String {
     for (heading, sentences) in sections.iter().filter(|(_, s)| !s.is_empty()) {
         out.push_str(&format!("\n{heading}\n"));
         for sentence in sentences {
-            out.push_str(&wrap(sentence, "- ", 96));
+            out.push_str(&wrap(sentence, "- ", "  ", 96));
         }
     }
     if let Some(failure) = &report.failure {
@@ -38,31 +39,6 @@ pub fn text(report: &HoldReport) -> String {
 /// The SVG picture.
 pub fn svg(report: &HoldReport) -> String {
     curves::render(report)
-}
-
-/// `text` as lines of at most `width` characters, the first led by `lead` and the rest
-/// indented to match.
-fn wrap(text: &str, lead: &str, width: usize) -> String {
-    let indent = " ".repeat(lead.chars().count());
-    let mut out = String::new();
-    let mut line = lead.to_owned();
-    let mut empty = true;
-    for word in text.split(' ') {
-        if !empty && line.chars().count() + 1 + word.chars().count() > width {
-            out.push_str(line.trim_end());
-            out.push('\n');
-            line = indent.clone();
-            empty = true;
-        }
-        if !empty {
-            line.push(' ');
-        }
-        line.push_str(word);
-        empty = false;
-    }
-    out.push_str(line.trim_end());
-    out.push('\n');
-    out
 }
 
 /// A count with thin groups of three: `17 936`.

@@ -1,7 +1,7 @@
 //! `hold`'s renderings, drawn from a report recorded on a real run (`hold --counts
 //! 10,100,1000 --format json`) and from changes to it that a run could produce.
 
-use super::{count, figure, seconds, svg, text, wrap};
+use super::{count, figure, seconds, svg, text};
 use crate::hold::{CountOutcome, Death, FrontFailure, HoldReport, Point, Stage};
 use crate::policy::Front;
 
@@ -225,13 +225,6 @@ fn numbers_read_at_a_glance() {
     assert_eq!(figure(0.0), "0.00");
     assert_eq!(seconds(210.0), "0.21");
     assert_eq!(seconds(14_300.0), "14.3");
-}
-
-/// A long sentence wraps under its lead.
-#[test]
-fn long_sentences_wrap_under_their_lead() {
-    let wrapped = wrap("one two three four", "- ", 10);
-    assert_eq!(wrapped, "- one two\n  three\n  four\n");
 }
 
 /// The breakdown reads each front's heap by block size and its kernel slab at its largest count,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, labels, paragraph};
+use crate::draw::table::{columns, labels, wrap};
 use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
@@ -35,7 +35,7 @@ pub fn render(report: &Report) -> String {
     );
     if let Some(shape) = &report.runner.front_runtime {
         let shape = format!("The {} front: {shape}.", report.runner.front.name());
-        out.push_str(&paragraph(&shape, 80, 2));
+        out.push_str(&wrap(&shape, "", "  ", 80));
         out.push('\n');
     }
     let outcomes: Vec<Outcome> = report.policies.iter().map(Outcome::observed).collect();
@@ -83,7 +83,7 @@ pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome])
     let mut out = heading("isolation-lab predict", inputs, executor);
     if !executor.is_default() {
         let shape = executor.describe(crate::policy::Front::Async);
-        out.push_str(&paragraph(&format!("The async front: {shape}."), 80, 2));
+        out.push_str(&wrap(&format!("The async front: {shape}."), "", "  ", 80));
         out.push('\n');
     }
     out.push_str(&table(outcomes, None));

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::admission::ledger::Event;
-use crate::draw::table::{labels, paragraph};
+use crate::draw::table::{labels, wrap};
 use crate::evidence::Phase;
 use crate::label::Label;
 use crate::policy::Route;
@@ -115,10 +115,9 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
 /// indented two more.
 fn within_80(text: &str) -> String {
     let lines = text.lines().map(|line| {
-        let lead = line.len() - line.trim_start().len();
-        let broken = paragraph(line.trim_start(), 80 - lead, 2);
-        let indented = broken.lines().map(|l| format!("{}{l}\n", " ".repeat(lead)));
-        indented.collect::<String>()
+        let words = line.trim_start();
+        let lead = &line[..line.len() - words.len()];
+        wrap(words, lead, &format!("{lead}  "), 80)
     });
     lines.collect()
 }
