@@ -87,8 +87,8 @@ pub enum Command {
     /// policy; exits 1 if any run differs from the model
     Sweep {
         /// The server front to run on
-        #[arg(long, value_enum, default_value_t = ServerArg::Async)]
-        server: ServerArg,
+        #[arg(long, value_enum, default_value_t = Front::Async)]
+        server: Front,
         /// How slow work waits, and the async front's runtime.
         #[command(flatten)]
         executor: ExecutorArgs,
@@ -121,8 +121,8 @@ pub enum Command {
         #[command(flatten)]
         inputs: InputArgs,
         /// The server front every run uses
-        #[arg(long, value_enum, default_value_t = ServerArg::Async)]
-        server: ServerArg,
+        #[arg(long, value_enum, default_value_t = Front::Async)]
+        server: Front,
         /// How slow work waits, and the async front's runtime, in every run of the session.
         #[command(flatten)]
         executor: ExecutorArgs,
@@ -229,8 +229,8 @@ fn hold_count(text: &str) -> anyhow::Result<u32> {
 #[derive(Debug, Args)]
 pub struct InputArgs {
     /// Which policy: shared, partitioned, or both (shared first, then partitioned)
-    #[arg(long, value_enum, default_value_t = ModeArg::Both)]
-    pub mode: ModeArg,
+    #[arg(long, value_enum, default_value_t = ModeChoice::Both)]
+    pub mode: ModeChoice,
 
     /// Total work permits of a policy, 2 through 4
     #[arg(long, value_name = "N", default_value_t = Inputs::default().slots, allow_negative_numbers = true)]
@@ -250,8 +250,8 @@ pub struct RunArgs {
 
     /// The server front: async (Hyper, a task per connection) or threaded (a thread per
     /// connection, like the workshop's Python runner)
-    #[arg(long, value_enum, default_value_t = ServerArg::Async)]
-    pub server: ServerArg,
+    #[arg(long, value_enum, default_value_t = Front::Async)]
+    pub server: Front,
 
     /// How slow work waits, and the async front's runtime.
     #[command(flatten)]
@@ -395,50 +395,11 @@ pub enum HoldFormat {
     Svg,
 }
 
-/// `--mode`: which policies to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
-    /// One pool of all permits, for /slow and /fast alike
-    Shared,
-    /// A slow pool of all permits but one, and one permit reserved for /fast
-    Partitioned,
-    /// Shared, then partitioned
-    Both,
-}
-
-impl From<ModeArg> for ModeChoice {
-    fn from(mode: ModeArg) -> ModeChoice {
-        match mode {
-            ModeArg::Shared => ModeChoice::Shared,
-            ModeArg::Partitioned => ModeChoice::Partitioned,
-            ModeArg::Both => ModeChoice::Both,
-        }
-    }
-}
-
-/// `--server`: which front serves the work section.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ServerArg {
-    /// Hyper on Tokio: a held request parks a task
-    Async,
-    /// std::net with an OS thread per connection: a held request blocks a thread
-    Threaded,
-}
-
-impl From<ServerArg> for Front {
-    fn from(server: ServerArg) -> Front {
-        match server {
-            ServerArg::Async => Front::Async,
-            ServerArg::Threaded => Front::Threaded,
-        }
-    }
-}
-
 impl InputArgs {
     /// The checked inputs.
     pub fn inputs(&self) -> Inputs {
         Inputs {
-            mode: self.mode.into(),
+            mode: self.mode,
             slots: self.slots,
             held: self.held,
         }
@@ -501,13 +462,13 @@ where
             let blocking =
                 || own.value_source("blocking_threads") == Some(ValueSource::CommandLine);
             let refused = match &cli.command {
-                None => refuse_executor(cli.run.server.into(), &cli.run.executor, blocking()),
+                None => refuse_executor(cli.run.server, &cli.run.executor, blocking()),
                 Some(Command::Sweep {
                     server, executor, ..
                 })
                 | Some(Command::Classroom {
                     server, executor, ..
-                }) => refuse_executor((*server).into(), executor, blocking()),
+                }) => refuse_executor(*server, executor, blocking()),
                 _ => None,
             };
             let sub = matches.subcommand_name().unwrap_or_default();
@@ -632,7 +593,7 @@ mod tests {
         assert!(cli.command.is_none());
         assert_eq!(cli.run.inputs.inputs(), Inputs::default());
         assert_eq!(cli.run.format, Format::Json);
-        assert_eq!(cli.run.inputs.mode, ModeArg::Both);
+        assert_eq!(cli.run.inputs.mode, ModeChoice::Both);
         assert_eq!(
             (cli.run.inputs.slots.get(), cli.run.inputs.held.get()),
             (2, 2)
@@ -656,13 +617,13 @@ mod tests {
         assert_eq!(inputs.mode, ModeChoice::Partitioned);
         assert_eq!((inputs.slots.get(), inputs.held.get()), (4, 1));
         assert_eq!(cli.run.format, Format::Svg);
-        assert_eq!(Front::from(cli.run.server), Front::Async);
+        assert_eq!(cli.run.server, Front::Async);
         let cli = parse(&["--server", "threaded"]).expect("a front");
-        assert_eq!(Front::from(cli.run.server), Front::Threaded);
+        assert_eq!(cli.run.server, Front::Threaded);
         let cli = parse(&["--slots=3", "--mode=shared"]).expect("--flag=value is accepted");
         assert_eq!(
             (cli.run.inputs.mode, cli.run.inputs.slots.get()),
-            (ModeArg::Shared, 3)
+            (ModeChoice::Shared, 3)
         );
     }
 
@@ -677,7 +638,7 @@ mod tests {
         let Some(Command::Sweep { server, format, .. }) = cli.command else {
             panic!("sweep");
         };
-        assert_eq!((server, format), (ServerArg::Threaded, TableFormat::Text));
+        assert_eq!((server, format), (Front::Threaded, TableFormat::Text));
         let cli = parse(&["record", "r.json", "--format", "json"]).expect("valid");
         let Some(Command::Record { report, format }) = cli.command else {
             panic!("record");

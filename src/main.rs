@@ -36,8 +36,7 @@ fn main() -> ExitCode {
 fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
     Ok(match cli.command {
         None => {
-            let options =
-                Options::on(cli.run.server.into()).with_executor(cli.run.executor.executor());
+            let options = Options::on(cli.run.server).with_executor(cli.run.executor.executor());
             let run = isolation_lab::lab::run_with(cli.run.inputs.inputs(), options);
             let report = runtime(run)?;
             let rendered = match cli.run.format {
@@ -64,7 +63,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             executor,
             format,
         }) => {
-            let sweep = runtime(sweep::sweep_on(server.into(), executor.executor()))?;
+            let sweep = runtime(sweep::sweep_on(server, executor.executor()))?;
             let rendered = table(format, &sweep, || sweep::render::render(&sweep));
             let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
             emit(rendered, failure)
@@ -77,7 +76,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
         }) => {
             let config = classroom::Config {
                 inputs: inputs.inputs(),
-                options: Options::on(server.into()).with_executor(executor.executor()),
+                options: Options::on(server).with_executor(executor.executor()),
                 show_predictions,
                 timeouts: classroom::Timeouts::default(),
             };

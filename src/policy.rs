@@ -6,6 +6,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use anyhow::anyhow;
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 /// A policy for sharing the work permits between slow and fast work.
@@ -96,9 +97,20 @@ impl fmt::Display for Route {
     }
 }
 
-/// Which server front serves a run.
+/// Which server front serves a run: `--server`. The variants' docs are the command line's help.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    ValueEnum,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Front {
@@ -203,15 +215,16 @@ impl<const MIN: u8, const MAX: u8> fmt::Display for Bounded<MIN, MAX> {
     }
 }
 
-/// Which policies one invocation runs: `--mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Which policies one invocation runs: `--mode`. Each runs on its own fresh server. The
+/// variants' docs are the command line's help.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeChoice {
     /// One pool of all permits, for /slow and /fast alike
     Shared,
     /// A slow pool of all permits but one, and one permit reserved for /fast
     Partitioned,
-    /// Shared, then partitioned, each on its own fresh server
+    /// Shared, then partitioned
     #[default]
     Both,
 }
