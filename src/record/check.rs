@@ -347,6 +347,20 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
     // of that policy has opened again; then opens after it closed.
     for (i, gate) in session.room_gates.iter().enumerate() {
         let same = |g: &&SavedRoomGate| (g.run, g.mode) == (gate.run, gate.mode);
+        let earlier = session.room_gates[..i].iter().filter(same).count();
+        if usize::try_from(gate.generation).ok() != Some(earlier + 1) {
+            find(
+                &["room_gates", &i.to_string(), "generation"],
+                format!(
+                    "it is generation {}, but it is room gate {} of run {}'s {} policy: a run's \
+                     room gates are numbered 1, 2, … in the order they closed",
+                    gate.generation,
+                    earlier + 1,
+                    gate.run + 1,
+                    gate.mode.name()
+                ),
+            );
+        }
         let last = session.room_gates[..i].iter().rfind(same);
         if let Some(last) = last
             && last
@@ -878,6 +892,20 @@ impl<'a> PolicyCheck<'a> {
                         least - 1
                     ),
                 );
+            } else if let Some(least) = least.filter(|&l| {
+                server.foreign_requests_refused > 0 && server.connections_accepted == l
+            }) {
+                // The lab's callers send the run's token on every request of their connections.
+                self.find(
+                    &["server", "foreign_requests_refused"],
+                    format!(
+                        "the server refused {} requests without the run's token, but it accepted \
+                         only {least} connections, as many as the lab's own callers had open \
+                         when F1 was sent, and those send the token on every request: a foreign \
+                         request comes on a connection of its own",
+                        server.foreign_requests_refused
+                    ),
+                );
             }
             let responses = file.observed.responses.len();
             if server.connections_accepted == 0 && responses > 0 {
@@ -999,10 +1027,14 @@ impl<'a> PolicyCheck<'a> {
             // Counted right after the observer's snapshot. In a classroom the room may send a
             // request between the two, held at the run's gate (no room gate closes before it
             // opens), or one held may be cancelled by its student.
-            let room_cancelled = (file.work_events.iter())
-                .filter(|e| e.event == Event::Finished && e.cancelled)
-                .filter(|e| e.request.is_some_and(|r| r.from_room()))
-                .count();
+            let room = |event: Event, cancelled: bool| {
+                (file.work_events.iter())
+                    .filter(|e| e.event == event && e.cancelled == cancelled)
+                    .filter(|e| e.request.is_some_and(|r| r.from_room()))
+                    .count()
+            };
+            let (room_cancelled, room_held) =
+                (room(Event::Finished, true), room(Event::Held, false));
             let differs = |held: usize| match self.room {
                 None => held != before.held_at_gate,
                 Some(_) => before.held_at_gate.saturating_add(room_cancelled) < held,
@@ -1018,6 +1050,20 @@ impl<'a> PolicyCheck<'a> {
                         "resources.before_fast counts {} requests held at the gate, but \
                          observer_before_fast, {taken}, holds {held}",
                         before.held_at_gate
+                    ),
+                );
+            }
+            if let Some(held) =
+                held.filter(|&h| self.room.is_some() && before.held_at_gate > h + room_held)
+            {
+                self.find(
+                    &["resources", "before_fast", "held_at_gate"],
+                    format!(
+                        "resources.before_fast counts {} requests held at the gate, but \
+                         observer_before_fast, taken just before, holds {held}, and only {room_held} \
+                         of the room's requests are ever held in the ledger: at most {}",
+                        before.held_at_gate,
+                        held + room_held
                     ),
                 );
             }
@@ -1441,6 +1487,8 @@ impl<'a> PolicyCheck<'a> {
         // freed its threads without a `gate_opened` event.
         let abandoned = self.file.final_state.gate == GateState::Abandoned;
         let mut finished = BTreeMap::new();
+        // Where each request was held at a gate.
+        let mut held_at = BTreeMap::new();
         let mut gate: Option<u64> = None;
         let mut order_broken = false;
         let file = self.file;
@@ -1633,6 +1681,7 @@ impl<'a> PolicyCheck<'a> {
                             if inside.contains(&request) && !state.held_at_gate.contains(&request) {
                                 state.held_at_gate.push(request);
                             }
+                            held_at.entry(request).or_insert(seq);
                         }
                         Event::Finished => {
                             // Work handed to another thread runs, and so leaves, once started
@@ -1663,6 +1712,15 @@ impl<'a> PolicyCheck<'a> {
                                 && inside.contains(&request)
                             {
                                 self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, before the gate opened: /slow work waits at the closed gate until it opens"));
+                            }
+                            if route == Some(Route::Slow) && !e.cancelled {
+                                let admitted = decided.get(&request).map(|d| d.seq);
+                                let met = [admitted, held_at.get(&request).copied()];
+                                if let Some((closed, opened)) = self.room_gate_met(request, met)
+                                    && seq <= opened
+                                {
+                                    self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but it met the room's gate that closed after event {closed} and opened only after event {opened}: the room's /slow work waits there until it opens"));
+                                }
                             }
                             if inside.remove(&request) {
                                 finished.insert(request, (seq, e.cancelled));
@@ -1781,6 +1839,23 @@ impl<'a> PolicyCheck<'a> {
             (g.run, g.mode) == (room.run, self.policy.mode)
                 && g.closed_after_event < seq
                 && g.opened_after_event.is_none_or(|o| seq <= o)
+        })
+    }
+
+    /// The room's gate of this run that a room request met, closed, at one of the seqs `met`
+    /// (its admission, its `held`): as `(closed_after_event, opened_after_event)`, if the gate
+    /// opened. Admitted after the gate closed, the request picks it, or a later one (its front
+    /// picks a gate after admitting); held after it closed, it waited there. Either way its
+    /// work goes on only once that gate opens, which reads the ledger's last seq before it
+    /// wakes anyone.
+    fn room_gate_met(&self, request: Label, met: [Option<u64>; 2]) -> Option<(u64, u64)> {
+        let room = self.room.filter(|_| request.from_room())?;
+        room.gates.iter().find_map(|g| {
+            let opened = g.opened_after_event?;
+            let inside = |seq: u64| g.closed_after_event < seq && seq <= opened;
+            let ours = (g.run, g.mode) == (room.run, self.policy.mode);
+            (ours && met.into_iter().flatten().any(inside))
+                .then_some((g.closed_after_event, opened))
         })
     }
 

@@ -65,6 +65,10 @@ pub struct SavedSession {
     /// The gates the instructor closed for the room after a run's own gate had opened.
     #[serde(default)]
     pub room_gates: Vec<SavedRoomGate>,
+    /// Event streams the session dropped: read so that a count that is not one is refused.
+    pub event_streams_dropped: u64,
+    /// Connections the session refused: read so that a count that is not one is refused.
+    pub connections_refused: u64,
     /// The session's own verdict: compared with the re-check, never taken as true.
     pub matches_model: bool,
     /// Why the session did not close cleanly.
@@ -114,6 +118,8 @@ pub struct SavedRoomGate {
     pub run: usize,
     /// Its policy.
     pub mode: Mode,
+    /// 1 for the first room gate of its run's policy, then 2, 3, …
+    pub generation: u32,
     /// The last work event before the gate closed.
     pub closed_after_event: u64,
     /// The last work event before it opened; `None` if it never did.

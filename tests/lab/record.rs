@@ -550,6 +550,9 @@ const HELD_1: &str = "slots-2-held-1.json";
 /// its page does, and counts the connections it refused: both fixtures were brought to that
 /// shape by adding 1 to each `run` and a `connections_refused` of 0.)
 const SESSION: &str = "classroom-partitioned-3-1.json";
+/// A genuine session of `--mode both --slots 3 --held 1` (`isolation-lab classroom`): the room's
+/// requests in the shared policy, a room gate closed and opened there; none in the partitioned.
+const ROOM_GATE: &str = "classroom-both-3-1-room-gate.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
 /// session's), each with the words its record must name it with. In the default run, shared
@@ -613,6 +616,40 @@ const EDITS: &[Edit] = &[
         SESSION,
         |r| set(r, "/room_gates/0/closed_after_event", json!(500)),
         "it names events after seq 18, where its run's ledger ends",
+    ),
+    (
+        "a room request gone through the room's gate before it opened",
+        SESSION,
+        |r| set(r, "/room_gates/0/opened_after_event", json!(18)),
+        "R2 finishes at seq 18, not cancelled, but it met the room's gate that closed after event \
+         13 and opened only after event 18: the room's /slow work waits there until it opens",
+    ),
+    (
+        "a room gate numbered 0",
+        SESSION,
+        |r| set(r, "/room_gates/0/generation", json!(0)),
+        "it is generation 0, but it is room gate 1 of run 1's partitioned policy: a run's room \
+         gates are numbered 1, 2, … in the order they closed",
+    ),
+    (
+        "a classroom run's held work counted beyond what the room added",
+        ROOM_GATE,
+        |r| {
+            let before = "/runs/0/policies/1/resources/before_fast";
+            set(r, &format!("{before}/held_at_gate"), json!(2));
+            set(r, &format!("{before}/connection_handlers"), json!(2));
+        },
+        "resources.before_fast counts 2 requests held at the gate, but observer_before_fast, \
+         taken just before, holds 1, and only 0 of the room's requests are ever held in the \
+         ledger: at most 1",
+    ),
+    (
+        "foreign requests refused on no connection of their own",
+        DEFAULT,
+        |r| set(r, "/policies/0/server/foreign_requests_refused", json!(3)),
+        "the server refused 3 requests without the run's token, but it accepted only 3 \
+         connections, as many as the lab's own callers had open when F1 was sent, and those send \
+         the token on every request: a foreign request comes on a connection of its own",
     ),
     (
         "a room gate listed twice",
@@ -1290,7 +1327,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         assert!(shown.contains("matched the policy model."), "{name}");
         unedited += 1;
     }
-    assert_eq!(unedited, 13, "12 lab reports and a classroom session");
+    assert_eq!(unedited, 14, "12 lab reports and two classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let mut report = fixture(base);
         edit(&mut report);
@@ -1794,7 +1831,7 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 11] = [
+    let cases: [Malformed; 12] = [
         (
             "twice",
             |r| {
@@ -1858,10 +1895,20 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
             |r| {
                 let session = json!({ "runs": [r.clone()], "matches_model": true,
                 "room_requests": [{ "request": "R1", "route": "/slow", "run": 3,
-                                    "mode": "shared", "after_event": 1 }] });
+                                    "mode": "shared", "after_event": 1 }],
+                "event_streams_dropped": 0, "connections_refused": 0 });
                 *r = session;
             },
             "is not a whole classroom report: room_requests[0] names run 3, but the session has 1 runs",
+        ),
+        (
+            "session-count",
+            |r| {
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [], "event_streams_dropped": -1, "connections_refused": 0 });
+                *r = session;
+            },
+            "is not a whole classroom report: invalid value: integer `-1`, expected u64",
         ),
     ];
     for (name, edit, says) in cases {
@@ -2086,7 +2133,7 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     let built = json!({
         "runs": [fixture(DEFAULT), fixture(HELD_1)],
         "room_requests": [], "room_gates": [], "event_streams_dropped": 0,
-        "matches_model": true,
+        "connections_refused": 0, "matches_model": true,
     });
     std::fs::write(dir.join("built.json"), built.to_string()).expect("saved");
     let (built, shown) = self::record(&dir, "built.json");
@@ -2114,7 +2161,8 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
         text(&output.stdout)
     );
 
-    let empty = json!({ "runs": [], "room_requests": [], "matches_model": true });
+    let empty = json!({ "runs": [], "room_requests": [], "matches_model": true,
+                        "event_streams_dropped": 0, "connections_refused": 0 });
     std::fs::write(dir.join("empty.json"), empty.to_string()).expect("saved");
     let output = lab(&dir, &["record", "empty.json"]);
     assert_eq!(output.status.code(), Some(1));
