@@ -1713,14 +1713,22 @@ impl<'a> PolicyCheck<'a> {
                             {
                                 self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, before the gate opened: /slow work waits at the closed gate until it opens"));
                             }
+                            let held = held_at.get(&request).copied();
                             if route == Some(Route::Slow) && !e.cancelled {
-                                let admitted = decided.get(&request).map(|d| d.seq);
-                                let met = [admitted, held_at.get(&request).copied()];
+                                let met = [decided.get(&request).map(|d| d.seq), held];
                                 if let Some((closed, opened)) = self.room_gate_met(request, met)
                                     && seq <= opened
                                 {
                                     self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but it met the room's gate that closed after event {closed} and opened only after event {opened}: the room's /slow work waits there until it opens"));
                                 }
+                            }
+                            if blocking
+                                && e.cancelled
+                                && let Some((closed, opened)) =
+                                    self.room_gate_met(request, [None, held])
+                                && seq <= opened
+                            {
+                                self.find(&path, format!("{request} finishes at seq {seq}, cancelled, but it was held blocking its thread at the room's gate that closed after event {closed} and opened only after event {opened}, and nothing wakes that thread until the gate opens"));
                             }
                             if inside.remove(&request) {
                                 finished.insert(request, (seq, e.cancelled));

@@ -553,6 +553,9 @@ const SESSION: &str = "classroom-partitioned-3-1.json";
 /// A genuine session of `--mode both --slots 3 --held 1` (`isolation-lab classroom`): the room's
 /// requests in the shared policy, a room gate closed and opened there; none in the partitioned.
 const ROOM_GATE: &str = "classroom-both-3-1-room-gate.json";
+/// A genuine session of `--server threaded --mode shared --slots 3 --held 1`: the room's R2 held
+/// at a room gate, its student gone, its thread blocked there until the gate opened.
+const THREADED_ROOM_GATE: &str = "classroom-threaded-shared-3-1-room-gate.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
 /// session's), each with the words its record must name it with. In the default run, shared
@@ -623,6 +626,18 @@ const EDITS: &[Edit] = &[
         |r| set(r, "/room_gates/0/opened_after_event", json!(18)),
         "R2 finishes at seq 18, not cancelled, but it met the room's gate that closed after event \
          13 and opened only after event 18: the room's /slow work waits there until it opens",
+    ),
+    (
+        "a room request's blocked thread cancelled at the room's gate",
+        THREADED_ROOM_GATE,
+        |r| {
+            set(r, "/room_gates/0/opened_after_event", json!(16));
+            r["runs"][0]["policies"][0]["work_events"][13]["cancelled"] = json!(true);
+            set(r, "/runs/0/policies/0/ledger/shared/cancelled", json!(1));
+        },
+        "R2 finishes at seq 14, cancelled, but it was held blocking its thread at the room's gate \
+         that closed after event 11 and opened only after event 16, and nothing wakes that thread \
+         until the gate opens",
     ),
     (
         "a room gate numbered 0",
@@ -1327,7 +1342,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         assert!(shown.contains("matched the policy model."), "{name}");
         unedited += 1;
     }
-    assert_eq!(unedited, 14, "12 lab reports and two classroom sessions");
+    assert_eq!(unedited, 15, "12 lab reports and three classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let mut report = fixture(base);
         edit(&mut report);
