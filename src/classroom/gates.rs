@@ -140,12 +140,12 @@ mod tests {
         let section = WorkSection::new(policy, Permits::Tokio, token);
         let gates = Arc::new(RoomGates::default());
         let chooser = gates.chooser();
+        // As every front does: the gate is picked once the request is admitted.
         let perform = |request: Label| {
-            let gate = chooser.pick(&section, request);
-            let section = &section;
+            let (section, chooser) = (&section, &chooser);
             async move {
                 match section.admit(request, Route::Slow).await {
-                    Ok(work) => work.run(&gate).await,
+                    Ok(work) => work.run(&chooser.pick(section, request)).await,
                     Err(denied) => denied.into(),
                 }
             }

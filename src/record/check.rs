@@ -406,6 +406,9 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                 "it opened after event {reopened}, before it closed after event {}",
                 gate.closed_after_event
             ),
+            (_, None) => "it never opened, but the session opens the room's gate as it closes \
+                          a run, whichever way the run ends"
+                .into(),
             _ => continue,
         };
         find(&["room_gates", &i.to_string()], why);
@@ -436,6 +439,21 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
         })
         .collect();
     by_number.sort_unstable();
+    // Each number the classroom gave is listed, answered or not: the request is listed even
+    // when its student gives up.
+    let mut numbers = by_number.iter().map(|&(n, _, _)| n);
+    if let Some(missing) = (1..)
+        .zip(&mut numbers)
+        .find_map(|(k, n)| (k < n).then_some(k))
+    {
+        findings.push(Finding {
+            pointer: pointer(&["room_requests"]),
+            says: format!(
+                "no R{missing} is listed, but a later number is: the classroom numbers the room's \
+                 requests 1, 2, … and lists each, answered or not"
+            ),
+        });
+    }
     for pair in by_number.windows(2) {
         let [(earlier, run, _), (later, later_run, i)] = pair else {
             continue;
@@ -514,7 +532,19 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             })
             .get(&request)
             .copied();
+        let last = policy.work_events.last().map_or(0, |e| e.seq);
         match (room.status, decided) {
+            (Some(_), _) if room.error.is_some() => find(format!(
+                "{request} has both an answer and an error: the classroom lists one or the other"
+            )),
+            // Listed when its student gave up or its run closed, at the ledger's last seq then.
+            (None, _) if room.error.is_some() && room.after_event > last => find(format!(
+                "{request} is listed without an answer after event {}, but the ledger of runs[{}] \
+                 ({}) ends at seq {last}",
+                room.after_event,
+                room.run,
+                room.mode.name()
+            )),
             (None, _) if room.error.is_some() => {}
             (None, _) => find(format!("{request} has neither an answer nor an error")),
             (Some(status), None) => find(format!(
@@ -528,6 +558,18 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 if let Some(says) = answer_differs(request, status, body, event, room.route) {
                     find(says);
                 }
+                // Only the run's own gate is ever abandoned, once a failed run closes; the
+                // room's gates are opened.
+                if body["error"] == "work_abandoned"
+                    && policy.final_state.gate != GateState::Abandoned
+                {
+                    find(format!(
+                        "{request} is answered that its work was abandoned, but the {} policy's \
+                         gate was not abandoned: only a failed run's close abandons work, at a \
+                         gate that never opened",
+                        room.mode.name()
+                    ));
+                }
                 // Answered once its work left the section (or once refused), within the run.
                 let events = &policy.work_events;
                 let left = events
@@ -536,10 +578,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 if let Some(left) = left.filter(|e| e.cancelled && status == 200) {
                     find(answered_though_cancelled(request, left.seq));
                 }
-                let (earliest, last) = (
-                    left.unwrap_or(event).seq,
-                    events.last().map_or(0, |e| e.seq),
-                );
+                let earliest = left.unwrap_or(event).seq;
                 if !(earliest..=last).contains(&room.after_event) {
                     find(format!(
                         "{request} is answered after event {}, but the ledger of runs[{}] ({}) \
@@ -1024,12 +1063,19 @@ impl<'a> PolicyCheck<'a> {
         if let Some(before) = file.resources.before_fast {
             let held = file.observed.observer_before_fast.as_ref();
             let held = held.map(|o| o.held_at_gate.len());
-            // Counted right after the observer's snapshot. In a classroom the room may send a
-            // request between the two, held at the run's gate (no room gate closes before it
-            // opens), or one held may be cancelled by its student.
+            // Counted right after the observer's snapshot, both before F1 is sent. In a classroom
+            // the room may send a request between the two, held at the run's gate (no room gate
+            // closes before it opens), or one held may be cancelled by its student: an event
+            // before F1's decision.
+            let f1 = (file.work_events.iter())
+                .find(|e| {
+                    e.request == Some(Label::F1)
+                        && matches!(e.event, Event::Admitted | Event::Refused)
+                })
+                .map_or(u64::MAX, |e| e.seq);
             let room = |event: Event, cancelled: bool| {
                 (file.work_events.iter())
-                    .filter(|e| e.event == event && e.cancelled == cancelled)
+                    .filter(|e| e.seq < f1 && e.event == event && e.cancelled == cancelled)
                     .filter(|e| e.request.is_some_and(|r| r.from_room()))
                     .count()
             };
@@ -1061,7 +1107,8 @@ impl<'a> PolicyCheck<'a> {
                     format!(
                         "resources.before_fast counts {} requests held at the gate, but \
                          observer_before_fast, taken just before, holds {held}, and only {room_held} \
-                         of the room's requests are ever held in the ledger: at most {}",
+                         of the room's requests are held in the ledger before F1's decision: at \
+                         most {}",
                         before.held_at_gate,
                         held + room_held
                     ),
@@ -1722,13 +1769,14 @@ impl<'a> PolicyCheck<'a> {
                                     self.find(&path, format!("{request} finishes at seq {seq}, not cancelled, but it met the room's gate that closed after event {closed} and opened only after event {opened}: the room's /slow work waits there until it opens"));
                                 }
                             }
+                            // Room gates are opened, never abandoned: a thread blocked at one
+                            // leaves as it opens, its work done.
                             if blocking
                                 && e.cancelled
                                 && let Some((closed, opened)) =
                                     self.room_gate_met(request, [None, held])
-                                && seq <= opened
                             {
-                                self.find(&path, format!("{request} finishes at seq {seq}, cancelled, but it was held blocking its thread at the room's gate that closed after event {closed} and opened only after event {opened}, and nothing wakes that thread until the gate opens"));
+                                self.find(&path, format!("{request} finishes at seq {seq}, cancelled, but it was held blocking its thread at the room's gate that closed after event {closed} and opened after event {opened}: nothing wakes that thread until the gate opens, and then its work is done"));
                             }
                             if inside.remove(&request) {
                                 finished.insert(request, (seq, e.cancelled));
@@ -1851,20 +1899,21 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// The room's gate of this run that a room request met, closed, at one of the seqs `met`
-    /// (its admission, its `held`): as `(closed_after_event, opened_after_event)`, if the gate
-    /// opened. Admitted after the gate closed, the request picks it, or a later one (its front
-    /// picks a gate after admitting); held after it closed, it waited there. Either way its
-    /// work goes on only once that gate opens, which reads the ledger's last seq before it
-    /// wakes anyone.
+    /// (its admission, its `held`), the last to open of those it met: as
+    /// `(closed_after_event, opened_after_event)`. Admitted after a gate closed, the request
+    /// picks it, or a later one (its front picks a gate after admitting); held after it closed,
+    /// it waited there. Either way its work goes on only once that gate opens, which reads the
+    /// ledger's last seq before it wakes anyone. (A gate that never opened is named apart: the
+    /// session opens every room gate as it closes the run.)
     fn room_gate_met(&self, request: Label, met: [Option<u64>; 2]) -> Option<(u64, u64)> {
         let room = self.room.filter(|_| request.from_room())?;
-        room.gates.iter().find_map(|g| {
-            let opened = g.opened_after_event?;
-            let inside = |seq: u64| g.closed_after_event < seq && seq <= opened;
-            let ours = (g.run, g.mode) == (room.run, self.policy.mode);
-            (ours && met.into_iter().flatten().any(inside))
-                .then_some((g.closed_after_event, opened))
-        })
+        let ours = (room.gates.iter()).filter(|g| (g.run, g.mode) == (room.run, self.policy.mode));
+        let gates = ours.filter_map(|g| Some((g.closed_after_event, g.opened_after_event?)));
+        let met = |&(closed, opened): &(u64, u64)| {
+            let mut seqs = met.into_iter().flatten();
+            seqs.any(|seq| closed < seq && seq <= opened)
+        };
+        gates.filter(met).max_by_key(|&(_, opened)| opened)
     }
 
     /// `admissions` must be the decisions among the work events, as the report derives them.

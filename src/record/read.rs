@@ -65,9 +65,11 @@ pub struct SavedSession {
     /// The gates the instructor closed for the room after a run's own gate had opened.
     #[serde(default)]
     pub room_gates: Vec<SavedRoomGate>,
-    /// Event streams the session dropped: read so that a count that is not one is refused.
+    /// Event streams the session dropped: read only so that a value that is not a count is
+    /// refused.
     pub event_streams_dropped: u64,
-    /// Connections the session refused: read so that a count that is not one is refused.
+    /// Connections the session refused: read only so that a value that is not a count is
+    /// refused.
     pub connections_refused: u64,
     /// The session's own verdict: compared with the re-check, never taken as true.
     pub matches_model: bool,

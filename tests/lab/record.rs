@@ -636,8 +636,60 @@ const EDITS: &[Edit] = &[
             set(r, "/runs/0/policies/0/ledger/shared/cancelled", json!(1));
         },
         "R2 finishes at seq 14, cancelled, but it was held blocking its thread at the room's gate \
-         that closed after event 11 and opened only after event 16, and nothing wakes that thread \
-         until the gate opens",
+         that closed after event 11 and opened after event 16: nothing wakes that thread until the \
+         gate opens, and then its work is done",
+    ),
+    (
+        "a room request held at a second room gate gone through it before it opened",
+        ROOM_GATE,
+        |r| {
+            set(r, "/room_gates/0/opened_after_event", json!(14));
+            let second = json!({ "run": 1, "mode": "shared", "generation": 2,
+                                 "closed_after_event": 14, "opened_after_event": 18 });
+            list(r, "/room_gates").push(second);
+        },
+        "R3 finishes at seq 18, not cancelled, but it met the room's gate that closed after event \
+         14 and opened only after event 18",
+    ),
+    (
+        "a room gate that never opened",
+        ROOM_GATE,
+        |r| set(r, "/room_gates/0/opened_after_event", Value::Null),
+        "it never opened, but the session opens the room's gate as it closes a run, whichever way \
+         the run ends",
+    ),
+    (
+        "a room request with both an answer and an error",
+        SESSION,
+        |r| r["room_requests"][0]["error"] = json!("the student gave up before the answer came"),
+        "R1 has both an answer and an error: the classroom lists one or the other",
+    ),
+    (
+        "a room request without an answer listed after its ledger ends",
+        THREADED_ROOM_GATE,
+        |r| set(r, "/room_requests/0/after_event", json!(999)),
+        "R1 is listed without an answer after event 999, but the ledger of runs[0] (shared) ends \
+         at seq 16",
+    ),
+    (
+        "a room request left out of the list",
+        SESSION,
+        |r| {
+            list(r, "/room_requests").remove(2);
+        },
+        "no R2 is listed, but a later number is: the classroom numbers the room's requests 1, 2, \
+         … and lists each, answered or not",
+    ),
+    (
+        "a room request answered abandoned in a run whose gate opened",
+        SESSION,
+        |r| {
+            set(r, "/room_requests/0/status", json!(503));
+            let body = json!({ "error": "work_abandoned", "pool": "slow", "request": "R1" });
+            set(r, "/room_requests/0/body", body);
+        },
+        "R1 is answered that its work was abandoned, but the partitioned policy's gate was not \
+         abandoned: only a failed run's close abandons work, at a gate that never opened",
     ),
     (
         "a room gate numbered 0",
@@ -655,8 +707,8 @@ const EDITS: &[Edit] = &[
             set(r, &format!("{before}/connection_handlers"), json!(2));
         },
         "resources.before_fast counts 2 requests held at the gate, but observer_before_fast, \
-         taken just before, holds 1, and only 0 of the room's requests are ever held in the \
-         ledger: at most 1",
+         taken just before, holds 1, and only 0 of the room's requests are held in the ledger \
+         before F1's decision: at most 1",
     ),
     (
         "foreign requests refused on no connection of their own",
