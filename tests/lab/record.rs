@@ -672,12 +672,13 @@ const EDITS: &[Edit] = &[
          at seq 16",
     ),
     (
-        "a room request left out of the list",
+        "a room request's number skipped",
         SESSION,
         |r| {
-            list(r, "/room_requests").remove(2);
+            let renumbered = r.to_string().replace("\"R3\"", "\"R4\"");
+            *r = serde_json::from_str(&renumbered).expect("JSON");
         },
-        "no R2 is listed, but a later number is: the classroom numbers the room's requests 1, 2, \
+        "no R3 is listed, but a later number is: the classroom numbers the room's requests 1, 2, \
          … and lists each, answered or not",
     ),
     (
