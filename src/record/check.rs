@@ -126,12 +126,29 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         if let (None, Some(mode)) = (&said, absent) {
             let mode = mode.name();
             let not_run = format!("{mode}: not run, the session ended before it");
+            let modes = report.inputs.mode.modes();
+            let before = modes.iter().take_while(|&&m| m.name() != mode);
+            let skipped = before
+                .copied()
+                .find(|m| !report.policies.iter().any(|p| p.mode == *m));
             if room.is_none() || *failure != not_run {
                 find(
                     &["failure"],
                     format!(
                         "the failure is the {mode} policy's, but the report has no {mode} \
                          policy: the lab keeps the entry of a policy that fails"
+                    ),
+                );
+            } else if let Some(skipped) = skipped {
+                // The closing session names the first policy still to run; each one before it
+                // was opened, and is kept.
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says the {mode} policy was not run, but the report has no {} \
+                         policy either, which runs before it: a session that ends names the first \
+                         policy it did not open",
+                        skipped.name()
                     ),
                 );
             }
@@ -558,23 +575,16 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 if let Some(says) = answer_differs(request, status, body, event, room.route) {
                     find(says);
                 }
-                // Only the run's own gate is ever abandoned, once a failed run closes; the
-                // room's gates are opened.
-                if body["error"] == "work_abandoned"
-                    && policy.final_state.gate != GateState::Abandoned
-                {
-                    find(format!(
-                        "{request} is answered that its work was abandoned, but the {} policy's \
-                         gate was not abandoned: only a failed run's close abandons work, at a \
-                         gate that never opened",
-                        room.mode.name()
-                    ));
-                }
                 // Answered once its work left the section (or once refused), within the run.
                 let events = &policy.work_events;
                 let left = events
                     .iter()
                     .find(|e| e.request == Some(request) && e.event == Event::Finished);
+                let gate = policy.final_state.gate;
+                let left_as = left.map(|e| e.cancelled);
+                if let Some(says) = abandoned_differs(request, body, room.mode, gate, left_as) {
+                    find(says);
+                }
                 if let Some(left) = left.filter(|e| e.cancelled && status == 200) {
                     find(answered_though_cancelled(request, left.seq));
                 }
@@ -598,6 +608,35 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
         }
     }
     findings
+}
+
+/// Why an answer that `request`'s work was abandoned cannot be, if it cannot: only the run's own
+/// gate is ever abandoned (the room's are opened), once a failed run closes at a gate that never
+/// opened, and its held work then leaves cancelled. `left_cancelled`: how its work left, if it
+/// did.
+fn abandoned_differs(
+    request: Label,
+    body: &Value,
+    mode: Mode,
+    gate: GateState,
+    left_cancelled: Option<bool>,
+) -> Option<String> {
+    if body["error"] != "work_abandoned" {
+        return None;
+    }
+    let mode = mode.name();
+    if gate != GateState::Abandoned {
+        return Some(format!(
+            "{request} is answered that its work was abandoned, but the {mode} policy's gate was \
+             not abandoned: only a failed run's close abandons work, at a gate that never opened"
+        ));
+    }
+    (left_cancelled == Some(false)).then(|| {
+        format!(
+            "{request} is answered that its work was abandoned, but its work left the section \
+             done, not cancelled: abandoned work leaves cancelled"
+        )
+    })
 }
 
 /// What a 200 for work that was cancelled at `seq` is.
@@ -1138,6 +1177,28 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+            // Each admitted request's permit stays with its connection's handler until its work
+            // leaves, held or queued for a thread; in a classroom the room's work may leave
+            // between the snapshot and the count.
+            let taken = (file.observed.observer_before_fast.as_ref())
+                .map(|o| o.active_work.values().sum::<usize>());
+            let room_left = match self.room {
+                None => 0,
+                Some(_) => room(Event::Finished, true) + room(Event::Finished, false),
+            };
+            if let Some(taken) =
+                taken.filter(|&t| before.connection_handlers.saturating_add(room_left) < t)
+            {
+                self.find(
+                    &["resources", "before_fast", "connection_handlers"],
+                    format!(
+                        "resources.before_fast counts {} connection handlers, but \
+                         observer_before_fast, taken just before, has {taken} permits taken, each \
+                         kept by the handler of its request's connection until its work leaves",
+                        before.connection_handlers
+                    ),
+                );
+            }
             let (front, executor) = (self.report.runner.front, self.report.executor);
             let (least, whose) = least_threads(front, executor, before);
             // (A run that failed may have lost a front thread already.)
@@ -1298,6 +1359,29 @@ impl<'a> PolicyCheck<'a> {
                      ledger holds {request} only at seq {seq}"
                 ),
             );
+        }
+        // One thread takes the work queued for it first in, first out, and the lab sends each
+        // request only once the one before it is seen queued.
+        if let Lane::Own(1, _) = executor.lane(front) {
+            let started: Vec<Label> = (replayed.events.iter())
+                .filter(|e| e.event == Event::Started)
+                .filter_map(|e| e.request)
+                .filter(|r| watched.queued.contains(r))
+                .collect();
+            let queued = watched.queued.iter().copied();
+            let in_order: Vec<Label> = queued.filter(|r| started.contains(r)).collect();
+            if started != in_order {
+                self.find(
+                    &["executor", "queued"],
+                    format!(
+                        "{} were seen queued for the slow work's one thread in that order, but \
+                         the ledger starts them as {}: one thread takes queued work first in, \
+                         first out",
+                        labels(&in_order),
+                        labels(&started)
+                    ),
+                );
+            }
         }
         let unread: Vec<Label> = watched.unread.iter().map(|u| u.request).collect();
         let (read_unread, read_queued) =
@@ -2093,6 +2177,15 @@ impl<'a> PolicyCheck<'a> {
             };
             let event = &events[d.index];
             if let Some(says) = answer_differs(request, r.status, &r.body, event, r.route) {
+                self.find(&path, says);
+            }
+            let left_as = replayed
+                .finished
+                .get(&request)
+                .map(|&(_, cancelled)| cancelled);
+            let gate_state = self.file.final_state.gate;
+            let mode = self.policy.mode;
+            if let Some(says) = abandoned_differs(request, &r.body, mode, gate_state, left_as) {
                 self.find(&path, says);
             }
             let phase = match gate {

@@ -693,6 +693,48 @@ const EDITS: &[Edit] = &[
          abandoned: only a failed run's close abandons work, at a gate that never opened",
     ),
     (
+        "a session's run that skipped its first policy",
+        ROOM_GATE,
+        |r| {
+            let run = r.pointer_mut("/runs/0").expect("a run");
+            run["policies"] = json!([]);
+            run["failure"] = json!("partitioned: not run, the session ended before it");
+            run["matches_model"] = json!(false);
+            r["matches_model"] = json!(false);
+            r["room_gates"] = json!([]);
+            r["room_requests"] = json!([]);
+        },
+        "the failure says the partitioned policy was not run, but the report has no shared policy \
+         either, which runs before it: a session that ends names the first policy it did not open",
+    ),
+    (
+        "work answered abandoned that left done",
+        DEFAULT,
+        |r| {
+            let responses = list(r, "/policies/0/responses");
+            let s1 = responses.iter_mut().find(|x| x["request"] == "S1");
+            let s1 = s1.expect("S1 is answered");
+            s1["status"] = json!(503);
+            s1["body"] = json!({ "error": "work_abandoned", "pool": "shared", "request": "S1" });
+        },
+        "S1 is answered that its work was abandoned, but the shared policy's gate was not \
+         abandoned: only a failed run's close abandons work, at a gate that never opened",
+    ),
+    (
+        "work answered abandoned that left done, its gate told as abandoned",
+        DEFAULT,
+        |r| {
+            set(r, "/policies/0/final_state/gate", json!("abandoned"));
+            let responses = list(r, "/policies/0/responses");
+            let s1 = responses.iter_mut().find(|x| x["request"] == "S1");
+            let s1 = s1.expect("S1 is answered");
+            s1["status"] = json!(503);
+            s1["body"] = json!({ "error": "work_abandoned", "pool": "shared", "request": "S1" });
+        },
+        "S1 is answered that its work was abandoned, but its work left the section done, not \
+         cancelled: abandoned work leaves cancelled",
+    ),
+    (
         "a room gate numbered 0",
         SESSION,
         |r| set(r, "/room_gates/0/generation", json!(0)),
@@ -1565,7 +1607,56 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     };
     let never_ticked =
         |report: &mut Value| set(report, "/policies/0/executor/heartbeat/0/ticks", json!(0));
-    let edits: [OnReport; 12] = [
+    // S1 held on the one blocking thread, S2 queued for it: each keeps its connection's handler.
+    let one_handler = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/resources/before_fast/connection_handlers",
+            json!(1),
+        );
+    };
+    // Two requests queued for the one thread, started after the gate in the other order.
+    let queued_two = save(
+        &dir,
+        &[
+            "--mode",
+            "shared",
+            "--slots",
+            "4",
+            "--held",
+            "3",
+            "--work",
+            "spawn-blocking",
+            "--blocking-threads",
+            "1",
+        ],
+        "queued-two.json",
+    );
+    let started_out_of_order = |report: &mut Value| {
+        let events = list(report, "/policies/0/work_events");
+        let opened = events.iter().position(|e| e["event"] == "gate_opened");
+        let after = &mut events[opened.expect("the gate opens")..];
+        let mut started = after
+            .iter_mut()
+            .filter(|e| e["event"] == "started" && (e["request"] == "S2" || e["request"] == "S3"));
+        let (first, second) = (started.next(), started.next());
+        let (first, second) = (first.expect("S2 starts"), second.expect("S3 starts"));
+        std::mem::swap(&mut first["request"], &mut second["request"]);
+    };
+    let edits: [OnReport; 14] = [
+        (
+            &spawned,
+            one_handler,
+            "resources.before_fast counts 1 connection handlers, but observer_before_fast, taken \
+             just before, has 2 permits taken, each kept by the handler of its request's \
+             connection until its work leaves",
+        ),
+        (
+            &queued_two,
+            started_out_of_order,
+            "S2 S3 were seen queued for the slow work's one thread in that order, but the ledger \
+             starts them as S3 S2: one thread takes queued work first in, first out",
+        ),
         (
             &blocked,
             s1_cancelled_while_blocking,
