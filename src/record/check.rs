@@ -513,6 +513,30 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             });
         }
     }
+    // Listed as their answers came, each placed by the ledger's last seq then, with no wait in
+    // between (the session runs on one thread): along the list, a policy's seqs never go back.
+    let mut placed: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    for (i, room) in session.room_requests.iter().enumerate() {
+        let last = placed
+            .entry((room.run, room.mode.name()))
+            .or_insert(room.after_event);
+        if room.after_event < *last {
+            findings.push(Finding {
+                pointer: pointer(&["room_requests", &i.to_string(), "after_event"]),
+                says: format!(
+                    "{} is listed after a request of run {}'s {} policy placed after event {}, but \
+                     it is placed after event {}: the room's requests are listed as their answers \
+                     came",
+                    room.request,
+                    room.run + 1,
+                    room.mode.name(),
+                    *last,
+                    room.after_event
+                ),
+            });
+        }
+        *last = (*last).max(room.after_event);
+    }
     let mut seen = BTreeSet::new();
     // Each policy's decisions by request, read once for all the room's requests.
     let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
@@ -1186,6 +1210,12 @@ impl<'a> PolicyCheck<'a> {
                 None => 0,
                 Some(_) => room(Event::Finished, true) + room(Event::Finished, false),
             };
+            // A refused caller read its 503 and left its connection open for the next caller,
+            // who reuses it: in a run of the lab's own callers alone, one more handler.
+            let refused = (file.observed.observer_before_fast.as_ref())
+                .is_some_and(|o| !o.refused.is_empty());
+            let kept = usize::from(refused && self.room.is_none() && !self.cut_short);
+            let taken = taken.map(|t| t + kept);
             if let Some(taken) =
                 taken.filter(|&t| before.connection_handlers.saturating_add(room_left) < t)
             {
@@ -1193,9 +1223,15 @@ impl<'a> PolicyCheck<'a> {
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
                         "resources.before_fast counts {} connection handlers, but \
-                         observer_before_fast, taken just before, has {taken} permits taken, each \
-                         kept by the handler of its request's connection until its work leaves",
-                        before.connection_handlers
+                         observer_before_fast, taken just before, has {} permits taken, each \
+                         kept by the handler of its request's connection until its work leaves{}",
+                        before.connection_handlers,
+                        taken - kept,
+                        if kept > 0 {
+                            ", and a refused caller's connection left open for the next caller"
+                        } else {
+                            ""
+                        }
                     ),
                 );
             }
@@ -2105,6 +2141,13 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["ledger", name, "invariants"],
                     format!("the ledger of the {pool} pool leaves out the rule \"{rule}\", which its audit always checks"),
+                );
+            }
+            let twice = (stated.iter().enumerate()).find(|&(i, r)| stated[..i].contains(r));
+            if let Some((_, rule)) = twice {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool states the rule \"{rule}\" twice; its audit states each rule once"),
                 );
             }
             if let Some(rule) = stated.iter().find(|r| !audits.contains(r)) {

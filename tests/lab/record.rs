@@ -735,6 +735,37 @@ const EDITS: &[Edit] = &[
          cancelled: abandoned work leaves cancelled",
     ),
     (
+        "a refused caller's connection left uncounted",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/1/resources/before_fast/connection_handlers",
+                json!(1),
+            )
+        },
+        "resources.before_fast counts 1 connection handlers, but observer_before_fast, taken just \
+         before, has 1 permits taken, each kept by the handler of its request's connection until \
+         its work leaves, and a refused caller's connection left open for the next caller",
+    ),
+    (
+        "a ledger rule stated twice, holding and broken",
+        DEFAULT,
+        |r| {
+            let broken = json!({ "rule": "admitted = finished", "holds": false });
+            list(r, "/policies/0/ledger/shared/invariants").push(broken);
+        },
+        "the ledger of the shared pool states the rule \"admitted = finished\" twice; its audit \
+         states each rule once",
+    ),
+    (
+        "the room's answers listed out of the order they came",
+        SESSION,
+        |r| list(r, "/room_requests").swap(1, 2),
+        "R3 is listed after a request of run 1's partitioned policy placed after event 18, but it \
+         is placed after event 17: the room's requests are listed as their answers came",
+    ),
+    (
         "a room gate numbered 0",
         SESSION,
         |r| set(r, "/room_gates/0/generation", json!(0)),
