@@ -33,6 +33,15 @@ fn lab(dir: &Path, args: &[&str]) -> Output {
     output.expect("the binary starts")
 }
 
+/// The fixture `base` edited by `edit` and saved as `file` in `dir`: what `record file` printed,
+/// and the edited report.
+fn record_edited(dir: &Path, base: &str, edit: fn(&mut Value), file: &str) -> (Output, Value) {
+    let mut report = fixture(base);
+    edit(&mut report);
+    std::fs::write(dir.join(file), report.to_string()).expect("saved");
+    (lab(dir, &["record", file]), report)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).expect("the lab writes UTF-8")
 }
@@ -1470,11 +1479,8 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
     }
     assert_eq!(unedited, 15, "12 lab reports and three classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
-        let mut report = fixture(base);
-        edit(&mut report);
         let file = format!("edit-{i}.json");
-        std::fs::write(dir.join(&file), report.to_string()).expect("written");
-        let shown = lab(&dir, &["record", &file]);
+        let (shown, report) = record_edited(&dir, base, edit, &file);
         let (stdout, stderr) = (text(&shown.stdout), text(&shown.stderr));
         let context = format!("{name} ({file}):\n{stdout}{stderr}");
         assert_eq!(shown.status.code(), Some(1), "{context}");
@@ -1997,11 +2003,8 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         ),
     ];
     for (i, (base, edit, named)) in edits.into_iter().enumerate() {
-        let mut report = fixture(base);
-        edit(&mut report);
         let file = format!("failed-edit-{i}.json");
-        std::fs::write(dir.join(&file), report.to_string()).expect("saved");
-        let output = lab(&dir, &["record", &file]);
+        let (output, _) = record_edited(&dir, base, edit, &file);
         let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
         assert_eq!(output.status.code(), Some(1), "{file}: {stderr}");
         let edited = stderr.contains("was edited, or no run of the lab wrote it");
@@ -2102,11 +2105,8 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
         ),
     ];
     for (name, edit, says) in cases {
-        let mut report = fixture(DEFAULT);
-        edit(&mut report);
         let file = format!("{name}.json");
-        std::fs::write(dir.join(&file), report.to_string()).expect("written");
-        let output = lab(&dir, &["record", &file]);
+        let (output, _) = record_edited(&dir, DEFAULT, edit, &file);
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{file}: {stderr}");
         assert_eq!(text(&output.stdout), "", "{file}: nothing on stdout");
