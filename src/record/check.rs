@@ -2005,17 +2005,22 @@ impl<'a> PolicyCheck<'a> {
             .collect()
     }
 
+    /// The room's gates of this run's policy, as `(closed_after_event, opened_after_event)`,
+    /// for a request of the room's; none for the lab's own.
+    fn room_gates(&self, request: Label) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
+        let (room, mode) = (self.room.filter(|_| request.from_room()), self.policy.mode);
+        let gates = room.into_iter().flat_map(move |room| {
+            let ours = move |g: &&SavedRoomGate| (g.run, g.mode) == (room.run, mode);
+            room.gates.iter().filter(ours)
+        });
+        gates.map(|g| (g.closed_after_event, g.opened_after_event))
+    }
+
     /// Whether a room gate of this run was closed at `seq`: a room request may wait there after
     /// the run's own gate opened.
     fn room_gate_closed(&self, request: Label, seq: u64) -> bool {
-        let Some(room) = self.room.filter(|_| request.from_room()) else {
-            return false;
-        };
-        room.gates.iter().any(|g| {
-            (g.run, g.mode) == (room.run, self.policy.mode)
-                && g.closed_after_event < seq
-                && g.opened_after_event.is_none_or(|o| seq <= o)
-        })
+        (self.room_gates(request))
+            .any(|(closed, opened)| closed < seq && opened.is_none_or(|o| seq <= o))
     }
 
     /// The room's gate of this run that a room request met, closed, at one of the seqs `met`
@@ -2026,9 +2031,8 @@ impl<'a> PolicyCheck<'a> {
     /// ledger's last seq before it wakes anyone. (A gate that never opened is named apart: the
     /// session opens every room gate as it closes the run.)
     fn room_gate_met(&self, request: Label, met: [Option<u64>; 2]) -> Option<(u64, u64)> {
-        let room = self.room.filter(|_| request.from_room())?;
-        let ours = (room.gates.iter()).filter(|g| (g.run, g.mode) == (room.run, self.policy.mode));
-        let gates = ours.filter_map(|g| Some((g.closed_after_event, g.opened_after_event?)));
+        let gates =
+            (self.room_gates(request)).filter_map(|(closed, opened)| Some((closed, opened?)));
         let met = |&(closed, opened): &(u64, u64)| {
             let mut seqs = met.into_iter().flatten();
             seqs.any(|seq| closed < seq && seq <= opened)
