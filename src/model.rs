@@ -490,10 +490,7 @@ mod tests {
         let reports = crate::lab::fixtures::reports();
         let report = &reports[report];
         let p = &report.policies[policy];
-        let policy = Policy {
-            mode: p.mode,
-            slots: report.inputs.slots,
-        };
+        let policy = report.inputs.policy(p.mode);
         let evidence = Evidence {
             work_events: p.work_events.clone(),
             ledger: p.ledger.clone(),
