@@ -123,11 +123,15 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         let absent = named
             .map(|(mode, _)| mode)
             .filter(|mode| report.inputs.mode.modes().contains(mode));
-        if let (None, Some(mode)) = (&said, absent) {
-            let mode = mode.name();
+        if let (None, Some(absent)) = (&said, absent) {
+            let mode = absent.name();
             let not_run = format!("{mode}: not run, the session ended before it");
-            let modes = report.inputs.mode.modes();
-            let before = modes.iter().take_while(|&&m| m.name() != mode);
+            let before = report
+                .inputs
+                .mode
+                .modes()
+                .iter()
+                .take_while(|&&m| m != absent);
             let skipped = before
                 .copied()
                 .find(|m| !report.policies.iter().any(|p| p.mode == *m));
@@ -458,11 +462,9 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
     by_number.sort_unstable();
     // Each number the classroom gave is listed, answered or not: the request is listed even
     // when its student gives up.
-    let mut numbers = by_number.iter().map(|&(n, _, _)| n);
-    if let Some(missing) = (1..)
-        .zip(&mut numbers)
-        .find_map(|(k, n)| (k < n).then_some(k))
-    {
+    let mut numbers: Vec<u32> = by_number.iter().map(|&(n, _, _)| n).collect();
+    numbers.dedup();
+    if let Some(missing) = (1..).zip(numbers).find_map(|(k, n)| (k < n).then_some(k)) {
         findings.push(Finding {
             pointer: pointer(&["room_requests"]),
             says: format!(
@@ -1208,7 +1210,7 @@ impl<'a> PolicyCheck<'a> {
                 .map(|o| o.active_work.values().sum::<usize>());
             let room_left = match self.room {
                 None => 0,
-                Some(_) => room(Event::Finished, true) + room(Event::Finished, false),
+                Some(_) => room_cancelled + room(Event::Finished, false),
             };
             // A refused caller read its 503 and left its connection open for the next caller,
             // who reuses it: in a run of the lab's own callers alone, one more handler.
