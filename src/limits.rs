@@ -26,6 +26,8 @@ pub(crate) struct Limits {
     pub(crate) threads_now: u64,
     /// RLIMIT_NPROC: threads of all processes of this user.
     pub(crate) nproc: Rlimit,
+    /// Whether the kernel holds this process to `nproc` (see [`nproc_enforced`]).
+    pub(crate) nproc_enforced: bool,
     /// RLIMIT_NOFILE: open file descriptors per process, sockets included; a child inherits it.
     pub(crate) nofile: Rlimit,
     /// `net.ipv4.ip_local_port_range`: the first and last ephemeral port, per source address.
@@ -57,6 +59,10 @@ impl Limits {
             threads_now: parse_threads_now(&loadavg)
                 .ok_or_else(|| invalid(format!("/proc/loadavg: no thread count in {loadavg:?}")))?,
             nproc: Rlimit::get(Resource::Nproc)?,
+            nproc_enforced: nproc_enforced(
+                &read_proc("/proc/self/status")?,
+                &read_proc("/proc/self/uid_map")?,
+            ),
             nofile: Rlimit::get(Resource::Nofile)?,
             local_ports: parse_port_range(&port_range).ok_or_else(|| {
                 invalid(format!("ip_local_port_range: not a range: {port_range:?}"))
@@ -65,6 +71,22 @@ impl Limits {
             address_space: Rlimit::get(Resource::AddressSpace)?,
         })
     }
+}
+
+/// Whether starting a thread is held to RLIMIT_NPROC, as the kernel decides it at fork: not for
+/// root, nor for a process with `CAP_SYS_ADMIN` or `CAP_SYS_RESOURCE`, in the initial user
+/// namespace (the one whose `uid_map` maps every uid to itself). Read from this process's
+/// `/proc/self/status` (its real uid and effective capabilities) and `/proc/self/uid_map`.
+fn nproc_enforced(status: &str, uid_map: &str) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let initial = uid_map.split_whitespace().eq(["0", "0", "4294967295"]);
+    let field = |key| status.lines().find_map(|line| line.strip_prefix(key));
+    let root = field("Uid:").and_then(|ids| ids.split_whitespace().next()) == Some("0");
+    let effective = field("CapEff:").and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
+    let privileged =
+        effective.is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN | 1 << CAP_SYS_RESOURCE) != 0);
+    !(initial && (root || privileged))
 }
 
 /// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, so that a front and its
@@ -302,7 +324,7 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
         ),
         (
             Ceiling::Nproc,
-            limits.nproc.soft,
+            limits.nproc.soft.filter(|_| limits.nproc_enforced),
             limits.threads_now,
             cost.threads,
         ),
@@ -433,6 +455,7 @@ pub(crate) mod tests {
                 soft: Some(96_365),
                 hard: Some(96_365),
             },
+            nproc_enforced: true,
             nofile: Rlimit {
                 soft: Some(20_000),
                 hard: Some(20_000),
@@ -585,6 +608,36 @@ pub(crate) mod tests {
             (Ceiling::Nproc, 8_000)
         );
         assert_eq!(check(&nproc, Front::Async, 100_000), Ok(()));
+        // Root is not held to it: the next ceiling stops the threads.
+        let root = Limits {
+            nproc_enforced: false,
+            ..nproc
+        };
+        assert_eq!(check(&root, Front::Threaded, 9_000), Ok(()));
+    }
+
+    /// RLIMIT_NPROC binds a user's process, not root's or a process with `CAP_SYS_ADMIN` or
+    /// `CAP_SYS_RESOURCE`, and those only in the initial user namespace.
+    #[test]
+    fn nproc_is_enforced_as_the_kernel_decides() {
+        let status = |uid: u32, caps: &str| {
+            format!("Name:\tlab\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t{caps}\n")
+        };
+        let initial = "         0          0 4294967295\n";
+        let mapped = "         0     100000      65536\n";
+        let none = "0000000000000000";
+        let admin = "0000000000200000";
+        let resource = "0000000001000000";
+        let every_other_capability = "000001fffedfffff";
+        assert!(nproc_enforced(&status(1000, none), initial));
+        assert!(!nproc_enforced(&status(0, none), initial));
+        assert!(!nproc_enforced(&status(1000, admin), initial));
+        assert!(!nproc_enforced(&status(1000, resource), initial));
+        assert!(nproc_enforced(
+            &status(1000, every_other_capability),
+            initial
+        ));
+        assert!(nproc_enforced(&status(0, admin), mapped));
     }
 
     /// With the rlimits unlimited, only the ephemeral ports bind: millions of requests.

@@ -51,6 +51,7 @@ pub(crate) fn plan(
             threads_max: limits.threads_max,
             threads_now: limits.threads_now,
             nproc: limits.nproc.soft,
+            nproc_enforced: limits.nproc_enforced,
             nofile: limits.nofile.soft,
             nofile_hard: limits.nofile.hard,
             local_ports: [limits.local_ports.0, limits.local_ports.1],

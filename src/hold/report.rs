@@ -51,6 +51,9 @@ pub struct MachineLimits {
     pub threads_now: u64,
     /// RLIMIT_NPROC, soft: threads of this user.
     pub nproc: Option<u64>,
+    /// Whether the kernel holds the lab to `nproc`: not root, nor a process with
+    /// `CAP_SYS_ADMIN` or `CAP_SYS_RESOURCE` (in the initial user namespace).
+    pub nproc_enforced: bool,
     /// RLIMIT_NOFILE, soft, after raising it to the hard limit: descriptors per process.
     pub nofile: Option<u64>,
     /// RLIMIT_NOFILE's hard limit.

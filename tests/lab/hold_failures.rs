@@ -265,3 +265,49 @@ fn an_address_space_limit_fails_in_one_line() {
         "{stderr}"
     );
 }
+
+/// Under `prlimit --nproc=64` the threaded front holding 100 needs more threads than the limit
+/// allows. The report's `nproc_enforced` says whether the kernel holds the lab to it, and the
+/// count shows it is true: held, all 100, where it does not (root); not run, named by
+/// RLIMIT_NPROC, where it does.
+#[test]
+fn a_thread_limit_is_a_ceiling_only_where_the_kernel_enforces_it() {
+    use std::os::unix::process::CommandExt;
+    if common::alone() {
+        return;
+    }
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    command.args([
+        "hold", "--counts", "100", "--server", "threaded", "--format", "json",
+    ]);
+    // SAFETY: setrlimit is async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64,
+                rlim_max: 64,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let output = command.output().expect("the lab runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a report");
+    let point = &report["fronts"][0]["points"][0];
+    match report["preflight"]["limits"]["nproc_enforced"].as_bool() {
+        Some(false) => assert_eq!(
+            (&point["outcome"], &point["held"]),
+            (&"held".into(), &100.into())
+        ),
+        Some(true) => {
+            assert_eq!(point["outcome"], "not_run", "{point}");
+            let reason = point["reason"].as_str().unwrap_or_default();
+            assert!(reason.contains("RLIMIT_NPROC = 64"), "{point}");
+        }
+        None => panic!("no nproc_enforced: {report}"),
+    }
+}

@@ -231,7 +231,11 @@ fn ceilings(report: &HoldReport) -> String {
         limits.max_map_count,
         limits.pid_max,
         limits.threads_max,
-        limits.nproc.map_or("unlimited".into(), |n| n.to_string()),
+        match (limits.nproc, limits.nproc_enforced) {
+            (None, _) => "unlimited".into(),
+            (Some(n), true) => n.to_string(),
+            (Some(n), false) => format!("{n} (not enforced for this user)"),
+        },
         limits.nofile.map_or("unlimited".into(), |n| n.to_string()),
         limits.local_ports[0],
         limits.local_ports[1],
