@@ -187,6 +187,35 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// What a step of the sequence waits for, in the words its stall names it by (`record` reads a
+/// stall back to its step with them).
+pub(crate) mod waited {
+    use crate::label::Label;
+
+    /// A slow request's step: its admission decision.
+    pub(crate) fn decision(request: Label) -> String {
+        format!("no admission decision for {request}")
+    }
+
+    /// A slow request's step, once refused: its caller's 503.
+    pub(crate) fn refusal(request: Label) -> String {
+        format!("{request} was refused but its caller got no response")
+    }
+
+    /// A step whose request the blocked front cannot read: the request seen waiting unread.
+    pub(crate) fn unread(request: Label) -> String {
+        format!("{request} to be seen waiting unread for the blocked front")
+    }
+
+    /// F1's step, or a probe's: its response.
+    pub(crate) fn response(request: Label) -> String {
+        format!("{request} got no response")
+    }
+
+    /// The release: every held caller's response.
+    pub(crate) const RELEASED: &str = "a released slow caller got no response";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use anyhow::anyhow;
 use hyper::header::HeaderMap;
 
 use super::client::Received;
-use super::failure::{Cause, Failure, Left, Step};
+use super::failure::{Cause, Failure, Left, Step, waited};
 use super::session::{self, CallerTasks, Session};
 use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
@@ -237,9 +237,7 @@ impl Run {
         let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked >= threads);
         let decision = self.session.decision(request, lane_full);
         let decision = bounds
-            .within(decision, at, || {
-                format!("no admission decision for {request}")
-            })
+            .within(decision, at, || waited::decision(request))
             .await??;
         if decision == Event::Admitted {
             self.session.hold(request, caller);
@@ -260,9 +258,7 @@ impl Run {
         }
         // Refused: wait for its caller's actual 503. While the gate is closed the refused caller
         // is the only one that can finish.
-        let reply = self.session.next_reply(at, || {
-            format!("{request} was refused but its caller got no response")
-        });
+        let reply = self.session.next_reply(at, || waited::refusal(request));
         let reply = reply.await?;
         if reply.request != request {
             return Err(Failure::new(
@@ -314,9 +310,9 @@ impl Run {
         self.beat(Moment::Release, None);
         self.session.open_gate();
         while self.session.has_callers() {
-            let reply = self.session.next_reply((Step::Release, None), || {
-                "a released slow caller got no response".into()
-            });
+            let reply = self
+                .session
+                .next_reply((Step::Release, None), || waited::RELEASED.into());
             let reply = reply.await?;
             self.respond(reply);
         }
@@ -386,9 +382,7 @@ impl Run {
         };
         let at = (step, Some(request));
         let accept_queue = bounds
-            .within(arrived, at, || {
-                format!("{request} to be seen waiting unread for the blocked front")
-            })
+            .within(arrived, at, || waited::unread(request))
             .await??;
         let after_event = self.session.section.last_seq();
         if let Some(watched) = &mut self.observed.executor {

@@ -9,7 +9,7 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 
 use super::Options;
 use super::client::{self, Client, Received};
-use super::failure::{Cause, Failure, Step};
+use super::failure::{Cause, Failure, Step, waited};
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
@@ -201,9 +201,7 @@ impl Session {
         let reply = self.client.call(request);
         let reply = self
             .bounds()
-            .within(reply, (step, Some(request)), || {
-                format!("{request} got no response")
-            })
+            .within(reply, (step, Some(request)), || waited::response(request))
             .await?;
         reply.map_err(|why| caller_failed((step, Some(request)), why))
     }

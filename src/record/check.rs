@@ -16,6 +16,9 @@ use serde_json::Value;
 use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
+use crate::coordinator::differs;
+use crate::coordinator::failure::{Cause, Failure, Step, waited};
+use crate::coordinator::sequence::Planned;
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Moment, Observed, Phase};
 use crate::executor::{Executor, Lane, LaneThreads, WorkStyle, Workers};
@@ -26,7 +29,7 @@ use crate::report::{PolicyReport, Report, Runner};
 use crate::resources::Resources;
 use crate::server;
 
-use super::read::{SavedRoomGate, SavedSession};
+use super::read::{SavedRoomGate, SavedRoomRequest, SavedSession};
 use super::{Recheck, pointer};
 
 /// A contradiction in a saved report, in words a student reads, and where it is.
@@ -167,9 +170,13 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 .filter(|&label| policy.observed.responses.iter().any(|r| r.request == label));
             // A caller that could not connect never sent its request: the client sends again on
             // a new connection only a request that never left a reused one.
-            let unconnected = why
-                .split_once(" failed: ")
-                .is_some_and(|(_, why)| why.starts_with("connecting to "));
+            let dialled = (why.split_once(" failed: "))
+                .and_then(|(_, why)| why.strip_prefix("connecting to "))
+                .map(|to| to.split_once(": ").map_or(to, |(address, _)| address));
+            let unconnected = dialled.is_some();
+            let elsewhere = dialled
+                .zip(policy.server.as_ref())
+                .filter(|(dialled, server)| *dialled != server.address.to_string());
             let decided = caller.filter(|_| unconnected).and_then(|label| {
                 let mut events = policy.work_events.iter();
                 let event = events.find(|e| e.request == Some(label));
@@ -203,6 +210,15 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                          response"
                     ),
                 );
+            } else if let (Some(label), Some((dialled, server))) = (caller, elsewhere) {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {label} failed connecting to {dialled}, but {mode}'s \
+                         server listened on {}: a caller connects only to its own run's server",
+                        server.address
+                    ),
+                );
             } else if let Some((label, seq)) = decided {
                 find(
                     &["failure"],
@@ -212,6 +228,36 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                     ),
                 );
             }
+        }
+        if let Some((_, policy, rest)) = said {
+            stopped(report, policy, rest, room, &mut find);
+        }
+    }
+    // A run that ran to the end and differs says so with its first difference, as re-checked.
+    if let (Some(failure), Some((policy, found))) = (
+        &report.failure,
+        report.policies.last().zip(differences.last()),
+    ) {
+        let mode = policy.mode.name();
+        let differ = differs(&["".into()]).unwrap_or_default();
+        let says_differs = (failure.strip_prefix(mode))
+            .and_then(|rest| rest.strip_prefix(": "))
+            .is_some_and(|rest| rest.starts_with(&differ));
+        let recheck = differs(found).map(|why| format!("{mode}: {why}"));
+        if says_differs && recheck.as_ref() != Some(failure) {
+            find(
+                &["failure"],
+                match recheck {
+                    Some(recheck) => format!(
+                        "the failure says \"{failure}\", but the re-check of the evidence says \
+                         \"{recheck}\""
+                    ),
+                    None => format!(
+                        "the failure says {mode}'s observations differ from the policy model, \
+                         but the re-check of its evidence finds no difference"
+                    ),
+                },
+            );
         }
     }
     match (report.matches_model, &report.failure) {
@@ -264,6 +310,180 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     Checked {
         verdict: Recheck::of(findings, report.failure.clone()),
         differences,
+    }
+}
+
+/// The step of `policy`'s sequence under way when its ledger's last event was `seq`, if one
+/// was: the release, from the gate's opening until the last held request's work left, or a
+/// probe, from its admission until its work left (each step waits for its responses).
+fn in_step(policy: &PolicyReport, seq: u64) -> Option<String> {
+    let events = &policy.work_events;
+    let left = |request: Label| {
+        (events.iter())
+            .find(|e| e.request == Some(request) && e.event == Event::Finished)
+            .map(|e| e.seq)
+    };
+    let opened = events
+        .iter()
+        .find(|e| e.event == Event::GateOpened)
+        .map(|e| e.seq);
+    let held_left = (events.iter())
+        .filter(|e| matches!(e.request, Some(Label::Slow(_))) && e.event == Event::Finished)
+        .map(|e| e.seq)
+        .max();
+    if let (Some(opened), Some(left)) = (opened, held_left)
+        && (opened..left).contains(&seq)
+    {
+        return Some(format!(
+            "the release was under way (the gate opened at seq {opened}, the last held work left \
+             at seq {left})"
+        ));
+    }
+    [Label::SlowAfter, Label::FastAfter].into_iter().find_map(|probe| {
+        let admitted = (events.iter())
+            .find(|e| e.request == Some(probe) && e.event == Event::Admitted)?
+            .seq;
+        let left = left(probe)?;
+        (admitted..left).contains(&seq).then(|| {
+            format!("{probe}'s step was under way (admitted at seq {admitted}, its work left at seq {left})")
+        })
+    })
+}
+
+/// The most requests the ledger has on connections at once, and the seq where it first has
+/// them: those inside the section (admitted, their work not yet left) and the one it is
+/// deciding, each on its own connection.
+fn at_once(events: &[WorkEvent]) -> Option<(u64, Vec<Label>)> {
+    let mut inside: Vec<Label> = Vec::new();
+    let mut most: Option<(u64, Vec<Label>)> = None;
+    for e in events {
+        let Some(request) = e.request else { continue };
+        match e.event {
+            Event::Admitted | Event::Refused => {
+                let mut now = inside.clone();
+                now.push(request);
+                if most.as_ref().is_none_or(|(_, m)| now.len() > m.len()) {
+                    most = Some((e.seq, now));
+                }
+                if e.event == Event::Admitted {
+                    inside.push(request);
+                }
+            }
+            Event::Finished => inside.retain(|&r| r != request),
+            _ => {}
+        }
+    }
+    most
+}
+
+/// Where a run stopped, as its failure (`rest`, said of `policy`) names it: closed before a
+/// step (the first it did not take), or stalled in one (a failed step ends the sequence).
+/// Every step before it was taken, and none after it: a step's requests are sent only in it.
+/// Only a classroom closes a run early: the command line runs every step, or stops at one that
+/// fails. And no order of the instructor's reaches a run once it closes, so a run stopped
+/// before its release has no room gate: the room's gate closes only once the run's own has
+/// opened.
+fn stopped(
+    report: &Report,
+    policy: &PolicyReport,
+    rest: &str,
+    room: Option<&RoomOfRun<'_>>,
+    find: &mut impl FnMut(&[&str], String),
+) {
+    let held = report.inputs.held;
+    let plan: Vec<Planned> = Planned::all(held).collect();
+    let mode = policy.mode.name();
+    let closed = |step: String| Failure::new(Step::Close, None, Cause::ClosedEarly(step));
+    let limit = Duration::from_millis(report.runner.safety_timeout_ms);
+    let stalled =
+        |waiting_for| Failure::new(Step::Close, None, Cause::Stalled { waiting_for, limit });
+    let says = |failure: Failure| rest.starts_with(&failure.to_string());
+    // What each step waits for, in a stall's words.
+    let waits = |step: Planned| match step {
+        Planned::Slow(r) => vec![waited::decision(r), waited::refusal(r), waited::unread(r)],
+        Planned::Fast => vec![waited::unread(Label::F1), waited::response(Label::F1)],
+        Planned::Release => vec![waited::RELEASED.into()],
+        Planned::Probe(r) => vec![waited::response(r)],
+    };
+    // The step it stopped at, and whether it was in it.
+    let (at, inside) = if says(closed(String::new())) {
+        if room.is_none() {
+            find(
+                &["failure"],
+                format!(
+                    "the failure says {mode} was closed before its next step, but only a \
+                     classroom closes a run early: the command line runs every step, or stops at \
+                     one that fails"
+                ),
+            );
+            return;
+        }
+        let Some(at) = plan.iter().position(|&p| says(closed(p.to_string()))) else {
+            find(
+                &["failure"],
+                format!("the failure names a step that is not in {mode}'s sequence"),
+            );
+            return;
+        };
+        (at, false)
+    } else {
+        let at = (plan.iter()).position(|&p| waits(p).into_iter().any(|w| says(stalled(w))));
+        let Some(at) = at else {
+            return;
+        };
+        (at, true)
+    };
+    let observed = &policy.observed;
+    let answered = |label: Label| observed.responses.iter().any(|r| r.request == label);
+    let seen = |label: Label| {
+        answered(label) || (policy.work_events.iter()).any(|e| e.request == Some(label))
+    };
+    let unanswered = || Label::held(held).find(|&s| !answered(s));
+    let gated = || {
+        (room
+            .into_iter()
+            .flat_map(|room| room.gates.iter().map(move |g| (g, room))))
+        .any(|(g, room)| (g.run, g.mode) == (room.run, policy.mode))
+    };
+    let contradiction = plan.iter().enumerate().find_map(|(k, &step)| {
+        let which = if k == at { "that step" } else { "a later step" };
+        match step {
+            _ if k == at && inside => None,
+            Planned::Fast if k < at && observed.slow_callers_pending_before_release.is_none() => {
+                Some("it records none of F1's step, which comes before it".to_owned())
+            }
+            Planned::Release if k < at => unanswered()
+                .map(|s| format!("{s} has no response, which the release before it collects")),
+            Planned::Probe(probe) if k < at && !answered(probe) => Some(format!(
+                "{probe} has no response, which its step before it waits for"
+            )),
+            Planned::Slow(request) | Planned::Probe(request) if k >= at && seen(request) => {
+                Some(format!("it records {request}, which {which} sends"))
+            }
+            Planned::Fast
+                if k >= at && (observed.observer_before_fast.is_some() || seen(Label::F1)) =>
+            {
+                Some(format!("it records F1's step, which {which} takes"))
+            }
+            Planned::Release if k >= at && gated() => Some(
+                "a room gate of it closed, which only the release makes possible: the room's \
+                 gate closes once the run's own gate has opened, and no order reaches a run \
+                 once it closes"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    });
+    if let Some(why) = contradiction {
+        let step = plan[at];
+        let stop = match inside {
+            false => format!("was closed before its step \"{step}\", the first it did not take"),
+            true => format!("stalled in its step \"{step}\", which ends the sequence"),
+        };
+        find(
+            &["failure"],
+            format!("the failure says {mode} {stop}, but {why}"),
+        );
     }
 }
 
@@ -348,6 +568,19 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
     if let Some(first) = session.runs.first() {
         let shape = |r: &Report| (r.runner.front, r.executor);
         for (i, run) in session.runs.iter().enumerate().skip(1) {
+            let timeout = |r: &Report| r.runner.safety_timeout_ms;
+            if timeout(run) != timeout(first) {
+                find(
+                    &["runs", &i.to_string(), "runner", "safety_timeout_ms"],
+                    format!(
+                        "run {} has a safety timeout of {} ms, but run 1 of {} ms: every run of \
+                         a session runs with the session's options",
+                        i + 1,
+                        timeout(run),
+                        timeout(first)
+                    ),
+                );
+            }
             if shape(run) != shape(first) {
                 find(
                     &["runs", &i.to_string(), "runner"],
@@ -362,6 +595,48 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                     ),
                 );
             }
+        }
+    }
+    // A run is reported once a Next was pressed in it, and the first Next opens its first
+    // policy, which the run keeps however it ends.
+    for (i, run) in session.runs.iter().enumerate() {
+        let first = run.inputs.mode.modes().first().copied();
+        if run.policies.first().map(|p| p.mode) != first {
+            let has = match run.policies.first() {
+                Some(p) => format!("begins with the {} policy", p.mode.name()),
+                None => "has no policy".into(),
+            };
+            find(
+                &["runs", &i.to_string(), "policies"],
+                format!(
+                    "run {} {has}, but a run is reported once a Next was pressed in it, and the \
+                     first Next opens its first policy ({}), which it keeps",
+                    i + 1,
+                    first.map_or("none", Mode::name)
+                ),
+            );
+        }
+    }
+    // The session lists a run's room gates as it closes the run's policies, one after another.
+    let place = |run: usize, mode: Mode| {
+        let modes = session.runs.get(run).map(|r| r.inputs.mode.modes());
+        (run, modes.and_then(|m| m.iter().position(|&m| m == mode)))
+    };
+    for (i, pair) in session.room_gates.windows(2).enumerate() {
+        let [before, gate] = pair else { continue };
+        if place(gate.run, gate.mode) < place(before.run, before.mode) {
+            find(
+                &["room_gates", &(i + 1).to_string()],
+                format!(
+                    "a room gate of run {}'s {} policy is listed after one of run {}'s {} \
+                     policy, which closed after it: the session lists each policy's room gates \
+                     as it closes the policy",
+                    gate.run + 1,
+                    gate.mode.name(),
+                    before.run + 1,
+                    before.mode.name()
+                ),
+            );
         }
     }
     // A room gate closes only once the run's own gate has opened, and once the room's last gate
@@ -407,6 +682,17 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
         let last = policy
             .and_then(|p| p.work_events.last())
             .map_or(0, |e| e.seq);
+        // The instructor's orders run between the sequence's steps, and a run that failed may
+        // leave work finishing after its last step.
+        let run = &session.runs[gate.run];
+        let failed =
+            run.failure.is_some() && run.policies.last().map(|p| p.mode) == Some(gate.mode);
+        let busy = policy.filter(|_| !failed).and_then(|p| {
+            let at = [Some(gate.closed_after_event), gate.opened_after_event];
+            at.into_iter()
+                .flatten()
+                .find_map(|seq| Some((seq, in_step(p, seq)?)))
+        });
         let why = match (opened, gate.opened_after_event) {
             _ if policy.is_none() => format!(
                 "it names the {} policy of run {}, which has no such policy",
@@ -422,6 +708,10 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                 "it closed after event {}, before the run's own gate opened at seq {seq}: the \
                  room's gate closes only once the run's has opened",
                 gate.closed_after_event
+            ),
+            _ if let Some((seq, step)) = &busy => format!(
+                "it names event {seq}, when {step}: the instructor's orders run between the \
+                 sequence's steps"
             ),
             (_, Some(reopened)) if reopened < gate.closed_after_event => format!(
                 "it opened after event {reopened}, before it closed after event {}",
@@ -459,6 +749,11 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             _ => None,
         })
         .collect();
+    // Where a run's policy comes in its run, for a policy of a run the session has.
+    let place = |r: &SavedRoomRequest| {
+        let modes = session.runs.get(r.run).map(|run| run.inputs.mode.modes());
+        modes.and_then(|m| m.iter().position(|&m| m == r.mode))
+    };
     by_number.sort_unstable();
     // Each number the classroom gave is listed, answered or not: the request is listed even
     // when its student gives up.
@@ -474,7 +769,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
         });
     }
     for pair in by_number.windows(2) {
-        let [(earlier, run, _), (later, later_run, i)] = pair else {
+        let [(earlier, run, earlier_at), (later, later_run, i)] = pair else {
             continue;
         };
         if later_run < run {
@@ -487,6 +782,24 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                     run + 1
                 ),
             });
+        } else if later_run == run {
+            let (first, second) = (
+                &session.room_requests[*earlier_at],
+                &session.room_requests[*i],
+            );
+            if place(second) < place(first) {
+                findings.push(Finding {
+                    pointer: pointer(&["room_requests", &i.to_string()]),
+                    says: format!(
+                        "R{later} reached run {}'s {} policy, but R{earlier}, numbered before \
+                         it, reached its {} policy, which runs after it: the room's requests are \
+                         numbered as they arrive, policy after policy",
+                        run + 1,
+                        second.mode.name(),
+                        first.mode.name()
+                    ),
+                });
+            }
         }
     }
     // Each in the ledger of the run and policy it reached, and of no other.
@@ -797,6 +1110,16 @@ struct Watch<'a> {
     refused: Option<(usize, bool)>,
     /// The state at the window's end, for the message.
     last: Option<Snapshot>,
+    /// From the first position that shows the snapshot to the window's end, the ledger's held
+    /// work and taken permits at each: what a count taken after the snapshot may see.
+    since: Vec<Position>,
+}
+
+/// The ledger's held work and taken permits at one position.
+#[derive(Clone, Copy)]
+struct Position {
+    held: usize,
+    taken: usize,
 }
 
 impl Watch<'_> {
@@ -808,22 +1131,31 @@ impl Watch<'_> {
         if k == self.to {
             self.last = Some(state.clone());
         }
-        if self.seen
-            || state.active_work != self.snapshot.active_work
+        self.seen = self.seen || self.shows(state);
+        if self.seen {
+            self.since.push(Position {
+                held: state.held_at_gate.len(),
+                taken: state.active_work.values().sum(),
+            });
+        }
+    }
+
+    /// Whether `state` is what the snapshot shows.
+    fn shows(&mut self, state: &Snapshot) -> bool {
+        if state.active_work != self.snapshot.active_work
             || state.held_at_gate != self.snapshot.held_at_gate
             || state.refused.len() != self.snapshot.refused.len()
         {
-            return;
+            return false;
         }
-        let refused = match self.refused {
+        match self.refused {
             Some((len, same)) if len == state.refused.len() => same,
             _ => {
                 let same = state.refused == self.snapshot.refused;
                 self.refused = Some((state.refused.len(), same));
                 same
             }
-        };
-        self.seen = refused;
+        }
     }
 }
 
@@ -1011,6 +1343,23 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+            // A connection carries one request at a time: each request decided while others
+            // are inside the section came on a connection of its own.
+            let said = least.filter(|&l| server.connections_accepted < l).is_some();
+            if let Some((seq, at_once)) = at_once(&file.work_events)
+                && server.connections_accepted < at_once.len() as u64
+                && !said
+            {
+                self.find(
+                    &["server", "connections_accepted"],
+                    format!(
+                        "the server accepted {} connections, but at seq {seq} {} are on \
+                         connections at once: a connection carries one request at a time",
+                        server.connections_accepted,
+                        labels(&at_once)
+                    ),
+                );
+            }
             let responses = file.observed.responses.len();
             if server.connections_accepted == 0 && responses > 0 {
                 self.find(
@@ -1024,6 +1373,15 @@ impl<'a> PolicyCheck<'a> {
 
         self.resources();
 
+        // The close joins every caller it started before the report is assembled.
+        if !file.client_threads_stopped {
+            self.find(
+                &["client_threads_stopped"],
+                "the report says some of the lab's callers were not joined, but the run's close \
+                 joins every caller it started before the report is written"
+                    .into(),
+            );
+        }
         // Tasks are aborted only when a run fails.
         let aborted = [
             (&["client_tasks_aborted"][..], file.client_tasks_aborted),
@@ -1063,6 +1421,7 @@ impl<'a> PolicyCheck<'a> {
         self.ledger(&evidence.ledger);
         self.responses(&replayed);
         self.snapshots(&replayed);
+        self.counted_before_fast(&replayed);
         self.watched(&replayed);
         self.sent_in_order(&replayed);
         self.final_state(&replayed.end, replayed.gate);
@@ -1109,10 +1468,23 @@ impl<'a> PolicyCheck<'a> {
     /// of them in every run.
     fn resources(&mut self) {
         let file = self.file;
-        let counted = [
-            ("before_fast", file.resources.before_fast.is_some()),
-            ("after_run", file.resources.after_run.is_some()),
+        let counts = [
+            ("before_fast", file.resources.before_fast),
+            ("after_run", file.resources.after_run),
         ];
+        // Counted from inside the process, by one of its threads.
+        for (when, count) in counts {
+            if count.is_some_and(|c| c.os_threads == Some(0)) {
+                self.find(
+                    &["resources", when, "os_threads"],
+                    format!(
+                        "resources.{when} counts 0 OS threads, but the lab counts them from \
+                         inside its process, on one of them"
+                    ),
+                );
+            }
+        }
+        let counted = counts.map(|(when, count)| (when, count.is_some()));
         if let Some((when, _)) = counted
             .iter()
             .find(|(_, counted)| !counted && !self.cut_short)
@@ -1128,54 +1500,16 @@ impl<'a> PolicyCheck<'a> {
         if let Some(before) = file.resources.before_fast {
             let held = file.observed.observer_before_fast.as_ref();
             let held = held.map(|o| o.held_at_gate.len());
-            // Counted right after the observer's snapshot, both before F1 is sent. In a classroom
-            // the room may send a request between the two, held at the run's gate (no room gate
-            // closes before it opens), or one held may be cancelled by its student: an event
-            // before F1's decision.
-            let f1 = (file.work_events.iter())
-                .find(|e| {
-                    e.request == Some(Label::F1)
-                        && matches!(e.event, Event::Admitted | Event::Refused)
-                })
-                .map_or(u64::MAX, |e| e.seq);
-            let room = |event: Event, cancelled: bool| {
-                (file.work_events.iter())
-                    .filter(|e| e.seq < f1 && e.event == event && e.cancelled == cancelled)
-                    .filter(|e| e.request.is_some_and(|r| r.from_room()))
-                    .count()
-            };
-            let (room_cancelled, room_held) =
-                (room(Event::Finished, true), room(Event::Held, false));
-            let differs = |held: usize| match self.room {
-                None => held != before.held_at_gate,
-                Some(_) => before.held_at_gate.saturating_add(room_cancelled) < held,
-            };
-            if let Some(held) = held.filter(|&h| differs(h)) {
-                let taken = match self.room {
-                    None => "taken at the same moment",
-                    Some(_) => "taken just before, while a room's request can only add held work",
-                };
+            // Counted right after the observer's snapshot, both before F1 is sent. In a
+            // classroom the room's requests may change the held work between the two: checked
+            // against the ledger's moments in between, once replayed (`counted_before_fast`).
+            if let Some(held) = held.filter(|&h| self.room.is_none() && h != before.held_at_gate) {
                 self.find(
                     &["resources", "before_fast", "held_at_gate"],
                     format!(
                         "resources.before_fast counts {} requests held at the gate, but \
-                         observer_before_fast, {taken}, holds {held}",
+                         observer_before_fast, taken at the same moment, holds {held}",
                         before.held_at_gate
-                    ),
-                );
-            }
-            if let Some(held) =
-                held.filter(|&h| self.room.is_some() && before.held_at_gate > h + room_held)
-            {
-                self.find(
-                    &["resources", "before_fast", "held_at_gate"],
-                    format!(
-                        "resources.before_fast counts {} requests held at the gate, but \
-                         observer_before_fast, taken just before, holds {held}, and only {room_held} \
-                         of the room's requests are held in the ledger before F1's decision: at \
-                         most {}",
-                        before.held_at_gate,
-                        held + room_held
                     ),
                 );
             }
@@ -1193,7 +1527,7 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            if before.connection_handlers < before.held_at_gate {
+            if self.room.is_none() && before.connection_handlers < before.held_at_gate {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
@@ -1204,23 +1538,17 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
             // Each admitted request's permit stays with its connection's handler until its work
-            // leaves, held or queued for a thread; in a classroom the room's work may leave
-            // between the snapshot and the count.
+            // leaves, held or queued for a thread. (In a classroom, see `counted_before_fast`.)
             let taken = (file.observed.observer_before_fast.as_ref())
+                .filter(|_| self.room.is_none())
                 .map(|o| o.active_work.values().sum::<usize>());
-            let room_left = match self.room {
-                None => 0,
-                Some(_) => room_cancelled + room(Event::Finished, false),
-            };
             // A refused caller read its 503 and left its connection open for the next caller,
-            // who reuses it: in a run of the lab's own callers alone, one more handler.
+            // who reuses it: one more handler.
             let refused = (file.observed.observer_before_fast.as_ref())
                 .is_some_and(|o| !o.refused.is_empty());
-            let kept = usize::from(refused && self.room.is_none() && !self.cut_short);
+            let kept = usize::from(refused && !self.cut_short);
             let taken = taken.map(|t| t + kept);
-            if let Some(taken) =
-                taken.filter(|&t| before.connection_handlers.saturating_add(room_left) < t)
-            {
+            if let Some(taken) = taken.filter(|&t| before.connection_handlers < t) {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
@@ -1290,10 +1618,25 @@ impl<'a> PolicyCheck<'a> {
     /// seen unread or queued, just before the gate opened), never going back; and each request
     /// seen unread before any decision about it, and before the release.
     fn watched(&mut self, replayed: &Replayed<'_>) {
+        let (front, executor) = (self.report.runner.front, self.report.executor);
         let Some(watched) = &self.file.observed.executor else {
+            // A run whose front has a runtime of its own watches it from the moment it opens:
+            // S1's step waits for the heartbeat's first tick.
+            let opened =
+                !self.file.work_events.is_empty() || !self.file.observed.responses.is_empty();
+            if opened && executor.front_runtime(front) {
+                self.find(
+                    &[],
+                    format!(
+                        "the report's executor is{}, whose front runs on a runtime of its own, \
+                         but it records no evidence of that runtime (\"executor\"): a run on one \
+                         reads its heartbeat from the start",
+                        executor.flags()
+                    ),
+                );
+            }
             return;
         };
-        let (front, executor) = (self.report.runner.front, self.report.executor);
         if !executor.front_runtime(front) {
             let on = match executor.flags() {
                 flags if flags.is_empty() => " on the lab's usual executor".to_owned(),
@@ -1359,6 +1702,23 @@ impl<'a> PolicyCheck<'a> {
                         .map(|m| m.name())
                         .collect::<Vec<_>>()
                         .join(", ")
+                ),
+            );
+        }
+        // The release's reading is taken as the release begins: after F1's answer, where F1
+        // was answered before it.
+        let release = beats.iter().rposition(|b| b.moment == Moment::Release);
+        let f1 = (self.file.observed.responses.iter())
+            .find(|r| r.request == Label::F1 && r.phase == Phase::BeforeRelease);
+        if let (Some(i), Some(f1)) = (release, f1)
+            && beats[i].after_event < f1.after_event
+        {
+            self.find(
+                &["executor", "heartbeat", &i.to_string()],
+                format!(
+                    "the release's reading is taken after event {}, but F1's answer, which comes \
+                     before the release, after event {}",
+                    beats[i].after_event, f1.after_event
                 ),
             );
         }
@@ -2002,6 +2362,7 @@ impl<'a> PolicyCheck<'a> {
                     seen: false,
                     refused: None,
                     last: None,
+                    since: Vec::new(),
                 })
             })
             .collect()
@@ -2132,6 +2493,20 @@ impl<'a> PolicyCheck<'a> {
                         format!("the ledger's account of the {pool} pool says {field} {said}, but its work events give {counted}"),
                     );
                 }
+            }
+            // The section counts an attempt as it records the attempt's decision, under one
+            // lock: no attempt goes undecided, in any run.
+            let decided = own.admitted + own.refused;
+            if stored.attempts != decided {
+                self.find(
+                    &["ledger", name, "attempts"],
+                    format!(
+                        "the ledger's account of the {pool} pool counts {} attempts, but its work \
+                         events decide {decided}: the section counts an attempt as it records its \
+                         decision",
+                        stored.attempts
+                    ),
+                );
             }
             if stored.refusals != own.refusals {
                 self.find(
@@ -2422,6 +2797,49 @@ impl<'a> PolicyCheck<'a> {
                 None => format!("{name} was recorded at no moment the ledger reached"),
             };
             self.find(&[name], says);
+        }
+    }
+
+    /// In a classroom, `resources.before_fast` against the ledger's moments from the observer's
+    /// snapshot before F1 to F1's first event: it is counted in between, after the snapshot
+    /// and before F1 is sent, while the room's requests may arrive, be held or leave. Its held
+    /// work is the ledger's at one of those moments; its handlers, counted a moment before,
+    /// at least the permits taken at one of them (each kept by its request's handler until its
+    /// work leaves). Without a room the two are counted with nothing in between (`resources`).
+    fn counted_before_fast(&mut self, replayed: &Replayed<'_>) {
+        let before = self.file.resources.before_fast;
+        let watch = (replayed.watch.iter()).find(|w| w.name == "observer_before_fast");
+        let (Some(before), Some(_), Some(watch)) = (before, self.room, watch) else {
+            return;
+        };
+        let mut held: Vec<usize> = watch.since.iter().map(|m| m.held).collect();
+        held.sort_unstable();
+        held.dedup();
+        if !held.is_empty() && !held.contains(&before.held_at_gate) {
+            let held: Vec<String> = held.iter().map(usize::to_string).collect();
+            self.find(
+                &["resources", "before_fast", "held_at_gate"],
+                format!(
+                    "resources.before_fast counts {} requests held at the gate, but from \
+                     observer_before_fast to F1's decision the ledger holds {}: it is counted \
+                     in between",
+                    before.held_at_gate,
+                    held.join(" or ")
+                ),
+            );
+        }
+        let least = watch.since.iter().map(|m| m.taken).min();
+        if let Some(least) = least.filter(|&t| before.connection_handlers < t) {
+            self.find(
+                &["resources", "before_fast", "connection_handlers"],
+                format!(
+                    "resources.before_fast counts {} connection handlers, but from \
+                     observer_before_fast to F1's decision the ledger has at least {least} \
+                     permits taken, each kept by the handler of its request's connection until \
+                     its work leaves",
+                    before.connection_handlers
+                ),
+            );
         }
     }
 

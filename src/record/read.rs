@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::shell::shell_word;
 use crate::label::Label;
-use crate::policy::{Mode, Route};
+use crate::policy::{Front, Mode, Route};
 use crate::report::Report;
 
 /// The `lab` field of every report this lab writes.
@@ -217,6 +217,16 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
              reports its own version writes: read it with the version that wrote it",
             this.0,
             this.1
+        );
+    }
+    // The command line refuses a runtime's shape for the threaded front, which has none.
+    let (front, executor) = (report.runner.front, report.executor);
+    let shaped = executor.workers.is_none() && executor.blocking_threads == Default::default();
+    if front == Front::Threaded && !(executor.work.runs_on(front) && shaped) {
+        bail!(
+            "runs the threaded front with{}, which the command line refuses: the threaded front \
+             has no runtime to shape",
+            executor.flags()
         );
     }
     let modes = report.inputs.mode.modes();

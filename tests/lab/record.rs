@@ -565,12 +565,187 @@ const ROOM_GATE: &str = "classroom-both-3-1-room-gate.json";
 /// A genuine session of `--server threaded --mode shared --slots 3 --held 1`: the room's R2 held
 /// at a room gate, its student gone, its thread blocked there until the gate opened.
 const THREADED_ROOM_GATE: &str = "classroom-threaded-shared-3-1-room-gate.json";
+/// A genuine session of `--mode both --slots 3 --held 1`, then a new run of `shared 2 1`: in
+/// each of the three policies, after the release, a room gate closed, a room request held there
+/// and the gate opened (R1 in run 1's shared, R2 in its partitioned, R3 in run 2).
+const TWO_RUNS: &str = "classroom-two-runs-room-gates.json";
+/// A genuine session of `--mode both`, closed while its shared policy was held at S1.
+const CLOSED_MID_RUN: &str = "session-closed-mid-run.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
 /// session's), each with the words its record must name it with. In the default run, shared
 /// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
+    (
+        "a classroom run's held work counted below anything the ledger held after the snapshot",
+        ROOM_GATE,
+        |r| {
+            let before = "/runs/0/policies/0/resources/before_fast";
+            set(r, &format!("{before}/held_at_gate"), json!(1));
+        },
+        "resources.before_fast counts 1 requests held at the gate, but from observer_before_fast \
+         to F1's decision the ledger holds 2: it is counted in between",
+    ),
+    (
+        "the room's numbers going back from one policy of a run to the next",
+        TWO_RUNS,
+        |r| {
+            let swapped = r.to_string().replace("\"R1\"", "\"R@\"");
+            let swapped = swapped
+                .replace("\"R2\"", "\"R1\"")
+                .replace("\"R@\"", "\"R2\"");
+            *r = serde_json::from_str(&swapped).expect("JSON");
+        },
+        "R2 reached run 1's shared policy, but R1, numbered before it, reached its partitioned \
+         policy, which runs after it",
+    ),
+    (
+        "a run of the session with no policy",
+        SESSION,
+        |r| {
+            let mut run = r["runs"][0].clone();
+            run["policies"] = json!([]);
+            failed(
+                &mut run,
+                "partitioned: not run, the session ended before it",
+            );
+            list(r, "/runs").push(run);
+            set(r, "/matches_model", json!(false));
+        },
+        "run 2 has no policy, but a run is reported once a Next was pressed in it, and the first \
+         Next opens its first policy (partitioned), which it keeps",
+    ),
+    (
+        "two runs of a session with different safety timeouts",
+        TWO_RUNS,
+        |r| set(r, "/runs/1/runner/safety_timeout_ms", json!(60_000)),
+        "run 2 has a safety timeout of 60000 ms, but run 1 of 5000 ms",
+    ),
+    (
+        "the room's gates listed out of the order the session closed them",
+        TWO_RUNS,
+        |r| list(r, "/room_gates").reverse(),
+        "a room gate of run 1's partitioned policy is listed after one of run 2's shared policy",
+    ),
+    (
+        "a room gate closed and opened in the middle of a probe's step",
+        TWO_RUNS,
+        |r| {
+            let gate = json!({ "run": 1, "mode": "shared", "generation": 2,
+                               "closed_after_event": 10, "opened_after_event": 12 });
+            list(r, "/room_gates").insert(1, gate);
+        },
+        "it names event 10, when S-after's step was under way (admitted at seq 10, its work left \
+         at seq 11): the instructor's orders run between the sequence's steps",
+    ),
+    (
+        "fewer connections accepted than the room's and the lab's requests at once",
+        THREADED_ROOM_GATE,
+        |r| {
+            set(
+                r,
+                "/runs/0/policies/0/server/connections_accepted",
+                json!(2),
+            )
+        },
+        "the server accepted 2 connections, but at seq 5 R1 S1 F1 are on connections at once: a \
+         connection carries one request at a time",
+    ),
+    (
+        "a room gate in a run closed before its release",
+        CLOSED_MID_RUN,
+        |r| {
+            let gate = json!({ "run": 1, "mode": "shared", "generation": 1,
+                               "closed_after_event": 7, "opened_after_event": 9 });
+            list(r, "/room_gates").push(gate);
+        },
+        "but a room gate of it closed, which only the release makes possible",
+    ),
+    (
+        "a run that ran to its end told as closed before S1",
+        SESSION,
+        |r| {
+            let closed = "partitioned: the run was closed before its next step: send S1 and wait \
+                          for its admission decision";
+            failed(r.pointer_mut("/runs/0").expect("a run"), closed);
+            set(r, "/matches_model", json!(false));
+        },
+        "the failure says partitioned was closed before its step \"send S1 and wait for its \
+         admission decision\", the first it did not take, but it records S1, which that step \
+         sends",
+    ),
+    (
+        "a run closed before S2 told as closed before its last probe",
+        CLOSED_MID_RUN,
+        |r| {
+            let closed = "shared: the run was closed before its next step: send the probe F-after";
+            r["runs"][0]["failure"] = json!(closed);
+        },
+        "the failure says shared was closed before its step \"send the probe F-after\", the \
+         first it did not take, but it records none of F1's step, which comes before it",
+    ),
+    (
+        "a run of the command line told as closed early",
+        DEFAULT,
+        |r| {
+            let closed = "partitioned: the run was closed before its next step: send the probe \
+                          F-after";
+            failed(r, closed);
+        },
+        "the failure says partitioned was closed before its next step, but only a classroom \
+         closes a run early",
+    ),
+    (
+        "a stall at S1 in a run that went on to its end",
+        DEFAULT,
+        |r| {
+            failed(
+                r,
+                "partitioned: stalled: no admission decision for S1 within 5 s",
+            )
+        },
+        "the failure says partitioned stalled in its step \"send S1 and wait for its admission \
+         decision\", which ends the sequence, but it records S2, which a later step sends",
+    ),
+    (
+        "a difference from the model made up for a run that matched",
+        DEFAULT,
+        |r| {
+            let differs = "partitioned: observations differ from the policy model: F1: expected \
+                           HTTP 200 before release, received HTTP 503 before release";
+            failed(r, differs);
+        },
+        "the failure says partitioned's observations differ from the policy model, but the \
+         re-check of its evidence finds no difference",
+    ),
+    (
+        "an attempt with no decision",
+        DEFAULT,
+        |r| {
+            let attempts = "/policies/0/ledger/shared/attempts";
+            let more = r
+                .pointer(attempts)
+                .and_then(Value::as_u64)
+                .expect("a count")
+                + 1;
+            set(r, attempts, json!(more));
+        },
+        "attempts, but its work events decide",
+    ),
+    (
+        "callers left unjoined",
+        DEFAULT,
+        |r| set(r, "/policies/0/client_threads_stopped", json!(false)),
+        "the report says some of the lab's callers were not joined",
+    ),
+    (
+        "no OS thread counted before F1",
+        DEFAULT,
+        |r| set(r, "/policies/0/resources/before_fast/os_threads", json!(0)),
+        "resources.before_fast counts 0 OS threads, but the lab counts them from inside its \
+         process, on one of them",
+    ),
     (
         "a room request's work cancelled, and its answer kept",
         SESSION,
@@ -789,9 +964,8 @@ const EDITS: &[Edit] = &[
             set(r, &format!("{before}/held_at_gate"), json!(2));
             set(r, &format!("{before}/connection_handlers"), json!(2));
         },
-        "resources.before_fast counts 2 requests held at the gate, but observer_before_fast, \
-         taken just before, holds 1, and only 0 of the room's requests are held in the ledger \
-         before F1's decision: at most 1",
+        "resources.before_fast counts 2 requests held at the gate, but from observer_before_fast \
+         to F1's decision the ledger holds 1: it is counted in between",
     ),
     (
         "foreign requests refused on no connection of their own",
@@ -894,8 +1068,8 @@ const EDITS: &[Edit] = &[
                 json!(0),
             )
         },
-        "resources.before_fast counts 0 requests held at the gate, but observer_before_fast, \
-         taken just before, while a room's request can only add held work, holds 2",
+        "resources.before_fast counts 0 requests held at the gate, but from observer_before_fast \
+         to F1's decision the ledger holds 2: it is counted in between",
     ),
     (
         "a refusal's 503 moved after the next request",
@@ -1477,7 +1651,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         assert!(shown.contains("matched the policy model."), "{name}");
         unedited += 1;
     }
-    assert_eq!(unedited, 15, "12 lab reports and three classroom sessions");
+    assert_eq!(unedited, 16, "12 lab reports and four classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let file = format!("edit-{i}.json");
         let (shown, report) = record_edited(&dir, base, edit, &file);
@@ -1680,7 +1854,33 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         let (first, second) = (first.expect("S2 starts"), second.expect("S3 starts"));
         std::mem::swap(&mut first["request"], &mut second["request"]);
     };
-    let edits: [OnReport; 14] = [
+    // The release's reading moved before F1's answer.
+    let release_before_f1 = |report: &mut Value| {
+        let responses = list(report, "/policies/0/responses");
+        let f1 = responses.iter().find(|r| r["request"] == "F1");
+        let answered = f1.and_then(|f1| f1["after_event"].as_u64());
+        let before = answered.expect("F1 is answered") - 1;
+        let beats = list(report, "/policies/0/executor/heartbeat");
+        let release = beats.iter_mut().find(|b| b["moment"] == "release");
+        release.expect("a release reading")["after_event"] = json!(before);
+    };
+    let unwatched = |report: &mut Value| {
+        for policy in list(report, "/policies") {
+            policy.as_object_mut().expect("a policy").remove("executor");
+        }
+    };
+    let edits: [OnReport; 16] = [
+        (
+            &spawned,
+            release_before_f1,
+            "the release's reading is taken after event",
+        ),
+        (
+            &spawned,
+            unwatched,
+            "the report's executor is --work spawn-blocking --blocking-threads 1, whose front runs \
+             on a runtime of its own, but it records no evidence of that runtime",
+        ),
         (
             &spawned,
             one_handler,
@@ -1924,7 +2124,23 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     let before_f1 = "spawn-blocking-s2-out-of-descriptors.json";
     /// A fixture, an edit of it, and what the record must say of the edit.
     type OnFixture = (&'static str, fn(&mut Value), &'static str);
-    let edits: [OnFixture; 6] = [
+    let edits: [OnFixture; 8] = [
+        (
+            before_f1,
+            |r| {
+                let failure = r["failure"].as_str().expect("a failure");
+                let dialled =
+                    failure.replace("connecting to 127.0.0.1:40297", "connecting to 10.0.0.1:80");
+                r["failure"] = json!(dialled);
+            },
+            "the failure says S2 failed connecting to 10.0.0.1:80, but shared's server listened \
+             on 127.0.0.1:40297",
+        ),
+        (
+            before_f1,
+            |r| set(r, "/policies/0/resources/after_run/os_threads", json!(0)),
+            "resources.after_run counts 0 OS threads",
+        ),
         (
             queued,
             |r| {
@@ -2024,7 +2240,18 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 12] = [
+    let cases: [Malformed; 13] = [
+        (
+            "threaded-runtime",
+            |r| {
+                set(r, "/runner/front", json!("threaded"));
+                let executor =
+                    json!({ "work": "own-runtime", "workers": 3, "blocking_threads": 7 });
+                r["executor"] = executor;
+            },
+            "runs the threaded front with --work own-runtime --workers 3 --blocking-threads 7, \
+             which the command line refuses",
+        ),
         (
             "twice",
             |r| {
