@@ -233,30 +233,44 @@ fn stopped_when_held(at: u64) {
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
 }
 
-/// Under an address-space limit too small for a front (`prlimit --as=33554432`), `hold` starts
-/// no child and fails with one line on stderr, exit 1: no allocation failure, no backtrace.
-#[test]
-fn an_address_space_limit_fails_in_one_line() {
+/// The lab run with `args` under `resource` limited to `value`, soft and hard, as `prlimit`
+/// sets it.
+fn lab_under(
+    resource: libc::__rlimit_resource_t,
+    value: libc::rlim_t,
+    args: &[&str],
+) -> std::process::Output {
     use std::os::unix::process::CommandExt;
-    if common::alone() {
-        return;
-    }
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-    command.args(["hold", "--counts", "10,100,1000"]);
+    command.args(args);
     // SAFETY: setrlimit is async-signal-safe and allocates nothing.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             let limit = libc::rlimit {
-                rlim_cur: 33_554_432,
-                rlim_max: 33_554_432,
+                rlim_cur: value,
+                rlim_max: value,
             };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) == -1 {
+            if libc::setrlimit(resource, &limit) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    let output = command.output().expect("the lab runs");
+    command.output().expect("the lab runs")
+}
+
+/// Under an address-space limit too small for a front (`prlimit --as=33554432`), `hold` starts
+/// no child and fails with one line on stderr, exit 1: no allocation failure, no backtrace.
+#[test]
+fn an_address_space_limit_fails_in_one_line() {
+    if common::alone() {
+        return;
+    }
+    let output = lab_under(
+        libc::RLIMIT_AS,
+        33_554_432,
+        &["hold", "--counts", "10,100,1000"],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
@@ -272,28 +286,13 @@ fn an_address_space_limit_fails_in_one_line() {
 /// RLIMIT_NPROC, where it does.
 #[test]
 fn a_thread_limit_is_a_ceiling_only_where_the_kernel_enforces_it() {
-    use std::os::unix::process::CommandExt;
     if common::alone() {
         return;
     }
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-    command.args([
+    let args = [
         "hold", "--counts", "100", "--server", "threaded", "--format", "json",
-    ]);
-    // SAFETY: setrlimit is async-signal-safe and allocates nothing.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 64,
-                rlim_max: 64,
-            };
-            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let output = command.output().expect("the lab runs");
+    ];
+    let output = lab_under(libc::RLIMIT_NPROC, 64, &args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a report");
