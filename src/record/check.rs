@@ -724,6 +724,32 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
         };
         find(&["room_gates", &i.to_string()], why);
     }
+    // A session's own failure is its close's (its page, its server, its journal): a run's is
+    // said in the run, of its policy.
+    if let Some(failure) = &session.failure
+        && let Some(mode) = Mode::ALL.into_iter().find(|m| {
+            failure
+                .strip_prefix(m.name())
+                .is_some_and(|rest| rest.starts_with(": "))
+        })
+    {
+        find(
+            &["failure"],
+            format!(
+                "the session's failure is said of the {} policy, but a session fails only as it \
+                 closes, for its page, server or journal; a run's failure is the run's own",
+                mode.name()
+            ),
+        );
+    }
+    if session.runs.is_empty() && session.matches_model {
+        find(
+            &["matches_model"],
+            "the session says it matched the policy model, but it made no run: a session \
+             matches only once a run was made"
+                .into(),
+        );
+    }
     // The session's verdict is its runs' and its close's: it did not match only for a reason.
     let claims_all = session.runs.iter().all(|r| r.matches_model);
     if !session.matches_model && session.failure.is_none() && !session.runs.is_empty() && claims_all
@@ -1344,21 +1370,36 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
             // A connection carries one request at a time: each request decided while others
-            // are inside the section came on a connection of its own.
+            // are inside the section came on a connection of its own, the lab's client's (the
+            // room's requests go out on it too), which sends the run's token on each.
             let said = least.filter(|&l| server.connections_accepted < l).is_some();
-            if let Some((seq, at_once)) = at_once(&file.work_events)
-                && server.connections_accepted < at_once.len() as u64
-                && !said
-            {
-                self.find(
-                    &["server", "connections_accepted"],
-                    format!(
-                        "the server accepted {} connections, but at seq {seq} {} are on \
-                         connections at once: a connection carries one request at a time",
-                        server.connections_accepted,
-                        labels(&at_once)
-                    ),
-                );
+            if let Some((seq, at_once)) = at_once(&file.work_events) {
+                let (accepted, lab) = (server.connections_accepted, at_once.len() as u64);
+                if accepted < lab && !said {
+                    self.find(
+                        &["server", "connections_accepted"],
+                        format!(
+                            "the server accepted {accepted} connections, but at seq {seq} {} are \
+                             on connections at once: a connection carries one request at a time",
+                            labels(&at_once)
+                        ),
+                    );
+                } else if accepted == lab
+                    && server.foreign_requests_refused > 0
+                    && least != Some(accepted)
+                {
+                    self.find(
+                        &["server", "foreign_requests_refused"],
+                        format!(
+                            "the server refused {} requests without the run's token, but it \
+                             accepted only {accepted} connections, and at seq {seq} {} are on \
+                             that many at once, the lab's client's, which sends the token on \
+                             every request: a foreign request comes on a connection of its own",
+                            server.foreign_requests_refused,
+                            labels(&at_once)
+                        ),
+                    );
+                }
             }
             let responses = file.observed.responses.len();
             if server.connections_accepted == 0 && responses > 0 {
@@ -1399,6 +1440,37 @@ impl<'a> PolicyCheck<'a> {
                     format!("{} is {count}, yet the report records no failure: tasks are aborted only when a run fails", path.join("/")),
                 );
             }
+        }
+        // A connection task serves one accepted connection.
+        if let Some(server) = &file.server
+            && server.connection_tasks_aborted > server.connections_accepted
+        {
+            self.find(
+                &["server", "connection_tasks_aborted"],
+                format!(
+                    "{} connection tasks were aborted, but the server accepted {} connections, one \
+                     task each",
+                    server.connection_tasks_aborted, server.connections_accepted
+                ),
+            );
+        }
+        // The callers are the slow requests' (and F1's, where it waits for release); one that
+        // was answered was joined, not aborted.
+        let answered = (file.observed.responses.iter())
+            .filter(|r| matches!(r.request, Label::Slow(_) | Label::F1))
+            .count() as u64;
+        let callers = self.report.inputs.held.get() as u64 + 1;
+        let abortable = callers.saturating_sub(answered);
+        if file.client_tasks_aborted > abortable {
+            self.find(
+                &["client_tasks_aborted"],
+                format!(
+                    "client_tasks_aborted is {}, but the run starts at most {callers} callers \
+                     (each slow request's, and F1's where it waits for the release), and {answered} \
+                     of them were answered: at most {abortable} could be aborted",
+                    file.client_tasks_aborted
+                ),
+            );
         }
 
         let Some(replayed) = self.replay() else {
@@ -1458,6 +1530,17 @@ impl<'a> PolicyCheck<'a> {
             (false, true, None) => {
                 "the model block lists differences from the model, but its evidence shows none"
                     .into()
+            }
+            // The report lists exactly the model's check of its own evidence.
+            _ if stored.mismatches != self.differences => {
+                let says = format!(
+                    "model.mismatches lists {} differences, but the model's check of this \
+                     evidence finds {}: the report lists exactly those",
+                    stored.mismatches.len(),
+                    self.differences.len()
+                );
+                self.find(&["model", "mismatches"], says);
+                return;
             }
             _ => return,
         };
@@ -2334,18 +2417,35 @@ impl<'a> PolicyCheck<'a> {
             .iter()
             .rposition(is_f1)
             .map_or(held_sent, |i| i + 1);
+        // And after the evidence the sequence took before it: the responses it waited for and
+        // the heartbeat's readings, each placed by the ledger's last seq then (a position: the
+        // ledger numbers its events from 1, with no gap). In a classroom the room's requests
+        // may move the ledger on in between.
+        let taken_before = |of: fn(Label) -> bool| {
+            let answers = (observed.responses.iter())
+                .filter(|r| r.phase == Phase::BeforeRelease && of(r.request))
+                .map(|r| r.after_event);
+            let beats = observed.executor.iter().flat_map(|w| w.heartbeat.iter());
+            let beats = beats
+                .filter(|b| b.moment != Moment::Release && b.request.is_none_or(of))
+                .map(|b| b.after_event);
+            let latest = answers.chain(beats).max().unwrap_or(0);
+            usize::try_from(latest).unwrap_or(usize::MAX)
+        };
+        let before_f1 = taken_before(|r| matches!(r, Label::Slow(_)));
+        let with_f1 = taken_before(|r| matches!(r, Label::Slow(_) | Label::F1));
         let windows = [
             (
                 "observer_before_fast",
                 &observed.observer_before_fast,
-                held_sent,
+                held_sent.max(before_f1),
                 first_f1,
                 "just before F1",
             ),
             (
                 "observer_after_fast_before_release",
                 &observed.observer_after_fast_before_release,
-                after_f1,
+                after_f1.max(with_f1),
                 opened,
                 "just before the gate opened",
             ),
@@ -2582,6 +2682,17 @@ impl<'a> PolicyCheck<'a> {
             let at = i.to_string();
             let path = ["responses", at.as_str()];
             let request = r.request;
+            // Each request is sent once, and its caller's reply recorded once.
+            if observed.responses[..i]
+                .iter()
+                .any(|earlier| earlier.request == request)
+            {
+                self.find(
+                    &path,
+                    format!("{request}'s response is listed a second time: each request is sent once, and its reply recorded once"),
+                );
+                continue;
+            }
             if r.route != self.route(request).unwrap_or(request.route()) {
                 self.find(
                     &path,
@@ -2764,6 +2875,17 @@ impl<'a> PolicyCheck<'a> {
             waiting.sort();
             let mut said = pending.clone();
             said.sort();
+            if said == waiting && said != *pending {
+                self.find(
+                    &["slow_callers_pending_before_release"],
+                    format!(
+                        "slow_callers_pending_before_release lists {}, but the lab notes its held \
+                         callers in the order it sent them: {}",
+                        labels(pending),
+                        labels(&said)
+                    ),
+                );
+            }
             if said != waiting {
                 let (unread, held): (Vec<Label>, Vec<Label>) =
                     (waiting.iter()).partition(|r| decided.get(*r).is_none_or(|d| d.seq > opened));

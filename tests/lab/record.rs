@@ -571,12 +571,98 @@ const THREADED_ROOM_GATE: &str = "classroom-threaded-shared-3-1-room-gate.json";
 const TWO_RUNS: &str = "classroom-two-runs-room-gates.json";
 /// A genuine session of `--mode both`, closed while its shared policy was held at S1.
 const CLOSED_MID_RUN: &str = "session-closed-mid-run.json";
+/// A genuine session of `--mode partitioned --slots 3 --held 1 --work spawn-blocking`: the
+/// room's R1 held after F1's answer, before the release; two room gates after it, the second
+/// closed as the first opened.
+const SPAWNED_SESSION: &str = "classroom-spawn-blocking-partitioned-3-1.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
 /// session's), each with the words its record must name it with. In the default run, shared
 /// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
+    (
+        "F1's answer placed after the moment the snapshot after it shows",
+        SPAWNED_SESSION,
+        |r| {
+            let responses = list(r, "/runs/0/policies/0/responses");
+            let f1 = responses.iter_mut().find(|x| x["request"] == "F1");
+            f1.expect("F1 is answered")["after_event"] = json!(8);
+        },
+        "observer_after_fast_before_release disagrees with the ledger",
+    ),
+    (
+        "a refusal's answer placed after the moment the snapshot before F1 shows",
+        DEFAULT,
+        |r| {
+            let responses = list(r, "/policies/1/responses");
+            let s2 = responses.iter_mut().find(|x| x["request"] == "S2");
+            s2.expect("S2 is answered")["after_event"] = json!(4);
+        },
+        "observer_before_fast disagrees with the ledger",
+    ),
+    (
+        "a foreign request refused where every connection was the lab's client's",
+        THREADED_ROOM_GATE,
+        |r| {
+            set(
+                r,
+                "/runs/0/policies/0/server/foreign_requests_refused",
+                json!(1),
+            )
+        },
+        "the server refused 1 requests without the run's token, but it accepted only 3 \
+         connections, and at seq 5 R1 S1 F1 are on that many at once",
+    ),
+    (
+        "a response listed twice",
+        DEFAULT,
+        |r| {
+            let responses = list(r, "/policies/0/responses");
+            let first = responses[0].clone();
+            responses.push(first);
+        },
+        "response is listed a second time: each request is sent once, and its reply recorded once",
+    ),
+    (
+        "held callers noted out of the order they were sent",
+        DEFAULT,
+        |r| list(r, "/policies/0/slow_callers_pending_before_release").reverse(),
+        "slow_callers_pending_before_release lists S2 S1, but the lab notes its held callers in \
+         the order it sent them: S1 S2",
+    ),
+    (
+        "more connection tasks aborted than connections accepted",
+        DEFAULT,
+        |r| set(r, "/policies/0/server/connection_tasks_aborted", json!(99)),
+        "99 connection tasks were aborted, but the server accepted",
+    ),
+    (
+        "more client tasks aborted than callers",
+        DEFAULT,
+        |r| set(r, "/policies/0/client_tasks_aborted", json!(9)),
+        "client_tasks_aborted is 9, but the run starts at most 3 callers",
+    ),
+    (
+        "a run's failure told as the session's",
+        SESSION,
+        |r| {
+            let stall = "partitioned: stalled: no admission decision for S1 within 5 s";
+            failed(r, stall);
+        },
+        "the session's failure is said of the partitioned policy, but a session fails only as it \
+         closes",
+    ),
+    (
+        "a session of no run said to match",
+        SESSION,
+        |r| {
+            for list in ["runs", "room_requests", "room_gates"] {
+                r[list] = json!([]);
+            }
+        },
+        "the session says it matched the policy model, but it made no run",
+    ),
     (
         "a classroom run's held work counted below anything the ledger held after the snapshot",
         ROOM_GATE,
@@ -1651,7 +1737,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         assert!(shown.contains("matched the policy model."), "{name}");
         unedited += 1;
     }
-    assert_eq!(unedited, 16, "12 lab reports and four classroom sessions");
+    assert_eq!(unedited, 17, "12 lab reports and five classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let file = format!("edit-{i}.json");
         let (shown, report) = record_edited(&dir, base, edit, &file);
@@ -2124,7 +2210,15 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     let before_f1 = "spawn-blocking-s2-out-of-descriptors.json";
     /// A fixture, an edit of it, and what the record must say of the edit.
     type OnFixture = (&'static str, fn(&mut Value), &'static str);
-    let edits: [OnFixture; 8] = [
+    let edits: [OnFixture; 9] = [
+        (
+            "block-out-of-descriptors.json",
+            |r| {
+                let made_up = json!(["F1: expected HTTP 200 before release, received none"]);
+                set(r, "/policies/0/model/mismatches", made_up);
+            },
+            "model.mismatches lists 1 differences, but the model's check of this evidence finds",
+        ),
         (
             before_f1,
             |r| {
@@ -2578,7 +2672,8 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
         text(&output.stdout)
     );
 
-    let empty = json!({ "runs": [], "room_requests": [], "matches_model": true,
+    // As a session ended before its first step writes it.
+    let empty = json!({ "runs": [], "room_requests": [], "matches_model": false,
                         "event_streams_dropped": 0, "connections_refused": 0 });
     std::fs::write(dir.join("empty.json"), empty.to_string()).expect("saved");
     let output = lab(&dir, &["record", "empty.json"]);
