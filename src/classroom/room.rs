@@ -182,6 +182,9 @@ impl Room {
 }
 
 /// A room request on its way: listed, with no answer, if it is dropped before one comes.
+/// Why a room request is listed without an answer when its student gave up before it came.
+pub(crate) const GAVE_UP: &str = "the student gave up before the answer came";
+
 struct Unanswered<'a> {
     room: &'a Room,
     request: Label,
@@ -199,7 +202,7 @@ impl Unanswered<'_> {
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if let Some(target) = self.target.take() {
-            let why = "the student gave up before the answer came".to_owned();
+            let why = GAVE_UP.to_owned();
             self.room.list(self.request, &target, Err(why));
         }
     }

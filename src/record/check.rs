@@ -16,6 +16,7 @@ use serde_json::Value;
 use crate::admission::audit::{self, PoolLedger};
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
+use crate::classroom::room::GAVE_UP;
 use crate::coordinator::differs;
 use crate::coordinator::failure::{Cause, Failure, Step, waited};
 use crate::coordinator::sequence::Planned;
@@ -66,6 +67,12 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     let mut findings = Vec::new();
     let mut differences = Vec::new();
     let last = report.policies.len().saturating_sub(1);
+    // The policy the failure is said of: a run's failure names the policy it stopped.
+    let failed = (report.failure.as_deref()).and_then(|failure| {
+        Mode::ALL.into_iter().find(|mode| {
+            (failure.strip_prefix(mode.name())).is_some_and(|rest| rest.starts_with(": "))
+        })
+    });
     for (i, policy) in report.policies.iter().enumerate() {
         let mut check = PolicyCheck {
             report,
@@ -74,8 +81,8 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             room,
             base: format!("{prefix}{}", pointer(&["policies", &i.to_string()])),
             // The lab stops at the first policy that fails, so only the last one can be cut
-            // short.
-            cut_short: report.failure.is_some() && i == last,
+            // short, and only if the failure is its own (a session may end before the next).
+            cut_short: i == last && failed == Some(policy.mode),
             findings: Vec::new(),
             dropped: 0,
             differences: Vec::new(),
@@ -86,6 +93,13 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 &["model"],
                 "it differs from the model, yet another policy follows it: the lab stops at \
                  the first policy that differs"
+                    .into(),
+            );
+        } else if !check.differences.is_empty() && failed.is_some_and(|m| m != policy.mode) {
+            check.find(
+                &["model"],
+                "it differs from the model, but the run's failure is another policy's: a \
+                 policy that differs ends its run with its own failure"
                     .into(),
             );
         }
@@ -111,6 +125,18 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     runner(report, &mut find);
     // A failure is said of the policy it stopped (the lab runs no policy after it), and a
     // caller that failed got no response.
+    if report.failure.is_some()
+        && !failed.is_some_and(|mode| report.inputs.mode.modes().contains(&mode))
+    {
+        find(
+            &["failure"],
+            format!(
+                "the failure is said of no policy --mode {} runs: a run's failure begins with \
+                 the policy it stopped, or the one its session did not reach",
+                report.inputs.mode.name()
+            ),
+        );
+    }
     if let Some(failure) = &report.failure {
         // The policy the failure names, read once.
         let named = Mode::ALL.into_iter().find_map(|mode| {
@@ -314,38 +340,41 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
 }
 
 /// The step of `policy`'s sequence under way when its ledger's last event was `seq`, if one
-/// was: the release, from the gate's opening until the last held request's work left, or a
-/// probe, from its admission until its work left (each step waits for its responses).
+/// was: the release, from the gate's opening until the last answer it collects came, or a
+/// probe, from its decision until its answer came (each step waits for its answers, and each
+/// answer is placed by the ledger's last seq as it came).
 fn in_step(policy: &PolicyReport, seq: u64) -> Option<String> {
     let events = &policy.work_events;
-    let left = |request: Label| {
-        (events.iter())
-            .find(|e| e.request == Some(request) && e.event == Event::Finished)
-            .map(|e| e.seq)
+    let answered = |request: Label| {
+        (policy.observed.responses.iter())
+            .find(|r| r.request == request)
+            .map(|r| r.after_event)
     };
     let opened = events
         .iter()
         .find(|e| e.event == Event::GateOpened)
         .map(|e| e.seq);
-    let held_left = (events.iter())
-        .filter(|e| matches!(e.request, Some(Label::Slow(_))) && e.event == Event::Finished)
-        .map(|e| e.seq)
+    // The release collects the held callers' answers, and F1's if it waited for the release.
+    let collected = (policy.observed.responses.iter())
+        .filter(|r| r.phase == Phase::AfterRelease)
+        .filter(|r| matches!(r.request, Label::Slow(_) | Label::F1))
+        .map(|r| r.after_event)
         .max();
-    if let (Some(opened), Some(left)) = (opened, held_left)
-        && (opened..left).contains(&seq)
+    if let (Some(opened), Some(last)) = (opened, collected)
+        && (opened..last).contains(&seq)
     {
         return Some(format!(
-            "the release was under way (the gate opened at seq {opened}, the last held work left \
-             at seq {left})"
+            "the release was under way (the gate opened at seq {opened}, the last answer it \
+             collects came after event {last})"
         ));
     }
     [Label::SlowAfter, Label::FastAfter].into_iter().find_map(|probe| {
-        let admitted = (events.iter())
-            .find(|e| e.request == Some(probe) && e.event == Event::Admitted)?
+        let decided = (events.iter())
+            .find(|e| e.request == Some(probe) && matches!(e.event, Event::Admitted | Event::Refused))?
             .seq;
-        let left = left(probe)?;
-        (admitted..left).contains(&seq).then(|| {
-            format!("{probe}'s step was under way (admitted at seq {admitted}, its work left at seq {left})")
+        let answered = answered(probe)?;
+        (decided..answered).contains(&seq).then(|| {
+            format!("{probe}'s step was under way (decided at seq {decided}, answered after event {answered})")
         })
     })
 }
@@ -704,6 +733,12 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
             {
                 format!("it names events after seq {last}, where its run's ledger ends")
             }
+            (None, _) => format!(
+                "it closed in run {}'s {} policy, whose own gate never opened: the room's gate \
+                 closes only once the run's has opened",
+                gate.run + 1,
+                gate.mode.name()
+            ),
             (Some(seq), _) if gate.closed_after_event < seq => format!(
                 "it closed after event {}, before the run's own gate opened at seq {seq}: the \
                  room's gate closes only once the run's has opened",
@@ -739,6 +774,21 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                 "the session's failure is said of the {} policy, but a session fails only as it \
                  closes, for its page, server or journal; a run's failure is the run's own",
                 mode.name()
+            ),
+        );
+    }
+    // Nor is it told in the words the record tells a run's in ("run 1: …").
+    if let Some(failure) = &session.failure
+        && let Some((run, _)) = failure
+            .strip_prefix("run ")
+            .and_then(|r| r.split_once(": "))
+        && run.parse::<usize>().is_ok()
+    {
+        find(
+            &["failure"],
+            format!(
+                "the session's failure is told as run {run}'s, but a session fails only as it \
+                 closes, for its page, server or journal; a run's failure is the run's own"
             ),
         );
     }
@@ -927,7 +977,22 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 room.run,
                 room.mode.name()
             )),
-            (None, _) if room.error.is_some() => {}
+            // Its student gave up, or the run's client said why no answer came, naming it.
+            (None, _) if let Some(error) = &room.error => {
+                let words = error == GAVE_UP || error.starts_with(&format!("{request}: "));
+                if room.body.is_some() {
+                    find(format!(
+                        "{request} is listed with a body but no answer: the classroom lists a \
+                         body only with the status it came with"
+                    ));
+                } else if !words {
+                    find(format!(
+                        "{request} is listed without an answer, for a reason no classroom gives: \
+                         {error:?}; its student gave up, or its request failed, in the words of \
+                         the run's client, which name it"
+                    ));
+                }
+            }
             (None, _) => find(format!("{request} has neither an answer nor an error")),
             (Some(status), None) => find(format!(
                 "{request}'s evidence says {status}, but the ledger of runs[{}] ({}) shows no \
@@ -2682,6 +2747,14 @@ impl<'a> PolicyCheck<'a> {
             let at = i.to_string();
             let path = ["responses", at.as_str()];
             let request = r.request;
+            // The sequence's own callers' replies: the room's are listed apart.
+            if request.from_room() {
+                self.find(
+                    &path,
+                    format!("{request} is listed among the sequence's responses, but the room's requests are listed only in room_requests"),
+                );
+                continue;
+            }
             // Each request is sent once, and its caller's reply recorded once.
             if observed.responses[..i]
                 .iter()

@@ -575,12 +575,101 @@ const CLOSED_MID_RUN: &str = "session-closed-mid-run.json";
 /// room's R1 held after F1's answer, before the release; two room gates after it, the second
 /// closed as the first opened.
 const SPAWNED_SESSION: &str = "classroom-spawn-blocking-partitioned-3-1.json";
+/// A genuine session of `--mode shared` under `prlimit --nofile=10`: Next pressed once, its
+/// policy's server could not bind, then Finish.
+const NEVER_STARTED: &str = "session-never-started.json";
 
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
 /// session's), each with the words its record must name it with. In the default run, shared
 /// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
+    (
+        "a room gate closed while the release still waited for an answer",
+        TWO_RUNS,
+        |r| set(r, "/room_gates/0/closed_after_event", json!(5)),
+        "it names event 5, when the release was under way (the gate opened at seq 5, the last \
+         answer it collects came after event 6)",
+    ),
+    (
+        "a room request listed among the sequence's responses",
+        SESSION,
+        |r| {
+            let room = json!({ "request": "R1", "route": "/slow", "status": 200,
+                               "body": { "request": "R1", "pool": "slow" },
+                               "phase": "after_release", "after_event": 8 });
+            list(r, "/runs/0/policies/0/responses").push(room);
+        },
+        "R1 is listed among the sequence's responses, but the room's requests are listed only in \
+         room_requests",
+    ),
+    (
+        "a room request given up with a body",
+        THREADED_ROOM_GATE,
+        |r| r["room_requests"][0]["body"] = json!({ "request": "R1", "pool": "shared" }),
+        "R1 is listed with a body but no answer",
+    ),
+    (
+        "a room request without an answer, for a reason no classroom gives",
+        THREADED_ROOM_GATE,
+        |r| r["room_requests"][0]["error"] = json!("the server exploded"),
+        "R1 is listed without an answer, for a reason no classroom gives",
+    ),
+    (
+        "a policy that differs, in a run whose failure says the next was not run",
+        ROOM_GATE,
+        |r| {
+            list(r, "/runs/0/policies").truncate(1);
+            list(r, "/runs/0/policies/0/responses").retain(|x| x["request"] != "F-after");
+            let run = r.pointer_mut("/runs/0").expect("a run");
+            failed(run, "partitioned: not run, the session ended before it");
+            set(r, "/matches_model", json!(false));
+        },
+        "it differs from the model, but the run's failure is another policy's",
+    ),
+    (
+        "a room gate in a policy whose server never started",
+        NEVER_STARTED,
+        |r| {
+            let gate = json!({ "run": 1, "mode": "shared", "generation": 1,
+                               "closed_after_event": 0, "opened_after_event": 0 });
+            list(r, "/room_gates").push(gate);
+        },
+        "it closed in run 1's shared policy, whose own gate never opened",
+    ),
+    (
+        "a run's failure said of a policy its mode does not run",
+        SESSION,
+        |r| {
+            let run = r.pointer_mut("/runs/0").expect("a run");
+            failed(run, "shared: not run, the session ended before it");
+            set(r, "/matches_model", json!(false));
+        },
+        "the failure is said of no policy --mode partitioned runs",
+    ),
+    (
+        "a run's failure said of no policy",
+        SESSION,
+        |r| {
+            failed(
+                r.pointer_mut("/runs/0").expect("a run"),
+                "the run was unplugged",
+            );
+            set(r, "/matches_model", json!(false));
+        },
+        "the failure is said of no policy --mode partitioned runs",
+    ),
+    (
+        "a run's failure told as the session's, in the record's words",
+        SESSION,
+        |r| {
+            failed(
+                r,
+                "run 1: partitioned: stalled: no admission decision for S1 within 5 s",
+            )
+        },
+        "the session's failure is told as run 1's",
+    ),
     (
         "F1's answer placed after the moment the snapshot after it shows",
         SPAWNED_SESSION,
@@ -722,8 +811,8 @@ const EDITS: &[Edit] = &[
                                "closed_after_event": 10, "opened_after_event": 12 });
             list(r, "/room_gates").insert(1, gate);
         },
-        "it names event 10, when S-after's step was under way (admitted at seq 10, its work left \
-         at seq 11): the instructor's orders run between the sequence's steps",
+        "it names event 10, when S-after's step was under way (decided at seq 10, answered after \
+         event 11): the instructor's orders run between the sequence's steps",
     ),
     (
         "fewer connections accepted than the room's and the lab's requests at once",
