@@ -187,6 +187,17 @@ impl fmt::Display for Failure {
 
 impl std::error::Error for Failure {}
 
+/// What could not be set up for a run, in the words its failure begins with (`record` reads
+/// them back: a run that could not start serves nothing).
+pub(crate) mod setup {
+    /// The run's token, from the OS's randomness.
+    pub(crate) const TOKEN: &str = "cannot draw a random run token from the OS";
+    /// The front's own runtime, with its listener.
+    pub(crate) const RUNTIME: &str = "starting the front's own runtime on 127.0.0.1:0";
+    /// The front's listener.
+    pub(crate) const BINDING: &str = "binding 127.0.0.1:0";
+}
+
 /// What a step of the sequence waits for, in the words its stall names it by (`record` reads a
 /// stall back to its step with them).
 pub(crate) mod waited {
@@ -214,6 +225,13 @@ pub(crate) mod waited {
 
     /// The release: every held caller's response.
     pub(crate) const RELEASED: &str = "a released slow caller got no response";
+
+    /// Before S1, on a front with a runtime of its own: the first tick of its heartbeat.
+    pub(crate) const HEARTBEAT: &str = "the front's own runtime never ran its heartbeat";
+
+    /// Why that wait ended without a tick.
+    pub(crate) const HEARTBEAT_STOPPED: &str =
+        "the front's own runtime stopped before it ran its heartbeat";
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use anyhow::anyhow;
 use hyper::header::HeaderMap;
 
 use super::client::Received;
-use super::failure::{Cause, Failure, Left, Step, waited};
+use super::failure::{Cause, Failure, Left, Step, setup, waited};
 use super::session::{self, CallerTasks, Session};
 use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
@@ -103,7 +103,7 @@ impl Run {
         let (front, executor) = (options.front, options.executor);
         let shape = (front, executor);
         let token = RunToken::generate().map_err(|e| {
-            let why = format!("cannot draw a random run token from the OS: {e}");
+            let why = format!("{}: {e}", setup::TOKEN);
             let failure = Failure::new(Step::Start, None, Cause::Setup(why));
             unfinished(policy, held, shape, Evidence::nothing_ran(policy), failure)
         })?;
@@ -404,12 +404,12 @@ impl Run {
             return Ok(());
         };
         let at = (Step::Start, Some(request));
-        let never = || "the front's own runtime never ran its heartbeat".into();
+        let never = || waited::HEARTBEAT.into();
         let bounds = self.session.bounds();
         let ticked = bounds.within(heartbeat.first_tick(), at, never).await?;
         if !ticked {
-            let why = "the front's own runtime stopped before it ran its heartbeat";
-            return Err(Failure::new(at.0, at.1, Cause::Server(why.into())));
+            let why = waited::HEARTBEAT_STOPPED.into();
+            return Err(Failure::new(at.0, at.1, Cause::Server(why)));
         }
         self.beat(Moment::Start, None);
         Ok(())

@@ -9,7 +9,7 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 
 use super::Options;
 use super::client::{self, Client, Received};
-use super::failure::{Cause, Failure, Step, waited};
+use super::failure::{self, Cause, Failure, Step, waited};
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
@@ -98,11 +98,8 @@ impl Session {
                 gates,
                 timeout,
             );
-            let (address, running) = started.map_err(|e| {
-                setup(format!(
-                    "starting the front's own runtime on 127.0.0.1:0: {e}"
-                ))
-            })?;
+            let (address, running) =
+                started.map_err(|e| setup(format!("{}: {e}", failure::setup::RUNTIME)))?;
             (address, Running::Owned(running))
         } else {
             let started = server::start_at(
@@ -113,7 +110,7 @@ impl Session {
                 gates,
                 timeout,
             );
-            started.map_err(|e| setup(format!("binding 127.0.0.1:0: {e}")))?
+            started.map_err(|e| setup(format!("{}: {e}", failure::setup::BINDING)))?
         };
         let heartbeat = match &server {
             Running::Owned(running) => Some(running.heartbeat()),

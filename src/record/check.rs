@@ -18,7 +18,7 @@ use crate::admission::ledger::{Event, Snapshot, WorkEvent};
 use crate::admission::section::{GateState, Refusal, Verdict};
 use crate::classroom::room::GAVE_UP;
 use crate::coordinator::differs;
-use crate::coordinator::failure::{Cause, Failure, Step, waited};
+use crate::coordinator::failure::{Cause, Failure, Step, setup, waited};
 use crate::coordinator::sequence::Planned;
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Moment, Observed, Phase};
@@ -210,7 +210,28 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             });
             let unsent = caller.and_then(|label| {
                 let (_, missing) = unreached(&policy.observed, Some(label))?;
-                Some((label, missing))
+                Some((label, format!("it records no {missing}")))
+            });
+            // A slow request is sent in its turn: once the one before it is decided, or seen
+            // waiting unread; and only the --held first ones are.
+            let held = report.inputs.held.get();
+            let unsent = unsent.or_else(|| match caller? {
+                Label::Slow(k) if usize::from(k) > held => Some((
+                    Label::Slow(k),
+                    format!("--held {held} sends S1 to S{held}"),
+                )),
+                Label::Slow(k) if k > 1 => {
+                    let before = Label::Slow(k - 1);
+                    let decided = (policy.work_events.iter())
+                        .any(|e| e.request == Some(before) && matches!(e.event, Event::Admitted | Event::Refused));
+                    let unread = (policy.observed.executor.iter())
+                        .any(|w| w.unread.iter().any(|u| u.request == before));
+                    (!decided && !unread).then(|| {
+                        let why = format!("it sends S{k} only once {before} is decided or seen unread, and records neither");
+                        (Label::Slow(k), why)
+                    })
+                }
+                _ => None,
             });
             if i != last {
                 find(
@@ -220,12 +241,12 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                          lab stops at the first policy that fails"
                     ),
                 );
-            } else if let Some((label, missing)) = unsent {
+            } else if let Some((label, why)) = unsent {
                 find(
                     &["failure"],
                     format!(
                         "the failure says {label}'s request failed, yet {mode} stopped before the \
-                         lab sent it: it records no {missing}"
+                         lab sent it: {why}"
                     ),
                 );
             } else if let Some(label) = answered {
@@ -257,6 +278,23 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         }
         if let Some((_, policy, rest)) = said {
             stopped(report, policy, rest, room, &mut find);
+            // A run that could not start serves nothing.
+            let unstarted = [setup::TOKEN, setup::RUNTIME, setup::BINDING]
+                .into_iter()
+                .find(|what| rest.strip_prefix(what).is_some_and(|r| r.starts_with(": ")));
+            let served = !policy.work_events.is_empty()
+                || !policy.observed.responses.is_empty()
+                || policy.server.is_some();
+            if let (Some(what), true) = (unstarted, served) {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {} could not start ({what}), but it records a server, \
+                         work events or responses: a run that cannot start serves nothing",
+                        policy.mode.name()
+                    ),
+                );
+            }
         }
     }
     // A run that ran to the end and differs says so with its first difference, as re-checked.
@@ -434,8 +472,8 @@ fn stopped(
         Planned::Release => vec![waited::RELEASED.into()],
         Planned::Probe(r) => vec![waited::response(r)],
     };
-    // The step it stopped at, and whether it was in it.
-    let (at, inside) = if says(closed(String::new())) {
+    // The step it stopped at, and how: before it, in it, or before its runtime could start it.
+    let (at, stop) = if says(closed(String::new())) {
         if room.is_none() {
             find(
                 &["failure"],
@@ -454,13 +492,41 @@ fn stopped(
             );
             return;
         };
-        (at, false)
+        (at, Stop::Before)
+    } else if says(stalled(waited::HEARTBEAT.into())) || rest.starts_with(waited::HEARTBEAT_STOPPED)
+    {
+        // Before S1's step sends S1, and only where the front has a runtime of its own.
+        let (front, executor) = (report.runner.front, report.executor);
+        if !executor.front_runtime(front) {
+            find(
+                &["failure"],
+                format!(
+                    "the failure says {mode}'s front runtime ran no heartbeat, but the {} \
+                     front{} has no runtime of its own to run one",
+                    front.name(),
+                    on_executor(executor)
+                ),
+            );
+            return;
+        }
+        (0, Stop::Unstarted)
     } else {
         let at = (plan.iter()).position(|&p| waits(p).into_iter().any(|w| says(stalled(w))));
         let Some(at) = at else {
+            // A stall's limit is the run's safety timeout, which bounds every wait.
+            let limit = format!(" within {} s", limit.as_secs_f64());
+            if rest.starts_with("stalled: ") && !rest.contains(&limit) {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {mode} stalled, but not{limit}: the run's safety \
+                         timeout, which bounds every wait"
+                    ),
+                );
+            }
             return;
         };
-        (at, true)
+        (at, Stop::In)
     };
     let observed = &policy.observed;
     let answered = |label: Label| observed.responses.iter().any(|r| r.request == label);
@@ -477,7 +543,7 @@ fn stopped(
     let contradiction = plan.iter().enumerate().find_map(|(k, &step)| {
         let which = if k == at { "that step" } else { "a later step" };
         match step {
-            _ if k == at && inside => None,
+            _ if k == at && stop == Stop::In => None,
             Planned::Fast if k < at && observed.slow_callers_pending_before_release.is_none() => {
                 Some("it records none of F1's step, which comes before it".to_owned())
             }
@@ -505,14 +571,39 @@ fn stopped(
     });
     if let Some(why) = contradiction {
         let step = plan[at];
-        let stop = match inside {
-            false => format!("was closed before its step \"{step}\", the first it did not take"),
-            true => format!("stalled in its step \"{step}\", which ends the sequence"),
+        let stop = match stop {
+            Stop::Before => {
+                format!("was closed before its step \"{step}\", the first it did not take")
+            }
+            Stop::In => format!("stalled in its step \"{step}\", which ends the sequence"),
+            Stop::Unstarted => format!(
+                "stopped as its front's runtime ran no heartbeat, before its step \"{step}\""
+            ),
         };
         find(
             &["failure"],
             format!("the failure says {mode} {stop}, but {why}"),
         );
+    }
+}
+
+/// How a run stopped at a step of its sequence.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Closed before it (a classroom's run).
+    Before,
+    /// Stalled in it.
+    In,
+    /// Before the front's own runtime ran its first tick, which S1's step waits for.
+    Unstarted,
+}
+
+/// Where `executor` runs, in a sentence's words: " on the lab's usual executor", or the flags
+/// that name it (" with --work block").
+fn on_executor(executor: Executor) -> String {
+    match executor.flags() {
+        flags if flags.is_empty() => " on the lab's usual executor".to_owned(),
+        flags => format!(" with{flags}"),
     }
 }
 
@@ -1298,6 +1389,56 @@ impl<'a> PolicyCheck<'a> {
     /// release and no probe before the slow callers still waiting are noted.
     fn reached(&mut self) {
         let file = self.file;
+        let observed = &file.observed;
+        // F1's step writes these in pairs, with nothing awaited in between: both, or neither.
+        let f1_answered = (observed.responses.iter())
+            .any(|r| r.request == Label::F1 && r.phase == Phase::BeforeRelease);
+        let pairs: [[(&str, &[&str], bool); 2]; 3] = [
+            [
+                (
+                    "observer_before_fast",
+                    &["observer_before_fast"],
+                    observed.observer_before_fast.is_some(),
+                ),
+                (
+                    "resources.before_fast",
+                    &["resources", "before_fast"],
+                    file.resources.before_fast.is_some(),
+                ),
+            ],
+            [
+                (
+                    "observer_after_fast_before_release",
+                    &["observer_after_fast_before_release"],
+                    observed.observer_after_fast_before_release.is_some(),
+                ),
+                (
+                    "slow_callers_pending_before_release",
+                    &["slow_callers_pending_before_release"],
+                    observed.slow_callers_pending_before_release.is_some(),
+                ),
+            ],
+            [
+                (
+                    "fast_response_before_release",
+                    &["fast_response_before_release"],
+                    observed.fast_response_before_release.is_some(),
+                ),
+                ("F1's response before release", &["responses"], f1_answered),
+            ],
+        ];
+        for [one, other] in pairs {
+            if one.2 != other.2 {
+                let (there, missing) = if one.2 { (one, other) } else { (other, one) };
+                self.find(
+                    there.1,
+                    format!(
+                        "the report records {} but not {}: F1's step writes both at one moment",
+                        there.0, missing.0
+                    ),
+                );
+            }
+        }
         let release = unreached(&file.observed, None);
         for (i, r) in file.observed.responses.iter().enumerate() {
             let after_release = release.filter(|_| r.phase == Phase::AfterRelease);
@@ -1786,10 +1927,7 @@ impl<'a> PolicyCheck<'a> {
             return;
         };
         if !executor.front_runtime(front) {
-            let on = match executor.flags() {
-                flags if flags.is_empty() => " on the lab's usual executor".to_owned(),
-                flags => format!(" with{flags}"),
-            };
+            let on = on_executor(executor);
             self.find(
                 &["executor"],
                 format!(
@@ -1829,17 +1967,14 @@ impl<'a> PolicyCheck<'a> {
                 ),
             );
         }
-        // A run cut short stops reading where it failed.
-        if self.cut_short {
-            return;
-        }
+        // A run cut short stops reading where it failed: its readings begin the full run's.
         let moments: Vec<Moment> = beats.iter().map(|b| b.moment).collect();
         let once = |m: Moment| moments.iter().filter(|&&n| n == m).count() == 1;
         let framed = moments.first() == Some(&Moment::Start)
             && moments.last() == Some(&Moment::Release)
             && once(Moment::Start)
             && once(Moment::Release);
-        if !framed {
+        if !framed && !self.cut_short {
             self.find(
                 &["executor", "heartbeat"],
                 format!(
@@ -1883,7 +2018,12 @@ impl<'a> PolicyCheck<'a> {
         let names =
             |seen: &[(Label, u64)]| -> Vec<Label> { seen.iter().map(|&(r, _)| r).collect() };
         let read_held = read(Moment::Held);
-        if names(&read_held) != names(&held) {
+        let (read_names, held_names) = (names(&read_held), names(&held));
+        let agrees = match self.cut_short {
+            true => held_names.starts_with(&read_names),
+            false => read_names == held_names,
+        };
+        if !agrees {
             self.find(
                 &["executor", "heartbeat"],
                 format!(
@@ -1908,7 +2048,7 @@ impl<'a> PolicyCheck<'a> {
         }
         // One thread takes the work queued for it first in, first out, and the lab sends each
         // request only once the one before it is seen queued.
-        if let Lane::Own(1, _) = executor.lane(front) {
+        if let (Lane::Own(1, _), false) = (executor.lane(front), self.cut_short) {
             let started: Vec<Label> = (replayed.events.iter())
                 .filter(|e| e.event == Event::Started)
                 .filter_map(|e| e.request)

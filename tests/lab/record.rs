@@ -585,6 +585,65 @@ const NEVER_STARTED: &str = "session-never-started.json";
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
     (
+        "a stall within another limit than the run's safety timeout",
+        DEFAULT,
+        |r| {
+            failed(
+                r,
+                "partitioned: stalled: no admission decision for S1 within 4 s",
+            )
+        },
+        "the failure says partitioned stalled, but not within 5 s",
+    ),
+    (
+        "a setup failure said of a run that served",
+        DEFAULT,
+        |r| {
+            failed(
+                r,
+                "partitioned: binding 127.0.0.1:0: Too many open files (os error 24)",
+            )
+        },
+        "the failure says partitioned could not start (binding 127.0.0.1:0), but it records a \
+         server, work events or responses",
+    ),
+    (
+        "a heartbeat failure on a front with no runtime of its own",
+        DEFAULT,
+        |r| {
+            failed(
+                r,
+                "partitioned: the front's own runtime stopped before it ran its heartbeat",
+            )
+        },
+        "has no runtime of its own to run one",
+    ),
+    (
+        "the snapshot after F1 dropped, the callers noted with it kept",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/observer_after_fast_before_release",
+                json!(null),
+            )
+        },
+        "the report records slow_callers_pending_before_release but not \
+         observer_after_fast_before_release: F1's step writes both at one moment",
+    ),
+    (
+        "a caller failure of a request --held never sends",
+        DEFAULT,
+        |r| {
+            failed(
+                r,
+                "partitioned: S3: GET /slow failed: connection closed before message completed",
+            )
+        },
+        "the failure says S3's request failed, yet partitioned stopped before the lab sent it: \
+         --held 2 sends S1 to S2",
+    ),
+    (
         "a room gate closed while the release still waited for an answer",
         TWO_RUNS,
         |r| set(r, "/room_gates/0/closed_after_event", json!(5)),
