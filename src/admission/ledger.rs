@@ -29,6 +29,11 @@ pub enum Event {
 }
 
 impl Event {
+    /// Whether it is an admission decision: admitted or refused.
+    pub fn is_decision(self) -> bool {
+        matches!(self, Event::Admitted | Event::Refused)
+    }
+
     /// The event's name, as the report spells it.
     pub fn name(self) -> &'static str {
         match self {

@@ -68,11 +68,9 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     let mut differences = Vec::new();
     let last = report.policies.len().saturating_sub(1);
     // The policy the failure is said of: a run's failure names the policy it stopped.
-    let failed = (report.failure.as_deref()).and_then(|failure| {
-        Mode::ALL.into_iter().find(|mode| {
-            (failure.strip_prefix(mode.name())).is_some_and(|rest| rest.starts_with(": "))
-        })
-    });
+    let failed = (report.failure.as_deref())
+        .and_then(said_of)
+        .map(|(mode, _)| mode);
     for (i, policy) in report.policies.iter().enumerate() {
         let mut check = PolicyCheck {
             report,
@@ -139,10 +137,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     }
     if let Some(failure) = &report.failure {
         // The policy the failure names, read once.
-        let named = Mode::ALL.into_iter().find_map(|mode| {
-            let rest = failure.strip_prefix(mode.name())?.strip_prefix(": ")?;
-            Some((mode, rest))
-        });
+        let named = said_of(failure);
         let said = named.and_then(|(mode, rest)| {
             let (i, p) = (report.policies.iter().enumerate()).find(|(_, p)| p.mode == mode)?;
             Some((i, p, rest))
@@ -223,7 +218,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 Label::Slow(k) if k > 1 => {
                     let before = Label::Slow(k - 1);
                     let decided = (policy.work_events.iter())
-                        .any(|e| e.request == Some(before) && matches!(e.event, Event::Admitted | Event::Refused));
+                        .any(|e| e.request == Some(before) && e.event.is_decision());
                     let unread = (policy.observed.executor.iter())
                         .any(|w| w.unread.iter().any(|u| u.request == before));
                     (!decided && !unread).then(|| {
@@ -304,9 +299,8 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     ) {
         let mode = policy.mode.name();
         let differ = differs(&["".into()]).unwrap_or_default();
-        let says_differs = (failure.strip_prefix(mode))
-            .and_then(|rest| rest.strip_prefix(": "))
-            .is_some_and(|rest| rest.starts_with(&differ));
+        let says_differs = (said_of(failure))
+            .is_some_and(|(of, rest)| of == policy.mode && rest.starts_with(&differ));
         let recheck = differs(found).map(|why| format!("{mode}: {why}"));
         if says_differs && recheck.as_ref() != Some(failure) {
             find(
@@ -408,7 +402,7 @@ fn in_step(policy: &PolicyReport, seq: u64) -> Option<String> {
     }
     [Label::SlowAfter, Label::FastAfter].into_iter().find_map(|probe| {
         let decided = (events.iter())
-            .find(|e| e.request == Some(probe) && matches!(e.event, Event::Admitted | Event::Refused))?
+            .find(|e| e.request == Some(probe) && e.event.is_decision())?
             .seq;
         let answered = answered(probe)?;
         (decided..answered).contains(&seq).then(|| {
@@ -585,6 +579,14 @@ fn stopped(
             format!("the failure says {mode} {stop}, but {why}"),
         );
     }
+}
+
+/// The policy a failure is said of (`"<mode>: …"`), and what it says of it.
+fn said_of(failure: &str) -> Option<(Mode, &str)> {
+    Mode::ALL.into_iter().find_map(|mode| {
+        let rest = failure.strip_prefix(mode.name())?.strip_prefix(": ")?;
+        Some((mode, rest))
+    })
 }
 
 /// How a run stopped at a step of its sequence.
@@ -852,13 +854,7 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
     }
     // A session's own failure is its close's (its page, its server, its journal): a run's is
     // said in the run, of its policy.
-    if let Some(failure) = &session.failure
-        && let Some(mode) = Mode::ALL.into_iter().find(|m| {
-            failure
-                .strip_prefix(m.name())
-                .is_some_and(|rest| rest.starts_with(": "))
-        })
-    {
+    if let Some((mode, _)) = session.failure.as_deref().and_then(said_of) {
         find(
             &["failure"],
             format!(
@@ -1049,7 +1045,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             .entry((room.run, room.mode.name()))
             .or_insert_with(|| {
                 let events = policy.work_events.iter().rev();
-                let events = events.filter(|e| matches!(e.event, Event::Admitted | Event::Refused));
+                let events = events.filter(|e| e.event.is_decision());
                 // Reversed, so that a request's first decision is the one kept.
                 events.filter_map(|e| Some((e.request?, e))).collect()
             })
