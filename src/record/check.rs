@@ -273,23 +273,6 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         }
         if let Some((_, policy, rest)) = said {
             stopped(report, policy, rest, room, &mut find);
-            // A run that could not start serves nothing.
-            let unstarted = [setup::TOKEN, setup::RUNTIME, setup::BINDING]
-                .into_iter()
-                .find(|what| rest.strip_prefix(what).is_some_and(|r| r.starts_with(": ")));
-            let served = !policy.work_events.is_empty()
-                || !policy.observed.responses.is_empty()
-                || policy.server.is_some();
-            if let (Some(what), true) = (unstarted, served) {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {} could not start ({what}), but it records a server, \
-                         work events or responses: a run that cannot start serves nothing",
-                        policy.mode.name()
-                    ),
-                );
-            }
         }
     }
     // A run that ran to the end and differs says so with its first difference, as re-checked.
@@ -437,8 +420,9 @@ fn at_once(events: &[WorkEvent]) -> Option<(u64, Vec<Label>)> {
     most
 }
 
-/// Where a run stopped, as its failure (`rest`, said of `policy`) names it: closed before a
-/// step (the first it did not take), or stalled in one (a failed step ends the sequence).
+/// Where a run stopped, as its failure (`rest`, said of `policy`) names it: unable to start
+/// (then it served nothing), closed before a step (the first it did not take), or stalled in
+/// one (a failed step ends the sequence).
 /// Every step before it was taken, and none after it: a step's requests are sent only in it.
 /// Only a classroom closes a run early: the command line runs every step, or stops at one that
 /// fails. And no order of the instructor's reaches a run once it closes, so a run stopped
@@ -459,6 +443,25 @@ fn stopped(
     let stalled =
         |waiting_for| Failure::new(Step::Close, None, Cause::Stalled { waiting_for, limit });
     let says = |failure: Failure| rest.starts_with(&failure.to_string());
+    // Before any step: a run that could not start serves nothing.
+    let unstarted = [setup::TOKEN, setup::RUNTIME, setup::BINDING]
+        .into_iter()
+        .find(|what| rest.strip_prefix(what).is_some_and(|r| r.starts_with(": ")));
+    if let Some(what) = unstarted {
+        let served = !policy.work_events.is_empty()
+            || !policy.observed.responses.is_empty()
+            || policy.server.is_some();
+        if served {
+            find(
+                &["failure"],
+                format!(
+                    "the failure says {mode} could not start ({what}), but it records a server, \
+                     work events or responses: a run that cannot start serves nothing"
+                ),
+            );
+        }
+        return;
+    }
     // What each step waits for, in a stall's words.
     let waits = |step: Planned| match step {
         Planned::Slow(r) => vec![waited::decision(r), waited::refusal(r), waited::unread(r)],
