@@ -1,0 +1,374 @@
+//! The accounts a report keeps beside its ledger: the admissions, each pool's account and peak,
+//! and the process's counts before F1 and after the run, with the fewest threads a front runs.
+
+use std::collections::BTreeMap;
+
+use crate::admission::audit::PoolLedger;
+use crate::draw::table::labels;
+use crate::evidence::Evidence;
+use crate::executor::{Executor, WorkStyle, Workers};
+use crate::policy::{Front, Pool, Route};
+use crate::resources::Resources;
+
+use super::PolicyCheck;
+
+impl<'a> PolicyCheck<'a> {
+    /// The process's counts before F1 and after the run: what the fronts and the sequence make
+    /// of them in every run.
+    pub(super) fn resources(&mut self) {
+        let file = self.file;
+        let counts = [
+            ("before_fast", file.resources.before_fast),
+            ("after_run", file.resources.after_run),
+        ];
+        // Counted from inside the process, by one of its threads.
+        for (when, count) in counts {
+            if count.is_some_and(|c| c.os_threads == Some(0)) {
+                self.find(
+                    &["resources", when, "os_threads"],
+                    format!(
+                        "resources.{when} counts 0 OS threads, but the lab counts them from \
+                         inside its process, on one of them"
+                    ),
+                );
+            }
+        }
+        let counted = counts.map(|(when, count)| (when, count.is_some()));
+        if let Some((when, _)) = counted
+            .iter()
+            .find(|(_, counted)| !counted && !self.cut_short)
+        {
+            self.find(
+                &["resources"],
+                format!(
+                    "resources.{when} is missing: a run that did not fail counts the process's \
+                     resources before F1 and after it closed"
+                ),
+            );
+        }
+        if let Some(before) = file.resources.before_fast {
+            let held = file.observed.observer_before_fast.as_ref();
+            let held = held.map(|o| o.held_at_gate.len());
+            // Counted right after the observer's snapshot, both before F1 is sent. In a
+            // classroom the room's requests may change the held work between the two: checked
+            // against the ledger's moments in between, once replayed (`counted_before_fast`).
+            if let Some(held) = held.filter(|&h| self.room.is_none() && h != before.held_at_gate) {
+                self.find(
+                    &["resources", "before_fast", "held_at_gate"],
+                    format!(
+                        "resources.before_fast counts {} requests held at the gate, but \
+                         observer_before_fast, taken at the same moment, holds {held}",
+                        before.held_at_gate
+                    ),
+                );
+            }
+            // Held work is inside the section, each holding a permit of the pool /slow draws
+            // from.
+            let slow_pool = self.policy.pool_for(Route::Slow);
+            let permits = self.policy.capacity(slow_pool);
+            if before.held_at_gate > permits {
+                self.find(
+                    &["resources", "before_fast", "held_at_gate"],
+                    format!(
+                        "resources.before_fast counts {} requests held at the gate, but each \
+                         holds one of the {slow_pool} pool's {permits} permits",
+                        before.held_at_gate
+                    ),
+                );
+            }
+            if self.room.is_none() && before.connection_handlers < before.held_at_gate {
+                self.find(
+                    &["resources", "before_fast", "connection_handlers"],
+                    format!(
+                        "resources.before_fast counts {} connection handlers, fewer than the {} \
+                         requests held at the gate, each inside one",
+                        before.connection_handlers, before.held_at_gate
+                    ),
+                );
+            }
+            // Each admitted request's permit stays with its connection's handler until its work
+            // leaves, held or queued for a thread. (In a classroom, see `counted_before_fast`.)
+            let taken = (file.observed.observer_before_fast.as_ref())
+                .filter(|_| self.room.is_none())
+                .map(|o| o.active_work.values().sum::<usize>());
+            // A refused caller read its 503 and left its connection open for the next caller,
+            // who reuses it: one more handler.
+            let refused = (file.observed.observer_before_fast.as_ref())
+                .is_some_and(|o| !o.refused.is_empty());
+            let kept = usize::from(refused && !self.cut_short);
+            let taken = taken.map(|t| t + kept);
+            if let Some(taken) = taken.filter(|&t| before.connection_handlers < t) {
+                self.find(
+                    &["resources", "before_fast", "connection_handlers"],
+                    format!(
+                        "resources.before_fast counts {} connection handlers, but \
+                         observer_before_fast, taken just before, has {} permits taken, each \
+                         kept by the handler of its request's connection until its work leaves{}",
+                        before.connection_handlers,
+                        taken - kept,
+                        if kept > 0 {
+                            ", and a refused caller's connection left open for the next caller"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+            let (front, executor) = (self.report.runner.front, self.report.executor);
+            let (least, whose) = least_threads(front, executor, before);
+            // (A run that failed may have lost a front thread already.)
+            let threads = before.os_threads.filter(|_| !self.cut_short);
+            if let Some(threads) = threads.filter(|&t| t < least) {
+                self.find(
+                    &["resources", "before_fast", "os_threads"],
+                    format!(
+                        "resources.before_fast counts {threads} OS threads, but the sequence's \
+                         thread{whose} make at least {least}"
+                    ),
+                );
+            }
+        }
+        let stopped = file
+            .server
+            .as_ref()
+            .is_some_and(|s| s.connection_tasks_stopped);
+        if let Some(after) = file
+            .resources
+            .after_run
+            .filter(|_| stopped && !self.cut_short)
+        {
+            if after.os_threads == Some(0) {
+                self.find(
+                    &["resources", "after_run", "os_threads"],
+                    "resources.after_run counts no OS thread, but the thread counting them is one"
+                        .into(),
+                );
+            }
+            for (field, left) in [
+                ("connection_handlers", after.connection_handlers),
+                ("held_at_gate", after.held_at_gate),
+            ] {
+                if left > 0 {
+                    self.find(
+                        &["resources", "after_run", field],
+                        format!(
+                            "resources.after_run counts {left} {}, yet every connection task \
+                             stopped and the run records no failure",
+                            field.replace('_', " ")
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `admissions` must be the decisions among the work events, as the report derives them.
+    pub(super) fn admissions(&mut self, evidence: &Evidence) {
+        let mut derived = evidence.admissions();
+        for a in &mut derived {
+            // A room request's label does not carry its route: the classroom report does.
+            a.route = self.route(a.request).unwrap_or(a.route);
+        }
+        let file = &self.file.admissions;
+        for (i, (a, d)) in file.iter().zip(&derived).enumerate() {
+            if a == d {
+                continue;
+            }
+            let at = i.to_string();
+            let path = ["admissions", at.as_str()];
+            let capacity = self.policy.capacity(a.pool);
+            let says = if (a.request, a.decision, a.pool) != (d.request, d.decision, d.pool) {
+                format!(
+                    "admissions[{i}] says {} was {} by the {} pool, but the work events say {} was {} by the {} pool",
+                    a.request,
+                    a.decision.name(),
+                    a.pool,
+                    d.request,
+                    d.decision.name(),
+                    d.pool
+                )
+            } else if a.active_after != d.active_after {
+                let beyond = if a.active_after > capacity {
+                    ": more than the pool holds"
+                } else {
+                    ""
+                };
+                format!(
+                    "{} took \"{} of {capacity}\" {} permits, but its work event says {} of {capacity}{beyond}",
+                    a.request, a.active_after, a.pool, d.active_after
+                )
+            } else if a.held_by != d.held_by {
+                format!(
+                    "{}'s refusal says the {} pool was held by {}, but at that moment the ledger shows it held by {}",
+                    a.request,
+                    a.pool,
+                    labels(a.held_by.iter().flatten()),
+                    labels(d.held_by.iter().flatten())
+                )
+            } else {
+                format!(
+                    "{} was sent to {}, but its route is {}",
+                    a.request, a.route, d.route
+                )
+            };
+            self.find(&path, says);
+        }
+        if file.len() != derived.len() {
+            self.find(
+                &["admissions"],
+                format!(
+                    "admissions lists {} decisions, but the work events hold {}",
+                    file.len(),
+                    derived.len()
+                ),
+            );
+        }
+    }
+
+    /// Each pool's account and peak must be what the work events give.
+    pub(super) fn ledger(&mut self, audited: &BTreeMap<Pool, PoolLedger>) {
+        let file = self.file;
+        for (pool, own) in audited {
+            let name = pool.name();
+            let Some(stored) = file.ledger.get(pool) else {
+                self.find(
+                    &["ledger"],
+                    format!("the ledger has no account of the {pool} pool"),
+                );
+                continue;
+            };
+            let fields = [
+                ("admitted", stored.admitted, own.admitted),
+                ("refused", stored.refused, own.refused),
+                ("finished", stored.finished, own.finished),
+                ("cancelled", stored.cancelled, own.cancelled),
+                ("capacity", stored.capacity as u64, own.capacity as u64),
+                ("peak", stored.peak as u64, own.peak as u64),
+            ];
+            for (field, said, counted) in fields {
+                if said != counted {
+                    self.find(
+                        &["ledger", name, field],
+                        format!("the ledger's account of the {pool} pool says {field} {said}, but its work events give {counted}"),
+                    );
+                }
+            }
+            // The section counts an attempt as it records the attempt's decision, under one
+            // lock: no attempt goes undecided, in any run.
+            let decided = own.admitted + own.refused;
+            if stored.attempts != decided {
+                self.find(
+                    &["ledger", name, "attempts"],
+                    format!(
+                        "the ledger's account of the {pool} pool counts {} attempts, but its work \
+                         events decide {decided}: the section counts an attempt as it records its \
+                         decision",
+                        stored.attempts
+                    ),
+                );
+            }
+            if stored.refusals != own.refusals {
+                self.find(
+                    &["ledger", name, "refusals"],
+                    format!("the ledger's refusals on the {pool} pool are not the refusals in its work events, with the requests holding the pool at each"),
+                );
+            }
+            let rules = |ledger: &PoolLedger| -> Vec<String> {
+                ledger.invariants.iter().map(|i| i.rule.clone()).collect()
+            };
+            let (stated, audits) = (rules(stored), rules(own));
+            if let Some(rule) = audits.iter().find(|r| !stated.contains(r)) {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool leaves out the rule \"{rule}\", which its audit always checks"),
+                );
+            }
+            let twice = (stated.iter().enumerate()).find(|&(i, r)| stated[..i].contains(r));
+            if let Some((_, rule)) = twice {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool states the rule \"{rule}\" twice; its audit states each rule once"),
+                );
+            }
+            if let Some(rule) = stated.iter().find(|r| !audits.contains(r)) {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool states a rule its audit does not check: \"{rule}\""),
+                );
+            }
+            for rule in &own.invariants {
+                let said = stored.invariants.iter().find(|i| i.rule == rule.rule);
+                if said.is_some_and(|s| s.holds != rule.holds) {
+                    self.find(
+                        &["ledger", name, "invariants"],
+                        format!(
+                            "the ledger says \"{}\" {} on the {pool} pool, but its work events show it {}",
+                            rule.rule,
+                            if rule.holds { "does not hold" } else { "holds" },
+                            if rule.holds { "holds" } else { "broken" }
+                        ),
+                    );
+                }
+            }
+            if file.peak_active_work.get(pool) != Some(&own.peak) {
+                self.find(
+                    &["peak_active_work", name],
+                    format!("peak_active_work of the {pool} pool is not the peak of its work events, {}", own.peak),
+                );
+            }
+        }
+        let extra = file.ledger.keys().chain(file.peak_active_work.keys());
+        if let Some(pool) = extra.copied().find(|p| !audited.contains_key(p)) {
+            self.find(
+                &["ledger"],
+                format!(
+                    "the report accounts for a {pool} pool, which {} does not have",
+                    self.policy.mode.name()
+                ),
+            );
+        }
+    }
+}
+
+/// The fewest OS threads the lab's process runs before F1 on `front` with `executor`, with the
+/// resources counted then, and whose they are besides the sequence's thread: the sequence's thread, and on the threaded
+/// front its accept thread and a thread per connection; with a front runtime of its own, the
+/// thread that drives it and its workers, each work class's driver and workers
+/// (`own-runtime`), and a blocking thread for each slow request held (`spawn-blocking`).
+fn least_threads(front: Front, executor: Executor, before: Resources) -> (usize, String) {
+    if front == Front::Threaded {
+        let handlers = before.connection_handlers;
+        let whose = format!(" with the accept thread and {handlers} connections' threads");
+        return (handlers.saturating_add(2), whose);
+    }
+    if !executor.own_runtime() {
+        return (1, " alone would".into());
+    }
+    let workers = match executor.workers() {
+        Workers::CurrentThread => 0,
+        Workers::Threads(n) => usize::from(n),
+    };
+    // `own-runtime` gives `--workers` to each work class's runtime; its connections run on a
+    // current-thread one.
+    let (front_workers, others, whose) = match executor.work {
+        WorkStyle::OwnRuntime => (
+            0,
+            2 * (1 + workers),
+            format!("each work class's runtime's {} threads", 1 + workers),
+        ),
+        WorkStyle::SpawnBlocking => (
+            workers,
+            before.held_at_gate,
+            format!(
+                "{} held slow requests' blocking threads",
+                before.held_at_gate
+            ),
+        ),
+        WorkStyle::Block | WorkStyle::Await => (workers, 0, String::new()),
+    };
+    let mut words = format!(" with the front runtime's {} threads", 1 + front_workers);
+    if !whose.is_empty() {
+        words = format!("{words} and {whose}");
+    }
+    (2 + front_workers + others, words)
+}

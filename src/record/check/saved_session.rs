@@ -1,0 +1,470 @@
+//! The check of a classroom session as a whole: its runs in order and what holds across them,
+//! the room's gates, and each request the room sent, against the run whose ledger decided it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::admission::ledger::{Event, WorkEvent};
+use crate::classroom::room::GAVE_UP;
+use crate::label::Label;
+use crate::policy::Mode;
+use crate::record::pointer;
+use crate::record::read::{SavedRoomGate, SavedRoomRequest, SavedSession};
+use crate::report::Report;
+
+use super::answers::{abandoned_differs, answer_differs, answered_though_cancelled};
+use super::stopped::in_step;
+use super::{Finding, said_of};
+
+/// Checks a classroom session as a whole: its runs' shape, its room's gates and requests
+/// against the runs' ledgers, and its own verdict.
+pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
+    let mut findings = room_requests(session);
+    let mut find = |path: &[&str], says: String| {
+        findings.push(Finding {
+            pointer: pointer(path),
+            says,
+        })
+    };
+    // One command line, one front and executor: `classroom --server/--work` apply to every
+    // run, and a new run changes only its inputs.
+    if let Some(first) = session.runs.first() {
+        let shape = |r: &Report| (r.runner.front, r.executor);
+        for (i, run) in session.runs.iter().enumerate().skip(1) {
+            let timeout = |r: &Report| r.runner.safety_timeout_ms;
+            if timeout(run) != timeout(first) {
+                find(
+                    &["runs", &i.to_string(), "runner", "safety_timeout_ms"],
+                    format!(
+                        "run {} has a safety timeout of {} ms, but run 1 of {} ms: every run of \
+                         a session runs with the session's options",
+                        i + 1,
+                        timeout(run),
+                        timeout(first)
+                    ),
+                );
+            }
+            if shape(run) != shape(first) {
+                find(
+                    &["runs", &i.to_string(), "runner"],
+                    format!(
+                        "run {} ran with --server {}{}, but run 1 with --server {}{}: every run \
+                         of a session runs on the front and executor its command line names",
+                        i + 1,
+                        run.runner.front.name(),
+                        run.executor.flags(),
+                        first.runner.front.name(),
+                        first.executor.flags()
+                    ),
+                );
+            }
+        }
+    }
+    // A run is reported once a Next was pressed in it, and the first Next opens its first
+    // policy, which the run keeps however it ends.
+    for (i, run) in session.runs.iter().enumerate() {
+        let first = run.inputs.mode.modes().first().copied();
+        if run.policies.first().map(|p| p.mode) != first {
+            let has = match run.policies.first() {
+                Some(p) => format!("begins with the {} policy", p.mode.name()),
+                None => "has no policy".into(),
+            };
+            find(
+                &["runs", &i.to_string(), "policies"],
+                format!(
+                    "run {} {has}, but a run is reported once a Next was pressed in it, and the \
+                     first Next opens its first policy ({}), which it keeps",
+                    i + 1,
+                    first.map_or("none", Mode::name)
+                ),
+            );
+        }
+    }
+    // The session lists a run's room gates as it closes the run's policies, one after another.
+    let place = |run: usize, mode: Mode| {
+        let modes = session.runs.get(run).map(|r| r.inputs.mode.modes());
+        (run, modes.and_then(|m| m.iter().position(|&m| m == mode)))
+    };
+    for (i, pair) in session.room_gates.windows(2).enumerate() {
+        let [before, gate] = pair else { continue };
+        if place(gate.run, gate.mode) < place(before.run, before.mode) {
+            find(
+                &["room_gates", &(i + 1).to_string()],
+                format!(
+                    "a room gate of run {}'s {} policy is listed after one of run {}'s {} \
+                     policy, which closed after it: the session lists each policy's room gates \
+                     as it closes the policy",
+                    gate.run + 1,
+                    gate.mode.name(),
+                    before.run + 1,
+                    before.mode.name()
+                ),
+            );
+        }
+    }
+    // A room gate closes only once the run's own gate has opened, and once the room's last gate
+    // of that policy has opened again; then opens after it closed.
+    for (i, gate) in session.room_gates.iter().enumerate() {
+        let same = |g: &&SavedRoomGate| (g.run, g.mode) == (gate.run, gate.mode);
+        let earlier = session.room_gates[..i].iter().filter(same).count();
+        if usize::try_from(gate.generation).ok() != Some(earlier + 1) {
+            find(
+                &["room_gates", &i.to_string(), "generation"],
+                format!(
+                    "it is generation {}, but it is room gate {} of run {}'s {} policy: a run's \
+                     room gates are numbered 1, 2, … in the order they closed",
+                    gate.generation,
+                    earlier + 1,
+                    gate.run + 1,
+                    gate.mode.name()
+                ),
+            );
+        }
+        let last = session.room_gates[..i].iter().rfind(same);
+        if let Some(last) = last
+            && last
+                .opened_after_event
+                .is_none_or(|o| gate.closed_after_event < o)
+        {
+            find(
+                &["room_gates", &i.to_string()],
+                "it closed while the room's gate before it was still closed: one room gate at a \
+                 time, each closing once the last has opened"
+                    .into(),
+            );
+        }
+        let policy = session.runs[gate.run]
+            .policies
+            .iter()
+            .find(|p| p.mode == gate.mode);
+        let opened = policy.and_then(|p| {
+            (p.work_events.iter())
+                .find(|e| e.event == Event::GateOpened)
+                .map(|e| e.seq)
+        });
+        let last = policy
+            .and_then(|p| p.work_events.last())
+            .map_or(0, |e| e.seq);
+        // The instructor's orders run between the sequence's steps, and a run that failed may
+        // leave work finishing after its last step.
+        let run = &session.runs[gate.run];
+        let failed =
+            run.failure.is_some() && run.policies.last().map(|p| p.mode) == Some(gate.mode);
+        let busy = policy.filter(|_| !failed).and_then(|p| {
+            let at = [Some(gate.closed_after_event), gate.opened_after_event];
+            at.into_iter()
+                .flatten()
+                .find_map(|seq| Some((seq, in_step(p, seq)?)))
+        });
+        let why = match (opened, gate.opened_after_event) {
+            _ if policy.is_none() => format!(
+                "it names the {} policy of run {}, which has no such policy",
+                gate.mode.name(),
+                gate.run + 1
+            ),
+            _ if gate.closed_after_event > last
+                || gate.opened_after_event.is_some_and(|o| o > last) =>
+            {
+                format!("it names events after seq {last}, where its run's ledger ends")
+            }
+            (None, _) => format!(
+                "it closed in run {}'s {} policy, whose own gate never opened: the room's gate \
+                 closes only once the run's has opened",
+                gate.run + 1,
+                gate.mode.name()
+            ),
+            (Some(seq), _) if gate.closed_after_event < seq => format!(
+                "it closed after event {}, before the run's own gate opened at seq {seq}: the \
+                 room's gate closes only once the run's has opened",
+                gate.closed_after_event
+            ),
+            _ if let Some((seq, step)) = &busy => format!(
+                "it names event {seq}, when {step}: the instructor's orders run between the \
+                 sequence's steps"
+            ),
+            (_, Some(reopened)) if reopened < gate.closed_after_event => format!(
+                "it opened after event {reopened}, before it closed after event {}",
+                gate.closed_after_event
+            ),
+            (_, None) => "it never opened, but the session opens the room's gate as it closes \
+                          a run, whichever way the run ends"
+                .into(),
+            _ => continue,
+        };
+        find(&["room_gates", &i.to_string()], why);
+    }
+    // A session's own failure is its close's (its page, its server, its journal): a run's is
+    // said in the run, of its policy.
+    if let Some((mode, _)) = session.failure.as_deref().and_then(said_of) {
+        find(
+            &["failure"],
+            format!(
+                "the session's failure is said of the {} policy, but a session fails only as it \
+                 closes, for its page, server or journal; a run's failure is the run's own",
+                mode.name()
+            ),
+        );
+    }
+    // Nor is it told in the words the record tells a run's in ("run 1: …").
+    if let Some(failure) = &session.failure
+        && let Some((run, _)) = failure
+            .strip_prefix("run ")
+            .and_then(|r| r.split_once(": "))
+        && run.parse::<usize>().is_ok()
+    {
+        find(
+            &["failure"],
+            format!(
+                "the session's failure is told as run {run}'s, but a session fails only as it \
+                 closes, for its page, server or journal; a run's failure is the run's own"
+            ),
+        );
+    }
+    if session.runs.is_empty() && session.matches_model {
+        find(
+            &["matches_model"],
+            "the session says it matched the policy model, but it made no run: a session \
+             matches only once a run was made"
+                .into(),
+        );
+    }
+    // The session's verdict is its runs' and its close's: it did not match only for a reason.
+    let claims_all = session.runs.iter().all(|r| r.matches_model);
+    if !session.matches_model && session.failure.is_none() && !session.runs.is_empty() && claims_all
+    {
+        find(
+            &["matches_model"],
+            "the session says it did not match the policy model, but records no failure, and \
+             every run says it matched"
+                .into(),
+        );
+    }
+    findings
+}
+
+/// Checks the room's requests of a classroom session against the runs' ledgers.
+fn room_requests(session: &SavedSession) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    // The room's requests are numbered as they arrive, and go to the run open then: a later
+    // number never reached an earlier run.
+    let mut by_number: Vec<(u32, usize, usize)> = (session.room_requests.iter().enumerate())
+        .filter_map(|(i, r)| match r.request {
+            Label::Room(n, _) => Some((n, r.run, i)),
+            _ => None,
+        })
+        .collect();
+    // Where a run's policy comes in its run, for a policy of a run the session has.
+    let place = |r: &SavedRoomRequest| {
+        let modes = session.runs.get(r.run).map(|run| run.inputs.mode.modes());
+        modes.and_then(|m| m.iter().position(|&m| m == r.mode))
+    };
+    by_number.sort_unstable();
+    // Each number the classroom gave is listed, answered or not: the request is listed even
+    // when its student gives up.
+    let mut numbers: Vec<u32> = by_number.iter().map(|&(n, _, _)| n).collect();
+    numbers.dedup();
+    if let Some(missing) = (1..).zip(numbers).find_map(|(k, n)| (k < n).then_some(k)) {
+        findings.push(Finding {
+            pointer: pointer(&["room_requests"]),
+            says: format!(
+                "no R{missing} is listed, but a later number is: the classroom numbers the room's \
+                 requests 1, 2, … and lists each, answered or not"
+            ),
+        });
+    }
+    for pair in by_number.windows(2) {
+        let [(earlier, run, earlier_at), (later, later_run, i)] = pair else {
+            continue;
+        };
+        if later_run < run {
+            findings.push(Finding {
+                pointer: pointer(&["room_requests", &i.to_string()]),
+                says: format!(
+                    "R{later} reached run {}, but R{earlier}, numbered before it, reached run {}: \
+                     the room's requests are numbered as they arrive, run after run",
+                    later_run + 1,
+                    run + 1
+                ),
+            });
+        } else if later_run == run {
+            let (first, second) = (
+                &session.room_requests[*earlier_at],
+                &session.room_requests[*i],
+            );
+            if place(second) < place(first) {
+                findings.push(Finding {
+                    pointer: pointer(&["room_requests", &i.to_string()]),
+                    says: format!(
+                        "R{later} reached run {}'s {} policy, but R{earlier}, numbered before \
+                         it, reached its {} policy, which runs after it: the room's requests are \
+                         numbered as they arrive, policy after policy",
+                        run + 1,
+                        second.mode.name(),
+                        first.mode.name()
+                    ),
+                });
+            }
+        }
+    }
+    // Each in the ledger of the run and policy it reached, and of no other.
+    for (j, run) in session.runs.iter().enumerate() {
+        let mut rooms =
+            (run.policies.iter()).flat_map(|p| p.work_events.iter().map(move |e| (p.mode, e)));
+        let elsewhere = rooms.find_map(|(mode, e)| {
+            let request = e.request.filter(|r| r.from_room())?;
+            let listed = session
+                .room_requests
+                .iter()
+                .find(|r| r.request == request)?;
+            ((listed.run, listed.mode) != (j, mode)).then_some((request, mode, listed))
+        });
+        if let Some((request, mode, listed)) = elsewhere {
+            findings.push(Finding {
+                pointer: pointer(&["runs", &j.to_string(), "policies"]),
+                says: format!(
+                    "{request} is in the ledger of run {} ({}), but it reached run {} ({}): a \
+                     room's request reaches one server",
+                    j + 1,
+                    mode.name(),
+                    listed.run + 1,
+                    listed.mode.name()
+                ),
+            });
+        }
+    }
+    // Listed as their answers came, each placed by the ledger's last seq then, with no wait in
+    // between (the session runs on one thread): along the list, a policy's seqs never go back.
+    let mut placed: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    for (i, room) in session.room_requests.iter().enumerate() {
+        let last = placed
+            .entry((room.run, room.mode.name()))
+            .or_insert(room.after_event);
+        if room.after_event < *last {
+            findings.push(Finding {
+                pointer: pointer(&["room_requests", &i.to_string(), "after_event"]),
+                says: format!(
+                    "{} is listed after a request of run {}'s {} policy placed after event {}, but \
+                     it is placed after event {}: the room's requests are listed as their answers \
+                     came",
+                    room.request,
+                    room.run + 1,
+                    room.mode.name(),
+                    *last,
+                    room.after_event
+                ),
+            });
+        }
+        *last = (*last).max(room.after_event);
+    }
+    let mut seen = BTreeSet::new();
+    // Each policy's decisions by request, read once for all the room's requests.
+    let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
+    for (i, room) in session.room_requests.iter().enumerate() {
+        let mut find = |says: String| {
+            findings.push(Finding {
+                pointer: pointer(&["room_requests", &i.to_string()]),
+                says,
+            });
+        };
+        let request = room.request;
+        if !seen.insert(request) {
+            find(format!(
+                "{request} is listed twice: the classroom numbers each request of the room once"
+            ));
+            continue;
+        }
+        let run = &session.runs[room.run];
+        let Some(policy) = run.policies.iter().find(|p| p.mode == room.mode) else {
+            find(format!(
+                "{request} reached the {} policy of runs[{}], which has no such policy",
+                room.mode.name(),
+                room.run
+            ));
+            continue;
+        };
+        let decided = decisions
+            .entry((room.run, room.mode.name()))
+            .or_insert_with(|| {
+                let events = policy.work_events.iter().rev();
+                let events = events.filter(|e| e.event.is_decision());
+                // Reversed, so that a request's first decision is the one kept.
+                events.filter_map(|e| Some((e.request?, e))).collect()
+            })
+            .get(&request)
+            .copied();
+        let last = policy.work_events.last().map_or(0, |e| e.seq);
+        match (room.status, decided) {
+            (Some(_), _) if room.error.is_some() => find(format!(
+                "{request} has both an answer and an error: the classroom lists one or the other"
+            )),
+            // Listed when its student gave up or its run closed, at the ledger's last seq then.
+            (None, _) if room.error.is_some() && room.after_event > last => find(format!(
+                "{request} is listed without an answer after event {}, but the ledger of runs[{}] \
+                 ({}) ends at seq {last}",
+                room.after_event,
+                room.run,
+                room.mode.name()
+            )),
+            // Its student gave up, or the run's client said why no answer came, naming it.
+            (None, _) if let Some(error) = &room.error => {
+                let words = error == GAVE_UP || error.starts_with(&format!("{request}: "));
+                if room.body.is_some() {
+                    find(format!(
+                        "{request} is listed with a body but no answer: the classroom lists a \
+                         body only with the status it came with"
+                    ));
+                } else if !words {
+                    find(format!(
+                        "{request} is listed without an answer, for a reason no classroom gives: \
+                         {error:?}; its student gave up, or its request failed, in the words of \
+                         the run's client, which name it"
+                    ));
+                }
+            }
+            (None, _) => find(format!("{request} has neither an answer nor an error")),
+            (Some(status), None) => find(format!(
+                "{request}'s evidence says {status}, but the ledger of runs[{}] ({}) shows no \
+                 admission decision for {request}",
+                room.run,
+                room.mode.name()
+            )),
+            (Some(status), Some(event)) => {
+                let body = room.body.as_ref().unwrap_or(&Value::Null);
+                if let Some(says) = answer_differs(request, status, body, event, room.route) {
+                    find(says);
+                }
+                // Answered once its work left the section (or once refused), within the run.
+                let events = &policy.work_events;
+                let left = events
+                    .iter()
+                    .find(|e| e.request == Some(request) && e.event == Event::Finished);
+                let gate = policy.final_state.gate;
+                let left_as = left.map(|e| e.cancelled);
+                if let Some(says) = abandoned_differs(request, body, room.mode, gate, left_as) {
+                    find(says);
+                }
+                if let Some(left) = left.filter(|e| e.cancelled && status == 200) {
+                    find(answered_though_cancelled(request, left.seq));
+                }
+                let earliest = left.unwrap_or(event).seq;
+                if !(earliest..=last).contains(&room.after_event) {
+                    find(format!(
+                        "{request} is answered after event {}, but the ledger of runs[{}] ({}) \
+                         lets it be answered only from seq {earliest}, when its work {}, to its \
+                         last event, seq {last}",
+                        room.after_event,
+                        room.run,
+                        room.mode.name(),
+                        if left.is_some() {
+                            "left the section"
+                        } else {
+                            "was decided"
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    findings
+}
