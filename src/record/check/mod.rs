@@ -190,10 +190,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         }
         if let Some((i, policy, rest)) = said {
             let mode = policy.mode.name();
-            let (caller, why) = match rest.split_once(": GET ") {
-                Some((label, after)) => (label.parse::<Label>().ok(), after),
-                None => (None, ""),
-            };
+            let (caller, why) = failed_caller(rest);
             let answered = caller
                 .filter(|&label| policy.observed.responses.iter().any(|r| r.request == label));
             // A caller that could not connect never sent its request: the client sends again on
@@ -367,6 +364,15 @@ fn said_of(failure: &str) -> Option<(Mode, &str)> {
         let rest = failure.strip_prefix(mode.name())?.strip_prefix(": ")?;
         Some((mode, rest))
     })
+}
+
+/// The caller a failure (what it says of its policy) names, and what it says of its request:
+/// `"S2: GET /slow failed: …"`.
+fn failed_caller(rest: &str) -> (Option<Label>, &str) {
+    match rest.split_once(": GET ") {
+        Some((label, after)) => (label.parse::<Label>().ok(), after),
+        None => (None, ""),
+    }
 }
 
 /// Where `executor` runs, in a sentence's words: " on the lab's usual executor", or the flags

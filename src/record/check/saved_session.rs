@@ -260,6 +260,29 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
         modes.and_then(|m| m.iter().position(|&m| m == r.mode))
     };
     by_number.sort_unstable();
+    // Listed as they end, and a run's policy ends with its requests answered or given up: a
+    // later run's or policy's request is never listed before an earlier one's.
+    let order = |r: &SavedRoomRequest| (r.run, place(r));
+    let listed = session
+        .room_requests
+        .windows(2)
+        .position(|w| order(&w[1]) < order(&w[0]));
+    if let Some(i) = listed {
+        let (first, second) = (&session.room_requests[i], &session.room_requests[i + 1]);
+        findings.push(Finding {
+            pointer: pointer(&["room_requests", &(i + 1).to_string()]),
+            says: format!(
+                "{} (run {}, {}) is listed after {} (run {}, {}), which came later: the room's \
+                 requests are listed as they end, run after run and policy after policy",
+                second.request,
+                second.run + 1,
+                second.mode.name(),
+                first.request,
+                first.run + 1,
+                first.mode.name()
+            ),
+        });
+    }
     // Each number the classroom gave is listed, answered or not: the request is listed even
     // when its student gives up.
     let mut numbers: Vec<u32> = by_number.iter().map(|&(n, _, _)| n).collect();

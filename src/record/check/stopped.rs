@@ -92,6 +92,34 @@ pub(super) fn stopped(
                 ),
             );
         }
+        // Its resources are counted once its work section exists: after the token is drawn.
+        let after = policy.resources.after_run;
+        if after.is_some() == (what == setup::TOKEN) {
+            let says = match after {
+                Some(_) => {
+                    "counts the process's resources after it, but no run exists \
+                            before its token to count them"
+                }
+                None => {
+                    "counts no resources after it, but the lab counts them once the \
+                         run's work section exists, as it does before the front starts"
+                }
+            };
+            find(
+                &["resources"],
+                format!("the failure says {mode} could not start ({what}), yet it {says}"),
+            );
+        }
+        if let Some(after) = after.filter(|a| a.connection_handlers > 0 || a.held_at_gate > 0) {
+            find(
+                &["resources", "after_run"],
+                format!(
+                    "the failure says {mode} could not start ({what}), but resources.after_run \
+                     counts {} connection handlers and {} held at the gate: nothing was served",
+                    after.connection_handlers, after.held_at_gate
+                ),
+            );
+        }
         return;
     }
     // What each step waits for, in a stall's words.

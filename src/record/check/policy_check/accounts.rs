@@ -128,32 +128,36 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        let stopped = file
-            .server
-            .as_ref()
-            .is_some_and(|s| s.connection_tasks_stopped);
-        if let Some(after) = file
-            .resources
-            .after_run
-            .filter(|_| stopped && !self.cut_short)
-        {
-            if after.os_threads == Some(0) {
-                self.find(
-                    &["resources", "after_run", "os_threads"],
-                    "resources.after_run counts no OS thread, but the thread counting them is one"
-                        .into(),
-                );
-            }
-            for (field, left) in [
-                ("connection_handlers", after.connection_handlers),
-                ("held_at_gate", after.held_at_gate),
-            ] {
+        // Counted once the server has closed (or, if it never opened, at once).
+        if file.server.is_some() && file.resources.after_run.is_none() {
+            self.find(
+                &["resources"],
+                "resources.after_run is missing, but the server ran: the lab counts the \
+                 process's resources once the server has closed, on every path"
+                    .into(),
+            );
+        }
+        let stopped = (file.server.as_ref()).is_some_and(|s| s.connection_tasks_stopped);
+        if let Some(after) = file.resources.after_run.filter(|_| stopped) {
+            // Each handler is counted out as its connection's task or thread ends, failed runs
+            // included; held work has left once a run that did not fail has closed.
+            let handlers = ("connection_handlers", after.connection_handlers);
+            let held = ("held_at_gate", after.held_at_gate);
+            for (field, left) in [handlers]
+                .into_iter()
+                .chain((!self.cut_short).then_some(held))
+            {
                 if left > 0 {
+                    let failed = if self.cut_short {
+                        ""
+                    } else {
+                        " and the run records no failure"
+                    };
                     self.find(
                         &["resources", "after_run", field],
                         format!(
                             "resources.after_run counts {left} {}, yet every connection task \
-                             stopped and the run records no failure",
+                             stopped{failed}",
                             field.replace('_', " ")
                         ),
                     );
@@ -294,6 +298,15 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["ledger", name, "invariants"],
                     format!("the ledger of the {pool} pool states a rule its audit does not check: \"{rule}\""),
+                );
+            }
+            let same = stated.len() == audits.len() && audits.iter().all(|r| stated.contains(r));
+            if let Some((said, audit)) = (stated.iter().zip(&audits)).find(|(s, a)| s != a)
+                && same
+            {
+                self.find(
+                    &["ledger", name, "invariants"],
+                    format!("the ledger of the {pool} pool states \"{said}\" where its audit states \"{audit}\": the audit states its rules in one order"),
                 );
             }
             for rule in &own.invariants {

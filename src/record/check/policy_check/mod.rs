@@ -3,7 +3,7 @@
 //! threads (`accounts`), the responses and snapshots (`responses`); here, the parts of the
 //! sequence reached, the final state, and the model's check re-run on the rebuilt evidence.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::admission::audit;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
@@ -17,7 +17,7 @@ use crate::record::pointer;
 use crate::report::{PolicyReport, Report};
 
 use super::answers::unreached;
-use super::{Finding, RoomOfRun, counts};
+use super::{Finding, RoomOfRun, counts, failed_caller, said_of};
 
 mod accounts;
 mod order;
@@ -131,6 +131,13 @@ pub(super) struct PolicyCheck<'a> {
 const MAX_FINDINGS: usize = 40;
 
 impl<'a> PolicyCheck<'a> {
+    /// The caller this policy's failure names, if it names one: it was sent, and it ended
+    /// with its error.
+    fn failed_caller(&self) -> Option<Label> {
+        let (mode, rest) = self.report.failure.as_deref().and_then(said_of)?;
+        failed_caller(rest).0.filter(|_| mode == self.policy.mode)
+    }
+
     pub(super) fn find(&mut self, path: &[&str], says: String) {
         // A report edited at its root contradicts itself everywhere after; the first ones say
         // what a reader needs.
@@ -430,20 +437,50 @@ impl<'a> PolicyCheck<'a> {
                 ),
             );
         }
-        // The callers are the slow requests' (and F1's, where it waits for release); one that
-        // was answered was joined, not aborted.
-        let answered = (file.observed.responses.iter())
-            .filter(|r| matches!(r.request, Label::Slow(_) | Label::F1))
-            .count() as u64;
-        let callers = self.report.inputs.held.get() as u64 + 1;
-        let abortable = callers.saturating_sub(answered);
-        if file.client_tasks_aborted > abortable {
+        // The close aborts the callers still waiting, then joins them: those the ledger decided
+        // (or saw waiting unread or queued) with no answer, but not a caller the failure names
+        // (it ended with its error and was joined), and at most one more, sent in a step that
+        // failed before its request reached the ledger. A run that ran every step answered
+        // every caller, and none is sent before the server is up.
+        let named = self.failed_caller();
+        let answered = |r: &Label| file.observed.responses.iter().any(|a| a.request == *r);
+        let decided = (file.work_events.iter())
+            .filter(|e| e.event.is_decision())
+            .filter_map(|e| e.request);
+        let watched = file.observed.executor.iter();
+        let seen =
+            watched.flat_map(|w| (w.unread.iter().map(|u| u.request)).chain(w.queued.clone()));
+        let waiting: BTreeSet<Label> = (decided.chain(seen))
+            .filter(|r| matches!(r, Label::Slow(_) | Label::F1))
+            .filter(|r| !answered(r) && Some(*r) != named)
+            .collect();
+        let (most, why) = match (self.cut_short, &file.server) {
+            (false, _) => (0, "it ran every step, and answered every caller".to_owned()),
+            (true, None) => (
+                0,
+                "its server never started, and no caller is sent before".to_owned(),
+            ),
+            (true, Some(_)) => {
+                let more = match named {
+                    Some(named) => format!(", besides {named}, which ended with its error"),
+                    None => ", and one more, sent in the step that failed".to_owned(),
+                };
+                let most = waiting.len() as u64 + u64::from(named.is_none());
+                (
+                    most,
+                    format!(
+                        "{} decided or seen waiting and never answered{more}",
+                        labels(&waiting)
+                    ),
+                )
+            }
+        };
+        if file.client_tasks_aborted > most {
             self.find(
                 &["client_tasks_aborted"],
                 format!(
-                    "client_tasks_aborted is {}, but the run starts at most {callers} callers \
-                     (each slow request's, and F1's where it waits for the release), and {answered} \
-                     of them were answered: at most {abortable} could be aborted",
+                    "client_tasks_aborted is {}, but the close aborts only the callers still \
+                     waiting, at most {most}: {why}",
                     file.client_tasks_aborted
                 ),
             );

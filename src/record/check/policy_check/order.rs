@@ -78,14 +78,17 @@ impl<'a> PolicyCheck<'a> {
                 ),
             );
         }
-        // A run cut short stops reading where it failed: its readings begin the full run's.
+        // A run cut short stops reading where it failed: its readings begin the full run's (or
+        // there are none, if the front's runtime never ran its first tick).
         let moments: Vec<Moment> = beats.iter().map(|b| b.moment).collect();
-        let once = |m: Moment| moments.iter().filter(|&&n| n == m).count() == 1;
-        let framed = moments.first() == Some(&Moment::Start)
-            && moments.last() == Some(&Moment::Release)
-            && once(Moment::Start)
-            && once(Moment::Release);
-        if !framed && !self.cut_short {
+        let count = |m: Moment| moments.iter().filter(|&&n| n == m).count();
+        let begins = moments.first() == Some(&Moment::Start) && count(Moment::Start) == 1;
+        let ends = match count(Moment::Release) {
+            0 => self.cut_short,
+            1 => moments.last() == Some(&Moment::Release),
+            _ => false,
+        };
+        if !(begins && ends || moments.is_empty() && self.cut_short) {
             self.find(
                 &["executor", "heartbeat"],
                 format!(
@@ -96,6 +99,34 @@ impl<'a> PolicyCheck<'a> {
                         .map(|m| m.name())
                         .collect::<Vec<_>>()
                         .join(", ")
+                ),
+            );
+        }
+        if let Some(gate) = replayed.gate
+            && let Some(i) = beats.iter().position(|b| b.after_event >= gate)
+        {
+            self.find(
+                &["executor", "heartbeat", &i.to_string()],
+                format!(
+                    "the {} reading is taken after event {}, but the gate opened at seq {gate}: \
+                     the heartbeat is read before the release",
+                    beats[i].moment.name(),
+                    beats[i].after_event
+                ),
+            );
+        }
+        // The lab reads the heartbeat after a request before it sends the next, so the readings
+        // name the requests in the order they were sent, each once.
+        let named = (beats.iter().enumerate()).filter_map(|(i, b)| Some((i, b.request?)));
+        let named: Vec<(usize, Label)> = named.filter(|(_, r)| !r.from_room()).collect();
+        if let Some(pair) = named.windows(2).find(|w| !sent_before(w[0].1, w[1].1)) {
+            let ((_, earlier), (i, later)) = (pair[0], pair[1]);
+            self.find(
+                &["executor", "heartbeat", &i.to_string()],
+                format!(
+                    "the heartbeat is read after {earlier}, then after {later}: the lab reads it \
+                     after each request before it sends the next, so its readings follow the \
+                     order the requests were sent, once each"
                 ),
             );
         }
@@ -194,6 +225,26 @@ impl<'a> PolicyCheck<'a> {
                     labels(&read_queued),
                     labels(&unread),
                     labels(&watched.queued)
+                ),
+            );
+        }
+        // A run cut short may stop before a request's reading, but then sends nothing after it
+        // (a full run's readings are compared above).
+        let readable = (held.iter().map(|&(r, _)| r)).chain(unread.iter().copied());
+        let mut missed = (readable.chain(watched.queued.iter().copied()))
+            .filter(|r| named.iter().all(|(_, n)| n != r));
+        // Sent: decided, seen waiting, or named by the failure as the caller that failed.
+        let waiting = unread.iter().chain(&watched.queued);
+        let sent = (replayed.decided.keys().chain(waiting).copied()).chain(self.failed_caller());
+        let after = |m: Label| sent.clone().find(|&r| sent_before(m, r));
+        if self.cut_short
+            && let Some((missed, later)) = missed.find_map(|m| Some((m, after(m)?)))
+        {
+            self.find(
+                &["executor", "heartbeat"],
+                format!(
+                    "the heartbeat is never read after {missed}, yet the lab sent {later} after \
+                     it: it reads the heartbeat after each request before it sends the next"
                 ),
             );
         }
