@@ -233,10 +233,8 @@ impl<'a> PolicyCheck<'a> {
         let readable = (held.iter().map(|&(r, _)| r)).chain(unread.iter().copied());
         let mut missed = (readable.chain(watched.queued.iter().copied()))
             .filter(|r| named.iter().all(|(_, n)| n != r));
-        // Sent: decided, seen waiting, or named by the failure as the caller that failed.
-        let waiting = unread.iter().chain(&watched.queued);
-        let sent = (replayed.decided.keys().chain(waiting).copied()).chain(self.failed_caller());
-        let after = |m: Label| sent.clone().find(|&r| sent_before(m, r));
+        let sent = self.sent();
+        let after = |m: Label| sent.iter().copied().find(|&r| sent_before(m, r));
         if self.cut_short
             && let Some((missed, later)) = missed.find_map(|m| Some((m, after(m)?)))
         {
