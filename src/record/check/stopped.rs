@@ -95,15 +95,12 @@ pub(super) fn stopped(
         // Its resources are counted once its work section exists: after the token is drawn.
         let after = policy.resources.after_run;
         if after.is_some() == (what == setup::TOKEN) {
-            let says = match after {
-                Some(_) => {
-                    "counts the process's resources after it, but no run exists \
-                            before its token to count them"
-                }
-                None => {
-                    "counts no resources after it, but the lab counts them once the \
-                         run's work section exists, as it does before the front starts"
-                }
+            let says = if after.is_some() {
+                "counts the process's resources after it, but no run exists before its token to \
+                 count them"
+            } else {
+                "counts no resources after it, but the lab counts them once the run's work \
+                 section exists, as it does before the front starts"
             };
             find(
                 &["resources"],

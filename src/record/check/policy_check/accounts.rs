@@ -33,17 +33,21 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        let counted = counts.map(|(when, count)| (when, count.is_some()));
-        if let Some((when, _)) = counted
-            .iter()
-            .find(|(_, counted)| !counted && !self.cut_short)
+        // A run that did not fail counts both; any run whose server ran counts the second once
+        // it has closed (a run that could not start: `stopped`).
+        let due = |when: &str| !self.cut_short || (when == "after_run" && file.server.is_some());
+        if let Some((when, _)) = (counts.iter()).find(|(when, count)| count.is_none() && due(when))
         {
+            let says = if self.cut_short {
+                "the server ran, and the lab counts the process's resources once it has closed, \
+                 on every path"
+            } else {
+                "a run that did not fail counts the process's resources before F1 and after it \
+                 closed"
+            };
             self.find(
                 &["resources"],
-                format!(
-                    "resources.{when} is missing: a run that did not fail counts the process's \
-                     resources before F1 and after it closed"
-                ),
+                format!("resources.{when} is missing: {says}"),
             );
         }
         if let Some(before) = file.resources.before_fast {
@@ -128,40 +132,28 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        // Counted once the server has closed (or, if it never opened, at once).
-        if file.server.is_some() && file.resources.after_run.is_none() {
-            self.find(
-                &["resources"],
-                "resources.after_run is missing, but the server ran: the lab counts the \
-                 process's resources once the server has closed, on every path"
-                    .into(),
-            );
-        }
         let stopped = (file.server.as_ref()).is_some_and(|s| s.connection_tasks_stopped);
         if let Some(after) = file.resources.after_run.filter(|_| stopped) {
             // Each handler is counted out as its connection's task or thread ends, failed runs
             // included; held work has left once a run that did not fail has closed.
-            let handlers = ("connection_handlers", after.connection_handlers);
-            let held = ("held_at_gate", after.held_at_gate);
-            for (field, left) in [handlers]
+            let failed = if self.cut_short {
+                ""
+            } else {
+                " and the run records no failure"
+            };
+            let held = Some(("held_at_gate", after.held_at_gate)).filter(|_| !self.cut_short);
+            let left = [("connection_handlers", after.connection_handlers)]
                 .into_iter()
-                .chain((!self.cut_short).then_some(held))
-            {
-                if left > 0 {
-                    let failed = if self.cut_short {
-                        ""
-                    } else {
-                        " and the run records no failure"
-                    };
-                    self.find(
-                        &["resources", "after_run", field],
-                        format!(
-                            "resources.after_run counts {left} {}, yet every connection task \
-                             stopped{failed}",
-                            field.replace('_', " ")
-                        ),
-                    );
-                }
+                .chain(held);
+            for (field, left) in left.filter(|&(_, left)| left > 0) {
+                self.find(
+                    &["resources", "after_run", field],
+                    format!(
+                        "resources.after_run counts {left} {}, yet every connection task \
+                         stopped{failed}",
+                        field.replace('_', " ")
+                    ),
+                );
             }
         }
     }

@@ -117,9 +117,9 @@ impl<'a> PolicyCheck<'a> {
         }
         // The lab reads the heartbeat after a request before it sends the next, so the readings
         // name the requests in the order they were sent, each once.
-        let named = (beats.iter().enumerate()).filter_map(|(i, b)| Some((i, b.request?)));
-        let named: Vec<(usize, Label)> = named.filter(|(_, r)| !r.from_room()).collect();
-        if let Some(pair) = named.windows(2).find(|w| !sent_before(w[0].1, w[1].1)) {
+        let readings = (beats.iter().enumerate()).filter_map(|(i, b)| Some((i, b.request?)));
+        let readings: Vec<(usize, Label)> = readings.filter(|(_, r)| !r.from_room()).collect();
+        if let Some(pair) = readings.windows(2).find(|w| !sent_before(w[0].1, w[1].1)) {
             let ((_, earlier), (i, later)) = (pair[0], pair[1]);
             self.find(
                 &["executor", "heartbeat", &i.to_string()],
@@ -232,7 +232,7 @@ impl<'a> PolicyCheck<'a> {
         // (a full run's readings are compared above).
         let readable = (held.iter().map(|&(r, _)| r)).chain(unread.iter().copied());
         let mut missed = (readable.chain(watched.queued.iter().copied()))
-            .filter(|r| named.iter().all(|(_, n)| n != r));
+            .filter(|r| readings.iter().all(|(_, n)| n != r));
         let sent = self.sent();
         let after = |m: Label| sent.iter().copied().find(|&r| sent_before(m, r));
         if self.cut_short
