@@ -75,11 +75,9 @@ pub(super) fn stopped(
     let stalled =
         |waiting_for| Failure::new(Step::Close, None, Cause::Stalled { waiting_for, limit });
     let says = |failure: Failure| rest.starts_with(&failure.to_string());
-    // Before any step: a run that could not start serves nothing.
-    let unstarted = [setup::TOKEN, setup::RUNTIME, setup::BINDING]
-        .into_iter()
-        .find(|what| rest.strip_prefix(what).is_some_and(|r| r.starts_with(": ")));
-    if let Some(what) = unstarted {
+    // Before any step: a run that could not start serves nothing (and counts nothing served:
+    // `resources`).
+    if let Some(what) = unstarted(rest) {
         let served = !policy.work_events.is_empty()
             || !policy.observed.responses.is_empty()
             || policy.server.is_some();
@@ -89,31 +87,6 @@ pub(super) fn stopped(
                 format!(
                     "the failure says {mode} could not start ({what}), but it records a server, \
                      work events or responses: a run that cannot start serves nothing"
-                ),
-            );
-        }
-        // Its resources are counted once its work section exists: after the token is drawn.
-        let after = policy.resources.after_run;
-        if after.is_some() == (what == setup::TOKEN) {
-            let says = if after.is_some() {
-                "counts the process's resources after it, but no run exists before its token to \
-                 count them"
-            } else {
-                "counts no resources after it, but the lab counts them once the run's work \
-                 section exists, as it does before the front starts"
-            };
-            find(
-                &["resources"],
-                format!("the failure says {mode} could not start ({what}), yet it {says}"),
-            );
-        }
-        if let Some(after) = after.filter(|a| a.connection_handlers > 0 || a.held_at_gate > 0) {
-            find(
-                &["resources", "after_run"],
-                format!(
-                    "the failure says {mode} could not start ({what}), but resources.after_run \
-                     counts {} connection handlers and {} held at the gate: nothing was served",
-                    after.connection_handlers, after.held_at_gate
                 ),
             );
         }
@@ -239,6 +212,14 @@ pub(super) fn stopped(
             format!("the failure says {mode} {stop}, but {why}"),
         );
     }
+}
+
+/// What a run that could not start failed to set up, as its failure (`rest`, said of its
+/// policy) begins: its token, its front's runtime or its listener.
+pub(super) fn unstarted(rest: &str) -> Option<&'static str> {
+    [setup::TOKEN, setup::RUNTIME, setup::BINDING]
+        .into_iter()
+        .find(|what| rest.strip_prefix(what).is_some_and(|r| r.starts_with(": ")))
 }
 
 /// How a run stopped at a step of its sequence.

@@ -4,10 +4,12 @@
 use std::collections::BTreeMap;
 
 use crate::admission::audit::PoolLedger;
+use crate::coordinator::failure::setup;
 use crate::draw::table::labels;
 use crate::evidence::Evidence;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::policy::{Front, Pool, Route};
+use crate::record::check::stopped::unstarted;
 use crate::resources::Resources;
 
 use super::PolicyCheck;
@@ -33,14 +35,16 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        // A run that did not fail counts both; any run whose server ran counts the second once
-        // it has closed (a run that could not start: `stopped`).
-        let due = |when: &str| !self.cut_short || (when == "after_run" && file.server.is_some());
+        // A run that did not fail counts both. Every run counts the second once its work
+        // section exists, on every path: after the close, or at once if its front could not
+        // start; a run that could not draw its token has none.
+        let tokenless = self.failure().and_then(unstarted) == Some(setup::TOKEN);
+        let due = |when: &str| !self.cut_short || (when == "after_run" && !tokenless);
         if let Some((when, _)) = (counts.iter()).find(|(when, count)| count.is_none() && due(when))
         {
             let says = if self.cut_short {
-                "the server ran, and the lab counts the process's resources once it has closed, \
-                 on every path"
+                "the lab counts the process's resources once the run's work section exists, on \
+                 every path"
             } else {
                 "a run that did not fail counts the process's resources before F1 and after it \
                  closed"
@@ -48,6 +52,14 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["resources"],
                 format!("resources.{when} is missing: {says}"),
+            );
+        }
+        if tokenless && file.resources.after_run.is_some() {
+            self.find(
+                &["resources", "after_run"],
+                "resources.after_run is counted, but the run could not draw its token: no run \
+                 exists before it to count them"
+                    .into(),
             );
         }
         if let Some(before) = file.resources.before_fast {
@@ -132,16 +144,20 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        let stopped = (file.server.as_ref()).is_some_and(|s| s.connection_tasks_stopped);
-        if let Some(after) = file.resources.after_run.filter(|_| stopped) {
-            // Each handler is counted out as its connection's task or thread ends, failed runs
-            // included; held work has left once a run that did not fail has closed.
-            let failed = if self.cut_short {
-                ""
-            } else {
-                " and the run records no failure"
+        // Each handler is counted out as its connection's task or thread ends, failed runs
+        // included; held work has left once a run that did not fail has closed. A run whose
+        // server never started has neither.
+        let server = file.server.as_ref();
+        if let Some(after) =
+            (file.resources.after_run).filter(|_| server.is_none_or(|s| s.connection_tasks_stopped))
+        {
+            let why = match server {
+                None => ", yet the run's server never started",
+                Some(_) if self.cut_short => ", yet every connection task stopped",
+                Some(_) => ", yet every connection task stopped and the run records no failure",
             };
-            let held = Some(("held_at_gate", after.held_at_gate)).filter(|_| !self.cut_short);
+            let held = Some(("held_at_gate", after.held_at_gate))
+                .filter(|_| !self.cut_short || server.is_none());
             let left = [("connection_handlers", after.connection_handlers)]
                 .into_iter()
                 .chain(held);
@@ -149,8 +165,7 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "after_run", field],
                     format!(
-                        "resources.after_run counts {left} {}, yet every connection task \
-                         stopped{failed}",
+                        "resources.after_run counts {left} {}{why}",
                         field.replace('_', " ")
                     ),
                 );

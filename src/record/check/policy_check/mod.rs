@@ -134,8 +134,13 @@ impl<'a> PolicyCheck<'a> {
     /// The caller this policy's failure names, if it names one: it was sent, and it ended
     /// with its error.
     fn failed_caller(&self) -> Option<Label> {
+        failed_caller(self.failure()?).0
+    }
+
+    /// What the report's failure says of this policy, if it is said of it.
+    fn failure(&self) -> Option<&'a str> {
         let (mode, rest) = self.report.failure.as_deref().and_then(said_of)?;
-        failed_caller(rest).0.filter(|_| mode == self.policy.mode)
+        (mode == self.policy.mode).then_some(rest)
     }
 
     /// The lab's own requests before the release (S1…, F1) the run is seen to have sent:
