@@ -579,6 +579,13 @@ const SPAWNED_SESSION: &str = "classroom-spawn-blocking-partitioned-3-1.json";
 /// policy's server could not bind, then Finish.
 const NEVER_STARTED: &str = "session-never-started.json";
 
+/// A genuine run of `--mode both --slots 2 --held 2 --work block` under a descriptor limit: S2
+/// seen unread behind S1 on the one worker, then a stall at the release.
+const BLOCKED_STALL: &str = "block-out-of-descriptors.json";
+/// A genuine run of `--work spawn-blocking` whose S2 could not connect: S1 held, then the run
+/// failed in S2's step.
+const S2_UNCONNECTED: &str = "spawn-blocking-s2-out-of-descriptors.json";
+
 /// Edits a reviewer makes to a real report (the default run's, `--held 1`'s, a classroom
 /// session's), each with the words its record must name it with. In the default run, shared
 /// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
@@ -1860,6 +1867,99 @@ const EDITS: &[Edit] = &[
         },
         "resources.before_fast counts 1 OS threads, but the sequence's thread with the accept \
          thread and 2 connections' threads make at least 4",
+    ),
+    (
+        "the ledger's rules stated out of the audit's order",
+        DEFAULT,
+        |r| list(r, "/policies/0/ledger/shared/invariants").swap(0, 1),
+        "the audit states its rules in one order",
+    ),
+    (
+        "a request's heartbeat reading before the reading of the one sent ahead of it",
+        BLOCKED_STALL,
+        |r| list(r, "/policies/0/executor/heartbeat").swap(1, 2),
+        "the heartbeat is read after S2, then after S1",
+    ),
+    (
+        "a heartbeat reading taken twice in a run cut short",
+        S2_UNCONNECTED,
+        |r| {
+            let beats = list(r, "/policies/0/executor/heartbeat");
+            beats.push(beats[1].clone());
+        },
+        "the heartbeat is read after S1, then after S1",
+    ),
+    (
+        "a heartbeat reading left out, though the run sent the next request",
+        S2_UNCONNECTED,
+        |r| {
+            list(r, "/policies/0/executor/heartbeat").remove(1);
+        },
+        "the heartbeat is never read after S1, yet the lab sent S2 after it",
+    ),
+    (
+        "a heartbeat reading placed after the gate opened",
+        BLOCKED_STALL,
+        |r| set(r, "/policies/0/executor/heartbeat/4/after_event", json!(3)),
+        "the release reading is taken after event 3, but the gate opened at seq 3",
+    ),
+    (
+        "a failed run's start reading left out",
+        S2_UNCONNECTED,
+        |r| {
+            list(r, "/policies/0/executor/heartbeat").remove(0);
+        },
+        "the heartbeat is read once at the start and once just before the gate opens",
+    ),
+    (
+        "more callers aborted than a failed run left waiting",
+        S2_UNCONNECTED,
+        |r| set(r, "/policies/0/client_tasks_aborted", json!(2)),
+        "the close aborts only the callers still waiting, at most 1: S1 sent and never \
+         answered, besides S2",
+    ),
+    (
+        "a failed run's count after the close left out",
+        S2_UNCONNECTED,
+        |r| {
+            let resources = r.pointer_mut("/policies/0/resources").expect("resources");
+            resources
+                .as_object_mut()
+                .expect("an object")
+                .remove("after_run");
+        },
+        "resources.after_run is missing: the lab counts the process's resources once the run's \
+         work section exists",
+    ),
+    (
+        "a handler counted after every connection task of a failed run stopped",
+        S2_UNCONNECTED,
+        |r| {
+            set(
+                r,
+                "/policies/0/resources/after_run/connection_handlers",
+                json!(1),
+            )
+        },
+        "resources.after_run counts 1 connection handlers, yet every connection task stopped",
+    ),
+    (
+        "a handler counted after a run that could not start",
+        NEVER_STARTED,
+        |r| {
+            set(
+                r,
+                "/runs/0/policies/0/resources/after_run/connection_handlers",
+                json!(1),
+            )
+        },
+        "resources.after_run counts 1 connection handlers, yet the run's server never started",
+    ),
+    (
+        "a later policy's room request listed before an earlier one's",
+        TWO_RUNS,
+        |r| list(r, "/room_requests").swap(0, 1),
+        "R1 (run 1, shared) is listed after R2 (run 1, partitioned), which came later",
     ),
 ];
 
