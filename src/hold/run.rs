@@ -1,12 +1,16 @@
 //! How `hold` runs: the preflight, then for each front its baseline and each count in turn, on
 //! a runtime of its own.
 
-use anyhow::{Context, bail};
+use std::future::Future;
+
+use anyhow::{Context, anyhow, bail};
 
 use super::measure::{self, Broken, Setup};
 use super::preflight;
 use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
 use super::{HoldInputs, HoldOptions};
+// The lab's one catcher of Ctrl-C (see `crate::interrupts` for why not Tokio's).
+use crate::interrupts::Interrupts;
 use crate::limits::{self, Limits};
 use crate::policy::Front;
 
@@ -64,9 +68,15 @@ fn start(
         .build()
         .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
+        // Ctrl-C and SIGTERM are caught from before the first child starts until the last is
+        // reaped, so a second one cannot cut the close short. Where they cannot be caught (as
+        // when another run in this process already catches them, in tests), a signal ends the
+        // process as it ends any program, and each child dies with it.
+        let interrupts = Interrupts::catch().ok();
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);
-            let series = measure_front(&setup, front, plan, &mut report.failure).await;
+            let (interrupts, failure) = (interrupts.as_ref(), &mut report.failure);
+            let series = measure_front(&setup, front, plan, interrupts, failure).await;
             report.fronts.push(series);
         }
     });
@@ -80,6 +90,7 @@ async fn measure_front<'a>(
     setup: &Setup<'_>,
     front: Front,
     plan: impl Iterator<Item = &'a preflight::HoldPlan>,
+    interrupts: Option<&Interrupts>,
     failure: &mut Option<String>,
 ) -> FrontSeries {
     let name = front.name();
@@ -92,7 +103,7 @@ async fn measure_front<'a>(
         .as_ref()
         .map(|_| "the lab failed earlier".to_owned());
     if stopped.is_none() {
-        match measure::idle(setup, front).await {
+        match unless_interrupted(interrupts, measure::idle(setup, front)).await {
             Ok(sample) => series.baseline = Some(sample),
             Err(Broken::Front(failed)) => {
                 stopped = Some(format!(
@@ -119,7 +130,8 @@ async fn measure_front<'a>(
                 reason: "no baseline".into(),
             },
             (None, Ok(()), Some(baseline)) => {
-                match measure::held(setup, front, planned, &baseline).await {
+                let measured = measure::held(setup, front, planned, &baseline);
+                match unless_interrupted(interrupts, measured).await {
                     Ok(figures) => CountOutcome::Held(figures),
                     Err(Broken::Front(failed)) => {
                         stopped = Some(format!("the {name} front failed at {held} held"));
@@ -137,4 +149,23 @@ async fn measure_front<'a>(
         series.points.push(Point { held, outcome });
     }
     series
+}
+
+/// What `measurement` gives, unless Ctrl-C or SIGTERM comes first: then the lab fails, and the
+/// measurement is dropped before this returns, which aborts its callers (if it sent any) and
+/// kills and reaps its child (`child::Reaper`'s drop).
+async fn unless_interrupted<T>(
+    interrupts: Option<&Interrupts>,
+    measurement: impl Future<Output = Result<T, Broken>>,
+) -> Result<T, Broken> {
+    let Some(interrupts) = interrupts else {
+        return measurement.await;
+    };
+    tokio::select! {
+        measured = measurement => measured,
+        () = interrupts.caught() => Err(Broken::Lab(anyhow!(
+            "interrupted by SIGINT or SIGTERM (Ctrl-C): the measurement stopped there and its \
+             child was killed and reaped"
+        ))),
+    }
 }

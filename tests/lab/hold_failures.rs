@@ -310,3 +310,86 @@ fn a_thread_limit_is_a_ceiling_only_where_the_kernel_enforces_it() {
         None => panic!("no nproc_enforced: {report}"),
     }
 }
+
+/// The binary interrupted (SIGINT, as Ctrl-C sends it; then SIGTERM) once its first front child
+/// is up: the measurement in progress stops there, its child is killed and reaped, nothing more
+/// starts, and the lab exits 1 within 15 s, saying so in one line, after the report of what it
+/// measured before. The signal always finds the run in progress: the first child is the async
+/// front at rest, and a plain `hold` (every count on both fronts) has seconds of work after it.
+#[test]
+fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+            .args(["hold", "--format", "json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let pid = lab.id();
+        let started = Instant::now();
+        // A child exists only between the catch of the signals and their release.
+        let child = loop {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the lab runs");
+            let first = tasks
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
+                .find_map(|list| list.split_whitespace().next().map(str::to_owned));
+            if let Some(child) = first {
+                break child.parse::<u32>().expect("a pid");
+            }
+            assert!(
+                started.elapsed() < REPORTED_WITHIN,
+                "no front child started"
+            );
+            std::thread::yield_now();
+        };
+        let signalled = Instant::now();
+        // SAFETY: `kill` has no memory effects; the pid is our unreaped child.
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+        let output = lab.wait_with_output().expect("the lab ends");
+        assert!(signalled.elapsed() < REPORTED_WITHIN, "ended within 15 s");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "signal {signal}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.starts_with("isolation-lab: the ")
+                && stderr.contains("interrupted by SIGINT or SIGTERM (Ctrl-C)"),
+            "{stderr}"
+        );
+        assert!(
+            is_gone(child),
+            "the interrupted front's child {child} was reaped"
+        );
+        let report: HoldReport = serde_json::from_slice(&output.stdout).expect("the report");
+        assert_eq!(
+            report.failure.as_deref(),
+            stderr.trim_end().strip_prefix("isolation-lab: ")
+        );
+        // Counts held, then the one interrupted (unless it was a front at rest), then none.
+        let at_rest = report
+            .failure
+            .as_deref()
+            .is_some_and(|f| f.contains("front at rest"));
+        let outcomes = report.fronts.iter().flat_map(|series| &series.points);
+        let mut outcomes = outcomes
+            .map(|point| &point.outcome)
+            .skip_while(|outcome| matches!(outcome, CountOutcome::Held(_)));
+        if !at_rest {
+            let interrupted = outcomes.next();
+            assert!(
+                matches!(interrupted, Some(CountOutcome::LabFailed { reason })
+                    if reason.contains("interrupted")),
+                "{interrupted:?}"
+            );
+        }
+        for outcome in outcomes {
+            let reason = match outcome {
+                CountOutcome::NotRun { reason } => reason.as_str(),
+                other => panic!("after the interruption: {other:?}"),
+            };
+            assert_eq!(reason, "the lab failed earlier");
+        }
+    }
+}
