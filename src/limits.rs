@@ -89,6 +89,11 @@ fn nproc_enforced(status: &str, uid_map: &str) -> bool {
     !(initial && (root || privileged))
 }
 
+/// RLIMIT_STACK: how far this process's main thread's stack may grow (`ulimit -s`).
+pub(crate) fn main_stack() -> io::Result<Rlimit> {
+    Rlimit::get(Resource::Stack)
+}
+
 /// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, so that a front and its
 /// callers may hold as many connections as allowed; child processes started afterwards inherit
 /// it. Returns the limit now in force.
@@ -113,6 +118,7 @@ enum Resource {
     Nproc,
     Nofile,
     AddressSpace,
+    Stack,
 }
 
 impl Rlimit {
@@ -127,6 +133,7 @@ impl Rlimit {
                 Resource::Nproc => libc::getrlimit(libc::RLIMIT_NPROC, &mut limit),
                 Resource::Nofile => libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit),
                 Resource::AddressSpace => libc::getrlimit(libc::RLIMIT_AS, &mut limit),
+                Resource::Stack => libc::getrlimit(libc::RLIMIT_STACK, &mut limit),
             }
         };
         if result == -1 {

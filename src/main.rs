@@ -26,10 +26,15 @@ use isolation_lab::{classroom, compare, record, sweep};
 static ALLOCATOR: isolation_lab::allocator::LabAllocator = isolation_lab::allocator::LabAllocator;
 
 fn main() -> ExitCode {
-    // A refused command line exits 2 here, with a message naming the flag, before anything else.
-    let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
-    // `Err`: an exit status already explained on stderr.
-    instrument(cli).unwrap_or_else(|status| status)
+    let lab = || {
+        // A refused command line exits 2 here, with a message naming the flag, before anything
+        // else.
+        let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
+        // `Err`: an exit status already explained on stderr.
+        instrument(cli).unwrap_or_else(|status| status)
+    };
+    isolation_lab::cli::on_a_full_stack(lab)
+        .unwrap_or_else(|e| fail(&format!("cannot start a thread with a full stack: {e}")))
 }
 
 /// Runs the lab, or the instrument the command line names, and writes what it shows.

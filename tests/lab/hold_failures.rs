@@ -280,6 +280,28 @@ fn an_address_space_limit_fails_in_one_line() {
     );
 }
 
+/// Under a 64 KiB stack limit (`prlimit --stack=65536`, soft and hard), below what the lab's
+/// main thread needs, the lab runs on a thread with a stack of its own: the default run matches
+/// the model, and `hold`'s front children, which inherit the limit, hold every request.
+#[test]
+fn a_small_stack_limit_runs_the_lab_and_hold_as_usual() {
+    let run = lab_under(libc::RLIMIT_STACK, 65_536, &["--format", "json"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&run.stdout).expect("a report");
+    assert_eq!(report["matches_model"], true, "{report}");
+    let args = ["hold", "--counts", "10", "--format", "json"];
+    let held = lab_under(libc::RLIMIT_STACK, 65_536, &args);
+    let stderr = String::from_utf8_lossy(&held.stderr);
+    assert_eq!(held.status.code(), Some(0), "{stderr}");
+    let report: HoldReport = serde_json::from_slice(&held.stdout).expect("a report");
+    assert_eq!(report.fronts.len(), 2, "{report:?}");
+    for series in &report.fronts {
+        let outcome = &series.points[0].outcome;
+        assert!(matches!(outcome, CountOutcome::Held(_)), "{outcome:?}");
+    }
+}
+
 /// Under `prlimit --nproc=64` the threaded front holding 100 needs more threads than the limit
 /// allows. The report's `nproc_enforced` says whether the kernel holds the lab to it, and the
 /// count shows it is true: held, all 100, where it does not (root); not run, named by
