@@ -94,7 +94,7 @@ fn out_of_memory(size: usize) -> ! {
     let parts: [&[u8]; 3] = [
         b"isolation-lab: out of memory: an allocation of ",
         &digits[at..],
-        b" bytes failed (under an address-space limit such as ulimit -v?)\n",
+        b" bytes failed (under a memory limit such as ulimit -v or -d?)\n",
     ];
     // One write of the whole line: threads that run out at once (a threaded front's) each
     // write theirs whole, as a pipe keeps a write this short in one piece.
