@@ -164,8 +164,8 @@ async fn unless_interrupted<T>(
     tokio::select! {
         measured = measurement => measured,
         () = interrupts.caught() => Err(Broken::Lab(anyhow!(
-            "interrupted by SIGINT or SIGTERM (Ctrl-C): the measurement stopped there and its \
-             child was killed and reaped"
+            "interrupted by SIGINT or SIGTERM (Ctrl-C): the measurement was cut short, and its \
+             child ended and reaped"
         ))),
     }
 }
