@@ -3,6 +3,7 @@
 //! checked and reaped. Whatever goes wrong, the callers are aborted and joined and the child
 //! is reaped before this returns; a front that failed is told apart from a lab that did.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -179,7 +180,10 @@ pub(crate) async fn held(
 }
 
 async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Broken> {
-    let program = Command::new(setup.program);
+    let mut program = Command::new(setup.program);
+    // Its own process group: a Ctrl-C at the terminal reaches the lab, which ends the
+    // measurement and reaps the child, rather than killing the child as if the front had failed.
+    program.process_group(0);
     FrontProcess::start(program, spec, START)
         .await
         .map_err(|e| match e.exit {

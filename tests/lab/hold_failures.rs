@@ -333,18 +333,20 @@ fn a_thread_limit_is_a_ceiling_only_where_the_kernel_enforces_it() {
     }
 }
 
-/// The binary interrupted (SIGINT, as Ctrl-C sends it; then SIGTERM) once its first front child
-/// is up: the measurement in progress stops there, its child is killed and reaped, nothing more
+/// The binary interrupted once its first front child is up, by SIGINT sent to its process group
+/// as a terminal's Ctrl-C sends it (the children have groups of their own), then by SIGTERM: the measurement in progress stops there, its child is killed and reaped, nothing more
 /// starts, and the lab exits 1 within 15 s, saying so in one line, after the report of what it
 /// measured before. The signal always finds the run in progress: the first child is the async
 /// front at rest, and a plain `hold` (every count on both fronts) has seconds of work after it.
 #[test]
 fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
+    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     use std::time::Instant;
     for signal in [libc::SIGINT, libc::SIGTERM] {
         let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
             .args(["hold", "--format", "json"])
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -353,13 +355,21 @@ fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
         let pid = lab.id();
         let started = Instant::now();
         // A child exists only between the catch of the signals and their release.
-        let child = loop {
+        // The first child, and its process group, read while it runs.
+        let (child, group) = loop {
             let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the lab runs");
             let first = tasks
                 .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
                 .find_map(|list| list.split_whitespace().next().map(str::to_owned));
-            if let Some(child) = first {
-                break child.parse::<u32>().expect("a pid");
+            let stat = first.and_then(|child| {
+                let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
+                Some((child, stat))
+            });
+            if let Some((child, stat)) = stat {
+                // After the command's `)`: state, parent, process group.
+                let (_, fields) = stat.rsplit_once(')').expect("a stat line");
+                let group = fields.split_whitespace().nth(2).expect("a process group");
+                break (child, group.to_owned());
             }
             assert!(
                 started.elapsed() < REPORTED_WITHIN,
@@ -367,9 +377,20 @@ fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
             );
             std::thread::yield_now();
         };
+        assert_eq!(
+            group, child,
+            "the front child leads a process group of its own"
+        );
+        let child: u32 = child.parse().expect("a pid");
         let signalled = Instant::now();
-        // SAFETY: `kill` has no memory effects; the pid is our unreaped child.
-        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+        // Ctrl-C's SIGINT goes to the terminal's foreground process group: here, the lab's.
+        let to = if signal == libc::SIGINT {
+            -(pid as i32)
+        } else {
+            pid as i32
+        };
+        // SAFETY: `kill` has no memory effects; the pid is our unreaped child (and its group's).
+        assert_eq!(unsafe { libc::kill(to, signal) }, 0);
         let output = lab.wait_with_output().expect("the lab ends");
         assert!(signalled.elapsed() < REPORTED_WITHIN, "ended within 15 s");
         let stderr = String::from_utf8_lossy(&output.stderr);
