@@ -435,8 +435,8 @@ fn instead(subcommand: &str) -> Option<&'static str> {
 }
 
 /// The stack the lab's code runs on when RLIMIT_STACK allows its main thread less: the size
-/// Rust gives every thread it starts. The deepest path of a release build takes under 128 KiB
-/// of it, of a debug build's under 512 KiB.
+/// Rust gives every thread it starts. A release build's main thread needs up to 128 KiB, a debug
+/// build's about 350 KiB.
 #[cfg(unix)]
 const STACK: usize = 2 << 20;
 
@@ -449,7 +449,9 @@ pub fn on_a_full_stack<T: Send + 'static>(
 ) -> std::io::Result<T> {
     #[cfg(unix)]
     if crate::limits::main_stack().is_ok_and(|limit| limit.soft.is_some_and(|s| s < STACK as u64)) {
-        let thread = std::thread::Builder::new().stack_size(STACK).spawn(lab)?;
+        // Named as the main thread is, so a panic reads as it would there.
+        let thread = std::thread::Builder::new().name("main".into());
+        let thread = thread.stack_size(STACK).spawn(lab)?;
         return Ok(thread
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)));

@@ -69,14 +69,14 @@ fn start(
         .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
         // Ctrl-C and SIGTERM are caught from before the first child starts until the last is
-        // reaped, so a second one cannot cut the close short. Where they cannot be caught (as
-        // when another run in this process already catches them, in tests), a signal ends the
-        // process as it ends any program, and each child dies with it.
+        // reaped, so a second one cannot cut the close short. Where they cannot be caught (no
+        // descriptor left for the catcher's pipe), a signal ends the process as it ends any
+        // program, and each child dies with it.
         let interrupts = Interrupts::catch().ok();
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);
-            let (interrupts, failure) = (interrupts.as_ref(), &mut report.failure);
-            let series = measure_front(&setup, front, plan, interrupts, failure).await;
+            let caught = interrupts.as_ref();
+            let series = measure_front(&setup, front, plan, caught, &mut report.failure).await;
             report.fronts.push(series);
         }
     });
@@ -161,11 +161,13 @@ async fn unless_interrupted<T>(
     let Some(interrupts) = interrupts else {
         return measurement.await;
     };
+    // The signal first: one caught before the measurement starts its child lets none start.
     tokio::select! {
-        measured = measurement => measured,
+        biased;
         () = interrupts.caught() => Err(Broken::Lab(anyhow!(
             "interrupted by SIGINT or SIGTERM (Ctrl-C): the measurement was cut short, and its \
-             child ended and reaped"
+             child was ended and reaped"
         ))),
+        measured = measurement => measured,
     }
 }

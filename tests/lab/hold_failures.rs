@@ -333,55 +333,66 @@ fn a_thread_limit_is_a_ceiling_only_where_the_kernel_enforces_it() {
     }
 }
 
-/// The binary interrupted once its first front child is up, by SIGINT sent to its process group
-/// as a terminal's Ctrl-C sends it (the children have groups of their own), then by SIGTERM: the measurement in progress stops there, its child is killed and reaped, nothing more
-/// starts, and the lab exits 1 within 15 s, saying so in one line, after the report of what it
-/// measured before. The signal always finds the run in progress: the first child is the async
-/// front at rest, and a plain `hold` (every count on both fronts) has seconds of work after it.
+/// The binary interrupted while it holds, by SIGINT sent to its process group as a terminal's
+/// Ctrl-C sends it, then by SIGTERM: each front child leads a process group of its own, so only
+/// the lab is signalled; the measurement in progress stops there, its child is ended and reaped,
+/// nothing more starts, and the lab exits 1 within 15 s, saying so in one line, after the report
+/// of what it measured before. The signal goes once the second child (the async front holding
+/// 4 000) is up, and the threaded front's measurements are still to come, so it always finds the
+/// run in progress.
 #[test]
 fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     use std::time::Instant;
     for signal in [libc::SIGINT, libc::SIGTERM] {
-        let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
-            .args(["hold", "--format", "json"])
+        let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        command
+            .args(["hold", "--counts", "4000", "--format", "json"])
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
+            .stderr(Stdio::piped());
+        // A failed assertion below ends this thread, and with it the lab.
+        common::webdriver::die_with_parent(&mut command);
+        let lab = command.spawn().expect("the binary starts");
         let pid = lab.id();
         let started = Instant::now();
-        // A child exists only between the catch of the signals and their release.
-        // The first child, and its process group, read while it runs.
-        let (child, group) = loop {
+        // The lab's children, as each is seen once it has become the lab's binary: its pid and
+        // its process group, from `/proc/<pid>/stat` (after the command's `)`: state, parent,
+        // group). Before its exec a child may not have its own group yet.
+        let mut seen: Vec<(String, String)> = Vec::new();
+        while seen.len() < 2 {
+            assert!(started.elapsed() < REPORTED_WITHIN, "seen {seen:?}");
             let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the lab runs");
-            let first = tasks
+            let children = tasks
                 .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("children")).ok())
-                .find_map(|list| list.split_whitespace().next().map(str::to_owned));
-            let stat = first.and_then(|child| {
-                let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).ok()?;
-                Some((child, stat))
-            });
-            if let Some((child, stat)) = stat {
-                // After the command's `)`: state, parent, process group.
-                let (_, fields) = stat.rsplit_once(')').expect("a stat line");
+                .flat_map(|list| {
+                    list.split_whitespace()
+                        .map(str::to_owned)
+                        .collect::<Vec<_>>()
+                });
+            for child in children {
+                let stat = std::fs::read_to_string(format!("/proc/{child}/stat"));
+                let Some((command, fields)) = stat.as_deref().ok().and_then(|s| s.rsplit_once(')'))
+                else {
+                    continue;
+                };
                 let group = fields.split_whitespace().nth(2).expect("a process group");
-                break (child, group.to_owned());
+                let new = seen.iter().all(|(pid, _)| *pid != child);
+                if command.ends_with("(isolation-lab") && new {
+                    seen.push((child, group.to_owned()));
+                }
             }
-            assert!(
-                started.elapsed() < REPORTED_WITHIN,
-                "no front child started"
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for (child, group) in &seen {
+            assert_eq!(
+                group, child,
+                "each front child leads a process group of its own"
             );
-            std::thread::yield_now();
-        };
-        assert_eq!(
-            group, child,
-            "the front child leads a process group of its own"
-        );
-        let child: u32 = child.parse().expect("a pid");
+        }
+        let child: u32 = seen[1].0.parse().expect("a pid");
         let signalled = Instant::now();
         // Ctrl-C's SIGINT goes to the terminal's foreground process group: here, the lab's.
         let to = if signal == libc::SIGINT {
@@ -389,7 +400,7 @@ fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
         } else {
             pid as i32
         };
-        // SAFETY: `kill` has no memory effects; the pid is our unreaped child (and its group's).
+        // SAFETY: `kill` has no memory effects; `to` is our unreaped child, or the group it leads.
         assert_eq!(unsafe { libc::kill(to, signal) }, 0);
         let output = lab.wait_with_output().expect("the lab ends");
         assert!(signalled.elapsed() < REPORTED_WITHIN, "ended within 15 s");
