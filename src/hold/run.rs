@@ -161,7 +161,7 @@ async fn unless_interrupted<T>(
     let Some(interrupts) = interrupts else {
         return measurement.await;
     };
-    // The signal first: one caught before the measurement starts its child lets none start.
+    // The signal first: once the runtime has seen it, no further measurement starts a child.
     tokio::select! {
         biased;
         () = interrupts.caught() => Err(Broken::Lab(anyhow!(
