@@ -1,9 +1,10 @@
 //! Every injected fault ends the run cleanly, on both server fronts: `failure` set with a
 //! one-line reason, within the contract's 15 s, with the listener closed, every task or thread
 //! joined (or aborted, then joined) and accounted for, and every permit back in its pool.
-//! Every case of every fault runs at once, each on its own server, with the command line's
-//! safety timeout (`the_command_line_waits_five_seconds`): the deliberate stalls, waited out
-//! side by side, cost one of it; then each fault's own checks read its runs.
+//! Every case of every fault runs at once, each on its own server, with a safety timeout of
+//! [`GUARD`]: the deliberate stalls, waited out side by side, cost one of it; then each fault's
+//! own checks read its runs. The command line's own timeout is pinned apart, without a stall
+//! (`the_command_line_waits_five_seconds`).
 
 use crate::common;
 
@@ -20,6 +21,11 @@ use isolation_lab::policy::Front;
 use isolation_lab::policy::Mode;
 use tokio::task::JoinSet;
 
+/// The runs' safety timeout: shorter than the command line's 5 s, so the stalls cost the suite
+/// less, yet hundreds of times what a real step of these runs takes on a busy machine (a few
+/// milliseconds; a stalled one is the only one near it).
+const GUARD: Duration = Duration::from_secs(2);
+
 /// A failed run, with its typed failure.
 struct Failed {
     front: Front,
@@ -29,16 +35,19 @@ struct Failed {
 }
 
 /// Runs the default case of every `(front, mode)` at once with `faults`, and checks what every
-/// failed run must show. Each run has the command line's safety timeout: the one limit fails
-/// the deliberate stall and every real step before it, so a shorter one fails a run whose real
-/// step is only slow on a busy machine, at the wrong step and for the wrong reason.
+/// failed run must show. Each run has [`GUARD`] as its safety timeout: the one limit fails the
+/// deliberate stall and every real step before it, so it stays far above what a real step
+/// takes, lest a run whose real step is only slow fail at the wrong step for the wrong reason.
 async fn fail_with(cases: &[(Front, Mode)], faults: Faults) -> Vec<Failed> {
     let mut runs = JoinSet::new();
     for &(front, mode) in cases {
         let faults = faults.clone();
         runs.spawn(async move {
             let case = Case::new(mode, 2, 2);
-            let options = Options::on(front).with_hooks(faults);
+            let options = Options {
+                safety_timeout: GUARD,
+                ..Options::on(front).with_hooks(faults)
+            };
             let run = run_policy_with(case.policy(), case.held(), options).await;
             (front, mode, run)
         });
@@ -158,7 +167,7 @@ fn a_gate_that_never_opens(runs: Vec<Failed>) {
     for failed in runs {
         let (failure, report) = (&failed.failure, &failed.run.report);
         assert!(
-            matches!(&failure.cause, Cause::Stalled { limit, .. } if *limit == SAFETY_TIMEOUT),
+            matches!(&failure.cause, Cause::Stalled { limit, .. } if *limit == GUARD),
             "{failure:?}"
         );
         assert_eq!(failure.step, Step::Release, "{failure}");
@@ -220,7 +229,7 @@ fn a_caller_that_disconnects_while_held(runs: Vec<Failed>) {
                 assert!(opened.is_none_or(|opened| left.seq < opened), "{context}");
             }
             Front::Threaded => {
-                let cause = Cause::CallerLeft(Left::NotNoticed(SAFETY_TIMEOUT));
+                let cause = Cause::CallerLeft(Left::NotNoticed(GUARD));
                 assert_eq!(failure.cause, cause, "{failure}");
                 let opened = gate_opened(events).expect("closing opened the gate");
                 assert!(opened < left.seq && !left.cancelled, "{context}");

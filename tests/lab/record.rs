@@ -1,9 +1,14 @@
-//! `isolation-lab record`, through the binary: every evidence pointer in a record resolves in
+//! `isolation-lab record`: every evidence pointer in a record resolves in
 //! the saved report and points at what its line says; the record's command reproduces the run;
 //! a failed run's report is recorded too, and says it did not match; an edited or impossible
 //! report is named as such, exit status 1, and never said to match; a file that is not a lab
 //! report, or is malformed, or is not a regular file, is refused with exit status 2 before
 //! anything is printed; a classroom session's report is read run by run.
+//!
+//! The hundreds of reports read here are read as the binary reads them, by the library calls
+//! it makes, in this process ([`record_here`]): a process each would be most of the suite's
+//! CPU. `the_binary_prints_what_record_here_says` pins that the binary prints exactly that,
+//! byte for byte, with the same exit status, for every kind of report.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,6 +18,7 @@ use crate::common::{self, Faults};
 use isolation_lab::coordinator::Options;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Front, Inputs, ModeChoice};
+use isolation_lab::record;
 use serde_json::{Value, json};
 
 const LAB: &str = env!("CARGO_BIN_EXE_isolation-lab");
@@ -33,13 +39,68 @@ fn lab(dir: &Path, args: &[&str]) -> Output {
     output.expect("the binary starts")
 }
 
-/// The fixture `base` edited by `edit` and saved as `file` in `dir`: what `record file` printed,
+/// What `isolation-lab record file [--format json]`, run in `dir`, prints and exits with.
+#[derive(Debug, PartialEq, Eq)]
+struct Recorded {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Recorded {
+    /// What the binary printed and exited with.
+    fn of(output: &Output) -> Recorded {
+        Recorded {
+            code: output.status.code().expect("the binary exits, not killed"),
+            stdout: text(&output.stdout),
+            stderr: text(&output.stderr),
+        }
+    }
+}
+
+/// What `record file` in `dir` prints, in text or JSON, made by the library calls the binary
+/// makes (`record::load`, then `record::Shown`), in this process, and worded as the binary
+/// words it: a refusal exits 2 with `error: ` before it, a record that does not match or hold
+/// together exits 1 with its one line after `isolation-lab: `.
+fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
+    let saved = match record::load(&dir.join(file)) {
+        Ok(saved) => saved,
+        Err(refused) => {
+            // The binary names the file as it was given, from the directory it ran in.
+            let refused = refused.to_string();
+            let named = dir.join(file).to_string_lossy().into_owned();
+            let refused = refused.replace(&named, file);
+            return Recorded {
+                code: 2,
+                stdout: String::new(),
+                stderr: format!("error: {refused}\n"),
+            };
+        }
+    };
+    let shown = record::Shown::of(&saved, Path::new(file));
+    let stdout = if json {
+        serde_json::to_string_pretty(&shown).expect("a record serializes") + "\n"
+    } else {
+        shown.text()
+    };
+    let (code, stderr) = match shown.failure() {
+        Some(failure) => (1, format!("isolation-lab: {failure}\n")),
+        None => (0, String::new()),
+    };
+    Recorded {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// The fixture `base` edited by `edit` and saved as `file` in `dir`: what `record file` prints,
 /// and the edited report.
-fn record_edited(dir: &Path, base: &str, edit: fn(&mut Value), file: &str) -> (Output, Value) {
+fn record_edited(dir: &Path, base: &str, edit: fn(&mut Value), file: &str) -> (Recorded, Value) {
     let mut report = fixture(base);
     edit(&mut report);
     std::fs::write(dir.join(file), report.to_string()).expect("saved");
-    (lab(dir, &["record", file]), report)
+    (record_here(dir, file, false), report)
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -60,27 +121,21 @@ fn save(dir: &Path, args: &[&str], file: &str) -> Value {
 
 /// `record file` in both formats, which must exit 0.
 fn record(dir: &Path, file: &str) -> (Value, String) {
-    let json = lab(dir, &["record", file, "--format", "json"]);
-    let shown = lab(dir, &["record", file]);
+    let (json, shown) = (record_here(dir, file, true), record_here(dir, file, false));
     for output in [&json, &shown] {
-        assert!(
-            output.status.success(),
-            "record {file}: {}",
-            text(&output.stderr)
-        );
+        assert_eq!(output.code, 0, "record {file}: {}", output.stderr);
     }
-    let record = serde_json::from_slice(&json.stdout).expect("record --format json is JSON");
-    (record, text(&shown.stdout))
+    let record = serde_json::from_str(&json.stdout).expect("record --format json is JSON");
+    (record, shown.stdout)
 }
 
 /// `record file` of a run that failed, in both formats: each exits 1, saying on stderr that
 /// the run did not match, and not that the report was edited.
 fn record_failed(dir: &Path, file: &str) -> (Value, String) {
-    let json = lab(dir, &["record", file, "--format", "json"]);
-    let shown = lab(dir, &["record", file]);
+    let (json, shown) = (record_here(dir, file, true), record_here(dir, file, false));
     for output in [&json, &shown] {
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "record {file}: {stderr}");
+        let stderr = &output.stderr;
+        assert_eq!(output.code, 1, "record {file}: {stderr}");
         assert!(
             stderr.starts_with(&format!(
                 "isolation-lab: {file}: the run did not match the policy model: "
@@ -88,8 +143,8 @@ fn record_failed(dir: &Path, file: &str) -> (Value, String) {
             "{stderr}"
         );
     }
-    let record = serde_json::from_slice(&json.stdout).expect("record --format json is JSON");
-    (record, text(&shown.stdout))
+    let record = serde_json::from_str(&json.stdout).expect("record --format json is JSON");
+    (record, shown.stdout)
 }
 
 /// The value at `pointer` in `report`, or a failure naming the pointer.
@@ -446,10 +501,10 @@ fn what_is_not_a_lab_report_is_refused_with_exit_status_2() {
         ),
     ];
     for (file, says) in cases {
-        let output = lab(&dir, &["record", file]);
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{file}: {stderr}");
-        assert_eq!(text(&output.stdout), "", "{file}: nothing on stdout");
+        let output = record_here(&dir, file, false);
+        let stderr = &output.stderr;
+        assert_eq!(output.code, 2, "{file}: {stderr}");
+        assert_eq!(output.stdout, "", "{file}: nothing on stdout");
         assert!(
             stderr.starts_with(&format!("error: {file} ")),
             "{file}: {stderr}"
@@ -1963,6 +2018,56 @@ const EDITS: &[Edit] = &[
     ),
 ];
 
+/// The binary prints what [`record_here`] says, byte for byte, and exits with its status, in
+/// both formats, for every kind of file: a lab report and a classroom session that match, an
+/// edited report, a run and a session that did not match, a report of a shape no run writes,
+/// and what is not a report at all (text, a directory, no file).
+#[test]
+fn the_binary_prints_what_record_here_says() {
+    let dir = scratch("binary");
+    let copies = [
+        DEFAULT,
+        TWO_RUNS,
+        "spawn-blocking-s2-out-of-descriptors.json",
+        "session-closed-mid-run.json",
+    ];
+    for name in copies {
+        std::fs::write(dir.join(name), fixture(name).to_string()).expect("saved");
+    }
+    let (_, base, edit, _) = EDITS[0];
+    record_edited(&dir, base, edit, "edited.json");
+    let twice = |r: &mut Value| {
+        let shared = r["policies"][0].clone();
+        list(r, "/policies").push(shared);
+    };
+    record_edited(&dir, DEFAULT, twice, "twice.json");
+    std::fs::write(dir.join("text.json"), "not a report\n").expect("saved");
+    std::fs::create_dir_all(dir.join("a-directory.json")).expect("made");
+    let files = copies.into_iter().chain([
+        "edited.json",
+        "twice.json",
+        "text.json",
+        "a-directory.json",
+        "missing.json",
+    ]);
+    let mut codes = Vec::new();
+    for file in files {
+        for json in [false, true] {
+            let mut args = vec!["record", file];
+            args.extend(if json { &["--format", "json"][..] } else { &[] });
+            let binary = Recorded::of(&lab(&dir, &args));
+            assert_eq!(binary, record_here(&dir, file, json), "{args:?}");
+            codes.push(binary.code);
+        }
+    }
+    codes.dedup();
+    assert_eq!(
+        codes,
+        [0, 1, 2],
+        "every exit status, in the order of the files"
+    );
+}
+
 /// Every edit of [`EDITS`] is named in the record's words, on stdout and in the one line on
 /// stderr, exit status 1, in both formats; no edited report is said to match. Every recorded
 /// fixture, unedited, still matches (exit 0).
@@ -1978,20 +2083,21 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         if !(name.starts_with("slots-") || name.starts_with("classroom-")) {
             continue;
         }
-        let output = Command::new(LAB).arg("record").arg(&path).output();
-        let output = output.expect("the binary starts");
-        assert!(output.status.success(), "{name}: {}", text(&output.stderr));
-        let shown = text(&output.stdout);
-        assert!(shown.contains("matched the policy model."), "{name}");
+        let output = record_here(&fixtures, name, false);
+        assert_eq!(output.code, 0, "{name}: {}", output.stderr);
+        assert!(
+            output.stdout.contains("matched the policy model."),
+            "{name}"
+        );
         unedited += 1;
     }
     assert_eq!(unedited, 17, "12 lab reports and five classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let file = format!("edit-{i}.json");
         let (shown, report) = record_edited(&dir, base, edit, &file);
-        let (stdout, stderr) = (text(&shown.stdout), text(&shown.stderr));
+        let (stdout, stderr) = (&shown.stdout, &shown.stderr);
         let context = format!("{name} ({file}):\n{stdout}{stderr}");
-        assert_eq!(shown.status.code(), Some(1), "{context}");
+        assert_eq!(shown.code, 1, "{context}");
         assert!(stdout.contains(says), "{says:?} in {context}");
         assert!(!stdout.contains("matched the policy model."), "{context}");
         assert!(
@@ -2000,9 +2106,9 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
             )) && stderr.lines().count() == 1,
             "{context}"
         );
-        let json = lab(&dir, &["record", &file, "--format", "json"]);
-        assert_eq!(json.status.code(), Some(1), "{context}");
-        let json: Value = serde_json::from_slice(&json.stdout).expect("record JSON");
+        let json = record_here(&dir, &file, true);
+        assert_eq!(json.code, 1, "{context}");
+        let json: Value = serde_json::from_str(&json.stdout).expect("record JSON");
         assert_eq!(json["verdict"]["verdict"], "does_not_hold", "{context}");
         assert_eq!(json["matches_model"], false, "{context}");
         let findings = json["verdict"]["findings"].as_array().expect("findings");
@@ -2364,9 +2470,9 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     for (i, (report, says)) in edited.chain(set_one).enumerate() {
         let file = format!("blocked-edit-{i}.json");
         std::fs::write(dir.join(&file), report.to_string()).expect("written");
-        let shown = lab(&dir, &["record", &file]);
-        let (stdout, stderr) = (text(&shown.stdout), text(&shown.stderr));
-        assert_eq!(shown.status.code(), Some(1), "{file}: {stdout}{stderr}");
+        let shown = record_here(&dir, &file, false);
+        let (stdout, stderr) = (&shown.stdout, &shown.stderr);
+        assert_eq!(shown.code, 1, "{file}: {stdout}{stderr}");
         assert!(stdout.contains(says), "{says:?} in {file}: {stdout}");
         assert!(
             stderr.contains("was edited, or no run of the lab wrote it"),
@@ -2447,9 +2553,9 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         ("spawn-blocking-s2-out-of-descriptors.json", "shared"),
     ] {
         std::fs::write(dir.join(file), fixture(file).to_string()).expect("saved");
-        let output = lab(&dir, &["record", file]);
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        let output = record_here(&dir, file, false);
+        let stderr = &output.stderr;
+        assert_eq!(output.code, 1, "{stderr}");
         let failed =
             format!("isolation-lab: {file}: the run did not match the policy model: {mode}: ");
         assert!(stderr.starts_with(&failed), "{stderr}");
@@ -2563,8 +2669,8 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     for (i, (base, edit, named)) in edits.into_iter().enumerate() {
         let file = format!("failed-edit-{i}.json");
         let (output, _) = record_edited(&dir, base, edit, &file);
-        let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
-        assert_eq!(output.status.code(), Some(1), "{file}: {stderr}");
+        let (stdout, stderr) = (&output.stdout, &output.stderr);
+        assert_eq!(output.code, 1, "{file}: {stderr}");
         let edited = stderr.contains("was edited, or no run of the lab wrote it");
         // Every contradiction is on stdout; stderr's one line names the first.
         assert!(
@@ -2676,9 +2782,9 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
     for (name, edit, says) in cases {
         let file = format!("{name}.json");
         let (output, _) = record_edited(&dir, DEFAULT, edit, &file);
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{file}: {stderr}");
-        assert_eq!(text(&output.stdout), "", "{file}: nothing on stdout");
+        let stderr = &output.stderr;
+        assert_eq!(output.code, 2, "{file}: {stderr}");
+        assert_eq!(output.stdout, "", "{file}: nothing on stdout");
         assert!(stderr.starts_with(&format!("error: {file} ")), "{stderr}");
         assert!(stderr.contains(says), "{says:?} in {stderr}");
     }
@@ -2764,9 +2870,9 @@ fn failed_runs_are_not_called_edited_and_their_verdicts_cannot_be_edited() {
         }
         let file = format!("fault-{i}-lie.json");
         std::fs::write(dir.join(&file), lie.to_string()).expect("saved");
-        let output = lab(&dir, &["record", &file]);
-        let stdout = text(&output.stdout);
-        assert_eq!(output.status.code(), Some(1), "{file}: {stdout}");
+        let output = record_here(&dir, &file, false);
+        let stdout = &output.stdout;
+        assert_eq!(output.code, 1, "{file}: {stdout}");
         assert!(!stdout.contains("matched the policy model."), "{stdout}");
         assert!(
             stdout.contains("the model block says the run matched, but its evidence does not"),
@@ -2904,9 +3010,9 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     // not called edited.
     let closed = "session-closed-mid-run.json";
     std::fs::write(dir.join(closed), fixture(closed).to_string()).expect("saved");
-    let output = lab(&dir, &["record", closed]);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let output = record_here(&dir, closed, false);
+    let stderr = &output.stderr;
+    assert_eq!(output.code, 1, "{stderr}");
     assert!(
         stderr.starts_with(&format!(
             "isolation-lab: {closed}: the session did not match the policy model: run 1: shared: \
@@ -2915,20 +3021,22 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
         "{stderr}"
     );
     assert!(
-        text(&output.stdout).contains("  R2 /slow in run 1 (shared): answered 200\n"),
+        output
+            .stdout
+            .contains("  R2 /slow in run 1 (shared): answered 200\n"),
         "{}",
-        text(&output.stdout)
+        output.stdout
     );
 
     // As a session ended before its first step writes it.
     let empty = json!({ "runs": [], "room_requests": [], "matches_model": false,
                         "event_streams_dropped": 0, "connections_refused": 0 });
     std::fs::write(dir.join("empty.json"), empty.to_string()).expect("saved");
-    let output = lab(&dir, &["record", "empty.json"]);
-    assert_eq!(output.status.code(), Some(1));
+    let output = record_here(&dir, "empty.json", false);
+    assert_eq!(output.code, 1);
     assert!(
-        text(&output.stderr).contains("the session ran nothing"),
+        output.stderr.contains("the session ran nothing"),
         "{}",
-        text(&output.stderr)
+        output.stderr
     );
 }
