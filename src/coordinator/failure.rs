@@ -223,6 +223,10 @@ pub(crate) mod waited {
         format!("{request} got no response")
     }
 
+    /// F1's step, in a test's run that first sends requests without the run's token: each one's
+    /// 403.
+    pub(crate) const FOREIGN: &str = "a foreign request got no response";
+
     /// The release: every held caller's response.
     pub(crate) const RELEASED: &str = "a released slow caller got no response";
 

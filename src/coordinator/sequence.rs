@@ -459,7 +459,7 @@ impl Run {
             let response = self
                 .session
                 .bounds()
-                .within(sent, at, || "a foreign request got no response".into())
+                .within(sent, at, || waited::FOREIGN.into())
                 .await?;
             let (status, _) =
                 response.map_err(|e| failed(format!("a foreign request failed: {e:#}")))?;

@@ -1894,6 +1894,19 @@ const EDITS: &[Edit] = &[
          the gate",
     ),
     (
+        "more connection handlers before F1 than callers had connected",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/resources/before_fast/connection_handlers",
+                json!(3),
+            )
+        },
+        "resources.before_fast counts 3 connection handlers, but before F1 only the 2 slow \
+         callers have connected, each at most once",
+    ),
+    (
         "requests still held after the run",
         DEFAULT,
         |r| set(r, "/policies/0/resources/after_run/held_at_gate", json!(2)),
@@ -2564,7 +2577,33 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
     let before_f1 = "spawn-blocking-s2-out-of-descriptors.json";
     /// A fixture, an edit of it, and what the record must say of the edit.
     type OnFixture = (&'static str, fn(&mut Value), &'static str);
-    let edits: [OnFixture; 9] = [
+    let edits: [OnFixture; 12] = [
+        (
+            before_f1,
+            |r| {
+                set(
+                    r,
+                    "/failure",
+                    json!("shared: stalled: F1 got no response within 5 s"),
+                )
+            },
+            "the failure says shared stalled waiting for F1, but it records no snapshot of the \
+             section before F1",
+        ),
+        (
+            before_f1,
+            |r| {
+                let stall = "shared: stalled: no admission decision for S4 within 5 s";
+                set(r, "/failure", json!(stall));
+            },
+            "the failure says shared stalled waiting for what no step of its sequence (--held 3) \
+             waits for",
+        ),
+        (
+            before_f1,
+            |r| set(r, "/policies/0/server", Value::Null),
+            "the failure says shared got past its setup, but it records no server",
+        ),
         (
             "block-out-of-descriptors.json",
             |r| {

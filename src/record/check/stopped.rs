@@ -92,10 +92,27 @@ pub(super) fn stopped(
         }
         return;
     }
+    // Past its setup, a run's server started, and its summary is kept when it stops.
+    if policy.server.is_none() {
+        find(
+            &["failure"],
+            format!(
+                "the failure says {mode} got past its setup, but it records no server: only a run \
+                 that could not start (its token, its front's runtime or its listener) has none, \
+                 and its failure says which"
+            ),
+        );
+        return;
+    }
     // What each step waits for, in a stall's words.
     let waits = |step: Planned| match step {
         Planned::Slow(r) => vec![waited::decision(r), waited::refusal(r), waited::unread(r)],
-        Planned::Fast => vec![waited::unread(Label::F1), waited::response(Label::F1)],
+        // Requests without the run's token (a test's) go first, then the snapshot, then F1.
+        Planned::Fast => vec![
+            waited::FOREIGN.into(),
+            waited::unread(Label::F1),
+            waited::response(Label::F1),
+        ],
         Planned::Release => vec![waited::RELEASED.into()],
         Planned::Probe(r) => vec![waited::response(r)],
     };
@@ -141,18 +158,41 @@ pub(super) fn stopped(
         let at = (plan.iter()).position(|&p| waits(p).into_iter().any(|w| says(stalled(w))));
         let Some(at) = at else {
             // A stall's limit is the run's safety timeout, which bounds every wait.
-            let limit = format!(" within {} s", limit.as_secs_f64());
-            if rest.starts_with("stalled: ") && !rest.contains(&limit) {
+            let within = format!(" within {} s", limit.as_secs_f64());
+            if rest.starts_with("stalled: ") && !rest.contains(&within) {
                 find(
                     &["failure"],
                     format!(
-                        "the failure says {mode} stalled, but not{limit}: the run's safety \
+                        "the failure says {mode} stalled, but not{within}: the run's safety \
                          timeout, which bounds every wait"
+                    ),
+                );
+            } else if rest.starts_with("stalled: ") {
+                find(
+                    &["failure"],
+                    format!(
+                        "the failure says {mode} stalled waiting for what no step of its \
+                         sequence (--held {held}) waits for"
                     ),
                 );
             }
             return;
         };
+        // F1 is sent, and so waited for, only after the step's snapshot of the section.
+        let for_f1 = [waited::unread(Label::F1), waited::response(Label::F1)];
+        if plan[at] == Planned::Fast
+            && for_f1.into_iter().any(|w| says(stalled(w)))
+            && policy.observed.observer_before_fast.is_none()
+        {
+            find(
+                &["failure"],
+                format!(
+                    "the failure says {mode} stalled waiting for F1, but it records no snapshot \
+                     of the section before F1 (observer_before_fast), which its step takes \
+                     before it sends F1"
+                ),
+            );
+        }
         (at, Stop::In)
     };
     let observed = &policy.observed;

@@ -102,6 +102,27 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+            // Before F1, only the slow callers have connected (a refused one's connection is
+            // reused by the next caller), and in a test's run, its requests without the token.
+            let sent = self.report.inputs.held.get();
+            let foreign = (file.server.as_ref()).map_or(0, |s| s.foreign_requests_refused);
+            let callers = u64::try_from(sent)
+                .unwrap_or(u64::MAX)
+                .saturating_add(foreign);
+            let handlers = u64::try_from(before.connection_handlers).unwrap_or(u64::MAX);
+            if self.room.is_none() && handlers > callers {
+                let besides = match foreign {
+                    0 => String::new(),
+                    n => format!(" and {n} requests without the run's token"),
+                };
+                self.find(
+                    &["resources", "before_fast", "connection_handlers"],
+                    format!(
+                        "resources.before_fast counts {handlers} connection handlers, but before F1 \
+                         only the {sent} slow callers{besides} have connected, each at most once"
+                    ),
+                );
+            }
             // Each admitted request's permit stays with its connection's handler until its work
             // leaves, held or queued for a thread. (In a classroom, see `counted_before_fast`.)
             let taken = (file.observed.observer_before_fast.as_ref())
