@@ -65,11 +65,10 @@ impl Recorded {
 fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
     let saved = match record::load(&dir.join(file)) {
         Ok(saved) => saved,
-        Err(refused) => {
-            // The binary names the file as it was given, from the directory it ran in.
-            let refused = refused.to_string();
-            let named = dir.join(file).to_string_lossy().into_owned();
-            let refused = refused.replace(&named, file);
+        Err(mut refused) => {
+            // The binary names the file as it was given, from the directory it ran in (the
+            // names here are plain words, which the shell reads as they are).
+            refused.file = file.to_owned();
             return Recorded {
                 code: 2,
                 stdout: String::new(),

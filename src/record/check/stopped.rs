@@ -158,30 +158,24 @@ pub(super) fn stopped(
         let at = (plan.iter()).position(|&p| waits(p).into_iter().any(|w| says(stalled(w))));
         let Some(at) = at else {
             // A stall's limit is the run's safety timeout, which bounds every wait.
-            let within = format!(" within {} s", limit.as_secs_f64());
-            if rest.starts_with("stalled: ") && !rest.contains(&within) {
+            if rest.starts_with("stalled: ") {
+                let within = format!(" within {} s", limit.as_secs_f64());
+                let why = if rest.contains(&within) {
+                    format!(" waiting for what no step of its sequence (--held {held}) waits for")
+                } else {
+                    format!(", but not{within}: the run's safety timeout, which bounds every wait")
+                };
                 find(
                     &["failure"],
-                    format!(
-                        "the failure says {mode} stalled, but not{within}: the run's safety \
-                         timeout, which bounds every wait"
-                    ),
-                );
-            } else if rest.starts_with("stalled: ") {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {mode} stalled waiting for what no step of its \
-                         sequence (--held {held}) waits for"
-                    ),
+                    format!("the failure says {mode} stalled{why}"),
                 );
             }
             return;
         };
-        // F1 is sent, and so waited for, only after the step's snapshot of the section.
-        let for_f1 = [waited::unread(Label::F1), waited::response(Label::F1)];
+        // F1 is sent, and so waited for, only after the step's snapshot of the section: of the
+        // step's waits, only the tokenless requests' comes before it.
         if plan[at] == Planned::Fast
-            && for_f1.into_iter().any(|w| says(stalled(w)))
+            && !says(stalled(waited::FOREIGN.into()))
             && policy.observed.observer_before_fast.is_none()
         {
             find(

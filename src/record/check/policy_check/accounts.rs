@@ -106,10 +106,8 @@ impl<'a> PolicyCheck<'a> {
             // reused by the next caller), and in a test's run, its requests without the token.
             let sent = self.report.inputs.held.get();
             let foreign = (file.server.as_ref()).map_or(0, |s| s.foreign_requests_refused);
-            let callers = u64::try_from(sent)
-                .unwrap_or(u64::MAX)
-                .saturating_add(foreign);
-            let handlers = u64::try_from(before.connection_handlers).unwrap_or(u64::MAX);
+            let callers = sent.saturating_add(usize::try_from(foreign).unwrap_or(usize::MAX));
+            let handlers = before.connection_handlers;
             if self.room.is_none() && handlers > callers {
                 let besides = match foreign {
                     0 => String::new(),
