@@ -9,7 +9,7 @@ use isolation_lab::policy::Front;
 use isolation_lab::policy::Inputs;
 use isolation_lab::report::Report;
 
-use super::{Case, assert_matches_section_4};
+use super::{Case, assert_matches_the_model};
 
 /// Open file descriptors and OS threads of this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub fn assert_default(report: &Report) {
     assert!(report.matches_model, "{:?}", report.failure);
     assert_eq!(report.policies.len(), 2);
     for policy in &report.policies {
-        assert_matches_section_4(Case::new(policy.mode, 2, 2), policy);
+        assert_matches_the_model(Case::new(policy.mode, 2, 2), policy);
     }
 }
 
@@ -116,7 +116,7 @@ pub fn under_cpu_load(rounds: usize) {
             for front in Front::ALL {
                 for case in Case::all() {
                     let report = case.run_on(front).await;
-                    assert_matches_section_4(case, &report);
+                    assert_matches_the_model(case, &report);
                 }
             }
         }

@@ -126,7 +126,7 @@ impl Case {
 }
 
 /// Asserts every outcome the policy model names for `case`, from the report's observations.
-pub fn assert_matches_section_4(case: Case, report: &PolicyReport) {
+pub fn assert_matches_the_model(case: Case, report: &PolicyReport) {
     let decided = |request: Label| {
         report
             .admissions

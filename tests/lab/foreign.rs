@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{Case, Faults, assert_matches_section_4, assert_structure};
+use common::{Case, Faults, assert_matches_the_model, assert_structure};
 use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::policy::{Front, Mode};
 
@@ -22,7 +22,7 @@ async fn foreign_requests_during_a_run_change_nothing() {
             let run = run_policy_with(case.policy(), case.held(), options).await;
             assert_eq!(run.failure, None);
             let report = run.report;
-            assert_matches_section_4(case, &report);
+            assert_matches_the_model(case, &report);
             assert_structure(case, &report);
             let server = report.server.as_ref().expect("served");
             assert_eq!(server.foreign_requests_refused, 4);

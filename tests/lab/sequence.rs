@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{Case, assert_matches_section_4, assert_port_closed};
+use common::{Case, assert_matches_the_model, assert_port_closed};
 use isolation_lab::coordinator::{Cause, Options, Planned, Run};
 use isolation_lab::label::Label;
 use isolation_lab::policy::Mode;
@@ -39,7 +39,7 @@ async fn one_step_at_a_time_is_the_whole_sequence() {
     assert_eq!(run.upcoming(), None);
     let closed = run.close().await;
     assert_eq!(closed.failure, None);
-    assert_matches_section_4(case, &closed.report);
+    assert_matches_the_model(case, &closed.report);
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{Case, assert_matches_section_4, assert_structure};
+use common::{Case, assert_matches_the_model, assert_structure};
 use isolation_lab::label::Label::{self, F1, Slow as S};
 use isolation_lab::policy::{Inputs, Mode, ModeChoice};
 
@@ -89,7 +89,7 @@ async fn default_run_shows_both_policies() {
 
     for (report, mode) in [(shared, Mode::Shared), (partitioned, Mode::Partitioned)] {
         let case = Case::new(mode, 2, 2);
-        assert_matches_section_4(case, report);
+        assert_matches_the_model(case, report);
         assert_structure(case, report);
     }
 }
@@ -113,7 +113,7 @@ async fn a_third_shared_permit_lets_f1_in() {
     assert_eq!(f1.active_after, 3, "F1 took the third permit");
     let f1 = report.observed.fast_response_before_release.as_ref();
     assert_eq!(f1.map(|r| r.status), Some(200));
-    assert_matches_section_4(case, &report);
+    assert_matches_the_model(case, &report);
     assert_structure(case, &report);
 }
 
@@ -135,7 +135,7 @@ async fn one_held_request_admits_f1_under_both() {
             .as_ref()
             .map(|r| r.status);
         assert_eq!(f1, Some(200), "{:?}", policy.mode);
-        assert_matches_section_4(case, policy);
+        assert_matches_the_model(case, policy);
         assert_structure(case, policy);
     }
 }
@@ -173,7 +173,7 @@ async fn four_held_requests_explain_useful_and_refused_work() {
     );
     for policy in [shared, partitioned] {
         let case = Case::new(policy.mode, 2, 4);
-        assert_matches_section_4(case, policy);
+        assert_matches_the_model(case, policy);
         assert_structure(case, policy);
     }
 }
