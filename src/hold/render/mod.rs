@@ -54,15 +54,19 @@ fn count(n: u64) -> String {
     out
 }
 
-/// A figure with as many decimals as its size deserves: `0.25`, `16.0`, `2052`.
+/// A figure with as many decimals as its size deserves: `0.25`, `16.0`, `2052`. A change too
+/// small to show reads `0.00`, not `-0.00`.
 fn figure(value: f64) -> String {
     let size = value.abs();
-    if size >= 1000.0 {
-        format!("{value:.0}")
-    } else if size >= 10.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
+    let decimals = match size {
+        1000.0.. => 0,
+        10.0.. => 1,
+        _ => 2,
+    };
+    let shown = format!("{value:.decimals$}");
+    match shown.strip_prefix('-') {
+        Some(zero) if zero.bytes().all(|b| b == b'0' || b == b'.') => zero.to_owned(),
+        _ => shown,
     }
 }
 
