@@ -17,9 +17,6 @@ use crate::common::standard_descriptors_only;
 /// lab's own bound of 15 s.
 const KILL_AFTER: Duration = Duration::from_secs(20);
 
-/// Runs of each shape under each limit.
-const RUNS: usize = 3;
-
 /// A thread that could not start, as the panic std or Tokio prints says it, and how the lab's
 /// own last line then starts.
 const THREAD_PANICS: [(&str, &str); 2] = [
@@ -73,16 +70,37 @@ fn load_floor_mib() -> u64 {
 }
 
 /// Every front under every open-file limit from 4 to 16, and under small address-space limits,
-/// [`RUNS`] times each. Each run must exit 0 with a matching JSON report, or exit 1 with
-/// exactly one line on stderr (and a report, if it printed one, that says every handler was
-/// joined). A run killed after [`KILL_AFTER`] or ended by a signal fails the test — but for
-/// the allocator's own abort under an address-space limit, which no code of the lab's can catch.
+/// once each. Each run must exit 0 with a matching JSON report, or exit 1 with exactly one line
+/// on stderr (and a report, if it printed one, that says every handler was joined). A run killed
+/// after [`KILL_AFTER`] or ended by a signal fails the test — but for the allocator's own abort
+/// under an address-space limit, which no code of the lab's can catch.
 #[test]
 fn runs_under_resource_limits_end_with_a_report_or_one_line() {
+    every_shape_under_every_limit(
+        "runs_under_resource_limits_end_with_a_report_or_one_line",
+        1,
+    );
+}
+
+/// The same runs, ten times each: a run that ends one way most times and hangs now and then is
+/// found by repeating it, which a soak does. Run it with
+/// `cargo test --release --test lab limits:: -- --ignored`.
+#[test]
+#[ignore = "a soak of every run under limits, ten times over; run it explicitly"]
+fn runs_under_resource_limits_end_the_same_way_ten_times_over() {
+    every_shape_under_every_limit(
+        "runs_under_resource_limits_end_the_same_way_ten_times_over",
+        10,
+    );
+}
+
+/// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time; `test` names the
+/// test in the line that says it is skipped without `prlimit`.
+fn every_shape_under_every_limit(test: &str, runs: usize) {
     if Command::new("prlimit").arg("--version").output().is_err() {
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: prlimit (util-linux) is not installed"
+            "skipped {test}: prlimit (util-linux) is not installed"
         );
         return;
     }
@@ -94,7 +112,7 @@ fn runs_under_resource_limits_end_with_a_report_or_one_line() {
     let mut jobs = Vec::new();
     for limit in limits {
         for shape in SHAPES {
-            jobs.extend(std::iter::repeat_n((shape, limit.clone()), RUNS));
+            jobs.extend(std::iter::repeat_n((shape, limit.clone()), runs));
         }
     }
     let jobs = Mutex::new(jobs);
