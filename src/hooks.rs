@@ -1,5 +1,6 @@
 //! Where a test may step into a run. The sequence and the fronts call a run's [`Hooks`] at a
-//! few fixed points; the lab's own runs pass [`NoHooks`], whose every answer is "carry on".
+//! few fixed points, and `hold` its [`HoldHooks`]; the lab's own runs pass [`NoHooks`], whose
+//! every answer is "carry on".
 //! What a test breaks is written with the tests, never in the lab's code paths.
 
 use std::fmt::Debug;
@@ -33,8 +34,24 @@ pub trait Hooks: Debug + Send + Sync {
     }
 }
 
+/// The points where a `hold` run lets a test in. Every method's default leaves the run as it
+/// is.
+pub trait HoldHooks: Debug + Send + Sync {
+    /// How many permits fewer than the requests it sends each front's pool gets: some are then
+    /// refused, a run the lab must fail.
+    fn permits_short(&self) -> u32 {
+        0
+    }
+
+    /// Called each time the front's child, process `pid` (started, not yet reaped), is read to
+    /// hold `held` requests; a test may signal it here.
+    fn front_holds(&self, _pid: u32, _held: u64) {}
+}
+
 /// The command line's hooks: none.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct NoHooks;
 
 impl Hooks for NoHooks {}
+
+impl HoldHooks for NoHooks {}

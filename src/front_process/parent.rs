@@ -135,7 +135,8 @@ impl FrontProcess {
         }
     }
 
-    /// SIGKILLs the child now (a test's fault; [`FrontProcess::wait`] then says so).
+    /// SIGKILLs the child now: one that cannot be told to stop (it is stopped itself, or a
+    /// test's fault); [`FrontProcess::wait`] then says so.
     pub(crate) fn kill(&self) -> io::Result<()> {
         self.child.signal(Signal::Kill)
     }

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 
-use super::Faults;
 use super::callers::Callers;
 use super::preflight::HoldPlan;
 use super::report::{
@@ -19,6 +18,7 @@ use super::report::{
 use crate::admission::section::GateState;
 use crate::child::Exit;
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
+use crate::hooks::HoldHooks;
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures, ProcessStat};
@@ -41,7 +41,7 @@ pub(crate) struct Setup<'a> {
     /// The lab's binary, started as `<program> __front <spec>`.
     pub(crate) program: &'a Path,
     pub(crate) limits: &'a Limits,
-    pub(crate) faults: &'a Faults,
+    pub(crate) hooks: &'a dyn HoldHooks,
 }
 
 /// A measurement that gave no figures.
@@ -80,7 +80,7 @@ pub(crate) async fn held(
     baseline: &Sample,
 ) -> Result<Figures, Broken> {
     let held = planned.held;
-    let permits = held.saturating_sub(setup.faults.pool_short_by).max(1);
+    let permits = held.saturating_sub(setup.hooks.permits_short()).max(1);
     let capacity = usize::try_from(permits).expect("a count of at most 50 000 fits in usize");
     let spec = FrontSpec {
         backlog: Some(planned.backlog),
@@ -99,8 +99,8 @@ pub(crate) async fn held(
         let cpu_before = Cpu::read(pid)?;
         let sent = Instant::now();
         callers.send(held);
-        let faults = setup.faults;
-        hold_all(&mut remote, &mut callers, held, permits, faults, &mut seen).await?;
+        let hooks = setup.hooks;
+        hold_all(&mut remote, &mut callers, held, permits, hooks, &mut seen).await?;
         let time_to_hold = sent.elapsed();
         let cpu = Cpu::read(pid)?.since(cpu_before);
         let figures = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
@@ -299,14 +299,12 @@ async fn hold_all(
     callers: &mut Callers,
     held: u32,
     permits: u32,
-    faults: &Faults,
+    hooks: &dyn HoldHooks,
     seen: &mut u64,
 ) -> anyhow::Result<()> {
-    let mut killed = false;
     let mut watch = watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
-    // Once the test's fault has killed the front, wait for the end of it rather than sample it.
-    while killed || *seen < u64::from(held) {
+    while *seen < u64::from(held) {
         match next_step(remote, callers, &mut watch, deadline, false).await {
             Err(Stall::NoProgress) => {
                 bail!(
@@ -326,17 +324,7 @@ async fn hold_all(
                     deadline = tokio::time::Instant::now() + STALL;
                 }
                 *seen = counts.held;
-                if !killed && faults.kill_front_when_held.is_some_and(|k| *seen >= k) {
-                    remote
-                        .kill()
-                        .context("killing the front (a test's fault)")?;
-                    killed = true;
-                }
-                if faults.stop_front_when_held.is_some_and(|k| *seen >= k) {
-                    remote
-                        .pause()
-                        .context("stopping the front (a test's fault)")?;
-                }
+                hooks.front_holds(remote.pid(), *seen);
             }
             Ok(Step::Front(message)) => return Err(unexpected(message)),
             Ok(Step::Caller(Some(Ok(())))) => {

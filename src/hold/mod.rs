@@ -31,12 +31,14 @@ mod report;
 mod run;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use report::{
     CountOutcome, Death, DropScope, Figures, FrontFailure, FrontReach, FrontSeries, HeapClass,
     HoldReport, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample, Stage,
 };
 
+use crate::hooks::{HoldHooks, NoHooks};
 use crate::policy::Front;
 
 /// The counts a plain `hold` measures: under half a minute on a 2-core machine.
@@ -82,26 +84,23 @@ impl HoldInputs {
     }
 }
 
-/// How `hold` starts its children, and the faults a test injects. The command line uses the
-/// default: this very program, no fault.
-#[derive(Clone, Debug, Default)]
+/// How `hold` starts its children, and where a test steps in. The command line uses the
+/// default: this very program, no hooks.
+#[derive(Clone, Debug)]
 pub struct HoldOptions {
     /// The lab's binary to start as each front's child; `None` is this program.
     pub program: Option<PathBuf>,
-    /// Faults to inject.
-    pub faults: Faults,
+    /// Where a test steps into the run ([`NoHooks`] by default).
+    pub hooks: Arc<dyn HoldHooks>,
 }
 
-/// What a test may break in a `hold` run. The command line never sets any of it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Faults {
-    /// SIGKILL the front's child once it reports this many requests held.
-    pub kill_front_when_held: Option<u64>,
-    /// SIGSTOP the front's child once it reports this many requests held.
-    pub stop_front_when_held: Option<u64>,
-    /// Give the front's pool this many permits fewer than the requests sent, so some are
-    /// refused: a run that the lab must fail.
-    pub pool_short_by: u32,
+impl Default for HoldOptions {
+    fn default() -> Self {
+        HoldOptions {
+            program: None,
+            hooks: Arc::new(NoHooks),
+        }
+    }
 }
 
 pub use run::hold;

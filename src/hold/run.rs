@@ -59,7 +59,7 @@ fn start(
     let setup = Setup {
         program: &program,
         limits: &limits,
-        faults: &options.faults,
+        hooks: options.hooks.as_ref(),
     };
     // One thread: the parent's callers are tasks, so it stays one thread however many it
     // holds, and it leaves the other core to the front being measured.

@@ -6,11 +6,14 @@
 use crate::common;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::common::is_gone;
-use isolation_lab::hold::{CountOutcome, Faults, HoldInputs, HoldOptions, HoldReport, Stage, hold};
+use isolation_lab::hold::{CountOutcome, HoldInputs, HoldOptions, HoldReport, Stage, hold};
+use isolation_lab::hooks::HoldHooks;
 use isolation_lab::policy::Front;
 
 /// How long a killed front may take to be reported: a guard, not a measurement.
@@ -27,6 +30,57 @@ fn children() -> Vec<String> {
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// What a test breaks in a `hold` run: each front's child signalled once it is read to hold
+/// `at` requests, or each pool `short` permits fewer than the requests sent.
+#[derive(Debug, Default)]
+struct Break {
+    signal_at: Option<(libc::c_int, u64)>,
+    short: u32,
+    /// The child last signalled: each front's is signalled once.
+    signalled: AtomicU32,
+}
+
+impl Break {
+    fn signal(signal: libc::c_int, at: u64) -> Break {
+        Break {
+            signal_at: Some((signal, at)),
+            ..Break::default()
+        }
+    }
+}
+
+impl HoldHooks for Break {
+    fn permits_short(&self) -> u32 {
+        self.short
+    }
+
+    fn front_holds(&self, pid: u32, held: u64) {
+        let Some((signal, at)) = self.signal_at else {
+            return;
+        };
+        if held >= at && self.signalled.swap(pid, Ordering::Relaxed) != pid {
+            let pid = libc::pid_t::try_from(pid).expect("a process id");
+            // SAFETY: `kill` takes plain integers; the child is not reaped until the run
+            // reaps it, so the id is still its own.
+            let sent = unsafe { libc::kill(pid, signal) };
+            assert_eq!(
+                sent,
+                0,
+                "signalling {pid}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// The options of a run of the built binary broken as `broken` says.
+fn broken(broken: Break) -> HoldOptions {
+    HoldOptions {
+        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
+        hooks: Arc::new(broken),
+    }
 }
 
 /// Runs `hold` on a thread of its own and waits for its report, failing the test if it takes
@@ -52,13 +106,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         return;
     }
     let config = HoldInputs::new(&[200, 400], &Front::ALL).expect("valid counts");
-    let options = HoldOptions {
-        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
-        faults: Faults {
-            kill_front_when_held: Some(100),
-            ..Faults::default()
-        },
-    };
+    let options = broken(Break::signal(libc::SIGKILL, 100));
     let report = hold_within(config, options);
     assert_eq!(
         report.failure, None,
@@ -158,13 +206,10 @@ fn a_refused_request_fails_the_lab() {
         return;
     }
     let config = HoldInputs::new(&[50, 100], &[Front::Async]).expect("valid counts");
-    let options = HoldOptions {
-        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
-        faults: Faults {
-            pool_short_by: 1,
-            ..Faults::default()
-        },
-    };
+    let options = broken(Break {
+        short: 1,
+        ..Break::default()
+    });
     let report = hold(&config, &options);
     let failure = report.failure.clone().expect("the lab fails");
     // The caller's 503 and the front's count of the refusal race; either tells.
@@ -208,13 +253,7 @@ fn stopped_when_held(at: u64) {
         return;
     }
     let config = HoldInputs::new(&[200], &[Front::Async]).expect("valid counts");
-    let options = HoldOptions {
-        program: Some(PathBuf::from(env!("CARGO_BIN_EXE_isolation-lab"))),
-        faults: Faults {
-            stop_front_when_held: Some(at),
-            ..Faults::default()
-        },
-    };
+    let options = broken(Break::signal(libc::SIGSTOP, at));
     let report = hold_within(config, options);
     assert_eq!(
         report.failure, None,
