@@ -249,7 +249,7 @@ pub struct RunArgs {
     pub inputs: InputArgs,
 
     /// The server front: async (Hyper, a task per connection) or threaded (a thread per
-    /// connection, like the workshop's Python runner)
+    /// connection, like the workshop's original runner, a threaded Python program)
     #[arg(long, value_enum, default_value_t = Front::Async)]
     pub server: Front,
 

@@ -640,9 +640,10 @@ mod tests {
         }
     }
 
-    /// The workshop's worked examples, as the workshop states them.
+    /// The runs the handout asks students to predict (`docs/handout.md`, answered in
+    /// `docs/answers.md`): the default, more slots, less and more held.
     #[test]
-    fn the_workshop_examples() {
+    fn the_handout_examples() {
         assert_eq!(
             outcomes(Mode::Shared, 2, 2),
             (vec![S(1), S(2)], vec![], 503)
@@ -667,10 +668,11 @@ mod tests {
         );
     }
 
-    /// The policy model (`docs/contract.md`) for every input: admitted = min(held, slow capacity); shared F1 gets in only
-    /// when held < slots; partitioned F1 always; the probes after release always.
+    /// The policy model (`docs/contract.md`) for every input: admitted = min(held, slow
+    /// capacity); shared F1 gets in only when held < slots; partitioned F1 always; the probes
+    /// after release always.
     #[test]
-    fn section_four_for_every_input() {
+    fn the_policy_model_for_every_input() {
         for mode in Mode::ALL {
             for slots in Slots::all() {
                 for held in Held::all() {
