@@ -134,13 +134,13 @@ impl<'de> Deserialize<'de> for Workers {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
-        enum Saved {
+        enum SavedWorkers {
             Count(u8),
             Name(String),
         }
-        let parsed = match Saved::deserialize(deserializer)? {
-            Saved::Count(n) => n.to_string().parse(),
-            Saved::Name(name) => name.parse(),
+        let parsed = match SavedWorkers::deserialize(deserializer)? {
+            SavedWorkers::Count(n) => n.to_string().parse(),
+            SavedWorkers::Name(name) => name.parse(),
         };
         parsed.map_err(serde::de::Error::custom)
     }

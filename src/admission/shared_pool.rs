@@ -130,12 +130,12 @@ impl SharedLink {
             answer,
         })
         .map_err(|_| anyhow!("the section is closed: no remote admission any more"))?;
-        let mut unread = Unread {
+        let mut slot = AnswerSlot {
             link: self,
             request,
             answered,
         };
-        (&mut unread.answered)
+        (&mut slot.answered)
             .await
             .map_err(|_| anyhow!("the remote pool's driver stopped before answering"))?
     }
@@ -176,13 +176,13 @@ impl SharedLink {
 /// cancelled but before it read the answer: the admission would then be dropped with the slot,
 /// unreleased. Dropping the slot closes it first, so that the driver either fails to answer
 /// (and releases the orphan itself) or has answered, and the admission found here goes back.
-struct Unread<'a> {
+struct AnswerSlot<'a> {
     link: &'a SharedLink,
     request: Label,
     answered: oneshot::Receiver<anyhow::Result<SharedDecision>>,
 }
 
-impl Drop for Unread<'_> {
+impl Drop for AnswerSlot<'_> {
     fn drop(&mut self) {
         self.answered.close();
         if let Ok(Ok(SharedDecision::Admitted(permit))) = self.answered.try_recv() {

@@ -199,7 +199,7 @@ async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Brok
 const WATCH: Duration = Duration::from_millis(250);
 
 /// One thing that happened while waiting.
-enum Step {
+enum Heard {
     Front(std::io::Result<Option<FromFront>>),
     Caller(Option<anyhow::Result<()>>),
 }
@@ -212,19 +212,19 @@ async fn next_step(
     watch: &mut tokio::time::Interval,
     deadline: tokio::time::Instant,
     callers_first: bool,
-) -> Result<Step, Stall> {
+) -> Result<Heard, Stall> {
     let pid = remote.pid();
     let step = async {
         if callers_first {
             tokio::select! {
                 biased;
-                ended = callers.next() => Step::Caller(ended),
-                message = remote.next() => Step::Front(message),
+                ended = callers.next() => Heard::Caller(ended),
+                message = remote.next() => Heard::Front(message),
             }
         } else {
             tokio::select! {
-                message = remote.next() => Step::Front(message),
-                ended = callers.next() => Step::Caller(ended),
+                message = remote.next() => Heard::Front(message),
+                ended = callers.next() => Heard::Caller(ended),
             }
         }
     };
@@ -313,7 +313,7 @@ async fn hold_all(
                 );
             }
             Err(Stall::Stopped) => bail!("the front's process stopped at {seen} of {held} held"),
-            Ok(Step::Front(Ok(Some(FromFront::Counts(counts))))) => {
+            Ok(Heard::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
                     bail!(
                         "{} of {held} requests were refused by a pool of {permits} permits",
@@ -326,12 +326,12 @@ async fn hold_all(
                 *seen = counts.held;
                 hooks.front_holds(remote.pid(), *seen);
             }
-            Ok(Step::Front(message)) => return Err(unexpected(message)),
-            Ok(Step::Caller(Some(Ok(())))) => {
+            Ok(Heard::Front(message)) => return Err(unexpected(message)),
+            Ok(Heard::Caller(Some(Ok(())))) => {
                 bail!("a caller was answered 200 while the gate was closed");
             }
-            Ok(Step::Caller(Some(Err(why)))) => return Err(why),
-            Ok(Step::Caller(None)) => bail!("no caller is left waiting"),
+            Ok(Heard::Caller(Some(Err(why)))) => return Err(why),
+            Ok(Heard::Caller(None)) => bail!("no caller is left waiting"),
         }
     }
     Ok(())
@@ -357,11 +357,11 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow:
                     callers.waiting()
                 );
             }
-            Ok(Step::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
-            Ok(Step::Front(Ok(Some(FromFront::Counts(_))))) => {}
-            Ok(Step::Caller(Some(Err(why)))) => return Err(why),
-            Ok(Step::Caller(None)) => break,
-            Ok(Step::Front(message)) => return Err(unexpected(message)),
+            Ok(Heard::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
+            Ok(Heard::Front(Ok(Some(FromFront::Counts(_))))) => {}
+            Ok(Heard::Caller(Some(Err(why)))) => return Err(why),
+            Ok(Heard::Caller(None)) => break,
+            Ok(Heard::Front(message)) => return Err(unexpected(message)),
         }
     }
     Ok(())

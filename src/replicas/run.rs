@@ -93,7 +93,7 @@ pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
 /// `redis-server` the run started are stopped and reaped, and the run's keys deleted, before
 /// this returns.
 pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
-    let mut run = Run {
+    let mut run = ReplicasRun {
         started: Instant::now(),
         next_probe: inputs.held.get() as u16 + 1,
         inputs,
@@ -150,7 +150,7 @@ struct Call {
     at: Instant,
 }
 
-struct Run {
+struct ReplicasRun {
     started: Instant,
     inputs: ReplicasInputs,
     options: ReplicasOptions,
@@ -164,7 +164,7 @@ struct Run {
     next_probe: u16,
 }
 
-impl Run {
+impl ReplicasRun {
     async fn steps(&mut self) -> Result<()> {
         self.start_engine().await?;
         self.start_replicas().await?;
@@ -381,8 +381,9 @@ impl Run {
             .collect())
     }
 
-    /// [`Run::decide`] with the run's own Redis stopped while `request` is sent: continued once
-    /// the first request's replica reports its holder's lease lost (Redis silent past it).
+    /// [`ReplicasRun::decide`] with the run's own Redis stopped while `request` is sent:
+    /// continued once the first request's replica reports its holder's lease lost (Redis
+    /// silent past it).
     /// Returns once `request` is decided and Redis no longer names that holder.
     async fn decide_with_redis_stalled(
         &mut self,

@@ -64,7 +64,7 @@ pub(crate) struct ThreadedListener {
 /// thread, left to finish on its own, still joins every connection thread before it ends.
 #[derive(Debug)]
 pub(crate) struct ThreadedFront {
-    signal: Arc<Signal>,
+    signal: Arc<StopSignal>,
     drain_limit: Duration,
     stopped: Option<oneshot::Receiver<(Stopped, Option<u32>)>>,
     thread: Option<JoinHandle<()>>,
@@ -82,7 +82,7 @@ const ABANDONED: u8 = 2;
 /// waker and a channel made before the accept thread started: no descriptor, socket or thread
 /// is needed then, so a process that has run out of them can still stop its server.
 #[derive(Debug)]
-struct Signal {
+struct StopSignal {
     state: AtomicU8,
     /// Ends the accept thread's wait for connections.
     waker: Waker,
@@ -90,7 +90,7 @@ struct Signal {
     notes: std_mpsc::Sender<Note>,
 }
 
-impl Signal {
+impl StopSignal {
     fn stopping(&self) -> bool {
         self.state.load(Ordering::SeqCst) != SERVING
     }
@@ -151,7 +151,7 @@ impl Poller {
     }
 
     /// Pauses before a retry, for `pause` or until the signal is raised.
-    fn pause(&mut self, pause: Duration, signal: &Signal) {
+    fn pause(&mut self, pause: Duration, signal: &StopSignal) {
         let until = Instant::now() + pause;
         while !signal.stopping() {
             let left = until.saturating_duration_since(Instant::now());
@@ -178,7 +178,7 @@ struct Shared {
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     census: Arc<FrontCensus>,
-    signal: Arc<Signal>,
+    signal: Arc<StopSignal>,
 }
 
 impl ThreadedListener {
@@ -216,7 +216,7 @@ impl ThreadedListener {
         };
         let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
         let (notes, heard) = std_mpsc::channel();
-        let signal = Arc::new(Signal {
+        let signal = Arc::new(StopSignal {
             state: AtomicU8::new(SERVING),
             waker,
             notes,
@@ -258,7 +258,7 @@ fn serve(
 ) -> Stopped {
     let signal = shared.signal.clone();
     let section = shared.section.clone();
-    let mut connections = Connections::default();
+    let mut connections = ConnectionTable::default();
     let mut retry = Backoff::default();
     let mut error = None;
     while !signal.stopping() {
@@ -344,7 +344,7 @@ fn serve(
 
 /// The accept thread's connections: the open ones, and how the ended ones ended.
 #[derive(Default)]
-struct Connections {
+struct ConnectionTable {
     open: HashMap<u64, Connection>,
     /// Connections with a running handler: counted once their thread exists.
     accepted: u64,
@@ -354,7 +354,7 @@ struct Connections {
     unserved_count: u64,
 }
 
-impl Connections {
+impl ConnectionTable {
     /// Starts the thread that serves `stream`: request after request until the client closes,
     /// a request asks to close, or the server stops. On an error the connection is closed
     /// unserved, and noted.

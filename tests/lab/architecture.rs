@@ -274,8 +274,18 @@ fn public_type(line: &str) -> Option<&str> {
     let rest = ["pub ", "pub(crate) ", "pub(super) "]
         .into_iter()
         .find_map(|visibility| line.trim_start().strip_prefix(visibility))?;
-    let rest = ["struct ", "enum ", "trait ", "type "]
-        .into_iter()
+    defined_name(rest, &["struct ", "enum ", "trait ", "type "])
+}
+
+/// The name a line defines, if it defines a private struct, enum or trait (a private `type` is
+/// most often a trait's associated type, `type Err`, named by the trait).
+fn private_type(line: &str) -> Option<&str> {
+    defined_name(line.trim_start(), &["struct ", "enum ", "trait "])
+}
+
+fn defined_name<'a>(rest: &'a str, keywords: &[&str]) -> Option<&'a str> {
+    let rest = keywords
+        .iter()
         .find_map(|keyword| rest.strip_prefix(keyword))?;
     let end = rest
         .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -283,9 +293,12 @@ fn public_type(line: &str) -> Option<&str> {
     Some(&rest[..end]).filter(|name| !name.is_empty())
 }
 
+/// No two public types share a name, and no private type takes a public one's: a name read in
+/// one module means the same thing in every other.
 #[test]
 fn no_public_type_name_is_used_twice() {
     let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut private: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (file, code) in sources() {
         for name in code.lines().filter_map(public_type) {
             defined
@@ -293,14 +306,28 @@ fn no_public_type_name_is_used_twice() {
                 .or_default()
                 .push(file.clone());
         }
+        for name in code.lines().filter_map(private_type) {
+            private
+                .entry(name.to_owned())
+                .or_default()
+                .push(file.clone());
+        }
     }
     let twice: Vec<_> = defined
-        .into_iter()
+        .iter()
         .filter(|(_, files)| files.len() > 1)
         .collect();
     assert!(
         twice.is_empty(),
         "type names defined more than once (give each its own): {twice:?}"
+    );
+    let taken: Vec<_> = private
+        .iter()
+        .filter_map(|(name, files)| Some((name, files, defined.get(name)?)))
+        .collect();
+    assert!(
+        taken.is_empty(),
+        "private types that take a public type's name (give each its own): {taken:?}"
     );
 }
 

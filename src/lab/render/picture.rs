@@ -92,7 +92,7 @@ pub fn render(report: &Report) -> String {
 
 /// What happened to one request: the `seq` of each of its work events, and its responses.
 #[derive(Debug)]
-struct Lane {
+struct RequestMarks {
     request: Label,
     admitted: Option<u64>,
     refused: Option<u64>,
@@ -111,7 +111,7 @@ struct Lane {
 #[derive(Debug)]
 struct Panel<'a> {
     policy: &'a PolicyReport,
-    lanes: Vec<Lane>,
+    lanes: Vec<RequestMarks>,
     /// Each pool's taken permits from an event on: `(seq, taken per pool)`, starting with
     /// every permit free before the first event.
     occupancy: Vec<(u64, BTreeMap<Pool, usize>)>,
@@ -190,13 +190,13 @@ fn pool_height(capacity: usize) -> f64 {
 /// The requests of a policy run in lane order (`Label`'s order: S1.., F1, S-after, F-after),
 /// each with what happened to it. A request the model expects has a lane even when a failed
 /// run never sent it.
-fn lanes(policy: &PolicyReport) -> Vec<Lane> {
+fn lanes(policy: &PolicyReport) -> Vec<RequestMarks> {
     let expected = policy.model.expected.iter().map(|e| e.request);
     let recorded = policy.work_events.iter().filter_map(|e| e.request);
     let answered = policy.observed.responses.iter().map(|r| r.request);
     let requests: BTreeSet<Label> = expected.chain(recorded).chain(answered).collect();
     let lane = |request| {
-        let mut lane = Lane {
+        let mut lane = RequestMarks {
             request,
             admitted: None,
             refused: None,
@@ -539,7 +539,7 @@ fn lane_frame(
     Ok((y, row))
 }
 
-fn draw_lane(out: &mut String, panel: &Panel, lane: &Lane, top: f64) -> fmt::Result {
+fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestMarks, top: f64) -> fmt::Result {
     let request = lane.request;
     let name = request.to_string();
     writeln!(out, r#"<g class="lane" data-request="{}">"#, Escaped(&name))?;
@@ -799,7 +799,7 @@ fn draw_axis(out: &mut String, panel: &Panel, y: f64) -> fmt::Result {
 
 /// A legend entry's sample: the same marks the panels draw.
 #[derive(Clone, Copy, Debug)]
-enum Sample {
+enum LegendMark {
     Permit,
     Held,
     Admitted,
@@ -810,41 +810,41 @@ enum Sample {
     Gate,
 }
 
-const LEGEND: [(Sample, &str); 8] = [
-    (Sample::Permit, "holds a work permit"),
-    (Sample::Held, "held at the closed gate"),
-    (Sample::Admitted, "admitted"),
-    (Sample::Finished, "finished: permit back"),
-    (Sample::Refused, "refused: 503 at once, not queued"),
-    (Sample::Answer, "response, HTTP status"),
-    (Sample::Cells, "pool permit: taken, free"),
-    (Sample::Gate, "gate closed, then opened"),
+const LEGEND: [(LegendMark, &str); 8] = [
+    (LegendMark::Permit, "holds a work permit"),
+    (LegendMark::Held, "held at the closed gate"),
+    (LegendMark::Admitted, "admitted"),
+    (LegendMark::Finished, "finished: permit back"),
+    (LegendMark::Refused, "refused: 503 at once, not queued"),
+    (LegendMark::Answer, "response, HTTP status"),
+    (LegendMark::Cells, "pool permit: taken, free"),
+    (LegendMark::Gate, "gate closed, then opened"),
 ];
 
-impl Sample {
+impl LegendMark {
     /// How wide the sample is.
     fn width(self) -> f64 {
         match self {
-            Sample::Permit | Sample::Held => 40.0,
-            Sample::Admitted => 2.0 * CIRCLE,
-            Sample::Finished => 2.0 * SQUARE,
-            Sample::Refused => badge_width(503),
-            Sample::Answer => tag_width(200),
-            Sample::Cells => 32.0,
-            Sample::Gate => 24.0,
+            LegendMark::Permit | LegendMark::Held => 40.0,
+            LegendMark::Admitted => 2.0 * CIRCLE,
+            LegendMark::Finished => 2.0 * SQUARE,
+            LegendMark::Refused => badge_width(503),
+            LegendMark::Answer => tag_width(200),
+            LegendMark::Cells => 32.0,
+            LegendMark::Gate => 24.0,
         }
     }
 
     /// Draws the sample from `x` rightwards, centred on `y`.
     fn draw(self, out: &mut String, x: f64, y: f64) -> fmt::Result {
         match self {
-            Sample::Permit => permit_bar(out, x, y, 40.0),
-            Sample::Held => held_bar(out, x, y, 40.0),
-            Sample::Admitted => admitted_mark(out, x + CIRCLE, y),
-            Sample::Finished => finished_mark(out, x + SQUARE, y),
-            Sample::Refused => refusal_badge(out, x, y, 503),
-            Sample::Answer => answer_tag(out, x, y, tag_width(200), 200),
-            Sample::Cells => {
+            LegendMark::Permit => permit_bar(out, x, y, 40.0),
+            LegendMark::Held => held_bar(out, x, y, 40.0),
+            LegendMark::Admitted => admitted_mark(out, x + CIRCLE, y),
+            LegendMark::Finished => finished_mark(out, x + SQUARE, y),
+            LegendMark::Refused => refusal_badge(out, x, y, 503),
+            LegendMark::Answer => answer_tag(out, x, y, tag_width(200), 200),
+            LegendMark::Cells => {
                 let size = (14.0, CELL_HEIGHT);
                 rect(out, (x, y - 12.0), size, Paint::fill(SKY).stroke(BLUE, 1.0))?;
                 rect(
@@ -854,7 +854,7 @@ impl Sample {
                     Paint::fill("white").stroke(GREY, 1.0),
                 )
             }
-            Sample::Gate => {
+            LegendMark::Gate => {
                 rect(out, (x, y - 13.0), (16.0, 26.0), Paint::fill(SHADE))?;
                 let paint = Paint::line(INK, 2.0 * GATE_HALF).dashed("5 3");
                 line(out, (x + 17.0, y - 13.0), (x + 17.0, y + 13.0), paint)
@@ -864,7 +864,7 @@ impl Sample {
 }
 
 /// Where each legend entry goes: `(row, x, entry)`, filling rows left to right.
-fn legend_layout() -> Vec<(usize, f64, (Sample, &'static str))> {
+fn legend_layout() -> Vec<(usize, f64, (LegendMark, &'static str))> {
     let mut placed = Vec::new();
     let (mut row, mut x) = (0, MARGIN);
     for (sample, words) in LEGEND {

@@ -14,9 +14,9 @@ use crate::report::PolicyReport;
 /// permit` (39 characters), so the bars line up.
 const EVENT_WIDTH: usize = 40;
 
-/// A line of the timeline: a work event, a response that arrived after one, or a request
-/// seen sitting unread (the front's workers all blocked).
-enum Line<'a> {
+/// An entry of the timeline, one line: a work event, a response that arrived after one, or a
+/// request seen sitting unread (the front's workers all blocked).
+enum Entry<'a> {
     Event(&'a WorkEvent),
     Answer(&'a ResponseRecord),
     Unread(&'a Unread),
@@ -45,7 +45,7 @@ pub(crate) fn render(policy: &PolicyReport) -> String {
 
     for line in lines(policy) {
         let text = match line {
-            Line::Event(event) => {
+            Entry::Event(event) => {
                 // `active_after` is the occupancy of the event's own pool; the others keep
                 // their last value.
                 active.insert(event.pool, event.active_after);
@@ -56,10 +56,10 @@ pub(crate) fn render(policy: &PolicyReport) -> String {
                 }
                 text
             }
-            Line::Answer(response) => {
+            Entry::Answer(response) => {
                 format!("        {} answered {}", response.request, response.status)
             }
-            Line::Unread(unread) => format!(
+            Entry::Unread(unread) => format!(
                 "        {} arrived unread: {} in the accept queue",
                 unread.request, unread.accept_queue
             ),
@@ -71,13 +71,13 @@ pub(crate) fn render(policy: &PolicyReport) -> String {
 
 /// The work events and responses merged: each response right after the event whose `seq` is
 /// its `after_event`, responses keeping the order their callers received them in.
-fn lines(policy: &PolicyReport) -> Vec<Line<'_>> {
+fn lines(policy: &PolicyReport) -> Vec<Entry<'_>> {
     let events = policy.work_events.iter();
-    let events = events.map(|e| ((e.seq, 0), Line::Event(e)));
+    let events = events.map(|e| ((e.seq, 0), Entry::Event(e)));
     let answers = policy.observed.responses.iter();
-    let answers = answers.map(|r| ((r.after_event, 1), Line::Answer(r)));
+    let answers = answers.map(|r| ((r.after_event, 1), Entry::Answer(r)));
     let unread = policy.observed.executor.iter().flat_map(|w| &w.unread);
-    let unread = unread.map(|u| ((u.after_event, 1), Line::Unread(u)));
+    let unread = unread.map(|u| ((u.after_event, 1), Entry::Unread(u)));
     let mut lines: Vec<_> = events.chain(answers).chain(unread).collect();
     // A stable sort, so responses after the same event stay in the order they were received.
     lines.sort_by_key(|&(key, _)| key);
