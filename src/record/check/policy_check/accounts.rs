@@ -190,6 +190,22 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
+        // Work a failed run's close finds still leaving (not a finding above) was held at the
+        // gate with a permit: no more of it than the policy has permits.
+        let leaving = (file.resources.after_run).filter(|_| self.cut_short && server.is_some());
+        if let Some(after) = leaving {
+            let permits = self.policy.slots.get();
+            if after.held_at_gate > permits {
+                self.find(
+                    &["resources", "after_run", "held_at_gate"],
+                    format!(
+                        "resources.after_run counts {} requests held at the gate, but each holds \
+                         one of the policy's {permits} permits",
+                        after.held_at_gate
+                    ),
+                );
+            }
+        }
     }
 
     /// `admissions` must be the decisions among the work events, as the report derives them.
