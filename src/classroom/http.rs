@@ -42,10 +42,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::Timeouts;
-use super::control::{Action, Order};
 use super::journal::Journal;
-use super::page;
+use super::render;
 use super::room::{ROOM_HEADER, Room};
+use super::run::{Action, Order};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
 use crate::server::Backoff;
@@ -101,7 +101,7 @@ impl App {
         timeouts: Timeouts,
     ) -> Self {
         let nonce = nonce.header_value();
-        let page = page::render(&nonce);
+        let page = render::page(&nonce);
         let policy = format!(
             "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; \
              connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \

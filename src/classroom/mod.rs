@@ -6,19 +6,25 @@
 //! command line checks it, and the report is written: the class ends with its evidence. The
 //! page and the terminal say the same verdict ([`ClassroomReport::verdict`]).
 //!
-//! - [`control`]: the driver that owns the runs and performs the page's orders.
+//! The rooms, as every instrument has them (its evidence, model and report are the lab's own,
+//! one [`Report`] per run, gathered here in [`ClassroomReport`]):
+//!
+//! - [`run`]: how it runs: the driver that owns the runs and performs the page's orders.
+//! - [`render`]: the page itself.
+//!
+//! And what only a classroom has:
+//!
 //! - [`gates`]: the room's own gates, which the run's front is given for the room's requests.
 //! - [`journal`]: what the page is told, in ledger order, and its event streams.
 //! - [`room`]: the room's requests, numbered and sent on to the run's own front.
 //! - [`http`]: the classroom's server, its screening and its tokens.
-//! - [`page`]: the page itself.
 
-pub(crate) mod control;
 pub(crate) mod gates;
 pub(crate) mod http;
 pub(crate) mod journal;
-pub(crate) mod page;
+pub(crate) mod render;
 pub(crate) mod room;
+pub(crate) mod run;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -29,10 +35,10 @@ use futures_util::FutureExt;
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
-use self::control::{Action, Driver, Order, RoomGateRecord, Showing};
 use self::http::App;
 use self::journal::{Journal, STREAM_BUFFER};
 use self::room::{Room, RoomRequest};
+use self::run::{Action, Driver, Order, RoomGateRecord, Showing};
 use crate::admission::token::RunToken;
 use crate::coordinator::Options;
 use crate::policy::Inputs;

@@ -10,7 +10,7 @@
 const PAGE: &str = include_str!("page.html");
 
 /// The page, its script's nonce `nonce` (lower-case hex).
-pub(crate) fn render(nonce: &str) -> String {
+pub(crate) fn page(nonce: &str) -> String {
     PAGE.replace("{{NONCE}}", nonce)
 }
 
@@ -21,7 +21,7 @@ mod tests {
     /// Self-contained: nothing is fetched from another place, and the placeholder is filled.
     #[test]
     fn the_page_fetches_nothing_and_carries_its_nonce() {
-        let page = render(&"b".repeat(32));
+        let page = page(&"b".repeat(32));
         assert!(!page.contains("{{"), "a placeholder is left");
         // The SVG namespace is a name, not an address the browser fetches.
         let page = page.replace("\"http://www.w3.org/2000/svg\"", "SVG");
