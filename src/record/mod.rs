@@ -11,9 +11,11 @@
 //! named as such (exit status 1). A classroom session's report is read run by run, with the
 //! room's requests listed beside them. `render` writes it all for a person.
 //!
-//! - `read`: the file, its size and kind, parsed into the lab's report types.
-//! - `check`: the replay, the consistency checks and the model's re-check.
-//! - `render`: the record as text.
+//! The rooms, as every instrument has them (how it runs is [`load`], here):
+//!
+//! - `read`: its evidence: the file, its size and kind, parsed into the lab's report types.
+//! - `check`: its model: the replay, the consistency checks and the model's re-check.
+//! - its report, [`Record`], here; `render`: the record as text.
 //! - `shell`: file names as words the shell reads back as the same file.
 
 mod check;
