@@ -1,7 +1,8 @@
 //! Where a test may step into a run. The sequence and the fronts call a run's [`Hooks`] at a
 //! few fixed points, and `hold` its [`HoldHooks`]; the lab's own runs pass [`NoHooks`], whose
-//! every answer is "carry on".
-//! What a test breaks is written with the tests, never in the lab's code paths.
+//! every answer is "carry on". What a test breaks in them is written with the tests.
+//! (`replicas` still carries its faults itself, as steps of its run the command line never
+//! sets: `replicas::ReplicaFaults`.)
 
 use std::fmt::Debug;
 
@@ -43,9 +44,21 @@ pub trait HoldHooks: Debug + Send + Sync {
         0
     }
 
-    /// Called each time the front's child, process `pid` (started, not yet reaped), is read to
-    /// hold `held` requests; a test may signal it here.
-    fn front_holds(&self, _pid: u32, _held: u64) {}
+    /// Called each time the lab, waiting for every request to be held, reads that the front's
+    /// child (process `pid`: which child, not a handle) holds `held`: the signal the run then
+    /// sends that child, if any.
+    fn signal_front(&self, _pid: u32, _held: u64) -> Option<FrontSignal> {
+        None
+    }
+}
+
+/// A signal a `hold` run sends its front's child for a test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontSignal {
+    /// SIGKILL: the child dies at once.
+    Kill,
+    /// SIGSTOP: the child freezes, answering nothing.
+    Stop,
 }
 
 /// The command line's hooks: none.

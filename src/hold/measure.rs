@@ -18,7 +18,7 @@ use super::report::{
 use crate::admission::section::GateState;
 use crate::child::Exit;
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
-use crate::hooks::HoldHooks;
+use crate::hooks::{FrontSignal, HoldHooks};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures, ProcessStat};
@@ -204,9 +204,9 @@ enum Heard {
     Caller(Option<anyhow::Result<()>>),
 }
 
-/// Waits for the next step (see [`watched`]). `callers_first`: take an ended caller before a
-/// message.
-async fn next_step(
+/// Waits for the next thing heard (see [`watched`]). `callers_first`: take an ended caller
+/// before a message.
+async fn next_heard(
     remote: &mut FrontProcess,
     callers: &mut Callers,
     watch: &mut tokio::time::Interval,
@@ -214,7 +214,7 @@ async fn next_step(
     callers_first: bool,
 ) -> Result<Heard, Stall> {
     let pid = remote.pid();
-    let step = async {
+    let heard = async {
         if callers_first {
             tokio::select! {
                 biased;
@@ -228,7 +228,7 @@ async fn next_step(
             }
         }
     };
-    watched(pid, watch, deadline, step).await
+    watched(pid, watch, deadline, heard).await
 }
 
 /// Awaits `future`, looking at the front's process (`pid`) at every tick of `watch`
@@ -305,7 +305,7 @@ async fn hold_all(
     let mut watch = watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
     while *seen < u64::from(held) {
-        match next_step(remote, callers, &mut watch, deadline, false).await {
+        match next_heard(remote, callers, &mut watch, deadline, false).await {
             Err(Stall::NoProgress) => {
                 bail!(
                     "stalled: {seen} of {held} held, and none more for {} s",
@@ -324,7 +324,11 @@ async fn hold_all(
                     deadline = tokio::time::Instant::now() + STALL;
                 }
                 *seen = counts.held;
-                hooks.front_holds(remote.pid(), *seen);
+                match hooks.signal_front(remote.pid(), *seen) {
+                    Some(FrontSignal::Kill) => remote.kill().context("killing the front")?,
+                    Some(FrontSignal::Stop) => remote.pause().context("stopping the front")?,
+                    None => {}
+                }
             }
             Ok(Heard::Front(message)) => return Err(unexpected(message)),
             Ok(Heard::Caller(Some(Ok(())))) => {
@@ -343,7 +347,7 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow:
     let mut watch = watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
     while callers.waiting() > 0 {
-        match next_step(remote, callers, &mut watch, deadline, true).await {
+        match next_heard(remote, callers, &mut watch, deadline, true).await {
             Err(Stall::NoProgress) => {
                 bail!(
                     "stalled: {} callers still waiting, none answered for {} s after the gate opened",

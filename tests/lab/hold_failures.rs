@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::common::is_gone;
 use isolation_lab::hold::{CountOutcome, HoldInputs, HoldOptions, HoldReport, Stage, hold};
-use isolation_lab::hooks::HoldHooks;
+use isolation_lab::hooks::{FrontSignal, HoldHooks};
 use isolation_lab::policy::Front;
 
 /// How long a killed front may take to be reported: a guard, not a measurement.
@@ -36,14 +36,14 @@ fn children() -> Vec<String> {
 /// `at` requests, or each pool `short` permits fewer than the requests sent.
 #[derive(Debug, Default)]
 struct Break {
-    signal_at: Option<(libc::c_int, u64)>,
+    signal_at: Option<(FrontSignal, u64)>,
     short: u32,
     /// The child last signalled: each front's is signalled once.
     signalled: AtomicU32,
 }
 
 impl Break {
-    fn signal(signal: libc::c_int, at: u64) -> Break {
+    fn signal(signal: FrontSignal, at: u64) -> Break {
         Break {
             signal_at: Some((signal, at)),
             ..Break::default()
@@ -56,22 +56,10 @@ impl HoldHooks for Break {
         self.short
     }
 
-    fn front_holds(&self, pid: u32, held: u64) {
-        let Some((signal, at)) = self.signal_at else {
-            return;
-        };
-        if held >= at && self.signalled.swap(pid, Ordering::Relaxed) != pid {
-            let pid = libc::pid_t::try_from(pid).expect("a process id");
-            // SAFETY: `kill` takes plain integers; the child is not reaped until the run
-            // reaps it, so the id is still its own.
-            let sent = unsafe { libc::kill(pid, signal) };
-            assert_eq!(
-                sent,
-                0,
-                "signalling {pid}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    fn signal_front(&self, pid: u32, held: u64) -> Option<FrontSignal> {
+        let (signal, at) = self.signal_at?;
+        let first = held >= at && self.signalled.swap(pid, Ordering::Relaxed) != pid;
+        first.then_some(signal)
     }
 }
 
@@ -106,7 +94,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         return;
     }
     let config = HoldInputs::new(&[200, 400], &Front::ALL).expect("valid counts");
-    let options = broken(Break::signal(libc::SIGKILL, 100));
+    let options = broken(Break::signal(FrontSignal::Kill, 100));
     let report = hold_within(config, options);
     assert_eq!(
         report.failure, None,
@@ -253,7 +241,7 @@ fn stopped_when_held(at: u64) {
         return;
     }
     let config = HoldInputs::new(&[200], &[Front::Async]).expect("valid counts");
-    let options = broken(Break::signal(libc::SIGSTOP, at));
+    let options = broken(Break::signal(FrontSignal::Stop, at));
     let report = hold_within(config, options);
     assert_eq!(
         report.failure, None,
