@@ -2011,11 +2011,11 @@ const EDITS: &[Edit] = &[
         "resources.after_run counts 1 connection handlers, yet every connection task stopped",
     ),
     (
-        "more requests still leaving a failed run than the policy has permits",
+        "more requests still leaving a failed run than the slow route has permits",
         S2_UNCONNECTED,
         |r| set(r, "/policies/0/resources/after_run/held_at_gate", json!(3)),
         "resources.after_run counts 3 requests held at the gate, but each holds one of the \
-         policy's 2 permits",
+         shared pool's 2 permits",
     ),
     (
         "a handler counted after a run that could not start",

@@ -191,16 +191,17 @@ impl<'a> PolicyCheck<'a> {
             }
         }
         // Work a failed run's close finds still leaving (not a finding above) was held at the
-        // gate with a permit: no more of it than the policy has permits.
+        // gate, as before F1, each with a permit of the pool /slow draws from.
         let leaving = (file.resources.after_run).filter(|_| self.cut_short && server.is_some());
         if let Some(after) = leaving {
-            let permits = self.policy.slots.get();
+            let slow_pool = self.policy.pool_for(Route::Slow);
+            let permits = self.policy.capacity(slow_pool);
             if after.held_at_gate > permits {
                 self.find(
                     &["resources", "after_run", "held_at_gate"],
                     format!(
-                        "resources.after_run counts {} requests held at the gate, but each holds \
-                         one of the policy's {permits} permits",
+                        "resources.after_run counts {} requests held at the gate, but each \
+                         holds one of the {slow_pool} pool's {permits} permits",
                         after.held_at_gate
                     ),
                 );
