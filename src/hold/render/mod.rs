@@ -57,10 +57,11 @@ fn count(n: u64) -> String {
 /// A figure with as many decimals as its size deserves: `0.25`, `16.0`, `2052`. A change too
 /// small to show reads `0.00`, not `-0.00`.
 fn figure(value: f64) -> String {
+    // Chosen by the size as it will be shown: 9.996 shows as `10.0`, not `10.00`.
     let size = value.abs();
     let decimals = match size {
-        1000.0.. => 0,
-        10.0.. => 1,
+        999.95.. => 0,
+        9.995.. => 1,
         _ => 2,
     };
     let shown = format!("{value:.decimals$}");

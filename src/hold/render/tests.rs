@@ -225,6 +225,8 @@ fn numbers_read_at_a_glance() {
     assert_eq!(figure(0.0), "0.00");
     assert_eq!(figure(-0.004), "0.00");
     assert_eq!(figure(-0.006), "-0.01");
+    assert_eq!(figure(9.996), "10.0");
+    assert_eq!(figure(999.96), "1000");
     assert_eq!(seconds(210.0), "0.21");
     assert_eq!(seconds(14_300.0), "14.3");
 }
