@@ -277,10 +277,12 @@ fn public_type(line: &str) -> Option<&str> {
     defined_name(rest, &["struct ", "enum ", "trait ", "type "])
 }
 
-/// The name a line defines, if it defines a private struct, enum or trait (a private `type` is
-/// most often a trait's associated type, `type Err`, named by the trait).
+/// The name a line defines, if it defines a private struct, enum or trait, or a private type
+/// alias at the top of its file (an indented `type` is most often a trait's associated type,
+/// `type Err`, named by the trait).
 fn private_type(line: &str) -> Option<&str> {
     defined_name(line.trim_start(), &["struct ", "enum ", "trait "])
+        .or_else(|| defined_name(line, &["type "]))
 }
 
 fn defined_name<'a>(rest: &'a str, keywords: &[&str]) -> Option<&'a str> {
@@ -293,8 +295,9 @@ fn defined_name<'a>(rest: &'a str, keywords: &[&str]) -> Option<&'a str> {
     Some(&rest[..end]).filter(|name| !name.is_empty())
 }
 
-/// No two public types share a name, and no private type takes a public one's: a name read in
-/// one module means the same thing in every other.
+/// No two public types share a name, and no private type takes a public one's: a public type's
+/// name means one thing wherever it is read. (Private types of different modules may share a
+/// name, each read only where it is defined.)
 #[test]
 fn no_public_type_name_is_used_twice() {
     let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -321,9 +324,14 @@ fn no_public_type_name_is_used_twice() {
         twice.is_empty(),
         "type names defined more than once (give each its own): {twice:?}"
     );
-    let taken: Vec<_> = private
+    let taken: Vec<String> = private
         .iter()
-        .filter_map(|(name, files)| Some((name, files, defined.get(name)?)))
+        .filter_map(|(name, files)| {
+            let public = defined.get(name)?;
+            Some(format!(
+                "{name}: private in {files:?}, public in {public:?}"
+            ))
+        })
         .collect();
     assert!(
         taken.is_empty(),
