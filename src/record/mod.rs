@@ -11,7 +11,8 @@
 //! named as such (exit status 1). A classroom session's report is read run by run, with the
 //! room's requests listed beside them. `render` writes it all for a person.
 //!
-//! The rooms, as every instrument has them (how it runs is [`load`], here):
+//! The rooms, as every instrument has them (how it runs: [`load`] the file, then
+//! [`Shown::of`] it):
 //!
 //! - `read`: its evidence: the file, its size and kind, parsed into the lab's report types.
 //! - `check`: its model: the replay, the consistency checks and the model's re-check.

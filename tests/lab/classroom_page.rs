@@ -1,12 +1,12 @@
 //! The classroom page in a real browser, pressed as `docs/instructor-guide.md` tells an
 //! instructor to press it: the crate's one headless Chromium (see `chromium.rs`), on the async
-//! front, and on the threaded front to where the page tells them apart. At each stop
-//! the guide names, the test reads what is on screen — the question to ask, F1 not yet
+//! front; on the threaded front, segment 3, whose words there differ, to its verdict. At each
+//! stop the guide names, the test reads what is on screen — the question to ask, F1 not yet
 //! answered, the model's answer hidden — then presses on; at the richest moment it sizes the
 //! window to 1280×720, 1920×1080 and 3840×2160 and checks that every text is at least 18 CSS
 //! pixels, no text overflows its box (inside chips too), every button lies inside the window;
-//! a narrow window stacks and scrolls. `ISOLATION_LAB_SCREENSHOTS=1 cargo test --test
-//! classroom_page` writes the screenshots to `docs/`.
+//! a narrow window stacks and scrolls. `ISOLATION_LAB_SCREENSHOTS=1 cargo test --test lab --
+//! classroom_page picture` writes the screenshots to `docs/`.
 
 use crate::common;
 

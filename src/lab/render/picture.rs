@@ -92,7 +92,7 @@ pub fn render(report: &Report) -> String {
 
 /// What happened to one request: the `seq` of each of its work events, and its responses.
 #[derive(Debug)]
-struct RequestMarks {
+struct RequestLane {
     request: Label,
     admitted: Option<u64>,
     refused: Option<u64>,
@@ -111,7 +111,7 @@ struct RequestMarks {
 #[derive(Debug)]
 struct Panel<'a> {
     policy: &'a PolicyReport,
-    lanes: Vec<RequestMarks>,
+    lanes: Vec<RequestLane>,
     /// Each pool's taken permits from an event on: `(seq, taken per pool)`, starting with
     /// every permit free before the first event.
     occupancy: Vec<(u64, BTreeMap<Pool, usize>)>,
@@ -190,13 +190,13 @@ fn pool_height(capacity: usize) -> f64 {
 /// The requests of a policy run in lane order (`Label`'s order: S1.., F1, S-after, F-after),
 /// each with what happened to it. A request the model expects has a lane even when a failed
 /// run never sent it.
-fn lanes(policy: &PolicyReport) -> Vec<RequestMarks> {
+fn lanes(policy: &PolicyReport) -> Vec<RequestLane> {
     let expected = policy.model.expected.iter().map(|e| e.request);
     let recorded = policy.work_events.iter().filter_map(|e| e.request);
     let answered = policy.observed.responses.iter().map(|r| r.request);
     let requests: BTreeSet<Label> = expected.chain(recorded).chain(answered).collect();
     let lane = |request| {
-        let mut lane = RequestMarks {
+        let mut lane = RequestLane {
             request,
             admitted: None,
             refused: None,
@@ -539,7 +539,7 @@ fn lane_frame(
     Ok((y, row))
 }
 
-fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestMarks, top: f64) -> fmt::Result {
+fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> fmt::Result {
     let request = lane.request;
     let name = request.to_string();
     writeln!(out, r#"<g class="lane" data-request="{}">"#, Escaped(&name))?;
