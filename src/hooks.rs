@@ -1,8 +1,7 @@
 //! Where a test may step into a run. The sequence and the fronts call a run's [`Hooks`] at a
-//! few fixed points, and `hold` its [`HoldHooks`]; the lab's own runs pass [`NoHooks`], whose
-//! every answer is "carry on". What a test breaks in them is written with the tests.
-//! (`replicas` still carries its faults itself, as steps of its run the command line never
-//! sets: `replicas::ReplicaFaults`.)
+//! few fixed points, and `hold` its [`HoldHooks`] (`replicas` has its own, since its answers
+//! name replicas: `replicas::ReplicasHooks`); the lab's own runs pass [`NoHooks`], whose every
+//! answer is "carry on". What a test breaks is written with the tests; the run only asks.
 
 use std::fmt::Debug;
 

@@ -32,4 +32,4 @@ pub use report::ReplicasReport;
 pub use crate::redis_pool::{Effect, LossCause, WorkEnd};
 pub use evidence::Sent;
 pub use model::{CountedAt, Lapsed, OverAdmission};
-pub use run::{ReplicaFaults, ReplicasOptions, run, run_with};
+pub use run::{ReplicasHooks, ReplicasOptions, run, run_with};

@@ -7,9 +7,11 @@
 //! engine's answer, under the safety timeout. The only timer that paces anything spaces the
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
+use std::fmt::Debug;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -29,6 +31,7 @@ use crate::admission::ledger::{Event, WorkEvent};
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
+use crate::hooks::NoHooks;
 // The lab's one catcher of Ctrl-C: a pipe opened only while a run catches, rather than
 // Tokio's `signal` feature, which holds descriptors open in every process of the binary.
 use crate::interrupts::Interrupts;
@@ -37,7 +40,7 @@ use crate::policy::Front;
 use crate::redis_pool::{GlobalPermits, LocalRedis};
 
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
-/// and the faults a test injects.
+/// and where a test steps in.
 #[derive(Clone, Debug)]
 pub struct ReplicasOptions {
     /// The lab's binary, started once per replica with its hidden `__front` subcommand;
@@ -47,8 +50,8 @@ pub struct ReplicasOptions {
     pub safety_timeout: Duration,
     /// Without a lease: how long a crash's refusals are watched before the run moves on.
     pub leak_watch: Duration,
-    /// What to break (tests only).
-    pub faults: ReplicaFaults,
+    /// Where a test steps into the run ([`NoHooks`] by default).
+    pub hooks: Arc<dyn ReplicasHooks>,
 }
 
 impl Default for ReplicasOptions {
@@ -57,32 +60,49 @@ impl Default for ReplicasOptions {
             program: None,
             safety_timeout: SAFETY_TIMEOUT,
             leak_watch: Duration::from_millis(2000),
-            faults: ReplicaFaults::default(),
+            hooks: Arc::new(NoHooks),
         }
     }
 }
 
-/// Faults a test injects; the command line sets none. Each is driven by a signal or a Redis
-/// command, and the run goes on once a replica's own report says the fault took effect.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplicaFaults {
-    /// Once every request is decided: the run's own `redis-server` (`--global local`) is
-    /// killed.
-    pub engine_dies: bool,
-    /// Once every request is decided: this replica's process is killed, unannounced.
-    pub replica_dies: Option<ReplicaId>,
-    /// The run's own `redis-server` is stopped (SIGSTOP) just before this request is sent, and
-    /// continued once the first request's replica reports its holder's lease lost; once this
-    /// request is decided, the run goes on when Redis no longer names that holder.
-    pub redis_stops_at: Option<Label>,
-    /// Once every request is decided: the holders key is deleted (`DEL`), and the run waits
-    /// until each holder's replica reports its lease lost.
-    pub holders_deleted: bool,
-    /// Once every request is decided: this replica is starved (stopped, unannounced) until
+/// The points where a `replicas` run lets a test in. Each answer is a step the run then takes
+/// and the evidence it waits for before it goes on: a signal or a Redis command, then a
+/// replica's own report that it took effect. Every method's default takes none.
+pub trait ReplicasHooks: Debug + Send + Sync {
+    /// Whether the run's own `redis-server` (`--global local`) is stopped (SIGSTOP) just before
+    /// `request` is sent, and continued once the first request's replica reports its holder's
+    /// lease lost; once `request` is decided, the run goes on when Redis no longer names that
+    /// holder.
+    fn redis_stops_at(&self, _request: Label) -> bool {
+        false
+    }
+
+    /// Whether, once every request is decided, the holders key is deleted (`DEL`); the run
+    /// waits until each holder's replica reports its lease lost.
+    fn holders_deleted(&self) -> bool {
+        false
+    }
+
+    /// The replica, if any, starved once every request is decided (stopped, unannounced) until
     /// Redis no longer names its holders, then continued; the run waits until it reports its
     /// leases lost.
-    pub replica_starved: Option<ReplicaId>,
+    fn replica_starved(&self) -> Option<ReplicaId> {
+        None
+    }
+
+    /// Whether, once every request is decided (and after a starved replica's leases are lost),
+    /// the run's own `redis-server` (`--global local`) is killed.
+    fn redis_dies(&self) -> bool {
+        false
+    }
+
+    /// The replica, if any, whose process is then killed, unannounced.
+    fn replica_dies(&self) -> Option<ReplicaId> {
+        None
+    }
 }
+
+impl ReplicasHooks for NoHooks {}
 
 /// Runs `inputs` with the default options.
 pub async fn run(inputs: ReplicasInputs) -> ReplicasReport {
@@ -170,7 +190,7 @@ impl ReplicasRun {
         self.start_replicas().await?;
         for (n, request) in Label::slow(self.inputs.held.get()).enumerate() {
             let replica = ReplicaId::round_robin(n + 1, self.inputs.replicas);
-            let sent = if self.options.faults.redis_stops_at == Some(request) {
+            let sent = if self.options.hooks.redis_stops_at(request) {
                 self.decide_with_redis_stalled(replica, request).await?
             } else {
                 self.decide(replica, request, None).await?
@@ -419,10 +439,11 @@ impl ReplicasRun {
         Ok(sent)
     }
 
-    /// The faults a test gives that take effect once every request is decided.
+    /// What a test breaks once every request is decided (its hooks say what).
     async fn inject(&mut self) -> Result<()> {
         let timeout = self.timeout();
-        if self.options.faults.holders_deleted {
+        let hooks = self.options.hooks.clone();
+        if hooks.holders_deleted() {
             let permits = self.permits.as_ref();
             let permits = permits.context("deleting the holders needs --global")?;
             permits
@@ -434,17 +455,16 @@ impl ReplicasRun {
                 replica.await_loss(timeout).await?;
             }
         }
-        if let Some(id) = self.options.faults.replica_starved {
+        if let Some(id) = hooks.replica_starved() {
             self.starve(id).await?;
         }
-        let faults = &self.options.faults;
-        if faults.engine_dies
+        if hooks.redis_dies()
             && let Some(local) = &mut self.local
         {
             // A failed kill means it had already exited: dead either way.
             let _ = local.kill();
         }
-        if let Some(id) = self.options.faults.replica_dies
+        if let Some(id) = hooks.replica_dies()
             && let Ok(replica) = self.replica(id)
             && let Some(front) = &replica.front
         {

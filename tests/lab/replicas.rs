@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::is_gone;
@@ -17,9 +18,9 @@ use isolation_lab::evidence::Decision;
 use isolation_lab::label::Label;
 use isolation_lab::policy::Slots;
 use isolation_lab::replicas::{
-    CountedAt, Effect, Engine, Lapsed, LeaseMs, LossCause, OverAdmission, ReplicaCount,
-    ReplicaFaults, ReplicaId, ReplicasInputs, ReplicasOptions, ReplicasReport, Requests, Sent,
-    WorkEnd, run_with,
+    CountedAt, Effect, Engine, Lapsed, LeaseMs, LossCause, OverAdmission, ReplicaCount, ReplicaId,
+    ReplicasHooks, ReplicasInputs, ReplicasOptions, ReplicasReport, Requests, Sent, WorkEnd,
+    run_with,
 };
 
 /// The tests' lease: short, so a test is quick, yet renewed every 133 ms, so a replica keeps
@@ -46,6 +47,46 @@ fn options() -> ReplicasOptions {
         program: Some(env!("CARGO_BIN_EXE_isolation-lab").into()),
         leak_watch: Duration::from_millis(300),
         ..ReplicasOptions::default()
+    }
+}
+
+/// What a test breaks in a run: each field answers the hook of its name.
+#[derive(Debug, Default)]
+struct Break {
+    redis_stops_at: Option<Label>,
+    holders_deleted: bool,
+    replica_starved: Option<ReplicaId>,
+    redis_dies: bool,
+    replica_dies: Option<ReplicaId>,
+}
+
+impl ReplicasHooks for Break {
+    fn redis_stops_at(&self, request: Label) -> bool {
+        self.redis_stops_at == Some(request)
+    }
+
+    fn holders_deleted(&self) -> bool {
+        self.holders_deleted
+    }
+
+    fn replica_starved(&self) -> Option<ReplicaId> {
+        self.replica_starved
+    }
+
+    fn redis_dies(&self) -> bool {
+        self.redis_dies
+    }
+
+    fn replica_dies(&self) -> Option<ReplicaId> {
+        self.replica_dies
+    }
+}
+
+/// [`options`], broken as `broken` says.
+fn broken(broken: Break) -> ReplicasOptions {
+    ReplicasOptions {
+        hooks: Arc::new(broken),
+        ..options()
     }
 }
 
@@ -453,11 +494,10 @@ async fn redis_killed_mid_run_fails_cleanly() {
     if !redis_or_skip("redis_killed_mid_run_fails_cleanly") {
         return;
     }
-    let mut options = options();
-    options.faults = ReplicaFaults {
-        engine_dies: true,
-        ..ReplicaFaults::default()
-    };
+    let options = broken(Break {
+        redis_dies: true,
+        ..Break::default()
+    });
     let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
     let failure = report.failure.clone().expect("the run failed");
     assert!(!failure.contains('\n'), "one line: {failure}");
@@ -469,11 +509,10 @@ async fn redis_killed_mid_run_fails_cleanly() {
 /// A replica that dies unannounced fails the run with one line naming it.
 #[tokio::test]
 async fn a_replica_that_dies_fails_the_run_cleanly() {
-    let mut options = options();
-    options.faults = ReplicaFaults {
+    let options = broken(Break {
         replica_dies: Some(ReplicaId(2)),
-        ..ReplicaFaults::default()
-    };
+        ..Break::default()
+    });
     let report = run(inputs(2, 2, 4, Engine::Off, 2000), options).await;
     let failure = report.failure.clone().expect("the run failed");
     assert!(
@@ -630,8 +669,10 @@ async fn redis_stopped_during_an_admission_names_the_over_admission() {
     if !redis_or_skip("redis_stopped_during_an_admission_names_the_over_admission") {
         return;
     }
-    let mut options = options();
-    options.faults.redis_stops_at = Some(Label::Slow(2));
+    let options = broken(Break {
+        redis_stops_at: Some(Label::Slow(2)),
+        ..Break::default()
+    });
     let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
     let (over, s1) = lapsed(&report, CountedAt::AfterRequests, "r1/S1");
     assert_eq!((over.inside.len(), over.limit), (3, 2), "{over:?}");
@@ -670,8 +711,10 @@ async fn a_deleted_holders_key_is_named_permits_lost_from_redis() {
     else {
         return;
     };
-    let mut options = options();
-    options.faults.holders_deleted = true;
+    let options = broken(Break {
+        holders_deleted: true,
+        ..Break::default()
+    });
     let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
     let (over, s1) = lapsed(&report, CountedAt::DuringPause, "r1/S1");
     assert!(over.inside.len() > 2, "{over:?}");
@@ -695,8 +738,10 @@ async fn a_starved_live_holder_is_named_with_its_late_renewal() {
     else {
         return;
     };
-    let mut options = options();
-    options.faults.replica_starved = Some(ReplicaId(1));
+    let options = broken(Break {
+        replica_starved: Some(ReplicaId(1)),
+        ..Break::default()
+    });
     let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options).await;
     let (_, s1) = lapsed(&report, CountedAt::DuringPause, "r1/S1");
     assert!(!s1.paused, "{s1:?}");
