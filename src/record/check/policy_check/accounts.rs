@@ -78,20 +78,7 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            // Held work is inside the section, each holding a permit of the pool /slow draws
-            // from.
-            let slow_pool = self.policy.pool_for(Route::Slow);
-            let permits = self.policy.capacity(slow_pool);
-            if before.held_at_gate > permits {
-                self.find(
-                    &["resources", "before_fast", "held_at_gate"],
-                    format!(
-                        "resources.before_fast counts {} requests held at the gate, but each \
-                         holds one of the {slow_pool} pool's {permits} permits",
-                        before.held_at_gate
-                    ),
-                );
-            }
+            self.held_with_permits("before_fast", before.held_at_gate);
             if self.room.is_none() && before.connection_handlers < before.held_at_gate {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
@@ -191,21 +178,26 @@ impl<'a> PolicyCheck<'a> {
             }
         }
         // Work a failed run's close finds still leaving (not a finding above) was held at the
-        // gate, as before F1, each with a permit of the pool /slow draws from.
+        // gate, as before F1.
         let leaving = (file.resources.after_run).filter(|_| self.cut_short && server.is_some());
         if let Some(after) = leaving {
-            let slow_pool = self.policy.pool_for(Route::Slow);
-            let permits = self.policy.capacity(slow_pool);
-            if after.held_at_gate > permits {
-                self.find(
-                    &["resources", "after_run", "held_at_gate"],
-                    format!(
-                        "resources.after_run counts {} requests held at the gate, but each \
-                         holds one of the {slow_pool} pool's {permits} permits",
-                        after.held_at_gate
-                    ),
-                );
-            }
+            self.held_with_permits("after_run", after.held_at_gate);
+        }
+    }
+
+    /// `held` requests counted held at the gate in `resources.<count>`: held work is inside the
+    /// section, each holding a permit of the pool /slow draws from.
+    fn held_with_permits(&mut self, count: &str, held: usize) {
+        let slow_pool = self.policy.pool_for(Route::Slow);
+        let permits = self.policy.capacity(slow_pool);
+        if held > permits {
+            self.find(
+                &["resources", count, "held_at_gate"],
+                format!(
+                    "resources.{count} counts {held} requests held at the gate, but each holds \
+                     one of the {slow_pool} pool's {permits} permits"
+                ),
+            );
         }
     }
 
