@@ -98,6 +98,15 @@ impl ProcessStat {
     }
 }
 
+/// Whether process `pid` is stopped by a signal (SIGSTOP): it then sends nothing and reads
+/// nothing, so a wait for it looks, every [`STOPPED_WATCH`], rather than wait for its timeout.
+pub(crate) fn is_stopped(pid: u32) -> bool {
+    ProcessStat::read(pid).is_ok_and(|stat| stat.stopped())
+}
+
+/// How often a wait for a child looks whether it is stopped: the kernel tells no one else.
+pub(crate) const STOPPED_WATCH: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The state and `utime + stime` of a `/proc/<pid>/stat` line. The command name, in
 /// parentheses, may hold spaces and parentheses itself: the fields start after the last `)`.
 fn parse_stat(text: &str, ticks_per_second: u64) -> Option<ProcessStat> {

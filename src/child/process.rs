@@ -108,6 +108,19 @@ impl ChildProcess {
         Ok(Exit::new(status, last_stderr))
     }
 
+    /// SIGKILLs the child now, one that cannot be told to exit (it is stopped, say), and reaps
+    /// it.
+    pub(crate) async fn kill(mut self) -> io::Result<Exit> {
+        let killed = match self.signal(Signal::Kill) {
+            // It ended before the signal: its exit is waiting below.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => false,
+            result => result.map(|()| true)?,
+        };
+        let mut exit = self.wait().await?;
+        exit.killed_by_lab = killed && exit.signal.is_some_and(|s| s.number == libc::SIGKILL);
+        Ok(exit)
+    }
+
     /// Closes the child's stdin and waits up to `timeout` for it to exit; then SIGKILLs it.
     /// Either way the child is reaped when this returns.
     pub(crate) async fn close(mut self, timeout: Duration) -> io::Result<Exit> {
@@ -115,14 +128,8 @@ impl ChildProcess {
         if let Ok(exit) = tokio::time::timeout(timeout, self.wait()).await {
             return exit;
         }
-        let killed = match self.signal(Signal::Kill) {
-            // It ended between the timeout and the signal: its exit is waiting below.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => false,
-            result => result.map(|()| true)?,
-        };
-        let mut exit = self.wait().await?;
-        exit.killed_after_grace = killed && exit.signal.is_some_and(|s| s.number == libc::SIGKILL);
-        Ok(exit)
+        // It may end between the timeout and the signal: then its own exit is said.
+        self.kill().await
     }
 }
 
@@ -158,10 +165,11 @@ pub(crate) struct Exit {
     /// panic message ("note: run with `RUST_BACKTRACE=1` ...") is skipped, so for a panic this
     /// is the panic message (without a backtrace in the environment).
     pub(crate) last_stderr: Option<String>,
-    /// Whether the SIGKILL that ended it was this process's, sent by
-    /// [`ChildProcess::close`] because the child did not exit within its grace: a child that
-    /// stopped responding, not one that crashed.
-    pub(crate) killed_after_grace: bool,
+    /// Whether the SIGKILL that ended it was this process's: sent by [`ChildProcess::close`]
+    /// because the child did not exit within its grace, or by [`ChildProcess::kill`] because it
+    /// could not be told to (it was stopped). A child that stopped responding, not one that
+    /// crashed.
+    pub(crate) killed_by_lab: bool,
 }
 
 /// A signal that ended a process.
@@ -182,7 +190,7 @@ impl Exit {
                 name: signal_name(number),
             }),
             last_stderr,
-            killed_after_grace: false,
+            killed_by_lab: false,
         }
     }
 }

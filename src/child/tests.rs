@@ -189,10 +189,7 @@ async fn sigkill_is_reported_and_reaped() {
     child.signal(Signal::Kill).expect("kill");
     let exit = step("exit", child.wait()).await.expect("waited");
     assert_eq!((exit.code, signal_name(&exit)), (None, Some("SIGKILL")));
-    assert!(
-        !exit.killed_after_grace,
-        "killed by the test, not by a close"
-    );
+    assert!(!exit.killed_by_lab, "killed by the test, not by a close");
     assert!(is_gone(child.pid()), "pid {} is reaped", child.pid());
     let again = child
         .signal(Signal::Kill)
@@ -250,7 +247,7 @@ async fn close_kills_a_child_that_does_not_stop() {
     let exit = step("close", child.close(Duration::from_millis(100))).await;
     let exit = exit.expect("closed");
     assert_eq!(signal_name(&exit), Some("SIGKILL"));
-    assert!(exit.killed_after_grace, "{exit:?}");
+    assert!(exit.killed_by_lab, "{exit:?}");
     assert!(is_gone(pid), "pid {pid} is reaped");
 }
 

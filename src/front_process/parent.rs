@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use super::SUBCOMMAND;
 use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
 use crate::child::{ChildProcess, Exit, Signal};
+use crate::procfs;
 
 /// How long a child that failed, or was told to stop and did not, gets to exit before it is
 /// killed: it has nothing left to do but exit.
@@ -74,18 +75,38 @@ impl FrontProcess {
     }
 
     /// Takes over a started child whose next message is its first, and waits up to `timeout`
-    /// for it to be ready.
+    /// for it to be ready. A child stopped by a signal (SIGSTOP) before then is killed at once
+    /// (the exit says the lab killed it): it would neither say anything nor exit when told.
     pub(crate) async fn attach(
         mut child: ChildProcess,
         timeout: Duration,
     ) -> Result<FrontProcess, FrontError> {
-        let first = tokio::time::timeout(timeout, child.recv::<FromFront>()).await;
-        let reason = match first {
-            Ok(Ok(Some(FromFront::Ready(ready)))) => return Ok(FrontProcess { child, ready }),
-            Ok(Ok(Some(FromFront::Failed { reason }))) => reason,
-            Ok(Ok(Some(other))) => format!("the front's first message was not ready: {other:?}"),
-            Ok(Ok(None)) => "the front's process ended before it was ready".to_owned(),
-            Ok(Err(e)) => format!("reading the front's first message: {e}"),
+        let pid = child.pid();
+        let first = tokio::time::timeout(timeout, async {
+            let mut watch = tokio::time::interval(procfs::STOPPED_WATCH);
+            loop {
+                tokio::select! {
+                    first = child.recv::<FromFront>() => return Some(first),
+                    _ = watch.tick() => if procfs::is_stopped(pid) {
+                        return None;
+                    },
+                }
+            }
+        });
+        let reason = match first.await {
+            Ok(Some(Ok(Some(FromFront::Ready(ready))))) => {
+                return Ok(FrontProcess { child, ready });
+            }
+            Ok(Some(Ok(Some(FromFront::Failed { reason })))) => reason,
+            Ok(Some(Ok(Some(other)))) => {
+                format!("the front's first message was not ready: {other:?}")
+            }
+            Ok(Some(Ok(None))) => "the front's process ended before it was ready".to_owned(),
+            Ok(Some(Err(e))) => format!("reading the front's first message: {e}"),
+            Ok(None) => {
+                let reason = "the front's process was stopped (SIGSTOP) before it was ready";
+                return Err(ended(reason.to_owned(), child.kill().await));
+            }
             Err(_) => format!("the front was not ready within {} s", timeout.as_secs()),
         };
         Err(end(child, reason).await)
@@ -208,7 +229,12 @@ impl FrontProcess {
 /// Ends `child` (it gets [`EXIT_GRACE`] to exit by itself, then SIGKILL), reaps it, and says
 /// why the step failed and how the child ended.
 async fn end(child: ChildProcess, reason: String) -> FrontError {
-    match child.close(EXIT_GRACE).await {
+    ended(reason, child.close(EXIT_GRACE).await)
+}
+
+/// Why a step failed, and how the child, reaped, ended.
+fn ended(reason: String, exit: io::Result<Exit>) -> FrontError {
+    match exit {
         Ok(exit) => FrontError {
             reason,
             exit: Some(exit),

@@ -194,10 +194,6 @@ async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Brok
         })
 }
 
-/// How often a wait looks at the front's process: a process stopped by a signal (SIGSTOP)
-/// sends nothing and says nothing, and is found here rather than after [`STALL`].
-const WATCH: Duration = Duration::from_millis(250);
-
 /// One thing that happened while waiting.
 enum Heard {
     Front(std::io::Result<Option<FromFront>>),
@@ -245,18 +241,13 @@ async fn watched<T>(
         loop {
             tokio::select! {
                 done = &mut future => return Ok(done),
-                _ = watch.tick() => if is_stopped(pid) {
+                _ = watch.tick() => if procfs::is_stopped(pid) {
                     return Err(Stall::Stopped);
                 },
             }
         }
     });
     waited.await.unwrap_or(Err(Stall::NoProgress))
-}
-
-/// Whether process `pid` is stopped by a signal.
-fn is_stopped(pid: u32) -> bool {
-    ProcessStat::read(pid).is_ok_and(|stat| stat.stopped())
 }
 
 /// Asks the front for its heap, `at` (how far the measurement is), [`watched`]: it can be
@@ -286,7 +277,7 @@ enum Stall {
 }
 
 fn watch() -> tokio::time::Interval {
-    let mut watch = tokio::time::interval(WATCH);
+    let mut watch = tokio::time::interval(procfs::STOPPED_WATCH);
     watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     watch
 }
@@ -463,7 +454,7 @@ async fn end_early(
     }
     let pid = remote.pid();
     // A process stopped by a signal reads no command: asking it to stop would only wait.
-    if is_stopped(pid) {
+    if procfs::is_stopped(pid) {
         return kill_stopped(remote, stage, held, why).await;
     }
     match remote.stop(STOP).await {
@@ -520,7 +511,7 @@ fn failure(pid: Option<u32>, stage: Stage, held: u64, error: FrontError) -> Fron
     let exit = error.exit.as_ref().map(death);
     let reason = match (&error.exit, &exit) {
         // The lab's own SIGKILL, after the front stopped answering: say what it stopped doing.
-        (Some(ended), _) if ended.killed_after_grace => format!(
+        (Some(ended), _) if ended.killed_by_lab => format!(
             "it stopped responding ({}), so the lab killed it (SIGKILL)",
             error.reason
         ),
@@ -621,7 +612,7 @@ mod tests {
                     name: "SIGKILL",
                 }),
                 last_stderr: None,
-                killed_after_grace: after_grace,
+                killed_by_lab: after_grace,
             }),
         }
     }

@@ -135,17 +135,7 @@ fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
     if common::alone() {
         return;
     }
-    let wrapper = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lab-in-256-mib");
-    let script = format!(
-        "#!/bin/sh\nulimit -v 262144 || exit 99\nexec '{}' \"$@\"\n",
-        env!("CARGO_BIN_EXE_isolation-lab")
-    );
-    std::fs::write(&wrapper, script).expect("write the wrapper");
-    let mut permissions = std::fs::metadata(&wrapper)
-        .expect("the wrapper")
-        .permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
-    std::fs::set_permissions(&wrapper, permissions).expect("make it executable");
+    let wrapper = wrapper("lab-in-256-mib", "ulimit -v 262144 || exit 99");
     let config = HoldInputs::new(&[400], &Front::ALL).expect("valid counts");
     let options = HoldOptions {
         program: Some(wrapper),
@@ -182,6 +172,52 @@ fn a_front_that_runs_out_of_room_for_threads_is_evidence() {
         matches!(outcome(Front::Async), CountOutcome::Held(_)),
         "{:?}",
         outcome(Front::Async)
+    );
+    assert_eq!(children(), Vec::<String>::new(), "no child is left");
+}
+
+/// A script, `name` in the tests' own directory, that runs the shell line `first`, then execs the
+/// lab with its arguments (in the same process).
+fn wrapper(name: &str, first: &str) -> PathBuf {
+    let wrapper = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let script = format!(
+        "#!/bin/sh\n{first}\nexec '{}' \"$@\"\n",
+        env!("CARGO_BIN_EXE_isolation-lab")
+    );
+    std::fs::write(&wrapper, script).expect("write the wrapper");
+    let mut permissions = std::fs::metadata(&wrapper)
+        .expect("the wrapper")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&wrapper, permissions).expect("make it executable");
+    wrapper
+}
+
+/// A front's child stopped (SIGSTOP) before it is ready — here it stops itself before it execs
+/// the lab — is found stopped, killed and reaped, within 15 s rather than after the start's
+/// timeout and a grace: the front failed at rest, its counts are not run, and the lab does not
+/// fail.
+#[test]
+fn a_front_stopped_before_it_is_ready_is_reported_within_15_s() {
+    if common::alone() {
+        return;
+    }
+    let config = HoldInputs::new(&[10], &[Front::Async]).expect("valid counts");
+    let options = HoldOptions {
+        program: Some(wrapper("lab-stopped-at-start", "kill -STOP $$")),
+        ..HoldOptions::default()
+    };
+    let report = hold_within(config, options);
+    assert_eq!(report.failure, None, "{report:#?}");
+    let series = report.series(Front::Async).expect("async ran");
+    let CountOutcome::NotRun { reason } = &series.points[0].outcome else {
+        panic!("async at 10: {:?}", series.points[0].outcome);
+    };
+    assert!(
+        reason.contains("failed at rest")
+            && reason.contains("stopped (SIGSTOP) before it was ready")
+            && reason.contains("killed it (SIGKILL)"),
+        "{reason}"
     );
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
 }
