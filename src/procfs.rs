@@ -98,15 +98,10 @@ impl ProcessStat {
     }
 }
 
-/// Whether process `pid` is stopped by a signal (SIGSTOP): it then sends nothing and reads
-/// nothing, so a wait for it looks, every [`STOPPED_WATCH`], rather than wait for its timeout.
+/// Whether process `pid` is stopped by a signal (SIGSTOP).
 pub(crate) fn is_stopped(pid: u32) -> bool {
     ProcessStat::read(pid).is_ok_and(|stat| stat.stopped())
 }
-
-/// How often a wait for a child looks whether it is stopped: its reaper waits for its exit
-/// alone (`WEXITED`), one blocking wait per child, which a stop does not end.
-pub(crate) const STOPPED_WATCH: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The state and `utime + stime` of a `/proc/<pid>/stat` line. The command name, in
 /// parentheses, may hold spaces and parentheses itself: the fields start after the last `)`.

@@ -9,11 +9,13 @@
 //! - `reaper`: the thread that forks the child, waits for it and reaps it.
 //! - `stderr`: the child's stderr, read as it comes, down to its last line.
 //! - `link`: the child's side, [`FromParent`](link::FromParent) and [`ToParent`].
+//! - `stop_watch`: a wait for the child that sees it stopped (SIGSTOP), which nothing else tells.
 
 mod link;
 mod process;
 mod reaper;
 mod stderr;
+mod stop_watch;
 #[cfg(test)]
 pub(crate) mod test_child;
 #[cfg(test)]
@@ -33,6 +35,7 @@ pub(crate) use link::{ToParent, parent_link};
 pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal};
 pub(crate) use reaper::die_with_parent;
+pub(crate) use stop_watch::{Stall, stop_watch, watched};
 
 /// The longest line either side reads: far above any message, so that a peer writing without
 /// end is refused instead of buffered.

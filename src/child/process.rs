@@ -110,7 +110,7 @@ impl ChildProcess {
 
     /// SIGKILLs the child now, one that cannot be told to exit (it is stopped, say), and reaps
     /// it.
-    pub(crate) async fn kill(mut self) -> io::Result<Exit> {
+    pub(crate) async fn kill_and_reap(mut self) -> io::Result<Exit> {
         let killed = match self.signal(Signal::Kill) {
             // It ended before the signal: its exit is waiting below.
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => false,
@@ -129,7 +129,7 @@ impl ChildProcess {
             return exit;
         }
         // It may end between the timeout and the signal: then its own exit is said.
-        self.kill().await
+        self.kill_and_reap().await
     }
 }
 
@@ -166,9 +166,9 @@ pub(crate) struct Exit {
     /// is the panic message (without a backtrace in the environment).
     pub(crate) last_stderr: Option<String>,
     /// Whether the SIGKILL that ended it was this process's: sent by [`ChildProcess::close`]
-    /// because the child did not exit within its grace, or by [`ChildProcess::kill`] because it
-    /// could not be told to (it was stopped). A child that stopped responding, not one that
-    /// crashed.
+    /// because the child did not exit within its grace, or by [`ChildProcess::kill_and_reap`]
+    /// because it could not be told to (it was stopped). A child that stopped responding, not
+    /// one that crashed.
     pub(crate) killed_by_lab: bool,
 }
 

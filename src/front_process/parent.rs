@@ -10,8 +10,7 @@ use anyhow::{Context, bail};
 
 use super::SUBCOMMAND;
 use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
-use crate::child::{ChildProcess, Exit, Signal};
-use crate::procfs;
+use crate::child::{ChildProcess, Exit, Signal, Stall, stop_watch, watched};
 
 /// How long a child that failed, or was told to stop and did not, gets to exit before it is
 /// killed: it has nothing left to do but exit.
@@ -81,33 +80,21 @@ impl FrontProcess {
         mut child: ChildProcess,
         timeout: Duration,
     ) -> Result<FrontProcess, FrontError> {
-        let pid = child.pid();
-        let first = tokio::time::timeout(timeout, async {
-            let mut watch = tokio::time::interval(procfs::STOPPED_WATCH);
-            loop {
-                tokio::select! {
-                    first = child.recv::<FromFront>() => return Some(first),
-                    _ = watch.tick() => if procfs::is_stopped(pid) {
-                        return None;
-                    },
-                }
-            }
-        });
-        let reason = match first.await {
-            Ok(Some(Ok(Some(FromFront::Ready(ready))))) => {
-                return Ok(FrontProcess { child, ready });
-            }
-            Ok(Some(Ok(Some(FromFront::Failed { reason })))) => reason,
-            Ok(Some(Ok(Some(other)))) => {
-                format!("the front's first message was not ready: {other:?}")
-            }
-            Ok(Some(Ok(None))) => "the front's process ended before it was ready".to_owned(),
-            Ok(Some(Err(e))) => format!("reading the front's first message: {e}"),
-            Ok(None) => {
+        let (pid, deadline) = (child.pid(), tokio::time::Instant::now() + timeout);
+        let first = watched(pid, &mut stop_watch(), deadline, child.recv::<FromFront>()).await;
+        let reason = match first {
+            Ok(Ok(Some(FromFront::Ready(ready)))) => return Ok(FrontProcess { child, ready }),
+            Ok(Ok(Some(FromFront::Failed { reason }))) => reason,
+            Ok(Ok(Some(other))) => format!("the front's first message was not ready: {other:?}"),
+            Ok(Ok(None)) => "the front's process ended before it was ready".to_owned(),
+            Ok(Err(e)) => format!("reading the front's first message: {e}"),
+            Err(Stall::Stopped) => {
                 let reason = "the front's process was stopped (SIGSTOP) before it was ready";
-                return Err(ended(reason.to_owned(), child.kill().await));
+                return Err(ended(reason.to_owned(), child.kill_and_reap().await));
             }
-            Err(_) => format!("the front was not ready within {} s", timeout.as_secs()),
+            Err(Stall::NoProgress) => {
+                format!("the front was not ready within {} s", timeout.as_secs())
+            }
         };
         Err(end(child, reason).await)
     }
@@ -156,8 +143,8 @@ impl FrontProcess {
         }
     }
 
-    /// SIGKILLs the child now: one that cannot be told to stop (it is stopped itself, or a
-    /// test's fault); [`FrontProcess::wait`] then says so.
+    /// SIGKILLs the child now (a test's fault, or a replica's crash); [`FrontProcess::wait`]
+    /// then says so.
     pub(crate) fn kill(&self) -> io::Result<()> {
         self.child.signal(Signal::Kill)
     }
@@ -171,6 +158,11 @@ impl FrontProcess {
     /// SIGCONTs a paused child.
     pub(crate) fn resume(&self) -> io::Result<()> {
         self.child.signal(Signal::Cont)
+    }
+
+    /// SIGKILLs the child, one that cannot be told to stop (it is stopped itself), and reaps it.
+    pub(crate) async fn kill_and_reap(self) -> io::Result<Exit> {
+        self.child.kill_and_reap().await
     }
 
     /// Waits until the child has ended and is reaped, and says how. For a child that ended on

@@ -16,7 +16,7 @@ use super::report::{
     Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
 use crate::admission::section::GateState;
-use crate::child::Exit;
+use crate::child::{Exit, Stall, stop_watch, watched};
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::hooks::{FrontSignal, HoldHooks};
 use crate::limits::{self, Limits};
@@ -99,8 +99,15 @@ pub(crate) async fn held(
         let cpu_before = Cpu::read(pid)?;
         let sent = Instant::now();
         callers.send(held);
-        let hooks = setup.hooks;
-        hold_all(&mut remote, &mut callers, held, permits, hooks, &mut seen).await?;
+        hold_all(
+            &mut remote,
+            &mut callers,
+            held,
+            permits,
+            setup.hooks,
+            &mut seen,
+        )
+        .await?;
         let time_to_hold = sent.elapsed();
         let cpu = Cpu::read(pid)?.since(cpu_before);
         let figures = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
@@ -227,29 +234,6 @@ async fn next_heard(
     watched(pid, watch, deadline, heard).await
 }
 
-/// Awaits `future`, looking at the front's process (`pid`) at every tick of `watch`
-/// meanwhile: a process stopped by a signal sends nothing and answers nothing, so it is
-/// `Err(Stall::Stopped)` once found; `Err(Stall::NoProgress)` at `deadline`.
-async fn watched<T>(
-    pid: u32,
-    watch: &mut tokio::time::Interval,
-    deadline: tokio::time::Instant,
-    future: impl Future<Output = T>,
-) -> Result<T, Stall> {
-    tokio::pin!(future);
-    let waited = tokio::time::timeout_at(deadline, async {
-        loop {
-            tokio::select! {
-                done = &mut future => return Ok(done),
-                _ = watch.tick() => if procfs::is_stopped(pid) {
-                    return Err(Stall::Stopped);
-                },
-            }
-        }
-    });
-    waited.await.unwrap_or(Err(Stall::NoProgress))
-}
-
 /// Asks the front for its heap, `at` (how far the measurement is), [`watched`]: it can be
 /// stopped after [`hold_all`] has returned, as the counts are read behind the front: a stop on
 /// reading one count can come after the front has sent the full count, which [`hold_all`]
@@ -260,7 +244,7 @@ async fn census(
 ) -> anyhow::Result<crate::allocator::HeapCensus> {
     let pid = remote.pid();
     let deadline = tokio::time::Instant::now() + STALL;
-    match watched(pid, &mut watch(), deadline, remote.census()).await {
+    match watched(pid, &mut stop_watch(), deadline, remote.census()).await {
         Ok(answer) => answer,
         Err(Stall::Stopped) => bail!("the front's process stopped at {at}, asked for its heap"),
         Err(Stall::NoProgress) => bail!(
@@ -268,18 +252,6 @@ async fn census(
             STALL.as_secs()
         ),
     }
-}
-
-/// Why a wait gave up.
-enum Stall {
-    NoProgress,
-    Stopped,
-}
-
-fn watch() -> tokio::time::Interval {
-    let mut watch = tokio::time::interval(procfs::STOPPED_WATCH);
-    watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    watch
 }
 
 /// Waits until the front reports `held` requests held (`seen` follows its count). `Err` if a
@@ -293,7 +265,7 @@ async fn hold_all(
     hooks: &dyn HoldHooks,
     seen: &mut u64,
 ) -> anyhow::Result<()> {
-    let mut watch = watch();
+    let mut watch = stop_watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
     while *seen < u64::from(held) {
         match next_heard(remote, callers, &mut watch, deadline, false).await {
@@ -335,7 +307,7 @@ async fn hold_all(
 /// Waits until every caller has been answered 200. `Err` at the first that was not, if the
 /// front ends, is stopped or says anything but counts, or if nothing moves for [`STALL`].
 async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow::Result<()> {
-    let mut watch = watch();
+    let mut watch = stop_watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
     while callers.waiting() > 0 {
         match next_heard(remote, callers, &mut watch, deadline, true).await {
@@ -482,19 +454,10 @@ async fn end_early(
 }
 
 /// Kills and reaps a front whose process is stopped (SIGSTOP), and says so.
-async fn kill_stopped(
-    mut remote: FrontProcess,
-    stage: Stage,
-    held: u64,
-    why: anyhow::Error,
-) -> Broken {
+async fn kill_stopped(remote: FrontProcess, stage: Stage, held: u64, why: anyhow::Error) -> Broken {
     let pid = remote.pid();
     let reason = "its process was stopped (SIGSTOP), so the lab killed it (SIGKILL)".to_owned();
-    // One not reaped here is killed and reaped as `remote` is dropped, on return.
-    let exit = match remote.kill() {
-        Ok(()) => remote.wait().await.ok(),
-        Err(_) => None,
-    };
+    let exit = remote.kill_and_reap().await.ok();
     Broken::Front(FrontFailure {
         pid: Some(pid),
         stage,
