@@ -1,7 +1,7 @@
 //! Where a test may step into a run. The sequence and the fronts call a run's [`Hooks`] at a
-//! few fixed points, and `hold` its [`HoldHooks`] (`replicas` has its own, since its answers
-//! name replicas: `replicas::ReplicasHooks`); the lab's own runs pass [`NoHooks`], whose every
-//! answer is "carry on". What a test breaks is written with the tests; the run only asks.
+//! few fixed points (`hold` and `replicas` have their own, beside their runs:
+//! `hold::HoldHooks`, `replicas::ReplicasHooks`); the lab's own runs pass [`NoHooks`], whose
+//! every answer is "carry on". What a test breaks is written with the tests; the run only asks.
 
 use std::fmt::Debug;
 
@@ -34,36 +34,8 @@ pub trait Hooks: Debug + Send + Sync {
     }
 }
 
-/// The points where a `hold` run lets a test in. Every method's default leaves the run as it
-/// is.
-pub trait HoldHooks: Debug + Send + Sync {
-    /// How many permits fewer than the requests it sends each front's pool gets: some are then
-    /// refused, a run the lab must fail.
-    fn permits_short(&self) -> u32 {
-        0
-    }
-
-    /// Called each time the lab, waiting for every request to be held, reads that the front's
-    /// child (process `pid`: which child, not a handle) holds `held`: the signal the run then
-    /// sends that child, if any.
-    fn signal_front(&self, _pid: u32, _held: u64) -> Option<FrontSignal> {
-        None
-    }
-}
-
-/// A signal a `hold` run sends its front's child for a test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrontSignal {
-    /// SIGKILL: the child dies at once.
-    Kill,
-    /// SIGSTOP: the child freezes, answering nothing.
-    Stop,
-}
-
 /// The command line's hooks: none.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct NoHooks;
 
 impl Hooks for NoHooks {}
-
-impl HoldHooks for NoHooks {}

@@ -15,10 +15,11 @@ use super::preflight::HoldPlan;
 use super::report::{
     Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
+use super::{FrontSignal, HoldHooks};
 use crate::admission::section::GateState;
 use crate::child::{Exit, Stall, stop_watch, watched};
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
-use crate::hooks::{FrontSignal, HoldHooks};
+
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures, ProcessStat};

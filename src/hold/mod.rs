@@ -30,6 +30,7 @@ pub mod render;
 mod report;
 mod run;
 
+use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ pub use report::{
     HoldReport, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample, Stage,
 };
 
-use crate::hooks::{HoldHooks, NoHooks};
+use crate::hooks::NoHooks;
 use crate::policy::Front;
 
 /// The counts a plain `hold` measures: under half a minute on a 2-core machine.
@@ -102,6 +103,34 @@ impl Default for HoldOptions {
         }
     }
 }
+
+/// The points where a `hold` run lets a test in. Every method's default leaves the run as it
+/// is.
+pub trait HoldHooks: Debug + Send + Sync {
+    /// How many permits fewer than the requests it sends each front's pool gets: some are then
+    /// refused, a run the lab must fail.
+    fn permits_short(&self) -> u32 {
+        0
+    }
+
+    /// Called each time the lab, waiting for every request to be held, reads that the front's
+    /// child (process `pid`: which child, not a handle) holds `held`: the signal the run then
+    /// sends that child, if any.
+    fn signal_front(&self, _pid: u32, _held: u64) -> Option<FrontSignal> {
+        None
+    }
+}
+
+/// A signal a `hold` run sends its front's child for a test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrontSignal {
+    /// SIGKILL: the child dies at once.
+    Kill,
+    /// SIGSTOP: the child freezes, answering nothing.
+    Stop,
+}
+
+impl HoldHooks for NoHooks {}
 
 pub use run::hold;
 

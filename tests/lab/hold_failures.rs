@@ -12,8 +12,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::common::is_gone;
-use isolation_lab::hold::{CountOutcome, HoldInputs, HoldOptions, HoldReport, Stage, hold};
-use isolation_lab::hooks::{FrontSignal, HoldHooks};
+use isolation_lab::hold::{
+    CountOutcome, FrontSignal, HoldHooks, HoldInputs, HoldOptions, HoldReport, Stage, hold,
+};
 use isolation_lab::policy::Front;
 
 /// How long a killed front may take to be reported: a guard, not a measurement.
