@@ -1181,15 +1181,11 @@ async fn idle_connections_are_closed_at_the_header_timeout() {
 /// `idle_connections_are_closed_at_the_header_timeout`.)
 #[test]
 fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing() {
-    if !std::path::Path::new("/usr/bin/prlimit").exists() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped a_flood_of_idle_connections: prlimit (util-linux) is not installed"
-        );
+    if common::skip_without_prlimit("a_flood_of_idle_connections") {
         return;
     }
     let (mut child, url, lines) = spawn_under(
-        &["/usr/bin/prlimit", "--nofile=1024:1024", "--"],
+        &["prlimit", "--nofile=1024:1024", "--"],
         &["classroom", "--mode", "shared", "--held", "1"],
     );
     let (base, control) = base_and_control(&url);

@@ -4,7 +4,6 @@
 //! a new socket, descriptor or thread, since the run may be failing for want of exactly those.
 
 use std::io::Read;
-use std::io::Write as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::mpsc;
@@ -97,11 +96,7 @@ fn runs_under_resource_limits_end_the_same_way_ten_times_over() {
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time; `test` names the
 /// test in the line that says it is skipped without `prlimit`.
 fn every_shape_under_every_limit(test: &str, runs: usize) {
-    if Command::new("prlimit").arg("--version").output().is_err() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped {test}: prlimit (util-linux) is not installed"
-        );
+    if crate::common::skip_without_prlimit(test) {
         return;
     }
     let floor = load_floor_mib();
