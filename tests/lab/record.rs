@@ -120,27 +120,29 @@ fn save(dir: &Path, args: &[&str], file: &str) -> Value {
 
 /// `record file` in both formats, which must exit 0.
 fn record(dir: &Path, file: &str) -> (Value, String) {
-    let (json, shown) = (record_here(dir, file, true), record_here(dir, file, false));
-    for output in [&json, &shown] {
-        assert_eq!(output.code, 0, "record {file}: {}", output.stderr);
-    }
-    let record = serde_json::from_str(&json.stdout).expect("record --format json is JSON");
-    (record, shown.stdout)
+    record_exiting(dir, file, 0, |_| true)
 }
 
 /// `record file` of a run that failed, in both formats: each exits 1, saying on stderr that
 /// the run did not match, and not that the report was edited.
 fn record_failed(dir: &Path, file: &str) -> (Value, String) {
+    let said = format!("isolation-lab: {file}: the run did not match the policy model: ");
+    record_exiting(dir, file, 1, |stderr| stderr.starts_with(&said))
+}
+
+/// `record file` in both formats, each exiting with `code` and a stderr that `says` holds of:
+/// the record as JSON, and as text.
+fn record_exiting(
+    dir: &Path,
+    file: &str,
+    code: i32,
+    says: impl Fn(&str) -> bool,
+) -> (Value, String) {
     let (json, shown) = (record_here(dir, file, true), record_here(dir, file, false));
     for output in [&json, &shown] {
         let stderr = &output.stderr;
-        assert_eq!(output.code, 1, "record {file}: {stderr}");
-        assert!(
-            stderr.starts_with(&format!(
-                "isolation-lab: {file}: the run did not match the policy model: "
-            )),
-            "{stderr}"
-        );
+        assert_eq!(output.code, code, "record {file}: {stderr}");
+        assert!(says(stderr), "{stderr}");
     }
     let record = serde_json::from_str(&json.stdout).expect("record --format json is JSON");
     (record, shown.stdout)
