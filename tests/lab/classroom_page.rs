@@ -299,7 +299,7 @@ impl Page {
 pub(crate) async fn the_page_follows_the_instructors_guide(browser: Browser) {
     let page = Page { browser };
     page.guide_window().await;
-    segment_2(&page, Front::Async).await;
+    segment_2(&page).await;
     segment_3(&page, Front::Async).await;
     segment_3(&page, Front::Threaded).await;
     shown_predictions(&page).await;
@@ -308,8 +308,8 @@ pub(crate) async fn the_page_follows_the_instructors_guide(browser: Browser) {
 }
 
 /// Segment 2, live: "press Next twice (a fresh server, then S1) and stop", and so on.
-async fn segment_2(page: &Page, front: Front) {
-    let served = common::serve_classroom(inputs(ModeChoice::Shared, 2, 1), front).await;
+async fn segment_2(page: &Page) {
+    let served = common::serve_classroom(inputs(ModeChoice::Shared, 2, 1), Front::Async).await;
     let seen = page.open(&served.url).await;
     // The page opens at the first step: nothing sent, the server not yet open.
     assert!(
@@ -421,9 +421,8 @@ async fn segment_3(page: &Page, front: Front) {
         Front::Threaded => "each held request blocks one of those threads",
     };
     assert!(text(&seen, "resources").contains(cost), "{seen}");
-    let shots = front == Front::Async;
-    page.fits("partitioned F1", shots.then_some("classroom"))
-        .await;
+    let shots = (front == Front::Async).then_some("classroom");
+    page.fits("partitioned F1", shots).await;
     if front == Front::Threaded {
         // The rest draws the messages the async front's run sends too.
         let seen = page.next(4).await;
@@ -436,18 +435,16 @@ async fn segment_3(page: &Page, front: Front) {
     for field in ["s2", "f1", "cells", "gate", "next", "predictions"] {
         assert_eq!(reloaded[field], seen[field], "{field} after a reload");
     }
-    room(page, &served.url, shots).await;
+    room(page, &served.url).await;
     let seen = page.press("next").await;
     assert!(text(&seen, "badge").contains("Matches the model"), "{seen}");
-    if shots {
-        page.projector_screenshot("classroom-verdict.png").await;
-    }
+    page.projector_screenshot("classroom-verdict.png").await;
     finish(page, served, "Session over: matches the model").await;
 }
 
 /// After the sequence the room is in: its requests join the lanes, the room's gate holds one,
 /// and the room's view (the address without the token) shows the commands and no control.
-async fn room(page: &Page, url: &str, shots: bool) {
+async fn room(page: &Page, url: &str) {
     let seen = page.next(3).await;
     let room = text(&seen, "room").to_owned();
     assert!(room.contains("curl -s -H 'lab-room: "), "{seen}");
@@ -473,10 +470,8 @@ async fn room(page: &Page, url: &str, shots: bool) {
         text(&seen, "ledger").contains("R2      held at gate"),
         "{seen}"
     );
-    if shots {
-        page.fits("the room", None).await;
-        page.projector_screenshot("classroom-room.png").await;
-    }
+    page.fits("the room", None).await;
+    page.projector_screenshot("classroom-room.png").await;
     // The room's view: a tab without the token sees the board and the commands, no controls.
     page.browser
         .execute("sessionStorage.clear();", &[])
