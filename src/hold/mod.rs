@@ -16,16 +16,16 @@
 //! The rooms, as every instrument has them:
 //!
 //! - `run`: how it runs: the preflight, then each front's baseline and counts, in order.
-//! - `measure`: its evidence: one measurement, from starting the child to reaping it, and
+//! - `evidence`: one measurement, from starting the child to reaping it, and
 //!   `callers`, the parent's raw HTTP callers.
-//! - `preflight`: its model: the ceilings, what each front can reach under them, and the counts
+//! - `model`: the preflight: the ceilings, what each front can reach under them, and the counts
 //!   each front runs.
 //! - `report`: what was measured.
 //! - `render`: the report drawn for a person (text, SVG).
 
 mod callers;
-mod measure;
-mod preflight;
+mod evidence;
+mod model;
 pub mod render;
 mod report;
 mod run;

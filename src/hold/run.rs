@@ -5,8 +5,8 @@ use std::future::Future;
 
 use anyhow::{Context, anyhow, bail};
 
-use super::measure::{self, Broken, Setup};
-use super::preflight;
+use super::evidence::{self, Broken, Setup};
+use super::model;
 use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
 use super::{HoldInputs, HoldOptions};
 // The lab's one catcher of Ctrl-C (see `crate::interrupts` for why not Tokio's).
@@ -50,7 +50,7 @@ fn start(
             base / 1024
         );
     }
-    let (preflight, planned) = preflight::plan(&limits, &config.fronts, &config.counts);
+    let (preflight, planned) = model::plan(&limits, &config.fronts, &config.counts);
     report.preflight = Some(preflight);
     let program = match &options.program {
         Some(program) => program.clone(),
@@ -89,7 +89,7 @@ fn start(
 async fn measure_front<'a>(
     setup: &Setup<'_>,
     front: Front,
-    plan: impl Iterator<Item = &'a preflight::HoldPlan>,
+    plan: impl Iterator<Item = &'a model::HoldPlan>,
     interrupts: Option<&Interrupts>,
     failure: &mut Option<String>,
 ) -> FrontSeries {
@@ -103,7 +103,7 @@ async fn measure_front<'a>(
         .as_ref()
         .map(|_| "the lab failed earlier".to_owned());
     if stopped.is_none() {
-        match unless_interrupted(interrupts, measure::idle(setup, front)).await {
+        match unless_interrupted(interrupts, evidence::idle(setup, front)).await {
             Ok(sample) => series.baseline = Some(sample),
             Err(Broken::Front(failed)) => {
                 stopped = Some(format!(
@@ -130,7 +130,7 @@ async fn measure_front<'a>(
                 reason: "no baseline".into(),
             },
             (None, Ok(()), Some(baseline)) => {
-                let measured = measure::held(setup, front, planned, &baseline);
+                let measured = evidence::held(setup, front, planned, &baseline);
                 match unless_interrupted(interrupts, measured).await {
                     Ok(figures) => CountOutcome::Held(figures),
                     Err(Broken::Front(failed)) => {

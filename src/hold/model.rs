@@ -1,6 +1,6 @@
-//! The preflight, a pure function of the ceilings read: what each front can reach here, and
-//! which (front, count) pairs run. A count beyond a front's ceiling is not run on that front,
-//! and says which ceiling and its value.
+//! `hold`'s model, the preflight: a pure function of the ceilings read, saying what each front
+//! can reach here and which (front, count) pairs run. A count beyond a front's ceiling is not
+//! run on that front, and says which ceiling and its value.
 
 use std::collections::BTreeMap;
 

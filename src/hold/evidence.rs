@@ -1,7 +1,8 @@
-//! One measurement: a fresh front child, N callers sent until the child reports N held, the
-//! child and the machine sampled, the gate opened, every answer checked, the child stopped,
-//! checked and reaped. Whatever goes wrong, the callers are aborted and joined and the child
-//! is reaped before this returns; a front that failed is told apart from a lab that did.
+//! `hold`'s evidence, one measurement: a fresh front child, N callers sent until the child
+//! reports N held, the child and the machine sampled, the gate opened, every answer checked,
+//! the child stopped, checked and reaped. Whatever goes wrong, the callers are aborted and
+//! joined and the child is reaped before this returns; a front that failed is told apart from
+//! a lab that did.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow, bail};
 
 use super::callers::Callers;
-use super::preflight::HoldPlan;
+use super::model::HoldPlan;
 use super::report::{
     Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
@@ -28,7 +29,7 @@ use crate::procfs::{self, ProcessFigures, ProcessStat};
 const START: Duration = Duration::from_secs(15);
 /// Fails a hold or a release that makes no progress for this long (no request newly held, no
 /// caller answered), and a front that does not answer for its heap by then. The listener's
-/// accept queue has room for every caller (see `preflight::backlog`), so no caller waits for a
+/// accept queue has room for every caller (see `model::backlog`), so no caller waits for a
 /// SYN retry that backs off for seconds; a front that moves nothing for this long is stuck, or
 /// stopped.
 const STALL: Duration = Duration::from_secs(10);
