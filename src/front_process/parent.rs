@@ -89,7 +89,7 @@ impl FrontProcess {
             Ok(Ok(None)) => "the front's process ended before it was ready".to_owned(),
             Ok(Err(e)) => format!("reading the front's first message: {e}"),
             Err(Stall::Stopped) => {
-                let reason = "the front's process was stopped (SIGSTOP) before it was ready";
+                let reason = "its process was stopped by SIGSTOP before it was ready";
                 return Err(ended(reason.to_owned(), child.kill_and_reap().await));
             }
             Err(Stall::NoProgress) => {
@@ -160,11 +160,6 @@ impl FrontProcess {
         self.child.signal(Signal::Cont)
     }
 
-    /// SIGKILLs the child, one that cannot be told to stop (it is stopped itself), and reaps it.
-    pub(crate) async fn kill_and_reap(self) -> io::Result<Exit> {
-        self.child.kill_and_reap().await
-    }
-
     /// Waits until the child has ended and is reaped, and says how. For a child that ended on
     /// its own, or was killed.
     pub(crate) async fn wait(&mut self) -> io::Result<Exit> {
@@ -172,9 +167,12 @@ impl FrontProcess {
     }
 
     /// Tells the front to stop and waits up to `timeout` for its report and its exit. An
-    /// `Err` means the front did not stop cleanly; the child is reaped either way.
+    /// `Err` means the front did not stop cleanly; the child is reaped either way. A child
+    /// stopped by a signal (SIGSTOP) reads no command: found stopped, it is killed at once (the
+    /// exit says the lab killed it), as in [`FrontProcess::attach`].
     pub(crate) async fn stop(mut self, timeout: Duration) -> Result<StoppedFront, FrontError> {
-        let reported = tokio::time::timeout(timeout, self.stop_and_read()).await;
+        let (pid, deadline) = (self.pid(), tokio::time::Instant::now() + timeout);
+        let reported = watched(pid, &mut stop_watch(), deadline, self.stop_and_read()).await;
         let reason = match reported {
             Ok(Ok((stopped, trailing))) => {
                 return match self.child.close(EXIT_GRACE).await {
@@ -194,7 +192,13 @@ impl FrontProcess {
                 };
             }
             Ok(Err(e)) => format!("{e:#}"),
-            Err(_) => format!("the front did not stop within {} s", timeout.as_secs()),
+            Err(Stall::Stopped) => {
+                let reason = "its process was stopped by SIGSTOP";
+                return Err(ended(reason.to_owned(), self.child.kill_and_reap().await));
+            }
+            Err(Stall::NoProgress) => {
+                format!("the front did not stop within {} s", timeout.as_secs())
+            }
         };
         Err(end(self.child, reason).await)
     }

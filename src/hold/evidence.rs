@@ -427,10 +427,6 @@ async fn end_early(
         callers.abort().await;
     }
     let pid = remote.pid();
-    // A process stopped by a signal reads no command: asking it to stop would only wait.
-    if procfs::is_stopped(pid) {
-        return kill_stopped(remote, stage, held, why).await;
-    }
     match remote.stop(STOP).await {
         Err(e) => {
             // What went wrong first, then what the stop found.
@@ -453,21 +449,6 @@ async fn end_early(
             None => Broken::Lab(why),
         },
     }
-}
-
-/// Kills and reaps a front whose process is stopped (SIGSTOP), and says so.
-async fn kill_stopped(remote: FrontProcess, stage: Stage, held: u64, why: anyhow::Error) -> Broken {
-    let pid = remote.pid();
-    let reason = "its process was stopped (SIGSTOP), so the lab killed it (SIGKILL)".to_owned();
-    let exit = remote.kill_and_reap().await.ok();
-    Broken::Front(FrontFailure {
-        pid: Some(pid),
-        stage,
-        held_before: held,
-        reason,
-        detail: format!("{why:#}"),
-        exit: exit.as_ref().map(death),
-    })
 }
 
 /// A front that could not do its step: how its process ended when that was not clean, else
