@@ -233,6 +233,40 @@ async fn a_killed_front_child_is_reported_with_its_signal() {
     );
 }
 
+/// A front child stopped (SIGSTOP) mid-hold reads no command: told to stop, it is found
+/// stopped, killed and reaped at once, and the error says so, as a start would. Its caller is
+/// not left waiting.
+#[tokio::test]
+async fn a_stopped_front_child_is_killed_when_told_to_stop() {
+    let mut child = start(&FrontSpec::new(Front::Async, 2)).await;
+    let pid = child.pid();
+    let mut callers = callers_of(&child, &[Label::Slow(1)]);
+    until_held(&mut child, 1).await;
+    child.pause().expect("SIGSTOP the child");
+    // A signal stops a process only once one of its threads takes it: until then its other
+    // threads run on, and one of them could read the stop command first. Seen stopped, it
+    // reads none.
+    let mut watch = crate::child::stop_watch();
+    let deadline = tokio::time::Instant::now() + START;
+    let seen = crate::child::watched(pid, &mut watch, deadline, std::future::pending::<()>());
+    assert_eq!(seen.await, Err(crate::child::Stall::Stopped));
+    let error = step("stop", child.stop(STOP))
+        .await
+        .expect_err("a stopped front cannot stop");
+    assert_eq!(error.reason, "its process was stopped by SIGSTOP");
+    let exit = error.exit.expect("reaped");
+    assert!(exit.killed_by_lab, "{exit}");
+    assert_eq!(exit.signal.map(|s| s.name), Some("SIGKILL"), "{exit}");
+    // SAFETY: signal 0 only checks whether the process exists.
+    let gone = unsafe { libc::kill(libc::pid_t::try_from(pid).expect("a pid"), 0) } == -1;
+    assert!(gone, "pid {pid} is reaped");
+    let answer = next_answer(&mut callers).await;
+    assert!(
+        answer.is_err(),
+        "the caller saw its connection end: {answer:?}"
+    );
+}
+
 /// A program that is not a front, or no program at all, is a failed start that says why;
 /// a process that did start is reaped.
 #[tokio::test]
