@@ -32,6 +32,8 @@ pub(crate) struct FrontError {
     pub(crate) reason: String,
     /// How the child ended, once reaped.
     pub(crate) exit: Option<Exit>,
+    /// The child was found stopped by a signal (SIGSTOP), so it was killed: `reason` says so.
+    pub(crate) found_stopped: bool,
 }
 
 impl fmt::Display for FrontError {
@@ -69,6 +71,7 @@ impl FrontProcess {
                 spec.front.name()
             ),
             exit: None,
+            found_stopped: false,
         })?;
         FrontProcess::attach(child, timeout).await
     }
@@ -90,7 +93,7 @@ impl FrontProcess {
             Ok(Err(e)) => format!("reading the front's first message: {e}"),
             Err(Stall::Stopped) => {
                 let reason = "its process was stopped by SIGSTOP before it was ready";
-                return Err(ended(reason.to_owned(), child.kill_and_reap().await));
+                return Err(killed_stopped(reason, child).await);
             }
             Err(Stall::NoProgress) => {
                 format!("the front was not ready within {} s", timeout.as_secs())
@@ -184,17 +187,19 @@ impl FrontProcess {
                     Ok(exit) => Err(FrontError {
                         reason: "the front reported its stop but did not exit cleanly".into(),
                         exit: Some(exit),
+                        found_stopped: false,
                     }),
                     Err(e) => Err(FrontError {
                         reason: format!("waiting for the front's process: {e}"),
                         exit: None,
+                        found_stopped: false,
                     }),
                 };
             }
             Ok(Err(e)) => format!("{e:#}"),
             Err(Stall::Stopped) => {
                 let reason = "its process was stopped by SIGSTOP";
-                return Err(ended(reason.to_owned(), self.child.kill_and_reap().await));
+                return Err(killed_stopped(reason, self.child).await);
             }
             Err(Stall::NoProgress) => {
                 format!("the front did not stop within {} s", timeout.as_secs())
@@ -228,16 +233,27 @@ async fn end(child: ChildProcess, reason: String) -> FrontError {
     ended(reason, child.close(EXIT_GRACE).await)
 }
 
+/// Kills and reaps `child`, found stopped by a signal: it would neither answer nor exit when
+/// told. `reason` says it was found stopped.
+async fn killed_stopped(reason: &str, child: ChildProcess) -> FrontError {
+    FrontError {
+        found_stopped: true,
+        ..ended(reason.to_owned(), child.kill_and_reap().await)
+    }
+}
+
 /// Why a step failed, and how the child, reaped, ended.
 fn ended(reason: String, exit: io::Result<Exit>) -> FrontError {
     match exit {
         Ok(exit) => FrontError {
             reason,
             exit: Some(exit),
+            found_stopped: false,
         },
         Err(e) => FrontError {
             reason: format!("{reason}; then waiting for the front's process failed: {e}"),
             exit: None,
+            found_stopped: false,
         },
     }
 }

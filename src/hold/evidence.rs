@@ -429,8 +429,13 @@ async fn end_early(
     let pid = remote.pid();
     match remote.stop(STOP).await {
         Err(e) => {
-            // What went wrong first, then what the stop found.
-            let detail = format!("{why:#}; then {}", e.reason);
+            // What went wrong first, then what the stop found; a process found stopped is the
+            // reason itself.
+            let detail = if e.found_stopped {
+                format!("{why:#}")
+            } else {
+                format!("{why:#}; then {}", e.reason)
+            };
             Broken::Front(FrontFailure {
                 detail,
                 ..failure(Some(pid), stage, held, e)
@@ -456,6 +461,10 @@ async fn end_early(
 fn failure(pid: Option<u32>, stage: Stage, held: u64, error: FrontError) -> FrontFailure {
     let exit = error.exit.as_ref().map(death);
     let reason = match (&error.exit, &exit) {
+        // The lab's own SIGKILL, after it found the front's process stopped, which says so.
+        (Some(ended), _) if ended.killed_by_lab && error.found_stopped => {
+            format!("{}, so the lab killed it (SIGKILL)", error.reason)
+        }
         // The lab's own SIGKILL, after the front stopped answering: say what it stopped doing.
         (Some(ended), _) if ended.killed_by_lab => format!(
             "it stopped responding ({}), so the lab killed it (SIGKILL)",
@@ -560,6 +569,7 @@ mod tests {
                 last_stderr: None,
                 killed_by_lab: after_grace,
             }),
+            found_stopped: false,
         }
     }
 
@@ -577,5 +587,20 @@ mod tests {
         assert_eq!(exit.signal.as_deref(), Some("SIGKILL"));
         let killed = failure(Some(7), Stage::Holding, 10, killed(false));
         assert_eq!(killed.reason, "its process was killed by SIGKILL");
+    }
+
+    /// A front found stopped (SIGSTOP), then killed by the lab, says just that.
+    #[test]
+    fn a_front_found_stopped_says_so_and_that_the_lab_killed_it() {
+        let stopped = FrontError {
+            reason: "its process was stopped by SIGSTOP".into(),
+            found_stopped: true,
+            ..killed(true)
+        };
+        let stopped = failure(Some(7), Stage::Holding, 10, stopped);
+        assert_eq!(
+            stopped.reason,
+            "its process was stopped by SIGSTOP, so the lab killed it (SIGKILL)"
+        );
     }
 }
