@@ -198,14 +198,33 @@ async fn the_end_of_stdin_stops_a_front_child() {
     }
 }
 
+/// A front child with two permits on `front`, holding S1, and S1's caller.
+async fn holding_s1(front: Front) -> (FrontProcess, JoinSet<Answer>) {
+    let mut child = start(&FrontSpec::new(front, 2)).await;
+    let callers = callers_of(&child, &[Label::Slow(1)]);
+    until_held(&mut child, 1).await;
+    (child, callers)
+}
+
+/// The front child `pid` is reaped, and the caller it held saw its connection end: it is not
+/// left waiting.
+async fn reaped_and_let_go(pid: u32, mut callers: JoinSet<Answer>) {
+    // SAFETY: signal 0 only checks whether the process exists.
+    let gone = unsafe { libc::kill(libc::pid_t::try_from(pid).expect("a pid"), 0) } == -1;
+    assert!(gone, "pid {pid} is reaped");
+    let answer = next_answer(&mut callers).await;
+    assert!(
+        answer.is_err(),
+        "the caller saw its connection end: {answer:?}"
+    );
+}
+
 /// A front child killed mid-hold is seen as ended and reported with its signal; a stop sent
 /// to it then fails naming the same signal. Its callers are not left waiting.
 #[tokio::test]
 async fn a_killed_front_child_is_reported_with_its_signal() {
-    let mut child = start(&FrontSpec::new(Front::Threaded, 2)).await;
+    let (mut child, callers) = holding_s1(Front::Threaded).await;
     let pid = child.pid();
-    let mut callers = callers_of(&child, &[Label::Slow(1)]);
-    until_held(&mut child, 1).await;
     child.kill().expect("kill the child");
     loop {
         match step("the end of its stdout", child.next()).await {
@@ -223,14 +242,7 @@ async fn a_killed_front_child_is_reported_with_its_signal() {
         error.exit.and_then(|e| e.signal).map(|s| s.name),
         Some("SIGKILL")
     );
-    // SAFETY: signal 0 only checks whether the process exists.
-    let gone = unsafe { libc::kill(libc::pid_t::try_from(pid).expect("a pid"), 0) } == -1;
-    assert!(gone, "pid {pid} is reaped");
-    let answer = next_answer(&mut callers).await;
-    assert!(
-        answer.is_err(),
-        "the caller saw its connection end: {answer:?}"
-    );
+    reaped_and_let_go(pid, callers).await;
 }
 
 /// A front child stopped (SIGSTOP) mid-hold reads no command: told to stop, it is found
@@ -238,10 +250,8 @@ async fn a_killed_front_child_is_reported_with_its_signal() {
 /// not left waiting.
 #[tokio::test]
 async fn a_stopped_front_child_is_killed_when_told_to_stop() {
-    let mut child = start(&FrontSpec::new(Front::Async, 2)).await;
+    let (child, callers) = holding_s1(Front::Async).await;
     let pid = child.pid();
-    let mut callers = callers_of(&child, &[Label::Slow(1)]);
-    until_held(&mut child, 1).await;
     child.pause().expect("SIGSTOP the child");
     // A signal stops a process only once one of its threads takes it: until then its other
     // threads run on, and one of them could read the stop command first. Seen stopped, it
@@ -260,14 +270,7 @@ async fn a_stopped_front_child_is_killed_when_told_to_stop() {
     let exit = error.exit.expect("reaped");
     assert!(exit.killed_by_lab, "{exit}");
     assert_eq!(exit.signal.map(|s| s.name), Some("SIGKILL"), "{exit}");
-    // SAFETY: signal 0 only checks whether the process exists.
-    let gone = unsafe { libc::kill(libc::pid_t::try_from(pid).expect("a pid"), 0) } == -1;
-    assert!(gone, "pid {pid} is reaped");
-    let answer = next_answer(&mut callers).await;
-    assert!(
-        answer.is_err(),
-        "the caller saw its connection end: {answer:?}"
-    );
+    reaped_and_let_go(pid, callers).await;
 }
 
 /// A program that is not a front, or no program at all, is a failed start that says why;
