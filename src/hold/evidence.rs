@@ -20,7 +20,6 @@ use super::{FrontSignal, HoldHooks};
 use crate::admission::section::GateState;
 use crate::child::{Exit, Stall, stop_watch, watched};
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
-
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
 use crate::procfs::{self, ProcessFigures, ProcessStat};
