@@ -545,11 +545,31 @@ fn ledgers(report: &ReplicasReport) -> String {
     }
     let mut out = columns(&rows);
     if matches!(report.inputs.global, Engine::Off) {
-        out.push_str(
-            "Each ledger balances on its own; together they admitted more than any one allows.\n",
-        );
+        out.push_str(together(report, replicas.values().copied()));
     }
     out
+}
+
+/// What own permits' ledgers say together, when every replica reported one and each one's
+/// invariants hold: that each balances and, if the requests held at once across them are more
+/// than one replica's permits, that together they admitted more than any one allows.
+fn together<'a>(
+    report: &ReplicasReport,
+    mut replicas: impl Iterator<Item = &'a ReplicaEvidence>,
+) -> &'static str {
+    let balances = |r: &ReplicaEvidence| {
+        let ledger = r.ledger.as_ref();
+        ledger.is_some_and(|l| l.values().all(|pool| pool.broken().next().is_none()))
+    };
+    if !replicas.all(balances) {
+        return "";
+    }
+    let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
+    if held > report.inputs.slots.get() {
+        "Each ledger balances on its own; together they admitted more than any one allows.\n"
+    } else {
+        "Each ledger balances on its own.\n"
+    }
 }
 
 fn account_cell(

@@ -356,6 +356,8 @@ async fn own_permits_two_replicas_of_two_hold_four() {
         text.contains("the global two-permit limit is exceeded"),
         "{text}"
     );
+    let together = "Each ledger balances on its own; together they admitted more than any one";
+    assert!(text.contains(together), "{text}");
     nothing_left(&report);
 }
 
@@ -806,6 +808,11 @@ async fn the_headline_tells_the_count_against_the_limit() {
         // Read as a person does: across the line breaks of wrapping.
         let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(words.contains(says), "{engine} {held}: {text}");
+        if matches!(engine, Engine::Off) {
+            let together = "together they admitted more than any one allows";
+            assert_eq!(text.contains(together), held > 2, "{text}");
+            assert!(text.contains("Each ledger balances on its own"), "{text}");
+        }
         assert_eq!(text.contains("refused at once"), refusals, "{text}");
         nothing_left(&report);
     }
