@@ -8,6 +8,7 @@
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
 use std::fmt::Debug;
+use std::future::pending;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -28,6 +29,7 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder, holds};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
+use crate::child::{Stall, stop_watch, watched};
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
@@ -99,6 +101,13 @@ pub trait ReplicasHooks: Debug + Send + Sync {
     /// The replica, if any, whose process is then killed, unannounced.
     fn replica_dies(&self) -> Option<ReplicaId> {
         None
+    }
+
+    /// Whether the replica `request` goes to is stopped (SIGSTOP), unannounced, just before
+    /// `request` is sent: as a signal from outside the lab would stop it. The run goes on once
+    /// the replica's process is seen stopped.
+    fn replica_stops_at(&self, _request: Label) -> bool {
+        false
     }
 }
 
@@ -190,6 +199,9 @@ impl ReplicasRun {
         self.start_replicas().await?;
         for (n, request) in Label::slow(self.inputs.held.get()).enumerate() {
             let replica = ReplicaId::round_robin(n + 1, self.inputs.replicas);
+            if self.options.hooks.replica_stops_at(request) {
+                self.stop_unannounced(replica).await?;
+            }
             let sent = if self.options.hooks.redis_stops_at(request) {
                 self.decide_with_redis_stalled(replica, request).await?
             } else {
@@ -356,13 +368,22 @@ impl ReplicasRun {
     ) -> Result<Sent> {
         let (timeout, global) = (self.timeout(), self.permits.is_some());
         let replica = self.replica(replica)?;
-        let decided = tokio::time::timeout(timeout, replica.decision(request, global)).await;
-        let (decision, held_by) = decided.map_err(|_| {
-            anyhow!(
-                "{} gave no decision on {request} within {} s",
-                replica.id,
+        let id = replica.id;
+        let pid = replica.front.as_ref().map(FrontProcess::pid);
+        let pid = pid.ok_or_else(|| anyhow!("{id} is gone"))?;
+        // The run never waits on a replica it paused itself: one found stopped was stopped
+        // from outside, and would answer nothing until continued.
+        let deadline = tokio::time::Instant::now() + timeout;
+        let decided = replica.decision(request, global);
+        let decided = watched(pid, &mut stop_watch(), deadline, decided).await;
+        let (decision, held_by) = decided.map_err(|stall| match stall {
+            Stall::NoProgress => anyhow!(
+                "{id} gave no decision on {request} within {} s",
                 timeout.as_secs()
-            )
+            ),
+            Stall::Stopped => {
+                anyhow!("{id} gave no decision on {request}: its process was stopped by SIGSTOP")
+            }
         })??;
         Ok(Sent {
             request,
@@ -471,6 +492,20 @@ impl ReplicasRun {
             let _ = front.kill();
         }
         Ok(())
+    }
+
+    /// Stops replica `id` (SIGSTOP) unannounced, and waits until its process is seen stopped:
+    /// a process of several threads runs on until one of them takes the signal.
+    async fn stop_unannounced(&mut self, id: ReplicaId) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.timeout();
+        let front = self.replica(id)?.front.as_ref();
+        let front = front.context("the replica is gone")?;
+        front.pause().with_context(|| format!("cannot stop {id}"))?;
+        let seen = watched(front.pid(), &mut stop_watch(), deadline, pending::<()>()).await;
+        match seen {
+            Err(Stall::Stopped) => Ok(()),
+            Ok(()) | Err(Stall::NoProgress) => bail!("{id} was not seen stopped after SIGSTOP"),
+        }
     }
 
     /// Stops replica `id` unannounced until Redis no longer names its holders (read at the
@@ -760,7 +795,10 @@ impl ReplicasRun {
             // The run stopped early: held work must still leave so the replicas can drain.
             for replica in &mut self.replicas {
                 if let Some(front) = &mut replica.front {
-                    let _ = tokio::time::timeout(timeout, front.open_gate()).await;
+                    // A replica stopped from outside opens nothing; its stop below kills it.
+                    let deadline = tokio::time::Instant::now() + timeout;
+                    let pid = front.pid();
+                    let _ = watched(pid, &mut stop_watch(), deadline, front.open_gate()).await;
                 }
                 replica.callers.abort_all();
                 while replica.callers.join_next().await.is_some() {}

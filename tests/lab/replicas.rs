@@ -58,6 +58,7 @@ struct Break {
     replica_starved: Option<ReplicaId>,
     redis_dies: bool,
     replica_dies: Option<ReplicaId>,
+    replica_stops_at: Option<Label>,
 }
 
 impl ReplicasHooks for Break {
@@ -79,6 +80,10 @@ impl ReplicasHooks for Break {
 
     fn replica_dies(&self) -> Option<ReplicaId> {
         self.replica_dies
+    }
+
+    fn replica_stops_at(&self, request: Label) -> bool {
+        self.replica_stops_at == Some(request)
     }
 }
 
@@ -522,6 +527,36 @@ async fn a_replica_that_dies_fails_the_run_cleanly() {
         "{failure}"
     );
     assert!(!failure.contains('\n'));
+    nothing_left(&report);
+}
+
+/// A replica stopped (SIGSTOP) from outside while its request is decided: the run does not
+/// wait its safety timeout out, but fails at once with one line saying the process was
+/// stopped; then the stopped replica is killed and every replica reaped.
+#[tokio::test]
+async fn a_replica_stopped_from_outside_is_named_as_stopped() {
+    let options = broken(Break {
+        replica_stops_at: Some(Label::Slow(3)),
+        ..Break::default()
+    });
+    let options = ReplicasOptions {
+        // Far beyond the guard: a run that waits its timeout out fails the test.
+        safety_timeout: GUARD * 2,
+        ..options
+    };
+    let report = run(inputs(2, 2, 4, Engine::Off, 2000), options).await;
+    let failure = report.failure.clone().expect("the run failed");
+    assert_eq!(
+        failure, "r1 gave no decision on S3: its process was stopped by SIGSTOP",
+        "S3 goes to r1, round robin"
+    );
+    let r1 = &report.evidence.replicas[0];
+    let exit = r1.exit.as_deref().unwrap_or_default();
+    assert!(exit.contains("SIGKILL"), "{exit}");
+    // r1 never reported its ledger: nothing is said of the ledgers together.
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(text.contains("- (never reported)"), "{text}");
+    assert!(!text.contains("Each ledger balances"), "{text}");
     nothing_left(&report);
 }
 
