@@ -178,9 +178,18 @@ fn requests(report: &ReplicasReport) -> String {
         rows.push(row(sent.request, &ids, cell));
     }
     let held = &report.evidence.held_at_once;
-    let cell = |id| labels(held.get(id).into_iter().flatten());
+    let cell = |id| match cut_short(report) {
+        // Read once every request is decided: a run cut short never read it.
+        true => "- (not all decided)".into(),
+        false => labels(held.get(id).into_iter().flatten()),
+    };
     rows.push(row("held at once", &ids, cell));
     columns(&rows)
+}
+
+/// Whether the run stopped before every request was decided.
+fn cut_short(report: &ReplicasReport) -> bool {
+    report.evidence.sent.len() < report.prediction.requests.len()
 }
 
 /// What the requests show about the limit, in words: held at once against the limit, for
@@ -188,7 +197,7 @@ fn requests(report: &ReplicasReport) -> String {
 fn verdict(report: &ReplicasReport) -> String {
     let slots = report.inputs.slots.get();
     let count = report.inputs.replicas.get();
-    if report.evidence.sent.len() < report.prediction.requests.len() {
+    if cut_short(report) {
         return "The requests were not all decided: the run stopped early (below).\n".into();
     }
     let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();

@@ -556,6 +556,11 @@ async fn a_replica_stopped_from_outside_is_named_as_stopped() {
     // r1 never reported its ledger: nothing is said of the ledgers together.
     let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("- (never reported)"), "{text}");
+    // Nor is anything said of what was held at once: that is read once all are decided.
+    let held = text.lines().find(|l| l.starts_with("held at once"));
+    let held = held.unwrap_or_default();
+    assert!(held.contains("- (not all decided)"), "{text}");
+    assert!(!held.contains("none"), "{text}");
     assert!(!text.contains("Each ledger balances"), "{text}");
     nothing_left(&report);
 }
