@@ -26,6 +26,17 @@ pub(crate) fn stop_watch() -> tokio::time::Interval {
     watch
 }
 
+/// One wait of its own, [`watched`]: awaits `future` for up to `timeout` from now, on a watch
+/// of its own.
+pub(crate) async fn watched_within<T>(
+    pid: u32,
+    timeout: Duration,
+    future: impl Future<Output = T>,
+) -> Result<T, Stall> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    watched(pid, &mut stop_watch(), deadline, future).await
+}
+
 /// Awaits `future`, looking at the child's process (`pid`) at every tick of `watch`
 /// meanwhile: `Err(Stall::Stopped)` once it is found stopped; `Err(Stall::NoProgress)` at
 /// `deadline`.

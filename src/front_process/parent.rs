@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 
 use super::SUBCOMMAND;
 use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
-use crate::child::{ChildProcess, Exit, Signal, Stall, stop_watch, watched};
+use crate::child::{ChildProcess, Exit, Signal, Stall, watched_within};
 
 /// How long a child that failed, or was told to stop and did not, gets to exit before it is
 /// killed: it has nothing left to do but exit.
@@ -83,8 +83,7 @@ impl FrontProcess {
         mut child: ChildProcess,
         timeout: Duration,
     ) -> Result<FrontProcess, FrontError> {
-        let (pid, deadline) = (child.pid(), tokio::time::Instant::now() + timeout);
-        let first = watched(pid, &mut stop_watch(), deadline, child.recv::<FromFront>()).await;
+        let first = watched_within(child.pid(), timeout, child.recv::<FromFront>()).await;
         let reason = match first {
             Ok(Ok(Some(FromFront::Ready(ready)))) => return Ok(FrontProcess { child, ready }),
             Ok(Ok(Some(FromFront::Failed { reason }))) => reason,
@@ -174,8 +173,7 @@ impl FrontProcess {
     /// stopped by a signal (SIGSTOP) reads no command: found stopped, it is killed at once (the
     /// exit says the lab killed it), as in [`FrontProcess::attach`].
     pub(crate) async fn stop(mut self, timeout: Duration) -> Result<StoppedFront, FrontError> {
-        let (pid, deadline) = (self.pid(), tokio::time::Instant::now() + timeout);
-        let reported = watched(pid, &mut stop_watch(), deadline, self.stop_and_read()).await;
+        let reported = watched_within(self.pid(), timeout, self.stop_and_read()).await;
         let reason = match reported {
             Ok(Ok((stopped, trailing))) => {
                 return match self.child.close(EXIT_GRACE).await {

@@ -18,7 +18,7 @@ use super::report::{
 };
 use super::{FrontSignal, HoldHooks};
 use crate::admission::section::GateState;
-use crate::child::{Exit, Stall, stop_watch, watched};
+use crate::child::{Exit, Stall, stop_watch, watched, watched_within};
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
@@ -243,9 +243,7 @@ async fn census(
     remote: &mut FrontProcess,
     at: &str,
 ) -> anyhow::Result<crate::allocator::HeapCensus> {
-    let pid = remote.pid();
-    let deadline = tokio::time::Instant::now() + STALL;
-    match watched(pid, &mut stop_watch(), deadline, remote.census()).await {
+    match watched_within(remote.pid(), STALL, remote.census()).await {
         Ok(answer) => answer,
         Err(Stall::Stopped) => bail!("the front's process stopped at {at}, asked for its heap"),
         Err(Stall::NoProgress) => bail!(

@@ -29,7 +29,7 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder, holds};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
-use crate::child::{Stall, stop_watch, watched};
+use crate::child::{Stall, watched_within};
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
@@ -373,9 +373,7 @@ impl ReplicasRun {
         let pid = pid.ok_or_else(|| anyhow!("{id} is gone"))?;
         // The run never waits on a replica it paused itself: one found stopped was stopped
         // from outside, and would answer nothing until continued.
-        let deadline = tokio::time::Instant::now() + timeout;
-        let decided = replica.decision(request, global);
-        let decided = watched(pid, &mut stop_watch(), deadline, decided).await;
+        let decided = watched_within(pid, timeout, replica.decision(request, global)).await;
         let (decision, held_by) = decided.map_err(|stall| match stall {
             Stall::NoProgress => anyhow!(
                 "{id} gave no decision on {request} within {} s",
@@ -497,11 +495,11 @@ impl ReplicasRun {
     /// Stops replica `id` (SIGSTOP) unannounced, and waits until its process is seen stopped:
     /// a process of several threads runs on until one of them takes the signal.
     async fn stop_unannounced(&mut self, id: ReplicaId) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + self.timeout();
+        let timeout = self.timeout();
         let front = self.replica(id)?.front.as_ref();
         let front = front.context("the replica is gone")?;
         front.pause().with_context(|| format!("cannot stop {id}"))?;
-        let seen = watched(front.pid(), &mut stop_watch(), deadline, pending::<()>()).await;
+        let seen = watched_within(front.pid(), timeout, pending::<()>()).await;
         match seen {
             Err(Stall::Stopped) => Ok(()),
             Ok(()) | Err(Stall::NoProgress) => bail!("{id} was not seen stopped after SIGSTOP"),
@@ -796,9 +794,7 @@ impl ReplicasRun {
             for replica in &mut self.replicas {
                 if let Some(front) = &mut replica.front {
                     // A replica stopped from outside opens nothing; its stop below kills it.
-                    let deadline = tokio::time::Instant::now() + timeout;
-                    let pid = front.pid();
-                    let _ = watched(pid, &mut stop_watch(), deadline, front.open_gate()).await;
+                    let _ = watched_within(front.pid(), timeout, front.open_gate()).await;
                 }
                 replica.callers.abort_all();
                 while replica.callers.join_next().await.is_some() {}
