@@ -506,16 +506,12 @@ impl ReplicasRun {
         }
     }
 
-    /// Stops replica `id` unannounced until Redis no longer names its holders (read at the
-    /// probes' pace), then continues it and waits for it to report its leases lost.
+    /// Stops replica `id` unannounced ([`ReplicasRun::stop_unannounced`]) until Redis no longer
+    /// names its holders (read at the probes' pace), then continues it and waits for it to
+    /// report its leases lost.
     async fn starve(&mut self, id: ReplicaId) -> Result<()> {
         let timeout = self.timeout();
-        let front = self
-            .replica(id)?
-            .front
-            .as_ref()
-            .context("the replica is gone")?;
-        front.pause().with_context(|| format!("cannot stop {id}"))?;
+        self.stop_unannounced(id).await?;
         let lapsed = format!("{id}'s holders did not lapse while it was stopped");
         let lapsed = self
             .until_redis_drops(|holder| holds(id, holder), lapsed)
