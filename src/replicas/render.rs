@@ -554,7 +554,7 @@ fn ledgers(report: &ReplicasReport) -> String {
     }
     let mut out = columns(&rows);
     if matches!(report.inputs.global, Engine::Off) {
-        out.push_str(together(report, replicas.values().copied()));
+        out.push_str(together(report));
     }
     out
 }
@@ -562,15 +562,12 @@ fn ledgers(report: &ReplicasReport) -> String {
 /// What own permits' ledgers say together, when every replica reported one and each one's
 /// invariants hold: that each balances and, if the requests held at once across them are more
 /// than one replica's permits, that together they admitted more than any one allows.
-fn together<'a>(
-    report: &ReplicasReport,
-    mut replicas: impl Iterator<Item = &'a ReplicaEvidence>,
-) -> &'static str {
+fn together(report: &ReplicasReport) -> &'static str {
     let balances = |r: &ReplicaEvidence| {
         let ledger = r.ledger.as_ref();
         ledger.is_some_and(|l| l.values().all(|pool| pool.broken().next().is_none()))
     };
-    if !replicas.all(balances) {
+    if !report.evidence.replicas.iter().all(balances) {
         return "";
     }
     let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
