@@ -141,6 +141,47 @@ fn machine_wide_noise_is_not_a_front_s_cost() {
     );
 }
 
+/// One front alone says "did not grow" only where its figures show none: a small growth is
+/// named as small, and machine-wide growth its own threads do not explain as not its own.
+#[test]
+fn one_front_s_flat_costs_say_what_the_figures_show() {
+    let mut alone = recorded();
+    alone.fronts.retain(|s| s.front == Front::Async);
+    let set = |report: &mut HoldReport, change: fn(&mut crate::hold::PerRequest)| {
+        for point in &mut series(report, Front::Async).points {
+            if let CountOutcome::Held(figures) = &mut point.outcome {
+                change(&mut figures.per_request);
+            }
+        }
+    };
+    let one_line = |report: &HoldReport| {
+        text(report)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    set(&mut alone, |p| {
+        p.address_space_kib = 0.71;
+        p.memory_maps = 0.0;
+        p.kernel_stack_kib = 7.6;
+    });
+    let reading = one_line(&alone);
+    for said in [
+        "Address space grew only slightly with N (under 64 KiB per held request): +0.71 KiB on \
+         the async front",
+        "Memory maps did not grow with N: +0.00 on the async front",
+        "Kernel stack grew, but not with the front's own threads: +7.60 KiB on the async front",
+    ] {
+        assert!(reading.contains(said), "{said:?} in {reading}");
+    }
+    set(&mut alone, |p| p.address_space_kib = -0.2);
+    let reading = one_line(&alone);
+    assert!(
+        reading.contains("Address space did not grow with N: -0.20 KiB"),
+        "{reading}"
+    );
+}
+
 /// A front that failed is shown where it failed, with how its process ended and its last
 /// stderr line, in the table, the reading and the picture.
 #[test]
