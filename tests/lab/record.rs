@@ -2325,12 +2325,27 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         let release = beats.iter_mut().find(|b| b["moment"] == "release");
         release.expect("a release reading")["after_event"] = json!(before);
     };
+    // A second handler alive before F1, while S2 sat unread in the kernel's accept queue.
+    let unread_handled = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/resources/before_fast/connection_handlers",
+            json!(2),
+        );
+    };
     let unwatched = |report: &mut Value| {
         for policy in list(report, "/policies") {
             policy.as_object_mut().expect("a policy").remove("executor");
         }
     };
-    let edits: [OnReport; 16] = [
+    let edits: [OnReport; 17] = [
+        (
+            &blocked,
+            unread_handled,
+            "resources.before_fast counts 2 connection handlers, but before F1 only the 2 slow \
+             callers have connected, each at most once, and 1 of them waited unread in the \
+             accept queue, no handler yet",
+        ),
         (
             &spawned,
             release_before_f1,

@@ -8,6 +8,7 @@ use crate::coordinator::failure::setup;
 use crate::draw::table::labels;
 use crate::evidence::Evidence;
 use crate::executor::{Executor, WorkStyle, Workers};
+use crate::label::Label;
 use crate::policy::{Front, Pool, Route};
 use crate::record::check::stopped::unstarted;
 use crate::resources::Resources;
@@ -91,20 +92,33 @@ impl<'a> PolicyCheck<'a> {
             }
             // Before F1, only the slow callers have connected (a refused one's connection is
             // reused by the next caller), and in a test's run, its requests without the token.
+            // A slow caller seen unread sat in the kernel's accept queue until release, every
+            // worker that could accept it blocked: connected, but with no handler yet.
             let sent = self.report.inputs.held.get();
+            let unread = (file.observed.executor.iter().flat_map(|w| &w.unread))
+                .filter(|u| matches!(u.request, Label::Slow(_)))
+                .count();
             let foreign = (file.server.as_ref()).map_or(0, |s| s.foreign_requests_refused);
-            let callers = sent.saturating_add(usize::try_from(foreign).unwrap_or(usize::MAX));
+            let callers = (sent.saturating_sub(unread))
+                .saturating_add(usize::try_from(foreign).unwrap_or(usize::MAX));
             let handlers = before.connection_handlers;
             if self.room.is_none() && handlers > callers {
                 let besides = match foreign {
                     0 => String::new(),
                     n => format!(" and {n} requests without the run's token"),
                 };
+                let queued = match unread {
+                    0 => String::new(),
+                    n => format!(
+                        ", and {n} of them waited unread in the accept queue, no handler yet"
+                    ),
+                };
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
                         "resources.before_fast counts {handlers} connection handlers, but before F1 \
-                         only the {sent} slow callers{besides} have connected, each at most once"
+                         only the {sent} slow callers{besides} have connected, each at most \
+                         once{queued}"
                     ),
                 );
             }
