@@ -193,3 +193,6 @@ impl Comparison {
         (!self.matches_model).then(|| "a run differed from the policy model".into())
     }
 }
+
+#[cfg(test)]
+mod tests;

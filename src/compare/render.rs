@@ -78,6 +78,18 @@ pub fn render(comparison: &Comparison) -> String {
         out.push_str(
             "The comparison is incomplete: a run failed (above), so its rows stop where it did.\n",
         );
+    } else if comparison.identical && threads_show_holding(comparison) != Some(true) {
+        out.push_str(
+            "Admission is identical on both fronts: the same requests were held, refused\n\
+             and answered, because one model, one coordinator and one work section decide.\n",
+        );
+        out.push_str(match threads_show_holding(comparison) {
+            None => "The OS threads were not counted here, so what holding cost is not shown.\n",
+            Some(_) => {
+                "The threaded front's OS threads did not grow by one per held request here:\n\
+                 see the rows above.\n"
+            }
+        });
     } else if comparison.identical
         && let Some(held) = executor.and_then(|e| holding(e.work))
     {
@@ -103,6 +115,20 @@ pub fn render(comparison: &Comparison) -> String {
         out.push_str("The fronts DISAGREE about admission: see the rows above.\n");
     }
     out
+}
+
+/// Whether the thread counts show what holding costs the threaded front: while holding, at
+/// least one OS thread more per request held at its gate than once the run had closed, in every
+/// policy. `None` where the OS counted no threads.
+fn threads_show_holding(comparison: &Comparison) -> Option<bool> {
+    let mut shown = true;
+    for policy in &comparison.policies {
+        let resources = policy.resources.get(&Front::Threaded)?;
+        let (holding, after) = (resources.before_fast?, resources.after_run?);
+        let grew = (holding.os_threads?).saturating_sub(after.os_threads?);
+        shown &= grew >= holding.held_at_gate;
+    }
+    Some(shown)
 }
 
 /// What a held request holds on the async front when its work does not await the gate.
