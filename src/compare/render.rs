@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
 use crate::draw::table::{columns, labels, wrap};
-use crate::executor::WorkStyle;
+use crate::executor::{Executor, WorkStyle};
 use crate::policy::Front;
 use crate::resources::Resources;
 
@@ -78,43 +78,48 @@ pub fn render(comparison: &Comparison) -> String {
         out.push_str(
             "The comparison is incomplete: a run failed (above), so its rows stop where it did.\n",
         );
-    } else if comparison.identical && threads_show_holding(comparison) != Some(true) {
-        out.push_str(
-            "Admission is identical on both fronts: the same requests were held, refused\n\
-             and answered, because one model, one coordinator and one work section decide.\n",
-        );
-        out.push_str(match threads_show_holding(comparison) {
-            None => "The OS threads were not counted here, so what holding cost is not shown.\n",
-            Some(_) => {
-                "The threaded front's OS threads did not grow by one per held request here:\n\
-                 see the rows above.\n"
-            }
-        });
-    } else if comparison.identical
-        && let Some(held) = executor.and_then(|e| holding(e.work))
-    {
-        let words = format!(
-            "Admission is identical on both fronts: the same requests were held, refused \
-             and answered, because one model, one coordinator and one work section decide. \
-             On the async front {held}; on the threaded one each blocks an OS thread of its \
-             own. Neither front bounds connections or handlers; only the declared work \
-             section is bounded."
-        );
-        out.push_str(&wrap(&words, "", "", 80));
     } else if comparison.identical {
-        out.push_str(
-            "Admission is identical on both fronts: the same requests were held, refused\n\
-             and answered, because one model, one coordinator and one work section decide.\n\
-             What differs is the cost of holding: each held request parks a task on the\n\
-             async front but blocks an OS thread on the threaded one. Neither front bounds\n\
-             connections or handlers; only the declared work section is bounded.\n",
-        );
+        out.push_str(&identical(comparison, executor));
     } else if comparison.expected_to_differ && comparison.matches_model {
         out.push_str(&disagreement(comparison));
     } else {
         out.push_str("The fronts DISAGREE about admission: see the rows above.\n");
     }
     out
+}
+
+/// Why admission was identical on both fronts, and what holding cost each, as far as the thread
+/// counts show it.
+fn identical(comparison: &Comparison, executor: Option<Executor>) -> String {
+    const DECIDED: &str = "Admission is identical on both fronts: the same requests were held, \
+                           refused\nand answered, because one model, one coordinator and one \
+                           work section decide.\n";
+    match (
+        threads_show_holding(comparison),
+        executor.and_then(|e| holding(e.work)),
+    ) {
+        (None, _) => format!(
+            "{DECIDED}The OS threads were not counted here, so what holding cost is not shown.\n"
+        ),
+        (Some(false), _) => format!(
+            "{DECIDED}The threaded front's OS threads did not grow by one per held request here:\n\
+             see the rows above.\n"
+        ),
+        (Some(true), Some(held)) => {
+            let words = format!(
+                "{}On the async front {held}; on the threaded one each blocks an OS thread of \
+                 its own. Neither front bounds connections or handlers; only the declared work \
+                 section is bounded.",
+                DECIDED.replace('\n', " ")
+            );
+            wrap(&words, "", "", 80)
+        }
+        (Some(true), None) => format!(
+            "{DECIDED}What differs is the cost of holding: each held request parks a task on the\n\
+             async front but blocks an OS thread on the threaded one. Neither front bounds\n\
+             connections or handlers; only the declared work section is bounded.\n"
+        ),
+    }
 }
 
 /// Whether the thread counts show what holding costs the threaded front: while holding, at
