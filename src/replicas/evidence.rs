@@ -38,6 +38,13 @@ pub struct ReplicasEvidence {
     pub released: Vec<ReleasedAnswer>,
 }
 
+impl ReplicasEvidence {
+    /// The requests held at once, across every replica.
+    pub(crate) fn held_in_all(&self) -> usize {
+        self.held_at_once.values().map(Vec::len).sum()
+    }
+}
+
 /// One request sent to a replica, and the decision on it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Sent {

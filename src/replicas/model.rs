@@ -363,7 +363,7 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
         }
     }
     if evidence.sent.len() == prediction.requests.len() {
-        let held: usize = evidence.held_at_once.values().map(Vec::len).sum();
+        let held = evidence.held_in_all();
         if held != prediction.held_in_all {
             wrong.push(format!(
                 "{held} requests held at once across replicas, expected {}",

@@ -200,7 +200,7 @@ fn verdict(report: &ReplicasReport) -> String {
     if cut_short(report) {
         return "The requests were not all decided: the run stopped early (below).\n".into();
     }
-    let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
+    let held = report.evidence.held_in_all();
     let word = number_word(slots);
     let refused: Vec<&Sent> = report
         .evidence
@@ -570,7 +570,7 @@ fn together(report: &ReplicasReport) -> &'static str {
     if !report.evidence.replicas.iter().all(balances) {
         return "";
     }
-    let held: usize = report.evidence.held_at_once.values().map(Vec::len).sum();
+    let held = report.evidence.held_in_all();
     if held > report.inputs.slots.get() {
         "Each ledger balances on its own; together they admitted more than any one allows.\n"
     } else {
