@@ -106,11 +106,17 @@ pub async fn compare_on(slots: Slots, held: Held, executor: Executor) -> Compari
         reports.insert(front, crate::lab::run_with(inputs, options).await);
     }
     let predicted = shapes.map(|shape| crate::lab::predict_on(inputs, shape));
+    // What the rows compare: who was held, refused or left unread, and every answer.
     let strip = |outcomes: &[crate::outcome::Outcome]| {
-        let answers = outcomes
-            .iter()
-            .map(|o| (o.f1_before_release.clone(), o.after_release.clone()));
-        answers.collect::<Vec<_>>()
+        let rows = outcomes.iter().map(|o| {
+            let unread = o.executor.as_ref().map(|e| e.unread.clone());
+            (
+                (o.held_before_f1.clone(), o.refused_slow.clone()),
+                (o.f1_before_release.clone(), o.after_release.clone()),
+                (o.probes.clone(), unread.unwrap_or_default()),
+            )
+        });
+        rows.collect::<Vec<_>>()
     };
     let expected_to_differ = strip(&predicted[0]) != strip(&predicted[1]);
     let executors = shapes.into_iter();

@@ -4,7 +4,9 @@ use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
 use crate::draw::table::{columns, labels, wrap};
+use crate::evidence::Decision;
 use crate::executor::{Executor, WorkStyle};
+use crate::label::Label;
 use crate::policy::Front;
 use crate::resources::Resources;
 
@@ -173,26 +175,39 @@ fn disagreement(comparison: &Comparison) -> String {
             kept.map(|o| o.request).collect::<Vec<_>>()
         };
         let (held, unread) = (requests(|o| o.held), requests(|o| o.unread));
-        if unread.is_empty() {
+        // Admitted before release, yet neither held nor unread: its work waited for a thread.
+        let queued = requests(|o| {
+            let slow = matches!(o.request, Label::Slow(_));
+            slow && o.decision == Some(Decision::Admitted) && !o.held && !o.unread
+        });
+        if unread.is_empty() && queued.is_empty() {
             continue;
         }
         let f1 = |outcomes: &[RequestOutcome]| {
-            let f1 = outcomes
-                .iter()
-                .find(|o| o.request == crate::label::Label::F1);
+            let f1 = outcomes.iter().find(|o| o.request == Label::F1);
             let status = f1
                 .and_then(|o| o.status)
                 .map_or("-".into(), |s| s.to_string());
             let phase = f1.and_then(|o| o.phase).map_or("", |p| p.words());
             format!("{status} {phase}")
         };
+        let waited = if unread.is_empty() {
+            format!(
+                "held every thread its slow work could run on, so {} took a permit but waited \
+                 for a thread",
+                labels(&queued)
+            )
+        } else {
+            format!(
+                "blocked every worker of its runtime, so {} sat unread",
+                labels(&unread)
+            )
+        };
         let why = format!(
-            "{}: on the async front {} blocked every worker of its runtime, so {} sat unread \
-             until release (F1: {}); on the threaded front each held request blocked only its \
-             own thread (F1: {}).",
+            "{}: on the async front {} {waited} until release (F1: {}); on the threaded front \
+             each held request blocked only its own thread (F1: {}).",
             policy.mode.name(),
             labels(&held),
-            labels(&unread),
             f1(on_async),
             f1(threaded),
         );

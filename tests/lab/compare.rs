@@ -5,7 +5,8 @@
 use crate::common;
 
 use common::bulk::{self, Resources};
-use isolation_lab::compare::compare;
+use isolation_lab::compare::{compare, compare_on};
+use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
 use isolation_lab::policy::Front;
 use isolation_lab::policy::{Held, Slots};
 
@@ -69,4 +70,32 @@ async fn admission_is_identical_and_only_the_threaded_front_pays_a_thread_per_ho
         threaded_base > async_base,
         "the threaded front has its accept thread too"
     );
+}
+
+/// Slow work queued for a thread on the async front (one blocking thread, or a slow runtime of
+/// one worker) is held on the threaded front: the fronts differ as the model predicts, so
+/// `compare` does not fail, and says the queued request waited for a thread.
+#[tokio::test]
+async fn work_queued_for_a_thread_differs_as_the_model_predicts() {
+    let (two, two_held) = (Slots::new(2), Held::new(2));
+    let (slots, held) = (two.expect("2 slots"), two_held.expect("2 held"));
+    let one_thread = BlockingThreads::new(1).expect("1 blocking thread");
+    for executor in [
+        Executor::new(WorkStyle::SpawnBlocking, Workers::CurrentThread, one_thread),
+        Executor::new(
+            WorkStyle::OwnRuntime,
+            Workers::Threads(1),
+            BlockingThreads::default(),
+        ),
+    ] {
+        let comparison = compare_on(slots, held, executor).await;
+        assert_eq!(comparison.failure(), None, "{executor:?}: {comparison:?}");
+        assert!(comparison.expected_to_differ, "{executor:?}");
+        let text = isolation_lab::compare::render::render(&comparison);
+        let said = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            said.contains("S2 took a permit but waited for a thread until release"),
+            "{text}"
+        );
+    }
 }
