@@ -37,6 +37,13 @@ pub(crate) async fn watched_within<T>(
     watched(pid, &mut stop_watch(), deadline, future).await
 }
 
+/// Whether the child's process (`pid`) is seen stopped within `timeout` from now, looked at
+/// at the watch's pace: a signal stops a process only once one of its threads takes it.
+pub(crate) async fn seen_stopped_within(pid: u32, timeout: Duration) -> bool {
+    let never = std::future::pending::<()>();
+    watched_within(pid, timeout, never).await == Err(Stall::Stopped)
+}
+
 /// Awaits `future`, looking at the child's process (`pid`) at every tick of `watch`
 /// meanwhile: `Err(Stall::Stopped)` once it is found stopped; `Err(Stall::NoProgress)` at
 /// `deadline`.

@@ -256,10 +256,7 @@ async fn a_stopped_front_child_is_killed_when_told_to_stop() {
     // A signal stops a process only once one of its threads takes it: until then its other
     // threads run on, and one of them could read the stop command first. Seen stopped, it
     // reads none.
-    let mut watch = crate::child::stop_watch();
-    let deadline = tokio::time::Instant::now() + START;
-    let seen = crate::child::watched(pid, &mut watch, deadline, std::future::pending::<()>());
-    assert_eq!(seen.await, Err(crate::child::Stall::Stopped));
+    assert!(crate::child::seen_stopped_within(pid, START).await);
     // Given less than the module's long STOP, a stop that waits for the stopped child fails
     // sooner, with another reason.
     let error = step("stop", child.stop(Duration::from_secs(10)))

@@ -8,7 +8,6 @@
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
 use std::fmt::Debug;
-use std::future::pending;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,7 +28,7 @@ use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder, holds};
 use super::report::ReplicasReport;
 use crate::admission::ledger::{Event, WorkEvent};
-use crate::child::{Stall, watched_within};
+use crate::child::{Stall, seen_stopped_within, watched_within};
 use crate::coordinator::SAFETY_TIMEOUT;
 use crate::evidence::Decision;
 use crate::front_process::{FromFront, FrontProcess, FrontSpec, GlobalSpec, Stream};
@@ -499,11 +498,10 @@ impl ReplicasRun {
         let front = self.replica(id)?.front.as_ref();
         let front = front.context("the replica is gone")?;
         front.pause().with_context(|| format!("cannot stop {id}"))?;
-        let seen = watched_within(front.pid(), timeout, pending::<()>()).await;
-        match seen {
-            Err(Stall::Stopped) => Ok(()),
-            Ok(()) | Err(Stall::NoProgress) => bail!("{id} was not seen stopped after SIGSTOP"),
+        if !seen_stopped_within(front.pid(), timeout).await {
+            bail!("{id} was not seen stopped after SIGSTOP");
         }
+        Ok(())
     }
 
     /// Stops replica `id` unannounced ([`ReplicasRun::stop_unannounced`]) until Redis no longer
