@@ -347,7 +347,8 @@ fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
 /// How the server's connections ended.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
-    /// Connections closed because `cap` were open: the oldest idle one, or the new one.
+    /// Connections closed because `cap` were open: the oldest idle one or event stream, or the
+    /// new one.
     pub(crate) refused: u64,
     /// What did not stop cleanly.
     pub(crate) error: Option<String>,
@@ -388,12 +389,12 @@ pub(crate) async fn serve(
             }
         };
         connections.reap();
-        // The oldest connection with no request in progress makes room; with none, the new one
-        // is refused, closed at once. Either way this server holds at most `cap` connections,
+        // The oldest connection with no request in progress makes room, else the oldest event
+        // stream; with neither, the new one is refused, closed at once. Either way this server holds at most `cap` connections,
         // and idle ones end at the header timeout.
         if connections.open() >= cap {
             served.refused += 1;
-            if !connections.close_oldest_idle() {
+            if !connections.close_oldest_not_busy() {
                 drop(stream);
                 continue;
             }

@@ -1,7 +1,7 @@
 //! The connection tasks of a Hyper server on Tokio — the async front's, and the classroom's —
-//! with whether each is busy answering a request, so a full server can close its oldest idle
-//! one, a stopping server can close at once the ones that are not busy and drain the rest, and
-//! every one's end is counted.
+//! with whether each is busy answering a request, so a full server can close the oldest one
+//! that owes nothing, a stopping server can close at once the ones that are not busy and drain
+//! the rest, and every one's end is counted.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -93,13 +93,14 @@ impl Connections {
         self.open.insert(open.handle.id(), open);
     }
 
-    /// Closes the oldest open connection with no request in progress, to make room for a new
-    /// one; false when every one is answering. It counts as aborted, and as open until its
-    /// task is joined.
-    pub(crate) fn close_oldest_idle(&mut self) -> bool {
-        let idle = self.open.values_mut();
-        let idle = idle.filter(|c| !c.closing && c.owed.idle() && !c.handle.is_finished());
-        let Some(oldest) = idle.min_by_key(|c| c.age) else {
+    /// Closes an open connection that owes no answer, to make room for a new one: the oldest
+    /// with no request in progress, else the oldest event stream (its client reconnects, and
+    /// a flood of streams cannot then lock every other client out); false when every one is
+    /// answering. It counts as aborted, and as open until its task is joined.
+    pub(crate) fn close_oldest_not_busy(&mut self) -> bool {
+        let open = self.open.values_mut();
+        let free = open.filter(|c| !c.closing && !c.owed.busy() && !c.handle.is_finished());
+        let Some(oldest) = free.min_by_key(|c| (!c.owed.idle(), c.age)) else {
             return false;
         };
         oldest.closing = true;

@@ -1173,6 +1173,70 @@ async fn idle_connections_are_closed_at_the_header_timeout() {
     assert_eq!(report.connections_refused, 0, "{report:?}");
 }
 
+/// A local process with no token that opens more event streams than the cap does not lock the
+/// page's controls out: with no idle connection to close, the oldest stream makes room (its
+/// client would reconnect), and the oldest of the flood are closed.
+#[test]
+fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_out() {
+    if common::skip_without_prlimit("a_flood_of_event_streams") {
+        return;
+    }
+    let (mut child, url, lines) = spawn_under(
+        &["prlimit", "--nofile=1024:1024", "--"],
+        &["classroom", "--mode", "shared", "--held", "1"],
+    );
+    let (base, control) = base_and_control(&url);
+    let address: SocketAddr = base["http://".len()..].parse().expect("an address");
+    let head = format!("GET /events HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    // Each stream is answered before the next is opened, so every open connection is a stream.
+    let flood: Vec<TcpStream> = (0..1100)
+        .map(|_| {
+            let mut stream = TcpStream::connect(address).expect("connect");
+            stream.write_all(head.as_bytes()).expect("a request");
+            stream
+                .set_read_timeout(Some(GUARD))
+                .expect("a read timeout");
+            let mut first = [0; 12];
+            stream.read_exact(&mut first).expect("an answer");
+            assert_eq!(&first, b"HTTP/1.1 200", "a stream");
+            stream
+        })
+        .collect();
+    let runtime = common::runtime();
+    let post = |action: &str| {
+        let sent = common::client()
+            .post(format!("{base}/control/{action}"))
+            .header("lab-control", &control)
+            .send();
+        runtime.block_on(async { within(sent).await.expect("answered").status() })
+    };
+    assert_eq!(post("next"), 200);
+    assert_eq!(post("run-to-end"), 200);
+    // The cap under 1024 descriptors (`connection_cap` in src/classroom/mod.rs): the oldest of
+    // the flood were closed to make room for the newer ones.
+    const CAP: usize = 320;
+    let mut oldest = flood;
+    let newest = oldest.split_off(1100 - CAP);
+    for mut stream in oldest {
+        let (read, _) = read_rest(&mut stream);
+        let closed = match &read {
+            Ok(_) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(closed, "an old stream was not closed: {read:?}");
+    }
+    let (status, report) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(0), "{report}");
+    assert_eq!(report["failure"], Value::Null, "{report}");
+    assert_eq!(report["matches_model"], true, "{report}");
+    let refused = report["connections_refused"].as_u64().unwrap_or(0);
+    assert!(
+        refused >= 1100 - CAP as u64,
+        "the cap was reached: {report}"
+    );
+    drop(newest);
+}
+
 /// The binary under a 1024-descriptor limit (soft and hard, so it cannot raise it): 1 100 idle
 /// connections that never send a byte do not end the session. While they are open the page can
 /// still connect and the run goes on: the oldest idle connections make room, closed by the cap
