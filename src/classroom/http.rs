@@ -74,10 +74,6 @@ pub(crate) struct App {
     host: String,
     /// `http://127.0.0.1:PORT`: the only `Origin` accepted.
     origin: String,
-    /// The page, with its script nonce in place.
-    page: Bytes,
-    /// The page's Content-Security-Policy.
-    policy: HeaderValue,
     control: RunToken,
     pub(crate) room: Arc<Room>,
     pub(crate) journal: Arc<Journal>,
@@ -94,24 +90,14 @@ impl App {
     pub(crate) fn new(
         address: SocketAddr,
         control: RunToken,
-        nonce: &RunToken,
         room: Arc<Room>,
         journal: Arc<Journal>,
         orders: mpsc::Sender<Order>,
         timeouts: Timeouts,
     ) -> Self {
-        let nonce = nonce.header_value();
-        let page = render::page(&nonce);
-        let policy = format!(
-            "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; \
-             connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
-             frame-ancestors 'none'"
-        );
         App {
             host: address.to_string(),
             origin: format!("http://{address}"),
-            page: Bytes::from(page),
-            policy: HeaderValue::from_str(&policy).expect("hex digits and ASCII punctuation"),
             control,
             room,
             journal,
@@ -178,20 +164,24 @@ impl App {
         (answer, owing)
     }
 
+    /// The page, its one script allowed by a nonce drawn for this answer alone.
     fn page(&self) -> Response<Body> {
-        let body = Full::new(self.page.clone()).boxed();
-        // The page holds the control token once the instructor's URL has given it: never
-        // cached, framed or referred.
+        let Ok(nonce) = RunToken::generate() else {
+            let detail = "the server could not draw a random nonce for the page's script";
+            return refuse(StatusCode::INTERNAL_SERVER_ERROR, "no_nonce", detail);
+        };
+        let nonce = nonce.header_value();
+        let policy = format!(
+            "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; \
+             connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+             frame-ancestors 'none'"
+        );
+        let body = Full::new(Bytes::from(render::page(&nonce))).boxed();
         let mut response = uncached(body, "text/html; charset=utf-8");
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_SECURITY_POLICY, self.policy.clone());
-        for (name, value) in [
-            (header::X_FRAME_OPTIONS, "DENY"),
-            (header::REFERRER_POLICY, "no-referrer"),
-            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        ] {
-            headers.insert(name, HeaderValue::from_static(value));
-        }
+        let policy = HeaderValue::from_str(&policy).expect("hex digits and ASCII punctuation");
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, policy);
         response
     }
 
@@ -334,13 +324,21 @@ fn answer(status: StatusCode, body: Value) -> Response<Body> {
     response
 }
 
-/// A 200 response of `content_type` that no cache keeps: everything this server says belongs
-/// to one live session.
+/// A 200 response of `content_type` that no cache keeps, no page frames, no browser sniffs as
+/// another type and no link refers onward: everything this server says belongs to one live
+/// session, and the page holds the control token once the instructor's URL has given it.
 fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
     let mut response = Response::new(body);
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    for (name, value) in [
+        (header::CONTENT_TYPE, content_type),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
     response
 }
 

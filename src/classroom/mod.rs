@@ -189,7 +189,7 @@ pub async fn serve(
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,
 ) -> anyhow::Result<ClassroomReport> {
     let token = || RunToken::generate().context("cannot draw a random token");
-    let (control, room_token, nonce) = (token()?, token()?, token()?);
+    let (control, room_token) = (token()?, token()?);
     let cap = descriptors();
     let listener = bind().context("binding 127.0.0.1:0")?;
     let address: SocketAddr = listener.local_addr().context("reading the bound address")?;
@@ -204,7 +204,6 @@ pub async fn serve(
     let app = Arc::new(App::new(
         address,
         control,
-        &nonce,
         room.clone(),
         journal.clone(),
         orders.clone(),

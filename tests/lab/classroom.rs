@@ -1070,6 +1070,54 @@ async fn no_answer_without_the_token_carries_the_control_token() {
     );
 }
 
+/// Every answer the server makes — the page, its events, JSON, a refusal — is kept from
+/// caches, frames, type sniffing and referrers; each page's script runs by a nonce of its own,
+/// which its Content-Security-Policy names.
+#[tokio::test]
+async fn every_answer_is_unframed_and_each_page_has_its_own_nonce() {
+    let session = Session::start(Inputs::default(), Front::Async).await;
+    let address = session.address;
+    let heads = [
+        "GET / HTTP/1.1",
+        "GET / HTTP/1.1",
+        "GET /nowhere HTTP/1.1",
+        "POST /control/next HTTP/1.1\r\nContent-Length: 0",
+        "DELETE / HTTP/1.1",
+    ];
+    let answers: Vec<String> =
+        tokio::task::spawn_blocking(move || heads.iter().map(|head| raw(address, head)).collect())
+            .await
+            .expect("joined");
+    let stream = tokio::task::spawn_blocking(move || raw(address, "GET /events HTTP/1.1"));
+    let mut events = session.events().await;
+    events.until(|m| kind(m) == "state").await;
+    session.end().await;
+    let stream = within(stream).await.expect("joined");
+    for answer in answers.iter().chain([&stream]) {
+        let head = answer
+            .split("\r\n\r\n")
+            .next()
+            .unwrap_or_default()
+            .to_lowercase();
+        for header in [
+            "cache-control: no-store",
+            "x-frame-options: deny",
+            "referrer-policy: no-referrer",
+            "x-content-type-options: nosniff",
+        ] {
+            assert!(head.contains(header), "{header} missing: {head}");
+        }
+    }
+    let nonce = |page: &str| {
+        let policy = page.split("'nonce-").nth(1).unwrap_or_default();
+        let nonce = policy.split('\'').next().unwrap_or_default().to_owned();
+        assert_eq!(nonce.len(), 32, "{page}");
+        assert!(page.contains(&format!("nonce=\"{nonce}\"")), "{page}");
+        nonce
+    };
+    assert_ne!(nonce(&answers[0]), nonce(&answers[1]), "a nonce used twice");
+}
+
 /// A control request's head whose body never arrives: its connection, to read with
 /// [`read_rest`].
 fn stall(address: SocketAddr, control: &str) -> TcpStream {
