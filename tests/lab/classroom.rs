@@ -1088,11 +1088,24 @@ async fn every_answer_is_unframed_and_each_page_has_its_own_nonce() {
         tokio::task::spawn_blocking(move || heads.iter().map(|head| raw(address, head)).collect())
             .await
             .expect("joined");
-    let stream = tokio::task::spawn_blocking(move || raw(address, "GET /events HTTP/1.1"));
-    let mut events = session.events().await;
-    events.until(|m| kind(m) == "state").await;
-    session.end().await;
+    // The event stream's head, read while the stream is open.
+    let stream = tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(address).expect("connect");
+        let head = format!("GET /events HTTP/1.1\r\nHost: {address}\r\n\r\n");
+        stream.write_all(head.as_bytes()).expect("a request");
+        stream
+            .set_read_timeout(Some(GUARD))
+            .expect("a read timeout");
+        let mut head = Vec::new();
+        let mut byte = [0; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).expect("the stream's head");
+            head.push(byte[0]);
+        }
+        String::from_utf8_lossy(&head).into_owned()
+    });
     let stream = within(stream).await.expect("joined");
+    session.end().await;
     for answer in answers.iter().chain([&stream]) {
         let head = answer
             .split("\r\n\r\n")
