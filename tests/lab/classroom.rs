@@ -1009,6 +1009,27 @@ fn raw(address: SocketAddr, head: &str) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// Takes the first step, then runs to the end, from the instructor's page; each must answer 200.
+fn run_to_end(base: &str, control: &str) {
+    let runtime = common::runtime();
+    for action in ["next", "run-to-end"] {
+        let sent = common::client()
+            .post(format!("{base}/control/{action}"))
+            .header("lab-control", control)
+            .send();
+        let status = runtime.block_on(async { within(sent).await.expect("answered").status() });
+        assert_eq!(status, 200, "{action}");
+    }
+}
+
+/// Whether a read that ended did so because the server closed the connection or reset it.
+fn closed_by_the_server(read: &std::io::Result<usize>) -> bool {
+    match read {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
 /// Reads `stream` to its end, within [`GUARD`]: how the read ended, and what it read.
 fn read_rest(stream: &mut TcpStream) -> (std::io::Result<usize>, Vec<u8>) {
     stream
@@ -1263,16 +1284,7 @@ fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_ou
             stream
         })
         .collect();
-    let runtime = common::runtime();
-    let post = |action: &str| {
-        let sent = common::client()
-            .post(format!("{base}/control/{action}"))
-            .header("lab-control", &control)
-            .send();
-        runtime.block_on(async { within(sent).await.expect("answered").status() })
-    };
-    assert_eq!(post("next"), 200);
-    assert_eq!(post("run-to-end"), 200);
+    run_to_end(&base, &control);
     // The cap under 1024 descriptors (`connection_cap` in src/classroom/mod.rs): the oldest of
     // the flood were closed to make room for the newer ones.
     const CAP: usize = 320;
@@ -1280,11 +1292,10 @@ fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_ou
     let newest = oldest.split_off(1100 - CAP);
     for mut stream in oldest {
         let (read, _) = read_rest(&mut stream);
-        let closed = match &read {
-            Ok(_) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-        };
-        assert!(closed, "an old stream was not closed: {read:?}");
+        assert!(
+            closed_by_the_server(&read),
+            "an old stream was not closed: {read:?}"
+        );
     }
     let (status, report) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
@@ -1318,18 +1329,8 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
     let flood: Vec<TcpStream> = (0..1100)
         .map(|_| TcpStream::connect(address).expect("connect"))
         .collect();
-    let runtime = common::runtime();
-    let post = |action: &str| {
-        let http = common::client();
-        let sent = http
-            .post(format!("{base}/control/{action}"))
-            .header("lab-control", &control)
-            .send();
-        runtime.block_on(async { within(sent).await.expect("answered").status() })
-    };
     // The flood is open: the page still gets in, and the run goes on.
-    assert_eq!(post("next"), 200);
-    assert_eq!(post("run-to-end"), 200);
+    run_to_end(&base, &control);
     // The cap under 1024 descriptors (`connection_cap` in src/classroom/mod.rs): each
     // connection accepted beyond it closed the oldest idle one, so all but the newest of the
     // flood are closed while the session runs (by the cap at once, else at the header
@@ -1339,12 +1340,8 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
     let newest = oldest.split_off(1100 - CAP);
     for mut idle in oldest {
         let (read, rest) = read_rest(&mut idle);
-        let closed = match &read {
-            Ok(_) => true,
-            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
-        };
         assert!(
-            closed && rest.is_empty(),
+            closed_by_the_server(&read) && rest.is_empty(),
             "an idle connection was not closed: {read:?}"
         );
     }
