@@ -12,6 +12,30 @@ pub(crate) use alone::alone;
 pub use tempfile::TempDir;
 use webdriver::die_with_parent;
 
+/// Sets `command`'s child's `resource` to `value`, soft and hard, before it runs, as `prlimit`
+/// or `ulimit` would, without starting either of them.
+#[cfg(unix)]
+pub fn limited(
+    command: &mut std::process::Command,
+    resource: libc::__rlimit_resource_t,
+    value: libc::rlim_t,
+) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe and allocates nothing, as `pre_exec` needs.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            if libc::setrlimit(resource, &limit) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Leaves `command`'s child only the standard descriptors 0, 1 and 2, whatever this process
 /// inherited: a run under a descriptor limit (`ulimit -n 4`, `prlimit --nofile`) counts on them
 /// alone. (`/usr/bin/time -o FILE cargo test` leaves FILE open as descriptor 3; under `ulimit -n

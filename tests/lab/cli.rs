@@ -156,12 +156,8 @@ fn help_and_version_exit_0() {
 #[test]
 fn hostile_command_lines_are_refused_before_any_socket() {
     let limited = |args: &[&str]| {
-        let mut command = Command::new("sh");
-        command
-            .arg("-c")
-            .arg(r#"ulimit -n 4 && exec "$0" "$@""#)
-            .arg(env!("CARGO_BIN_EXE_isolation-lab"))
-            .args(args);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        crate::common::limited(command.args(args), libc::RLIMIT_NOFILE, 4);
         run(crate::common::standard_descriptors_only(&mut command))
     };
     // The control: with that limit a valid run cannot even start its runtime.

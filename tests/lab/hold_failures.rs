@@ -309,22 +309,8 @@ fn lab_under(
     value: libc::rlim_t,
     args: &[&str],
 ) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-    command.args(args);
-    // SAFETY: setrlimit is async-signal-safe and allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            let limit = libc::rlimit {
-                rlim_cur: value,
-                rlim_max: value,
-            };
-            if libc::setrlimit(resource, &limit) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::limited(command.args(args), resource, value);
     command.output().expect("the lab runs")
 }
 

@@ -1,6 +1,6 @@
-//! The binary under resource limits set from outside, as `prlimit` sets them: with too few
-//! descriptors or too little address space, a run on either front still ends — correctly, or
-//! with exit status 1 and one line on stderr — and never hangs. Stopping a server must not need
+//! The binary under resource limits set from outside (on its process before it runs, as
+//! `prlimit` sets them): with too few descriptors or too little address space, a run on either
+//! front still ends — correctly, or with exit status 1 and one line on stderr — and never hangs. Stopping a server must not need
 //! a new socket, descriptor or thread, since the run may be failing for want of exactly those.
 
 use std::io::Read;
@@ -10,7 +10,36 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use crate::common::standard_descriptors_only;
+use crate::common::{limited, standard_descriptors_only};
+
+/// A limit a run is started under, set on its process as `prlimit` sets it.
+#[derive(Clone, Copy, Debug)]
+enum Limit {
+    /// At most this many open descriptors.
+    Descriptors(u64),
+    /// At most this many bytes of address space.
+    AddressSpace(u64),
+}
+
+impl Limit {
+    /// Sets this limit, soft and hard, on `command`'s child.
+    fn on(self, command: &mut Command) -> &mut Command {
+        match self {
+            Limit::Descriptors(n) => limited(command, libc::RLIMIT_NOFILE, n),
+            Limit::AddressSpace(bytes) => limited(command, libc::RLIMIT_AS, bytes),
+        }
+    }
+}
+
+/// As `prlimit`'s option for it, so a failure names the command that repeats it.
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Limit::Descriptors(n) => write!(f, "--nofile={n}:{n}"),
+            Limit::AddressSpace(bytes) => write!(f, "--as={bytes}"),
+        }
+    }
+}
 
 /// A run still going after this is killed and counted as hung: a stalled run fails within the
 /// lab's own bound of 15 s.
@@ -54,10 +83,10 @@ const ABOVE_FLOOR_MIB: [u64; 2] = [2, 6];
 /// (which starts no runtime, thread or socket).
 fn load_floor_mib() -> u64 {
     let loads = |mib: u64| {
-        let limit = format!("--as={}", mib * 1024 * 1024);
-        let lab = env!("CARGO_BIN_EXE_isolation-lab");
-        let status = standard_descriptors_only(&mut Command::new("prlimit"))
-            .args([limit.as_str(), "--", lab, "predict"])
+        let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        Limit::AddressSpace(mib << 20).on(standard_descriptors_only(&mut lab));
+        let status = lab
+            .arg("predict")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
@@ -75,10 +104,7 @@ fn load_floor_mib() -> u64 {
 /// under an address-space limit, which no code of the lab's can catch.
 #[test]
 fn runs_under_resource_limits_end_with_a_report_or_one_line() {
-    every_shape_under_every_limit(
-        "runs_under_resource_limits_end_with_a_report_or_one_line",
-        1,
-    );
+    every_shape_under_every_limit(1);
 }
 
 /// The same runs, ten times each: a run that ends one way most times and hangs now and then is
@@ -87,27 +113,18 @@ fn runs_under_resource_limits_end_with_a_report_or_one_line() {
 #[test]
 #[ignore = "a soak of every run under limits, ten times over; run it explicitly"]
 fn runs_under_resource_limits_end_the_same_way_ten_times_over() {
-    every_shape_under_every_limit(
-        "runs_under_resource_limits_end_the_same_way_ten_times_over",
-        10,
-    );
+    every_shape_under_every_limit(10);
 }
 
-/// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time; `test` names the
-/// test in the line that says it is skipped without `prlimit`.
-fn every_shape_under_every_limit(test: &str, runs: usize) {
-    if crate::common::skip_without_prlimit(test) {
-        return;
-    }
+/// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
+fn every_shape_under_every_limit(runs: usize) {
     let floor = load_floor_mib();
-    let address_space = ABOVE_FLOOR_MIB.map(|above| format!("--as={}", (floor + above) << 20));
-    let limits = (4..=16)
-        .map(|n| format!("--nofile={n}:{n}"))
-        .chain(address_space);
+    let address_space = ABOVE_FLOOR_MIB.map(|above| Limit::AddressSpace((floor + above) << 20));
+    let limits = (4..=16).map(Limit::Descriptors).chain(address_space);
     let mut jobs = Vec::new();
     for limit in limits {
         for shape in SHAPES {
-            jobs.extend(std::iter::repeat_n((shape, limit.clone()), runs));
+            jobs.extend(std::iter::repeat_n((shape, limit), runs));
         }
     }
     let jobs = Mutex::new(jobs);
@@ -116,7 +133,7 @@ fn every_shape_under_every_limit(test: &str, runs: usize) {
         for _ in 0..AT_ONCE {
             scope.spawn(|| {
                 while let Some((shape, limit)) = next(&jobs) {
-                    if let Err(failure) = run_once(shape, &limit) {
+                    if let Err(failure) = run_once(shape, limit) {
                         let context = format!("{} under prlimit {limit}", shape.join(" "));
                         lock(&failures).push(format!("{context}: {failure}"));
                     }
@@ -137,18 +154,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-type Job = (&'static [&'static str], String);
+type Job = (&'static [&'static str], Limit);
 
 fn next(jobs: &Mutex<Vec<Job>>) -> Option<Job> {
     lock(jobs).pop()
 }
 
 /// One run of the binary under `limit`, checked.
-fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
-    let mut child = standard_descriptors_only(&mut Command::new("prlimit"))
-        .arg(limit)
-        .arg("--")
-        .arg(env!("CARGO_BIN_EXE_isolation-lab"))
+fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    let mut child = limit
+        .on(standard_descriptors_only(&mut lab))
         .args(shape)
         // The reported hang came with backtraces on: with them, a failing run captures one.
         .env("RUST_BACKTRACE", "1")
@@ -156,7 +172,7 @@ fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("prlimit did not start: {e}"))?;
+        .map_err(|e| format!("the lab did not start: {e}"))?;
     let (stdout, stderr, ended) = output_or_kill(&mut child)?;
     let status = child
         .wait()
@@ -183,7 +199,7 @@ fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
         // build or the connection task). That is an end, not a hang, so it passes — only
         // there, and only with the lab's own line last.
         Some(1)
-            if limit.starts_with("--as=")
+            if matches!(limit, Limit::AddressSpace(_))
                 && THREAD_PANICS.iter().any(|(panic, last)| {
                     stderr.contains(panic)
                         && stderr.lines().last().is_some_and(|l| l.starts_with(last))
@@ -199,7 +215,7 @@ fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
             // Short of descriptors, a step fails as it happens: a caller's connect, the front's
             // accept loop giving up (which ends every wait at once). Nothing is awaited that
             // cannot come, so no run waits out the safety timeout.
-            if limit.starts_with("--nofile=") && stderr.contains("stalled:") {
+            if matches!(limit, Limit::Descriptors(_)) && stderr.contains("stalled:") {
                 return Err(format!("a stall under a descriptor limit: {stderr}"));
             }
             if stdout.is_empty() {
@@ -214,7 +230,7 @@ fn run_once(shape: &[&str], limit: &str) -> Result<(), String> {
         // of memory"), before any code of the lab's can act; a panic of the lab's own unwinds
         // instead (exit 101). The abort ends the run at once, which is what this test guards
         // (no hang), so it passes there — and only there, never under a descriptor limit.
-        _ if limit.starts_with("--as=")
+        _ if matches!(limit, Limit::AddressSpace(_))
             && std::os::unix::process::ExitStatusExt::signal(&status) == Some(6)
             && !stderr.contains("panicked") =>
         {
