@@ -57,24 +57,6 @@ pub fn standard_descriptors_only(
     }
 }
 
-/// For a test that runs the lab under `prlimit`: when util-linux's `prlimit` is missing, writes
-/// the one line saying `test` is skipped straight to stderr (where `cargo test` shows it) and
-/// returns true; the test then returns.
-pub fn skip_without_prlimit(test: &str) -> bool {
-    use std::io::Write as _;
-    let missing = std::process::Command::new("prlimit")
-        .arg("--version")
-        .output()
-        .is_err();
-    if missing {
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped {test}: prlimit (util-linux) is not installed"
-        );
-    }
-    missing
-}
-
 use isolation_lab::classroom::{self, ClassroomReport};
 use isolation_lab::coordinator::{Options, run_policy_with};
 use isolation_lab::evidence::Event;

@@ -816,19 +816,21 @@ fn base_and_control(url: &str) -> (String, String) {
 /// Starts the binary with `args` (the lab's own, or `prlimit` with the lab's after its own);
 /// returns it, the instructor's URL it printed on stderr, and its stdout lines.
 fn spawn(args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
-    spawn_under(&[], args)
+    spawn_command(Command::new(env!("CARGO_BIN_EXE_isolation-lab")), args)
 }
 
-fn spawn_under(wrapper: &[&str], args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
-    let lab = env!("CARGO_BIN_EXE_isolation-lab");
-    let mut command = match wrapper.split_first() {
-        Some((program, before)) => {
-            let mut command = Command::new(program);
-            command.args(before).arg(lab);
-            command
-        }
-        None => Command::new(lab),
-    };
+/// [`spawn`], the binary limited to `descriptors` open files, soft and hard, so it cannot raise
+/// the limit.
+fn spawn_with_descriptors(
+    descriptors: libc::rlim_t,
+    args: &[&str],
+) -> (Child, String, mpsc::Receiver<String>) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    common::limited(&mut command, libc::RLIMIT_NOFILE, descriptors);
+    spawn_command(command, args)
+}
+
+fn spawn_command(mut command: Command, args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
     // A failed test's session (its thread panics, the binary keeps serving) ends with it.
     common::webdriver::die_with_parent(&mut command);
     let mut child = command
@@ -1260,13 +1262,8 @@ async fn idle_connections_are_closed_at_the_header_timeout() {
 /// client would reconnect), and the oldest of the flood are closed.
 #[test]
 fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_out() {
-    if common::skip_without_prlimit("a_flood_of_event_streams") {
-        return;
-    }
-    let (mut child, url, lines) = spawn_under(
-        &["prlimit", "--nofile=1024:1024", "--"],
-        &["classroom", "--mode", "shared", "--held", "1"],
-    );
+    let (mut child, url, lines) =
+        spawn_with_descriptors(1024, &["classroom", "--mode", "shared", "--held", "1"]);
     let (base, control) = base_and_control(&url);
     let address: SocketAddr = base["http://".len()..].parse().expect("an address");
     let head = format!("GET /events HTTP/1.1\r\nHost: {address}\r\n\r\n");
@@ -1317,13 +1314,8 @@ fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_ou
 /// `idle_connections_are_closed_at_the_header_timeout`.)
 #[test]
 fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing() {
-    if common::skip_without_prlimit("a_flood_of_idle_connections") {
-        return;
-    }
-    let (mut child, url, lines) = spawn_under(
-        &["prlimit", "--nofile=1024:1024", "--"],
-        &["classroom", "--mode", "shared", "--held", "1"],
-    );
+    let (mut child, url, lines) =
+        spawn_with_descriptors(1024, &["classroom", "--mode", "shared", "--held", "1"]);
     let (base, control) = base_and_control(&url);
     let address: SocketAddr = base["http://".len()..].parse().expect("an address");
     let flood: Vec<TcpStream> = (0..1100)

@@ -1,7 +1,8 @@
 //! The binary under resource limits set from outside (on its process before it runs, as
 //! `prlimit` sets them): with too few descriptors or too little address space, a run on either
-//! front still ends — correctly, or with exit status 1 and one line on stderr — and never hangs. Stopping a server must not need
-//! a new socket, descriptor or thread, since the run may be failing for want of exactly those.
+//! front still ends — correctly, or with exit status 1 and one line on stderr — and never hangs.
+//! Stopping a server must not need a new socket, descriptor or thread, since the run may be
+//! failing for want of exactly those.
 
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
