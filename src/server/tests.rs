@@ -674,8 +674,6 @@ mod spawn_failure {
 
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
-    use std::process::{Command, Stdio};
-
     use std::time::{Duration, Instant};
 
     use crate::policy::Mode;
@@ -701,50 +699,25 @@ mod spawn_failure {
         if crate::child::test_child::alone() {
             return;
         }
-        if Command::new("prlimit").arg("--version").output().is_err() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: prlimit (util-linux) is not installed"
-            );
-            return;
-        }
         let policy = super::Case::new(Mode::Shared, 2, 1).policy();
         let super::Bare {
             address, running, ..
         } = super::bare(Front::Threaded, policy, GUARD);
 
-        // Under the limit this process cannot start the process that lifts it: start it first,
-        // waiting for a line on its stdin.
-        let pid = std::process::id();
-        let mut lifter = Command::new("sh")
-            .arg("-c")
-            .arg(r#"read _ && exec prlimit --pid "$0" --as=unlimited:unlimited"#)
-            .arg(pid.to_string())
-            .stdin(Stdio::piped())
-            .spawn()
-            .expect("sh starts");
         // The address space is measured once no other thread can change it: the server's accept
         // thread maps memory of its own as it starts (64 MiB more here), and a figure read before
         // or while it does is not the one the limit then meets.
         until_others_wait();
         let mapped = mapped_bytes().expect("Linux /proc/self/status");
-        let limit = format!("--as={}:unlimited", mapped + ROOM);
-        let set = Command::new("prlimit")
-            .args(["--pid", &pid.to_string(), &limit])
-            .status()
-            .expect("prlimit runs");
-        assert!(set.success(), "prlimit {limit}: {set}");
+        let limit = mapped + ROOM;
+        limit_address_space(Some(limit)).expect("the soft limit is lowered");
         let room = stack_fits();
         let first = ask(address);
-        let lift = lifter.stdin.take().expect("piped").write_all(b"\n");
-        let lifted = lifter.wait().expect("the lifter ends");
-        assert!(
-            lift.is_ok() && lifted.success(),
-            "the limit was not lifted: {lifted}"
-        );
+        let lifted = limit_address_space(None);
+        assert!(lifted.is_ok(), "the limit was not lifted: {lifted:?}");
         assert!(
             !room,
-            "{limit} (VmSize {mapped} bytes) still left room for a thread's stack"
+            "RLIMIT_AS {limit} (VmSize {mapped} bytes) still left room for a thread's stack"
         );
         let first = first.expect("the client connects");
         assert_eq!(first, "", "closed unserved: no reply");
@@ -765,6 +738,27 @@ mod spawn_failure {
             error.contains("closed 1 connection(s) unserved"),
             "the server reports the connection it could not serve: {error:?}"
         );
+    }
+
+    /// Sets this process's soft RLIMIT_AS to `soft` bytes, or back to its hard limit (`None`).
+    /// A process may lower its soft limit and raise it again up to the hard one, so lifting it
+    /// needs no other process, nor any memory: the call allocates nothing.
+    fn limit_address_space(soft: Option<u64>) -> std::io::Result<()> {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit, written by getrlimit and only read by setrlimit.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_AS, &mut limit) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = soft.unwrap_or(limit.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
     }
 
     /// A request without the run's token on a new connection, and whatever came back before the
