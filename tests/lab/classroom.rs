@@ -813,8 +813,8 @@ fn base_and_control(url: &str) -> (String, String) {
     (common::base_url(url).to_owned(), common::control_token(url))
 }
 
-/// Starts the binary with `args` (the lab's own, or `prlimit` with the lab's after its own);
-/// returns it, the instructor's URL it printed on stderr, and its stdout lines.
+/// Starts the binary with `args`; returns it, the instructor's URL it printed on stderr, and its
+/// stdout lines.
 fn spawn(args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
     spawn_command(Command::new(env!("CARGO_BIN_EXE_isolation-lab")), args)
 }

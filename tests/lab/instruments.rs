@@ -95,12 +95,12 @@ async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
 #[cfg(unix)]
 #[test]
 fn predict_starts_no_server() {
-    let output = crate::common::standard_descriptors_only(&mut Command::new("sh"))
-        .arg("-c")
-        .arg(r#"ulimit -n 4 && exec "$0" predict --held 4 --format json"#)
-        .arg(env!("CARGO_BIN_EXE_isolation-lab"))
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    lab.args(["predict", "--held", "4", "--format", "json"]);
+    crate::common::limited(&mut lab, libc::RLIMIT_NOFILE, 4);
+    let output = crate::common::standard_descriptors_only(&mut lab)
         .output()
-        .expect("sh starts");
+        .expect("the lab starts");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     let predictions: serde_json::Value =
