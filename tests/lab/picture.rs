@@ -1,5 +1,5 @@
 //! The picture, in a real browser. Four real runs are rendered as SVG, opened in headless
-//! Chromium in a 1920×1080 window, and read back from the DOM: no two texts overlap, every
+//! Chromium in a 1920×1080 viewport, and read back from the DOM: no two texts overlap, every
 //! text lies inside the picture, and every text is seen at 16 pixels or more. The default and
 //! `--held 4` pictures are written to `docs/` as SVG, so the docs show exactly what was checked;
 //! with `ISOLATION_LAB_SCREENSHOTS=1`, so are the screenshots of all four (each costs the
