@@ -102,43 +102,60 @@ pub(crate) fn raise_nofile() -> io::Result<Rlimit> {
     if limit.soft == limit.hard {
         return Ok(limit);
     }
-    let raised = libc::rlimit {
-        rlim_cur: limit.hard.unwrap_or(libc::RLIM_INFINITY),
-        rlim_max: limit.hard.unwrap_or(libc::RLIM_INFINITY),
-    };
-    // SAFETY: `raised` is a valid rlimit, only read by the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
+    set_soft(Resource::Nofile, None)?;
     Rlimit::get(Resource::Nofile)
 }
 
+/// Sets this process's soft limit of `resource` to `soft`, or back up to its hard limit
+/// (`None`); the hard limit stays. A process may lower its soft limit and raise it again up to
+/// the hard one without privilege, and the call allocates nothing, so it can lift a limit the
+/// process has run out under.
+pub(crate) fn set_soft(resource: Resource, soft: Option<u64>) -> io::Result<()> {
+    let mut limit = raw(resource)?;
+    limit.rlim_cur = soft.unwrap_or(limit.rlim_max);
+    // SAFETY: `limit` is a valid rlimit, only read by the call.
+    if unsafe { libc::setrlimit(resource.id(), &limit) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A resource limit of a process, as `getrlimit` names it.
 #[derive(Clone, Copy)]
-enum Resource {
+pub(crate) enum Resource {
     Nproc,
     Nofile,
     AddressSpace,
     Stack,
 }
 
+impl Resource {
+    fn id(self) -> libc::__rlimit_resource_t {
+        match self {
+            Resource::Nproc => libc::RLIMIT_NPROC,
+            Resource::Nofile => libc::RLIMIT_NOFILE,
+            Resource::AddressSpace => libc::RLIMIT_AS,
+            Resource::Stack => libc::RLIMIT_STACK,
+        }
+    }
+}
+
+/// This process's limit of `resource`, as `getrlimit` gives it.
+fn raw(resource: Resource) -> io::Result<libc::rlimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit, writable for the call.
+    if unsafe { libc::getrlimit(resource.id(), &mut limit) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(limit)
+}
+
 impl Rlimit {
     fn get(resource: Resource) -> io::Result<Rlimit> {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `limit` is a valid rlimit, writable for the call.
-        let result = unsafe {
-            match resource {
-                Resource::Nproc => libc::getrlimit(libc::RLIMIT_NPROC, &mut limit),
-                Resource::Nofile => libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit),
-                Resource::AddressSpace => libc::getrlimit(libc::RLIMIT_AS, &mut limit),
-                Resource::Stack => libc::getrlimit(libc::RLIMIT_STACK, &mut limit),
-            }
-        };
-        if result == -1 {
-            return Err(io::Error::last_os_error());
-        }
+        let limit = raw(resource)?;
         let finite = |value| (value != libc::RLIM_INFINITY).then_some(value);
         Ok(Rlimit {
             soft: finite(limit.rlim_cur),

@@ -676,6 +676,7 @@ mod spawn_failure {
     use std::net::{SocketAddr, TcpStream};
     use std::time::{Duration, Instant};
 
+    use crate::limits::{Resource, set_soft};
     use crate::policy::Mode;
     use crate::procfs::ProcessStat;
     use crate::server::Front;
@@ -710,10 +711,10 @@ mod spawn_failure {
         until_others_wait();
         let mapped = mapped_bytes().expect("Linux /proc/self/status");
         let limit = mapped + ROOM;
-        limit_address_space(Some(limit)).expect("the soft limit is lowered");
+        set_soft(Resource::AddressSpace, Some(limit)).expect("the soft limit is lowered");
         let room = stack_fits();
         let first = ask(address);
-        let lifted = limit_address_space(None);
+        let lifted = set_soft(Resource::AddressSpace, None);
         assert!(lifted.is_ok(), "the limit was not lifted: {lifted:?}");
         assert!(
             !room,
@@ -738,27 +739,6 @@ mod spawn_failure {
             error.contains("closed 1 connection(s) unserved"),
             "the server reports the connection it could not serve: {error:?}"
         );
-    }
-
-    /// Sets this process's soft RLIMIT_AS to `soft` bytes, or back to its hard limit (`None`).
-    /// A process may lower its soft limit and raise it again up to the hard one, so lifting it
-    /// needs no other process, nor any memory: the call allocates nothing.
-    fn limit_address_space(soft: Option<u64>) -> std::io::Result<()> {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `limit` is a valid rlimit, written by getrlimit and only read by setrlimit.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_AS, &mut limit) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            limit.rlim_cur = soft.unwrap_or(limit.rlim_max);
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(())
     }
 
     /// A request without the run's token on a new connection, and whatever came back before the
