@@ -74,7 +74,7 @@ pub struct Element(String);
 /// A headless Chromium session driven through its own `chromedriver` child process.
 ///
 /// Dropping it (on a panic too) kills and reaps the driver, which takes the browser with it,
-/// and removes the profile. [`Browser::quit`] ends the session politely first and reports how
+/// and removes the browser's directory. [`Browser::quit`] ends the session politely first and reports how
 /// that went.
 #[derive(Debug)]
 pub struct Browser {
@@ -93,7 +93,7 @@ pub struct Browser {
     drained: mpsc::Receiver<()>,
     /// The browser's own directory, removed last: its fresh profile ([`PROFILE`]) and the
     /// per-user directories it would otherwise write in the user's home ([`driver_command`]).
-    profile: TempDir,
+    dir: TempDir,
 }
 
 impl Browser {
@@ -121,12 +121,12 @@ impl Browser {
     }
 
     async fn start_once() -> anyhow::Result<Browser> {
-        // A directory only this user can enter (0700, under a random name): the profile keeps
-        // the pages' session storage, and a classroom page keeps its control token there.
-        let profile = temp_dir("isolation-lab-chromium").context("creating a profile")?;
+        // A directory only this user can enter (0700, under a random name): the profile in it
+        // keeps the pages' session storage, and a classroom page keeps its control token there.
+        let dir = temp_dir("isolation-lab-chromium").context("creating the browser's directory")?;
         // The driver listens on loopback only, on the port given, and says when it does.
         let port = free_port().context("finding a free loopback port")?;
-        let mut command = driver_command(port, profile.path());
+        let mut command = driver_command(port, dir.path());
         let mut driver = command
             .spawn()
             .with_context(|| format!("starting {CHROMEDRIVER}"))?;
@@ -152,7 +152,7 @@ impl Browser {
             driver,
             reader: Some(reader),
             drained,
-            profile,
+            dir,
         };
         // From here on, dropping `browser` on an error stops everything started so far.
         let port = tokio::time::timeout(START_TIMEOUT, port_rx).await;
@@ -186,7 +186,7 @@ impl Browser {
     }
 
     async fn new_session(&mut self) -> anyhow::Result<()> {
-        let profile = self.profile.path().join(PROFILE);
+        let profile = self.dir.path().join(PROFILE);
         let profile = format!("--user-data-dir={}", profile.display());
         let mut args = vec![
             "--headless=new",
@@ -341,11 +341,11 @@ impl Browser {
     }
 
     /// Ends the session (the driver closes the browser), then stops the driver and removes the
-    /// profile.
+    /// browser's directory.
     pub async fn quit(self) -> anyhow::Result<()> {
         let path = self.path("");
         self.command("quit", "DELETE", &path, None).await.map(drop)
-        // `self` drops here: the driver is killed and reaped, the profile removed.
+        // `self` drops here: the driver is killed and reaped, the browser's directory removed.
     }
 
     fn path(&self, command: &str) -> String {
