@@ -292,8 +292,8 @@ async fn a_lease_expires_and_the_next_is_admitted() {
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
-/// A held lease is renewed every third of the lease: across two lease periods another
-/// holder keeps being refused, naming it; released, the permit is free at once.
+/// A held lease is renewed every third of the lease: past the end of its first lease another
+/// holder is still refused, naming it; released, the permit is free at once.
 #[tokio::test]
 async fn renewal_keeps_a_lease_alive() {
     let Some(redis) = redis_or_skip("renewal_keeps_a_lease_alive").await else {
@@ -322,7 +322,6 @@ async fn renewal_keeps_a_lease_alive() {
             Hold::Held(held) => panic!("capacity 1 admitted a second holder: {held:?}"),
         }
         let LeaseState::Held {
-            at_ms: start,
             expires_at_ms: Some(first_expiry),
             ..
         } = held.state()
@@ -344,9 +343,9 @@ async fn renewal_keeps_a_lease_alive() {
             assert_eq!(expires_at_ms, Some(at_ms + LEASE));
             let (refused_at, holders) = refused(&permits, &b).await;
             assert_eq!(names(&holders), set(&["r1/S1"]));
-            if refused_at > start + 2 * LEASE {
-                assert!(refused_at > first_expiry, "refused past the first lease");
-                assert!(count >= 2, "{count} renewals over two lease periods");
+            // Held past its first lease's end by renewals alone (the third is due as it ends).
+            if refused_at > first_expiry {
+                assert!(count >= 2, "{count} renewals over one lease period");
                 break;
             }
         }
@@ -504,7 +503,7 @@ async fn a_renewal_that_fails_at_once_says_when_not_silence() {
         return;
     };
     guarded(async {
-        const LEASE: u64 = 1_500;
+        const LEASE: u64 = 600;
         let permits = connect(&redis, "broken", 2, Lease::Millis(LEASE)).await;
         let mut admissions = Vec::new();
         for (request, ago) in [("S1", 0), ("S2", 2 * LEASE)] {
