@@ -103,7 +103,10 @@ pub(crate) fn raise_nofile() -> io::Result<Rlimit> {
         return Ok(limit);
     }
     set_soft(Resource::Nofile, None)?;
-    Rlimit::get(Resource::Nofile)
+    Ok(Rlimit {
+        soft: limit.hard,
+        ..limit
+    })
 }
 
 /// Sets this process's soft limit of `resource` to `soft`, or back up to its hard limit
@@ -154,7 +157,8 @@ fn raw(resource: Resource) -> io::Result<libc::rlimit> {
 }
 
 impl Rlimit {
-    fn get(resource: Resource) -> io::Result<Rlimit> {
+    /// This process's limit of `resource`.
+    pub(crate) fn get(resource: Resource) -> io::Result<Rlimit> {
         let limit = raw(resource)?;
         let finite = |value| (value != libc::RLIM_INFINITY).then_some(value);
         Ok(Rlimit {

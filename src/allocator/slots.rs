@@ -32,6 +32,8 @@ use std::alloc::Layout;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 
+use crate::limits::{Resource, Rlimit};
+
 const PAGE: usize = 4096;
 const SLOT: usize = 5 * PAGE;
 /// The size of each of Hyper's buffers, and of the two places kept for them.
@@ -95,17 +97,11 @@ pub(crate) fn reserve() {
     {
         return;
     }
-    let limit = |resource| {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: `limit` is a valid, writable rlimit.
-        let read = unsafe { libc::getrlimit(resource, &mut limit) };
-        (read == 0).then_some(limit.rlim_cur)
-    };
-    let slots = limit(libc::RLIMIT_NOFILE).map(|n| usize::try_from(n).unwrap_or(MOST).min(MOST));
-    if let (Some(libc::RLIM_INFINITY), Some(slots)) = (limit(libc::RLIMIT_AS), slots) {
+    // Soft limits, `None` where unlimited.
+    let soft = |resource| Rlimit::get(resource).map(|limit| limit.soft);
+    let slots = soft(Resource::Nofile)
+        .map(|n| n.map_or(MOST, |n| usize::try_from(n).unwrap_or(MOST).min(MOST)));
+    if let (Ok(None), Ok(slots)) = (soft(Resource::AddressSpace), slots) {
         // SAFETY: a fresh anonymous private mapping; nothing else refers to it. NORESERVE: its
         // pages cost nothing until written.
         let base = unsafe {
