@@ -74,8 +74,8 @@ pub struct Element(String);
 /// A headless Chromium session driven through its own `chromedriver` child process.
 ///
 /// Dropping it (on a panic too) kills and reaps the driver, which takes the browser with it,
-/// and removes the browser's directory. [`Browser::quit`] ends the session politely first and reports how
-/// that went.
+/// and removes the browser's directory. [`Browser::quit`] ends the session politely first and
+/// reports how that went.
 #[derive(Debug)]
 pub struct Browser {
     client: reqwest::Client,
