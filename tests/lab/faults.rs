@@ -1,9 +1,9 @@
 //! Every injected fault ends the run cleanly, on both server fronts: `failure` set with a
 //! one-line reason, within the contract's 15 s, with the listener closed, every task or thread
 //! joined (or aborted, then joined) and accounted for, and every permit back in its pool.
-//! Every case of every fault runs at once, each on its own server, with a safety timeout of
-//! [`GUARD`]: the deliberate stalls, waited out side by side, cost one of it; then each fault's
-//! own checks read its runs. The command line's own timeout is pinned apart, without a stall
+//! Every case of every fault runs at once, each on its own server; the ones that stall do so
+//! with a safety timeout of [`GUARD`], and waited out side by side they cost one of it; then
+//! each fault's own checks read its runs. The command line's own timeout is pinned apart, without a stall
 //! (`the_command_line_waits_five_seconds`).
 
 use crate::common;
@@ -21,9 +21,12 @@ use isolation_lab::policy::Front;
 use isolation_lab::policy::Mode;
 use tokio::task::JoinSet;
 
-/// The runs' safety timeout: shorter than the command line's 5 s, so the stalls cost the suite
-/// less, yet hundreds of times what a real step of these runs takes on a busy machine (a few
-/// milliseconds; a stalled one is the only one near it).
+/// The safety timeout of the runs that stall on purpose: shorter than the command line's 5 s, so
+/// the stalls cost the suite less, yet hundreds of times what a real step of these runs takes on
+/// a busy machine (a few milliseconds; a stalled one is the only one near it). Runs that must
+/// fail without a stall keep the command line's [`SAFETY_TIMEOUT`]: they never wait it out, and
+/// on a machine loaded far beyond the suite's own work a step of theirs once took over 2 s and
+/// was called a stall.
 const GUARD: Duration = Duration::from_secs(2);
 
 /// A failed run, with its typed failure.
@@ -34,18 +37,18 @@ struct Failed {
     failure: Failure,
 }
 
-/// Runs the default case of every `(front, mode)` at once with `faults`, and checks what every
-/// failed run must show. Each run has [`GUARD`] as its safety timeout: the one limit fails the
-/// deliberate stall and every real step before it, so it stays far above what a real step
-/// takes, lest a run whose real step is only slow fail at the wrong step for the wrong reason.
-async fn fail_with(cases: &[(Front, Mode)], faults: Faults) -> Vec<Failed> {
+/// Runs the default case of every `(front, mode)` at once with `faults` and the safety timeout
+/// `guard`, and checks what every failed run must show. The one limit fails a deliberate stall
+/// and every real step before it, so it stays far above what a real step takes, lest a run whose
+/// real step is only slow fail at the wrong step for the wrong reason.
+async fn fail_with(cases: &[(Front, Mode)], faults: Faults, guard: Duration) -> Vec<Failed> {
     let mut runs = JoinSet::new();
     for &(front, mode) in cases {
         let faults = faults.clone();
         runs.spawn(async move {
             let case = Case::new(mode, 2, 2);
             let options = Options {
-                safety_timeout: GUARD,
+                safety_timeout: guard,
                 ..Options::on(front).with_hooks(faults)
             };
             let run = run_policy_with(case.policy(), case.held(), options).await;
@@ -146,12 +149,12 @@ async fn every_fault_fails_the_run_cleanly() {
         on_both_fronts(Mode::Partitioned),
     );
     let (stuck, silent, disconnect, slow_panics, fast_panics) = tokio::join!(
-        fail_with(&shared, stuck),
-        fail_with(&shared, silent),
-        fail_with(&every_mode, disconnect),
+        fail_with(&shared, stuck, GUARD),
+        fail_with(&shared, silent, GUARD),
+        fail_with(&every_mode, disconnect, GUARD),
         // Not stalls: a panic breaks its caller's connection, so the timeout never runs out.
-        fail_with(&partitioned, panics(Label::Slow(1))),
-        fail_with(&partitioned, panics(Label::F1)),
+        fail_with(&partitioned, panics(Label::Slow(1)), SAFETY_TIMEOUT),
+        fail_with(&partitioned, panics(Label::F1), SAFETY_TIMEOUT),
     );
     a_gate_that_never_opens(stuck);
     a_silent_observer(silent);
