@@ -74,6 +74,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     let mut findings = Vec::new();
     let mut differences = Vec::new();
     let last = report.policies.len().saturating_sub(1);
+    let modes = report.inputs.mode.modes();
     // The policy the failure is said of: a run's failure names the policy it stopped.
     let failed = (report.failure.as_deref())
         .and_then(said_of)
@@ -130,9 +131,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
     runner(report, &mut find);
     // A failure is said of the policy it stopped (the lab runs no policy after it), and a
     // caller that failed got no response.
-    if report.failure.is_some()
-        && !failed.is_some_and(|mode| report.inputs.mode.modes().contains(&mode))
-    {
+    if report.failure.is_some() && !failed.is_some_and(|mode| modes.contains(&mode)) {
         find(
             &["failure"],
             format!(
@@ -153,39 +152,31 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         // it never ran, when the session ended first.
         let absent = named
             .map(|(mode, _)| mode)
-            .filter(|mode| report.inputs.mode.modes().contains(mode));
+            .filter(|mode| modes.contains(mode));
         if let (None, Some(absent)) = (&said, absent) {
             let mode = absent.name();
             let not_run = format!("{mode}: not run, the session ended before it");
-            let before = report
-                .inputs
-                .mode
-                .modes()
-                .iter()
-                .take_while(|&&m| m != absent);
-            let skipped = before
-                .copied()
-                .find(|m| !report.policies.iter().any(|p| p.mode == *m));
-            if room.is_none() || *failure != not_run {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure is the {mode} policy's, but the report has no {mode} \
-                         policy: the lab keeps the entry of a policy that fails"
-                    ),
-                );
-            } else if let Some(skipped) = skipped {
+            let mut before = modes.iter().copied().take_while(|&m| m != absent);
+            let skipped = before.find(|m| !report.policies.iter().any(|p| p.mode == *m));
+            let says = if room.is_none() || *failure != not_run {
+                Some(format!(
+                    "the failure is the {mode} policy's, but the report has no {mode} policy: the \
+                     lab keeps the entry of a policy that fails"
+                ))
+            } else {
                 // The closing session names the first policy still to run; each one before it
                 // was opened, and is kept.
-                find(
-                    &["failure"],
+                skipped.map(|skipped| {
                     format!(
                         "the failure says the {mode} policy was not run, but the report has no {} \
                          policy either, which runs before it: a session that ends names the first \
                          policy it did not open",
                         skipped.name()
-                    ),
-                );
+                    )
+                })
+            };
+            if let Some(says) = says {
+                find(&["failure"], says);
             }
         }
         if let Some((i, policy, rest)) = said {
@@ -232,50 +223,37 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 }
                 _ => None,
             });
-            if i != last {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure is the {mode} policy's, yet another policy follows it: the \
-                         lab stops at the first policy that fails"
-                    ),
-                );
+            let says = if i != last {
+                Some(format!(
+                    "the failure is the {mode} policy's, yet another policy follows it: the lab \
+                     stops at the first policy that fails"
+                ))
             } else if let Some((label, why)) = unsent {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {label}'s request failed, yet {mode} stopped before the \
-                         lab sent it: {why}"
-                    ),
-                );
+                Some(format!(
+                    "the failure says {label}'s request failed, yet {mode} stopped before the lab \
+                     sent it: {why}"
+                ))
             } else if let Some(label) = answered {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {label}'s request failed, yet {mode} records its \
-                         response"
-                    ),
-                );
+                Some(format!(
+                    "the failure says {label}'s request failed, yet {mode} records its response"
+                ))
             } else if let (Some(label), Some((dialled, server))) = (caller, elsewhere) {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {label} failed connecting to {dialled}, but {mode}'s \
-                         server listened on {}: a caller connects only to its own run's server",
-                        server.address
-                    ),
-                );
-            } else if let Some((label, seq)) = decided {
-                find(
-                    &["failure"],
+                Some(format!(
+                    "the failure says {label} failed connecting to {dialled}, but {mode}'s server \
+                     listened on {}: a caller connects only to its own run's server",
+                    server.address
+                ))
+            } else {
+                decided.map(|(label, seq)| {
                     format!(
                         "the failure says {label} could not connect, yet {mode}'s ledger has \
                          {label} at seq {seq}: a request never sent reaches no work section"
-                    ),
-                );
+                    )
+                })
+            };
+            if let Some(says) = says {
+                find(&["failure"], says);
             }
-        }
-        if let Some((_, policy, rest)) = said {
             stopped(report, policy, rest, room, &mut find);
         }
     }
@@ -332,7 +310,6 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 ),
             );
         }
-        let modes = report.inputs.mode.modes();
         if report.policies.len() < modes.len() {
             let ran: Vec<&str> = report.policies.iter().map(|p| p.mode.name()).collect();
             find(
