@@ -49,6 +49,14 @@ pub struct Finding {
     pub says: String,
 }
 
+impl Finding {
+    /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer).
+    pub(crate) fn at(prefix: &str, path: &[&str], says: String) -> Finding {
+        let pointer = format!("{prefix}{}", pointer(path));
+        Finding { pointer, says }
+    }
+}
+
 /// What the check of one lab report found.
 #[derive(Debug)]
 pub(crate) struct Checked {
@@ -110,23 +118,15 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             );
         }
         if check.dropped > 0 {
-            check.findings.push(Finding {
-                pointer: check.base.clone(),
-                says: format!(
-                    "{}: and {} more contradictions, left out",
-                    policy.mode.name(),
-                    check.dropped
-                ),
-            });
+            let (mode, dropped) = (policy.mode.name(), check.dropped);
+            let says = format!("{mode}: and {dropped} more contradictions, left out");
+            check.findings.push(Finding::at(&check.base, &[], says));
         }
         findings.extend(check.findings);
         differences.push(check.differences);
     }
 
-    let mut find = |path: &[&str], says: String| {
-        let pointer = format!("{prefix}{}", pointer(path));
-        findings.push(Finding { pointer, says });
-    };
+    let mut find = |path: &[&str], says: String| findings.push(Finding::at(prefix, path, says));
     // The version is this one (`read` refuses another's).
     runner(report, &mut find);
     // A failure is said of the policy it stopped (the lab runs no policy after it), and a
@@ -254,7 +254,9 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             if let Some(says) = says {
                 find(&["failure"], says);
             }
-            stopped(report, policy, rest, room, &mut find);
+            stopped(report, policy, rest, room, &mut |says| {
+                find(&["failure"], says)
+            });
         }
     }
     // A run that ran to the end and differs says so with its first difference, as re-checked.

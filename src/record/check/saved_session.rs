@@ -9,7 +9,6 @@ use crate::admission::ledger::{Event, WorkEvent};
 use crate::classroom::room::GAVE_UP;
 use crate::label::Label;
 use crate::policy::Mode;
-use crate::record::pointer;
 use crate::record::read::{SavedRoomGate, SavedRoomRequest, SavedSession};
 use crate::report::Report;
 
@@ -21,12 +20,7 @@ use super::{Finding, said_of};
 /// against the runs' ledgers, and its own verdict.
 pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let mut find = |path: &[&str], says: String| {
-        findings.push(Finding {
-            pointer: pointer(path),
-            says,
-        })
-    };
+    let mut find = |path: &[&str], says: String| findings.push(Finding::at("", path, says));
     room_requests(session, &mut find);
     // One command line, one front and executor: `classroom --server/--work` apply to every
     // run, and a new run changes only its inputs.
@@ -83,13 +77,9 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
         }
     }
     // The session lists a run's room gates as it closes the run's policies, one after another.
-    let place = |run: usize, mode: Mode| {
-        let modes = session.runs.get(run).map(|r| r.inputs.mode.modes());
-        (run, modes.and_then(|m| m.iter().position(|&m| m == mode)))
-    };
     for (i, pair) in session.room_gates.windows(2).enumerate() {
         let [before, gate] = pair else { continue };
-        if place(gate.run, gate.mode) < place(before.run, before.mode) {
+        if place(session, gate.run, gate.mode) < place(session, before.run, before.mode) {
             find(
                 &["room_gates", &(i + 1).to_string()],
                 format!(
@@ -244,6 +234,13 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
     findings
 }
 
+/// Where `mode` comes in the session's `run`: the run, then the policy's place in its run, for a
+/// policy of a run the session has.
+fn place(session: &SavedSession, run: usize, mode: Mode) -> (usize, Option<usize>) {
+    let modes = session.runs.get(run).map(|r| r.inputs.mode.modes());
+    (run, modes.and_then(|m| m.iter().position(|&m| m == mode)))
+}
+
 /// Checks the room's requests of a classroom session against the runs' ledgers.
 fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String)) {
     // The room's requests are numbered as they arrive, and go to the run open then: a later
@@ -254,15 +251,10 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
             _ => None,
         })
         .collect();
-    // Where a run's policy comes in its run, for a policy of a run the session has.
-    let place = |r: &SavedRoomRequest| {
-        let modes = session.runs.get(r.run).map(|run| run.inputs.mode.modes());
-        modes.and_then(|m| m.iter().position(|&m| m == r.mode))
-    };
+    let order = |r: &SavedRoomRequest| place(session, r.run, r.mode);
     by_number.sort_unstable();
     // Listed as they end, and a run's policy ends with its requests answered or given up: a
     // later run's or policy's request is never listed before an earlier one's.
-    let order = |r: &SavedRoomRequest| (r.run, place(r));
     let listed = session
         .room_requests
         .windows(2)
@@ -311,7 +303,7 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                 later_run + 1,
                 run + 1
             )
-        } else if later_run == run && place(second) < place(first) {
+        } else if later_run == run && order(second) < order(first) {
             format!(
                 "R{later} reached run {}'s {} policy, but R{earlier}, numbered before it, reached \
                  its {} policy, which runs after it: the room's requests are numbered as they \

@@ -13,7 +13,6 @@ use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Policy, Route};
-use crate::record::pointer;
 use crate::report::{PolicyReport, Report};
 
 use super::answers::unreached;
@@ -167,10 +166,7 @@ impl<'a> PolicyCheck<'a> {
             return;
         }
         let says = format!("{}: {says}", self.policy.mode.name());
-        self.findings.push(Finding {
-            pointer: format!("{}{}", self.base, pointer(path)),
-            says,
-        });
+        self.findings.push(Finding::at(&self.base, path, says));
     }
 
     /// The route `request` was sent to: its own, or for a room request the one the classroom
