@@ -102,20 +102,21 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             differences: Vec::new(),
         };
         check.run();
-        if !check.differences.is_empty() && i != last {
-            check.find(
-                &["model"],
-                "it differs from the model, yet another policy follows it: the lab stops at \
-                 the first policy that differs"
-                    .into(),
-            );
-        } else if !check.differences.is_empty() && failed.is_some_and(|m| m != policy.mode) {
-            check.find(
-                &["model"],
-                "it differs from the model, but the run's failure is another policy's: a \
-                 policy that differs ends its run with its own failure"
-                    .into(),
-            );
+        let misplaced = if i != last {
+            Some(
+                "it differs from the model, yet another policy follows it: the lab stops at the \
+                 first policy that differs",
+            )
+        } else if failed.is_some_and(|m| m != policy.mode) {
+            Some(
+                "it differs from the model, but the run's failure is another policy's: a policy \
+                 that differs ends its run with its own failure",
+            )
+        } else {
+            None
+        };
+        if let Some(says) = misplaced.filter(|_| !check.differences.is_empty()) {
+            check.find(&["model"], says.into());
         }
         if check.dropped > 0 {
             let (mode, dropped) = (policy.mode.name(), check.dropped);
