@@ -186,50 +186,45 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
         find(&["room_gates", &i.to_string()], why);
     }
     // A session's own failure is its close's (its page, its server, its journal): a run's is
-    // said in the run, of its policy.
-    if let Some((mode, _)) = session.failure.as_deref().and_then(said_of) {
+    // said in the run, of its policy, nor told in the words the record tells a run's in
+    // ("run 1: …").
+    let failure = session.failure.as_deref();
+    let run = failure.and_then(|f| f.strip_prefix("run ")?.split_once(": "));
+    let told = match (failure.and_then(said_of), run) {
+        (Some((mode, _)), _) => Some(format!("said of the {} policy", mode.name())),
+        (None, Some((run, _))) if run.parse::<usize>().is_ok() => {
+            Some(format!("told as run {run}'s"))
+        }
+        _ => None,
+    };
+    if let Some(told) = told {
         find(
             &["failure"],
             format!(
-                "the session's failure is said of the {} policy, but a session fails only as it \
-                 closes, for its page, server or journal; a run's failure is the run's own",
-                mode.name()
+                "the session's failure is {told}, but a session fails only as it closes, for its \
+                 page, server or journal; a run's failure is the run's own"
             ),
         );
     }
-    // Nor is it told in the words the record tells a run's in ("run 1: …").
-    if let Some(failure) = &session.failure
-        && let Some((run, _)) = failure
-            .strip_prefix("run ")
-            .and_then(|r| r.split_once(": "))
-        && run.parse::<usize>().is_ok()
-    {
-        find(
-            &["failure"],
-            format!(
-                "the session's failure is told as run {run}'s, but a session fails only as it \
-                 closes, for its page, server or journal; a run's failure is the run's own"
-            ),
-        );
-    }
-    if session.runs.is_empty() && session.matches_model {
-        find(
-            &["matches_model"],
-            "the session says it matched the policy model, but it made no run: a session \
-             matches only once a run was made"
-                .into(),
-        );
-    }
-    // The session's verdict is its runs' and its close's: it did not match only for a reason.
+    // The session's verdict is its runs' and its close's: it matched only once a run was made,
+    // and it did not match only for a reason.
     let claims_all = session.runs.iter().all(|r| r.matches_model);
-    if !session.matches_model && session.failure.is_none() && !session.runs.is_empty() && claims_all
+    let says = if session.runs.is_empty() && session.matches_model {
+        Some(
+            "the session says it matched the policy model, but it made no run: a session matches \
+             only once a run was made",
+        )
+    } else if !session.matches_model && failure.is_none() && !session.runs.is_empty() && claims_all
     {
-        find(
-            &["matches_model"],
+        Some(
             "the session says it did not match the policy model, but records no failure, and \
-             every run says it matched"
-                .into(),
-        );
+             every run says it matched",
+        )
+    } else {
+        None
+    };
+    if let Some(says) = says {
+        find(&["matches_model"], says.into());
     }
     findings
 }
