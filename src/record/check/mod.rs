@@ -76,6 +76,16 @@ pub(crate) struct RoomOfRun<'a> {
     pub(crate) run: usize,
 }
 
+impl<'a> RoomOfRun<'a> {
+    /// The room gates closed on this run's `mode` policy.
+    fn gates_of(&self, mode: Mode) -> impl Iterator<Item = &'a SavedRoomGate> {
+        let run = self.run;
+        self.gates
+            .iter()
+            .filter(move |g| (g.run, g.mode) == (run, mode))
+    }
+}
+
 /// Checks `report`, found at `prefix` in the file (`""`, or `/runs/<i>` in a classroom report);
 /// `room` is the room's part in it when it is a classroom session's run.
 pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str) -> Checked {

@@ -176,12 +176,7 @@ pub(super) fn stopped(
         answered(label) || (policy.work_events.iter()).any(|e| e.request == Some(label))
     };
     let unanswered = || Label::held(held).find(|&s| !answered(s));
-    let gated = || {
-        (room
-            .into_iter()
-            .flat_map(|room| room.gates.iter().map(move |g| (g, room))))
-        .any(|(g, room)| (g.run, g.mode) == (room.run, policy.mode))
-    };
+    let gated = || room.is_some_and(|room| room.gates_of(policy.mode).next().is_some());
     let contradiction = plan.iter().enumerate().find_map(|(k, &step)| {
         let which = if k == at { "that step" } else { "a later step" };
         match step {
