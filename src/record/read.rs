@@ -171,27 +171,22 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
                 .with_context(|| format!("{whole}: runs[{i}]"))
                 .map_err(refuse)?;
         }
-        for (i, room) in session.room_requests.iter().enumerate() {
-            let why = if !room.request.from_room() {
-                format!("is labelled {}, not R<n>", room.request)
-            } else if room.run >= session.runs.len() {
-                format!(
-                    "names run {}, but the session has {} runs",
-                    room.run + 1,
-                    session.runs.len()
-                )
-            } else {
-                continue;
+        // Each room request is one of the room's, and each request and gate names a run the
+        // session has.
+        let runs = session.runs.len();
+        let requests = (session.room_requests.iter().enumerate())
+            .map(|(i, r)| ("room_requests", i, r.run, Some(r.request)));
+        let gates =
+            (session.room_gates.iter().enumerate()).map(|(i, g)| ("room_gates", i, g.run, None));
+        for (list, i, run, request) in requests.chain(gates) {
+            let why = match request {
+                Some(request) if !request.from_room() => format!("is labelled {request}, not R<n>"),
+                _ if run >= runs => {
+                    format!("names run {}, but the session has {runs} runs", run + 1)
+                }
+                _ => continue,
             };
-            return Err(refuse(anyhow!("{whole}: room_requests[{i}] {why}")));
-        }
-        if let Some((i, gate)) =
-            (session.room_gates.iter().enumerate()).find(|(_, gate)| gate.run >= session.runs.len())
-        {
-            let (run, runs) = (gate.run + 1, session.runs.len());
-            return Err(refuse(anyhow!(
-                "{whole}: room_gates[{i}] names run {run}, but the session has {runs} runs"
-            )));
+            return Err(refuse(anyhow!("{whole}: {list}[{i}] {why}")));
         }
         return Ok(Saved::Classroom(session));
     }
