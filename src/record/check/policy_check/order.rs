@@ -89,16 +89,13 @@ impl<'a> PolicyCheck<'a> {
             _ => false,
         };
         if !(begins && ends || moments.is_empty() && self.cut_short) {
+            let listed: Vec<&str> = moments.iter().map(|m| m.name()).collect();
             self.find(
                 &["executor", "heartbeat"],
                 format!(
                     "the heartbeat is read once at the start and once just before the gate \
                      opens, first and last; its readings here are: {}",
-                    moments
-                        .iter()
-                        .map(|m| m.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    listed.join(", ")
                 ),
             );
         }
