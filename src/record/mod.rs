@@ -212,11 +212,8 @@ impl SessionRecord {
         // match needs a reason in the file itself (a failure, or a run that says it differed),
         // which `check::session` asks for.
         if session.matches_model && !(session.failure.is_none() && every_run) {
-            findings.push(Finding {
-                pointer: pointer(&["matches_model"]),
-                says: "the session says every run matched the policy model, but its runs do not"
-                    .into(),
-            });
+            let says = "the session says every run matched the policy model, but its runs do not";
+            findings.push(Finding::at("", &["matches_model"], says.into()));
         }
         if let Some(failure) = &session.failure {
             failed.get_or_insert_with(|| failure.clone());

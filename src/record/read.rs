@@ -21,7 +21,7 @@ const LAB: &str = "concurrency-isolation";
 
 /// The most a saved report may hold. A lab report is tens of kilobytes; the cap keeps a file
 /// that grows while it is read from being read into memory until the process runs out.
-const MAX_REPORT: usize = 16 << 20;
+const MAX_REPORT: u64 = 16 << 20;
 
 /// A saved report the record cannot be made from: the file could not be read, or it is not a
 /// report a run of the lab writes. The command line refuses it with exit status 2, as it
@@ -136,7 +136,7 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
         file: shell_word(path.as_os_str()),
         reason,
     };
-    let text = read_regular(path, MAX_REPORT).map_err(refuse)?;
+    let text = read_regular(path).map_err(refuse)?;
     let json: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
         // The lab's other formats, saved by mistake, are named for what they are.
         let start = String::from_utf8_lossy(&text[..text.len().min(64)]).into_owned();
@@ -171,27 +171,22 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
                 .with_context(|| format!("{whole}: runs[{i}]"))
                 .map_err(refuse)?;
         }
-        for (i, room) in session.room_requests.iter().enumerate() {
-            let why = if !room.request.from_room() {
-                format!("is labelled {}, not R<n>", room.request)
-            } else if room.run >= session.runs.len() {
-                format!(
-                    "names run {}, but the session has {} runs",
-                    room.run + 1,
-                    session.runs.len()
-                )
-            } else {
-                continue;
+        // Each room request is one of the room's, and each request and gate names a run the
+        // session has.
+        let runs = session.runs.len();
+        let requests = (session.room_requests.iter().enumerate())
+            .map(|(i, r)| ("room_requests", i, r.run, Some(r.request)));
+        let gates =
+            (session.room_gates.iter().enumerate()).map(|(i, g)| ("room_gates", i, g.run, None));
+        for (list, i, run, request) in requests.chain(gates) {
+            let why = match request {
+                Some(request) if !request.from_room() => format!("is labelled {request}, not R<n>"),
+                _ if run >= runs => {
+                    format!("names run {}, but the session has {runs} runs", run + 1)
+                }
+                _ => continue,
             };
-            return Err(refuse(anyhow!("{whole}: room_requests[{i}] {why}")));
-        }
-        if let Some((i, gate)) =
-            (session.room_gates.iter().enumerate()).find(|(_, gate)| gate.run >= session.runs.len())
-        {
-            let (run, runs) = (gate.run + 1, session.runs.len());
-            return Err(refuse(anyhow!(
-                "{whole}: room_gates[{i}] names run {run}, but the session has {runs} runs"
-            )));
+            return Err(refuse(anyhow!("{whole}: {list}[{i}] {why}")));
         }
         return Ok(Saved::Classroom(session));
     }
@@ -317,7 +312,7 @@ fn this_lab(lab: Option<&serde_json::Value>) -> anyhow::Result<()> {
     }
 }
 
-/// Up to `limit` bytes of the regular file at `path`, or why it cannot be read.
+/// Up to [`MAX_REPORT`] bytes of the regular file at `path`, or why it cannot be read.
 ///
 /// A FIFO, a socket or a device is refused at once, from its metadata, without being opened: an
 /// open of a FIFO with no writer would block, and a device may do something on open. Between that
@@ -325,10 +320,16 @@ fn this_lab(lab: Option<&serde_json::Value>) -> anyhow::Result<()> {
 /// (a FIFO's open returns at once; `O_NOCTTY` keeps a terminal from becoming ours) and the type
 /// of what was opened is checked again on the handle itself, which no rename can change.
 /// `O_NONBLOCK` changes nothing for a regular file's reads.
-fn read_regular(path: &Path, limit: usize) -> anyhow::Result<Vec<u8>> {
+fn read_regular(path: &Path) -> anyhow::Result<Vec<u8>> {
     let cannot = "cannot be read";
+    let too_large = || {
+        anyhow!(
+            "is larger than any lab report (over {} MiB)",
+            MAX_REPORT >> 20
+        )
+    };
     let regular = |metadata: &std::fs::Metadata| match kind(metadata) {
-        None if metadata.len() > limit as u64 => Err(too_large(limit)),
+        None if metadata.len() > MAX_REPORT => Err(too_large()),
         None => Ok(()),
         Some(kind) => Err(anyhow!(
             "is {kind}, not a report file: record reads regular files only"
@@ -339,17 +340,13 @@ fn read_regular(path: &Path, limit: usize) -> anyhow::Result<Vec<u8>> {
     regular(&file.metadata().context(cannot)?)?;
     let mut text = Vec::new();
     // One byte more than allowed says the file grew past the cap while it was read.
-    file.take(limit as u64 + 1)
+    file.take(MAX_REPORT + 1)
         .read_to_end(&mut text)
         .context(cannot)?;
-    if text.len() > limit {
-        return Err(too_large(limit));
+    if text.len() as u64 > MAX_REPORT {
+        return Err(too_large());
     }
     Ok(text)
-}
-
-fn too_large(limit: usize) -> anyhow::Error {
-    anyhow!("is larger than any lab report (over {} MiB)", limit >> 20)
 }
 
 /// What a file that is not a regular file is, in words; `None` for a regular file.

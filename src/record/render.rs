@@ -70,15 +70,12 @@ pub(crate) fn render(record: &Record) -> String {
             let _ = writeln!(out, "{indent}  {}", c.pointer);
         }
     }
-    let _ = writeln!(
-        out,
-        "\nThe run {} the policy model.",
-        if record.matches_model {
-            "matched"
-        } else {
-            "did NOT match"
-        }
-    );
+    let matched = if record.matches_model {
+        "matched"
+    } else {
+        "did NOT match"
+    };
+    let _ = writeln!(out, "\nThe run {matched} the policy model.");
     fill_in(&mut out);
     out
 }

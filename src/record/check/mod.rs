@@ -49,6 +49,14 @@ pub struct Finding {
     pub says: String,
 }
 
+impl Finding {
+    /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer).
+    pub(crate) fn at(prefix: &str, path: &[&str], says: String) -> Finding {
+        let pointer = format!("{prefix}{}", pointer(path));
+        Finding { pointer, says }
+    }
+}
+
 /// What the check of one lab report found.
 #[derive(Debug)]
 pub(crate) struct Checked {
@@ -68,12 +76,23 @@ pub(crate) struct RoomOfRun<'a> {
     pub(crate) run: usize,
 }
 
+impl<'a> RoomOfRun<'a> {
+    /// The room gates closed on this run's `mode` policy.
+    fn gates_of(&self, mode: Mode) -> impl Iterator<Item = &'a SavedRoomGate> {
+        let run = self.run;
+        self.gates
+            .iter()
+            .filter(move |g| (g.run, g.mode) == (run, mode))
+    }
+}
+
 /// Checks `report`, found at `prefix` in the file (`""`, or `/runs/<i>` in a classroom report);
 /// `room` is the room's part in it when it is a classroom session's run.
 pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str) -> Checked {
     let mut findings = Vec::new();
     let mut differences = Vec::new();
     let last = report.policies.len().saturating_sub(1);
+    let modes = report.inputs.mode.modes();
     // The policy the failure is said of: a run's failure names the policy it stopped.
     let failed = (report.failure.as_deref())
         .and_then(said_of)
@@ -93,46 +112,37 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             differences: Vec::new(),
         };
         check.run();
-        if !check.differences.is_empty() && i != last {
-            check.find(
-                &["model"],
-                "it differs from the model, yet another policy follows it: the lab stops at \
-                 the first policy that differs"
-                    .into(),
-            );
-        } else if !check.differences.is_empty() && failed.is_some_and(|m| m != policy.mode) {
-            check.find(
-                &["model"],
-                "it differs from the model, but the run's failure is another policy's: a \
-                 policy that differs ends its run with its own failure"
-                    .into(),
-            );
+        let misplaced = if i != last {
+            Some(
+                "it differs from the model, yet another policy follows it: the lab stops at the \
+                 first policy that differs",
+            )
+        } else if failed.is_some_and(|m| m != policy.mode) {
+            Some(
+                "it differs from the model, but the run's failure is another policy's: a policy \
+                 that differs ends its run with its own failure",
+            )
+        } else {
+            None
+        };
+        if let Some(says) = misplaced.filter(|_| !check.differences.is_empty()) {
+            check.find(&["model"], says.into());
         }
         if check.dropped > 0 {
-            check.findings.push(Finding {
-                pointer: check.base.clone(),
-                says: format!(
-                    "{}: and {} more contradictions, left out",
-                    policy.mode.name(),
-                    check.dropped
-                ),
-            });
+            let (mode, dropped) = (policy.mode.name(), check.dropped);
+            let says = format!("{mode}: and {dropped} more contradictions, left out");
+            check.findings.push(Finding::at(&check.base, &[], says));
         }
         findings.extend(check.findings);
         differences.push(check.differences);
     }
 
-    let mut find = |path: &[&str], says: String| {
-        let pointer = format!("{prefix}{}", pointer(path));
-        findings.push(Finding { pointer, says });
-    };
+    let mut find = |path: &[&str], says: String| findings.push(Finding::at(prefix, path, says));
     // The version is this one (`read` refuses another's).
     runner(report, &mut find);
     // A failure is said of the policy it stopped (the lab runs no policy after it), and a
     // caller that failed got no response.
-    if report.failure.is_some()
-        && !failed.is_some_and(|mode| report.inputs.mode.modes().contains(&mode))
-    {
+    if report.failure.is_some() && !failed.is_some_and(|mode| modes.contains(&mode)) {
         find(
             &["failure"],
             format!(
@@ -153,39 +163,31 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
         // it never ran, when the session ended first.
         let absent = named
             .map(|(mode, _)| mode)
-            .filter(|mode| report.inputs.mode.modes().contains(mode));
+            .filter(|mode| modes.contains(mode));
         if let (None, Some(absent)) = (&said, absent) {
             let mode = absent.name();
             let not_run = format!("{mode}: not run, the session ended before it");
-            let before = report
-                .inputs
-                .mode
-                .modes()
-                .iter()
-                .take_while(|&&m| m != absent);
-            let skipped = before
-                .copied()
-                .find(|m| !report.policies.iter().any(|p| p.mode == *m));
-            if room.is_none() || *failure != not_run {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure is the {mode} policy's, but the report has no {mode} \
-                         policy: the lab keeps the entry of a policy that fails"
-                    ),
-                );
-            } else if let Some(skipped) = skipped {
+            let mut before = modes.iter().copied().take_while(|&m| m != absent);
+            let skipped = before.find(|m| !report.policies.iter().any(|p| p.mode == *m));
+            let says = if room.is_none() || *failure != not_run {
+                Some(format!(
+                    "the failure is the {mode} policy's, but the report has no {mode} policy: the \
+                     lab keeps the entry of a policy that fails"
+                ))
+            } else {
                 // The closing session names the first policy still to run; each one before it
                 // was opened, and is kept.
-                find(
-                    &["failure"],
+                skipped.map(|skipped| {
                     format!(
                         "the failure says the {mode} policy was not run, but the report has no {} \
                          policy either, which runs before it: a session that ends names the first \
                          policy it did not open",
                         skipped.name()
-                    ),
-                );
+                    )
+                })
+            };
+            if let Some(says) = says {
+                find(&["failure"], says);
             }
         }
         if let Some((i, policy, rest)) = said {
@@ -232,51 +234,40 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 }
                 _ => None,
             });
-            if i != last {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure is the {mode} policy's, yet another policy follows it: the \
-                         lab stops at the first policy that fails"
-                    ),
-                );
+            let says = if i != last {
+                Some(format!(
+                    "the failure is the {mode} policy's, yet another policy follows it: the lab \
+                     stops at the first policy that fails"
+                ))
             } else if let Some((label, why)) = unsent {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {label}'s request failed, yet {mode} stopped before the \
-                         lab sent it: {why}"
-                    ),
-                );
+                Some(format!(
+                    "the failure says {label}'s request failed, yet {mode} stopped before the lab \
+                     sent it: {why}"
+                ))
             } else if let Some(label) = answered {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {label}'s request failed, yet {mode} records its \
-                         response"
-                    ),
-                );
+                Some(format!(
+                    "the failure says {label}'s request failed, yet {mode} records its response"
+                ))
             } else if let (Some(label), Some((dialled, server))) = (caller, elsewhere) {
-                find(
-                    &["failure"],
-                    format!(
-                        "the failure says {label} failed connecting to {dialled}, but {mode}'s \
-                         server listened on {}: a caller connects only to its own run's server",
-                        server.address
-                    ),
-                );
-            } else if let Some((label, seq)) = decided {
-                find(
-                    &["failure"],
+                Some(format!(
+                    "the failure says {label} failed connecting to {dialled}, but {mode}'s server \
+                     listened on {}: a caller connects only to its own run's server",
+                    server.address
+                ))
+            } else {
+                decided.map(|(label, seq)| {
                     format!(
                         "the failure says {label} could not connect, yet {mode}'s ledger has \
                          {label} at seq {seq}: a request never sent reaches no work section"
-                    ),
-                );
+                    )
+                })
+            };
+            if let Some(says) = says {
+                find(&["failure"], says);
             }
-        }
-        if let Some((_, policy, rest)) = said {
-            stopped(report, policy, rest, room, &mut find);
+            stopped(report, policy, rest, room, &mut |says| {
+                find(&["failure"], says)
+            });
         }
     }
     // A run that ran to the end and differs says so with its first difference, as re-checked.
@@ -332,7 +323,6 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 ),
             );
         }
-        let modes = report.inputs.mode.modes();
         if report.policies.len() < modes.len() {
             let ran: Vec<&str> = report.policies.iter().map(|p| p.mode.name()).collect();
             find(

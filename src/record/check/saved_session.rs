@@ -9,7 +9,6 @@ use crate::admission::ledger::{Event, WorkEvent};
 use crate::classroom::room::GAVE_UP;
 use crate::label::Label;
 use crate::policy::Mode;
-use crate::record::pointer;
 use crate::record::read::{SavedRoomGate, SavedRoomRequest, SavedSession};
 use crate::report::Report;
 
@@ -20,13 +19,9 @@ use super::{Finding, said_of};
 /// Checks a classroom session as a whole: its runs' shape, its room's gates and requests
 /// against the runs' ledgers, and its own verdict.
 pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
-    let mut findings = room_requests(session);
-    let mut find = |path: &[&str], says: String| {
-        findings.push(Finding {
-            pointer: pointer(path),
-            says,
-        })
-    };
+    let mut findings = Vec::new();
+    let mut find = |path: &[&str], says: String| findings.push(Finding::at("", path, says));
+    room_requests(session, &mut find);
     // One command line, one front and executor: `classroom --server/--work` apply to every
     // run, and a new run changes only its inputs.
     if let Some(first) = session.runs.first() {
@@ -82,13 +77,9 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
         }
     }
     // The session lists a run's room gates as it closes the run's policies, one after another.
-    let place = |run: usize, mode: Mode| {
-        let modes = session.runs.get(run).map(|r| r.inputs.mode.modes());
-        (run, modes.and_then(|m| m.iter().position(|&m| m == mode)))
-    };
     for (i, pair) in session.room_gates.windows(2).enumerate() {
         let [before, gate] = pair else { continue };
-        if place(gate.run, gate.mode) < place(before.run, before.mode) {
+        if place(session, gate.run, gate.mode) < place(session, before.run, before.mode) {
             find(
                 &["room_gates", &(i + 1).to_string()],
                 format!(
@@ -195,57 +186,58 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
         find(&["room_gates", &i.to_string()], why);
     }
     // A session's own failure is its close's (its page, its server, its journal): a run's is
-    // said in the run, of its policy.
-    if let Some((mode, _)) = session.failure.as_deref().and_then(said_of) {
+    // said in the run, of its policy, nor told in the words the record tells a run's in
+    // ("run 1: …").
+    let failure = session.failure.as_deref();
+    let run = failure.and_then(|f| f.strip_prefix("run ")?.split_once(": "));
+    let told = match (failure.and_then(said_of), run) {
+        (Some((mode, _)), _) => Some(format!("said of the {} policy", mode.name())),
+        (None, Some((run, _))) if run.parse::<usize>().is_ok() => {
+            Some(format!("told as run {run}'s"))
+        }
+        _ => None,
+    };
+    if let Some(told) = told {
         find(
             &["failure"],
             format!(
-                "the session's failure is said of the {} policy, but a session fails only as it \
-                 closes, for its page, server or journal; a run's failure is the run's own",
-                mode.name()
+                "the session's failure is {told}, but a session fails only as it closes, for its \
+                 page, server or journal; a run's failure is the run's own"
             ),
         );
     }
-    // Nor is it told in the words the record tells a run's in ("run 1: …").
-    if let Some(failure) = &session.failure
-        && let Some((run, _)) = failure
-            .strip_prefix("run ")
-            .and_then(|r| r.split_once(": "))
-        && run.parse::<usize>().is_ok()
-    {
-        find(
-            &["failure"],
-            format!(
-                "the session's failure is told as run {run}'s, but a session fails only as it \
-                 closes, for its page, server or journal; a run's failure is the run's own"
-            ),
-        );
-    }
-    if session.runs.is_empty() && session.matches_model {
-        find(
-            &["matches_model"],
-            "the session says it matched the policy model, but it made no run: a session \
-             matches only once a run was made"
-                .into(),
-        );
-    }
-    // The session's verdict is its runs' and its close's: it did not match only for a reason.
+    // The session's verdict is its runs' and its close's: it matched only once a run was made,
+    // and it did not match only for a reason.
     let claims_all = session.runs.iter().all(|r| r.matches_model);
-    if !session.matches_model && session.failure.is_none() && !session.runs.is_empty() && claims_all
+    let says = if session.runs.is_empty() && session.matches_model {
+        Some(
+            "the session says it matched the policy model, but it made no run: a session matches \
+             only once a run was made",
+        )
+    } else if !session.matches_model && failure.is_none() && !session.runs.is_empty() && claims_all
     {
-        find(
-            &["matches_model"],
+        Some(
             "the session says it did not match the policy model, but records no failure, and \
-             every run says it matched"
-                .into(),
-        );
+             every run says it matched",
+        )
+    } else {
+        None
+    };
+    if let Some(says) = says {
+        find(&["matches_model"], says.into());
     }
     findings
 }
 
+/// Where `mode` comes in the session's `run`: the run, then the policy's place in its run, for a
+/// policy of a run the session has.
+fn place(session: &SavedSession, run: usize, mode: Mode) -> (usize, Option<usize>) {
+    let modes = session.runs.get(run).map(|r| r.inputs.mode.modes());
+    (run, modes.and_then(|m| m.iter().position(|&m| m == mode)))
+}
+
 /// Checks the room's requests of a classroom session against the runs' ledgers.
-fn room_requests(session: &SavedSession) -> Vec<Finding> {
-    let mut findings = Vec::new();
+fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String)) {
     // The room's requests are numbered as they arrive, and go to the run open then: a later
     // number never reached an earlier run.
     let mut by_number: Vec<(u32, usize, usize)> = (session.room_requests.iter().enumerate())
@@ -254,24 +246,19 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             _ => None,
         })
         .collect();
-    // Where a run's policy comes in its run, for a policy of a run the session has.
-    let place = |r: &SavedRoomRequest| {
-        let modes = session.runs.get(r.run).map(|run| run.inputs.mode.modes());
-        modes.and_then(|m| m.iter().position(|&m| m == r.mode))
-    };
+    let order = |r: &SavedRoomRequest| place(session, r.run, r.mode);
     by_number.sort_unstable();
     // Listed as they end, and a run's policy ends with its requests answered or given up: a
     // later run's or policy's request is never listed before an earlier one's.
-    let order = |r: &SavedRoomRequest| (r.run, place(r));
     let listed = session
         .room_requests
         .windows(2)
         .position(|w| order(&w[1]) < order(&w[0]));
     if let Some(i) = listed {
         let (first, second) = (&session.room_requests[i], &session.room_requests[i + 1]);
-        findings.push(Finding {
-            pointer: pointer(&["room_requests", &(i + 1).to_string()]),
-            says: format!(
+        find(
+            &["room_requests", &(i + 1).to_string()],
+            format!(
                 "{} (run {}, {}) is listed after {} (run {}, {}), which came later: the room's \
                  requests are listed as they end, run after run and policy after policy",
                 second.request,
@@ -281,54 +268,49 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 first.run + 1,
                 first.mode.name()
             ),
-        });
+        );
     }
     // Each number the classroom gave is listed, answered or not: the request is listed even
     // when its student gives up.
     let mut numbers: Vec<u32> = by_number.iter().map(|&(n, _, _)| n).collect();
     numbers.dedup();
     if let Some(missing) = (1..).zip(numbers).find_map(|(k, n)| (k < n).then_some(k)) {
-        findings.push(Finding {
-            pointer: pointer(&["room_requests"]),
-            says: format!(
+        find(
+            &["room_requests"],
+            format!(
                 "no R{missing} is listed, but a later number is: the classroom numbers the room's \
                  requests 1, 2, … and lists each, answered or not"
             ),
-        });
+        );
     }
     for pair in by_number.windows(2) {
         let [(earlier, run, earlier_at), (later, later_run, i)] = pair else {
             continue;
         };
-        if later_run < run {
-            findings.push(Finding {
-                pointer: pointer(&["room_requests", &i.to_string()]),
-                says: format!(
-                    "R{later} reached run {}, but R{earlier}, numbered before it, reached run {}: \
-                     the room's requests are numbered as they arrive, run after run",
-                    later_run + 1,
-                    run + 1
-                ),
-            });
-        } else if later_run == run {
-            let (first, second) = (
-                &session.room_requests[*earlier_at],
-                &session.room_requests[*i],
-            );
-            if place(second) < place(first) {
-                findings.push(Finding {
-                    pointer: pointer(&["room_requests", &i.to_string()]),
-                    says: format!(
-                        "R{later} reached run {}'s {} policy, but R{earlier}, numbered before \
-                         it, reached its {} policy, which runs after it: the room's requests are \
-                         numbered as they arrive, policy after policy",
-                        run + 1,
-                        second.mode.name(),
-                        first.mode.name()
-                    ),
-                });
-            }
-        }
+        let (first, second) = (
+            &session.room_requests[*earlier_at],
+            &session.room_requests[*i],
+        );
+        let says = if later_run < run {
+            format!(
+                "R{later} reached run {}, but R{earlier}, numbered before it, reached run {}: the \
+                 room's requests are numbered as they arrive, run after run",
+                later_run + 1,
+                run + 1
+            )
+        } else if later_run == run && order(second) < order(first) {
+            format!(
+                "R{later} reached run {}'s {} policy, but R{earlier}, numbered before it, reached \
+                 its {} policy, which runs after it: the room's requests are numbered as they \
+                 arrive, policy after policy",
+                run + 1,
+                second.mode.name(),
+                first.mode.name()
+            )
+        } else {
+            continue;
+        };
+        find(&["room_requests", &i.to_string()], says);
     }
     // Each in the ledger of the run and policy it reached, and of no other.
     for (j, run) in session.runs.iter().enumerate() {
@@ -343,9 +325,9 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             ((listed.run, listed.mode) != (j, mode)).then_some((request, mode, listed))
         });
         if let Some((request, mode, listed)) = elsewhere {
-            findings.push(Finding {
-                pointer: pointer(&["runs", &j.to_string(), "policies"]),
-                says: format!(
+            find(
+                &["runs", &j.to_string(), "policies"],
+                format!(
                     "{request} is in the ledger of run {} ({}), but it reached run {} ({}): a \
                      room's request reaches one server",
                     j + 1,
@@ -353,7 +335,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                     listed.run + 1,
                     listed.mode.name()
                 ),
-            });
+            );
         }
     }
     // Listed as their answers came, each placed by the ledger's last seq then, with no wait in
@@ -364,9 +346,9 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             .entry((room.run, room.mode.name()))
             .or_insert(room.after_event);
         if room.after_event < *last {
-            findings.push(Finding {
-                pointer: pointer(&["room_requests", &i.to_string(), "after_event"]),
-                says: format!(
+            find(
+                &["room_requests", &i.to_string(), "after_event"],
+                format!(
                     "{} is listed after a request of run {}'s {} policy placed after event {}, but \
                      it is placed after event {}: the room's requests are listed as their answers \
                      came",
@@ -376,7 +358,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                     *last,
                     room.after_event
                 ),
-            });
+            );
         }
         *last = (*last).max(room.after_event);
     }
@@ -384,22 +366,18 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
     // Each policy's decisions by request, read once for all the room's requests.
     let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
     for (i, room) in session.room_requests.iter().enumerate() {
-        let mut find = |says: String| {
-            findings.push(Finding {
-                pointer: pointer(&["room_requests", &i.to_string()]),
-                says,
-            });
-        };
+        let at = i.to_string();
+        let mut here = |says: String| find(&["room_requests", &at], says);
         let request = room.request;
         if !seen.insert(request) {
-            find(format!(
+            here(format!(
                 "{request} is listed twice: the classroom numbers each request of the room once"
             ));
             continue;
         }
         let run = &session.runs[room.run];
         let Some(policy) = run.policies.iter().find(|p| p.mode == room.mode) else {
-            find(format!(
+            here(format!(
                 "{request} reached the {} policy of runs[{}], which has no such policy",
                 room.mode.name(),
                 room.run
@@ -418,11 +396,11 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             .copied();
         let last = policy.work_events.last().map_or(0, |e| e.seq);
         match (room.status, decided) {
-            (Some(_), _) if room.error.is_some() => find(format!(
+            (Some(_), _) if room.error.is_some() => here(format!(
                 "{request} has both an answer and an error: the classroom lists one or the other"
             )),
             // Listed when its student gave up or its run closed, at the ledger's last seq then.
-            (None, _) if room.error.is_some() && room.after_event > last => find(format!(
+            (None, _) if room.error.is_some() && room.after_event > last => here(format!(
                 "{request} is listed without an answer after event {}, but the ledger of runs[{}] \
                  ({}) ends at seq {last}",
                 room.after_event,
@@ -433,20 +411,20 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             (None, _) if let Some(error) = &room.error => {
                 let words = error == GAVE_UP || error.starts_with(&format!("{request}: "));
                 if room.body.is_some() {
-                    find(format!(
+                    here(format!(
                         "{request} is listed with a body but no answer: the classroom lists a \
                          body only with the status it came with"
                     ));
                 } else if !words {
-                    find(format!(
+                    here(format!(
                         "{request} is listed without an answer, for a reason no classroom gives: \
                          {error:?}; its student gave up, or its request failed, in the words of \
                          the run's client, which name it"
                     ));
                 }
             }
-            (None, _) => find(format!("{request} has neither an answer nor an error")),
-            (Some(status), None) => find(format!(
+            (None, _) => here(format!("{request} has neither an answer nor an error")),
+            (Some(status), None) => here(format!(
                 "{request}'s evidence says {status}, but the ledger of runs[{}] ({}) shows no \
                  admission decision for {request}",
                 room.run,
@@ -455,7 +433,7 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             (Some(status), Some(event)) => {
                 let body = room.body.as_ref().unwrap_or(&Value::Null);
                 if let Some(says) = answer_differs(request, status, body, event, room.route) {
-                    find(says);
+                    here(says);
                 }
                 // Answered once its work left the section (or once refused), within the run.
                 let events = &policy.work_events;
@@ -465,14 +443,14 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
                 let gate = policy.final_state.gate;
                 let left_as = left.map(|e| e.cancelled);
                 if let Some(says) = abandoned_differs(request, body, room.mode, gate, left_as) {
-                    find(says);
+                    here(says);
                 }
                 if let Some(left) = left.filter(|e| e.cancelled && status == 200) {
-                    find(answered_though_cancelled(request, left.seq));
+                    here(answered_though_cancelled(request, left.seq));
                 }
                 let earliest = left.unwrap_or(event).seq;
                 if !(earliest..=last).contains(&room.after_event) {
-                    find(format!(
+                    here(format!(
                         "{request} is answered after event {}, but the ledger of runs[{}] ({}) \
                          lets it be answered only from seq {earliest}, when its work {}, to its \
                          last event, seq {last}",
@@ -489,5 +467,4 @@ fn room_requests(session: &SavedSession) -> Vec<Finding> {
             }
         }
     }
-    findings
 }

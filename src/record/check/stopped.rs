@@ -54,7 +54,7 @@ pub(super) fn in_step(policy: &PolicyReport, seq: u64) -> Option<String> {
 
 /// Where a run stopped, as its failure (`rest`, said of `policy`) names it: unable to start
 /// (then it served nothing), closed before a step (the first it did not take), or stalled in
-/// one (a failed step ends the sequence).
+/// one (a failed step ends the sequence); `find` is told each way the failure is contradicted.
 /// Every step before it was taken, and none after it: a step's requests are sent only in it.
 /// Only a classroom closes a run early: the command line runs every step, or stops at one that
 /// fails. And no order of the instructor's reaches a run once it closes, so a run stopped
@@ -65,7 +65,7 @@ pub(super) fn stopped(
     policy: &PolicyReport,
     rest: &str,
     room: Option<&RoomOfRun<'_>>,
-    find: &mut impl FnMut(&[&str], String),
+    find: &mut impl FnMut(String),
 ) {
     let held = report.inputs.held;
     let plan: Vec<Planned> = Planned::all(held).collect();
@@ -82,26 +82,20 @@ pub(super) fn stopped(
             || !policy.observed.responses.is_empty()
             || policy.server.is_some();
         if served {
-            find(
-                &["failure"],
-                format!(
-                    "the failure says {mode} could not start ({what}), but it records a server, \
-                     work events or responses: a run that cannot start serves nothing"
-                ),
-            );
+            find(format!(
+                "the failure says {mode} could not start ({what}), but it records a server, \
+                 work events or responses: a run that cannot start serves nothing"
+            ));
         }
         return;
     }
     // Past its setup, a run's server started, and its summary is kept when it stops.
     if policy.server.is_none() {
-        find(
-            &["failure"],
-            format!(
-                "the failure says {mode} got past its setup, but it records no server: only a run \
-                 that could not start (its token, its front's runtime or its listener) has none, \
-                 and its failure says which"
-            ),
-        );
+        find(format!(
+            "the failure says {mode} got past its setup, but it records no server: only a run \
+             that could not start (its token, its front's runtime or its listener) has none, \
+             and its failure says which"
+        ));
         return;
     }
     // What each step waits for, in a stall's words.
@@ -119,21 +113,17 @@ pub(super) fn stopped(
     // The step it stopped at, and how: before it, in it, or before its runtime could start it.
     let (at, stop) = if says(closed(String::new())) {
         if room.is_none() {
-            find(
-                &["failure"],
-                format!(
-                    "the failure says {mode} was closed before its next step, but only a \
-                     classroom closes a run early: the command line runs every step, or stops at \
-                     one that fails"
-                ),
-            );
+            find(format!(
+                "the failure says {mode} was closed before its next step, but only a \
+                 classroom closes a run early: the command line runs every step, or stops at \
+                 one that fails"
+            ));
             return;
         }
         let Some(at) = plan.iter().position(|&p| says(closed(p.to_string()))) else {
-            find(
-                &["failure"],
-                format!("the failure names a step that is not in {mode}'s sequence"),
-            );
+            find(format!(
+                "the failure names a step that is not in {mode}'s sequence"
+            ));
             return;
         };
         (at, Stop::Before)
@@ -142,15 +132,12 @@ pub(super) fn stopped(
         // Before S1's step sends S1, and only where the front has a runtime of its own.
         let (front, executor) = (report.runner.front, report.executor);
         if !executor.front_runtime(front) {
-            find(
-                &["failure"],
-                format!(
-                    "the failure says {mode}'s front runtime ran no heartbeat, but the {} \
-                     front{} has no runtime of its own to run one",
-                    front.name(),
-                    on_executor(executor)
-                ),
-            );
+            find(format!(
+                "the failure says {mode}'s front runtime ran no heartbeat, but the {} front{} has \
+                 no runtime of its own to run one",
+                front.name(),
+                on_executor(executor)
+            ));
             return;
         }
         (0, Stop::Unstarted)
@@ -165,10 +152,7 @@ pub(super) fn stopped(
                 } else {
                     format!(", but not{within}: the run's safety timeout, which bounds every wait")
                 };
-                find(
-                    &["failure"],
-                    format!("the failure says {mode} stalled{why}"),
-                );
+                find(format!("the failure says {mode} stalled{why}"));
             }
             return;
         };
@@ -178,14 +162,11 @@ pub(super) fn stopped(
             && !says(stalled(waited::FOREIGN.into()))
             && policy.observed.observer_before_fast.is_none()
         {
-            find(
-                &["failure"],
-                format!(
-                    "the failure says {mode} stalled waiting for F1, but it records no snapshot \
-                     of the section before F1 (observer_before_fast), which its step takes \
-                     before it sends F1"
-                ),
-            );
+            find(format!(
+                "the failure says {mode} stalled waiting for F1, but it records no snapshot of \
+                 the section before F1 (observer_before_fast), which its step takes before it \
+                 sends F1"
+            ));
         }
         (at, Stop::In)
     };
@@ -195,12 +176,7 @@ pub(super) fn stopped(
         answered(label) || (policy.work_events.iter()).any(|e| e.request == Some(label))
     };
     let unanswered = || Label::held(held).find(|&s| !answered(s));
-    let gated = || {
-        (room
-            .into_iter()
-            .flat_map(|room| room.gates.iter().map(move |g| (g, room))))
-        .any(|(g, room)| (g.run, g.mode) == (room.run, policy.mode))
-    };
+    let gated = || room.is_some_and(|room| room.gates_of(policy.mode).next().is_some());
     let contradiction = plan.iter().enumerate().find_map(|(k, &step)| {
         let which = if k == at { "that step" } else { "a later step" };
         match step {
@@ -241,10 +217,7 @@ pub(super) fn stopped(
                 "stopped as its front's runtime ran no heartbeat, before its step \"{step}\""
             ),
         };
-        find(
-            &["failure"],
-            format!("the failure says {mode} {stop}, but {why}"),
-        );
+        find(format!("the failure says {mode} {stop}, but {why}"));
     }
 }
 

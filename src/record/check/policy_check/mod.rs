@@ -13,7 +13,6 @@ use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
 use crate::policy::{Policy, Route};
-use crate::record::pointer;
 use crate::report::{PolicyReport, Report};
 
 use super::answers::unreached;
@@ -167,10 +166,7 @@ impl<'a> PolicyCheck<'a> {
             return;
         }
         let says = format!("{}: {says}", self.policy.mode.name());
-        self.findings.push(Finding {
-            pointer: format!("{}{}", self.base, pointer(path)),
-            says,
-        });
+        self.findings.push(Finding::at(&self.base, path, says));
     }
 
     /// The route `request` was sent to: its own, or for a room request the one the classroom
@@ -478,17 +474,17 @@ impl<'a> PolicyCheck<'a> {
             None => 0,
             Some(_) => waiting.len() as u64 + u64::from(failed.is_none()),
         };
-        if file.client_tasks_aborted > abortable {
+        let aborted = file.client_tasks_aborted;
+        if aborted > abortable {
             self.find(
                 &["client_tasks_aborted"],
                 format!(
-                    "client_tasks_aborted is {}, but the run starts at most {callers} callers \
-                     (each slow request's, and F1's where it waits for the release), and {joined} \
-                     of them were answered: at most {abortable} could be aborted",
-                    file.client_tasks_aborted
+                    "client_tasks_aborted is {aborted}, but the run starts at most {callers} \
+                     callers (each slow request's, and F1's where it waits for the release), and \
+                     {joined} of them were answered: at most {abortable} could be aborted"
                 ),
             );
-        } else if self.cut_short && file.client_tasks_aborted > still_waiting {
+        } else if self.cut_short && aborted > still_waiting {
             let why = match (&file.server, failed) {
                 (None, _) => "its server never started, and no caller is sent before".to_owned(),
                 (Some(_), Some(failed)) => format!(
@@ -503,9 +499,8 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["client_tasks_aborted"],
                 format!(
-                    "client_tasks_aborted is {}, but the close aborts only the callers still \
-                     waiting, at most {still_waiting}: {why}",
-                    file.client_tasks_aborted
+                    "client_tasks_aborted is {aborted}, but the close aborts only the callers \
+                     still waiting, at most {still_waiting}: {why}"
                 ),
             );
         }

@@ -89,16 +89,13 @@ impl<'a> PolicyCheck<'a> {
             _ => false,
         };
         if !(begins && ends || moments.is_empty() && self.cut_short) {
+            let listed: Vec<&str> = moments.iter().map(|m| m.name()).collect();
             self.find(
                 &["executor", "heartbeat"],
                 format!(
                     "the heartbeat is read once at the start and once just before the gate \
                      opens, first and last; its readings here are: {}",
-                    moments
-                        .iter()
-                        .map(|m| m.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    listed.join(", ")
                 ),
             );
         }
@@ -165,28 +162,24 @@ impl<'a> PolicyCheck<'a> {
             true => held_names.starts_with(&read_names),
             false => read_names == held_names,
         };
-        if !agrees {
-            self.find(
-                &["executor", "heartbeat"],
-                format!(
-                    "the heartbeat is read after each slow request is held, in order: the ledger \
-                     holds {} before the release, the readings name {}",
-                    labels(&names(&held)),
-                    labels(&names(&read_held))
-                ),
-            );
-        } else if let Some(((request, at), (_, seq))) = read_held
-            .iter()
-            .zip(&held)
-            .find(|((_, at), (_, seq))| at < seq)
-        {
-            self.find(
-                &["executor", "heartbeat"],
+        let early = (read_held.iter().zip(&held)).find(|((_, at), (_, seq))| at < seq);
+        let says = if !agrees {
+            Some(format!(
+                "the heartbeat is read after each slow request is held, in order: the ledger holds \
+                 {} before the release, the readings name {}",
+                labels(&held_names),
+                labels(&read_names)
+            ))
+        } else {
+            early.map(|((request, at), (_, seq))| {
                 format!(
                     "the heartbeat is read after {request} is held, after event {at}, but the \
                      ledger holds {request} only at seq {seq}"
-                ),
-            );
+                )
+            })
+        };
+        if let Some(says) = says {
+            self.find(&["executor", "heartbeat"], says);
         }
         // One thread takes the work queued for it first in, first out, and the lab sends each
         // request only once the one before it is seen queued.

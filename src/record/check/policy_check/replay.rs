@@ -11,7 +11,6 @@ use crate::evidence::{Decision, Moment, Phase};
 use crate::executor::{Lane, LaneThreads};
 use crate::label::Label;
 use crate::policy::{Front, Pool, Route};
-use crate::record::read::SavedRoomGate;
 
 use super::{Decided, PolicyCheck, Replayed, Watch};
 
@@ -434,11 +433,10 @@ impl<'a> PolicyCheck<'a> {
         &self,
         request: Label,
     ) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
-        let (room, mode) = (self.room.filter(|_| request.from_room()), self.policy.mode);
-        let gates = room.into_iter().flat_map(move |room| {
-            let ours = move |g: &&SavedRoomGate| (g.run, g.mode) == (room.run, mode);
-            room.gates.iter().filter(ours)
-        });
+        let room = self.room.filter(|_| request.from_room());
+        let gates = room
+            .into_iter()
+            .flat_map(|room| room.gates_of(self.policy.mode));
         gates.map(|g| (g.closed_after_event, g.opened_after_event))
     }
 
