@@ -23,4 +23,4 @@ pub(crate) use local::LocalRedis;
 pub(crate) use permits::Fence;
 pub use permits::{Effect, WorkEnd};
 pub(crate) use permits::{GlobalError, GlobalPermits, Hold, Holder, Lease};
-pub(crate) use url::LoopbackUrl;
+pub use url::LoopbackUrl;

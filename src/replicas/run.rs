@@ -7,6 +7,7 @@
 //! engine's answer, under the safety timeout. The only timer that paces anything spaces the
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -208,11 +209,7 @@ impl ReplicasRun {
             };
             self.evidence.sent.push(sent);
         }
-        self.evidence.held_at_once = self
-            .replicas
-            .iter()
-            .map(|r| (r.id, r.inside.clone()))
-            .collect();
+        self.evidence.held_at_once = self.in_sections();
         if self.permits.is_some() {
             let holders = self.engine_holders("reading who holds the permits").await?;
             if let Some(engine) = &mut self.evidence.engine {
@@ -255,6 +252,12 @@ impl ReplicasRun {
         pace.clamp(Duration::from_millis(5), Duration::from_millis(50))
     }
 
+    /// The requests inside each live replica's work section, by its own ledger.
+    fn in_sections(&self) -> BTreeMap<ReplicaId, Vec<Label>> {
+        let live = self.replicas.iter().filter(|r| r.front.is_some());
+        live.map(|r| (r.id, r.inside.clone())).collect()
+    }
+
     fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica> {
         self.replicas
             .iter_mut()
@@ -265,7 +268,7 @@ impl ReplicasRun {
     async fn start_engine(&mut self) -> Result<()> {
         let (url, local) = match self.inputs.global {
             Engine::Off => return Ok(()),
-            Engine::Url(url) => (url.loopback(), None),
+            Engine::Url(url) => (url, None),
             Engine::Local => {
                 let redis = LocalRedis::start()
                     .await
@@ -604,12 +607,7 @@ impl ReplicasRun {
             Err(why) => Err(why),
         };
         let admitted_after_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
-        let in_sections = self
-            .replicas
-            .iter()
-            .filter(|r| r.front.is_some())
-            .map(|r| (r.id, r.inside.clone()))
-            .collect();
+        let in_sections = self.in_sections();
         let engine_holders = match &ended {
             Ok(()) => {
                 self.engine_holders("reading who holds the permits during the pause")
@@ -668,7 +666,7 @@ impl ReplicasRun {
             ..CrashEvidence::default()
         });
         let limit = if plan.lapses {
-            self.lease() + timeout
+            self.lapse_limit()
         } else {
             self.options.leak_watch
         };
