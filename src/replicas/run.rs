@@ -167,7 +167,8 @@ struct Replica {
     paused: bool,
     /// When the run began: lease losses and answers are timed from it.
     started: Instant,
-    /// The run's safety timeout: how long a process that ended may take to be reaped.
+    /// The run's safety timeout: how long a process that ended may take to be reaped, and a
+    /// reported lost lease to come.
     safety_timeout: Duration,
     evidence: ReplicaEvidence,
 }
@@ -431,14 +432,13 @@ impl ReplicasRun {
         replica: ReplicaId,
         request: Label,
     ) -> Result<Sent> {
-        let timeout = self.timeout();
         let local = self.local.as_ref();
         let local = local.context("stalling Redis needs --global local")?;
         local.stall(true).context("cannot stop redis-server")?;
         let first = ReplicaId::round_robin(1, self.inputs.replicas);
         let waited = async {
             self.replica(replica)?.send(request);
-            self.replica(first)?.await_loss(timeout).await
+            self.replica(first)?.await_loss().await
         };
         let waited = waited.await;
         if let Some(local) = &self.local {
@@ -462,7 +462,6 @@ impl ReplicasRun {
 
     /// What a test breaks once every request is decided (its hooks say what).
     async fn inject(&mut self) -> Result<()> {
-        let timeout = self.timeout();
         let hooks = self.options.hooks.clone();
         if hooks.holders_deleted() {
             let permits = self.permits.as_ref();
@@ -473,7 +472,7 @@ impl ReplicasRun {
                 .context("deleting the holders")?;
             // Each replica holding permits, by its own ledger.
             for replica in self.replicas.iter_mut().filter(|r| !r.inside.is_empty()) {
-                replica.await_loss(timeout).await?;
+                replica.await_loss().await?;
             }
         }
         if let Some(id) = hooks.replica_starved() {
@@ -511,7 +510,6 @@ impl ReplicasRun {
     /// names its holders (read at the probes' pace), then continues it and waits for it to
     /// report its leases lost.
     async fn starve(&mut self, id: ReplicaId) -> Result<()> {
-        let timeout = self.timeout();
         self.stop_unannounced(id).await?;
         let lapsed = format!("{id}'s holders did not lapse while it was stopped");
         let lapsed = self
@@ -524,7 +522,7 @@ impl ReplicasRun {
                 .with_context(|| format!("cannot continue {id}"))?;
         }
         lapsed?;
-        replica.await_loss(timeout).await
+        replica.await_loss().await
     }
 
     /// Reads Redis's holders at the probes' pace until it names none that `matches`; fails
@@ -899,9 +897,9 @@ impl Replica {
         });
     }
 
-    /// Reads the replica's messages until it reports a lease lost (under `timeout`).
-    async fn await_loss(&mut self, timeout: Duration) -> Result<()> {
-        let id = self.id;
+    /// Reads the replica's messages until it reports a lease lost (under the safety timeout).
+    async fn await_loss(&mut self) -> Result<()> {
+        let (id, timeout) = (self.id, self.safety_timeout);
         let before = self.evidence.lease_losses.len();
         let waited = tokio::time::timeout(timeout, async {
             while self.evidence.lease_losses.len() == before {
