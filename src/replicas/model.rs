@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{CrashEvidence, EngineHolder, PauseEvidence, ReplicasEvidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
-use crate::front_process::{Effect, LossCause, WorkEnd};
 use crate::label::Label;
+use crate::redis_pool::{Effect, LossCause, WorkEnd};
 
 /// What the inputs predict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

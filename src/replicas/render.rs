@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use crate::draw::table::{self, columns, labels};
 use crate::evidence::Decision;
-use crate::front_process::Effect;
+use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
 use crate::replicas::model::{end_effect, until_admitted};
 use crate::replicas::report::late_effect;

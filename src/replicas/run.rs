@@ -890,7 +890,7 @@ impl Replica {
     }
 
     /// Records a lease the replica found lost.
-    fn lost(&mut self, loss: crate::front_process::LeaseLoss) {
+    fn lost(&mut self, loss: crate::redis_pool::LeaseLoss) {
         self.evidence.lease_losses.push(LapseSeen {
             loss,
             seen_at_ms: millis(self.started.elapsed()),
