@@ -520,19 +520,14 @@ pub struct Dependency {
 impl Dependency {
     /// The account of `effects`, in the dependency's order.
     pub(crate) fn of(effects: &[Effect]) -> Dependency {
-        let slots: BTreeSet<u64> = effects
-            .iter()
-            .filter(|e| e.accepted)
-            .map(|e| e.fence.slot)
-            .collect();
-        let stale_accepted: Vec<Effect> = effects
-            .iter()
-            .filter(|e| e.accepted && e.fence.token < e.newest)
-            .cloned()
-            .collect();
+        let (accepted, refused): (Vec<&Effect>, Vec<&Effect>) =
+            effects.iter().partition(|e| e.accepted);
+        let slots: BTreeSet<u64> = accepted.iter().map(|e| e.fence.slot).collect();
+        let stale = accepted.iter().filter(|e| e.fence.token < e.newest);
+        let stale_accepted: Vec<Effect> = stale.map(|&e| e.clone()).collect();
         Dependency {
-            accepted: effects.iter().filter(|e| e.accepted).count(),
-            refused: effects.iter().filter(|e| !e.accepted).cloned().collect(),
+            accepted: accepted.len(),
+            refused: refused.into_iter().cloned().collect(),
             standing_at_most: slots.len() + stale_accepted.len(),
             stale_accepted,
         }
