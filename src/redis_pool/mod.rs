@@ -15,9 +15,8 @@ mod url;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use lease::LeaseLoss;
 pub use lease::LossCause;
-pub(crate) use lease::{HeldLease, Losses};
+pub(crate) use lease::{HeldLease, LeaseLoss, Losses};
 pub(crate) use local::LocalRedis;
 #[cfg(test)]
 pub(crate) use permits::Fence;
