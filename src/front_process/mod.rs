@@ -40,7 +40,6 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use crate::redis_pool::{Effect, LeaseLoss, LossCause, WorkEnd};
 pub(crate) use parent::{FrontError, FrontProcess, StoppedFront};
 pub use protocol::FrontSpec;
 pub(crate) use protocol::{FromFront, GlobalSpec, Stream};

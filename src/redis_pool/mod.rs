@@ -15,12 +15,11 @@ mod url;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use lease::LeaseLoss;
 pub use lease::LossCause;
-pub(crate) use lease::{HeldLease, Losses};
+pub(crate) use lease::{HeldLease, LeaseLoss, Losses};
 pub(crate) use local::LocalRedis;
 #[cfg(test)]
 pub(crate) use permits::Fence;
 pub use permits::{Effect, WorkEnd};
 pub(crate) use permits::{GlobalError, GlobalPermits, Hold, Holder, Lease};
-pub(crate) use url::LoopbackUrl;
+pub use url::LoopbackUrl;

@@ -118,9 +118,7 @@ fn valid_name(s: &str, also: &[u8]) -> bool {
 /// A holder and the Redis time (ms since the Unix epoch) its lease ends; `None`: no lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Holding {
-    /// Who holds the permit.
     pub(crate) holder: Holder,
-    /// When its lease ends, in Redis time; `None` when it has no lease.
     pub(crate) expires_at_ms: Option<u64>,
 }
 
@@ -216,10 +214,7 @@ pub(crate) enum Hold {
     /// Admitted; the lease is renewed until it is released or dropped.
     Held(HeldLease),
     /// Refused, naming the holders (a replica's refusal names no time).
-    Refused {
-        /// The holders when it was refused.
-        holders: Vec<Holding>,
-    },
+    Refused { holders: Vec<Holding> },
 }
 
 /// What went wrong with the global permits. A refusal is not an error: it is a [`TryAcquire::Refused`].
@@ -229,14 +224,11 @@ pub(crate) enum GlobalError {
     Invalid(String),
     /// Redis could not be reached, or failed or timed out while `doing` something.
     Redis {
-        /// What was being done.
         doing: &'static str,
-        /// The client's error.
         source: RedisError,
     },
     /// Redis answered something the scripts never return.
     Reply {
-        /// What was being done.
         doing: &'static str,
         /// What was wrong with the answer.
         detail: String,
@@ -245,7 +237,6 @@ pub(crate) enum GlobalError {
     AlreadyHeld(Holder),
     /// Another replica of the run recorded other settings.
     Mismatch {
-        /// The run.
         run: String,
         /// This replica's settings.
         ours: String,

@@ -21,7 +21,7 @@ use anyhow::{Context, bail};
 /// `unix://` is not TCP), user names and passwords, a database path (`/0`), a query or a
 /// fragment: the lab namespaces its keys by run, on database 0, with no authentication.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LoopbackUrl {
+pub struct LoopbackUrl {
     addr: SocketAddr,
 }
 

@@ -12,9 +12,9 @@ use crate::admission::audit::PoolLedger;
 use crate::admission::section::FinalState;
 use crate::admission::shared_pool::Released;
 use crate::evidence::Decision;
-use crate::front_process::{Effect, LeaseLoss};
 use crate::label::Label;
 use crate::policy::Pool;
+use crate::redis_pool::{Effect, LeaseLoss};
 
 /// Everything a run observed. A part a failed run never reached is `None` or empty.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

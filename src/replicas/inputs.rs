@@ -24,17 +24,7 @@ pub enum Engine {
     /// One Redis-backed semaphore on a private `redis-server` the run starts and stops.
     Local,
     /// One Redis-backed semaphore on the Redis at this loopback URL.
-    Url(RedisUrl),
-}
-
-/// A `redis://` URL on this machine, checked (see `src/redis_pool/url.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RedisUrl(LoopbackUrl);
-
-impl RedisUrl {
-    pub(crate) fn loopback(self) -> LoopbackUrl {
-        self.0
-    }
+    Url(LoopbackUrl),
 }
 
 impl Engine {
@@ -52,7 +42,7 @@ impl FromStr for Engine {
             "off" => Ok(Engine::Off),
             "local" => Ok(Engine::Local),
             url if url.contains("://") => match LoopbackUrl::parse(url) {
-                Ok(url) => Ok(Engine::Url(RedisUrl(url))),
+                Ok(url) => Ok(Engine::Url(url)),
                 // clap and serde print this error with `{}`, which shows anyhow's outermost
                 // context alone: the URL's refusal goes whole, as one message.
                 Err(refused) => Err(anyhow!("{refused:#}")),
@@ -67,7 +57,7 @@ impl fmt::Display for Engine {
         match self {
             Engine::Off => f.write_str("off"),
             Engine::Local => f.write_str("local"),
-            Engine::Url(url) => url.0.fmt(f),
+            Engine::Url(url) => url.fmt(f),
         }
     }
 }

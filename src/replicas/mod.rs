@@ -29,7 +29,7 @@ pub(crate) mod run;
 pub use inputs::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicaId, ReplicasInputs, Requests};
 pub use report::ReplicasReport;
 // What a replicas report carries, named where the report is.
-pub use crate::redis_pool::{Effect, LossCause, WorkEnd};
+pub use crate::redis_pool::{Effect, LoopbackUrl, LossCause, WorkEnd};
 pub use evidence::Sent;
 pub use model::{CountedAt, Lapsed, OverAdmission};
 pub use run::{ReplicasHooks, ReplicasOptions, run, run_with};

@@ -19,8 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::evidence::{CrashEvidence, EngineHolder, PauseEvidence, ReplicasEvidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::evidence::Decision;
-use crate::front_process::{Effect, LossCause, WorkEnd};
 use crate::label::Label;
+use crate::redis_pool::{Effect, LossCause, WorkEnd};
 
 /// What the inputs predict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -520,27 +520,32 @@ pub struct Dependency {
 impl Dependency {
     /// The account of `effects`, in the dependency's order.
     pub(crate) fn of(effects: &[Effect]) -> Dependency {
-        let slots: BTreeSet<u64> = effects
-            .iter()
-            .filter(|e| e.accepted)
-            .map(|e| e.fence.slot)
-            .collect();
-        let stale_accepted: Vec<Effect> = effects
-            .iter()
-            .filter(|e| e.accepted && e.fence.token < e.newest)
-            .cloned()
-            .collect();
+        let (accepted, refused): (Vec<&Effect>, Vec<&Effect>) =
+            effects.iter().partition(|e| e.accepted);
+        let slots: BTreeSet<u64> = accepted.iter().map(|e| e.fence.slot).collect();
+        let stale = accepted.iter().filter(|e| e.fence.token < e.newest);
+        let stale_accepted: Vec<Effect> = stale.map(|&e| e.clone()).collect();
         Dependency {
-            accepted: effects.iter().filter(|e| e.accepted).count(),
-            refused: effects.iter().filter(|e| !e.accepted).cloned().collect(),
+            accepted: accepted.len(),
+            refused: refused.into_iter().cloned().collect(),
             standing_at_most: slots.len() + stale_accepted.len(),
             stale_accepted,
         }
     }
 }
 
+fn names_of(holders: &[EngineHolder]) -> BTreeSet<&str> {
+    holders.iter().map(|h| h.holder.as_str()).collect()
+}
+
+/// The first of `refused` that names none of `holders`.
+fn naming_none<'a>(refused: &'a [Sent], holders: &BTreeSet<&str>) -> Option<&'a Sent> {
+    let names = |p: &Sent| p.held_by.iter().any(|h| holders.contains(h.as_str()));
+    refused.iter().find(|p| !names(p))
+}
+
 fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mut Vec<String>) {
-    let paused: BTreeSet<&str> = pause.holders.iter().map(|h| h.holder.as_str()).collect();
+    let paused = names_of(&pause.holders);
     if paused.len() != plan.over_admitted {
         wrong.push(format!(
             "the paused replica held {} permits, expected {}",
@@ -560,11 +565,7 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
             plan.over_admitted
         ));
     }
-    let (before, _) = until_admitted(&pause.probes);
-    if let Some(probe) = before
-        .iter()
-        .find(|p| !p.held_by.iter().any(|b| paused.contains(b.as_str())))
-    {
+    if let Some(probe) = naming_none(until_admitted(&pause.probes).0, &paused) {
         wrong.push(format!(
             "{} was refused before any paused holder lapsed without naming one",
             probe.request
@@ -596,11 +597,7 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
 }
 
 fn check_crash(plan: &CrashPlan, crash: &CrashEvidence, wrong: &mut Vec<String>) {
-    let dead: BTreeSet<&str> = crash
-        .dead_holders
-        .iter()
-        .map(|h| h.holder.as_str())
-        .collect();
+    let dead = names_of(&crash.dead_holders);
     if dead.is_empty() {
         wrong.push(format!("{} held no permit when it was killed", plan.killed));
     }
@@ -608,10 +605,7 @@ fn check_crash(plan: &CrashPlan, crash: &CrashEvidence, wrong: &mut Vec<String>)
     if refused.is_empty() {
         wrong.push("no probe was refused after the kill".into());
     }
-    if let Some(probe) = refused
-        .iter()
-        .find(|p| !p.held_by.iter().any(|h| dead.contains(h.as_str())))
-    {
+    if let Some(probe) = naming_none(refused, &dead) {
         wrong.push(format!(
             "{} was refused after the kill without naming a dead holder",
             probe.request

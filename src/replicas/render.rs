@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use crate::draw::table::{self, columns, labels};
 use crate::evidence::Decision;
-use crate::front_process::Effect;
+use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
 use crate::replicas::model::{end_effect, until_admitted};
 use crate::replicas::report::late_effect;
@@ -280,17 +280,21 @@ fn number_word(n: usize) -> String {
 }
 
 fn holders(holders: &[EngineHolder]) -> String {
-    if holders.is_empty() {
-        return "none".into();
+    let named = holders.iter().map(|h| match h.lease_left_ms {
+        Some(ms) => format!("{} ({ms} ms of lease left)", h.holder),
+        None => format!("{} (no lease)", h.holder),
+    });
+    joined(named, ", ")
+}
+
+/// `items` joined by `separator`, or `none`.
+fn joined(items: impl IntoIterator<Item = impl Into<String>>, separator: &str) -> String {
+    let items: Vec<String> = items.into_iter().map(Into::into).collect();
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(separator)
     }
-    let named: Vec<String> = holders
-        .iter()
-        .map(|h| match h.lease_left_ms {
-            Some(ms) => format!("{} ({ms} ms of lease left)", h.holder),
-            None => format!("{} (no lease)", h.holder),
-        })
-        .collect();
-    named.join(", ")
 }
 
 /// The pause and the crash: each window next to the lease, then what it means.
@@ -351,11 +355,7 @@ fn leases(report: &ReplicasReport) -> String {
         } else {
             String::new()
         };
-        let engine = if pause.engine_holders.is_empty() {
-            "none".to_owned()
-        } else {
-            pause.engine_holders.join(" ")
-        };
+        let engine = joined(pause.engine_holders.iter().map(String::as_str), " ");
         let lesson = report.matches_model;
         let mut note = format!(
             "Pause: {paused} was stopped (SIGSTOP) holding {}.",
@@ -531,15 +531,8 @@ fn ledgers(report: &ReplicasReport) -> String {
             r.permits.as_ref().map_or("-".into(), |p| labels(&p.lapsed))
         }),
         ("signals", |r| {
-            if r.signals.is_empty() {
-                "none".into()
-            } else {
-                r.signals
-                    .iter()
-                    .map(|s| s.split(':').next().unwrap_or(s).to_owned())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
+            let names = r.signals.iter().map(|s| s.split(':').next().unwrap_or(s));
+            joined(names, ", ")
         }),
         ("process", |r| {
             let exit = r.exit.as_deref().unwrap_or("-");

@@ -75,7 +75,7 @@ impl OverAdmission {
 }
 
 /// What the dependency did with a holder's last write, in words.
-pub(crate) fn late_effect(effect: &crate::front_process::Effect) -> String {
+pub(crate) fn late_effect(effect: &crate::redis_pool::Effect) -> String {
     let (holder, token, slot) = (&effect.holder, effect.fence.token, effect.fence.slot);
     match (effect.accepted, effect.newest > token) {
         (false, _) => format!(

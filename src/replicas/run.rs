@@ -7,6 +7,7 @@
 //! engine's answer, under the safety timeout. The only timer that paces anything spaces the
 //! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -166,7 +167,8 @@ struct Replica {
     paused: bool,
     /// When the run began: lease losses and answers are timed from it.
     started: Instant,
-    /// The run's safety timeout: how long a process that ended may take to be reaped.
+    /// The run's safety timeout: how long a process that ended may take to be reaped, and a
+    /// reported lost lease to come.
     safety_timeout: Duration,
     evidence: ReplicaEvidence,
 }
@@ -208,11 +210,7 @@ impl ReplicasRun {
             };
             self.evidence.sent.push(sent);
         }
-        self.evidence.held_at_once = self
-            .replicas
-            .iter()
-            .map(|r| (r.id, r.inside.clone()))
-            .collect();
+        self.evidence.held_at_once = self.in_sections();
         if self.permits.is_some() {
             let holders = self.engine_holders("reading who holds the permits").await?;
             if let Some(engine) = &mut self.evidence.engine {
@@ -255,6 +253,12 @@ impl ReplicasRun {
         pace.clamp(Duration::from_millis(5), Duration::from_millis(50))
     }
 
+    /// The requests inside each live replica's work section, by its own ledger.
+    fn in_sections(&self) -> BTreeMap<ReplicaId, Vec<Label>> {
+        let live = self.replicas.iter().filter(|r| r.front.is_some());
+        live.map(|r| (r.id, r.inside.clone())).collect()
+    }
+
     fn replica(&mut self, id: ReplicaId) -> Result<&mut Replica> {
         self.replicas
             .iter_mut()
@@ -265,7 +269,7 @@ impl ReplicasRun {
     async fn start_engine(&mut self) -> Result<()> {
         let (url, local) = match self.inputs.global {
             Engine::Off => return Ok(()),
-            Engine::Url(url) => (url.loopback(), None),
+            Engine::Url(url) => (url, None),
             Engine::Local => {
                 let redis = LocalRedis::start()
                     .await
@@ -428,14 +432,13 @@ impl ReplicasRun {
         replica: ReplicaId,
         request: Label,
     ) -> Result<Sent> {
-        let timeout = self.timeout();
         let local = self.local.as_ref();
         let local = local.context("stalling Redis needs --global local")?;
         local.stall(true).context("cannot stop redis-server")?;
         let first = ReplicaId::round_robin(1, self.inputs.replicas);
         let waited = async {
             self.replica(replica)?.send(request);
-            self.replica(first)?.await_loss(timeout).await
+            self.replica(first)?.await_loss().await
         };
         let waited = waited.await;
         if let Some(local) = &self.local {
@@ -459,7 +462,6 @@ impl ReplicasRun {
 
     /// What a test breaks once every request is decided (its hooks say what).
     async fn inject(&mut self) -> Result<()> {
-        let timeout = self.timeout();
         let hooks = self.options.hooks.clone();
         if hooks.holders_deleted() {
             let permits = self.permits.as_ref();
@@ -470,7 +472,7 @@ impl ReplicasRun {
                 .context("deleting the holders")?;
             // Each replica holding permits, by its own ledger.
             for replica in self.replicas.iter_mut().filter(|r| !r.inside.is_empty()) {
-                replica.await_loss(timeout).await?;
+                replica.await_loss().await?;
             }
         }
         if let Some(id) = hooks.replica_starved() {
@@ -508,7 +510,6 @@ impl ReplicasRun {
     /// names its holders (read at the probes' pace), then continues it and waits for it to
     /// report its leases lost.
     async fn starve(&mut self, id: ReplicaId) -> Result<()> {
-        let timeout = self.timeout();
         self.stop_unannounced(id).await?;
         let lapsed = format!("{id}'s holders did not lapse while it was stopped");
         let lapsed = self
@@ -521,7 +522,7 @@ impl ReplicasRun {
                 .with_context(|| format!("cannot continue {id}"))?;
         }
         lapsed?;
-        replica.await_loss(timeout).await
+        replica.await_loss().await
     }
 
     /// Reads Redis's holders at the probes' pace until it names none that `matches`; fails
@@ -604,12 +605,7 @@ impl ReplicasRun {
             Err(why) => Err(why),
         };
         let admitted_after_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
-        let in_sections = self
-            .replicas
-            .iter()
-            .filter(|r| r.front.is_some())
-            .map(|r| (r.id, r.inside.clone()))
-            .collect();
+        let in_sections = self.in_sections();
         let engine_holders = match &ended {
             Ok(()) => {
                 self.engine_holders("reading who holds the permits during the pause")
@@ -668,7 +664,7 @@ impl ReplicasRun {
             ..CrashEvidence::default()
         });
         let limit = if plan.lapses {
-            self.lease() + timeout
+            self.lapse_limit()
         } else {
             self.options.leak_watch
         };
@@ -894,16 +890,16 @@ impl Replica {
     }
 
     /// Records a lease the replica found lost.
-    fn lost(&mut self, loss: crate::front_process::LeaseLoss) {
+    fn lost(&mut self, loss: crate::redis_pool::LeaseLoss) {
         self.evidence.lease_losses.push(LapseSeen {
             loss,
             seen_at_ms: millis(self.started.elapsed()),
         });
     }
 
-    /// Reads the replica's messages until it reports a lease lost (under `timeout`).
-    async fn await_loss(&mut self, timeout: Duration) -> Result<()> {
-        let id = self.id;
+    /// Reads the replica's messages until it reports a lease lost (under the safety timeout).
+    async fn await_loss(&mut self) -> Result<()> {
+        let (id, timeout) = (self.id, self.safety_timeout);
         let before = self.evidence.lease_losses.len();
         let waited = tokio::time::timeout(timeout, async {
             while self.evidence.lease_losses.len() == before {
