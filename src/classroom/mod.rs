@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::http::App;
 use self::journal::{Journal, STREAM_BUFFER};
 use self::room::{Room, RoomRequest};
-use self::run::{Action, Driver, Order, RoomGateRecord, Showing};
+use self::run::{Action, Driver, Order, RoomGateRecord};
 use crate::admission::token::RunToken;
 use crate::coordinator::Options;
 use crate::policy::Inputs;
@@ -209,20 +209,9 @@ pub async fn serve(
         orders.clone(),
         config.timeouts,
     ));
-    let limit = config.options.safety_timeout;
-
-    let showing = Showing {
-        inputs: config.inputs,
-        predictions: config.show_predictions,
-    };
-    let mut driver = Driver::new(
-        config.options,
-        showing,
-        journal.clone(),
-        room.clone(),
-        base.clone(),
-    );
-    driver.start(config.inputs).await;
+    let (limit, first) = (config.options.safety_timeout, config.inputs);
+    let mut driver = Driver::new(config, journal.clone(), room.clone(), base.clone());
+    driver.start(first).await;
     let driver = tokio::spawn(driver.drive(ordered));
     let pump = tokio::spawn({
         let journal = journal.clone();
