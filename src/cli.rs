@@ -448,7 +448,9 @@ pub fn on_a_full_stack<T: Send + 'static>(
     lab: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<T> {
     #[cfg(unix)]
-    if crate::limits::main_stack().is_ok_and(|limit| limit.soft.is_some_and(|s| s < STACK as u64)) {
+    if crate::limits::Rlimit::get(crate::limits::Resource::Stack)
+        .is_ok_and(|limit| limit.soft.is_some_and(|s| s < STACK as u64))
+    {
         // Named as the main thread is, so a panic reads as it would there.
         let thread = std::thread::Builder::new().name("main".into());
         let thread = thread.stack_size(STACK).spawn(lab)?;
