@@ -506,15 +506,12 @@ where
         }
         Err(error) => error,
     };
-    let subcommands = [
-        "predict",
-        "sweep",
-        "compare",
-        "record",
-        "replicas",
-        "classroom",
-        "hold",
-    ];
+    // The instruments a person names; `__front` is the lab's own.
+    let command = Cli::command();
+    let subcommands: Vec<&str> = (command.get_subcommands())
+        .filter(|sub| !sub.is_hide_set())
+        .map(|sub| sub.get_name())
+        .collect();
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
