@@ -157,16 +157,9 @@ fn connection_cap(soft: Option<u64>) -> usize {
 /// Raises the soft descriptor limit to the hard one, as `hold` does, and returns the cap on
 /// the server's connections under the limit now in force.
 fn descriptors() -> usize {
-    #[cfg(unix)]
-    {
-        // A limit that cannot be read or raised leaves the cap of the common default, 1024.
-        let soft = crate::limits::raise_nofile().map_or(Some(1024), |limit| limit.soft);
-        connection_cap(soft)
-    }
-    #[cfg(not(unix))]
-    {
-        connection_cap(Some(1024))
-    }
+    // A limit that cannot be read or raised leaves the cap of the common default, 1024.
+    let soft = crate::limits::raise_nofile().map_or(Some(1024), |limit| limit.soft);
+    connection_cap(soft)
 }
 
 /// The listener: `127.0.0.1:0`, with a listen backlog as deep as a burst of a room's
