@@ -387,8 +387,8 @@ pub(crate) async fn serve(
         };
         connections.reap();
         // The oldest connection with no request in progress makes room, else the oldest event
-        // stream; with neither, the new one is refused, closed at once. Either way this server holds at most `cap` connections,
-        // and idle ones end at the header timeout.
+        // stream; with neither, the new one is refused, closed at once. Either way this server
+        // holds at most `cap` connections, and idle ones end at the header timeout.
         if connections.open() >= cap {
             served.refused += 1;
             if !connections.close_oldest_not_busy() {
@@ -427,8 +427,6 @@ pub(crate) async fn serve(
     }
     drop(listener);
     drain.await;
-    // An event stream owes nothing (a client that stopped reading would never let it finish),
-    // nor does a connection with no request being answered: both are closed at once.
     let drained = connections
         .drain(graceful, limit, "classroom connections")
         .await;
