@@ -81,7 +81,6 @@ pub(crate) struct App {
     pub(crate) finish: Notify,
     /// Why the server stopped accepting before the session ended, if it did.
     pub(crate) broken: std::sync::Mutex<Option<String>>,
-    /// How long a request head and a control body may take.
     timeouts: Timeouts,
 }
 

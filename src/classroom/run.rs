@@ -77,7 +77,6 @@ pub(crate) struct Driven {
     pub(crate) room_gates: Vec<RoomGateRecord>,
 }
 
-/// The driver's state.
 #[derive(Debug)]
 pub(crate) struct Driver {
     /// What the command line asked for: its inputs are those the page's New run starts from.
@@ -87,7 +86,6 @@ pub(crate) struct Driver {
     /// The classroom's own URL, for the room's commands.
     base: String,
     driven: Driven,
-    /// The invocation in progress, if any.
     current: Option<Current>,
     /// Each closed policy run's verdict, for the page's summary.
     verdicts: Vec<Value>,
@@ -121,7 +119,6 @@ impl Current {
 struct Open {
     run: Run,
     mode: Mode,
-    /// The room's gates of this run.
     gates: Arc<RoomGates>,
     /// Its responses journaled so far.
     journaled: usize,
