@@ -401,7 +401,8 @@ pub(crate) async fn serve(
             let (app, owed) = (app.clone(), connection_owes.clone());
             async move {
                 let (response, owing) = app.handle(request, &owed).await;
-                // The body holds `owing`, so the answer is owed until the body is dropped.
+                // The closure owns `owing` and goes with the body: the answer is owed until the
+                // body is dropped.
                 let body = |body: Body| {
                     body.map_frame(move |frame| {
                         let _ = &owing;
