@@ -448,7 +448,9 @@ pub fn on_a_full_stack<T: Send + 'static>(
     lab: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<T> {
     #[cfg(unix)]
-    if crate::limits::main_stack().is_ok_and(|limit| limit.soft.is_some_and(|s| s < STACK as u64)) {
+    if crate::limits::Rlimit::get(crate::limits::Resource::Stack)
+        .is_ok_and(|limit| limit.soft.is_some_and(|s| s < STACK as u64))
+    {
         // Named as the main thread is, so a panic reads as it would there.
         let thread = std::thread::Builder::new().name("main".into());
         let thread = thread.stack_size(STACK).spawn(lab)?;
@@ -504,15 +506,12 @@ where
         }
         Err(error) => error,
     };
-    let subcommands = [
-        "predict",
-        "sweep",
-        "compare",
-        "record",
-        "replicas",
-        "classroom",
-        "hold",
-    ];
+    // The instruments a person names; `__front` is the lab's own.
+    let command = Cli::command();
+    let subcommands: Vec<&str> = (command.get_subcommands())
+        .filter(|sub| !sub.is_hide_set())
+        .map(|sub| sub.get_name())
+        .collect();
     let words: Vec<String> = args
         .iter()
         .map(|a| a.to_string_lossy().into_owned())

@@ -46,15 +46,6 @@ pub(crate) struct Interrupts {
     previous: Vec<(libc::c_int, libc::sigaction)>,
 }
 
-impl std::fmt::Debug for Interrupts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let signals: Vec<_> = self.previous.iter().map(|(signal, _)| signal).collect();
-        f.debug_struct("Interrupts")
-            .field("signals", &signals)
-            .finish()
-    }
-}
-
 impl Interrupts {
     /// Starts catching; must be called on a Tokio runtime. Only one session catches at a time.
     pub(crate) fn catch() -> io::Result<Self> {

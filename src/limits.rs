@@ -89,11 +89,6 @@ fn nproc_enforced(status: &str, uid_map: &str) -> bool {
     !(initial && (root || privileged))
 }
 
-/// RLIMIT_STACK: how far this process's main thread's stack may grow (`ulimit -s`).
-pub(crate) fn main_stack() -> io::Result<Rlimit> {
-    Rlimit::get(Resource::Stack)
-}
-
 /// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, so that a front and its
 /// callers may hold as many connections as allowed; child processes started afterwards inherit
 /// it. Returns the limit now in force.
@@ -129,6 +124,7 @@ pub(crate) enum Resource {
     Nproc,
     Nofile,
     AddressSpace,
+    /// How far the main thread's stack may grow (`ulimit -s`).
     Stack,
 }
 
@@ -175,10 +171,9 @@ struct Cost {
     threads: u64,
     /// Memory maps in the server.
     maps: u64,
-    /// File descriptors in the server.
-    server_fds: u64,
-    /// File descriptors in the caller's process (its client is async: no thread).
-    client_fds: u64,
+    /// File descriptors in the server, and as many in the caller's process (its client is
+    /// async: no thread).
+    fds: u64,
     /// Address space in the server, KiB.
     address_space_kib: u64,
 }
@@ -199,15 +194,13 @@ impl Front {
                 maps: MAPS_PER_THREAD,
                 // The socket: the accept thread shuts it down through a shared handle, not a
                 // second descriptor (`hold` measures 1.00 per held request).
-                server_fds: 1,
-                client_fds: 1,
+                fds: 1,
                 address_space_kib: THREAD_ADDRESS_SPACE_KIB,
             },
             Front::Async => Cost {
                 threads: 0,
                 maps: 0,
-                server_fds: 1,
-                client_fds: 1,
+                fds: 1,
                 address_space_kib: TASK_ADDRESS_SPACE_KIB,
             },
         }
@@ -327,7 +320,7 @@ fn usable(value: u64, in_use: u64) -> u64 {
 /// [`raise_nofile`] before reading the limits.
 ///
 /// Server and caller are separate processes with the same RLIMIT_NOFILE (a child inherits it),
-/// so the side with more descriptors per request is the one it stops. RLIMIT_NPROC counts the
+/// each with one descriptor per request, so it stops both sides alike. RLIMIT_NPROC counts the
 /// threads of one user, but is charged here with every thread on the machine: the safe side.
 pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
     let cost = front.cost();
@@ -356,12 +349,7 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
             limits.threads_now,
             cost.threads,
         ),
-        (
-            Ceiling::Nofile,
-            limits.nofile.soft,
-            BASE_FDS,
-            cost.server_fds.max(cost.client_fds),
-        ),
+        (Ceiling::Nofile, limits.nofile.soft, BASE_FDS, cost.fds),
         // In KiB; the limit is in bytes.
         (
             Ceiling::AddressSpace,

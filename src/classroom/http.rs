@@ -22,15 +22,14 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Frame, Incoming, SizeHint};
+use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -82,7 +81,6 @@ pub(crate) struct App {
     pub(crate) finish: Notify,
     /// Why the server stopped accepting before the session ended, if it did.
     pub(crate) broken: std::sync::Mutex<Option<String>>,
-    /// How long a request head and a control body may take.
     timeouts: Timeouts,
 }
 
@@ -388,8 +386,8 @@ pub(crate) async fn serve(
         };
         connections.reap();
         // The oldest connection with no request in progress makes room, else the oldest event
-        // stream; with neither, the new one is refused, closed at once. Either way this server holds at most `cap` connections,
-        // and idle ones end at the header timeout.
+        // stream; with neither, the new one is refused, closed at once. Either way this server
+        // holds at most `cap` connections, and idle ones end at the header timeout.
         if connections.open() >= cap {
             served.refused += 1;
             if !connections.close_oldest_not_busy() {
@@ -403,11 +401,13 @@ pub(crate) async fn serve(
             let (app, owed) = (app.clone(), connection_owes.clone());
             async move {
                 let (response, owing) = app.handle(request, &owed).await;
-                let body = |body| {
-                    OwedBody {
-                        body,
-                        _owing: owing,
-                    }
+                // The closure owns `owing` and goes with the body: the answer is owed until the
+                // body is dropped.
+                let body = |body: Body| {
+                    body.map_frame(move |frame| {
+                        let _ = &owing;
+                        frame
+                    })
                     .boxed()
                 };
                 Ok::<_, Infallible>(response.map(body))
@@ -427,40 +427,12 @@ pub(crate) async fn serve(
     }
     drop(listener);
     drain.await;
-    // An event stream owes nothing (a client that stopped reading would never let it finish),
-    // nor does a connection with no request being answered: both are closed at once.
     let drained = connections
         .drain(graceful, limit, "classroom connections")
         .await;
     let panicked = connections.ended.panicked.into_iter().next();
     served.error = served.error.or(drained).or(panicked);
     served
-}
-
-/// An answer's body, which owes its answer until it is dropped.
-struct OwedBody {
-    body: Body,
-    _owing: Owing,
-}
-
-impl hyper::body::Body for OwedBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@
 //! run: the section's subscription is unbounded and drained by the journal's own pump.
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use futures_util::{StreamExt, future, stream};
+use http_body_util::StreamBody;
 use hyper::body::{Body, Bytes, Frame};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -124,22 +125,23 @@ impl Journal {
         inner.append(message);
     }
 
-    /// A stream of the journal so far, then of everything after; `None` once the session has
-    /// ended.
-    pub(crate) fn follow(&self) -> Option<EventStream> {
+    /// One client's Server-Sent Events: the journal so far in one frame, then each message
+    /// after it; `None` once the session has ended.
+    pub(crate) fn follow(
+        &self,
+    ) -> Option<impl Body<Data = Bytes, Error = Infallible> + Send + Sync + Unpin + 'static> {
         let mut inner = self.caught_up();
         if inner.ended {
             return None;
         }
-        let (sender, live) = mpsc::channel(self.buffer);
+        let (sender, mut live) = mpsc::channel(self.buffer);
         inner.streams.push(sender);
         // Tell the page to reconnect soon if the stream ends, then the journal in one frame.
         let mut past = b"retry: 1000\n\n".to_vec();
         inner.frames.iter().for_each(|f| past.extend_from_slice(f));
-        Some(EventStream {
-            past: Some(Bytes::from(past)),
-            live,
-        })
+        let live = stream::poll_fn(move |cx| live.poll_recv(cx));
+        let frames = stream::once(future::ready(Bytes::from(past))).chain(live);
+        Some(StreamBody::new(frames.map(|f| Ok(Frame::data(f)))))
     }
 
     /// Ends the session's streams with a last `ended` message carrying the session's
@@ -263,30 +265,6 @@ pub(crate) fn tagged(mut message: Value, record: &impl Serialize) -> Value {
     message
 }
 
-/// One client's Server-Sent Events: the journal so far in one frame, then each message.
-#[derive(Debug)]
-pub(crate) struct EventStream {
-    past: Option<Bytes>,
-    live: mpsc::Receiver<Bytes>,
-}
-
-impl Body for EventStream {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if let Some(past) = self.past.take() {
-            return Poll::Ready(Some(Ok(Frame::data(past))));
-        }
-        self.live
-            .poll_recv(cx)
-            .map(|frame| frame.map(|f| Ok(Frame::data(f))))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use http_body_util::BodyExt;
@@ -307,7 +285,7 @@ mod tests {
         Arc::new(WorkSection::new(policy, Permits::Tokio, token))
     }
 
-    async fn text(stream: &mut EventStream) -> String {
+    async fn text(stream: &mut (impl Body<Data = Bytes, Error = Infallible> + Unpin)) -> String {
         let frame = stream.frame().await.expect("a frame").expect("infallible");
         let data = frame.into_data().expect("a data frame");
         String::from_utf8(data.to_vec()).expect("UTF-8")

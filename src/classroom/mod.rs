@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use self::http::App;
 use self::journal::{Journal, STREAM_BUFFER};
 use self::room::{Room, RoomRequest};
-use self::run::{Action, Driver, Order, RoomGateRecord, Showing};
+use self::run::{Action, Driver, Order, RoomGateRecord};
 use crate::admission::token::RunToken;
 use crate::coordinator::Options;
 use crate::policy::Inputs;
@@ -157,16 +157,9 @@ fn connection_cap(soft: Option<u64>) -> usize {
 /// Raises the soft descriptor limit to the hard one, as `hold` does, and returns the cap on
 /// the server's connections under the limit now in force.
 fn descriptors() -> usize {
-    #[cfg(unix)]
-    {
-        // A limit that cannot be read or raised leaves the cap of the common default, 1024.
-        let soft = crate::limits::raise_nofile().map_or(Some(1024), |limit| limit.soft);
-        connection_cap(soft)
-    }
-    #[cfg(not(unix))]
-    {
-        connection_cap(Some(1024))
-    }
+    // A limit that cannot be read or raised leaves the cap of the common default, 1024.
+    let soft = crate::limits::raise_nofile().map_or(Some(1024), |limit| limit.soft);
+    connection_cap(soft)
 }
 
 /// The listener: `127.0.0.1:0`, with a listen backlog as deep as a burst of a room's
@@ -209,20 +202,9 @@ pub async fn serve(
         orders.clone(),
         config.timeouts,
     ));
-    let limit = config.options.safety_timeout;
-
-    let showing = Showing {
-        inputs: config.inputs,
-        predictions: config.show_predictions,
-    };
-    let mut driver = Driver::new(
-        config.options,
-        showing,
-        journal.clone(),
-        room.clone(),
-        base.clone(),
-    );
-    driver.start(config.inputs).await;
+    let (limit, first) = (config.options.safety_timeout, config.inputs);
+    let mut driver = Driver::new(config, journal.clone(), room.clone(), base.clone());
+    driver.start(first).await;
     let driver = tokio::spawn(driver.drive(ordered));
     let pump = tokio::spawn({
         let journal = journal.clone();

@@ -181,10 +181,10 @@ impl Room {
     }
 }
 
-/// A room request on its way: listed, with no answer, if it is dropped before one comes.
 /// Why a room request is listed without an answer when its student gave up before it came.
 pub(crate) const GAVE_UP: &str = "the student gave up before the answer came";
 
+/// A room request on its way: listed, with no answer, if it is dropped before one comes.
 struct Unanswered<'a> {
     room: &'a Room,
     request: Label,

@@ -17,10 +17,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use super::Config;
 use super::gates::{CannotClose, RoomGate, RoomGates};
 use super::journal::{self, Journal};
 use super::room::{Room, Target};
-use crate::coordinator::{Options, Planned, PolicyRun, Run};
+use crate::coordinator::{Planned, PolicyRun, Run};
 use crate::evidence::{ExecutorEvidence, Moment, ResponseRecord};
 use crate::lab::Invocation;
 use crate::label::Label;
@@ -76,26 +77,15 @@ pub(crate) struct Driven {
     pub(crate) room_gates: Vec<RoomGateRecord>,
 }
 
-/// How the page shows a session: what the command line asked for.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Showing {
-    /// The command line's inputs, which the page's New run starts from.
-    pub(crate) inputs: Inputs,
-    /// Show the model's predictions from the start rather than as the evidence arrives.
-    pub(crate) predictions: bool,
-}
-
-/// The driver's state.
 #[derive(Debug)]
 pub(crate) struct Driver {
-    options: Options,
-    showing: Showing,
+    /// What the command line asked for: its inputs are those the page's New run starts from.
+    config: Config,
     journal: Arc<Journal>,
     room: Arc<Room>,
     /// The classroom's own URL, for the room's commands.
     base: String,
     driven: Driven,
-    /// The invocation in progress, if any.
     current: Option<Current>,
     /// Each closed policy run's verdict, for the page's summary.
     verdicts: Vec<Value>,
@@ -129,7 +119,6 @@ impl Current {
 struct Open {
     run: Run,
     mode: Mode,
-    /// The room's gates of this run.
     gates: Arc<RoomGates>,
     /// Its responses journaled so far.
     journaled: usize,
@@ -174,15 +163,13 @@ fn step_words(step: Planned, policy: Policy) -> String {
 
 impl Driver {
     pub(crate) fn new(
-        options: Options,
-        showing: Showing,
+        config: Config,
         journal: Arc<Journal>,
         room: Arc<Room>,
         base: String,
     ) -> Self {
         Driver {
-            options,
-            showing,
+            config,
             journal,
             room,
             base,
@@ -218,35 +205,32 @@ impl Driver {
         let first = modes.front().copied();
         self.current = Some(Current {
             inputs,
-            invocation: Invocation::new(inputs, &self.options),
+            invocation: Invocation::new(inputs, &self.config.options),
             modes,
             open: None,
             touched: false,
         });
         if let Some(mode) = first {
-            let announced = self.announcement(mode, false);
+            let announced = self.announcement(inputs, mode, false);
             self.journal.begin(&announced);
         }
         self.state();
     }
 
-    /// The page's `run` message for the current invocation's policy `mode`: the board it
+    /// The page's `run` message for policy `mode` of an invocation of `inputs`: the board it
     /// draws, its predictions, and whether its server is open yet.
-    fn announcement(&self, mode: Mode, opened: bool) -> Value {
-        let Some(current) = self.current.as_ref() else {
-            return Value::Null;
-        };
-        let policy = current.inputs.policy(mode);
-        let held = current.inputs.held;
-        let modes = current.inputs.mode.modes();
+    fn announcement(&self, inputs: Inputs, mode: Mode, opened: bool) -> Value {
+        let policy = inputs.policy(mode);
+        let held = inputs.held;
+        let modes = inputs.mode.modes();
         let policies: Vec<&str> = modes.iter().map(|m| m.name()).collect();
         let number = modes.iter().position(|m| *m == mode).unwrap_or(0) + 1;
         let plan: Vec<String> = Planned::all(held)
             .map(step_name)
             .chain(["close".to_owned()])
             .collect();
-        let front = self.options.front;
-        let executor = self.options.executor;
+        let front = self.config.options.front;
+        let executor = self.config.options.executor;
         // The usual run's page says nothing of an executor: it is the lab's own runtime.
         let executor_words = (!executor.is_default()).then(
             || json!({ "flags": executor.flags().trim_start(), "words": executor.describe(front) }),
@@ -258,7 +242,7 @@ impl Driver {
             "policy": number,
             "policies": policies,
             "mode": mode,
-            "slots": current.inputs.slots,
+            "slots": inputs.slots,
             "held": held,
             "front": front,
             "front_words": front.describe(),
@@ -268,8 +252,8 @@ impl Driver {
             "plan": plan,
             "predicted": Outcome::predicted_on(policy, held, (front, executor)),
             "executor": executor_words,
-            "show_predictions": self.showing.predictions,
-            "session_inputs": self.showing.inputs,
+            "show_predictions": self.config.show_predictions,
+            "session_inputs": self.config.inputs,
             "earlier": self.verdicts,
         })
     }
@@ -355,10 +339,10 @@ impl Driver {
         let Some(mode) = current.modes.pop_front() else {
             return Value::Null;
         };
-        let policy = current.inputs.policy(mode);
-        let held = current.inputs.held;
+        let (inputs, policy) = (current.inputs, current.inputs.policy(mode));
         let gates = Arc::new(RoomGates::default());
-        let run = match Run::open_at(policy, held, self.options.clone(), gates.chooser()) {
+        let options = self.config.options.clone();
+        let run = match Run::open_at(policy, inputs.held, options, gates.chooser()) {
             Ok(run) => run,
             Err(never_started) => {
                 let never_started = *never_started;
@@ -367,8 +351,8 @@ impl Driver {
                 return json!({ "step": "open", "failure": true });
             }
         };
-        let front = self.options.front;
-        let announced = self.announcement(mode, true);
+        let front = self.config.options.front;
+        let announced = self.announcement(inputs, mode, true);
         self.journal.begin(&announced);
         self.journal
             .watch(run.section(), run.census(), front.name());
