@@ -8,63 +8,47 @@ use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
 /// A column group: its heading, and its cell for a held count and for the idle baseline.
-struct Column {
-    heading: &'static str,
-    held: fn(&Figures) -> String,
-    idle: fn(&Sample) -> String,
-}
+type Column = (&'static str, fn(&Figures) -> String, fn(&Sample) -> String);
 
 const NONE: fn(&Sample) -> String = |_| String::new();
 
 const COLUMNS: [Column; 9] = [
-    Column {
-        heading: "hold s",
-        held: |f| seconds(f.time_to_hold_ms),
-        idle: NONE,
-    },
-    Column {
-        heading: "CPU s callers",
-        held: |f| seconds(f.callers_cpu_ms as f64),
-        idle: NONE,
-    },
-    Column {
-        heading: "CPU s front",
-        held: |f| seconds(f.front_cpu_ms as f64),
-        idle: NONE,
-    },
-    Column {
-        heading: "OS threads",
-        held: |f| f.process.os_threads.to_string(),
-        idle: |s| s.os_threads.to_string(),
-    },
-    Column {
-        heading: "RSS KiB/req",
-        held: |f| figure(f.per_request.rss_kib),
-        idle: |s| mib(s.rss_kib),
-    },
-    Column {
-        heading: "kstack/req*",
-        held: |f| figure(f.per_request.kernel_stack_kib),
-        idle: NONE,
-    },
-    Column {
-        heading: "VmSize/req",
-        held: |f| figure(f.per_request.address_space_kib),
-        idle: |s| mib(s.address_space_kib),
-    },
-    Column {
-        heading: "maps/req",
-        held: |f| figure(f.per_request.memory_maps),
-        idle: |s| s.memory_maps.to_string(),
-    },
-    Column {
-        heading: "drops",
-        held: |f| match f.listen_drops.scope {
+    ("hold s", |f| seconds(f.time_to_hold_ms), NONE),
+    ("CPU s callers", |f| seconds(f.callers_cpu_ms as f64), NONE),
+    ("CPU s front", |f| seconds(f.front_cpu_ms as f64), NONE),
+    (
+        "OS threads",
+        |f| f.process.os_threads.to_string(),
+        |s| s.os_threads.to_string(),
+    ),
+    (
+        "RSS KiB/req",
+        |f| figure(f.per_request.rss_kib),
+        |s| mib(s.rss_kib),
+    ),
+    (
+        "kstack/req*",
+        |f| figure(f.per_request.kernel_stack_kib),
+        NONE,
+    ),
+    (
+        "VmSize/req",
+        |f| figure(f.per_request.address_space_kib),
+        |s| mib(s.address_space_kib),
+    ),
+    (
+        "maps/req",
+        |f| figure(f.per_request.memory_maps),
+        |s| s.memory_maps.to_string(),
+    ),
+    (
+        "drops",
+        |f| match f.listen_drops.scope {
             DropScope::FrontSocket => f.listen_drops.count.to_string(),
             DropScope::Machine => format!("{}*", f.listen_drops.count),
         },
-        idle: NONE,
-    },
+        NONE,
+    ),
 ];
 
 /// The heading, the table, its notes and the ceilings.
@@ -78,16 +62,14 @@ pub(super) fn render(report: &HoldReport) -> String {
     let groups: Vec<Group> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, column)| Group {
-            heading: column.heading,
+        .map(|(i, &(heading, held, idle))| Group {
+            heading,
             fronts: fronts
                 .iter()
                 .map(|series| {
                     let mut cells = vec![series.front.name().to_owned()];
-                    cells.push(series.baseline.as_ref().map_or("-".into(), column.idle));
-                    cells.extend(
-                        (0..report.counts.len()).map(|at| cell(series, at, column, i == 0)),
-                    );
+                    cells.push(series.baseline.as_ref().map_or("-".into(), idle));
+                    cells.extend((0..report.counts.len()).map(|at| cell(series, at, held, i == 0)));
                     cells
                 })
                 .collect(),
@@ -163,9 +145,9 @@ fn mib(kib: u64) -> String {
 
 /// A figure's cell; a count without figures says why in its first group only (the notes
 /// below the table say more).
-fn cell(series: &FrontSeries, at: usize, column: &Column, first: bool) -> String {
+fn cell(series: &FrontSeries, at: usize, held: fn(&Figures) -> String, first: bool) -> String {
     let why = match series.points.get(at).map(|p| &p.outcome) {
-        Some(CountOutcome::Held(figures)) => return (column.held)(figures),
+        Some(CountOutcome::Held(figures)) => return held(figures),
         Some(CountOutcome::NotRun { .. }) => "not run",
         Some(CountOutcome::FrontFailed(_)) => "FAILED",
         Some(CountOutcome::LabFailed { .. }) => "lab failed",
