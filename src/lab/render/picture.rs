@@ -33,6 +33,9 @@ const NAME_WIDTH: f64 = 96.0;
 const MAX_COLUMN: f64 = 160.0;
 const LANE_HEIGHT: f64 = 52.0;
 const BAR_HEIGHT: f64 = 22.0;
+/// A bar's paint while its request holds a permit, and while its work is held at the gate.
+const PERMIT: Paint = Paint::fill(SKY).stroke(BLUE, 1.5);
+const HELD: Paint = Paint::fill(BLUE);
 /// The admitted circle's radius.
 const CIRCLE: f64 = 7.5;
 /// Half the side of the finished square.
@@ -138,7 +141,7 @@ impl<'a> Panel<'a> {
         // Marks sit at column centres. After the last centre the plot keeps room for the
         // finished square and status tag of the request that finishes there, or for the gate's
         // label if the gate opened last (when a failed run is closed).
-        let mut tail = tail();
+        let mut tail = SQUARE + CLEAR + tag_width(200) + CLEAR;
         if gate.is_some_and(|g| g.seq == last) {
             tail = tail.max(GATE_HALF + 2.0 * CLEAR + text_width("gate opened", GATE));
         }
@@ -176,11 +179,6 @@ impl<'a> Panel<'a> {
         let capacities = self.policy.pool_capacities.values();
         capacities.map(|&c| pool_height(c)).sum()
     }
-}
-
-/// The room a plot keeps after its last column's centre: a finished square and its tag.
-fn tail() -> f64 {
-    SQUARE + CLEAR + tag_width(200) + CLEAR
 }
 
 fn pool_height(capacity: usize) -> f64 {
@@ -549,14 +547,14 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
         // The permit is taken from admission until the work finishes.
         let x0 = panel.x(admitted);
         let x1 = lane.finished.map_or(panel.end(), |f| panel.x(f));
-        permit_bar(out, x0, y, x1 - x0)?;
+        bar(out, x0, y, x1 - x0, PERMIT)?;
         let square = if lane.finished.is_some() { SQUARE } else { 0.0 };
         row.take(x0 - CIRCLE, x1 + square);
         if let Some(held) = lane.held {
             // Held only while the gate is closed; once it opens the work goes on to finish.
             let until = panel.gate.map_or(x1, |g| panel.x(g).min(x1));
             let from = panel.x(held);
-            held_bar(out, from, y, until - from)?;
+            bar(out, from, y, until - from, HELD)?;
             if text_width("held at gate", HELD_WORDS) + 2.0 * CLEAR <= until - from {
                 text(
                     out,
@@ -578,12 +576,7 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
         let (x0, x1) = (panel.x(from), panel.x(to));
         writeln!(out, r#"<g class="waiting" data-words="{words}">"#)?;
         let paint = Paint::fill("none").stroke(INK, 2.0).dashed("6 4");
-        rect(
-            out,
-            (x0, y - BAR_HEIGHT / 2.0),
-            (x1 - x0, BAR_HEIGHT),
-            paint,
-        )?;
+        bar(out, x0, y, x1 - x0, paint)?;
         // Said inside the bar, before the gate line, where it fits clear of the marks.
         let until = panel.gate.map_or(x1, |g| panel.x(g).min(x1)) - GATE_HALF;
         let room = (x0 + CIRCLE + CLEAR, until - CLEAR);
@@ -838,8 +831,8 @@ impl LegendMark {
     /// Draws the sample from `x` rightwards, centred on `y`.
     fn draw(self, out: &mut String, x: f64, y: f64) -> fmt::Result {
         match self {
-            LegendMark::Permit => permit_bar(out, x, y, 40.0),
-            LegendMark::Held => held_bar(out, x, y, 40.0),
+            LegendMark::Permit => bar(out, x, y, 40.0, PERMIT),
+            LegendMark::Held => bar(out, x, y, 40.0, HELD),
             LegendMark::Admitted => admitted_mark(out, x + CIRCLE, y),
             LegendMark::Finished => finished_mark(out, x + SQUARE, y),
             LegendMark::Refused => refusal_badge(out, x, y, 503),
@@ -894,13 +887,9 @@ fn draw_legend(out: &mut String, top: f64) -> fmt::Result {
     writeln!(out, "</g>")
 }
 
-fn permit_bar(out: &mut String, x: f64, y: f64, width: f64) -> fmt::Result {
-    let paint = Paint::fill(SKY).stroke(BLUE, 1.5);
-    rect(out, (x, y - BAR_HEIGHT / 2.0), (width, BAR_HEIGHT), paint)
-}
-
-fn held_bar(out: &mut String, x: f64, y: f64, width: f64) -> fmt::Result {
-    let paint = Paint::fill(BLUE);
+/// A bar on a lane's line from `x` rightwards: a permit held, work held at the gate, or
+/// waiting for the executor.
+fn bar(out: &mut String, x: f64, y: f64, width: f64, paint: Paint) -> fmt::Result {
     rect(out, (x, y - BAR_HEIGHT / 2.0), (width, BAR_HEIGHT), paint)
 }
 
