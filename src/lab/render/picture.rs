@@ -251,11 +251,10 @@ fn occupancy(policy: &PolicyReport) -> Vec<(u64, BTreeMap<Pool, usize>)> {
     steps
 }
 
-/// Where the rows of the picture lie, top to bottom.
+/// Where the rows of the panels lie, top to bottom: panels share them, so lanes and pools line
+/// up side by side.
 #[derive(Debug)]
 struct Rows {
-    /// The baseline of each line of the verdict.
-    verdict: Vec<f64>,
     /// The baseline of the panel headings.
     heading: f64,
     /// The baseline of the first line of each panel's pools in words.
@@ -267,9 +266,6 @@ struct Rows {
     heartbeat_top: Option<f64>,
     pools_top: f64,
     axis: f64,
-    /// The centre of the legend's first row.
-    legend: f64,
-    height: f64,
 }
 
 fn draw(out: &mut String, report: &Report) -> fmt::Result {
@@ -310,15 +306,14 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
 
     // Baselines a line's height apart at least (DejaVu Sans spans 1.17 of its size), so no
     // two lines' boxes overlap.
-    let verdict_lines: Vec<f64> = (0..verdict.len())
-        .map(|i| 118.0 + 30.0 * i as f64)
-        .collect();
-    let heading = verdict_lines.last().copied().unwrap_or(118.0) + 52.0;
+    let verdict_y = |line: usize| 118.0 + 30.0 * line as f64;
+    let heading = verdict_y(verdict.len().saturating_sub(1)) + 52.0;
     let pools_first = heading + 34.0;
     let gate_labels = pools_first + 26.0 * (pools_lines - 1) as f64 + 38.0;
     let lanes_top = gate_labels + 12.0;
     let pools_top = lanes_top + lanes as f64 * LANE_HEIGHT + 14.0;
     let axis = pools_top + pools_height;
+    // The centre of the legend's first row.
     let legend = axis + 92.0;
     // What the executor's marks mean, only in a picture that has them.
     let executor_legend = match beats {
@@ -326,7 +321,6 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         false => Vec::new(),
     };
     let rows = Rows {
-        verdict: verdict_lines,
         heading,
         pools_words: pools_first,
         gate_labels,
@@ -334,13 +328,9 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         heartbeat_top: beats.then_some(lanes_top + requests as f64 * LANE_HEIGHT),
         pools_top,
         axis,
-        legend,
-        height: (legend
-            + (legend_rows.max(1) - 1 + executor_legend.len()) as f64 * LEGEND_ROW
-            + 30.0)
-            .ceil(),
     };
-    let height = rows.height;
+    let legend_lines = legend_rows.max(1) - 1 + executor_legend.len();
+    let height = (legend + legend_lines as f64 * LEGEND_ROW + 30.0).ceil();
 
     writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
     // No fixed size: the viewBox scales to the window's width, the top kept at the top.
@@ -358,15 +348,15 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         report.runner.version
     );
     text(out, (MARGIN, 84.0), ABOUT, &about)?;
-    for (line, &y) in verdict.iter().zip(&rows.verdict) {
-        text(out, (MARGIN, y), verdict_style, line)?;
+    for (line, words) in verdict.iter().enumerate() {
+        text(out, (MARGIN, verdict_y(line)), verdict_style, words)?;
     }
     for (panel, words) in panels.iter().zip(&pools_words) {
         draw_panel(out, panel, words, &rows)?;
     }
-    draw_legend(out, rows.legend)?;
+    draw_legend(out, legend)?;
     for (i, words) in executor_legend.iter().enumerate() {
-        let y = rows.legend + (legend_rows + i) as f64 * LEGEND_ROW + 7.0;
+        let y = legend + (legend_rows + i) as f64 * LEGEND_ROW + 7.0;
         text(
             out,
             (MARGIN, y),
