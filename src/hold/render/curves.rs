@@ -110,8 +110,11 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
             y - 6.0
         )?;
         marker(out, series.front, MARGIN + 18.0, y - 6.0)?;
-        let front = series.front.name();
-        let words = format!("{front} front: {}", held_by(series.front));
+        let held = match series.front {
+            Front::Async => "a held request parks a task",
+            Front::Threaded => "a held request blocks a thread",
+        };
+        let words = format!("{} front: {held}", series.front.name());
         text(out, (MARGIN + 48.0, y), LEGEND, &words)?;
         let dash = MARGIN + 560.0;
         writeln!(
@@ -132,13 +135,6 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         text(out, (dash + 48.0, y), LEGEND, &words)?;
     }
     Ok(())
-}
-
-fn held_by(front: Front) -> &'static str {
-    match front {
-        Front::Async => "a held request parks a task",
-        Front::Threaded => "a held request blocks a thread",
-    }
 }
 
 /// The axis range of N: the counts held and the ceilings, with some room.

@@ -677,7 +677,10 @@ fn draw_refusal(
             return Ok(());
         }
     }
-    refused_mark(out, x, y)?;
+    // A cross alone where the request found no permit.
+    writeln!(out, r#"<g class="refused">"#)?;
+    cross(out, x, y)?;
+    writeln!(out, "</g>")?;
     row.take(x - CROSS, x + CROSS);
     match answer {
         Some(answer) => draw_answer(out, row, x + CROSS, y, answer),
@@ -899,13 +902,6 @@ fn finished_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
         out,
         r#"<rect class="finished" x="{x0:.1}" y="{y0:.1}" width="{side:.1}" height="{side:.1}" fill="{INK}"/>"#
     )
-}
-
-/// A cross where the request found no permit.
-fn refused_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
-    writeln!(out, r#"<g class="refused">"#)?;
-    cross(out, x, y)?;
-    writeln!(out, "</g>")
 }
 
 fn cross(out: &mut String, x: f64, y: f64) -> fmt::Result {
