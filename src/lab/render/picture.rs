@@ -124,7 +124,6 @@ struct Panel<'a> {
     /// Every column's width.
     column: f64,
     left: f64,
-    width: f64,
     /// Where the plot starts, right of the names: every mark and label of a lane or a pool
     /// stays between `plot_left` and `plot_right`.
     plot_left: f64,
@@ -158,7 +157,6 @@ impl<'a> Panel<'a> {
             last,
             column,
             left,
-            width,
             plot_left,
             plot_right,
         }
@@ -290,7 +288,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let verdict = wrap(&verdict, verdict_style, WIDTH - 2.0 * MARGIN);
     let pools_words: Vec<Vec<String>> = panels
         .iter()
-        .map(|p| wrap(&pools_in_words(p.policy), POOLS, p.width))
+        .map(|p| wrap(&pools_in_words(p.policy), POOLS, panel_width))
         .collect();
     let pools_lines = pools_words.iter().map(Vec::len).max().unwrap_or(1);
     // Panels share their rows, so lanes and pools line up side by side.
