@@ -50,14 +50,7 @@ const PANELS: [Panel; 6] = [
     }),
 ];
 
-/// The SVG document.
-pub(super) fn render(report: &HoldReport) -> String {
-    let mut out = String::new();
-    draw(&mut out, report).expect("formatting into a String cannot fail");
-    out
-}
-
-fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
+pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     let rows = PANELS.len().div_ceil(3) as f64;
     let height = HEADER + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER;
     writeln!(

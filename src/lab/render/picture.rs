@@ -911,7 +911,6 @@ fn cross(out: &mut String, x: f64, y: f64) -> fmt::Result {
     )
 }
 
-/// How wide a status tag is.
 fn tag_width(status: u16) -> f64 {
     text_width(&status.to_string(), STATUS) + 2.0 * TAG_PAD
 }
