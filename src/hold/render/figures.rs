@@ -62,17 +62,14 @@ pub(super) fn render(report: &HoldReport) -> String {
     let groups: Vec<Group> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, &(heading, held, idle))| Group {
-            heading,
-            fronts: fronts
-                .iter()
-                .map(|series| {
-                    let mut cells = vec![series.front.name().to_owned()];
-                    cells.push(series.baseline.as_ref().map_or("-".into(), idle));
-                    cells.extend((0..report.counts.len()).map(|at| cell(series, at, held, i == 0)));
-                    cells
-                })
-                .collect(),
+        .map(|(i, &(heading, held, idle))| {
+            let cells = fronts.iter().map(|series| {
+                let mut cells = vec![series.front.name().to_owned()];
+                cells.push(series.baseline.as_ref().map_or("-".into(), idle));
+                cells.extend((0..report.counts.len()).map(|at| cell(series, at, held, i == 0)));
+                cells
+            });
+            (heading, cells.collect())
         })
         .collect();
     out.push_str(&layout(&side, &groups));
@@ -99,32 +96,28 @@ pub(super) fn render(report: &HoldReport) -> String {
 
 /// A figure's column group: its heading over one column of cells per front, the first cell
 /// being the front's name.
-struct Group {
-    heading: &'static str,
-    fronts: Vec<Vec<String>>,
-}
+type Group = (&'static str, Vec<Vec<String>>);
 
 /// The side column, then each group with its heading spanning its fronts' columns; cells are
 /// right-aligned under their front's name.
 fn layout(side: &[String], groups: &[Group]) -> String {
     let side_width = side.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     let mut lines: Vec<String> = side.iter().map(|s| format!("{s:<side_width$}")).collect();
-    for group in groups {
-        let mut widths: Vec<usize> = group
-            .fronts
+    for (heading, fronts) in groups {
+        let mut widths: Vec<usize> = fronts
             .iter()
             .map(|cells| cells.iter().map(|c| c.chars().count()).max().unwrap_or(0))
             .collect();
         let spanned = widths.iter().sum::<usize>() + widths.len().saturating_sub(1);
-        let heading = group.heading.chars().count();
+        let heading_width = heading.chars().count();
         if let Some(last) = widths.last_mut() {
-            *last += heading.saturating_sub(spanned);
+            *last += heading_width.saturating_sub(spanned);
         }
-        let span = spanned.max(heading);
-        lines[0].push_str(&format!("  {:<span$}", group.heading));
+        let span = spanned.max(heading_width);
+        lines[0].push_str(&format!("  {heading:<span$}"));
         for (row, line) in lines.iter_mut().enumerate().skip(1) {
             line.push(' ');
-            for (cells, width) in group.fronts.iter().zip(&widths) {
+            for (cells, width) in fronts.iter().zip(&widths) {
                 let cell = cells.get(row - 1).map_or("", String::as_str);
                 line.push_str(&format!(" {cell:>width$}"));
             }
