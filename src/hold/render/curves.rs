@@ -76,7 +76,9 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
          Both axes logarithmic. Dashed: the most the front can hold here (preflight).",
     )?;
     legend(out, report)?;
-    let x_range = x_range(report);
+    // The axis range of N: the counts held and the ceilings, with some room.
+    let counts = report.counts.iter().map(|&n| f64::from(n));
+    let x_range = range(counts.chain(ceilings(report).into_iter().map(|(_, held, _)| held)));
     let panel_width = (WIDTH - 2.0 * MARGIN - 2.0 * GAP) / 3.0;
     for (i, &panel) in PANELS.iter().enumerate() {
         let left = MARGIN + (i % 3) as f64 * (panel_width + GAP);
@@ -128,13 +130,6 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         text(out, (dash + 48.0, y), LEGEND, &words)?;
     }
     Ok(())
-}
-
-/// The axis range of N: the counts held and the ceilings, with some room.
-fn x_range(report: &HoldReport) -> (f64, f64) {
-    let counts = report.counts.iter().map(|&n| f64::from(n));
-    let ceilings = ceilings(report).into_iter().map(|(_, held, _)| held);
-    range(counts.chain(ceilings))
 }
 
 /// Each front's ceiling: its front, the most requests, and the ceiling's name.
