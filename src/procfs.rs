@@ -1,5 +1,5 @@
 //! Measured figures from Linux's `/proc`: what one process holds (threads, memory, memory maps,
-//! open files) and two machine-wide counters (the kernel's thread stacks, listen-queue
+//! open files) and machine-wide counters (the kernel's thread stacks and slab, listen-queue
 //! overflows). Each file is parsed by a pure function, tested on text copied from a real
 //! machine (`tests/data/proc/`). On other OSes every reader fails with
 //! [`io::ErrorKind::Unsupported`].
@@ -47,19 +47,12 @@ impl ProcessFigures {
     }
 }
 
-/// `KernelStack` in `/proc/meminfo`, in KiB: the kernel-side stacks of every thread on the
-/// machine, which no process's resident memory counts.
-pub(crate) fn kernel_stack_kib() -> io::Result<u64> {
+/// The field `key` of `/proc/meminfo`, in KiB, for the whole machine: `KernelStack` (the
+/// kernel-side stacks of every thread, which no process's resident memory counts) or `Slab`
+/// (the kernel's object caches, sockets among them).
+pub(crate) fn meminfo_kib(key: &str) -> io::Result<u64> {
     let meminfo = read_proc("/proc/meminfo")?;
-    kib_field(&meminfo, "KernelStack")
-        .ok_or_else(|| invalid("/proc/meminfo has no KernelStack".into()))
-}
-
-/// `Slab` in `/proc/meminfo`, in KiB: the kernel's object caches, sockets among them, for the
-/// whole machine.
-pub(crate) fn kernel_slab_kib() -> io::Result<u64> {
-    let meminfo = read_proc("/proc/meminfo")?;
-    kib_field(&meminfo, "Slab").ok_or_else(|| invalid("/proc/meminfo has no Slab".into()))
+    kib_field(&meminfo, key).ok_or_else(|| invalid(format!("/proc/meminfo has no {key}")))
 }
 
 /// `TcpExt: ListenOverflows` in `/proc/net/netstat`: how often, since boot, a listener's accept
@@ -338,7 +331,7 @@ mod tests {
         assert!(figures.memory_maps > 10, "{figures:?}");
         // stdin, stdout, stderr and the directory being listed.
         assert!(figures.open_fds >= 4, "{figures:?}");
-        assert!(kernel_stack_kib().expect("read /proc/meminfo") > 0);
+        assert!(meminfo_kib("KernelStack").expect("read /proc/meminfo") > 0);
         listen_overflows().expect("read /proc/net/netstat");
         let own = ProcessStat::read(std::process::id()).expect("read /proc/self/stat");
         assert!(!own.stopped(), "{own:?}");

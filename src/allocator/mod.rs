@@ -13,6 +13,7 @@
 //! request allocates, not only what it keeps resident: two relaxed atomic additions per call.
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::io::Write;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -80,30 +81,18 @@ pub(crate) fn census() -> HeapCensus {
 
 /// Writes one line and exits 1, without allocating or unwinding.
 fn out_of_memory(size: usize) -> ! {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = size;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let parts: [&[u8]; 3] = [
-        b"isolation-lab: out of memory: an allocation of ",
-        &digits[at..],
-        b" bytes failed (under a memory limit such as ulimit -v or -d?)\n",
-    ];
+    // Formatted into a buffer on the stack: `Write` for a byte slice allocates nothing.
+    let mut line = [0u8; 160];
+    let mut rest = &mut line[..];
+    let _ = writeln!(
+        rest,
+        "isolation-lab: out of memory: an allocation of {size} bytes failed (under a memory \
+         limit such as ulimit -v or -d?)"
+    );
+    let unused = rest.len();
+    let length = line.len() - unused;
     // One write of the whole line: threads that run out at once (a threaded front's) each
     // write theirs whole, as a pipe keeps a write this short in one piece.
-    let mut line = [0u8; 160];
-    let mut length = 0;
-    for part in parts {
-        line[length..length + part.len()].copy_from_slice(part);
-        length += part.len();
-    }
     // SAFETY: writing a valid buffer to stderr; a failed write leaves nothing else to do.
     unsafe { libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), length) };
     // SAFETY: `_exit` ends the process at once; nothing runs after it.

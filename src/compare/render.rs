@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
-use crate::draw::table::{columns, labels, wrap};
+use crate::draw::table::{columns, labels, row, wrap};
 use crate::evidence::Decision;
 use crate::executor::{Executor, WorkStyle};
 use crate::label::Label;
@@ -44,11 +44,7 @@ pub fn render(comparison: &Comparison) -> String {
                 outcome.map_or_else(|| "-".to_owned(), cell)
             })
         });
-        rows.push(
-            std::iter::once(request.request.to_string())
-                .chain(cells)
-                .collect(),
-        );
+        rows.push(row(request.request.to_string(), cells));
     }
     type Count = fn(&Resources) -> String;
     let threads: Count = |r| r.os_threads.map_or("n/a".into(), |n| n.to_string());
@@ -68,7 +64,7 @@ pub fn render(comparison: &Comparison) -> String {
                 moment.as_ref().map_or_else(|| "-".to_owned(), count)
             })
         });
-        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+        rows.push(row(heading, cells));
     }
     out.push_str(&columns(&rows));
     out.push('\n');

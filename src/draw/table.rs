@@ -5,6 +5,14 @@ use std::fmt::Write;
 /// Labels separated by spaces, or `none` (the label module's, so the model can say it too).
 pub(crate) use crate::label::list as labels;
 
+/// A row of [`columns`]: its heading, then its cells.
+pub(crate) fn row(
+    heading: impl Into<String>,
+    cells: impl IntoIterator<Item = String>,
+) -> Vec<String> {
+    std::iter::once(heading.into()).chain(cells).collect()
+}
+
 /// Left-aligned columns, two spaces apart, no trailing spaces.
 pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     let count = rows.iter().map(Vec::len).max().unwrap_or(0);

@@ -534,8 +534,8 @@ impl Machine {
     fn read() -> anyhow::Result<Machine> {
         let counters = "reading the machine's counters";
         Ok(Machine {
-            kernel_stack_kib: procfs::kernel_stack_kib().context(counters)?,
-            kernel_slab_kib: procfs::kernel_slab_kib().context(counters)?,
+            kernel_stack_kib: procfs::meminfo_kib("KernelStack").context(counters)?,
+            kernel_slab_kib: procfs::meminfo_kib("Slab").context(counters)?,
             listen_overflows: procfs::listen_overflows().context(counters)?,
         })
     }

@@ -321,8 +321,4 @@ impl FrontSeries {
             _ => None,
         })
     }
-
-    pub(crate) fn largest_held(&self) -> Option<u32> {
-        self.held().map(|(held, _)| held).max()
-    }
 }

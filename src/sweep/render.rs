@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, wrap};
+use crate::draw::table::{columns, row, wrap};
 use crate::label::Label;
 use crate::policy::{Held, Mode, Slots};
 use crate::sweep::{Sweep, SweepRun};
@@ -24,8 +24,7 @@ pub fn render(sweep: &Sweep) -> String {
     }
     for mode in Mode::ALL {
         let _ = writeln!(out, "\n{}", describe(mode));
-        let header = std::iter::once(String::new()).chain(Held::all().map(|h| format!("held {h}")));
-        let mut rows = vec![header.collect::<Vec<_>>()];
+        let mut rows = vec![row("", Held::all().map(|h| format!("held {h}")))];
         for slots in Slots::all() {
             let cells = Held::all().map(|held| {
                 let run = sweep
@@ -34,11 +33,7 @@ pub fn render(sweep: &Sweep) -> String {
                     .find(|r| (r.mode, r.slots, r.held) == (mode, slots, held));
                 run.map_or_else(|| "not run".to_owned(), cell)
             });
-            rows.push(
-                std::iter::once(format!("slots {slots}"))
-                    .chain(cells)
-                    .collect(),
-            );
+            rows.push(row(format!("slots {slots}"), cells));
         }
         out.push_str(&columns(&rows));
     }

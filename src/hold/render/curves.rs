@@ -32,47 +32,25 @@ const TICK_Y: Type = Type::size(17.0).colour(GREY).anchor("end");
 const AXIS: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const FOOT: Type = Type::size(18.0).colour(GREY);
 
-/// One figure drawn against N.
-struct Panel {
-    title: &'static str,
-    value: fn(&Figures) -> f64,
-}
+/// One figure drawn against N: its panel's title, and its value in a point's figures.
+type Panel = (&'static str, fn(&Figures) -> f64);
 
 const PANELS: [Panel; 6] = [
-    Panel {
-        title: "Time to hold N (ms)",
-        value: |f| f.time_to_hold_ms,
-    },
-    Panel {
-        title: "OS threads",
-        value: |f| f.process.os_threads as f64,
-    },
-    Panel {
-        title: "Resident memory (MiB)",
-        value: |f| f.process.rss_kib as f64 / 1024.0,
-    },
-    Panel {
-        title: "Address space (MiB)",
-        value: |f| f.process.address_space_kib as f64 / 1024.0,
-    },
-    Panel {
-        title: "Memory maps",
-        value: |f| f.process.memory_maps as f64,
-    },
-    Panel {
-        title: "Kernel stack added (MiB, machine-wide)",
-        value: |f| f.kernel_stack_kib as f64 / 1024.0,
-    },
+    ("Time to hold N (ms)", |f| f.time_to_hold_ms),
+    ("OS threads", |f| f.process.os_threads as f64),
+    ("Resident memory (MiB)", |f| {
+        f.process.rss_kib as f64 / 1024.0
+    }),
+    ("Address space (MiB)", |f| {
+        f.process.address_space_kib as f64 / 1024.0
+    }),
+    ("Memory maps", |f| f.process.memory_maps as f64),
+    ("Kernel stack added (MiB, machine-wide)", |f| {
+        f.kernel_stack_kib as f64 / 1024.0
+    }),
 ];
 
-/// The SVG document.
-pub(super) fn render(report: &HoldReport) -> String {
-    let mut out = String::new();
-    draw(&mut out, report).expect("formatting into a String cannot fail");
-    out
-}
-
-fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
+pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     let rows = PANELS.len().div_ceil(3) as f64;
     let height = HEADER + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER;
     writeln!(
@@ -98,9 +76,11 @@ fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
          Both axes logarithmic. Dashed: the most the front can hold here (preflight).",
     )?;
     legend(out, report)?;
-    let x_range = x_range(report);
+    // The axis range of N: the counts held and the ceilings, with some room.
+    let counts = report.counts.iter().map(|&n| f64::from(n));
+    let x_range = range(counts.chain(ceilings(report).into_iter().map(|(_, held, _)| held)));
     let panel_width = (WIDTH - 2.0 * MARGIN - 2.0 * GAP) / 3.0;
-    for (i, panel) in PANELS.iter().enumerate() {
+    for (i, &panel) in PANELS.iter().enumerate() {
         let left = MARGIN + (i % 3) as f64 * (panel_width + GAP);
         let top = HEADER + (i / 3) as f64 * (PANEL_HEIGHT + GAP);
         draw_panel(out, report, panel, x_range, (left, top, panel_width))?;
@@ -125,8 +105,11 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
             y - 6.0
         )?;
         marker(out, series.front, MARGIN + 18.0, y - 6.0)?;
-        let front = series.front.name();
-        let words = format!("{front} front: {}", held_by(series.front));
+        let held = match series.front {
+            Front::Async => "a held request parks a task",
+            Front::Threaded => "a held request blocks a thread",
+        };
+        let words = format!("{} front: {held}", series.front.name());
         text(out, (MARGIN + 48.0, y), LEGEND, &words)?;
         let dash = MARGIN + 560.0;
         writeln!(
@@ -147,20 +130,6 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         text(out, (dash + 48.0, y), LEGEND, &words)?;
     }
     Ok(())
-}
-
-fn held_by(front: Front) -> &'static str {
-    match front {
-        Front::Async => "a held request parks a task",
-        Front::Threaded => "a held request blocks a thread",
-    }
-}
-
-/// The axis range of N: the counts held and the ceilings, with some room.
-fn x_range(report: &HoldReport) -> (f64, f64) {
-    let counts = report.counts.iter().map(|&n| f64::from(n));
-    let ceilings = ceilings(report).into_iter().map(|(_, held, _)| held);
-    range(counts.chain(ceilings))
 }
 
 /// Each front's ceiling: its front, the most requests, and the ceiling's name.
@@ -199,12 +168,12 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
 fn draw_panel(
     out: &mut String,
     report: &HoldReport,
-    panel: &Panel,
+    (title, value): Panel,
     x_range: (f64, f64),
     (left, top, width): (f64, f64, f64),
 ) -> std::fmt::Result {
     writeln!(out, r#"<g class="panel">"#)?;
-    text(out, (left, top + 26.0), PANEL_TITLE, panel.title)?;
+    text(out, (left, top + 26.0), PANEL_TITLE, title)?;
     let plot = Plot {
         left: left + LEFT_ROOM,
         right: left + width - RIGHT_ROOM,
@@ -215,7 +184,7 @@ fn draw_panel(
             report
                 .fronts
                 .iter()
-                .flat_map(|s| s.held().map(|(_, f)| (panel.value)(f))),
+                .flat_map(|s| s.held().map(|(_, f)| value(f))),
         ),
     };
     plot.axes(out)?;
@@ -229,7 +198,7 @@ fn draw_panel(
         )?;
     }
     for series in &report.fronts {
-        draw_series(out, series, panel, &plot)?;
+        draw_series(out, series, value, &plot)?;
     }
     writeln!(out, "</g>")
 }
@@ -237,13 +206,13 @@ fn draw_panel(
 fn draw_series(
     out: &mut String,
     series: &FrontSeries,
-    panel: &Panel,
+    value: fn(&Figures) -> f64,
     plot: &Plot,
 ) -> std::fmt::Result {
     let (colour, class) = style(series.front);
     let points: Vec<(f64, f64)> = series
         .held()
-        .map(|(n, f)| (f64::from(n), (panel.value)(f)))
+        .map(|(n, f)| (f64::from(n), value(f)))
         .filter(|&(_, v)| v > 0.0)
         .map(|(n, v)| (plot.x_of(n), plot.y_of(v)))
         .collect();

@@ -8,63 +8,47 @@ use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
 /// A column group: its heading, and its cell for a held count and for the idle baseline.
-struct Column {
-    heading: &'static str,
-    held: fn(&Figures) -> String,
-    idle: fn(&Sample) -> String,
-}
+type Column = (&'static str, fn(&Figures) -> String, fn(&Sample) -> String);
 
 const NONE: fn(&Sample) -> String = |_| String::new();
 
 const COLUMNS: [Column; 9] = [
-    Column {
-        heading: "hold s",
-        held: |f| seconds(f.time_to_hold_ms),
-        idle: NONE,
-    },
-    Column {
-        heading: "CPU s callers",
-        held: |f| seconds(f.callers_cpu_ms as f64),
-        idle: NONE,
-    },
-    Column {
-        heading: "CPU s front",
-        held: |f| seconds(f.front_cpu_ms as f64),
-        idle: NONE,
-    },
-    Column {
-        heading: "OS threads",
-        held: |f| f.process.os_threads.to_string(),
-        idle: |s| s.os_threads.to_string(),
-    },
-    Column {
-        heading: "RSS KiB/req",
-        held: |f| figure(f.per_request.rss_kib),
-        idle: |s| mib(s.rss_kib),
-    },
-    Column {
-        heading: "kstack/req*",
-        held: |f| figure(f.per_request.kernel_stack_kib),
-        idle: NONE,
-    },
-    Column {
-        heading: "VmSize/req",
-        held: |f| figure(f.per_request.address_space_kib),
-        idle: |s| mib(s.address_space_kib),
-    },
-    Column {
-        heading: "maps/req",
-        held: |f| figure(f.per_request.memory_maps),
-        idle: |s| s.memory_maps.to_string(),
-    },
-    Column {
-        heading: "drops",
-        held: |f| match f.listen_drops.scope {
+    ("hold s", |f| seconds(f.time_to_hold_ms), NONE),
+    ("CPU s callers", |f| seconds(f.callers_cpu_ms as f64), NONE),
+    ("CPU s front", |f| seconds(f.front_cpu_ms as f64), NONE),
+    (
+        "OS threads",
+        |f| f.process.os_threads.to_string(),
+        |s| s.os_threads.to_string(),
+    ),
+    (
+        "RSS KiB/req",
+        |f| figure(f.per_request.rss_kib),
+        |s| mib(s.rss_kib),
+    ),
+    (
+        "kstack/req*",
+        |f| figure(f.per_request.kernel_stack_kib),
+        NONE,
+    ),
+    (
+        "VmSize/req",
+        |f| figure(f.per_request.address_space_kib),
+        |s| mib(s.address_space_kib),
+    ),
+    (
+        "maps/req",
+        |f| figure(f.per_request.memory_maps),
+        |s| s.memory_maps.to_string(),
+    ),
+    (
+        "drops",
+        |f| match f.listen_drops.scope {
             DropScope::FrontSocket => f.listen_drops.count.to_string(),
             DropScope::Machine => format!("{}*", f.listen_drops.count),
         },
-        idle: NONE,
-    },
+        NONE,
+    ),
 ];
 
 /// The heading, the table, its notes and the ceilings.
@@ -78,19 +62,14 @@ pub(super) fn render(report: &HoldReport) -> String {
     let groups: Vec<Group> = COLUMNS
         .iter()
         .enumerate()
-        .map(|(i, column)| Group {
-            heading: column.heading,
-            fronts: fronts
-                .iter()
-                .map(|series| {
-                    let mut cells = vec![series.front.name().to_owned()];
-                    cells.push(series.baseline.as_ref().map_or("-".into(), column.idle));
-                    cells.extend(
-                        (0..report.counts.len()).map(|at| cell(series, at, column, i == 0)),
-                    );
-                    cells
-                })
-                .collect(),
+        .map(|(i, &(heading, held, idle))| {
+            let cells = fronts.iter().map(|series| {
+                let mut cells = vec![series.front.name().to_owned()];
+                cells.push(series.baseline.as_ref().map_or("-".into(), idle));
+                cells.extend((0..report.counts.len()).map(|at| cell(series, at, held, i == 0)));
+                cells
+            });
+            (heading, cells.collect())
         })
         .collect();
     out.push_str(&layout(&side, &groups));
@@ -117,32 +96,28 @@ pub(super) fn render(report: &HoldReport) -> String {
 
 /// A figure's column group: its heading over one column of cells per front, the first cell
 /// being the front's name.
-struct Group {
-    heading: &'static str,
-    fronts: Vec<Vec<String>>,
-}
+type Group = (&'static str, Vec<Vec<String>>);
 
 /// The side column, then each group with its heading spanning its fronts' columns; cells are
 /// right-aligned under their front's name.
 fn layout(side: &[String], groups: &[Group]) -> String {
     let side_width = side.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     let mut lines: Vec<String> = side.iter().map(|s| format!("{s:<side_width$}")).collect();
-    for group in groups {
-        let mut widths: Vec<usize> = group
-            .fronts
+    for (heading, fronts) in groups {
+        let mut widths: Vec<usize> = fronts
             .iter()
             .map(|cells| cells.iter().map(|c| c.chars().count()).max().unwrap_or(0))
             .collect();
         let spanned = widths.iter().sum::<usize>() + widths.len().saturating_sub(1);
-        let heading = group.heading.chars().count();
+        let heading_width = heading.chars().count();
         if let Some(last) = widths.last_mut() {
-            *last += heading.saturating_sub(spanned);
+            *last += heading_width.saturating_sub(spanned);
         }
-        let span = spanned.max(heading);
-        lines[0].push_str(&format!("  {:<span$}", group.heading));
+        let span = spanned.max(heading_width);
+        lines[0].push_str(&format!("  {heading:<span$}"));
         for (row, line) in lines.iter_mut().enumerate().skip(1) {
             line.push(' ');
-            for (cells, width) in group.fronts.iter().zip(&widths) {
+            for (cells, width) in fronts.iter().zip(&widths) {
                 let cell = cells.get(row - 1).map_or("", String::as_str);
                 line.push_str(&format!(" {cell:>width$}"));
             }
@@ -163,9 +138,9 @@ fn mib(kib: u64) -> String {
 
 /// A figure's cell; a count without figures says why in its first group only (the notes
 /// below the table say more).
-fn cell(series: &FrontSeries, at: usize, column: &Column, first: bool) -> String {
+fn cell(series: &FrontSeries, at: usize, held: fn(&Figures) -> String, first: bool) -> String {
     let why = match series.points.get(at).map(|p| &p.outcome) {
-        Some(CountOutcome::Held(figures)) => return (column.held)(figures),
+        Some(CountOutcome::Held(figures)) => return held(figures),
         Some(CountOutcome::NotRun { .. }) => "not run",
         Some(CountOutcome::FrontFailed(_)) => "FAILED",
         Some(CountOutcome::LabFailed { .. }) => "lab failed",

@@ -38,7 +38,9 @@ pub fn text(report: &HoldReport) -> String {
 
 /// The SVG picture.
 pub fn svg(report: &HoldReport) -> String {
-    curves::render(report)
+    let mut out = String::new();
+    curves::draw(&mut out, report).expect("formatting into a String cannot fail");
+    out
 }
 
 /// A count with thin groups of three: `17 936`.

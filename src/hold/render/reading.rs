@@ -219,11 +219,11 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
         .preflight
         .as_ref()
         .and_then(|p| p.reach.get(&series.front)?.as_ref());
-    let largest = series
-        .largest_held()
-        .map_or("none of its counts".to_owned(), |n| {
-            format!("up to {}", count(u64::from(n)))
-        });
+    // The points are in ascending order of count.
+    let largest = series.held().last();
+    let largest = largest.map_or("none of its counts".to_owned(), |(n, _)| {
+        format!("up to {}", count(u64::from(n)))
+    });
     let beyond = series
         .points
         .iter()

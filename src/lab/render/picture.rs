@@ -33,6 +33,9 @@ const NAME_WIDTH: f64 = 96.0;
 const MAX_COLUMN: f64 = 160.0;
 const LANE_HEIGHT: f64 = 52.0;
 const BAR_HEIGHT: f64 = 22.0;
+/// A bar's paint while its request holds a permit, and while its work is held at the gate.
+const PERMIT: Paint = Paint::fill(SKY).stroke(BLUE, 1.5);
+const HELD: Paint = Paint::fill(BLUE);
 /// The admitted circle's radius.
 const CIRCLE: f64 = 7.5;
 /// Half the side of the finished square.
@@ -121,7 +124,6 @@ struct Panel<'a> {
     /// Every column's width.
     column: f64,
     left: f64,
-    width: f64,
     /// Where the plot starts, right of the names: every mark and label of a lane or a pool
     /// stays between `plot_left` and `plot_right`.
     plot_left: f64,
@@ -138,7 +140,7 @@ impl<'a> Panel<'a> {
         // Marks sit at column centres. After the last centre the plot keeps room for the
         // finished square and status tag of the request that finishes there, or for the gate's
         // label if the gate opened last (when a failed run is closed).
-        let mut tail = tail();
+        let mut tail = SQUARE + CLEAR + tag_width(200) + CLEAR;
         if gate.is_some_and(|g| g.seq == last) {
             tail = tail.max(GATE_HALF + 2.0 * CLEAR + text_width("gate opened", GATE));
         }
@@ -155,7 +157,6 @@ impl<'a> Panel<'a> {
             last,
             column,
             left,
-            width,
             plot_left,
             plot_right,
         }
@@ -176,11 +177,6 @@ impl<'a> Panel<'a> {
         let capacities = self.policy.pool_capacities.values();
         capacities.map(|&c| pool_height(c)).sum()
     }
-}
-
-/// The room a plot keeps after its last column's centre: a finished square and its tag.
-fn tail() -> f64 {
-    SQUARE + CLEAR + tag_width(200) + CLEAR
 }
 
 fn pool_height(capacity: usize) -> f64 {
@@ -253,11 +249,10 @@ fn occupancy(policy: &PolicyReport) -> Vec<(u64, BTreeMap<Pool, usize>)> {
     steps
 }
 
-/// Where the rows of the picture lie, top to bottom.
+/// Where the rows of the panels lie, top to bottom: panels share them, so lanes and pools line
+/// up side by side.
 #[derive(Debug)]
 struct Rows {
-    /// The baseline of each line of the verdict.
-    verdict: Vec<f64>,
     /// The baseline of the panel headings.
     heading: f64,
     /// The baseline of the first line of each panel's pools in words.
@@ -269,9 +264,6 @@ struct Rows {
     heartbeat_top: Option<f64>,
     pools_top: f64,
     axis: f64,
-    /// The centre of the legend's first row.
-    legend: f64,
-    height: f64,
 }
 
 fn draw(out: &mut String, report: &Report) -> fmt::Result {
@@ -296,7 +288,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let verdict = wrap(&verdict, verdict_style, WIDTH - 2.0 * MARGIN);
     let pools_words: Vec<Vec<String>> = panels
         .iter()
-        .map(|p| wrap(&pools_in_words(p.policy), POOLS, p.width))
+        .map(|p| wrap(&pools_in_words(p.policy), POOLS, panel_width))
         .collect();
     let pools_lines = pools_words.iter().map(Vec::len).max().unwrap_or(1);
     // Panels share their rows, so lanes and pools line up side by side.
@@ -312,15 +304,14 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
 
     // Baselines a line's height apart at least (DejaVu Sans spans 1.17 of its size), so no
     // two lines' boxes overlap.
-    let verdict_lines: Vec<f64> = (0..verdict.len())
-        .map(|i| 118.0 + 30.0 * i as f64)
-        .collect();
-    let heading = verdict_lines.last().copied().unwrap_or(118.0) + 52.0;
+    let verdict_y = |line: usize| 118.0 + 30.0 * line as f64;
+    let heading = verdict_y(verdict.len().saturating_sub(1)) + 52.0;
     let pools_first = heading + 34.0;
     let gate_labels = pools_first + 26.0 * (pools_lines - 1) as f64 + 38.0;
     let lanes_top = gate_labels + 12.0;
     let pools_top = lanes_top + lanes as f64 * LANE_HEIGHT + 14.0;
     let axis = pools_top + pools_height;
+    // The centre of the legend's first row.
     let legend = axis + 92.0;
     // What the executor's marks mean, only in a picture that has them.
     let executor_legend = match beats {
@@ -328,7 +319,6 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         false => Vec::new(),
     };
     let rows = Rows {
-        verdict: verdict_lines,
         heading,
         pools_words: pools_first,
         gate_labels,
@@ -336,13 +326,9 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         heartbeat_top: beats.then_some(lanes_top + requests as f64 * LANE_HEIGHT),
         pools_top,
         axis,
-        legend,
-        height: (legend
-            + (legend_rows.max(1) - 1 + executor_legend.len()) as f64 * LEGEND_ROW
-            + 30.0)
-            .ceil(),
     };
-    let height = rows.height;
+    let legend_lines = legend_rows.max(1) - 1 + executor_legend.len();
+    let height = (legend + legend_lines as f64 * LEGEND_ROW + 30.0).ceil();
 
     writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
     // No fixed size: the viewBox scales to the window's width, the top kept at the top.
@@ -360,15 +346,15 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         report.runner.version
     );
     text(out, (MARGIN, 84.0), ABOUT, &about)?;
-    for (line, &y) in verdict.iter().zip(&rows.verdict) {
-        text(out, (MARGIN, y), verdict_style, line)?;
+    for (line, words) in verdict.iter().enumerate() {
+        text(out, (MARGIN, verdict_y(line)), verdict_style, words)?;
     }
     for (panel, words) in panels.iter().zip(&pools_words) {
         draw_panel(out, panel, words, &rows)?;
     }
-    draw_legend(out, rows.legend)?;
+    draw_legend(out, legend)?;
     for (i, words) in executor_legend.iter().enumerate() {
-        let y = rows.legend + (legend_rows + i) as f64 * LEGEND_ROW + 7.0;
+        let y = legend + (legend_rows + i) as f64 * LEGEND_ROW + 7.0;
         text(
             out,
             (MARGIN, y),
@@ -549,14 +535,14 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
         // The permit is taken from admission until the work finishes.
         let x0 = panel.x(admitted);
         let x1 = lane.finished.map_or(panel.end(), |f| panel.x(f));
-        permit_bar(out, x0, y, x1 - x0)?;
+        bar(out, x0, y, x1 - x0, PERMIT)?;
         let square = if lane.finished.is_some() { SQUARE } else { 0.0 };
         row.take(x0 - CIRCLE, x1 + square);
         if let Some(held) = lane.held {
             // Held only while the gate is closed; once it opens the work goes on to finish.
             let until = panel.gate.map_or(x1, |g| panel.x(g).min(x1));
             let from = panel.x(held);
-            held_bar(out, from, y, until - from)?;
+            bar(out, from, y, until - from, HELD)?;
             if text_width("held at gate", HELD_WORDS) + 2.0 * CLEAR <= until - from {
                 text(
                     out,
@@ -578,12 +564,7 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
         let (x0, x1) = (panel.x(from), panel.x(to));
         writeln!(out, r#"<g class="waiting" data-words="{words}">"#)?;
         let paint = Paint::fill("none").stroke(INK, 2.0).dashed("6 4");
-        rect(
-            out,
-            (x0, y - BAR_HEIGHT / 2.0),
-            (x1 - x0, BAR_HEIGHT),
-            paint,
-        )?;
+        bar(out, x0, y, x1 - x0, paint)?;
         // Said inside the bar, before the gate line, where it fits clear of the marks.
         let until = panel.gate.map_or(x1, |g| panel.x(g).min(x1)) - GATE_HALF;
         let room = (x0 + CIRCLE + CLEAR, until - CLEAR);
@@ -694,7 +675,10 @@ fn draw_refusal(
             return Ok(());
         }
     }
-    refused_mark(out, x, y)?;
+    // A cross alone where the request found no permit.
+    writeln!(out, r#"<g class="refused">"#)?;
+    cross(out, x, y)?;
+    writeln!(out, "</g>")?;
     row.take(x - CROSS, x + CROSS);
     match answer {
         Some(answer) => draw_answer(out, row, x + CROSS, y, answer),
@@ -838,8 +822,8 @@ impl LegendMark {
     /// Draws the sample from `x` rightwards, centred on `y`.
     fn draw(self, out: &mut String, x: f64, y: f64) -> fmt::Result {
         match self {
-            LegendMark::Permit => permit_bar(out, x, y, 40.0),
-            LegendMark::Held => held_bar(out, x, y, 40.0),
+            LegendMark::Permit => bar(out, x, y, 40.0, PERMIT),
+            LegendMark::Held => bar(out, x, y, 40.0, HELD),
             LegendMark::Admitted => admitted_mark(out, x + CIRCLE, y),
             LegendMark::Finished => finished_mark(out, x + SQUARE, y),
             LegendMark::Refused => refusal_badge(out, x, y, 503),
@@ -894,13 +878,9 @@ fn draw_legend(out: &mut String, top: f64) -> fmt::Result {
     writeln!(out, "</g>")
 }
 
-fn permit_bar(out: &mut String, x: f64, y: f64, width: f64) -> fmt::Result {
-    let paint = Paint::fill(SKY).stroke(BLUE, 1.5);
-    rect(out, (x, y - BAR_HEIGHT / 2.0), (width, BAR_HEIGHT), paint)
-}
-
-fn held_bar(out: &mut String, x: f64, y: f64, width: f64) -> fmt::Result {
-    let paint = Paint::fill(BLUE);
+/// A bar on a lane's line from `x` rightwards: a permit held, work held at the gate, or
+/// waiting for the executor.
+fn bar(out: &mut String, x: f64, y: f64, width: f64, paint: Paint) -> fmt::Result {
     rect(out, (x, y - BAR_HEIGHT / 2.0), (width, BAR_HEIGHT), paint)
 }
 
@@ -922,13 +902,6 @@ fn finished_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
     )
 }
 
-/// A cross where the request found no permit.
-fn refused_mark(out: &mut String, x: f64, y: f64) -> fmt::Result {
-    writeln!(out, r#"<g class="refused">"#)?;
-    cross(out, x, y)?;
-    writeln!(out, "</g>")
-}
-
 fn cross(out: &mut String, x: f64, y: f64) -> fmt::Result {
     let (x0, x1, y0, y1) = (x - CROSS, x + CROSS, y - CROSS, y + CROSS);
     let paint = Paint::line(VERMILLION, 4.0);
@@ -938,7 +911,6 @@ fn cross(out: &mut String, x: f64, y: f64) -> fmt::Result {
     )
 }
 
-/// How wide a status tag is.
 fn tag_width(status: u16) -> f64 {
     text_width(&status.to_string(), STATUS) + 2.0 * TAG_PAD
 }

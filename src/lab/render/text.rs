@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, labels, wrap};
+use crate::draw::table::{columns, labels, row, wrap};
 use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
@@ -98,20 +98,16 @@ fn heading(title: &str, inputs: &Inputs, executor: &Executor) -> String {
 
 /// The table: one column per outcome, and an optional last row of given cells.
 pub(crate) fn table(outcomes: &[Outcome], last: Option<(&str, Vec<String>)>) -> String {
-    let header =
-        std::iter::once(String::new()).chain(outcomes.iter().map(|o| o.mode.name().into()));
-    let mut rows = vec![header.collect::<Vec<_>>()];
+    let mut rows = vec![row("", outcomes.iter().map(|o| o.mode.name().into()))];
     for (heading, cell) in ROWS {
-        let cells = outcomes.iter().map(cell);
-        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+        rows.push(row(heading, outcomes.iter().map(cell)));
     }
     if outcomes.iter().any(|o| o.executor.is_some()) {
         let cells = outcomes.iter().map(waiting_for_the_executor);
-        let row = std::iter::once("waiting for the executor".to_owned()).chain(cells);
-        rows.push(row.collect());
+        rows.push(row("waiting for the executor", cells));
     }
     if let Some((heading, cells)) = last {
-        rows.push(std::iter::once(heading.to_owned()).chain(cells).collect());
+        rows.push(row(heading, cells));
     }
     columns(&rows)
 }
