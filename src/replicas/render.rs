@@ -144,11 +144,18 @@ fn wrap(text: &str, indent: &str) -> String {
     format!("{newline}{}", if lines.is_empty() { "\n" } else { &lines })
 }
 
+/// A request's cell. The holders that refused it are a set, named in one order: Redis lists them
+/// by lease expiry, and a renewal between two admissions reorders them, so the same run would
+/// otherwise read differently from one time to the next (the report keeps Redis's order).
 fn outcome(sent: &Sent) -> String {
     match sent.decision {
         Decision::Admitted => "held".into(),
         Decision::Refused if sent.held_by.is_empty() => "503".into(),
-        Decision::Refused => format!("503, held by {}", sent.held_by.join(" ")),
+        Decision::Refused => {
+            let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
+            holders.sort_unstable();
+            format!("503, held by {}", holders.join(" "))
+        }
     }
 }
 
@@ -584,7 +591,25 @@ fn account_cell(
 
 #[cfg(test)]
 mod tests {
-    use super::wrap;
+    use super::{outcome, wrap};
+    use crate::evidence::Decision;
+    use crate::label::Label;
+    use crate::replicas::evidence::Sent;
+    use crate::replicas::inputs::ReplicaId;
+
+    /// A refusal names its holders in one order, whichever order Redis listed them in.
+    #[test]
+    fn a_refusals_holders_read_the_same_in_any_order() {
+        let refused = |held_by: [&str; 2]| Sent {
+            request: Label::Slow(3),
+            replica: ReplicaId(1),
+            decision: Decision::Refused,
+            held_by: held_by.map(String::from).to_vec(),
+            at_ms: None,
+        };
+        let cells = [["r1/S1", "r2/S2"], ["r2/S2", "r1/S1"]].map(|h| outcome(&refused(h)));
+        assert_eq!(cells, ["503, held by r1/S1 r2/S2"; 2]);
+    }
 
     /// Notes wrap at 100 columns; a leading indent stays, later lines take the given one.
     #[test]
