@@ -232,10 +232,14 @@ pub(crate) fn start_on(
             let server = async_front::AsyncListener::from_std(listener, address)?.at(gates);
             Running::Async(server.start(section, census, hooks, drain_limit))
         }
-        Front::Threaded => {
-            let server = threaded::ThreadedListener::from_std(listener, address).at(gates);
-            Running::Threaded(server.start(section, census, hooks, drain_limit)?)
-        }
+        Front::Threaded => Running::Threaded(threaded::start(
+            (listener, address),
+            gates,
+            section,
+            census,
+            hooks,
+            drain_limit,
+        )?),
     };
     Ok((address, running))
 }

@@ -49,16 +49,6 @@ const LISTENER: Token = Token(0);
 /// The poller's token for the stop signal.
 const STOP: Token = Token(1);
 
-/// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
-#[derive(Debug)]
-pub(crate) struct ThreadedListener {
-    listener: TcpListener,
-    /// The listener's socket, bound to its address, to see it closed.
-    id: ListenerId,
-    /// The gate each request's slow work waits at.
-    gates: Gates,
-}
-
 /// The accept thread, and how to tell it to stop. Dropping it without [`ThreadedFront::stop`] tells
 /// the thread to abandon held work and close every connection, and returns at once: the
 /// thread, left to finish on its own, still joins every connection thread before it ends.
@@ -181,70 +171,52 @@ struct Shared {
     signal: Arc<StopSignal>,
 }
 
-impl ThreadedListener {
-    /// Serves on `listener`, bound to `address` (see `super::bind_loopback`).
-    pub(crate) fn from_std(listener: TcpListener, address: SocketAddr) -> Self {
-        ThreadedListener {
-            id: ListenerId::of(&listener, address),
-            listener,
-            gates: Gates::default(),
-        }
-    }
-
-    /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
-    /// run's own).
-    pub(crate) fn at(self, gates: Gates) -> Self {
-        ThreadedListener { gates, ..self }
-    }
-
-    /// Starts the accept thread, which serves until [`ThreadedFront::stop`].
-    pub(crate) fn start(
-        self,
-        section: Arc<WorkSection>,
-        census: Arc<FrontCensus>,
-        hooks: Arc<dyn Hooks>,
-        drain_limit: Duration,
-    ) -> io::Result<ThreadedFront> {
-        let ThreadedListener {
-            listener,
-            id,
-            gates,
-        } = self;
-        let starting = |what: &str| {
-            let what = format!("starting the threaded server's {what}");
-            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
-        };
-        let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
-        let (notes, heard) = std_mpsc::channel();
-        let signal = Arc::new(StopSignal {
-            state: AtomicU8::new(SERVING),
-            waker,
-            notes,
-        });
-        let shared = Arc::new(Shared {
-            section,
-            hooks,
-            gates,
-            census,
-            signal: signal.clone(),
-        });
-        let (report, stopped) = oneshot::channel();
-        let thread = thread::Builder::new()
-            .name("lab-accept".into())
-            .spawn(move || {
-                let tid = os_thread_id();
-                let summary = serve(poller, heard, shared, id, drain_limit);
-                // The receiver is gone only if the coordinator itself went away.
-                let _ = report.send((summary, tid));
-            })
-            .map_err(starting("thread"))?;
-        Ok(ThreadedFront {
-            signal,
-            drain_limit,
-            stopped: Some(stopped),
-            thread: Some(thread),
+/// Starts the accept thread serving `section` on `listener`, bound to `address` (see
+/// `super::bind_loopback`), each request's slow work waiting at the gate `gates` picks; it
+/// serves until [`ThreadedFront::stop`].
+pub(crate) fn start(
+    (listener, address): (TcpListener, SocketAddr),
+    gates: Gates,
+    section: Arc<WorkSection>,
+    census: Arc<FrontCensus>,
+    hooks: Arc<dyn Hooks>,
+    drain_limit: Duration,
+) -> io::Result<ThreadedFront> {
+    let id = ListenerId::of(&listener, address);
+    let starting = |what: &str| {
+        let what = format!("starting the threaded server's {what}");
+        move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
+    let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
+    let (notes, heard) = std_mpsc::channel();
+    let signal = Arc::new(StopSignal {
+        state: AtomicU8::new(SERVING),
+        waker,
+        notes,
+    });
+    let shared = Arc::new(Shared {
+        section,
+        hooks,
+        gates,
+        census,
+        signal: signal.clone(),
+    });
+    let (report, stopped) = oneshot::channel();
+    let thread = thread::Builder::new()
+        .name("lab-accept".into())
+        .spawn(move || {
+            let tid = os_thread_id();
+            let summary = serve(poller, heard, shared, id, drain_limit);
+            // The receiver is gone only if the coordinator itself went away.
+            let _ = report.send((summary, tid));
         })
-    }
+        .map_err(starting("thread"))?;
+    Ok(ThreadedFront {
+        signal,
+        drain_limit,
+        stopped: Some(stopped),
+        thread: Some(thread),
+    })
 }
 
 /// The accept thread's life: the accept loop on `poller`, hearing its connections end on
