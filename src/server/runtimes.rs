@@ -55,22 +55,18 @@ impl Heartbeat {
     /// Waits until the runtime has run the heartbeat once (true), or the front's thread has
     /// stopped without (false: starting it failed).
     pub(crate) async fn first_tick(&self) -> bool {
-        self.until(|h| h.ticks() > 0 || h.has_stopped()).await;
+        super::until(&self.changed, || self.ticks() > 0 || self.has_stopped()).await;
         self.ticks() > 0
     }
 
     /// Waits until the front's thread has stopped serving: told to, or because it could not
     /// go on (its listener broken, say).
     pub(crate) async fn stopped(&self) {
-        self.until(Heartbeat::has_stopped).await;
+        super::until(&self.changed, || self.has_stopped()).await;
     }
 
     fn has_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
-    }
-
-    async fn until(&self, done: impl Fn(&Self) -> bool) {
-        super::until(&self.changed, || done(self)).await;
     }
 
     fn tick(&self) {
