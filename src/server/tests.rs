@@ -48,7 +48,16 @@ fn start(
     hooks: Arc<dyn Hooks>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
-    super::start_at(front, section, census, hooks, Gates::default(), drain_limit)
+    let bound = super::bind_loopback()?;
+    super::start_on(
+        front,
+        bound,
+        section,
+        census,
+        hooks,
+        Gates::default(),
+        drain_limit,
+    )
 }
 
 /// This thread's id in the kernel.
