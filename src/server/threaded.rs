@@ -27,7 +27,8 @@ use super::{
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
-use crate::label::LABEL_HEADER;
+use crate::label::{LABEL_HEADER, Label};
+use crate::policy::Route;
 
 /// The most a request head may take; the lab's own are a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;
@@ -560,36 +561,22 @@ fn await_release(tid: Option<u32>) {
 fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
     let mut buffer = Vec::with_capacity(1024);
     loop {
-        let head = match read_head(stream, &mut buffer) {
+        let head = read_head(stream, &mut buffer, &shared.section);
+        let RequestHead {
+            screened,
+            keep_alive,
+        } = match head {
             // The peer closed, or the server shut the socket, before a whole request arrived.
             Ok(None) | Err(_) => return,
             Ok(Some(head)) => head,
         };
         in_work.store(true, Ordering::SeqCst);
-        let (reply, keep_alive) = match head {
-            Ok(request) => {
-                let head = Head {
-                    is_get: request.is_get,
-                    path: &request.path,
-                    token: request.token.as_deref(),
-                    label: request.label.as_deref(),
-                };
-                let reply = match screen(&shared.section, head) {
-                    Ok((label, route)) => {
-                        let verdict = work_blocking(
-                            &shared.section,
-                            &*shared.hooks,
-                            &shared.gates,
-                            label,
-                            route,
-                        );
-                        answer(label, verdict)
-                    }
-                    Err(reply) => reply,
-                };
-                (reply, request.keep_alive)
+        let reply = match screened {
+            Ok((label, route)) => {
+                let (section, hooks, gates) = (&shared.section, &*shared.hooks, &shared.gates);
+                answer(label, work_blocking(section, hooks, gates, label, route))
             }
-            Err(reply) => (reply, false),
+            Err(reply) => reply,
         };
         // A caller that went away while its work was held cannot be told; the work is done.
         let written = write_reply(stream, &reply, keep_alive);
@@ -600,37 +587,37 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
     }
 }
 
-/// The parts of a request head the lab reads.
+/// A request as the lab reads it: screened while its head is parsed (see `super::screen`), so
+/// nothing of the head is kept, or the reply that refuses a head that is not HTTP or too large.
 struct RequestHead {
-    is_get: bool,
-    path: String,
-    token: Option<Vec<u8>>,
-    label: Option<Vec<u8>>,
+    screened: Result<(Label, Route), Reply>,
     /// HTTP/1.1 without `Connection: close`, and no body to skip.
     keep_alive: bool,
 }
 
-/// Reads one request head from `stream`, keeping in `buffer` whatever follows it: `None` if
-/// the stream ends first, an error reply if it is not HTTP or too large.
+/// Reads one request head from `stream`, keeping in `buffer` whatever follows it, and screens
+/// it for `section`: `None` if the stream ends first.
 fn read_head(
     mut stream: &TcpStream,
     buffer: &mut Vec<u8>,
-) -> io::Result<Option<Result<RequestHead, Reply>>> {
+    section: &WorkSection,
+) -> io::Result<Option<RequestHead>> {
     let mut chunk = [0; 1024];
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut headers);
         let refuse = |status, error| {
-            Ok(Some(Err(Reply {
-                status,
-                body: json!({ "error": error }),
-            })))
+            let body = json!({ "error": error });
+            Ok(Some(RequestHead {
+                screened: Err(Reply { status, body }),
+                keep_alive: false,
+            }))
         };
         match request.parse(buffer) {
             Ok(httparse::Status::Complete(length)) => {
-                let head = RequestHead::from(&request);
+                let head = RequestHead::read(&request, section);
                 buffer.drain(..length);
-                return Ok(Some(Ok(head)));
+                return Ok(Some(head));
             }
             Ok(httparse::Status::Partial) if buffer.len() < MAX_HEAD => {}
             Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
@@ -649,8 +636,8 @@ fn read_head(
     }
 }
 
-impl From<&httparse::Request<'_, '_>> for RequestHead {
-    fn from(request: &httparse::Request<'_, '_>) -> Self {
+impl RequestHead {
+    fn read(request: &httparse::Request<'_, '_>, section: &WorkSection) -> Self {
         let header = |name: &str| {
             let found = request
                 .headers
@@ -665,18 +652,15 @@ impl From<&httparse::Request<'_, '_>> for RequestHead {
         // none, so a request that has one closes its connection instead.
         let body = header("content-length").is_some_and(|v| v != b"0")
             || header("transfer-encoding").is_some();
-        RequestHead {
+        let head = Head {
             is_get: request.method == Some("GET"),
             // The path without a query string, as Hyper's `uri().path()` gives it.
-            path: request
-                .path
-                .unwrap_or_default()
-                .split('?')
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
-            token: header(TOKEN_HEADER).map(<[u8]>::to_vec),
-            label: header(LABEL_HEADER).map(<[u8]>::to_vec),
+            path: (request.path.unwrap_or_default().split('?').next()).unwrap_or_default(),
+            token: header(TOKEN_HEADER),
+            label: header(LABEL_HEADER),
+        };
+        RequestHead {
+            screened: screen(section, head),
             keep_alive: request.version == Some(1) && !says("connection", "close") && !body,
         }
     }
