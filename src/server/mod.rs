@@ -216,7 +216,8 @@ pub(crate) fn start_on(
 ) -> std::io::Result<(SocketAddr, Running)> {
     let running = match front {
         Front::Async => {
-            let server = async_front::AsyncListener::from_std(listener, address)?.at(gates);
+            let bound = (listener, address);
+            let server = async_front::AsyncListener::from_std(bound, gates, Default::default())?;
             Running::Async(server.start(section, census, hooks, drain_limit))
         }
         Front::Threaded => Running::Threaded(threaded::start(

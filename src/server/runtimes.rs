@@ -130,7 +130,7 @@ pub(crate) fn start(
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.
         let _inside = front.enter();
-        AsyncListener::bind()?.at(gates).with_dispatch(dispatch)
+        AsyncListener::from_std(super::bind_loopback()?, gates, dispatch)?
     };
     let address = server.address();
     let listening = server.listening()?;

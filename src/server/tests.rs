@@ -622,7 +622,10 @@ mod accept_retry {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                let server = async_front::AsyncListener::bind().expect("127.0.0.1:0 binds");
+                let bound = crate::server::bind_loopback().expect("127.0.0.1:0 binds");
+                let (gates, dispatch) = (Default::default(), Default::default());
+                let server = async_front::AsyncListener::from_std(bound, gates, dispatch)
+                    .expect("the listener serves");
                 let me = super::this_thread();
                 ready
                     .send((server.address(), me))
