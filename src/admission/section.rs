@@ -32,7 +32,6 @@ use crate::policy::{Allocation, Pool, Route};
 /// it for later: this is the whole of the refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Refusal {
-    /// The refused request.
     pub request: Label,
     /// The pool that had no permit left.
     pub pool: Pool,
@@ -47,7 +46,6 @@ pub(crate) struct Refusal {
 /// never entered the section; nothing holds it for later.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PoolFailure {
-    /// The request.
     pub request: Label,
     /// The pool that could not decide.
     pub pool: Pool,
