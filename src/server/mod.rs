@@ -207,27 +207,23 @@ pub(crate) enum Running {
 /// to stop are aborted (threads: their held work is abandoned) and reported.
 pub(crate) fn start_on(
     front: Front,
-    (listener, address): (TcpListener, SocketAddr),
+    bound: (TcpListener, SocketAddr),
     section: Arc<WorkSection>,
     census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
+    let address = bound.1;
     let running = match front {
         Front::Async => {
-            let bound = (listener, address);
             let server = async_front::AsyncListener::from_std(bound, gates, Default::default())?;
             Running::Async(server.start(section, census, hooks, drain_limit))
         }
-        Front::Threaded => Running::Threaded(threaded::start(
-            (listener, address),
-            gates,
-            section,
-            census,
-            hooks,
-            drain_limit,
-        )?),
+        Front::Threaded => {
+            let server = threaded::start(bound, gates, section, census, hooks, drain_limit)?;
+            Running::Threaded(server)
+        }
     };
     Ok((address, running))
 }
