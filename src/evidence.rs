@@ -13,8 +13,9 @@ use crate::policy::{Policy, Pool, Route};
 
 // What the work section recorded, as a run's evidence and report carry it.
 pub use crate::admission::audit::PoolLedger;
+pub use crate::admission::gate::GateState;
 pub use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-pub use crate::admission::section::{FinalState, GateState};
+pub use crate::admission::section::FinalState;
 // What the run cost, counted beside it.
 pub use crate::resources::{ResourceEvidence, Resources};
 

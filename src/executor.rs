@@ -32,14 +32,6 @@ pub enum WorkStyle {
 }
 
 impl WorkStyle {
-    /// Every style, in the order the command line lists them.
-    pub const ALL: [WorkStyle; 4] = [
-        WorkStyle::Await,
-        WorkStyle::Block,
-        WorkStyle::SpawnBlocking,
-        WorkStyle::OwnRuntime,
-    ];
-
     /// The name on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {

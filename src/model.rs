@@ -44,16 +44,6 @@ pub enum Wait {
     Queued,
 }
 
-impl Wait {
-    /// In words, for a reader.
-    pub fn words(self) -> &'static str {
-        match self {
-            Wait::Unread => "unread until release",
-            Wait::Queued => "queued for a thread",
-        }
-    }
-}
-
 /// The model's expectations for one policy run on `front` with `executor`, in the order the
 /// requests are sent: `S1..S<held>`, `F1`, `S-after`, `F-after`. The executor can make a
 /// request wait where no permit would (`docs/blocking.md`, "The model").

@@ -95,17 +95,13 @@ impl Outcome {
         let find = |request: Label| expected.iter().find(|e| e.request == request);
         let f1 = find(Label::F1).expect("the model expects F1");
         let slow_pool = policy.pool_for(Route::Slow);
-        let idle = policy
-            .pools()
-            .iter()
-            .map(|&pool| {
-                let taken = match pool == slow_pool {
-                    true => admitted.len() + queued.len(),
-                    false => 0,
-                };
-                (pool, policy.capacity(pool) - taken)
-            })
-            .collect();
+        let idle = policy.per_pool(|pool| {
+            let taken = match pool == slow_pool {
+                true => admitted.len() + queued.len(),
+                false => 0,
+            };
+            policy.capacity(pool) - taken
+        });
         let statuses = |requests: &[Label]| {
             let status = |&request: &Label| {
                 let status = find(request).map(|e: &Expected| e.status)?;

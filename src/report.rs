@@ -77,9 +77,9 @@ impl Runner {
     /// (`lab::block_on`).
     pub(crate) const LAB_RUNTIME: &str = RUNTIMES[0];
 
-    /// This runner, serving on `front` with `safety_timeout`, on the Tokio runtime it is
-    /// called from.
-    pub(crate) fn current(front: Front, safety_timeout: Duration) -> Self {
+    /// This runner, serving on `front` with `executor` and `safety_timeout`, on the Tokio
+    /// runtime it is called from.
+    pub(crate) fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
         let [current_thread, multi_thread, unknown] = RUNTIMES;
         let runtime = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
             Ok(tokio::runtime::RuntimeFlavor::CurrentThread) => current_thread,
@@ -96,15 +96,7 @@ impl Runner {
             // The coordinator's client (`coordinator/client.rs`).
             client: "Hyper 1 client connection; a caller reuses one left open; no proxy".into(),
             safety_timeout_ms: u64::try_from(safety_timeout.as_millis()).unwrap_or(u64::MAX),
-            front_runtime: None,
-        }
-    }
-
-    /// This runner, its front on `executor`.
-    pub(crate) fn on(front: Front, executor: Executor, safety_timeout: Duration) -> Self {
-        Runner {
             front_runtime: (!executor.is_default()).then(|| executor.describe(front)),
-            ..Runner::current(front, safety_timeout)
         }
     }
 }

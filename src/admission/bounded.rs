@@ -16,7 +16,6 @@ pub(crate) struct BoundedSemaphore {
 /// A release was refused: every permit was already back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct OverRelease {
-    /// The semaphore's capacity.
     pub capacity: usize,
 }
 

@@ -5,20 +5,23 @@
 use std::pin::pin;
 use std::sync::{Condvar, Mutex};
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use super::lock;
 
-/// Where the gate stands. It leaves `Closed` once and never returns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Latch {
+/// Where the slow gate stands (the report's `final_state.gate`). It leaves `Closed` once and
+/// never returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GateState {
     /// Slow work waits.
     #[default]
     Closed,
-    /// Slow work passes.
+    /// Slow work passes; the gate never closes again.
     Open,
-    /// The run is being torn down without opening: waiters give up. A thread cannot be
-    /// aborted from outside, so this is how a threaded front stops work held at a stuck gate.
+    /// The run was torn down without opening it: waiters give up. A thread cannot be aborted
+    /// from outside, so this is how a threaded front stops work held at a stuck gate.
     Abandoned,
 }
 
@@ -27,7 +30,7 @@ pub(crate) enum Latch {
 pub(crate) struct Gate {
     /// A std `Mutex` rather than an atomic so that what the caller records on holding or
     /// opening is ordered with the state itself.
-    latch: Mutex<Latch>,
+    state: Mutex<GateState>,
     woken: Notify,
     woken_threads: Condvar,
 }
@@ -39,25 +42,25 @@ impl Gate {
     }
 
     /// Where the gate stands now.
-    pub(crate) fn latch(&self) -> Latch {
-        *lock(&self.latch)
+    pub(crate) fn state(&self) -> GateState {
+        *lock(&self.state)
     }
 
     /// Opens a closed gate for every present and future waiter. `on_open` runs once, on the
     /// opening, before any waiter can move: it is ordered before every later `pass`.
     pub(crate) fn open(&self, on_open: impl FnOnce()) {
-        self.leave_closed(Latch::Open, on_open);
+        self.leave_closed(GateState::Open, on_open);
     }
 
     /// Tells every present and future waiter of a closed gate to give up.
     pub(crate) fn abandon(&self) {
-        self.leave_closed(Latch::Abandoned, || {});
+        self.leave_closed(GateState::Abandoned, || {});
     }
 
-    fn leave_closed(&self, to: Latch, on_change: impl FnOnce()) {
+    fn leave_closed(&self, to: GateState, on_change: impl FnOnce()) {
         {
-            let mut latch = lock(&self.latch);
-            if *latch != Latch::Closed {
+            let mut latch = lock(&self.state);
+            if *latch != GateState::Closed {
                 return;
             }
             *latch = to;
@@ -69,7 +72,7 @@ impl Gate {
 
     /// Waits (as a task) until the gate is no longer closed, and says how it left: `Open` or
     /// `Abandoned`. If it is closed on arrival, `on_hold` runs first, ordered before the change.
-    pub(crate) async fn pass(&self, on_hold: impl FnOnce()) -> Latch {
+    pub(crate) async fn pass(&self, on_hold: impl FnOnce()) -> GateState {
         // Create the `Notified` future before looking at the state. Tokio counts
         // `notify_waiters` calls: a `Notified` completes once any call is made after its
         // creation, whether or not it had been enabled or polled by then (tokio's docs of
@@ -80,25 +83,25 @@ impl Gate {
         let mut woken = pin!(self.woken.notified());
         woken.as_mut().enable();
         {
-            let latch = lock(&self.latch);
-            if *latch != Latch::Closed {
+            let latch = lock(&self.state);
+            if *latch != GateState::Closed {
                 return *latch;
             }
             on_hold();
         }
         woken.await;
         // The state leaves `Closed` before any wake-up and never returns to it.
-        self.latch()
+        self.state()
     }
 
     /// Waits (as a blocked thread) until the gate is no longer closed; as [`Gate::pass`].
-    pub(crate) fn pass_blocking(&self, on_hold: impl FnOnce()) -> Latch {
-        let mut latch = lock(&self.latch);
-        if *latch == Latch::Closed {
+    pub(crate) fn pass_blocking(&self, on_hold: impl FnOnce()) -> GateState {
+        let mut latch = lock(&self.state);
+        if *latch == GateState::Closed {
             on_hold();
         }
         // The check and the wait are under one lock, so no change can slip between them.
-        while *latch == Latch::Closed {
+        while *latch == GateState::Closed {
             latch = self
                 .woken_threads
                 .wait(latch)
@@ -146,7 +149,10 @@ mod tests {
             1,
             "the opening woke the waiter"
         );
-        assert_eq!(waiter.as_mut().poll(&mut context), Poll::Ready(Latch::Open));
+        assert_eq!(
+            waiter.as_mut().poll(&mut context),
+            Poll::Ready(GateState::Open)
+        );
         drop(waiter);
         assert_eq!(holds, 1);
     }
@@ -182,7 +188,7 @@ mod tests {
             // a failure instead of a hang.
             let all_released = tokio::time::timeout(Duration::from_secs(5), async {
                 while let Some(joined) = waiters.join_next().await {
-                    assert_eq!(joined.expect("a waiter panicked"), Latch::Open);
+                    assert_eq!(joined.expect("a waiter panicked"), GateState::Open);
                 }
             });
             assert!(all_released.await.is_ok(), "a waiter missed the opening");
@@ -195,8 +201,8 @@ mod tests {
         let gate = Gate::new();
         gate.open(|| {});
         let mut held = false;
-        assert_eq!(gate.pass(|| held = true).await, Latch::Open);
-        assert_eq!(gate.pass_blocking(|| held = true), Latch::Open);
+        assert_eq!(gate.pass(|| held = true).await, GateState::Open);
+        assert_eq!(gate.pass_blocking(|| held = true), GateState::Open);
         assert!(!held);
     }
 
@@ -226,7 +232,7 @@ mod tests {
             let passed = dones.recv_timeout(Duration::from_secs(5));
             assert_eq!(
                 passed,
-                Ok(Latch::Open),
+                Ok(GateState::Open),
                 "a blocked thread missed the opening"
             );
         }
@@ -246,8 +252,8 @@ mod tests {
         };
         holds.recv().expect("the thread held");
         gate.abandon();
-        assert_eq!(waiter.join().expect("no panic"), Latch::Abandoned);
+        assert_eq!(waiter.join().expect("no panic"), GateState::Abandoned);
         gate.open(|| panic!("an abandoned gate does not open"));
-        assert_eq!(gate.latch(), Latch::Abandoned);
+        assert_eq!(gate.state(), GateState::Abandoned);
     }
 }

@@ -125,24 +125,9 @@ impl Ledger {
         self.push(request, pool, event, active_after, false)
     }
 
-    /// Records that `request`'s work left the section, completed or `cancelled`.
-    pub(crate) fn finish(
-        &mut self,
-        request: Label,
-        pool: Pool,
-        active_after: usize,
-        cancelled: bool,
-    ) {
-        self.push(
-            Some(request),
-            pool,
-            Event::Finished,
-            active_after,
-            cancelled,
-        );
-    }
-
-    fn push(
+    /// Records an event, `cancelled` for work that left without completing, and tells the
+    /// observer. Returns the recorded event.
+    pub(crate) fn push(
         &mut self,
         request: Option<Label>,
         pool: Pool,

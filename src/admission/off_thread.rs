@@ -13,15 +13,15 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::super::gate::{Gate, Latch};
+use super::super::gate::{Gate, GateState};
 use super::super::ledger::Event;
-use super::{Verdict, Work, WorkSection};
+use super::{Work, WorkSection};
 use crate::policy::Route;
 
 impl WorkSection {
     /// The wait of admitted `work`, for another thread to run: it records `started`, then, for
     /// slow work, waits at the gate (recording `held` if it is closed) and says how the gate
-    /// left; fast work has nothing to wait for. Hand the result to [`Work::leave_after`].
+    /// left; fast work has nothing to wait for. Hand the result to [`Work::leave`].
     ///
     /// If the work has left by the time a thread runs the wait, it records nothing and waits
     /// for nothing: no one is there to take its answer. (If it leaves while the wait blocks at
@@ -30,7 +30,7 @@ impl WorkSection {
         self: &Arc<Self>,
         work: &mut Work<'_>,
         gate: Arc<Gate>,
-    ) -> impl FnOnce() -> Latch + Send + 'static {
+    ) -> impl FnOnce() -> GateState + Send + 'static {
         let section = self.clone();
         let (request, pool, route) = (work.request, work.pool, work.route);
         let left = work.left.insert(Arc::new(AtomicBool::new(false))).clone();
@@ -38,22 +38,14 @@ impl WorkSection {
         move || {
             let record = |event| section.record_unless(Some(&left), Some(request), pool, event);
             if !record(Event::Started) {
-                return Latch::Abandoned;
+                return GateState::Abandoned;
             }
             match gate {
                 Some(gate) => gate.pass_blocking(|| {
                     record(Event::Held);
                 }),
-                None => Latch::Open,
+                None => GateState::Open,
             }
         }
-    }
-}
-
-impl Work<'_> {
-    /// Leaves the section once the wait that ran elsewhere ([`WorkSection::wait_elsewhere`])
-    /// ended with `latch`: the permit goes back before the caller builds its response.
-    pub(crate) fn leave_after(self, latch: Latch) -> Verdict {
-        self.leave(latch)
     }
 }

@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 mod off_thread;
 
 use super::audit::{self, PoolLedger};
-use super::gate::{Gate, Latch};
+use super::gate::Gate;
+pub(crate) use super::gate::GateState;
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
 use super::pools::{Permit, Permits, Pools};
@@ -31,7 +32,6 @@ use crate::policy::{Allocation, Pool, Route};
 /// it for later: this is the whole of the refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Refusal {
-    /// The refused request.
     pub request: Label,
     /// The pool that had no permit left.
     pub pool: Pool,
@@ -46,7 +46,6 @@ pub(crate) struct Refusal {
 /// never entered the section; nothing holds it for later.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PoolFailure {
-    /// The request.
     pub request: Label,
     /// The pool that could not decide.
     pub pool: Pool,
@@ -83,18 +82,6 @@ impl From<Denied> for Verdict {
             Denied::Failed(failure) => Verdict::Failed(failure),
         }
     }
-}
-
-/// Whether the slow gate is open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GateState {
-    /// Slow work waits.
-    Closed,
-    /// Slow work passes; the gate never closes again.
-    Open,
-    /// The run was torn down without opening it.
-    Abandoned,
 }
 
 /// The section's state once the run is over: what `final_state` reports.
@@ -333,11 +320,7 @@ impl WorkSection {
     /// Taken and free permits per pool, and the gate.
     pub(crate) fn final_state(&self) -> FinalState {
         // The gate's lock before the ledger's, never the other way round.
-        let gate = match self.gate.latch() {
-            Latch::Closed => GateState::Closed,
-            Latch::Open => GateState::Open,
-            Latch::Abandoned => GateState::Abandoned,
-        };
+        let gate = self.gate.state();
         let _ledger = self.ledger();
         FinalState {
             active_work: self.allocation().per_pool(|pool| self.pools.active(pool)),
@@ -408,7 +391,7 @@ impl Work<'_> {
     pub(crate) async fn run(mut self, gate: &Gate) -> Verdict {
         let latch = match self.route {
             Route::Slow => gate.pass(|| self.held()).await,
-            Route::Fast => Latch::Open,
+            Route::Fast => GateState::Open,
         };
         let released = match &mut self.permit {
             Some(Permit::Remote(held)) => Some(held.released()),
@@ -428,7 +411,7 @@ impl Work<'_> {
     pub(crate) fn run_blocking(self, gate: &Gate) -> Verdict {
         let latch = match self.route {
             Route::Slow => gate.pass_blocking(|| self.held()),
-            Route::Fast => Latch::Open,
+            Route::Fast => GateState::Open,
         };
         self.leave(latch)
     }
@@ -438,14 +421,16 @@ impl Work<'_> {
         (self.section).record(Some(self.request), self.pool, Event::Held);
     }
 
-    /// Leaves the section: the permit goes back before the caller builds its response.
-    fn leave(mut self, latch: Latch) -> Verdict {
+    /// Leaves the section once its wait ended with `latch` (here, or on another thread:
+    /// [`WorkSection::wait_elsewhere`]): the permit goes back before the caller builds its
+    /// response.
+    pub(crate) fn leave(mut self, latch: GateState) -> Verdict {
         let pool = self.pool;
-        self.completed = latch == Latch::Open;
+        self.completed = latch == GateState::Open;
         drop(self);
         match latch {
-            Latch::Abandoned => Verdict::Abandoned(pool),
-            Latch::Open | Latch::Closed => Verdict::Done(pool),
+            GateState::Abandoned => Verdict::Abandoned(pool),
+            GateState::Open | GateState::Closed => Verdict::Done(pool),
         }
     }
 }
@@ -456,7 +441,13 @@ impl Drop for Work<'_> {
         let mut ledger = self.section.ledger();
         drop(self.permit.take());
         let active = self.section.pools.active(self.pool);
-        ledger.finish(self.request, self.pool, active, !self.completed);
+        ledger.push(
+            Some(self.request),
+            self.pool,
+            Event::Finished,
+            active,
+            !self.completed,
+        );
         if let Some(left) = &self.left {
             left.store(true, Ordering::Relaxed);
         }
@@ -572,7 +563,11 @@ mod tests {
             let mut work = section.admit_now(request, route).expect("a permit is free");
             let wait = section.wait_elsewhere(&mut work, section.gate().clone());
             drop(work);
-            assert_eq!(wait(), Latch::Abandoned, "{request}'s wait after it left");
+            assert_eq!(
+                wait(),
+                GateState::Abandoned,
+                "{request}'s wait after it left"
+            );
         }
         let left = [(Event::Admitted, false), (Event::Finished, true)];
         assert_eq!(events(&section), [left, left].concat());

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::gate::{Gate, Latch};
+use crate::admission::gate::{Gate, GateState};
 use crate::admission::section::WorkSection;
 use crate::server::Gates;
 
@@ -71,10 +71,10 @@ impl RoomGates {
     pub(crate) fn close(&self, section: &WorkSection) -> Result<RoomGate, CannotClose> {
         // This lock, then a gate's, then the ledger's: the order the section keeps too.
         let mut state = self.state();
-        if section.gate().latch() == Latch::Closed {
+        if section.gate().state() == GateState::Closed {
             return Err(CannotClose::RunGateClosed);
         }
-        if (state.current.as_ref()).is_some_and(|g| g.latch() == Latch::Closed) {
+        if (state.current.as_ref()).is_some_and(|g| g.state() == GateState::Closed) {
             return Err(CannotClose::AlreadyClosed);
         }
         let closed = RoomGate {

@@ -84,7 +84,6 @@ impl Client {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The server's address.
     pub(crate) fn address(&self) -> SocketAddr {
         self.address
     }

@@ -15,9 +15,9 @@ pub struct Failure {
     pub request: Option<Label>,
     /// What went wrong.
     pub cause: Cause,
-    /// A second failure with the same root, found while closing (a panicking handler breaks
-    /// its caller's request and its connection task).
-    pub then: Option<Box<Failure>>,
+    /// Further failures with the same root, found while closing (a panicking handler breaks
+    /// its caller's request and its connection task), in order; each says its own cause only.
+    pub then: Vec<Failure>,
 }
 
 /// The steps of one policy run, in order.
@@ -94,35 +94,22 @@ impl Failure {
             step,
             request,
             cause,
-            then: None,
+            then: Vec::new(),
         }
     }
 
-    /// This failure, then `also`.
+    /// This failure, then `also` and the failures after it.
     pub(crate) fn then(mut self, mut also: Failure) -> Self {
-        let rest = also.then.take();
-        // Each cause said once: a front that gave up accepting fails the run when it does, and
-        // its stop says the same again, maybe after something else.
-        if !self.says(&also.cause) {
-            self.append(also);
+        let rest = std::mem::take(&mut also.then);
+        for also in std::iter::once(also).chain(rest) {
+            // Each cause said once: a front that gave up accepting fails the run when it does,
+            // and its stop says the same again, maybe after something else.
+            let said = self.cause == also.cause || self.then.iter().any(|t| t.cause == also.cause);
+            if !said {
+                self.then.push(also);
+            }
         }
-        match rest {
-            Some(rest) => self.then(*rest),
-            None => self,
-        }
-    }
-
-    /// `also`, alone, at the end of the chain.
-    fn append(&mut self, also: Failure) {
-        match &mut self.then {
-            Some(next) => next.append(also),
-            None => self.then = Some(Box::new(also)),
-        }
-    }
-
-    /// Whether this failure, or one after it, has `cause`.
-    fn says(&self, cause: &Cause) -> bool {
-        self.cause == *cause || self.then.as_ref().is_some_and(|then| then.says(cause))
+        self
     }
 
     /// `first`, then `also`, when both failed; whichever did, when one did.
@@ -178,7 +165,7 @@ impl fmt::Display for Failure {
                 "{request}'s caller disconnected, but the section never recorded it leaving"
             )?,
         }
-        if let Some(then) = &self.then {
+        for then in &self.then {
             write!(f, "; then {then}")?;
         }
         Ok(())

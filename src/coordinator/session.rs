@@ -102,14 +102,10 @@ impl Session {
                 started.map_err(|e| setup(format!("{}: {e}", failure::setup::RUNTIME)))?;
             (address, Running::Owned(running))
         } else {
-            let started = server::start_at(
-                front,
-                section.clone(),
-                census.clone(),
-                hooks.clone(),
-                gates,
-                timeout,
-            );
+            let started = server::bind_loopback().and_then(|bound| {
+                let (section, census) = (section.clone(), census.clone());
+                server::start_on(front, bound, section, census, hooks.clone(), gates, timeout)
+            });
             started.map_err(|e| setup(format!("{}: {e}", failure::setup::BINDING)))?
         };
         let heartbeat = match &server {

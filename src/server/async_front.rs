@@ -51,16 +51,13 @@ pub(crate) struct AsyncFront {
 }
 
 impl AsyncListener {
-    /// Binds `127.0.0.1:0`; must be called on a Tokio runtime.
-    pub(crate) fn bind() -> std::io::Result<Self> {
-        let (listener, address) = super::bind_loopback()?;
-        AsyncListener::from_std(listener, address)
-    }
-
-    /// Serves on `listener`, bound to `address`; must be called on a Tokio runtime.
+    /// Serves on `listener`, bound to `address`, each request's slow work waiting at the gate
+    /// `gates` picks and its admitted work run as `dispatch` says; must be called on a Tokio
+    /// runtime.
     pub(crate) fn from_std(
-        listener: std::net::TcpListener,
-        address: SocketAddr,
+        (listener, address): (std::net::TcpListener, SocketAddr),
+        gates: Gates,
+        dispatch: Dispatch,
     ) -> std::io::Result<Self> {
         listener.set_nonblocking(true)?;
         crate::allocator::slots::reserve();
@@ -70,23 +67,9 @@ impl AsyncListener {
             listener,
             address,
             id,
-            gates: Gates::default(),
-            dispatch: Arc::default(),
-        })
-    }
-
-    /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
-    /// run's own).
-    pub(crate) fn at(self, gates: Gates) -> Self {
-        AsyncListener { gates, ..self }
-    }
-
-    /// This server, running admitted work as `dispatch` says.
-    pub(crate) fn with_dispatch(self, dispatch: Dispatch) -> Self {
-        AsyncListener {
+            gates,
             dispatch: Arc::new(dispatch),
-            ..self
-        }
+        })
     }
 
     pub(crate) fn address(&self) -> SocketAddr {

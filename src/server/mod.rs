@@ -201,40 +201,28 @@ pub(crate) enum Running {
     Owned(runtimes::FrontThread),
 }
 
-/// Binds `127.0.0.1:0` and starts `front` serving `section` (on a Tokio runtime), the slow
-/// work of each request waiting at the gate `gates` picks for it. Connections still open
-/// `drain_limit` after the server is told to stop are aborted (threads: their held work is
-/// abandoned) and reported.
-pub(crate) fn start_at(
-    front: Front,
-    section: Arc<WorkSection>,
-    census: Arc<FrontCensus>,
-    hooks: Arc<dyn Hooks>,
-    gates: Gates,
-    drain_limit: Duration,
-) -> std::io::Result<(SocketAddr, Running)> {
-    let bound = bind_loopback()?;
-    start_on(front, bound, section, census, hooks, gates, drain_limit)
-}
-
-/// [`start_at`] on a listener already bound (see [`bind_loopback_with_backlog`]).
+/// Starts `front` serving `section` (on a Tokio runtime) on a listener already bound (see
+/// [`bind_loopback`], [`bind_loopback_with_backlog`]), the slow work of each request waiting at
+/// the gate `gates` picks for it. Connections still open `drain_limit` after the server is told
+/// to stop are aborted (threads: their held work is abandoned) and reported.
 pub(crate) fn start_on(
     front: Front,
-    (listener, address): (TcpListener, SocketAddr),
+    bound: (TcpListener, SocketAddr),
     section: Arc<WorkSection>,
     census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
+    let address = bound.1;
     let running = match front {
         Front::Async => {
-            let server = async_front::AsyncListener::from_std(listener, address)?.at(gates);
+            let server = async_front::AsyncListener::from_std(bound, gates, Default::default())?;
             Running::Async(server.start(section, census, hooks, drain_limit))
         }
         Front::Threaded => {
-            let server = threaded::ThreadedListener::from_std(listener, address).at(gates);
-            Running::Threaded(server.start(section, census, hooks, drain_limit)?)
+            let server = threaded::start(bound, gates, section, census, hooks, drain_limit)?;
+            Running::Threaded(server)
         }
     };
     Ok((address, running))

@@ -55,22 +55,18 @@ impl Heartbeat {
     /// Waits until the runtime has run the heartbeat once (true), or the front's thread has
     /// stopped without (false: starting it failed).
     pub(crate) async fn first_tick(&self) -> bool {
-        self.until(|h| h.ticks() > 0 || h.has_stopped()).await;
+        super::until(&self.changed, || self.ticks() > 0 || self.has_stopped()).await;
         self.ticks() > 0
     }
 
     /// Waits until the front's thread has stopped serving: told to, or because it could not
     /// go on (its listener broken, say).
     pub(crate) async fn stopped(&self) {
-        self.until(Heartbeat::has_stopped).await;
+        super::until(&self.changed, || self.has_stopped()).await;
     }
 
     fn has_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
-    }
-
-    async fn until(&self, done: impl Fn(&Self) -> bool) {
-        super::until(&self.changed, || done(self)).await;
     }
 
     fn tick(&self) {
@@ -134,7 +130,7 @@ pub(crate) fn start(
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.
         let _inside = front.enter();
-        AsyncListener::bind()?.at(gates).with_dispatch(dispatch)
+        AsyncListener::from_std(super::bind_loopback()?, gates, dispatch)?
     };
     let address = server.address();
     let listening = server.listening()?;

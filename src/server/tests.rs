@@ -48,7 +48,16 @@ fn start(
     hooks: Arc<dyn Hooks>,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
-    super::start_at(front, section, census, hooks, Gates::default(), drain_limit)
+    let bound = super::bind_loopback()?;
+    super::start_on(
+        front,
+        bound,
+        section,
+        census,
+        hooks,
+        Gates::default(),
+        drain_limit,
+    )
 }
 
 /// This thread's id in the kernel.
@@ -613,7 +622,10 @@ mod accept_retry {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                let server = async_front::AsyncListener::bind().expect("127.0.0.1:0 binds");
+                let bound = crate::server::bind_loopback().expect("127.0.0.1:0 binds");
+                let (gates, dispatch) = (Default::default(), Default::default());
+                let server = async_front::AsyncListener::from_std(bound, gates, dispatch)
+                    .expect("the listener serves");
                 let me = super::this_thread();
                 ready
                     .send((server.address(), me))

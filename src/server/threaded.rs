@@ -27,7 +27,8 @@ use super::{
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::hooks::Hooks;
-use crate::label::LABEL_HEADER;
+use crate::label::{LABEL_HEADER, Label};
+use crate::policy::Route;
 
 /// The most a request head may take; the lab's own are a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;
@@ -48,16 +49,6 @@ const RELEASE_LIMIT: Duration = Duration::from_secs(1);
 const LISTENER: Token = Token(0);
 /// The poller's token for the stop signal.
 const STOP: Token = Token(1);
-
-/// A bound listener on the lab's only address: an ephemeral port on the IPv4 loopback.
-#[derive(Debug)]
-pub(crate) struct ThreadedListener {
-    listener: TcpListener,
-    /// The listener's socket, bound to its address, to see it closed.
-    id: ListenerId,
-    /// The gate each request's slow work waits at.
-    gates: Gates,
-}
 
 /// The accept thread, and how to tell it to stop. Dropping it without [`ThreadedFront::stop`] tells
 /// the thread to abandon held work and close every connection, and returns at once: the
@@ -181,70 +172,52 @@ struct Shared {
     signal: Arc<StopSignal>,
 }
 
-impl ThreadedListener {
-    /// Serves on `listener`, bound to `address` (see `super::bind_loopback`).
-    pub(crate) fn from_std(listener: TcpListener, address: SocketAddr) -> Self {
-        ThreadedListener {
-            id: ListenerId::of(&listener, address),
-            listener,
-            gates: Gates::default(),
-        }
-    }
-
-    /// The server, its requests' slow work waiting at the gates `gates` picks (by default the
-    /// run's own).
-    pub(crate) fn at(self, gates: Gates) -> Self {
-        ThreadedListener { gates, ..self }
-    }
-
-    /// Starts the accept thread, which serves until [`ThreadedFront::stop`].
-    pub(crate) fn start(
-        self,
-        section: Arc<WorkSection>,
-        census: Arc<FrontCensus>,
-        hooks: Arc<dyn Hooks>,
-        drain_limit: Duration,
-    ) -> io::Result<ThreadedFront> {
-        let ThreadedListener {
-            listener,
-            id,
-            gates,
-        } = self;
-        let starting = |what: &str| {
-            let what = format!("starting the threaded server's {what}");
-            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
-        };
-        let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
-        let (notes, heard) = std_mpsc::channel();
-        let signal = Arc::new(StopSignal {
-            state: AtomicU8::new(SERVING),
-            waker,
-            notes,
-        });
-        let shared = Arc::new(Shared {
-            section,
-            hooks,
-            gates,
-            census,
-            signal: signal.clone(),
-        });
-        let (report, stopped) = oneshot::channel();
-        let thread = thread::Builder::new()
-            .name("lab-accept".into())
-            .spawn(move || {
-                let tid = os_thread_id();
-                let summary = serve(poller, heard, shared, id, drain_limit);
-                // The receiver is gone only if the coordinator itself went away.
-                let _ = report.send((summary, tid));
-            })
-            .map_err(starting("thread"))?;
-        Ok(ThreadedFront {
-            signal,
-            drain_limit,
-            stopped: Some(stopped),
-            thread: Some(thread),
+/// Starts the accept thread serving `section` on `listener`, bound to `address` (see
+/// `super::bind_loopback`), each request's slow work waiting at the gate `gates` picks; it
+/// serves until [`ThreadedFront::stop`].
+pub(crate) fn start(
+    (listener, address): (TcpListener, SocketAddr),
+    gates: Gates,
+    section: Arc<WorkSection>,
+    census: Arc<FrontCensus>,
+    hooks: Arc<dyn Hooks>,
+    drain_limit: Duration,
+) -> io::Result<ThreadedFront> {
+    let id = ListenerId::of(&listener, address);
+    let starting = |what: &str| {
+        let what = format!("starting the threaded server's {what}");
+        move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+    };
+    let (poller, waker) = Poller::new(listener).map_err(starting("poller"))?;
+    let (notes, heard) = std_mpsc::channel();
+    let signal = Arc::new(StopSignal {
+        state: AtomicU8::new(SERVING),
+        waker,
+        notes,
+    });
+    let shared = Arc::new(Shared {
+        section,
+        hooks,
+        gates,
+        census,
+        signal: signal.clone(),
+    });
+    let (report, stopped) = oneshot::channel();
+    let thread = thread::Builder::new()
+        .name("lab-accept".into())
+        .spawn(move || {
+            let tid = os_thread_id();
+            let summary = serve(poller, heard, shared, id, drain_limit);
+            // The receiver is gone only if the coordinator itself went away.
+            let _ = report.send((summary, tid));
         })
-    }
+        .map_err(starting("thread"))?;
+    Ok(ThreadedFront {
+        signal,
+        drain_limit,
+        stopped: Some(stopped),
+        thread: Some(thread),
+    })
 }
 
 /// The accept thread's life: the accept loop on `poller`, hearing its connections end on
@@ -588,36 +561,22 @@ fn await_release(tid: Option<u32>) {
 fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
     let mut buffer = Vec::with_capacity(1024);
     loop {
-        let head = match read_head(stream, &mut buffer) {
+        let head = read_head(stream, &mut buffer, &shared.section);
+        let RequestHead {
+            screened,
+            keep_alive,
+        } = match head {
             // The peer closed, or the server shut the socket, before a whole request arrived.
             Ok(None) | Err(_) => return,
             Ok(Some(head)) => head,
         };
         in_work.store(true, Ordering::SeqCst);
-        let (reply, keep_alive) = match head {
-            Ok(request) => {
-                let head = Head {
-                    is_get: request.is_get,
-                    path: &request.path,
-                    token: request.token.as_deref(),
-                    label: request.label.as_deref(),
-                };
-                let reply = match screen(&shared.section, head) {
-                    Ok((label, route)) => {
-                        let verdict = work_blocking(
-                            &shared.section,
-                            &*shared.hooks,
-                            &shared.gates,
-                            label,
-                            route,
-                        );
-                        answer(label, verdict)
-                    }
-                    Err(reply) => reply,
-                };
-                (reply, request.keep_alive)
+        let reply = match screened {
+            Ok((label, route)) => {
+                let (section, hooks, gates) = (&shared.section, &*shared.hooks, &shared.gates);
+                answer(label, work_blocking(section, hooks, gates, label, route))
             }
-            Err(reply) => (reply, false),
+            Err(reply) => reply,
         };
         // A caller that went away while its work was held cannot be told; the work is done.
         let written = write_reply(stream, &reply, keep_alive);
@@ -628,37 +587,37 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
     }
 }
 
-/// The parts of a request head the lab reads.
+/// A request as the lab reads it: screened while its head is parsed (see `super::screen`), so
+/// nothing of the head is kept, or the reply that refuses a head that is not HTTP or too large.
 struct RequestHead {
-    is_get: bool,
-    path: String,
-    token: Option<Vec<u8>>,
-    label: Option<Vec<u8>>,
+    screened: Result<(Label, Route), Reply>,
     /// HTTP/1.1 without `Connection: close`, and no body to skip.
     keep_alive: bool,
 }
 
-/// Reads one request head from `stream`, keeping in `buffer` whatever follows it: `None` if
-/// the stream ends first, an error reply if it is not HTTP or too large.
+/// Reads one request head from `stream`, keeping in `buffer` whatever follows it, and screens
+/// it for `section`: `None` if the stream ends first.
 fn read_head(
     mut stream: &TcpStream,
     buffer: &mut Vec<u8>,
-) -> io::Result<Option<Result<RequestHead, Reply>>> {
+    section: &WorkSection,
+) -> io::Result<Option<RequestHead>> {
     let mut chunk = [0; 1024];
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut headers);
         let refuse = |status, error| {
-            Ok(Some(Err(Reply {
-                status,
-                body: json!({ "error": error }),
-            })))
+            let body = json!({ "error": error });
+            Ok(Some(RequestHead {
+                screened: Err(Reply { status, body }),
+                keep_alive: false,
+            }))
         };
         match request.parse(buffer) {
             Ok(httparse::Status::Complete(length)) => {
-                let head = RequestHead::from(&request);
+                let head = RequestHead::read(&request, section);
                 buffer.drain(..length);
-                return Ok(Some(Ok(head)));
+                return Ok(Some(head));
             }
             Ok(httparse::Status::Partial) if buffer.len() < MAX_HEAD => {}
             Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
@@ -677,8 +636,8 @@ fn read_head(
     }
 }
 
-impl From<&httparse::Request<'_, '_>> for RequestHead {
-    fn from(request: &httparse::Request<'_, '_>) -> Self {
+impl RequestHead {
+    fn read(request: &httparse::Request<'_, '_>, section: &WorkSection) -> Self {
         let header = |name: &str| {
             let found = request
                 .headers
@@ -693,18 +652,15 @@ impl From<&httparse::Request<'_, '_>> for RequestHead {
         // none, so a request that has one closes its connection instead.
         let body = header("content-length").is_some_and(|v| v != b"0")
             || header("transfer-encoding").is_some();
-        RequestHead {
+        let head = Head {
             is_get: request.method == Some("GET"),
             // The path without a query string, as Hyper's `uri().path()` gives it.
-            path: request
-                .path
-                .unwrap_or_default()
-                .split('?')
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
-            token: header(TOKEN_HEADER).map(<[u8]>::to_vec),
-            label: header(LABEL_HEADER).map(<[u8]>::to_vec),
+            path: (request.path.unwrap_or_default().split('?').next()).unwrap_or_default(),
+            token: header(TOKEN_HEADER),
+            label: header(LABEL_HEADER),
+        };
+        RequestHead {
+            screened: screen(section, head),
             keep_alive: request.version == Some(1) && !says("connection", "close") && !body,
         }
     }

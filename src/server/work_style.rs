@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 
 use super::{Gates, inside, work, work_blocking};
-use crate::admission::gate::Latch;
+use crate::admission::gate::GateState;
 use crate::admission::section::{Verdict, WorkSection};
 use crate::hooks::Hooks;
 use crate::label::Label;
@@ -80,6 +80,6 @@ impl Dispatch {
         };
         // A wait that could not finish (its runtime shut down under it) left the work
         // unfinished, as an abandoned gate does.
-        work.leave_after(waited.unwrap_or(Latch::Abandoned))
+        work.leave(waited.unwrap_or(GateState::Abandoned))
     }
 }
