@@ -155,12 +155,10 @@ impl LocalRedis {
         }
     }
 
-    /// Where to connect.
     pub(crate) fn url(&self) -> &LoopbackUrl {
         &self.url
     }
 
-    /// The server's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
