@@ -105,6 +105,7 @@ impl Reaper {
         })
     }
 
+    /// Sends `signal` to the child; `ESRCH` once it is reaped.
     pub(crate) fn signal(&self, signal: Signal) -> io::Result<()> {
         let reaped = lock(&self.reaped);
         if *reaped {
@@ -120,6 +121,8 @@ impl Reaper {
         Ok(())
     }
 
+    /// Waits until the child has ended and is reaped; the same status again if called again.
+    /// Cancel-safe.
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         if self.status.is_none() {
             // Polled only while `status` is unset, and set in the same poll that completes it,
