@@ -6,7 +6,8 @@
 //! even a SIGKILLed parent.
 //!
 //! - `process`: the parent's side, [`ChildProcess`]: start, talk, signal, wait, close.
-//! - `reaper`: the thread that forks the child, waits for it and reaps it.
+//! - `reaper`: the thread that forks the child, waits for it and reaps it (the private
+//!   `redis-server` of `src/redis_pool/local.rs` runs on one too).
 //! - `stderr`: the child's stderr, read as it comes, down to its last line.
 //! - `link`: the child's side, [`FromParent`](link::FromParent) and [`ToParent`].
 //! - `stop_watch`: a wait for the child that sees it stopped (SIGSTOP), which nothing else tells.
@@ -34,7 +35,7 @@ pub(crate) use link::{ToParent, parent_link};
 #[cfg(test)]
 pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal};
-pub(crate) use reaper::die_with_parent;
+pub(crate) use reaper::Reaper;
 pub(crate) use stop_watch::{Stall, seen_stopped_within, stop_watch, watched, watched_within};
 
 /// The longest line either side reads: far above any message, so that a peer writing without

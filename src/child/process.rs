@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::unix::pipe;
 
-use super::reaper::{Reaper, die_with_parent};
+use super::reaper::Reaper;
 use super::stderr::StderrTail;
 use super::{JsonLines, write_json_line};
 
@@ -46,7 +46,6 @@ impl ChildProcess {
             .stdin(child_stdin)
             .stdout(child_stdout)
             .stderr(child_stderr);
-        die_with_parent(&mut command);
         let reaper = Reaper::start(command)?;
         // From here on an error drops `reaper`, which kills and reaps the child.
         let stdin = pipe::Sender::from_owned_fd(stdin.into())?;
@@ -138,6 +137,8 @@ impl ChildProcess {
 pub(crate) enum Signal {
     /// SIGKILL: ends it at once; it cannot be caught, and works on a stopped process too.
     Kill,
+    /// SIGTERM: asks it to exit.
+    Term,
     /// SIGSTOP: freezes it, sockets and all, until [`Signal::Cont`].
     Stop,
     /// SIGCONT: resumes a stopped child.
@@ -148,6 +149,7 @@ impl Signal {
     pub(super) fn number(self) -> libc::c_int {
         match self {
             Signal::Kill => libc::SIGKILL,
+            Signal::Term => libc::SIGTERM,
             Signal::Stop => libc::SIGSTOP,
             Signal::Cont => libc::SIGCONT,
         }

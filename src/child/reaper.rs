@@ -13,10 +13,9 @@ use super::{Signal, lock};
 /// Asks the kernel to SIGKILL the child when its parent goes. On Linux the "parent" is the
 /// thread that forked it, not the process: that is why [`Reaper`] forks from its own thread,
 /// which lives exactly as long as the child is unreaped, whatever thread owns the
-/// [`ChildProcess`](super::ChildProcess) or later drops it. (The private `redis-server` of
-/// `src/redis_pool/local.rs` uses it too, and says which thread must start it.)
+/// [`ChildProcess`](super::ChildProcess) or later drops it.
 #[cfg(target_os = "linux")]
-pub(crate) fn die_with_parent(command: &mut Command) {
+pub(super) fn die_with_parent(command: &mut Command) {
     let parent = std::process::id();
     // SAFETY: the closure runs in the child between fork and exec. It calls only prctl and
     // getppid, which are async-signal-safe, and allocates nothing: its errors are OS codes.
@@ -36,14 +35,14 @@ pub(crate) fn die_with_parent(command: &mut Command) {
 
 /// Elsewhere only the end of its stdin tells a child that its parent is gone.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn die_with_parent(_command: &mut Command) {}
+pub(super) fn die_with_parent(_command: &mut Command) {}
 
 /// The thread that forks the child, waits for it to end, and reaps it: so the child's
 /// parent-death signal follows this thread (see [`die_with_parent`]), and the child is reaped
 /// promptly whatever the runtime does. Dropping it SIGKILLs the child and joins the thread.
 #[derive(Debug)]
-pub(super) struct Reaper {
-    pub(super) pid: u32,
+pub(crate) struct Reaper {
+    pub(crate) pid: u32,
     /// `true` once the child is reaped, after which its pid may be reused: held while
     /// signalling, so a signal reaches the child or nothing.
     reaped: Arc<Mutex<bool>>,
@@ -55,10 +54,12 @@ pub(super) struct Reaper {
 }
 
 impl Reaper {
-    /// Starts `command` on the reaper thread. The command is dropped there once the child is
-    /// started: its stdio (the child's ends of any pipes) then closes in this process.
-    pub(super) fn start(mut command: Command) -> io::Result<Reaper> {
+    /// Starts `command` on the reaper thread, with SIGKILL as its parent-death signal (see
+    /// [`die_with_parent`]). The command is dropped there once the child is started: its stdio
+    /// (the child's ends of any pipes) then closes in this process.
+    pub(crate) fn start(mut command: Command) -> io::Result<Reaper> {
         keep_children_waitable()?;
+        die_with_parent(&mut command);
         let (started, start) = mpsc::sync_channel(1);
         let (report_exit, exited) = oneshot::channel();
         let reaped = Arc::new(Mutex::new(false));
@@ -104,7 +105,8 @@ impl Reaper {
         })
     }
 
-    pub(super) fn signal(&self, signal: Signal) -> io::Result<()> {
+    /// Sends `signal` to the child; `ESRCH` once it is reaped.
+    pub(crate) fn signal(&self, signal: Signal) -> io::Result<()> {
         let reaped = lock(&self.reaped);
         if *reaped {
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
@@ -119,7 +121,9 @@ impl Reaper {
         Ok(())
     }
 
-    pub(super) async fn wait(&mut self) -> io::Result<ExitStatus> {
+    /// Waits until the child has ended and is reaped; the same status again if called again.
+    /// Cancel-safe.
+    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         if self.status.is_none() {
             // Polled only while `status` is unset, and set in the same poll that completes it,
             // so never polled after completion.

@@ -6,7 +6,8 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{ChildProcess, die_with_parent};
+use super::ChildProcess;
+use super::reaper::die_with_parent;
 
 /// The environment variable that gives a test child its role.
 const ROLE: &str = "ISOLATION_LAB_TEST_CHILD_ROLE";

@@ -10,11 +10,10 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -24,7 +23,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::url::LoopbackUrl;
-use crate::child::die_with_parent;
+use crate::child::{Reaper, Signal};
 
 /// The line `redis-server` logs once its listening socket is open (7.0 and later add a suffix).
 const READY_LINE: &str = "Ready to accept connections";
@@ -42,16 +41,15 @@ const LINE_PIECE: u64 = 4096;
 /// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
 /// own empty directory, no snapshots and no append-only file.
 ///
-/// It dies with its parent: the kernel sends it SIGKILL when the thread that started it ends
-/// (`PR_SET_PDEATHSIG` on Linux) — so start it from a thread that outlives it (the main thread
-/// or a runtime worker, not a `spawn_blocking` thread) — and dropping it kills and reaps it and
-/// removes its directory. [`LocalRedis::stop`] is the orderly way.
+/// It is started, signalled and reaped by the child-process seam's [`Reaper`], so it dies with
+/// its parent as a front child does; dropping it kills and reaps it and removes its directory.
+/// [`LocalRedis::stop`] is the orderly way.
 #[derive(Debug)]
 pub(crate) struct LocalRedis {
     url: LoopbackUrl,
     pid: u32,
-    /// `None` once reaped.
-    child: Option<Child>,
+    /// `None` once killed: dropping the reaper SIGKILLs the server and reaps it.
+    reaper: Option<Reaper>,
     /// Reads the server's output (stdout and stderr, one pipe) until it exits; returns the
     /// last lines.
     output: Option<JoinHandle<Vec<String>>>,
@@ -109,13 +107,10 @@ impl LocalRedis {
             .process_group(0)
             .stdout(writer.try_clone().context("sharing the output pipe")?)
             .stderr(writer);
-        die_with_parent(&mut command);
-        let spawned = command.spawn();
-        // The command holds the pipe's write ends: drop them now, so that the reader sees the
-        // end of the output when the server exits.
-        drop(command);
-        let child = match spawned {
-            Ok(child) => child,
+        // The reaper drops the command, which holds the pipe's write ends, once the server has
+        // started: the reader then sees the end of the output when the server exits.
+        let reaper = match Reaper::start(command) {
+            Ok(reaper) => reaper,
             Err(e) => {
                 // Best effort: the directory is empty and ours; the spawn error is the news.
                 let _ = std::fs::remove_dir(&dir);
@@ -125,15 +120,14 @@ impl LocalRedis {
         let (ready_tx, ready_rx) = oneshot::channel();
         let mut redis = LocalRedis {
             url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?,
-            pid: child.id(),
-            child: Some(child),
+            pid: reaper.pid,
+            reaper: Some(reaper),
             output: None,
             dir,
             dir_exists: true,
         };
         // From here `redis` owns the process: any early return kills and reaps it.
-        let output =
-            pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).context("reading the pipe")?;
+        let output = pipe::Receiver::from_owned_fd(reader.into()).context("reading the pipe")?;
         redis.output = Some(tokio::spawn(read_output(output, ready_tx)));
         match tokio::time::timeout(STEP_TIMEOUT, ready_rx).await {
             Ok(Ok(())) => {
@@ -145,7 +139,7 @@ impl LocalRedis {
             Ok(Err(_)) => {
                 // The reader ended without the ready line: the server exited.
                 let lines = redis.collect_output().await?;
-                let status = redis.reap()?;
+                let status = redis.wait().await?;
                 if lines.iter().any(|line| line.contains(PORT_TAKEN)) {
                     return Ok(Attempt::PortTaken(lines));
                 }
@@ -161,12 +155,10 @@ impl LocalRedis {
         }
     }
 
-    /// Where to connect.
     pub(crate) fn url(&self) -> &LoopbackUrl {
         &self.url
     }
 
-    /// The server's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
@@ -182,16 +174,16 @@ impl LocalRedis {
     /// killed, exited with an error, or the directory could not be removed.
     pub(crate) async fn stop(mut self) -> Result<()> {
         let mut problem = None;
-        if self.child.is_some() {
-            if let Err(e) = self.signal(libc::SIGTERM) {
+        if self.reaper.is_some() {
+            // ESRCH: it has exited by itself and is reaped; its status below says how.
+            if let Err(e) = self.signal(Signal::Term)
+                && e.raw_os_error() != Some(libc::ESRCH)
+            {
                 problem = Some(format!("SIGTERM failed: {e}"));
             }
-            // The output ends when the server has exited.
-            match tokio::time::timeout(STEP_TIMEOUT, self.collect_output()).await {
-                Ok(collected) => {
-                    collected?;
-                    // The output has ended, so the server has exited: this wait does not block.
-                    let status = self.reap()?;
+            match tokio::time::timeout(STEP_TIMEOUT, self.wait()).await {
+                Ok(status) => {
+                    let status = status?;
                     if problem.is_none() && !status.success() {
                         problem = Some(format!("redis-server exited with {status}"));
                     }
@@ -201,11 +193,11 @@ impl LocalRedis {
                         "redis-server did not exit within {} s of SIGTERM; killed",
                         STEP_TIMEOUT.as_secs()
                     ));
-                    self.kill().context("killing redis-server")?;
+                    self.kill();
                 }
             }
         }
-        // Killed, here or earlier: its output has ended or is about to.
+        // It has ended, by itself or killed: its output has ended or is about to.
         self.collect_output().await?;
         self.remove_dir()?;
         match problem {
@@ -217,46 +209,30 @@ impl LocalRedis {
     /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the server, as a stalled machine would: it
     /// keeps its connections but answers nothing while stopped.
     pub(crate) fn stall(&self, stopped: bool) -> io::Result<()> {
-        self.signal(if stopped {
-            libc::SIGSTOP
-        } else {
-            libc::SIGCONT
-        })
+        self.signal(if stopped { Signal::Stop } else { Signal::Cont })
     }
 
-    /// Sends `signal` to the server, which must not have been reaped.
-    fn signal(&self, signal: libc::c_int) -> io::Result<()> {
-        if self.child.is_none() {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    /// Sends `signal` to the server; `ESRCH` once it is reaped.
+    fn signal(&self, signal: Signal) -> io::Result<()> {
+        match &self.reaper {
+            Some(reaper) => reaper.signal(signal),
+            None => Err(io::Error::from_raw_os_error(libc::ESRCH)),
         }
-        let pid = libc::pid_t::try_from(self.pid).map_err(io::Error::other)?;
-        // SAFETY: `kill` has no memory effects; `pid` is our unreaped child (checked above),
-        // so the id cannot have been reused by another process.
-        if unsafe { libc::kill(pid, signal) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
     }
 
     /// Kills the server at once (SIGKILL) and reaps it, as a crash would end it. Its directory
     /// stays until [`LocalRedis::stop`] or drop.
-    pub(crate) fn kill(&mut self) -> io::Result<()> {
-        if let Some(mut child) = self.child.take() {
-            let killed = child.kill();
-            // Reap even if the kill failed (it had exited): the process must not stay a zombie.
-            child.wait()?;
-            killed?;
-        }
-        Ok(())
+    pub(crate) fn kill(&mut self) {
+        // Dropping the reaper SIGKILLs the server (unless it is reaped already) and returns
+        // once the server is reaped.
+        self.reaper = None;
     }
 
-    /// Reaps the exited server.
-    fn reap(&mut self) -> Result<std::process::ExitStatus> {
-        let mut child = self
-            .child
-            .take()
-            .context("redis-server was already reaped")?;
-        child.wait().context("reaping redis-server")
+    /// Waits until the server has ended and is reaped. Cancel-safe.
+    async fn wait(&mut self) -> Result<ExitStatus> {
+        let reaper = self.reaper.as_mut();
+        let reaper = reaper.context("redis-server was already reaped")?;
+        reaper.wait().await.context("reaping redis-server")
     }
 
     /// Removes the server's directory, if it is still there.
@@ -284,7 +260,7 @@ impl LocalRedis {
 impl Drop for LocalRedis {
     fn drop(&mut self) {
         // Nothing to report to from a drop: kill, reap and remove are each best effort.
-        let _ = self.kill();
+        self.kill();
         if let Some(output) = self.output.take() {
             output.abort();
         }

@@ -481,8 +481,7 @@ impl ReplicasRun {
         if hooks.redis_dies()
             && let Some(local) = &mut self.local
         {
-            // A failed kill means it had already exited: dead either way.
-            let _ = local.kill();
+            local.kill();
         }
         if let Some(id) = hooks.replica_dies()
             && let Ok(replica) = self.replica(id)
