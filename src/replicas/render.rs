@@ -8,6 +8,7 @@ use std::fmt::Write;
 
 use crate::draw::table::{self, columns, labels};
 use crate::evidence::Decision;
+use crate::label::Label;
 use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
 use crate::replicas::model::{end_effect, until_admitted};
@@ -144,16 +145,21 @@ fn wrap(text: &str, indent: &str) -> String {
     format!("{newline}{}", if lines.is_empty() { "\n" } else { &lines })
 }
 
-/// A request's cell. The holders that refused it are a set, named in one order: Redis lists them
-/// by lease expiry, and a renewal between two admissions reorders them, so the same run would
-/// otherwise read differently from one time to the next (the report keeps Redis's order).
+/// A request's cell. The holders that refused it are a set, named in one order, by replica and
+/// then by request: Redis lists them by lease expiry, and a renewal between two admissions
+/// reorders them, so the same run would otherwise read differently from one time to the next
+/// (the report keeps Redis's order).
 fn outcome(sent: &Sent) -> String {
     match sent.decision {
         Decision::Admitted => "held".into(),
         Decision::Refused if sent.held_by.is_empty() => "503".into(),
         Decision::Refused => {
             let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
-            holders.sort_unstable();
+            holders.sort_by_cached_key(|holder| {
+                let (replica, request) = holder.split_once('/').unwrap_or((holder, ""));
+                let replica = replica.strip_prefix('r').and_then(|n| n.parse::<u8>().ok());
+                (replica, request.parse::<Label>().ok(), *holder)
+            });
             format!("503, held by {}", holders.join(" "))
         }
     }
@@ -591,9 +597,8 @@ fn account_cell(
 
 #[cfg(test)]
 mod tests {
-    use super::{outcome, wrap};
+    use super::{Label, outcome, wrap};
     use crate::evidence::Decision;
-    use crate::label::Label;
     use crate::replicas::evidence::Sent;
     use crate::replicas::inputs::ReplicaId;
 
@@ -609,6 +614,11 @@ mod tests {
         };
         let cells = [["r1/S1", "r2/S2"], ["r2/S2", "r1/S1"]].map(|h| outcome(&refused(h)));
         assert_eq!(cells, ["503, held by r1/S1 r2/S2"; 2]);
+        let cells = [["r1/S9", "r1/S10"], ["r1/S10", "r1/S9"]].map(|h| outcome(&refused(h)));
+        assert_eq!(
+            cells, ["503, held by r1/S9 r1/S10"; 2],
+            "by request, not by text"
+        );
     }
 
     /// Notes wrap at 100 columns; a leading indent stays, later lines take the given one.

@@ -3,8 +3,8 @@
 //! joined (or aborted, then joined) and accounted for, and every permit back in its pool.
 //! Every case of every fault runs at once, each on its own server; the ones that stall do so
 //! with a safety timeout of [`GUARD`], and waited out side by side they cost one of it; then
-//! each fault's own checks read its runs. The command line's own timeout is pinned apart, without a stall
-//! (`the_command_line_waits_five_seconds`).
+//! each fault's own checks read its runs. The command line's own timeout is pinned apart,
+//! without a stall (`the_command_line_waits_five_seconds`).
 
 use crate::common;
 
