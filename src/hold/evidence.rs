@@ -4,9 +4,7 @@
 //! joined and the child is reaped before this returns; a front that failed is told apart from
 //! a lab that did.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -192,11 +190,7 @@ pub(crate) async fn held(
 }
 
 async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Broken> {
-    let mut program = Command::new(setup.program);
-    // Its own process group: a Ctrl-C at the terminal reaches the lab, which ends the
-    // measurement and reaps the child, rather than killing the child as if the front had failed.
-    program.process_group(0);
-    FrontProcess::start(program, spec, START)
+    FrontProcess::start(setup.program, spec, START)
         .await
         .map_err(|e| match e.exit {
             // A process that started and ended is the front's doing; one that never started
