@@ -10,18 +10,18 @@ use serde::{Deserialize, Serialize};
 
 /// What one process holds, read file after file (not one atomic snapshot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ProcessFigures {
+pub struct ProcessFigures {
     /// Its OS threads (`Threads` in `/proc/<pid>/status`).
-    pub(crate) os_threads: u64,
+    pub os_threads: u64,
     /// Its resident memory in KiB (`VmRSS`).
-    pub(crate) rss_kib: u64,
+    pub rss_kib: u64,
     /// Its address space in KiB (`VmSize`): reserved, not necessarily resident.
-    pub(crate) address_space_kib: u64,
+    pub address_space_kib: u64,
     /// Its memory mappings (lines of `/proc/<pid>/maps`), which `vm.max_map_count` bounds.
-    pub(crate) memory_maps: u64,
+    pub memory_maps: u64,
     /// Its open file descriptors (entries of `/proc/<pid>/fd`). For this process that includes
     /// the one used to list them.
-    pub(crate) open_fds: u64,
+    pub open_fds: u64,
 }
 
 impl ProcessFigures {

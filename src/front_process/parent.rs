@@ -3,6 +3,8 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -57,15 +59,21 @@ pub(crate) struct StoppedFront {
 }
 
 impl FrontProcess {
-    /// Starts `program __front <spec>` (`program` is this lab's binary; any arguments it
-    /// already has come first) and waits up to `timeout` for it to be ready.
+    /// Starts `program __front <spec>` (`program` is this lab's binary) and waits up to
+    /// `timeout` for it to be ready.
     pub(crate) async fn start(
-        mut program: Command,
+        program: &Path,
         spec: &FrontSpec,
         timeout: Duration,
     ) -> Result<FrontProcess, FrontError> {
-        program.arg(SUBCOMMAND).arg(spec.to_arg());
-        let child = ChildProcess::spawn_command(program).map_err(|e| FrontError {
+        let mut command = Command::new(program);
+        command.arg(SUBCOMMAND).arg(spec.to_arg());
+        // Its own process group: a Ctrl-C at the terminal reaches the lab alone, which closes
+        // its fronts in order (`hold` ends the measurement and reaps the child, `replicas`
+        // stops every replica in turn), rather than killing each front at once as if it had
+        // failed.
+        command.process_group(0);
+        let child = ChildProcess::spawn_command(command).map_err(|e| FrontError {
             reason: format!(
                 "cannot start a process for the {} front: {e}",
                 spec.front.name()

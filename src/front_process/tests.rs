@@ -275,14 +275,14 @@ async fn a_stopped_front_child_is_killed_when_told_to_stop() {
 #[tokio::test]
 async fn a_child_that_is_not_a_front_fails_to_start() {
     let spec = FrontSpec::new(Front::Async, 1);
-    let missing = std::process::Command::new("/nonexistent/isolation-lab");
+    let missing = std::path::Path::new("/nonexistent/isolation-lab");
     let error: FrontError = FrontProcess::start(missing, &spec, START)
         .await
         .expect_err("no such program");
     assert!(error.reason.contains("cannot start a process"), "{error}");
     assert!(error.exit.is_none());
     // `true __front <spec>` exits 0 without a word.
-    let silent = std::process::Command::new("true");
+    let silent = std::path::Path::new("true");
     let error = step("start", FrontProcess::start(silent, &spec, START))
         .await
         .expect_err("not a front");

@@ -4,9 +4,7 @@
 //! joined and the child is reaped before this returns; a front that failed is told apart from
 //! a lab that did.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -58,9 +56,12 @@ pub(crate) enum Broken {
 pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Broken> {
     let mut remote = start(setup, &FrontSpec::new(front, 1)).await?;
     let sampled = async {
-        let figures =
+        let procfs =
             ProcessFigures::read(remote.pid()).context("reading the front's /proc figures")?;
-        anyhow::Ok(sample(figures, census(&mut remote, "rest").await?))
+        anyhow::Ok(Sample {
+            procfs,
+            heap: census(&mut remote, "rest").await?,
+        })
     }
     .await;
     match sampled {
@@ -111,11 +112,11 @@ pub(crate) async fn held(
         .await?;
         let time_to_hold = sent.elapsed();
         let cpu = Cpu::read(pid)?.since(cpu_before);
-        let figures = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
+        let procfs = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
         let after = Machine::read()?;
         // Asked after the figures: its answer is a few hundred bytes of the child's heap.
         let heap = census(&mut remote, &format!("{seen} of {held} held")).await?;
-        anyhow::Ok((before, after, cpu, sample(figures, heap), time_to_hold))
+        anyhow::Ok((before, after, cpu, Sample { procfs, heap }, time_to_hold))
     }
     .await;
     let (before, after, cpu, process, time_to_hold) = match holding {
@@ -160,6 +161,7 @@ pub(crate) async fn held(
         })
         .collect();
     let per = |now: u64, idle: u64| (signed(now) - signed(idle)) as f64 / f64::from(held);
+    let (now, idle) = (process.procfs, baseline.procfs);
     Ok(Figures {
         pid,
         time_to_hold_ms: millis(time_to_hold),
@@ -176,11 +178,11 @@ pub(crate) async fn held(
         front_cpu_ms: cpu.front_ms,
         source_addresses: sources,
         per_request: PerRequest {
-            os_threads: per(process.os_threads, baseline.os_threads),
-            rss_kib: per(process.rss_kib, baseline.rss_kib),
-            address_space_kib: per(process.address_space_kib, baseline.address_space_kib),
-            memory_maps: per(process.memory_maps, baseline.memory_maps),
-            open_fds: per(process.open_fds, baseline.open_fds),
+            os_threads: per(now.os_threads, idle.os_threads),
+            rss_kib: per(now.rss_kib, idle.rss_kib),
+            address_space_kib: per(now.address_space_kib, idle.address_space_kib),
+            memory_maps: per(now.memory_maps, idle.memory_maps),
+            open_fds: per(now.open_fds, idle.open_fds),
             kernel_stack_kib: kernel_stack_kib as f64 / f64::from(held),
             kernel_slab_kib: kernel_slab_kib as f64 / f64::from(held),
         },
@@ -188,11 +190,7 @@ pub(crate) async fn held(
 }
 
 async fn start(setup: &Setup<'_>, spec: &FrontSpec) -> Result<FrontProcess, Broken> {
-    let mut program = Command::new(setup.program);
-    // Its own process group: a Ctrl-C at the terminal reaches the lab, which ends the
-    // measurement and reaps the child, rather than killing the child as if the front had failed.
-    program.process_group(0);
-    FrontProcess::start(program, spec, START)
+    FrontProcess::start(setup.program, spec, START)
         .await
         .map_err(|e| match e.exit {
             // A process that started and ended is the front's doing; one that never started
@@ -485,17 +483,6 @@ fn death(exit: &Exit) -> Death {
         code: exit.code,
         signal: exit.signal.map(|signal| signal.name.to_owned()),
         last_stderr: exit.last_stderr.clone(),
-    }
-}
-
-fn sample(figures: ProcessFigures, heap: crate::allocator::HeapCensus) -> Sample {
-    Sample {
-        heap,
-        os_threads: figures.os_threads,
-        rss_kib: figures.rss_kib,
-        address_space_kib: figures.address_space_kib,
-        memory_maps: figures.memory_maps,
-        open_fds: figures.open_fds,
     }
 }
 

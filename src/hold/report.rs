@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::policy::Front;
+use crate::procfs::ProcessFigures;
 
 /// Everything one `hold` found, in the order it was measured.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -199,19 +200,12 @@ pub struct HeapClass {
     pub kib: f64,
 }
 
-/// What a process holds, from `/proc/<pid>`.
+/// What a process holds, from `/proc/<pid>`, and its heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
-    /// OS threads (`Threads`).
-    pub os_threads: u64,
-    /// Resident memory in KiB (`VmRSS`).
-    pub rss_kib: u64,
-    /// Address space in KiB (`VmSize`): reserved, not necessarily resident.
-    pub address_space_kib: u64,
-    /// Memory mappings (lines of `/proc/<pid>/maps`).
-    pub memory_maps: u64,
-    /// Open file descriptors.
-    pub open_fds: u64,
+    /// Its figures from `/proc/<pid>`, as fields of the sample itself in the report.
+    #[serde(flatten)]
+    pub procfs: ProcessFigures,
     /// The blocks alive in its heap, by size (the lab's allocator counts them).
     #[serde(default)]
     pub heap: crate::allocator::HeapCensus,

@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -317,11 +315,7 @@ impl ReplicasRun {
             spec.drain_ms = self.timeout().as_millis() as u64;
             spec.replica = Some(id.to_string());
             spec.global = global.clone();
-            let mut command = Command::new(&program);
-            // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops
-            // every replica in order, rather than each replica at once.
-            command.process_group(0);
-            let front = FrontProcess::start(command, &spec, self.timeout())
+            let front = FrontProcess::start(&program, &spec, self.timeout())
                 .await
                 .with_context(|| format!("{id} did not come up"))?;
             let headers = crate::coordinator::client::token_header(front.token())

@@ -43,20 +43,20 @@ fn holding_50_and_200_costs_a_thread_each_only_on_the_threaded_front() {
                 panic!("{front:?}, {} held: {:?}", point.held, point.outcome);
             };
             let held = u64::from(point.held);
-            let threads = figures.process.os_threads;
+            let threads = figures.process.procfs.os_threads;
             match front {
                 Front::Threaded => assert!(
-                    threads >= idle.os_threads + held,
+                    threads >= idle.procfs.os_threads + held,
                     "threaded, {held} held: {threads} threads, {} at rest",
-                    idle.os_threads
+                    idle.procfs.os_threads
                 ),
                 Front::Async => assert_eq!(
-                    threads, idle.os_threads,
+                    threads, idle.procfs.os_threads,
                     "async, {held} held: the threads do not grow with N"
                 ),
             }
             assert!(
-                figures.process.open_fds >= idle.open_fds + held,
+                figures.process.procfs.open_fds >= idle.procfs.open_fds + held,
                 "{figures:?}"
             );
             assert!(

@@ -37,14 +37,14 @@ type Panel = (&'static str, fn(&Figures) -> f64);
 
 const PANELS: [Panel; 6] = [
     ("Time to hold N (ms)", |f| f.time_to_hold_ms),
-    ("OS threads", |f| f.process.os_threads as f64),
+    ("OS threads", |f| f.process.procfs.os_threads as f64),
     ("Resident memory (MiB)", |f| {
-        f.process.rss_kib as f64 / 1024.0
+        f.process.procfs.rss_kib as f64 / 1024.0
     }),
     ("Address space (MiB)", |f| {
-        f.process.address_space_kib as f64 / 1024.0
+        f.process.procfs.address_space_kib as f64 / 1024.0
     }),
-    ("Memory maps", |f| f.process.memory_maps as f64),
+    ("Memory maps", |f| f.process.procfs.memory_maps as f64),
     ("Kernel stack added (MiB, machine-wide)", |f| {
         f.kernel_stack_kib as f64 / 1024.0
     }),

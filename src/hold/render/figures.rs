@@ -18,13 +18,13 @@ const COLUMNS: [Column; 9] = [
     ("CPU s front", |f| seconds(f.front_cpu_ms as f64), NONE),
     (
         "OS threads",
-        |f| f.process.os_threads.to_string(),
-        |s| s.os_threads.to_string(),
+        |f| f.process.procfs.os_threads.to_string(),
+        |s| s.procfs.os_threads.to_string(),
     ),
     (
         "RSS KiB/req",
         |f| figure(f.per_request.rss_kib),
-        |s| mib(s.rss_kib),
+        |s| mib(s.procfs.rss_kib),
     ),
     (
         "kstack/req*",
@@ -34,12 +34,12 @@ const COLUMNS: [Column; 9] = [
     (
         "VmSize/req",
         |f| figure(f.per_request.address_space_kib),
-        |s| mib(s.address_space_kib),
+        |s| mib(s.procfs.address_space_kib),
     ),
     (
         "maps/req",
         |f| figure(f.per_request.memory_maps),
-        |s| s.memory_maps.to_string(),
+        |s| s.procfs.memory_maps.to_string(),
     ),
     (
         "drops",

@@ -88,7 +88,7 @@ fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
     assert_eq!(rows.len(), 4, "{text}");
     let threaded = report.series(Front::Threaded).expect("threaded");
     let (_, at_1000) = threaded.held().last().expect("held at 1 000");
-    let threads = at_1000.process.os_threads.to_string();
+    let threads = at_1000.process.procfs.os_threads.to_string();
     assert!(
         rows[3].split_whitespace().any(|cell| cell == threads),
         "{}",
