@@ -59,11 +59,11 @@ impl Gate {
 
     fn leave_closed(&self, to: GateState, on_change: impl FnOnce()) {
         {
-            let mut latch = lock(&self.state);
-            if *latch != GateState::Closed {
+            let mut state = lock(&self.state);
+            if *state != GateState::Closed {
                 return;
             }
-            *latch = to;
+            *state = to;
             on_change();
         }
         self.woken.notify_waiters();
@@ -83,9 +83,9 @@ impl Gate {
         let mut woken = pin!(self.woken.notified());
         woken.as_mut().enable();
         {
-            let latch = lock(&self.state);
-            if *latch != GateState::Closed {
-                return *latch;
+            let state = lock(&self.state);
+            if *state != GateState::Closed {
+                return *state;
             }
             on_hold();
         }
@@ -96,18 +96,18 @@ impl Gate {
 
     /// Waits (as a blocked thread) until the gate is no longer closed; as [`Gate::pass`].
     pub(crate) fn pass_blocking(&self, on_hold: impl FnOnce()) -> GateState {
-        let mut latch = lock(&self.state);
-        if *latch == GateState::Closed {
+        let mut state = lock(&self.state);
+        if *state == GateState::Closed {
             on_hold();
         }
         // The check and the wait are under one lock, so no change can slip between them.
-        while *latch == GateState::Closed {
-            latch = self
+        while *state == GateState::Closed {
+            state = self
                 .woken_threads
-                .wait(latch)
+                .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        *latch
+        *state
     }
 }
 

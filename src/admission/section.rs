@@ -385,11 +385,12 @@ impl Work<'_> {
     }
 
     /// Runs the work as a task: slow work waits at `gate` (the one its front was given for this
-    /// request; the run's own unless told otherwise), fast work has nothing to wait for. The permit is back in the pool before this returns, so the caller builds its
-    /// response with it returned (a remote permit: once its release round trip is made).
+    /// request; the run's own unless told otherwise), fast work has nothing to wait for. The
+    /// permit is back in the pool before this returns, so the caller builds its response with it
+    /// returned (a remote permit: once its release round trip is made).
     /// Dropping the future (a cancelled handler) leaves too, and still releases.
     pub(crate) async fn run(mut self, gate: &Gate) -> Verdict {
-        let latch = match self.route {
+        let state = match self.route {
             Route::Slow => gate.pass(|| self.held()).await,
             Route::Fast => GateState::Open,
         };
@@ -397,7 +398,7 @@ impl Work<'_> {
             Some(Permit::Remote(held)) => Some(held.released()),
             _ => None,
         };
-        let verdict = self.leave(latch);
+        let verdict = self.leave(state);
         if let Some(released) = released {
             // An error means the driver has ended, which it does only after the section is
             // closed; the release itself is the driver's to account for.
@@ -409,11 +410,11 @@ impl Work<'_> {
     /// Runs the work as a blocked thread at `gate`. A thread cannot be cancelled from outside;
     /// it leaves a held section only when the gate opens or is abandoned.
     pub(crate) fn run_blocking(self, gate: &Gate) -> Verdict {
-        let latch = match self.route {
+        let state = match self.route {
             Route::Slow => gate.pass_blocking(|| self.held()),
             Route::Fast => GateState::Open,
         };
-        self.leave(latch)
+        self.leave(state)
     }
 
     /// Records that the work is waiting at the closed gate (called under the gate's lock).
@@ -421,14 +422,14 @@ impl Work<'_> {
         (self.section).record(Some(self.request), self.pool, Event::Held);
     }
 
-    /// Leaves the section once its wait ended with `latch` (here, or on another thread:
-    /// [`WorkSection::wait_elsewhere`]): the permit goes back before the caller builds its
-    /// response.
-    pub(crate) fn leave(mut self, latch: GateState) -> Verdict {
+    /// Leaves the section once its wait ended with the gate in `state` (here, or on another
+    /// thread: [`WorkSection::wait_elsewhere`]): the permit goes back before the caller builds
+    /// its response.
+    pub(crate) fn leave(mut self, state: GateState) -> Verdict {
         let pool = self.pool;
-        self.completed = latch == GateState::Open;
+        self.completed = state == GateState::Open;
         drop(self);
-        match latch {
+        match state {
             GateState::Abandoned => Verdict::Abandoned(pool),
             GateState::Open | GateState::Closed => Verdict::Done(pool),
         }

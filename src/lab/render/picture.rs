@@ -33,8 +33,9 @@ const NAME_WIDTH: f64 = 96.0;
 const MAX_COLUMN: f64 = 160.0;
 const LANE_HEIGHT: f64 = 52.0;
 const BAR_HEIGHT: f64 = 22.0;
-/// A bar's paint while its request holds a permit, and while its work is held at the gate.
+/// A bar's paint while its request holds a permit.
 const PERMIT: Paint = Paint::fill(SKY).stroke(BLUE, 1.5);
+/// A bar's paint while its work is held at the gate.
 const HELD: Paint = Paint::fill(BLUE);
 /// The admitted circle's radius.
 const CIRCLE: f64 = 7.5;
