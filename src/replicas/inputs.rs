@@ -223,13 +223,20 @@ impl Serialize for ReplicaId {
     }
 }
 
-impl<'de> Deserialize<'de> for ReplicaId {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
+impl ReplicaId {
+    /// The replica `text` names as [`ReplicaId`]'s `Display` writes it (`r1`..`r4`).
+    pub(crate) fn named(text: &str) -> Option<ReplicaId> {
         text.strip_prefix('r')
             .and_then(|n| n.parse::<u8>().ok())
             .filter(|n| (1..=4).contains(n))
             .map(ReplicaId)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReplicaId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ReplicaId::named(&text)
             .ok_or_else(|| serde::de::Error::custom(format!("not a replica: {text:?}")))
     }
 }

@@ -84,6 +84,12 @@ pub(crate) fn holds(replica: ReplicaId, holder: &str) -> bool {
     holder.starts_with(&format!("{replica}/"))
 }
 
+/// The replica and request a holder name stands for, as [`holder`] writes it.
+pub(crate) fn parse_holder(holder: &str) -> Option<(ReplicaId, Label)> {
+    let (replica, request) = holder.split_once('/')?;
+    Some((ReplicaId::named(replica)?, request.parse().ok()?))
+}
+
 /// What `inputs` predict.
 pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
     let (count, slots) = (inputs.replicas, inputs.slots.get());
@@ -711,6 +717,22 @@ mod tests {
             .iter()
             .map(|e| (holder(e.replica, e.request), decided(e.decision).to_owned()))
             .collect()
+    }
+
+    /// A holder's name reads back as the replica and request it was written from, and nothing
+    /// else reads as one.
+    #[test]
+    fn a_holders_name_reads_back() {
+        for (replica, request) in [
+            (ReplicaId(1), Label::Slow(1)),
+            (ReplicaId(4), Label::Slow(16)),
+        ] {
+            let name = holder(replica, request);
+            assert_eq!(parse_holder(&name), Some((replica, request)), "{name}");
+        }
+        for not in ["r1", "r5/S1", "x1/S1", "r1/", "r1/nope", ""] {
+            assert_eq!(parse_holder(not), None, "{not}");
+        }
     }
 
     /// Own permits: 2 replicas × 2 slots hold all 4 requests — twice the "global" 2.

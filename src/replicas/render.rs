@@ -8,10 +8,9 @@ use std::fmt::Write;
 
 use crate::draw::table::{self, columns, labels};
 use crate::evidence::Decision;
-use crate::label::Label;
 use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
-use crate::replicas::model::{end_effect, until_admitted};
+use crate::replicas::model::{end_effect, parse_holder, until_admitted};
 use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
@@ -155,11 +154,7 @@ fn outcome(sent: &Sent) -> String {
         Decision::Refused if sent.held_by.is_empty() => "503".into(),
         Decision::Refused => {
             let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
-            holders.sort_by_cached_key(|holder| {
-                let (replica, request) = holder.split_once('/').unwrap_or((holder, ""));
-                let replica = replica.strip_prefix('r').and_then(|n| n.parse::<u8>().ok());
-                (replica, request.parse::<Label>().ok(), *holder)
-            });
+            holders.sort_by_cached_key(|&holder| (parse_holder(holder), holder));
             format!("503, held by {}", holders.join(" "))
         }
     }
@@ -597,8 +592,9 @@ fn account_cell(
 
 #[cfg(test)]
 mod tests {
-    use super::{Label, outcome, wrap};
+    use super::{outcome, wrap};
     use crate::evidence::Decision;
+    use crate::label::Label;
     use crate::replicas::evidence::Sent;
     use crate::replicas::inputs::ReplicaId;
 
