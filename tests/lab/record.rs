@@ -2333,12 +2333,42 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             json!(2),
         );
     };
+    // S2's look counts one more connection than the server ever accepted beside S1's and F1's.
+    let queue_beyond_accepted = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/unread/0/accept_queue",
+            json!(2),
+        )
+    };
+    // The accept queue shrinks between two looks while the one worker blocks.
+    let queue_shrinks = |report: &mut Value| {
+        set(
+            report,
+            "/policies/0/executor/unread/0/accept_queue",
+            json!(3),
+        )
+    };
     let unwatched = |report: &mut Value| {
         for policy in list(report, "/policies") {
             policy.as_object_mut().expect("a policy").remove("executor");
         }
     };
-    let edits: [OnReport; 17] = [
+    let edits: [OnReport; 19] = [
+        (
+            &blocked,
+            queue_beyond_accepted,
+            "S2 is seen unread after event 2, but the accept queue is counted at 2, and with the 1 \
+             sent after it and the 1 held by then the server would have accepted more than the 3 \
+             connections it did",
+        ),
+        (
+            &blocked,
+            queue_shrinks,
+            "F1 is seen unread after event 2, but the accept queue is counted at 2, fewer than the \
+             3 counted when S2 was seen unread before it, and no connection is accepted while \
+             every worker is blocked",
+        ),
         (
             &blocked,
             unread_handled,

@@ -253,6 +253,8 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
+        let finished = self.file.server.as_ref().filter(|_| !self.cut_short);
+        let accepted = finished.map(|server| server.connections_accepted);
         for (i, seen) in watched.unread.iter().enumerate() {
             // It was sent once every request before it was decided, or seen unread (decided
             // only later).
@@ -279,6 +281,36 @@ impl<'a> PolicyCheck<'a> {
                     format!(
                         "its connection waits in the accept queue{before}, yet the queue is \
                          counted at {}",
+                        seen.accept_queue
+                    )
+                }
+                // No connection is accepted while every worker is blocked, so the queue only
+                // grows from one look to the next.
+                _ if let Some(last) = i.checked_sub(1).and_then(|j| watched.unread.get(j))
+                    && seen.accept_queue < last.accept_queue =>
+                {
+                    format!(
+                        "the accept queue is counted at {}, fewer than the {} counted when {} \
+                         was seen unread before it, and no connection is accepted while every \
+                         worker is blocked",
+                        seen.accept_queue, last.accept_queue, last.request
+                    )
+                }
+                // In a finished run every connection counted at a look was accepted, first in,
+                // first out, before the requests sent after it were answered, and each of those
+                // came on a connection of its own, as did each request held by then. (At the
+                // last look, a stranger's connection behind the last request may never be.)
+                _ if let Some(accepted) = accepted
+                    && let later = watched.unread.len() - 1 - i
+                    && later > 0
+                    && let held = held.iter().filter(|&&(_, seq)| seq <= seen.after_event)
+                    && let held = held.count()
+                    && (seen.accept_queue + later + held) as u64 > accepted =>
+                {
+                    format!(
+                        "the accept queue is counted at {}, and with the {later} sent after it \
+                         and the {held} held by then the server would have accepted more than \
+                         the {accepted} connections it did",
                         seen.accept_queue
                     )
                 }
