@@ -2144,7 +2144,9 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
 /// front leaves unread until release, and work queued for a thread. Each genuine report
 /// matches on re-check (exit 0); edited where the executor decides (F1 answered before a
 /// release it waited for, an unread caller dropped from the pending, the model block's
-/// expectations made those of work that awaits), each is named, exit 1.
+/// expectations made those of work that awaits, an accept queue that shrinks or outgrows the
+/// connections accepted, a threaded run's threads told as the async front's), each is named,
+/// exit 1.
 #[test]
 fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     let dir = scratch("executors");
@@ -2333,42 +2335,12 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             json!(2),
         );
     };
-    // S2's look counts one more connection than the server ever accepted beside S1's and F1's.
-    let queue_beyond_accepted = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/unread/0/accept_queue",
-            json!(2),
-        )
-    };
-    // The accept queue shrinks between two looks while the one worker blocks.
-    let queue_shrinks = |report: &mut Value| {
-        set(
-            report,
-            "/policies/0/executor/unread/0/accept_queue",
-            json!(3),
-        )
-    };
     let unwatched = |report: &mut Value| {
         for policy in list(report, "/policies") {
             policy.as_object_mut().expect("a policy").remove("executor");
         }
     };
-    let edits: [OnReport; 19] = [
-        (
-            &blocked,
-            queue_beyond_accepted,
-            "S2 is seen unread after event 2, but the accept queue is counted at 2, and with the 1 \
-             sent after it and the 1 held by then the server would have accepted more than the 3 \
-             connections it did",
-        ),
-        (
-            &blocked,
-            queue_shrinks,
-            "F1 is seen unread after event 2, but the accept queue is counted at 2, fewer than the \
-             3 counted when S2 was seen unread before it, and no connection is accepted while \
-             every worker is blocked",
-        ),
+    let edits: [OnReport; 17] = [
         (
             &blocked,
             unread_handled,
@@ -2466,7 +2438,35 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         ),
     ];
     // Edits that set one value.
-    let sets: [(&Value, &str, Value, &str); 8] = [
+    // A threaded front's run (four threads before F1) told as the async front's.
+    let threaded = save(&dir, &["--server", "threaded"], "threaded.json");
+    let usual = save(&dir, &[], "usual.json");
+    let sets: [(&Value, &str, Value, &str); 11] = [
+        (
+            &threaded,
+            "/runner",
+            usual["runner"].clone(),
+            "resources.before_fast counts 4 OS threads, but the run had its process to itself (1 \
+             thread once it closed), where the sequence's thread alone would make 1",
+        ),
+        // S2's look counts one more connection than the server accepted beside S1's and F1's.
+        (
+            &blocked,
+            "/policies/0/executor/unread/0/accept_queue",
+            json!(2),
+            "S2 is seen unread after event 2, but the accept queue is counted at 2, and with the 1 \
+             sent after it and the 1 held by then the server would have accepted more than the 3 \
+             connections it did",
+        ),
+        // The accept queue shrinks between two looks while the one worker blocks.
+        (
+            &blocked,
+            "/policies/0/executor/unread/0/accept_queue",
+            json!(3),
+            "F1 is seen unread after event 2, but the accept queue is counted at 2, fewer than the \
+             3 counted when S2 was seen unread before it, and no connection is accepted while \
+             every worker is blocked",
+        ),
         (
             &blocked,
             "/policies/0/executor/unread/0/after_event",

@@ -163,6 +163,35 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
+            // A process that counts one thread once the run has closed ran nothing but the
+            // sequence (a test's process runs more), so before F1 it ran the run's threads and
+            // no others but those still ending: a stranger's connection's, refused, and the
+            // threads of the policies run before this one.
+            let alone = (file.resources.after_run).and_then(|a| a.os_threads) == Some(1);
+            if let Some(threads) = threads.filter(|_| alone && self.room.is_none()) {
+                let earlier = (self.report.policies.iter())
+                    .take_while(|p| !std::ptr::eq(*p, file))
+                    .filter_map(|p| p.resources.before_fast?.os_threads)
+                    .map(|t| t.saturating_sub(1))
+                    .sum::<usize>();
+                let strangers = (file.server.as_ref()).map_or(0, |s| s.foreign_requests_refused);
+                let ending =
+                    earlier.saturating_add(usize::try_from(strangers).unwrap_or(usize::MAX));
+                if threads > least.saturating_add(ending) {
+                    let ending = match ending {
+                        0 => String::new(),
+                        n => format!(", with at most {n} threads still ending"),
+                    };
+                    self.find(
+                        &["resources", "before_fast", "os_threads"],
+                        format!(
+                            "resources.before_fast counts {threads} OS threads, but the run had \
+                             its process to itself (1 thread once it closed), where the \
+                             sequence's thread{whose} make {least}{ending}"
+                        ),
+                    );
+                }
+            }
         }
         // Each handler is counted out as its connection's task or thread ends, failed runs
         // included; held work has left once a run that did not fail has closed. A run whose
