@@ -78,11 +78,12 @@ pub enum Recheck {
 
 impl Recheck {
     /// The verdict of a re-check that found `findings`, and otherwise the failure `failed`, if
-    /// the report records one.
+    /// the report records one (quoted as one line that shows what it holds).
     fn of(findings: Vec<Finding>, failed: Option<String>) -> Recheck {
         if !findings.is_empty() {
             Recheck::DoesNotHold { findings }
         } else if let Some(reason) = failed {
+            let reason = shell::shown(&reason).into_owned();
             Recheck::DidNotMatch { reason }
         } else {
             Recheck::Matched
@@ -466,6 +467,7 @@ impl Record {
         // `read` refuses another version's report, so the command reproduces the run with
         // the binary at hand.
         let described = format!("{}, {}", runner.language, runner.runtime);
+        let described = shell::shown(&described).into_owned();
         Record {
             report: file.to_owned(),
             command,

@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
-use super::shell::shell_word;
+use super::shell::{shell_word, shown};
 use crate::label::Label;
 use crate::policy::{Front, Mode, Route};
 use crate::report::Report;
@@ -35,11 +35,14 @@ pub struct Refused {
 }
 
 impl fmt::Display for Refused {
+    /// One line: the reason may quote the file's text (a value the parser did not expect).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reason = format!("{:#}", self.reason);
         write!(
             f,
-            "{} {:#}; record reads a report saved from a run, e.g. isolation-lab > r.json",
-            self.file, self.reason
+            "{} {}; record reads a report saved from a run, e.g. isolation-lab > r.json",
+            self.file,
+            shown(&reason)
         )
     }
 }

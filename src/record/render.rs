@@ -5,6 +5,7 @@
 
 use std::fmt::Write;
 
+use super::shell::shown;
 use super::{Line, OWN_PREDICTION, PARTICIPANT, Recheck, Record, Says, SessionRecord, TO_FILL_IN};
 use crate::admission::section::GateState;
 use crate::draw::table::labels;
@@ -66,7 +67,8 @@ pub(crate) fn render(record: &Record) -> String {
                 }
                 mode = c.mode;
             }
-            let _ = writeln!(out, "{indent}{}", says(&c.says));
+            // A failure's reason is the report's own text.
+            let _ = writeln!(out, "{indent}{}", shown(&says(&c.says)));
             let _ = writeln!(out, "{indent}  {}", c.pointer);
         }
     }

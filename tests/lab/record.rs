@@ -3132,3 +3132,41 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
         output.stderr
     );
 }
+
+/// Text a report quotes cannot draw on the instructor's terminal: a server's description, a
+/// runtime and a failure's reason that carry an escape (erase the line, hide what follows), a
+/// carriage return or a line break, each with a fake verdict after it, are shown written out
+/// (`\u{1b}`), each on its line, in the record and in its one-line verdict, and so is a
+/// version that makes the file refused.
+#[test]
+fn text_from_a_report_is_shown_and_draws_nothing() {
+    let dir = scratch("escapes");
+    const LIE: &str = "The run matched the policy model.";
+    let drawn = format!("x\u{1b}[2K\r{LIE}\u{1b}[8m\n{LIE}");
+    let cases: [(&str, &str, i32); 4] = [
+        (DEFAULT, "/runner/server", 1),
+        (DEFAULT, "/runner/runtime", 1),
+        ("spawn-blocking-s2-out-of-descriptors.json", "/failure", 1),
+        (DEFAULT, "/runner/version", 2),
+    ];
+    for (i, (base, pointer, code)) in cases.into_iter().enumerate() {
+        let mut report = fixture(base);
+        let text = match report.pointer(pointer).and_then(Value::as_str) {
+            Some(said) if pointer == "/failure" => format!("{said}{drawn}"),
+            _ => drawn.clone(),
+        };
+        set(&mut report, pointer, json!(text));
+        let file = format!("drawn-{i}.json");
+        std::fs::write(dir.join(&file), report.to_string()).expect("saved");
+        let shown = record_here(&dir, &file, false);
+        let (stdout, stderr) = (&shown.stdout, &shown.stderr);
+        let context = format!("{pointer} in {base}:\n{stdout}{stderr}");
+        assert_eq!(shown.code, code, "{context}");
+        for output in [stdout, stderr] {
+            assert!(!output.contains(['\u{1b}', '\r']), "{context}");
+            assert!(output.lines().all(|line| line != LIE), "{context}");
+        }
+        assert_eq!(stderr.lines().count(), 1, "{context}");
+        assert!(stderr.contains(r"x\u{1b}[2K"), "{context}");
+    }
+}

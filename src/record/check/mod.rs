@@ -27,6 +27,7 @@ use crate::policy::{Mode, Pool, Route};
 use crate::report::{Report, Runner};
 
 use super::read::SavedRoomGate;
+use super::shell::shown;
 use super::{Recheck, pointer};
 
 mod answers;
@@ -50,9 +51,11 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer).
+    /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer): one
+    /// line, whatever a report's text it quotes holds ([`shown`]).
     pub(crate) fn at(prefix: &str, path: &[&str], says: String) -> Finding {
         let pointer = format!("{prefix}{}", pointer(path));
+        let says = shown(&says).into_owned();
         Finding { pointer, says }
     }
 }
