@@ -19,6 +19,10 @@ use crate::policy::{Front, Held, Inputs, ModeChoice, Slots};
 #[cfg(unix)]
 use crate::replicas::{Engine, Fencing, LeaseMs, ReplicaCount, ReplicasInputs, Requests};
 
+/// For the binary: what it prints to a terminal, with the text it quotes from outside the
+/// process (a file, a Redis server, a child, the command line itself) shown as it is.
+pub use crate::draw::terminal;
+
 /// See bulkhead isolation work: shared vs partitioned work permits on a real loopback HTTP
 /// server, and a report of the actual admission events and responses.
 ///

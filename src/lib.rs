@@ -36,7 +36,8 @@
 //!   processes, kept in Redis.
 //! - `limits`, `procfs`: the process's resource limits, and what `/proc` says it costs.
 //! - `interrupts`: Ctrl-C and SIGTERM, caught while a session must close cleanly.
-//! - `draw`: SVG and text-table primitives.
+//! - `draw`: SVG and text-table primitives, and text for a terminal (`terminal`, which `cli`
+//!   passes on to the binary).
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 

@@ -12,7 +12,7 @@ use anyhow::Context;
 
 #[cfg(unix)]
 use isolation_lab::cli::HoldFormat;
-use isolation_lab::cli::{Command, Format, TableFormat};
+use isolation_lab::cli::{Command, Format, TableFormat, terminal};
 use isolation_lab::coordinator::Options;
 #[cfg(unix)]
 use isolation_lab::hold;
@@ -29,7 +29,10 @@ fn main() -> ExitCode {
     let lab = || {
         // A refused command line exits 2 here, with a message naming the flag, before anything
         // else.
-        let cli = isolation_lab::cli::parse(std::env::args_os()).unwrap_or_else(|e| e.exit());
+        let cli = match isolation_lab::cli::parse(std::env::args_os()) {
+            Ok(cli) => cli,
+            Err(refused) => return refuse(&refused),
+        };
         // `Err`: an exit status already explained on stderr.
         instrument(cli).unwrap_or_else(|status| status)
     };
@@ -46,7 +49,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let report = runtime(run)?;
             let rendered = match cli.run.format {
                 Format::Json => json(&report),
-                Format::Text => Ok(text::render(&report)),
+                Format::Text => Ok(terminal::lines(&text::render(&report)).into_owned()),
                 Format::Svg => Ok(svg::render(&report)),
             };
             emit(rendered, report.failure.as_deref())
@@ -159,12 +162,14 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
         }) => {
             // The command line's parser checked the same: this is a safety net.
             let config = hold::HoldInputs::new(&counts, &server.fronts()).map_err(|reason| {
-                let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason:#}");
+                let reason = format!("{reason:#}");
+                let reason = terminal::one_line(&reason);
+                let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason}");
                 ExitCode::from(2)
             })?;
             let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
-                HoldFormat::Text => Ok(hold::render::text(&report)),
+                HoldFormat::Text => Ok(terminal::lines(&hold::render::text(&report)).into_owned()),
                 HoldFormat::Json => json(&report),
                 HoldFormat::Svg => Ok(hold::render::svg(&report)),
             };
@@ -190,7 +195,7 @@ fn table(
     text: impl FnOnce() -> String,
 ) -> anyhow::Result<String> {
     match format {
-        TableFormat::Text => Ok(text()),
+        TableFormat::Text => Ok(terminal::lines(&text()).into_owned()),
         TableFormat::Json => json(value),
     }
 }
@@ -223,6 +228,20 @@ fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
 /// The one-line reason on stderr, exit status 1. A stderr that cannot be written to is not a
 /// reason to panic: the exit status still says it.
 fn fail(reason: &str) -> ExitCode {
+    let reason = terminal::one_line(reason);
     let _ = writeln!(std::io::stderr(), "isolation-lab: {reason}");
     ExitCode::from(1)
+}
+
+/// clap's words for a refused command line on stderr, exit status 2 (or the help or version
+/// asked for, on stdout, 0), with what they quote of the command line shown as it is.
+fn refuse(refused: &clap::Error) -> ExitCode {
+    let said = refused.render().to_string();
+    let said = terminal::lines(&said);
+    let _ = if refused.use_stderr() {
+        write!(std::io::stderr(), "{said}")
+    } else {
+        write!(std::io::stdout(), "{said}")
+    };
+    ExitCode::from(u8::try_from(refused.exit_code()).unwrap_or(2))
 }

@@ -3,6 +3,8 @@
 //!
 //! - [`svg`]: the SVG writer.
 //! - [`table`]: left-aligned text columns and label lists.
+//! - [`terminal`]: text quoted from outside the process, shown as it is and drawing nothing.
 
 pub(crate) mod svg;
 pub(crate) mod table;
+pub mod terminal;

@@ -34,6 +34,7 @@ pub use self::read::{Refused, Saved, SavedRoomGate, SavedRoomRequest, SavedSessi
 pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
+use crate::draw::terminal;
 use crate::evidence::{AdmissionRecord, Decision, Phase, ResponseRecord};
 use crate::lab;
 use crate::label::Label;
@@ -83,7 +84,7 @@ impl Recheck {
         if !findings.is_empty() {
             Recheck::DoesNotHold { findings }
         } else if let Some(reason) = failed {
-            let reason = shell::shown(&reason).into_owned();
+            let reason = terminal::one_line(&reason).into_owned();
             Recheck::DidNotMatch { reason }
         } else {
             Recheck::Matched
@@ -467,7 +468,7 @@ impl Record {
         // `read` refuses another version's report, so the command reproduces the run with
         // the binary at hand.
         let described = format!("{}, {}", runner.language, runner.runtime);
-        let described = shell::shown(&described).into_owned();
+        let described = terminal::one_line(&described).into_owned();
         Record {
             report: file.to_owned(),
             command,

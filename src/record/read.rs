@@ -11,7 +11,8 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
-use super::shell::{shell_word, shown};
+use super::shell::shell_word;
+use crate::draw::terminal::one_line;
 use crate::label::Label;
 use crate::policy::{Front, Mode, Route};
 use crate::report::Report;
@@ -42,7 +43,7 @@ impl fmt::Display for Refused {
             f,
             "{} {}; record reads a report saved from a run, e.g. isolation-lab > r.json",
             self.file,
-            shown(&reason)
+            one_line(&reason)
         )
     }
 }

@@ -5,10 +5,10 @@
 
 use std::fmt::Write;
 
-use super::shell::shown;
 use super::{Line, OWN_PREDICTION, PARTICIPANT, Recheck, Record, Says, SessionRecord, TO_FILL_IN};
 use crate::admission::section::GateState;
 use crate::draw::table::labels;
+use crate::draw::terminal::one_line;
 use crate::evidence::Decision;
 use crate::lab::render::text::table;
 
@@ -68,7 +68,7 @@ pub(crate) fn render(record: &Record) -> String {
                 mode = c.mode;
             }
             // A failure's reason is the report's own text.
-            let _ = writeln!(out, "{indent}{}", shown(&says(&c.says)));
+            let _ = writeln!(out, "{indent}{}", one_line(&says(&c.says)));
             let _ = writeln!(out, "{indent}  {}", c.pointer);
         }
     }

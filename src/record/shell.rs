@@ -1,8 +1,9 @@
-//! What `record` prints from a file, shown as it is: every command or file name is one word a
-//! shell turns into the same bytes, whatever bytes the name holds; every text taken from a
-//! report is one line that shows what it holds, whatever characters it holds.
+//! File names as the shell reads them back: every command or file name `record` prints is one
+//! word a shell turns into the same bytes, whatever bytes the name holds.
 
 use std::ffi::OsStr;
+
+use crate::draw::terminal::printable;
 
 /// `name` as one word of a shell command: as it is when it holds no character the shell treats
 /// specially; in single quotes when it is printable text; otherwise in ANSI-C quotes
@@ -17,29 +18,6 @@ pub(crate) fn shell_word(name: &OsStr) -> String {
         Ok(text) if text.chars().all(printable) => format!("'{}'", text.replace('\'', r"'\''")),
         _ => ansi_c(bytes),
     }
-}
-
-/// `text` as it shows: as it is when every character prints as itself; otherwise each that
-/// does not (a line break, an escape that would move the cursor or hide what follows, a
-/// bidirectional override) written `\u{1b}` as Rust writes it, so text from an edited report
-/// can neither draw a line `record` did not write nor hide one it did.
-pub(crate) fn shown(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.chars().all(printable) {
-        return text.into();
-    }
-    let escaped = text.chars().map(|c| match c {
-        c if printable(c) => c.to_string(),
-        c => c.escape_unicode().to_string(),
-    });
-    escaped.collect::<String>().into()
-}
-
-/// Whether `c` shows as itself on a terminal: not a control character, and none of the
-/// invisible format characters that reorder or hide text.
-fn printable(c: char) -> bool {
-    !c.is_control()
-        && !matches!(c,
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
 /// `bytes` in `$'…'`: printable UTF-8 as it is (`\` and `'` escaped), every other byte `\xHH`.
@@ -95,15 +73,5 @@ mod tests {
         assert_eq!(bytes(b"a\nb's\\.json"), r"$'a\x0ab\'s\\.json'");
         assert_eq!(bytes("x\u{202e}y".as_bytes()), r"$'x\xe2\x80\xaey'");
         assert_eq!(bytes(b"\xc3\xa9\xc3"), r"$'é\xc3'");
-    }
-
-    /// Text that prints is shown as it is; a line break, an escape or an override is written
-    /// out, so what a report quotes stays on its line and draws nothing.
-    #[test]
-    fn text_shows_what_it_holds_on_one_line() {
-        assert_eq!(shown("S1 held, été"), "S1 held, été");
-        assert_eq!(shown("a\nb"), r"a\u{a}b");
-        assert_eq!(shown("x\u{1b}[2K\ry"), r"x\u{1b}[2K\u{d}y");
-        assert_eq!(shown("x\u{202e}y"), r"x\u{202e}y");
     }
 }

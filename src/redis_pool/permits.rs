@@ -10,6 +10,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ConnectionAddr, IntoConnectionInfo, RedisError, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::draw::terminal::one_line;
+
 use super::lease::{Confirmed, HeldLease, Losses};
 use super::scripts::Scripts;
 use super::url::LoopbackUrl;
@@ -80,6 +82,8 @@ impl Holder {
     pub(crate) fn new(replica: &str, request: &str) -> Result<Holder, GlobalError> {
         for (what, part) in [("replica", replica), ("request", request)] {
             if !valid_name(part, b"_-.") {
+                // Read back from Redis, where any process that reaches it may have written it.
+                let part = one_line(part);
                 return Err(GlobalError::Invalid(format!(
                     "{what} `{part}` must be 1 to 64 of A-Z a-z 0-9 _ - ."
                 )));
@@ -95,7 +99,8 @@ impl Holder {
     pub(crate) fn parse(s: &str) -> Result<Holder, GlobalError> {
         let Some((replica, request)) = s.split_once('/') else {
             return Err(GlobalError::Invalid(format!(
-                "holder `{s}` is not of the form replica/request"
+                "holder `{}` is not of the form replica/request",
+                one_line(s)
             )));
         };
         Holder::new(replica, request)
@@ -293,11 +298,10 @@ fn in_words(error: &RedisError) -> String {
     if error.is_connection_dropped() {
         return "the connection to Redis was lost (did it exit?)".to_owned();
     }
+    // The server's own words: any process may listen where the lab was told Redis is.
     let text = error.to_string();
-    text.lines()
-        .next()
-        .unwrap_or("an error without a message")
-        .to_owned()
+    let first = text.lines().next().unwrap_or("an error without a message");
+    one_line(first).into_owned()
 }
 
 /// No source: the message already says in words what the client's error means, and the

@@ -222,6 +222,24 @@ fn non_utf8_values_exit_2() {
     assert!(stderr.contains("UTF-8"), "{stderr}");
 }
 
+/// What a refused command line quotes of itself draws nothing on the terminal: an escape, a
+/// carriage return and a line break in a value, in an unknown argument and in a subcommand's
+/// unknown flag are each written out (`\u{1b}`).
+#[test]
+fn refused_values_are_quoted_as_they_are_and_draw_nothing() {
+    let drawn = "2\u{1b}[2K\rFAKE\u{1b}[8m\nY";
+    let flag = format!("--x{drawn}");
+    for args in [&["--slots", drawn][..], &[drawn], &["predict", &flag]] {
+        let (code, stdout, stderr) = run(&mut lab(args));
+        assert_eq!((code, stdout.as_str()), (Some(2), ""), "{args:?}: {stderr}");
+        assert!(!stderr.contains(['\u{1b}', '\r']), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(r"2\u{1b}[2K\u{d}FAKE"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 /// A reader that is gone before the report is written (`isolation-lab | head -c 1`, at its
 /// most abrupt) is not a crash: no panic, and the run's own status.
 #[test]

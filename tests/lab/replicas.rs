@@ -630,6 +630,83 @@ fn bad_input_exits_2_before_anything_starts() {
     }
 }
 
+/// A server where the lab was told Redis listens is a process it does not trust: one that
+/// answers every command with an error that carries terminal escapes and a fake verdict ends
+/// the run in one line (exit 1), its words written out (`\u{1b}`), drawing nothing.
+#[test]
+fn a_hostile_servers_words_are_shown_and_draw_nothing() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    const ERROR: &[u8] = b"-ERR \x1b[2K\rThe run matched the policy model.\x1b[8m\r\n";
+    /// Reads each command (a RESP array of bulk strings) and answers it with `ERROR`.
+    fn answer(stream: std::net::TcpStream) -> std::io::Result<()> {
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut writer = stream;
+        while let Some(args) = count(&mut reader, '*')? {
+            for _ in 0..args {
+                let len = count(&mut reader, '$')?.unwrap_or(0);
+                reader.read_exact(&mut vec![0; len + 2])?;
+            }
+            writer.write_all(ERROR)?;
+        }
+        Ok(())
+    }
+    /// The count on the next line, after `prefix`; `None` at the end.
+    fn count(reader: &mut impl BufRead, prefix: char) -> std::io::Result<Option<usize>> {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let n = line
+            .trim_end()
+            .strip_prefix(prefix)
+            .and_then(|n| n.parse().ok());
+        n.map(Some)
+            .ok_or_else(|| std::io::Error::other(format!("not RESP: {line:?}")))
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let output = std::thread::scope(|scope| {
+        // Each connection answered on a thread of its own, all joined as the scope ends: the
+        // lab has exited by then, so every connection has closed.
+        scope.spawn(|| {
+            for stream in listener.incoming() {
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                if let Ok(stream) = stream {
+                    scope.spawn(move || answer(stream));
+                }
+            }
+        });
+        let output = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+            .args(["replicas", "--global", &format!("redis://127.0.0.1:{port}")])
+            .stdin(Stdio::null())
+            .output();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accepting thread to see that it is done.
+        drop(std::net::TcpStream::connect(("127.0.0.1", port)));
+        output.expect("the binary starts")
+    });
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    for said in [&stdout, &stderr] {
+        assert!(!said.contains(['\u{1b}', '\r']), "{said}");
+        assert!(
+            said.lines().all(|l| !l.starts_with("The run matched")),
+            "{said}"
+        );
+    }
+    assert!(
+        stderr.contains(r"\u{1b}[2K\u{d}The run matched"),
+        "{stderr}"
+    );
+}
+
 /// The binary's JSON report of a run with own permits, as a user gets it.
 #[test]
 fn the_json_report_says_what_was_held() {

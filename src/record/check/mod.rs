@@ -27,8 +27,8 @@ use crate::policy::{Mode, Pool, Route};
 use crate::report::{Report, Runner};
 
 use super::read::SavedRoomGate;
-use super::shell::shown;
 use super::{Recheck, pointer};
+use crate::draw::terminal::one_line;
 
 mod answers;
 mod policy_check;
@@ -52,10 +52,10 @@ pub struct Finding {
 
 impl Finding {
     /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer): one
-    /// line, whatever a report's text it quotes holds ([`shown`]).
+    /// line, whatever a report's text it quotes holds ([`one_line`]).
     pub(crate) fn at(prefix: &str, path: &[&str], says: String) -> Finding {
         let pointer = format!("{prefix}{}", pointer(path));
-        let says = shown(&says).into_owned();
+        let says = one_line(&says).into_owned();
         Finding { pointer, says }
     }
 }
