@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use super::SUBCOMMAND;
 use super::protocol::{FromFront, FrontSpec, Ready, StopReport, ToFront};
 use crate::child::{ChildProcess, Exit, Signal, Stall, watched_within};
+use crate::redis_pool::PASSWORD_VAR;
 
 /// How long a child that failed, or was told to stop and did not, gets to exit before it is
 /// killed: it has nothing left to do but exit.
@@ -73,6 +74,12 @@ impl FrontProcess {
         // stops every replica in turn), rather than killing each front at once as if it had
         // failed.
         command.process_group(0);
+        // The private Redis's password, in the environment rather than on the command line;
+        // and none from ours for a child that is not given one.
+        match spec.global.as_ref().and_then(|g| g.password.as_ref()) {
+            Some(password) => command.env(PASSWORD_VAR, password.as_str()),
+            None => command.env_remove(PASSWORD_VAR),
+        };
         let child = ChildProcess::spawn_command(command).map_err(|e| FrontError {
             reason: format!(
                 "cannot start a process for the {} front: {e}",

@@ -13,7 +13,7 @@ use crate::admission::section::FinalState;
 use crate::admission::shared_pool::Released;
 use crate::evidence::ServerSummary;
 use crate::policy::{Front, Pool};
-use crate::redis_pool::LeaseLoss;
+use crate::redis_pool::{LeaseLoss, Password};
 
 /// The most permits a child's shared pool may have: far above any count an instrument holds
 /// (`hold` stops at 50 000), low enough that a typo cannot ask for an absurd pool.
@@ -74,6 +74,11 @@ pub struct GlobalSpec {
     /// newest it accepted for the slot (the default), or accepts any.
     #[serde(default = "fencing_on")]
     pub fencing: bool,
+    /// The password of the lab's private Redis. Never on the command line, where another user
+    /// could read it: [`FrontProcess::start`](super::FrontProcess::start) gives it to the child
+    /// in its environment, which the child reads it from.
+    #[serde(skip)]
+    pub(crate) password: Option<Password>,
 }
 
 fn fencing_on() -> bool {

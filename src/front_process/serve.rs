@@ -20,7 +20,7 @@ use crate::admission::token::RunToken;
 use crate::child::{ToParent, parent_link};
 use crate::hooks::NoHooks;
 use crate::policy::Allocation;
-use crate::redis_pool::{GlobalPermits, Lease, LeaseLoss, LoopbackUrl};
+use crate::redis_pool::{GlobalPermits, Lease, LeaseLoss, LoopbackUrl, Password};
 use crate::server::{self, FrontCensus, Running};
 
 /// Serves `spec` until the parent says stop or goes away; returns the process's exit code: 0
@@ -121,7 +121,8 @@ async fn connect(global: &GlobalSpec, capacity: usize) -> anyhow::Result<GlobalP
     let url = LoopbackUrl::parse(&global.url)?;
     let capacity = u32::try_from(capacity).map_err(|_| anyhow!("capacity too large"))?;
     let lease = Lease::from_millis(global.lease_ms);
-    GlobalPermits::connect(&url, &global.run, capacity, lease)
+    let password = Password::from_env();
+    GlobalPermits::connect(&url, password.as_ref(), &global.run, capacity, lease)
         .await
         .with_context(|| format!("cannot join the global pool at {url}"))
 }

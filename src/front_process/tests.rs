@@ -313,3 +313,25 @@ fn a_spec_is_checked_like_a_command_line() {
     let events = FrontSpec::parse(r#"{"front":"async","capacity":1,"stream":"events"}"#);
     assert_eq!(events.map(|s| s.stream).ok(), Some(Stream::Events));
 }
+
+/// The private Redis's password never goes on the command line: the spec leaves it out, and a
+/// spec that carries one is refused.
+#[test]
+fn a_spec_never_carries_the_redis_password() {
+    let password = crate::redis_pool::Password::generate().expect("randomness");
+    let mut spec = FrontSpec::new(Front::Async, 2);
+    spec.replica = Some("r1".into());
+    spec.global = Some(GlobalSpec {
+        url: "redis://127.0.0.1:6379".into(),
+        run: "replicas-1".into(),
+        lease_ms: 2000,
+        fencing: true,
+        password: Some(password.clone()),
+    });
+    let arg = spec.to_arg();
+    assert!(!arg.contains(password.as_str()), "{arg}");
+    let read = FrontSpec::parse(&arg).expect("the spec reads back");
+    assert_eq!(read.global.and_then(|g| g.password), None);
+    let carried = arg.replace(r#""fencing":true"#, r#""fencing":true,"password":"x""#);
+    assert!(FrontSpec::parse(&carried).is_err(), "{carried}");
+}

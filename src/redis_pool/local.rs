@@ -1,6 +1,12 @@
 //! A private `redis-server` child process on `127.0.0.1`, for tests and for a lab run that
 //! has no Redis of its own: fresh port, fresh directory, no persistence, and it dies with us.
 //!
+//! Any local process can reach a loopback port, and a Redis that anyone could write to would
+//! let them change the run's permits. So the server asks for a fresh random password
+//! ([`Password`]), which never appears on a command line (another user can read those from
+//! `/proc`): it reads it from a file in its private directory (mode 0700), and the lab's
+//! replica processes are given it in their environment ([`PASSWORD_VAR`]).
+//!
 //! Its directory is removed as soon as it is ready: the server keeps it as its working
 //! directory (Linux lets a process's working directory be removed), and with no persistence
 //! it writes nothing there. So a lab killed with SIGKILL leaves no directory behind; one
@@ -38,8 +44,40 @@ const KEPT_LINES: usize = 40;
 /// The most bytes of one output line kept as one line.
 const LINE_PIECE: u64 = 4096;
 
+/// The environment variable that carries the private server's [`Password`] to the lab's
+/// replica processes (a process's environment is readable only by its own user).
+pub(crate) const PASSWORD_VAR: &str = "ISOLATION_LAB_REDIS_PASSWORD";
+
+/// A password for the private server: 32 hex digits from the operating system's randomness.
+/// Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Password(String);
+
+impl Password {
+    pub(crate) fn generate() -> Result<Password> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).context("randomness for a password")?;
+        Ok(Password(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+
+    /// The password a replica's environment gives it ([`PASSWORD_VAR`]), if any.
+    pub(crate) fn from_env() -> Option<Password> {
+        std::env::var(PASSWORD_VAR).ok().map(Password)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(..)")
+    }
+}
+
 /// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
-/// own empty directory, no snapshots and no append-only file.
+/// own empty directory, no snapshots and no append-only file, asking for its [`Password`].
 ///
 /// It is started, signalled and reaped by the child-process seam's [`Reaper`], so it dies with
 /// its parent as a front child does; dropping it kills and reaps it and removes its directory.
@@ -47,6 +85,7 @@ const LINE_PIECE: u64 = 4096;
 #[derive(Debug)]
 pub(crate) struct LocalRedis {
     url: LoopbackUrl,
+    password: Password,
     pid: u32,
     /// `None` once killed: dropping the reaper SIGKILLs the server and reaps it.
     reaper: Option<Reaper>,
@@ -85,12 +124,21 @@ impl LocalRedis {
 
     async fn start_on(port: u16) -> Result<Attempt> {
         sweep_stale_dirs();
+        let password = Password::generate()?;
         let dir = fresh_dir()?;
+        // The configuration file comes first on the command line; the server reads it once, as
+        // it starts, and the directory (with it) is removed once the server is ready.
+        let config = dir.join("redis.conf");
+        if let Err(e) = std::fs::write(&config, format!("requirepass {}\n", password.as_str())) {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e).with_context(|| format!("writing {}", config.display()));
+        }
         // One pipe for stdout and stderr: the ready line comes on stdout, a bad option is
         // reported on stderr, and either explains a failure.
         let (reader, writer) = io::pipe().context("creating a pipe for redis-server's output")?;
         let mut command = Command::new("redis-server");
         command
+            .arg(&config)
             .arg("--port")
             .arg(port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "yes"])
@@ -112,14 +160,15 @@ impl LocalRedis {
         let reaper = match Reaper::start(command) {
             Ok(reaper) => reaper,
             Err(e) => {
-                // Best effort: the directory is empty and ours; the spawn error is the news.
-                let _ = std::fs::remove_dir(&dir);
+                // Best effort: the directory is ours; the spawn error is the news.
+                let _ = std::fs::remove_dir_all(&dir);
                 return Err(e).context("starting redis-server (is it on PATH?)");
             }
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         let mut redis = LocalRedis {
             url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?,
+            password,
             pid: reaper.pid,
             reaper: Some(reaper),
             output: None,
@@ -157,6 +206,11 @@ impl LocalRedis {
 
     pub(crate) fn url(&self) -> &LoopbackUrl {
         &self.url
+    }
+
+    /// The password the server asks for.
+    pub(crate) fn password(&self) -> &Password {
+        &self.password
     }
 
     pub(crate) fn pid(&self) -> u32 {

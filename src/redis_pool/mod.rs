@@ -17,7 +17,7 @@ mod tests;
 
 pub use lease::LossCause;
 pub(crate) use lease::{HeldLease, LeaseLoss, Losses};
-pub(crate) use local::LocalRedis;
+pub(crate) use local::{LocalRedis, PASSWORD_VAR, Password};
 #[cfg(test)]
 pub(crate) use permits::Fence;
 pub use permits::{Effect, WorkEnd};

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::draw::terminal::one_line;
 
 use super::lease::{Confirmed, HeldLease, Losses};
+use super::local::Password;
 use super::scripts::Scripts;
 use super::url::LoopbackUrl;
 
@@ -356,23 +357,26 @@ impl fmt::Debug for GlobalPermits {
 }
 
 impl GlobalPermits {
-    /// Connects to the Redis at `url` (failing after [`REDIS_TIMEOUT`]) and joins run `run`
+    /// Connects to the Redis at `url` (failing after [`REDIS_TIMEOUT`]), with `password` if it
+    /// asks for one (the lab's private server does), and joins run `run`
     /// (1 to 64 of `A-Z a-z 0-9 _ -`) with `capacity` ≥ 1 permits and `lease`
     /// (`Millis` from 1 to [`MAX_LEASE_MS`]). The first replica records the settings; a later
     /// one with other settings gets [`GlobalError::Mismatch`].
     pub(crate) async fn connect(
         url: &LoopbackUrl,
+        password: Option<&Password>,
         run: &str,
         capacity: u32,
         lease: Lease,
     ) -> Result<GlobalPermits, GlobalError> {
-        Self::connect_within(url, run, capacity, lease, REDIS_TIMEOUT).await
+        Self::connect_within(url, password, run, capacity, lease, REDIS_TIMEOUT).await
     }
 
     /// [`GlobalPermits::connect`], with `timeout` instead of [`REDIS_TIMEOUT`] for connecting
     /// and for each command.
     pub(crate) async fn connect_within(
         url: &LoopbackUrl,
+        password: Option<&Password>,
         run: &str,
         capacity: u32,
         lease: Lease,
@@ -398,9 +402,16 @@ impl GlobalPermits {
         }
         let redis_error = while_doing("connecting");
         let addr = url.socket_addr();
-        let info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
+        let mut info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
             .into_connection_info()
             .map_err(redis_error)?;
+        if let Some(password) = password {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_password(password.as_str());
+            info = info.set_redis_settings(settings);
+        }
         let client = redis::Client::open(info).map_err(redis_error)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))

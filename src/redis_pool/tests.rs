@@ -64,7 +64,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 async fn connect(redis: &LocalRedis, run: &str, capacity: u32, lease: Lease) -> GlobalPermits {
-    GlobalPermits::connect(redis.url(), run, capacity, lease)
+    GlobalPermits::connect(redis.url(), Some(redis.password()), run, capacity, lease)
         .await
         .expect("the private Redis accepts connections")
 }
@@ -82,9 +82,16 @@ fn confirmed_ago(at_ms: u64, expires_at_ms: u64, ago: Duration) -> Confirmed {
 
 /// One permit, no lease, connecting and giving up on each command within 200 ms.
 async fn impatient(redis: &LocalRedis, run: &str) -> GlobalPermits {
-    GlobalPermits::connect_within(redis.url(), run, 1, Lease::None, Duration::from_millis(200))
-        .await
-        .expect("the private Redis accepts connections")
+    GlobalPermits::connect_within(
+        redis.url(),
+        Some(redis.password()),
+        run,
+        1,
+        Lease::None,
+        Duration::from_millis(200),
+    )
+    .await
+    .expect("the private Redis accepts connections")
 }
 
 async fn admitted(permits: &GlobalPermits, who: &Holder) -> Option<u64> {
@@ -104,11 +111,14 @@ async fn refused(permits: &GlobalPermits, who: &Holder) -> (u64, Vec<Holding>) {
 /// A connection of the test's own, beside the module's.
 async fn own_connection(redis: &LocalRedis) -> redis::aio::MultiplexedConnection {
     let addr = redis.url().socket_addr();
-    let client = redis::Client::open(redis::ConnectionAddr::Tcp(
+    let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
         addr.ip().to_string(),
         addr.port(),
     ))
     .expect("a TCP address is a valid client");
+    let settings = info.redis_settings().clone();
+    let info = info.set_redis_settings(settings.set_password(redis.password().as_str()));
+    let client = redis::Client::open(info).expect("a TCP address is a valid client");
     client
         .get_multiplexed_async_connection()
         .await
@@ -127,6 +137,39 @@ async fn keys_of_run(redis: &LocalRedis, run: &str) -> Vec<String> {
 
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The private server serves only who has its password, which is on no command line: a
+/// connection without it is refused every command, and `/proc/PID/cmdline` (readable by every
+/// user) does not hold it.
+#[tokio::test]
+async fn the_private_server_asks_for_a_password_no_command_line_shows() {
+    let test = "the_private_server_asks_for_a_password_no_command_line_shows";
+    let Some(redis) = redis_or_skip(test).await else {
+        return;
+    };
+    guarded(async {
+        let addr = redis.url().socket_addr();
+        let stranger = redis::Client::open(format!("redis://{addr}")).expect("a client");
+        let mut stranger = (stranger.get_multiplexed_async_connection().await)
+            .expect("the port accepts a connection");
+        let keys: Result<Vec<String>, _> =
+            redis::cmd("KEYS").arg("*").query_async(&mut stranger).await;
+        let refused = keys.expect_err("a stranger is refused");
+        assert!(refused.to_string().contains("NOAUTH"), "{refused}");
+        let mut own = own_connection(&redis).await;
+        let pong: String = redis::cmd("PING")
+            .query_async(&mut own)
+            .await
+            .expect("PING");
+        assert_eq!(pong, "PONG");
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", redis.pid())).expect("cmdline");
+        let password = redis.password().as_str().as_bytes();
+        assert!(!cmdline.windows(password.len()).any(|w| w == password));
+        assert_eq!(format!("{:?}", redis.password()), "Password(..)");
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
 }
 
 /// With capacity 2, exactly the first 2 of 5 holders are admitted, and each refusal names both
@@ -232,7 +275,15 @@ async fn replicas_share_one_limit() {
         let (_, holders) = refused(&r1, &holder("r1", "S2")).await;
         assert_eq!(names(&holders), set(&["r1/S1", "r2/S1"]));
         for (capacity, lease) in [(3, Lease::Millis(60_000)), (2, Lease::None)] {
-            match GlobalPermits::connect(redis.url(), "shared", capacity, lease).await {
+            match GlobalPermits::connect(
+                redis.url(),
+                Some(redis.password()),
+                "shared",
+                capacity,
+                lease,
+            )
+            .await
+            {
                 Err(GlobalError::Mismatch { recorded, .. }) => {
                     assert_eq!(recorded, "capacity 2, 60000 ms");
                 }
@@ -580,7 +631,7 @@ async fn redis_killed_mid_run_fails_fast() {
         assert!(held.release().await.is_err());
         let url = *redis.url();
         assert!(
-            GlobalPermits::connect(&url, "killed", 2, Lease::None)
+            GlobalPermits::connect(&url, Some(redis.password()), "killed", 2, Lease::None)
                 .await
                 .is_err()
         );
@@ -660,7 +711,7 @@ async fn connecting_to_a_closed_port_fails() {
     let addr = probe.local_addr().expect("a bound address");
     drop(probe);
     let url = LoopbackUrl::parse(&format!("redis://{addr}")).expect("a loopback URL");
-    let result = guarded(GlobalPermits::connect(&url, "closed", 1, Lease::None)).await;
+    let result = guarded(GlobalPermits::connect(&url, None, "closed", 1, Lease::None)).await;
     match result {
         Err(GlobalError::Redis { doing, .. }) => assert_eq!(doing, "connecting"),
         other => panic!("expected a connection error, got {other:?}"),
@@ -681,7 +732,7 @@ async fn invalid_settings_are_refused_before_connecting() {
         ("{x}", 1, Lease::None, "run id"),
     ];
     for (run, capacity, lease, names) in cases {
-        match GlobalPermits::connect(&url, run, capacity, lease).await {
+        match GlobalPermits::connect(&url, None, run, capacity, lease).await {
             Err(GlobalError::Invalid(why)) => assert!(why.contains(names), "{why}"),
             other => panic!("expected {run:?}/{capacity}/{lease} refused, got {other:?}"),
         }

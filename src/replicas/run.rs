@@ -289,7 +289,9 @@ impl ReplicasRun {
         });
         self.local = local;
         let slots = u32::try_from(self.inputs.slots.get()).expect("slots are 2 through 4");
-        let permits = GlobalPermits::connect(&url, &run, slots, self.inputs.lease_ms.lease())
+        let password = self.local.as_ref().map(LocalRedis::password);
+        let lease = self.inputs.lease_ms.lease();
+        let permits = GlobalPermits::connect(&url, password, &run, slots, lease)
             .await
             .with_context(|| format!("cannot use the Redis at {url}"))?;
         self.permits = Some(permits);
@@ -303,8 +305,10 @@ impl ReplicasRun {
                 std::env::current_exe().context("cannot find this program to start replicas")?
             }
         };
+        let password = self.local.as_ref().map(|local| local.password().clone());
         let global = self.evidence.engine.as_ref().map(|engine| GlobalSpec {
             url: engine.address.clone(),
+            password: password.clone(),
             run: engine.run.clone(),
             lease_ms: u64::from(self.inputs.lease_ms.get()),
             fencing: self.inputs.fencing.on(),
