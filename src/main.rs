@@ -49,7 +49,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let report = runtime(run)?;
             let rendered = match cli.run.format {
                 Format::Json => json(&report),
-                Format::Text => Ok(terminal::lines(&text::render(&report)).into_owned()),
+                Format::Text => Ok(shown(text::render(&report))),
                 Format::Svg => Ok(svg::render(&report)),
             };
             emit(rendered, report.failure.as_deref())
@@ -169,7 +169,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             })?;
             let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
-                HoldFormat::Text => Ok(terminal::lines(&hold::render::text(&report)).into_owned()),
+                HoldFormat::Text => Ok(shown(hold::render::text(&report))),
                 HoldFormat::Json => json(&report),
                 HoldFormat::Svg => Ok(hold::render::svg(&report)),
             };
@@ -195,9 +195,15 @@ fn table(
     text: impl FnOnce() -> String,
 ) -> anyhow::Result<String> {
     match format {
-        TableFormat::Text => Ok(terminal::lines(&text()).into_owned()),
+        TableFormat::Text => Ok(shown(text())),
         TableFormat::Json => json(value),
     }
+}
+
+/// A text rendering as the terminal shows it: what it quotes from outside the process (a
+/// report's file, a Redis server's words) draws nothing.
+fn shown(text: String) -> String {
+    terminal::lines(&text).into_owned()
 }
 
 fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {

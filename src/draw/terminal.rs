@@ -8,11 +8,12 @@
 use std::borrow::Cow;
 
 /// Whether `c` shows as itself on a terminal: not a control character, and none of the
-/// invisible format characters that reorder or hide text.
+/// invisible format characters that reorder or hide text, or break a line.
 pub(crate) fn printable(c: char) -> bool {
     !c.is_control()
         && !matches!(c,
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+            '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}' | '\u{feff}')
 }
 
 /// `text` as one line that shows what it holds: a line break is written out too.
@@ -31,9 +32,10 @@ fn written_out(text: &str, kept: impl Fn(char) -> bool) -> Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        match c {
-            c if kept(c) => out.push(c),
-            c => out.extend(c.escape_unicode()),
+        if kept(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_unicode());
         }
     }
     out.into()

@@ -75,8 +75,8 @@ pub struct GlobalSpec {
     #[serde(default = "fencing_on")]
     pub fencing: bool,
     /// The password of the lab's private Redis. Never on the command line, where another user
-    /// could read it: [`FrontProcess::start`](super::FrontProcess::start) gives it to the child
-    /// in its environment, which the child reads it from.
+    /// could read it: [`FrontProcess::start`](super::FrontProcess::start) puts it in the
+    /// child's environment, and the child reads it from there.
     #[serde(skip)]
     pub(crate) password: Option<Password>,
 }

@@ -79,12 +79,11 @@ pub enum Recheck {
 
 impl Recheck {
     /// The verdict of a re-check that found `findings`, and otherwise the failure `failed`, if
-    /// the report records one (quoted as one line that shows what it holds).
+    /// the report records one.
     fn of(findings: Vec<Finding>, failed: Option<String>) -> Recheck {
         if !findings.is_empty() {
             Recheck::DoesNotHold { findings }
         } else if let Some(reason) = failed {
-            let reason = terminal::one_line(&reason).into_owned();
             Recheck::DidNotMatch { reason }
         } else {
             Recheck::Matched
@@ -156,8 +155,14 @@ impl Shown {
     }
 
     /// Why `record` exits 1, in one line: the report does not hold together, or it holds
-    /// together and its run did not match the model. `None` when it matched.
+    /// together and its run did not match the model. `None` when it matched. What it quotes of
+    /// the report is shown as it is ([`terminal::one_line`]).
     pub fn failure(&self) -> Option<String> {
+        self.why_not()
+            .map(|why| terminal::one_line(&why).into_owned())
+    }
+
+    fn why_not(&self) -> Option<String> {
         let (file, verdict, what) = match self {
             Shown::Lab(record) => (&record.report, &record.verdict, "run"),
             Shown::Classroom(session) => (&session.report, &session.verdict, "session"),
@@ -468,7 +473,6 @@ impl Record {
         // `read` refuses another version's report, so the command reproduces the run with
         // the binary at hand.
         let described = format!("{}, {}", runner.language, runner.runtime);
-        let described = terminal::one_line(&described).into_owned();
         Record {
             report: file.to_owned(),
             command,

@@ -16,7 +16,10 @@ pub(crate) fn render(record: &Record) -> String {
     let mut out = format!("isolation-lab record of {}\n\n", record.report);
     let _ = writeln!(out, "{PARTICIPANT}:");
     let _ = writeln!(out, "Command: {}", record.command);
-    let _ = writeln!(out, "Version: {}, {}", record.version, record.runner);
+    // The runner's words are the report's own: shown as they are, as every finding and
+    // failure below (`one_line`), so a report's text draws nothing on the terminal.
+    let runner = one_line(&record.runner);
+    let _ = writeln!(out, "Version: {}, {runner}", record.version);
     let inputs = &record.inputs;
     let flags = inputs.flags() + &record.executor_flags;
     let _ = writeln!(
@@ -67,7 +70,6 @@ pub(crate) fn render(record: &Record) -> String {
                 }
                 mode = c.mode;
             }
-            // A failure's reason is the report's own text.
             let _ = writeln!(out, "{indent}{}", one_line(&says(&c.says)));
             let _ = writeln!(out, "{indent}  {}", c.pointer);
         }
@@ -91,7 +93,12 @@ fn contradictions(out: &mut String, what: &str, findings: &[super::Finding]) {
          it.\nNothing in it is vouched for. What contradicts what, with where it is:"
     );
     for finding in findings {
-        let _ = writeln!(out, "  {}\n    {}", finding.says, finding.pointer);
+        let _ = writeln!(
+            out,
+            "  {}\n    {}",
+            one_line(&finding.says),
+            finding.pointer
+        );
     }
 }
 

@@ -117,14 +117,21 @@ impl LocalRedis {
             }
         }
         bail!(
-            "redis-server lost the race for a free port {PORT_ATTEMPTS} times; its last output:\n{}",
-            last_output.join("\n")
+            "redis-server lost the race for a free port {PORT_ATTEMPTS} times; its last output: {}",
+            last_output.join(" / ")
         )
     }
 
     async fn start_on(port: u16) -> Result<Attempt> {
         sweep_stale_dirs();
         let password = Password::generate()?;
+        let url = LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?;
+        // One pipe for stdout and stderr: the ready line comes on stdout, a bad option is
+        // reported on stderr, and either explains a failure.
+        let (reader, writer) = io::pipe().context("creating a pipe for redis-server's output")?;
+        let errors = writer.try_clone().context("sharing the output pipe")?;
+        // Nothing fails between the directory's creation and the server's start but the
+        // configuration's write, which removes it.
         let dir = fresh_dir()?;
         // The configuration file comes first on the command line; the server reads it once, as
         // it starts, and the directory (with it) is removed once the server is ready.
@@ -133,9 +140,6 @@ impl LocalRedis {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e).with_context(|| format!("writing {}", config.display()));
         }
-        // One pipe for stdout and stderr: the ready line comes on stdout, a bad option is
-        // reported on stderr, and either explains a failure.
-        let (reader, writer) = io::pipe().context("creating a pipe for redis-server's output")?;
         let mut command = Command::new("redis-server");
         command
             .arg(&config)
@@ -153,8 +157,8 @@ impl LocalRedis {
             // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops the
             // server in order, rather than the server directly.
             .process_group(0)
-            .stdout(writer.try_clone().context("sharing the output pipe")?)
-            .stderr(writer);
+            .stdout(writer)
+            .stderr(errors);
         // The reaper drops the command, which holds the pipe's write ends, once the server has
         // started: the reader then sees the end of the output when the server exits.
         let reaper = match Reaper::start(command) {
@@ -167,7 +171,7 @@ impl LocalRedis {
         };
         let (ready_tx, ready_rx) = oneshot::channel();
         let mut redis = LocalRedis {
-            url: LoopbackUrl::from_local(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))?,
+            url,
             password,
             pid: reaper.pid,
             reaper: Some(reaper),
@@ -193,8 +197,8 @@ impl LocalRedis {
                     return Ok(Attempt::PortTaken(lines));
                 }
                 bail!(
-                    "redis-server exited ({status}) before it was ready; its output:\n{}",
-                    lines.join("\n")
+                    "redis-server exited ({status}) before it was ready; its output: {}",
+                    lines.join(" / ")
                 )
             }
             Err(_) => bail!(

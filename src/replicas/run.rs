@@ -308,7 +308,7 @@ impl ReplicasRun {
         let password = self.local.as_ref().map(|local| local.password().clone());
         let global = self.evidence.engine.as_ref().map(|engine| GlobalSpec {
             url: engine.address.clone(),
-            password: password.clone(),
+            password,
             run: engine.run.clone(),
             lease_ms: u64::from(self.inputs.lease_ms.get()),
             fencing: self.inputs.fencing.on(),

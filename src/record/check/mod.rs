@@ -28,7 +28,6 @@ use crate::report::{Report, Runner};
 
 use super::read::SavedRoomGate;
 use super::{Recheck, pointer};
-use crate::draw::terminal::one_line;
 
 mod answers;
 mod policy_check;
@@ -51,11 +50,9 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer): one
-    /// line, whatever a report's text it quotes holds ([`one_line`]).
+    /// `says`, found at `path` under `prefix` (`""`, `/runs/<i>`, or a policy's pointer).
     pub(crate) fn at(prefix: &str, path: &[&str], says: String) -> Finding {
         let pointer = format!("{prefix}{}", pointer(path));
-        let says = one_line(&says).into_owned();
         Finding { pointer, says }
     }
 }

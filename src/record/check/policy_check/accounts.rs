@@ -165,22 +165,29 @@ impl<'a> PolicyCheck<'a> {
             }
             // A process that counts one thread once the run has closed ran nothing but the
             // sequence (a test's process runs more), so before F1 it ran the run's threads and
-            // no others but those still ending: a stranger's connection's, refused, and the
+            // no others but those still starting or ending: on the threaded front, one for each
+            // connection accepted without a handler counted then (a stranger's, say), and the
             // threads of the policies run before this one.
             let alone = (file.resources.after_run).and_then(|a| a.os_threads) == Some(1);
             if let Some(threads) = threads.filter(|_| alone && self.room.is_none()) {
                 let earlier = (self.report.policies.iter())
                     .take_while(|p| !std::ptr::eq(*p, file))
                     .filter_map(|p| p.resources.before_fast?.os_threads)
-                    .map(|t| t.saturating_sub(1))
-                    .sum::<usize>();
-                let strangers = (file.server.as_ref()).map_or(0, |s| s.foreign_requests_refused);
-                let ending =
-                    earlier.saturating_add(usize::try_from(strangers).unwrap_or(usize::MAX));
+                    .fold(0, |sum: usize, t| sum.saturating_add(t.saturating_sub(1)));
+                let unhandled = match (front, file.server.as_ref()) {
+                    (Front::Threaded, Some(server)) => {
+                        let accepted = usize::try_from(server.connections_accepted);
+                        accepted
+                            .unwrap_or(usize::MAX)
+                            .saturating_sub(before.connection_handlers)
+                    }
+                    _ => 0,
+                };
+                let ending = earlier.saturating_add(unhandled);
                 if threads > least.saturating_add(ending) {
                     let ending = match ending {
                         0 => String::new(),
-                        n => format!(", with at most {n} threads still ending"),
+                        n => format!(", with at most {n} more still starting or ending"),
                     };
                     self.find(
                         &["resources", "before_fast", "os_threads"],

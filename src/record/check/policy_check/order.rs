@@ -255,6 +255,7 @@ impl<'a> PolicyCheck<'a> {
         }
         let finished = self.file.server.as_ref().filter(|_| !self.cut_short);
         let accepted = finished.map(|server| server.connections_accepted);
+        let held_by = |after: u64| held.iter().filter(|&&(_, seq)| seq <= after).count();
         for (i, seen) in watched.unread.iter().enumerate() {
             // It was sent once every request before it was decided, or seen unread (decided
             // only later).
@@ -284,8 +285,8 @@ impl<'a> PolicyCheck<'a> {
                         seen.accept_queue
                     )
                 }
-                // No connection is accepted while every worker is blocked, so the queue only
-                // grows from one look to the next.
+                // No connection is accepted while every worker is blocked, so the queue never
+                // shrinks from one look to the next.
                 _ if let Some(last) = i.checked_sub(1).and_then(|j| watched.unread.get(j))
                     && seen.accept_queue < last.accept_queue =>
                 {
@@ -303,9 +304,8 @@ impl<'a> PolicyCheck<'a> {
                 _ if let Some(accepted) = accepted
                     && let later = watched.unread.len() - 1 - i
                     && later > 0
-                    && let held = held.iter().filter(|&&(_, seq)| seq <= seen.after_event)
-                    && let held = held.count()
-                    && (seen.accept_queue + later + held) as u64 > accepted =>
+                    && let held = held_by(seen.after_event)
+                    && (seen.accept_queue.saturating_add(later + held) as u64) > accepted =>
                 {
                     format!(
                         "the accept queue is counted at {}, and with the {later} sent after it \
