@@ -305,6 +305,21 @@ fn in_words(error: &RedisError) -> String {
     one_line(first).into_owned()
 }
 
+/// A client of the Redis at `url`, which gives `password` if there is one.
+pub(crate) fn client(
+    url: &LoopbackUrl,
+    password: Option<&Password>,
+) -> redis::RedisResult<redis::Client> {
+    let addr = url.socket_addr();
+    let info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port()).into_connection_info()?;
+    let settings = info.redis_settings().clone();
+    let settings = match password {
+        Some(password) => settings.set_password(password.as_str()),
+        None => settings,
+    };
+    redis::Client::open(info.set_redis_settings(settings))
+}
+
 /// No source: the message already says in words what the client's error means, and the
 /// client's own text can be a parser's multi-line dump that a chain (`{:#}`) would print.
 impl std::error::Error for GlobalError {}
@@ -401,18 +416,7 @@ impl GlobalPermits {
             )));
         }
         let redis_error = while_doing("connecting");
-        let addr = url.socket_addr();
-        let mut info = ConnectionAddr::Tcp(addr.ip().to_string(), addr.port())
-            .into_connection_info()
-            .map_err(redis_error)?;
-        if let Some(password) = password {
-            let settings = info
-                .redis_settings()
-                .clone()
-                .set_password(password.as_str());
-            info = info.set_redis_settings(settings);
-        }
-        let client = redis::Client::open(info).map_err(redis_error)?;
+        let client = client(url, password).map_err(redis_error)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));

@@ -110,15 +110,8 @@ async fn refused(permits: &GlobalPermits, who: &Holder) -> (u64, Vec<Holding>) {
 
 /// A connection of the test's own, beside the module's.
 async fn own_connection(redis: &LocalRedis) -> redis::aio::MultiplexedConnection {
-    let addr = redis.url().socket_addr();
-    let info = redis::IntoConnectionInfo::into_connection_info(redis::ConnectionAddr::Tcp(
-        addr.ip().to_string(),
-        addr.port(),
-    ))
-    .expect("a TCP address is a valid client");
-    let settings = info.redis_settings().clone();
-    let info = info.set_redis_settings(settings.set_password(redis.password().as_str()));
-    let client = redis::Client::open(info).expect("a TCP address is a valid client");
+    let client = super::permits::client(redis.url(), Some(redis.password()));
+    let client = client.expect("a TCP address is a valid client");
     client
         .get_multiplexed_async_connection()
         .await
@@ -149,8 +142,7 @@ async fn the_private_server_asks_for_a_password_no_command_line_shows() {
         return;
     };
     guarded(async {
-        let addr = redis.url().socket_addr();
-        let stranger = redis::Client::open(format!("redis://{addr}")).expect("a client");
+        let stranger = super::permits::client(redis.url(), None).expect("a client");
         let mut stranger = (stranger.get_multiplexed_async_connection().await)
             .expect("the port accepts a connection");
         let keys: Result<Vec<String>, _> =
