@@ -714,6 +714,14 @@ const EDITS: &[Edit] = &[
          answer it collects came after event 6)",
     ),
     (
+        "a room gate closed between a request's admission and its held, on the async front",
+        SESSION,
+        |r| set(r, "/room_gates/0/closed_after_event", json!(14)),
+        "R2 is admitted at seq 14, and the room's gate 1 closed after event 14, before R2's next \
+         event; but on the async front on the lab's own thread a request is held, or its work \
+         leaves, in the poll that admits it",
+    ),
+    (
         "a room request listed among the sequence's responses",
         SESSION,
         |r| {

@@ -528,6 +528,7 @@ impl<'a> PolicyCheck<'a> {
         self.counted_before_fast(&replayed);
         self.watched(&replayed);
         self.sent_in_order(&replayed);
+        self.decided_in_one_poll(&replayed);
         self.final_state(&replayed.end, replayed.gate);
 
         // The model's check of that evidence.

@@ -8,6 +8,7 @@ use crate::draw::table::labels;
 use crate::evidence::{Moment, Phase};
 use crate::executor::Lane;
 use crate::label::Label;
+use crate::policy::Front;
 use crate::record::check::{on_executor, sent_before};
 
 use super::{PolicyCheck, Replayed};
@@ -330,6 +331,66 @@ impl<'a> PolicyCheck<'a> {
                     seen.request, seen.after_event
                 ),
             );
+        }
+    }
+
+    /// On the async front on the lab's own thread, a request's admission and what follows it in
+    /// the section come in one poll: local permits are decided without awaiting
+    /// (`WorkSection::admit`), and the work is held (`Gate::pass` records it before it waits)
+    /// or leaves at once, at an open gate or on /fast. Nothing else runs on that thread in
+    /// between, so no other event, and no room gate's closing or opening, comes between the
+    /// two. (Elsewhere other threads record too: a connection's thread, a blocking thread, a
+    /// runtime's workers.)
+    pub(super) fn decided_in_one_poll(&mut self, replayed: &Replayed<'_>) {
+        if self.report.runner.front != Front::Async || self.report.executor.own_runtime() {
+            return;
+        }
+        let events = &replayed.events;
+        let gates: Vec<_> = (self.room.into_iter())
+            .flat_map(|room| room.gates_of(self.policy.mode))
+            .collect();
+        for (i, admitted) in events.iter().enumerate() {
+            let Some(request) = admitted
+                .request
+                .filter(|_| admitted.event == Event::Admitted)
+            else {
+                continue;
+            };
+            let next = events.get(i + 1);
+            let follows = next.filter(|n| n.request == Some(request));
+            let follows = follows.filter(|n| matches!(n.event, Event::Held | Event::Finished));
+            let seq = admitted.seq;
+            let between = gates.iter().find_map(|g| {
+                let moved = [
+                    ("closed", Some(g.closed_after_event)),
+                    ("opened", g.opened_after_event),
+                ];
+                let (how, _) = moved.into_iter().find(|&(_, at)| at == Some(seq))?;
+                Some(format!(
+                    "the room's gate {} {how} after event {seq}",
+                    g.generation
+                ))
+            });
+            let says = match (follows, between) {
+                (None, _) => match next {
+                    Some(n) => {
+                        let whose = n.request.map_or("the run".to_owned(), |r| r.to_string());
+                        format!("the next, seq {}, is {whose}'s {}", n.seq, n.event.name())
+                    }
+                    None => "no event follows it".to_owned(),
+                },
+                (Some(_), Some(between)) => format!("{between}, before {request}'s next event"),
+                (Some(_), None) => continue,
+            };
+            self.find(
+                &["work_events", &i.to_string()],
+                format!(
+                    "{request} is admitted at seq {seq}, and {says}; but on the async front on \
+                     the lab's own thread a request is held, or its work leaves, in the poll \
+                     that admits it"
+                ),
+            );
+            return;
         }
     }
 
