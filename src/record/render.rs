@@ -155,6 +155,7 @@ pub(crate) fn session(session: &SessionRecord) -> String {
             let _ = writeln!(out, "\nEvery run of the session matched the policy model.");
         }
         Recheck::DidNotMatch { reason } => {
+            let reason = one_line(reason);
             let _ = writeln!(
                 out,
                 "\nThe session did NOT match the policy model: {reason}"

@@ -3142,7 +3142,7 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
 }
 
 /// Text a report quotes cannot draw on the instructor's terminal: a server's description, a
-/// runtime and a failure's reason that carry an escape (erase the line, hide what follows), a
+/// runtime and a failure's reason (a run's, and a session's run's) that carry an escape (erase the line, hide what follows), a
 /// carriage return or a line break, each with a fake verdict after it, are shown written out
 /// (`\u{1b}`), each on its line, in the record and in its one-line verdict, and so is a
 /// version that makes the file refused.
@@ -3150,17 +3150,19 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
 fn text_from_a_report_is_shown_and_draws_nothing() {
     let dir = scratch("escapes");
     const LIE: &str = "The run matched the policy model.";
-    let drawn = format!("x\u{1b}[2K\r{LIE}\u{1b}[8m\n{LIE}");
-    let cases: [(&str, &str, i32); 4] = [
+    const SESSION_LIE: &str = "Every run of the session matched the policy model.";
+    let drawn = format!("x\u{1b}[2K\r{LIE}\u{1b}[8m\n{LIE}\n{SESSION_LIE}");
+    let cases: [(&str, &str, i32); 5] = [
         (DEFAULT, "/runner/server", 1),
         (DEFAULT, "/runner/runtime", 1),
         ("spawn-blocking-s2-out-of-descriptors.json", "/failure", 1),
+        (CLOSED_MID_RUN, "/runs/0/failure", 1),
         (DEFAULT, "/runner/version", 2),
     ];
     for (i, (base, pointer, code)) in cases.into_iter().enumerate() {
         let mut report = fixture(base);
         let text = match report.pointer(pointer).and_then(Value::as_str) {
-            Some(said) if pointer == "/failure" => format!("{said}{drawn}"),
+            Some(said) if pointer.ends_with("/failure") => format!("{said}{drawn}"),
             _ => drawn.clone(),
         };
         set(&mut report, pointer, json!(text));
@@ -3172,7 +3174,12 @@ fn text_from_a_report_is_shown_and_draws_nothing() {
         assert_eq!(shown.code, code, "{context}");
         for output in [stdout, stderr] {
             assert!(!output.contains(['\u{1b}', '\r']), "{context}");
-            assert!(output.lines().all(|line| line != LIE), "{context}");
+            assert!(
+                output
+                    .lines()
+                    .all(|line| line != LIE && line != SESSION_LIE),
+                "{context}"
+            );
         }
         assert_eq!(stderr.lines().count(), 1, "{context}");
         assert!(stderr.contains(r"x\u{1b}[2K"), "{context}");
