@@ -161,12 +161,8 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             format,
         }) => {
             // The command line's parser checked the same: this is a safety net.
-            let config = hold::HoldInputs::new(&counts, &server.fronts()).map_err(|reason| {
-                let reason = format!("{reason:#}");
-                let reason = terminal::one_line(&reason);
-                let _ = writeln!(std::io::stderr(), "isolation-lab hold: {reason}");
-                ExitCode::from(2)
-            })?;
+            let config = hold::HoldInputs::new(&counts, &server.fronts())
+                .map_err(|reason| say("isolation-lab hold", &format!("{reason:#}"), 2))?;
             let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
                 HoldFormat::Text => Ok(shown(hold::render::text(&report))),
@@ -231,12 +227,18 @@ fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
     failure.map_or(ExitCode::SUCCESS, fail)
 }
 
-/// The one-line reason on stderr, exit status 1. A stderr that cannot be written to is not a
-/// reason to panic: the exit status still says it.
+/// The one-line reason on stderr, exit status 1.
 fn fail(reason: &str) -> ExitCode {
+    say("isolation-lab", reason, 1)
+}
+
+/// `reason` on stderr after `who`, as one line that shows what it quotes, and exit status
+/// `status`. A stderr that cannot be written to is not a reason to panic: the status still
+/// says it.
+fn say(who: &str, reason: &str, status: u8) -> ExitCode {
     let reason = terminal::one_line(reason);
-    let _ = writeln!(std::io::stderr(), "isolation-lab: {reason}");
-    ExitCode::from(1)
+    let _ = writeln!(std::io::stderr(), "{who}: {reason}");
+    ExitCode::from(status)
 }
 
 /// clap's words for a refused command line on stderr, exit status 2 (or the help or version

@@ -34,7 +34,6 @@ pub use self::read::{Refused, Saved, SavedRoomGate, SavedRoomRequest, SavedSessi
 pub(crate) use self::shell::shell_word;
 use crate::admission::ledger::Event;
 use crate::admission::section::GateState;
-use crate::draw::terminal;
 use crate::evidence::{AdmissionRecord, Decision, Phase, ResponseRecord};
 use crate::lab;
 use crate::label::Label;
@@ -154,15 +153,10 @@ impl Shown {
         }
     }
 
-    /// Why `record` exits 1, in one line: the report does not hold together, or it holds
-    /// together and its run did not match the model. `None` when it matched. What it quotes of
-    /// the report is shown as it is ([`terminal::one_line`]).
+    /// Why `record` exits 1: the report does not hold together, or it holds together and its
+    /// run did not match the model. `None` when it matched. It quotes the report's own text,
+    /// which the binary writes as one line (`draw::terminal::one_line`).
     pub fn failure(&self) -> Option<String> {
-        self.why_not()
-            .map(|why| terminal::one_line(&why).into_owned())
-    }
-
-    fn why_not(&self) -> Option<String> {
         let (file, verdict, what) = match self {
             Shown::Lab(record) => (&record.report, &record.verdict, "run"),
             Shown::Classroom(session) => (&session.report, &session.verdict, "session"),

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use crate::common::{self, Faults};
+use isolation_lab::cli::terminal::one_line;
 use isolation_lab::coordinator::Options;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Front, Inputs, ModeChoice};
@@ -82,8 +83,9 @@ fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
     } else {
         shown.text()
     };
+    // As the binary writes it: one line that shows what it quotes.
     let (code, stderr) = match shown.failure() {
-        Some(failure) => (1, format!("isolation-lab: {failure}\n")),
+        Some(failure) => (1, format!("isolation-lab: {}\n", one_line(&failure))),
         None => (0, String::new()),
     };
     Recorded {
