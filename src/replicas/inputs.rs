@@ -209,6 +209,14 @@ impl ReplicaId {
     pub(crate) fn round_robin(n: usize, count: ReplicaCount) -> ReplicaId {
         ReplicaId(((n - 1) % count.get() + 1) as u8)
     }
+
+    /// The replica `text` names as [`ReplicaId`]'s `Display` writes it (`r1`..`r4`).
+    pub(crate) fn named(text: &str) -> Option<ReplicaId> {
+        text.strip_prefix('r')
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|n| (1..=4).contains(n))
+            .map(ReplicaId)
+    }
 }
 
 impl fmt::Display for ReplicaId {
@@ -220,16 +228,6 @@ impl fmt::Display for ReplicaId {
 impl Serialize for ReplicaId {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
-    }
-}
-
-impl ReplicaId {
-    /// The replica `text` names as [`ReplicaId`]'s `Display` writes it (`r1`..`r4`).
-    pub(crate) fn named(text: &str) -> Option<ReplicaId> {
-        text.strip_prefix('r')
-            .and_then(|n| n.parse::<u8>().ok())
-            .filter(|n| (1..=4).contains(n))
-            .map(ReplicaId)
     }
 }
 

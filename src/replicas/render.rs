@@ -166,9 +166,7 @@ fn row<T>(
     each: impl IntoIterator<Item = T>,
     cell: impl Fn(T) -> String,
 ) -> Vec<String> {
-    std::iter::once(first.to_string())
-        .chain(each.into_iter().map(cell))
-        .collect()
+    table::row(first.to_string(), each.into_iter().map(cell))
 }
 
 /// One row per request, one column per replica.
@@ -363,7 +361,7 @@ fn leases(report: &ReplicasReport) -> String {
         } else {
             String::new()
         };
-        let engine = joined(pause.engine_holders.iter().map(String::as_str), " ");
+        let engine = joined(&pause.engine_holders, " ");
         let lesson = report.matches_model;
         let mut note = format!(
             "Pause: {paused} was stopped (SIGSTOP) holding {}.",
