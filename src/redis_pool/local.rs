@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::url::LoopbackUrl;
+use crate::admission::token::RunToken;
 use crate::child::{Reaper, Signal};
 
 /// The line `redis-server` logs once its listening socket is open (7.0 and later add a suffix).
@@ -54,10 +55,10 @@ pub(crate) const PASSWORD_VAR: &str = "ISOLATION_LAB_REDIS_PASSWORD";
 pub(crate) struct Password(String);
 
 impl Password {
+    /// A fresh one, made as a run token is.
     pub(crate) fn generate() -> Result<Password> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).context("randomness for a password")?;
-        Ok(Password(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+        let token = RunToken::generate().context("randomness for a password")?;
+        Ok(Password(token.header_value()))
     }
 
     /// The password a replica's environment gives it ([`PASSWORD_VAR`]), if any.
@@ -130,16 +131,10 @@ impl LocalRedis {
         // reported on stderr, and either explains a failure.
         let (reader, writer) = io::pipe().context("creating a pipe for redis-server's output")?;
         let errors = writer.try_clone().context("sharing the output pipe")?;
-        // Nothing fails between the directory's creation and the server's start but the
-        // configuration's write, which removes it.
-        let dir = fresh_dir()?;
         // The configuration file comes first on the command line; the server reads it once, as
         // it starts, and the directory (with it) is removed once the server is ready.
-        let config = dir.join("redis.conf");
-        if let Err(e) = std::fs::write(&config, format!("requirepass {}\n", password.as_str())) {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(e).with_context(|| format!("writing {}", config.display()));
-        }
+        let config = format!("requirepass {}\n", password.as_str());
+        let (dir, config) = fresh_dir(&config)?;
         let mut command = Command::new("redis-server");
         command
             .arg(&config)
@@ -363,8 +358,9 @@ fn sweep_stale_dirs() {
     }
 }
 
-/// A new, empty, private directory under the system's temporary directory.
-fn fresh_dir() -> Result<PathBuf> {
+/// A new private directory under the system's temporary directory, holding only `config` in
+/// `redis.conf`: the directory, and that file's path. Nothing is left behind if either fails.
+fn fresh_dir(config: &str) -> Result<(PathBuf, PathBuf)> {
     let mut random = [0u8; 8];
     getrandom::fill(&mut random).context("randomness for a name")?;
     let name = format!(
@@ -377,7 +373,12 @@ fn fresh_dir() -> Result<PathBuf> {
         .mode(0o700)
         .create(&dir)
         .with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
+    let file = dir.join("redis.conf");
+    if let Err(e) = std::fs::write(&file, config) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e).with_context(|| format!("writing {}", file.display()));
+    }
+    Ok((dir, file))
 }
 
 /// Reads the server's output until it ends, says when the ready line has come, and returns the

@@ -4,7 +4,9 @@
 //! the holders, and per-holder leases timed by Redis's clock ([`Lease`], renewed by a
 //! [`HeldLease`]) bound how long a dead holder keeps its permit. [`LoopbackUrl`] keeps every
 //! connection on this machine; [`LocalRedis`] starts a private `redis-server` for tests and
-//! runs. It uses none of the lab's other modules but `child`'s parent-death signal.
+//! runs, asking for a fresh password. Of the lab's other modules it uses only `child` (which
+//! starts and reaps that server), `admission`'s run token (made as its password is) and
+//! `draw::terminal` (which quotes what a server says).
 
 mod lease;
 mod local;
