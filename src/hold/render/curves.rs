@@ -75,15 +75,17 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         "Each point: N requests held at the closed gate, the front in a child process of its own. \
          Both axes logarithmic. Dashed: the most the front can hold here (preflight).",
     )?;
-    legend(out, report)?;
+    let ceilings = ceilings(report);
+    legend(out, report, &ceilings)?;
     // The axis range of N: the counts held and the ceilings, with some room.
     let counts = report.counts.iter().map(|&n| f64::from(n));
-    let x_range = range(counts.chain(ceilings(report).into_iter().map(|(_, held, _)| held)));
+    let x_range = range(counts.chain(ceilings.iter().map(|&(_, held, _)| held)));
     let panel_width = (WIDTH - 2.0 * MARGIN - 2.0 * GAP) / 3.0;
     for (i, &panel) in PANELS.iter().enumerate() {
         let left = MARGIN + (i % 3) as f64 * (panel_width + GAP);
         let top = HEADER + (i / 3) as f64 * (PANEL_HEIGHT + GAP);
-        draw_panel(out, report, panel, x_range, (left, top, panel_width))?;
+        let at = (left, top, panel_width);
+        draw_panel(out, report, &ceilings, panel, x_range, at)?;
     }
     let notes = footnote(report);
     text(out, (MARGIN, height - 28.0), FOOT, &notes)?;
@@ -91,8 +93,7 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
 }
 
 /// A line per front: its marker and curve, what a held request is there, and its ceiling.
-fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
-    let ceilings = ceilings(report);
+fn legend(out: &mut String, report: &HoldReport, ceilings: &[FrontCeiling]) -> std::fmt::Result {
     for (i, series) in report.fronts.iter().enumerate() {
         let y = 128.0 + 32.0 * i as f64;
         let (colour, _) = style(series.front);
@@ -132,8 +133,11 @@ fn legend(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     Ok(())
 }
 
-/// Each front's ceiling: its front, the most requests, and the ceiling's name.
-fn ceilings(report: &HoldReport) -> Vec<(Front, f64, &str)> {
+/// A front's ceiling: its front, the most requests, and the ceiling's name.
+type FrontCeiling<'a> = (Front, f64, &'a str);
+
+/// Each front's ceiling.
+fn ceilings(report: &HoldReport) -> Vec<FrontCeiling<'_>> {
     let Some(preflight) = &report.preflight else {
         return Vec::new();
     };
@@ -168,6 +172,7 @@ fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
 fn draw_panel(
     out: &mut String,
     report: &HoldReport,
+    ceilings: &[FrontCeiling],
     (title, value): Panel,
     x_range: (f64, f64),
     (left, top, width): (f64, f64, f64),
@@ -188,7 +193,7 @@ fn draw_panel(
         ),
     };
     plot.axes(out)?;
-    for (front, held, _) in ceilings(report) {
+    for &(front, held, _) in ceilings {
         let (colour, _) = style(front);
         let x = plot.x_of(held);
         writeln!(
