@@ -47,12 +47,17 @@ impl ProcessFigures {
     }
 }
 
-/// The field `key` of `/proc/meminfo`, in KiB, for the whole machine: `KernelStack` (the
-/// kernel-side stacks of every thread, which no process's resident memory counts) or `Slab`
-/// (the kernel's object caches, sockets among them).
-pub(crate) fn meminfo_kib(key: &str) -> io::Result<u64> {
+/// The fields `keys` of one reading of `/proc/meminfo`, in KiB, for the whole machine:
+/// `KernelStack` (the kernel-side stacks of every thread, which no process's resident memory
+/// counts), `Slab` (the kernel's object caches, sockets among them).
+pub(crate) fn meminfo_kib<const N: usize>(keys: [&str; N]) -> io::Result<[u64; N]> {
     let meminfo = read_proc("/proc/meminfo")?;
-    kib_field(&meminfo, key).ok_or_else(|| invalid(format!("/proc/meminfo has no {key}")))
+    let mut kib = [0; N];
+    for (value, key) in kib.iter_mut().zip(keys) {
+        *value = kib_field(&meminfo, key)
+            .ok_or_else(|| invalid(format!("/proc/meminfo has no {key}")))?;
+    }
+    Ok(kib)
 }
 
 /// `TcpExt: ListenOverflows` in `/proc/net/netstat`: how often, since boot, a listener's accept
@@ -331,7 +336,8 @@ mod tests {
         assert!(figures.memory_maps > 10, "{figures:?}");
         // stdin, stdout, stderr and the directory being listed.
         assert!(figures.open_fds >= 4, "{figures:?}");
-        assert!(meminfo_kib("KernelStack").expect("read /proc/meminfo") > 0);
+        let [stack] = meminfo_kib(["KernelStack"]).expect("read /proc/meminfo");
+        assert!(stack > 0);
         listen_overflows().expect("read /proc/net/netstat");
         let own = ProcessStat::read(std::process::id()).expect("read /proc/self/stat");
         assert!(!own.stopped(), "{own:?}");

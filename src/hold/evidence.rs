@@ -520,9 +520,11 @@ struct Machine {
 impl Machine {
     fn read() -> anyhow::Result<Machine> {
         let counters = "reading the machine's counters";
+        let [kernel_stack_kib, kernel_slab_kib] =
+            procfs::meminfo_kib(["KernelStack", "Slab"]).context(counters)?;
         Ok(Machine {
-            kernel_stack_kib: procfs::meminfo_kib("KernelStack").context(counters)?,
-            kernel_slab_kib: procfs::meminfo_kib("Slab").context(counters)?,
+            kernel_stack_kib,
+            kernel_slab_kib,
             listen_overflows: procfs::listen_overflows().context(counters)?,
         })
     }
