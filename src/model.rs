@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::admission::gate::GateState;
 use crate::admission::ledger::Event;
-use crate::admission::section::GateState;
 use crate::evidence::{Decision, Evidence, Moment, Phase};
 use crate::executor::{Executor, Lane};
 use crate::label::Label;

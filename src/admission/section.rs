@@ -18,8 +18,7 @@ use tokio::sync::mpsc;
 mod off_thread;
 
 use super::audit::{self, PoolLedger};
-use super::gate::Gate;
-pub(crate) use super::gate::GateState;
+use super::gate::{Gate, GateState};
 use super::ledger::{Event, Ledger, Snapshot, WorkEvent};
 use super::lock;
 use super::pools::{Permit, Permits, Pools};

@@ -9,8 +9,8 @@ use tokio::task::JoinSet;
 
 use super::protocol::Counts;
 use super::*;
+use crate::admission::gate::GateState;
 use crate::admission::ledger::Event;
-use crate::admission::section::GateState;
 use crate::admission::token::TOKEN_HEADER;
 use crate::child::test_child::{self, step};
 use crate::label::Label;

@@ -15,7 +15,7 @@ use super::report::{
     Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
 };
 use super::{FrontSignal, HoldHooks};
-use crate::admission::section::GateState;
+use crate::admission::gate::GateState;
 use crate::child::{Exit, Stall, stop_watch, watched, watched_within};
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::limits::{self, Limits};

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::{Line, OWN_PREDICTION, PARTICIPANT, Recheck, Record, Says, SessionRecord, TO_FILL_IN};
-use crate::admission::section::GateState;
+use crate::admission::gate::GateState;
 use crate::draw::table::labels;
 use crate::draw::terminal::one_line;
 use crate::evidence::Decision;

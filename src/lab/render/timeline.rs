@@ -114,7 +114,8 @@ fn push_line(out: &mut String, line: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::section::{FinalState, GateState};
+    use crate::admission::gate::GateState;
+    use crate::admission::section::FinalState;
     use crate::evidence::Phase;
     use crate::evidence::{Evidence, Observed};
     use crate::label::Label;

@@ -4,8 +4,9 @@
 
 use serde_json::Value;
 
+use crate::admission::gate::GateState;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::{GateState, Refusal, Verdict};
+use crate::admission::section::{Refusal, Verdict};
 use crate::draw::table::labels;
 use crate::evidence::Observed;
 use crate::label::Label;

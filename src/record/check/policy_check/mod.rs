@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::admission::audit;
+use crate::admission::gate::GateState;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::GateState;
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::admission::gate::GateState;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::admission::section::GateState;
 use crate::draw::table::labels;
 use crate::evidence::{Decision, Moment, Phase};
 use crate::executor::{Lane, LaneThreads};
