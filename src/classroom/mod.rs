@@ -9,7 +9,7 @@
 //! The rooms, as every instrument has them (its evidence, model and report are the lab's own,
 //! one [`Report`] per run, gathered here in [`ClassroomReport`]):
 //!
-//! - [`run`]: how it runs: the driver that owns the runs and performs the page's orders.
+//! - [`mod@run`]: how it runs: the driver that owns the runs and performs the page's orders.
 //! - [`render`]: the page itself.
 //!
 //! And what only a classroom has:

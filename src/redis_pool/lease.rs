@@ -143,7 +143,7 @@ pub(crate) struct HeldLease {
         )
     )]
     state: watch::Receiver<LeaseState>,
-    /// Kept without a lease, so that [`HeldLease::lost`] waits forever rather than ending:
+    /// Kept without a lease, so that `HeldLease::lost` (a test's) waits forever rather than ending:
     /// a permit without a lease is never lost to expiry.
     _unleased: Option<watch::Sender<LeaseState>>,
     renewer: Option<JoinHandle<()>>,

@@ -6,10 +6,10 @@
 //! is held while `now < score`, so each of these scripts first removes the scores `<= now`,
 //! and returns the Redis time it decided at, as evidence.
 //!
-//! Every script but `AGREE` takes the run's six keys, in this order: KEYS[1] the holders (a
-//! sorted set), KEYS[2] the config (a hash), KEYS[3] each holder's permit slot (a hash),
-//! KEYS[4] the fencing-token counter, KEYS[5] the dependency's newest accepted token per slot
-//! (a hash), KEYS[6] the dependency's log of effects (a list).
+//! Every script but `AGREE` takes the run's six keys, in this order: `KEYS[1]` the holders (a
+//! sorted set), `KEYS[2]` the config (a hash), `KEYS[3]` each holder's permit slot (a hash),
+//! `KEYS[4]` the fencing-token counter, `KEYS[5]` the dependency's newest accepted token per slot
+//! (a hash), `KEYS[6]` the dependency's log of effects (a list).
 //!
 //! Every script that writes also sets the run's keys to expire ([`Scripts::new`]'s `ttl_ms`,
 //! a little past the longest lease and run), so the keys of a run whose owner was killed
@@ -107,8 +107,9 @@ return {accepted and 1 or 0, newest}\n";
 /// Returns the dependency's log, oldest first.
 const EFFECTS: &str = "return redis.call('LRANGE', KEYS[6], 0, -1)\n";
 
-/// KEYS[1] config; ARGV capacity, lease ms, key ttl ms. Records the run's settings if it has none yet, and
-/// returns the recorded ones `{capacity, lease}` so a replica with other settings is caught.
+/// `KEYS[1]` config; ARGV capacity, lease ms, key ttl ms. Records the run's settings if it has
+/// none yet, and returns the recorded ones `{capacity, lease}` so a replica with other settings
+/// is caught.
 const AGREE: &str = "local cur = redis.call('HMGET', KEYS[1], 'capacity', 'lease_ms')\n\
 if cur[1] then\n\
   return cur\n\
