@@ -606,6 +606,27 @@ fn list<'a>(report: &'a mut Value, pointer: &str) -> &'a mut Vec<Value> {
     found.as_array_mut().expect("a list")
 }
 
+/// In [`SESSION`], the room's R2, held at the room's gate (seq 15), told as given up: listed
+/// without an answer after event `after`, its work cancelled where it left the section (seq 18),
+/// as the ledger then counts it.
+fn r2_gave_up(report: &mut Value, after: u64) {
+    let requests = list(report, "/room_requests");
+    let r2 = requests.iter_mut().find(|r| r["request"] == "R2");
+    *r2.expect("R2 is listed") = json!({
+        "request": "R2", "route": "/slow", "run": 1, "mode": "partitioned",
+        "error": "the student gave up before the answer came", "after_event": after,
+    });
+    let events = list(report, "/runs/0/policies/0/work_events");
+    let left = events.iter_mut().find(|e| e["seq"] == 18);
+    let left = left.expect("R2's work left at seq 18");
+    assert_eq!(
+        (&left["request"], &left["event"]),
+        (&json!("R2"), &json!("finished"))
+    );
+    left["cancelled"] = json!(true);
+    set(report, "/runs/0/policies/0/ledger/slow/cancelled", json!(1));
+}
+
 /// An edit of a real report, and what the record must say of it.
 type Edit = (&'static str, &'static str, fn(&mut Value), &'static str);
 
@@ -740,6 +761,14 @@ const EDITS: &[Edit] = &[
         THREADED_ROOM_GATE,
         |r| r["room_requests"][0]["body"] = json!({ "request": "R1", "pool": "shared" }),
         "R1 is listed with a body but no answer",
+    ),
+    (
+        "a room request given up after its work was cancelled, on the async front",
+        SESSION,
+        |r| r2_gave_up(r, 18),
+        "R2 is listed as given up after event 18, but its work was cancelled at seq 18: on the \
+         async front on the lab's own thread a student who gives up is listed before the front \
+         can see the closed connection and cancel the work",
     ),
     (
         "a room request without an answer, for a reason no classroom gives",
@@ -3089,6 +3118,18 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
         shown.ends_with("Every run of the session matched the policy model.\n"),
         "{shown}"
     );
+    // R2's student gave up while it was held, and the front cancelled its work after the
+    // classroom listed it: as a real session writes it.
+    let mut gave_up = fixture(SESSION);
+    r2_gave_up(&mut gave_up, 17);
+    std::fs::write(dir.join("gave-up.json"), gave_up.to_string()).expect("saved");
+    let (gave_up, shown_gave_up) = self::record(&dir, "gave-up.json");
+    assert_eq!(gave_up["verdict"]["verdict"], "matched", "{gave_up}");
+    assert!(
+        shown_gave_up.contains("R2 /slow in run 1 (partitioned): "),
+        "{shown_gave_up}"
+    );
+
     let session = fixture(SESSION);
     let runs = record["runs"].as_array().expect("runs");
     let lines: Vec<&str> = shown.lines().collect();

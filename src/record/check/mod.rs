@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::coordinator::differs;
 use crate::executor::Executor;
 use crate::label::Label;
-use crate::policy::{Mode, Pool, Route};
+use crate::policy::{Front, Mode, Pool, Route};
 use crate::report::{Report, Runner};
 
 use super::read::SavedRoomGate;
@@ -363,6 +363,14 @@ fn failed_caller(rest: &str) -> (Option<Label>, &str) {
         Some((label, after)) => (label.parse::<Label>().ok(), after),
         None => (None, ""),
     }
+}
+
+/// Whether `report`'s run recorded every event on the lab's own thread: the async front on the
+/// lab's runtime, with no runtime of its own. Nothing else runs between two polls there, so
+/// what one poll does comes whole; elsewhere other threads record too (a connection's
+/// thread, a blocking thread, a runtime's workers).
+fn on_the_labs_own_thread(report: &Report) -> bool {
+    report.runner.front == Front::Async && !report.executor.own_runtime()
 }
 
 /// Where `executor` runs, in a sentence's words: " on the lab's usual executor", or the flags

@@ -14,7 +14,7 @@ use crate::report::Report;
 
 use super::answers::{abandoned_differs, answer_differs, answered_though_cancelled};
 use super::stopped::in_step;
-use super::{Finding, said_of};
+use super::{Finding, on_the_labs_own_thread, said_of};
 
 /// Checks a classroom session as a whole: its runs' shape, its room's gates and requests
 /// against the runs' ledgers, and its own verdict.
@@ -420,6 +420,23 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                         "{request} is listed without an answer, for a reason no classroom gives: \
                          {error:?}; its student gave up, or its request failed, in the words of \
                          the run's client, which name it"
+                    ));
+                } else if error == GAVE_UP
+                    && on_the_labs_own_thread(run)
+                    && let Some(cancelled) = policy.work_events.iter().find(|e| {
+                        e.request == Some(request) && e.event == Event::Finished && e.cancelled
+                    })
+                    && cancelled.seq <= room.after_event
+                {
+                    // The student's call is dropped, and the request listed, in one poll of
+                    // the classroom's connection; the front sees the closed connection and
+                    // cancels the work only in a later one.
+                    here(format!(
+                        "{request} is listed as given up after event {}, but its work was \
+                         cancelled at seq {}: on the async front on the lab's own thread a \
+                         student who gives up is listed before the front can see the closed \
+                         connection and cancel the work",
+                        room.after_event, cancelled.seq
                     ));
                 }
             }

@@ -8,8 +8,7 @@ use crate::draw::table::labels;
 use crate::evidence::{Moment, Phase};
 use crate::executor::Lane;
 use crate::label::Label;
-use crate::policy::Front;
-use crate::record::check::{on_executor, sent_before};
+use crate::record::check::{on_executor, on_the_labs_own_thread, sent_before};
 
 use super::{PolicyCheck, Replayed};
 
@@ -339,10 +338,9 @@ impl<'a> PolicyCheck<'a> {
     /// (`WorkSection::admit`), and the work is held (`Gate::pass` records it before it waits)
     /// or leaves at once, at an open gate or on /fast. Nothing else runs on that thread in
     /// between, so no other event, and no room gate's closing or opening, comes between the
-    /// two. (Elsewhere other threads record too: a connection's thread, a blocking thread, a
-    /// runtime's workers.)
+    /// two.
     pub(super) fn decided_in_one_poll(&mut self, replayed: &Replayed<'_>) {
-        if self.report.runner.front != Front::Async || self.report.executor.own_runtime() {
+        if !on_the_labs_own_thread(self.report) {
             return;
         }
         let events = &replayed.events;
