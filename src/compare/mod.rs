@@ -1,7 +1,7 @@
 //! `compare`: both policies on both server fronts with the same inputs, side by side. The
 //! admission outcomes must be identical — they come from the same model, coordinator and
 //! section — while the resource evidence differs: a held request parks a task on the async
-//! front and blocks an OS thread on the threaded one.
+//! front and blocks an OS thread on the threaded one. Its table is drawn in [`render`].
 
 pub mod render;
 

@@ -7,6 +7,12 @@
 //! runs, asking for a fresh password. Of the lab's other modules it uses only `child` (which
 //! starts and reaps that server), `admission`'s run token (made as its password is) and
 //! `draw::terminal` (which quotes what a server says).
+//!
+//! - [`permits`]: the semaphore, its holders and its try-acquire.
+//! - [`scripts`]: the Lua scripts that make each operation one atomic step inside Redis.
+//! - [`lease`]: a held permit, renewed while it is held.
+//! - [`local`]: the private `redis-server` child process.
+//! - [`url`]: the Redis URL, kept on this machine.
 
 mod lease;
 mod local;

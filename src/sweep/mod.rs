@@ -1,6 +1,6 @@
 //! `sweep`: every allowed input — 2 policies × slots 2–4 × held 1–4, each on its own fresh
 //! server — as one matrix per policy: the useful work, the refused work, whether F1 got in, and
-//! what the reservation cost.
+//! what the reservation cost. Its table is drawn in [`render`].
 
 pub mod render;
 

@@ -430,7 +430,10 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                 {
                     // The student's call is dropped, and the request listed, in one poll of
                     // the classroom's connection; the front sees the closed connection and
-                    // cancels the work only in a later one.
+                    // cancels the work only in a later one. Nothing else cancels a room's work
+                    // in a session the binary runs: its runs' gates open before they close,
+                    // and room gates only open (a test's hook that abandons a gate, or panics
+                    // in work, could; the report does not carry hooks).
                     here(format!(
                         "{request} is listed as given up after event {}, but its work was \
                          cancelled at seq {}: on the async front on the lab's own thread a \
