@@ -402,11 +402,11 @@ pub(crate) async fn serve(
             async move {
                 let (response, owing) = app.handle(request, &owed).await;
                 // The closure owns `owing` and goes with the body: the answer is owed until the
-                // body is dropped.
+                // body is dropped. (`inspect_frame` passes on the body's size, so a whole answer
+                // still says its length.)
                 let body = |body: Body| {
-                    body.map_frame(move |frame| {
+                    body.inspect_frame(move |_| {
                         let _ = &owing;
-                        frame
                     })
                     .boxed()
                 };

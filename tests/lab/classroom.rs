@@ -1144,6 +1144,13 @@ async fn every_answer_is_unframed_and_each_page_has_its_own_nonce() {
             assert!(head.contains(header), "{header} missing: {head}");
         }
     }
+    // Every answer but the stream is whole, and says its length rather than coming in chunks.
+    for answer in &answers {
+        let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+        let head = head.to_lowercase();
+        let framed = head.contains("\r\ncontent-length: ") && !head.contains("transfer-encoding");
+        assert!(framed, "no length: {head}");
+    }
     let nonce = |page: &str| {
         let policy = page.split("'nonce-").nth(1).unwrap_or_default();
         let nonce = policy.split('\'').next().unwrap_or_default().to_owned();
