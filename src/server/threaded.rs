@@ -561,7 +561,7 @@ fn await_release(tid: Option<u32>) {
 fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
     let mut buffer = Vec::with_capacity(1024);
     loop {
-        let head = read_head(stream, &mut buffer, &shared.section);
+        let head = read_head(stream, &mut buffer, &shared.section, in_work);
         let RequestHead {
             screened,
             keep_alive,
@@ -570,7 +570,6 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
             Ok(None) | Err(_) => return,
             Ok(Some(head)) => head,
         };
-        in_work.store(true, Ordering::SeqCst);
         let reply = match screened {
             Ok((label, route)) => {
                 let (section, hooks, gates) = (&shared.section, &*shared.hooks, &shared.gates);
@@ -596,17 +595,21 @@ struct RequestHead {
 }
 
 /// Reads one request head from `stream`, keeping in `buffer` whatever follows it, and screens
-/// it for `section`: `None` if the stream ends first.
+/// it for `section`: `None` if the stream ends first. A head read marks the connection
+/// `in_work` before it is screened, since screening counts what it refuses: a stop then waits
+/// for its answer rather than shut a connection whose refusal is already counted.
 fn read_head(
     mut stream: &TcpStream,
     buffer: &mut Vec<u8>,
     section: &WorkSection,
+    in_work: &AtomicBool,
 ) -> io::Result<Option<RequestHead>> {
     let mut chunk = [0; 1024];
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut headers);
         let refuse = |status, error| {
+            in_work.store(true, Ordering::SeqCst);
             let body = json!({ "error": error });
             Ok(Some(RequestHead {
                 screened: Err(Reply { status, body }),
@@ -615,6 +618,7 @@ fn read_head(
         };
         match request.parse(buffer) {
             Ok(httparse::Status::Complete(length)) => {
+                in_work.store(true, Ordering::SeqCst);
                 let head = RequestHead::read(&request, section);
                 buffer.drain(..length);
                 return Ok(Some(head));
