@@ -55,11 +55,16 @@ pub(crate) struct Reaper {
 
 impl Reaper {
     /// Starts `command` on the reaper thread, with SIGKILL as its parent-death signal (see
-    /// [`die_with_parent`]). The command is dropped there once the child is started: its stdio
-    /// (the child's ends of any pipes) then closes in this process.
+    /// [`die_with_parent`]), in a process group of its own: a Ctrl-C at the terminal reaches
+    /// the lab alone, which stops its children in order (`hold` ends the measurement and reaps
+    /// its front, `replicas` stops every replica and its private Redis in turn),
+    /// rather than killing each at once as if it had failed. The command is dropped there once
+    /// the child is started: its stdio (the child's ends of any pipes) then closes in this
+    /// process.
     pub(crate) fn start(mut command: Command) -> io::Result<Reaper> {
         keep_children_waitable()?;
         die_with_parent(&mut command);
+        command.process_group(0);
         let (started, start) = mpsc::sync_channel(1);
         let (report_exit, exited) = oneshot::channel();
         let reaped = Arc::new(Mutex::new(false));

@@ -3,7 +3,6 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -69,11 +68,6 @@ impl FrontProcess {
     ) -> Result<FrontProcess, FrontError> {
         let mut command = Command::new(program);
         command.arg(SUBCOMMAND).arg(spec.to_arg());
-        // Its own process group: a Ctrl-C at the terminal reaches the lab alone, which closes
-        // its fronts in order (`hold` ends the measurement and reaps the child, `replicas`
-        // stops every replica in turn), rather than killing each front at once as if it had
-        // failed.
-        command.process_group(0);
         // The private Redis's password, in the environment rather than on the command line;
         // and none from ours for a child that is not given one.
         match spec.global.as_ref().and_then(|g| g.password.as_ref()) {

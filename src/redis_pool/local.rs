@@ -17,7 +17,6 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -149,9 +148,6 @@ impl LocalRedis {
             // second, `stop` waits about 10 ms for the exit rather than up to 100.
             .args(["--hz", "100"])
             .stdin(Stdio::null())
-            // Its own process group: a Ctrl-C at the terminal reaches the lab, which stops the
-            // server in order, rather than the server directly.
-            .process_group(0)
             .stdout(writer)
             .stderr(errors);
         // The reaper drops the command, which holds the pipe's write ends, once the server has
