@@ -121,10 +121,8 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
         Some(Command::Record { report, format }) => {
             // A report that cannot be read is refused input, like a bad flag: exit 2, before
             // anything is printed.
-            let saved = record::load(&report).map_err(|refused| {
-                let _ = writeln!(std::io::stderr(), "error: {refused}");
-                ExitCode::from(2)
-            })?;
+            let saved =
+                record::load(&report).map_err(|refused| say("error", &refused.to_string(), 2))?;
             // Re-checked, never trusted: exit 1 when it does not hold together or did not match.
             let shown = record::Shown::of(&saved, &report);
             let rendered = table(format, &shown, || shown.text());

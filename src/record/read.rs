@@ -12,7 +12,6 @@ use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
 use super::shell::shell_word;
-use crate::draw::terminal::one_line;
 use crate::label::Label;
 use crate::policy::{Front, Mode, Route};
 use crate::report::Report;
@@ -36,14 +35,13 @@ pub struct Refused {
 }
 
 impl fmt::Display for Refused {
-    /// One line: the reason may quote the file's text (a value the parser did not expect).
+    /// The reason may quote the file's text (a value the parser did not expect): whoever shows
+    /// it on a terminal writes it as one line (`draw::terminal::one_line`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let reason = format!("{:#}", self.reason);
         write!(
             f,
-            "{} {}; record reads a report saved from a run, e.g. isolation-lab > r.json",
-            self.file,
-            one_line(&reason)
+            "{} {:#}; record reads a report saved from a run, e.g. isolation-lab > r.json",
+            self.file, self.reason
         )
     }
 }

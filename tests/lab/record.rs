@@ -73,7 +73,7 @@ fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
             return Recorded {
                 code: 2,
                 stdout: String::new(),
-                stderr: format!("error: {refused}\n"),
+                stderr: format!("error: {}\n", one_line(&refused.to_string())),
             };
         }
     };
