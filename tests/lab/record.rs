@@ -2479,12 +2479,11 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     // Edits that set one value.
     // A threaded front's run (four threads before F1) told as the async front's.
     let threaded = save(&dir, &["--server", "threaded"], "threaded.json");
-    let usual = save(&dir, &[], "usual.json");
     let sets: [(&Value, &str, Value, &str); 11] = [
         (
             &threaded,
             "/runner",
-            usual["runner"].clone(),
+            fixture(DEFAULT)["runner"].clone(),
             "resources.before_fast counts 4 OS threads, but the run had its process to itself (1 \
              thread once it closed), where the sequence's thread alone would make 1",
         ),
