@@ -395,6 +395,9 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
             .get(&request)
             .copied();
         let last = policy.work_events.last().map_or(0, |e| e.seq);
+        // Where its work left the section, if it did.
+        let left = (policy.work_events.iter())
+            .find(|e| e.request == Some(request) && e.event == Event::Finished);
         match (room.status, decided) {
             (Some(_), _) if room.error.is_some() => here(format!(
                 "{request} has both an answer and an error: the classroom lists one or the other"
@@ -423,9 +426,7 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                     ));
                 } else if error == GAVE_UP
                     && on_the_labs_own_thread(run)
-                    && let Some(cancelled) = policy.work_events.iter().find(|e| {
-                        e.request == Some(request) && e.event == Event::Finished && e.cancelled
-                    })
+                    && let Some(cancelled) = left.filter(|e| e.cancelled)
                     && cancelled.seq <= room.after_event
                 {
                     // The student's call is dropped, and the request listed, in one poll of
@@ -456,10 +457,6 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                     here(says);
                 }
                 // Answered once its work left the section (or once refused), within the run.
-                let events = &policy.work_events;
-                let left = events
-                    .iter()
-                    .find(|e| e.request == Some(request) && e.event == Event::Finished);
                 let gate = policy.final_state.gate;
                 let left_as = left.map(|e| e.cancelled);
                 if let Some(says) = abandoned_differs(request, body, room.mode, gate, left_as) {
