@@ -358,27 +358,29 @@ impl<'a> PolicyCheck<'a> {
             let follows = next.filter(|n| n.request == Some(request));
             let follows = follows.filter(|n| matches!(n.event, Event::Held | Event::Finished));
             let seq = admitted.seq;
-            let between = gates.iter().find_map(|g| {
-                let moved = [
-                    ("closed", Some(g.closed_after_event)),
-                    ("opened", g.opened_after_event),
-                ];
-                let (how, _) = moved.into_iter().find(|&(_, at)| at == Some(seq))?;
-                Some(format!(
-                    "the room's gate {} {how} after event {seq}",
-                    g.generation
-                ))
-            });
-            let says = match (follows, between) {
-                (None, _) => match next {
-                    Some(n) => {
-                        let whose = n.request.map_or("the run".to_owned(), |r| r.to_string());
-                        format!("the next, seq {}, is {whose}'s {}", n.seq, n.event.name())
-                    }
-                    None => "no event follows it".to_owned(),
-                },
-                (Some(_), Some(between)) => format!("{between}, before {request}'s next event"),
-                (Some(_), None) => continue,
+            let says = match (follows, next) {
+                (None, Some(n)) => {
+                    let whose = n.request.map_or("the run".to_owned(), |r| r.to_string());
+                    format!("the next, seq {}, is {whose}'s {}", n.seq, n.event.name())
+                }
+                (None, None) => "no event follows it".to_owned(),
+                (Some(_), _) => {
+                    let moved = gates.iter().find_map(|g| {
+                        let how = if g.closed_after_event == seq {
+                            "closed"
+                        } else if g.opened_after_event == Some(seq) {
+                            "opened"
+                        } else {
+                            return None;
+                        };
+                        Some((g.generation, how))
+                    });
+                    let Some((gate, how)) = moved else { continue };
+                    format!(
+                        "the room's gate {gate} {how} after event {seq}, before {request}'s next \
+                         event"
+                    )
+                }
             };
             self.find(
                 &["work_events", &i.to_string()],
