@@ -287,7 +287,7 @@ impl<'a> PolicyCheck<'a> {
                 }
                 // No connection is accepted while every worker is blocked, so the queue never
                 // shrinks from one look to the next.
-                _ if let Some(last) = i.checked_sub(1).and_then(|j| watched.unread.get(j))
+                _ if let Some(last) = watched.unread[..i].last()
                     && seen.accept_queue < last.accept_queue =>
                 {
                     format!(
