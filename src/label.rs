@@ -134,11 +134,20 @@ impl<'de> Deserialize<'de> for Label {
 
 /// Labels separated by spaces, or `none`.
 pub(crate) fn list<'a>(labels: impl IntoIterator<Item = &'a Label>) -> String {
-    let text: Vec<String> = labels.into_iter().map(Label::to_string).collect();
+    joined(labels, " ")
+}
+
+/// `items` separated by `separator`, or `none` when there are none: how every list of the
+/// lab's reads, here on the ground floor so that the model says it as the renderings do.
+pub(crate) fn joined(
+    items: impl IntoIterator<Item = impl fmt::Display>,
+    separator: &str,
+) -> String {
+    let text: Vec<String> = items.into_iter().map(|item| item.to_string()).collect();
     if text.is_empty() {
         "none".to_owned()
     } else {
-        text.join(" ")
+        text.join(separator)
     }
 }
 

@@ -2,8 +2,9 @@
 
 use std::fmt::Write;
 
-/// Labels separated by spaces, or `none` (the label module's, so the model can say it too).
-pub(crate) use crate::label::list as labels;
+/// Labels separated by spaces, or `none`; and any items so joined (the label module's, so the
+/// model can say it too).
+pub(crate) use crate::label::{joined, list as labels};
 
 /// A row of [`columns`]: its heading, then its cells.
 pub(crate) fn row(

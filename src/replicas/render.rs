@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::draw::table::{self, columns, labels};
+use crate::draw::table::{self, columns, joined, labels};
 use crate::evidence::Decision;
 use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
@@ -291,16 +291,6 @@ fn holders(holders: &[EngineHolder]) -> String {
         None => format!("{} (no lease)", h.holder),
     });
     joined(named, ", ")
-}
-
-/// `items` joined by `separator`, or `none`.
-fn joined(items: impl IntoIterator<Item = impl Into<String>>, separator: &str) -> String {
-    let items: Vec<String> = items.into_iter().map(Into::into).collect();
-    if items.is_empty() {
-        "none".into()
-    } else {
-        items.join(separator)
-    }
 }
 
 /// The pause and the crash: each window next to the lease, then what it means.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, labels, row, wrap};
+use crate::draw::table::{columns, joined, labels, row, wrap};
 use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
@@ -183,10 +183,7 @@ fn waiting_for_the_executor(outcome: &Outcome) -> String {
     if !waiting.queued.is_empty() {
         parts.push(format!("{} queued", labels(&waiting.queued)));
     }
-    match parts.is_empty() {
-        true => "none".to_owned(),
-        false => parts.join(", "),
-    }
+    joined(parts, ", ")
 }
 
 fn idle_while_refused(outcome: &Outcome) -> String {

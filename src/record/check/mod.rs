@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::coordinator::differs;
 use crate::executor::Executor;
-use crate::label::Label;
+use crate::label::{Label, joined};
 use crate::policy::{Front, Mode, Pool, Route};
 use crate::report::{Report, Runner};
 
@@ -333,11 +333,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                     report.inputs.mode.name(),
                     modes.len(),
                     report.policies.len(),
-                    if ran.is_empty() {
-                        "none".into()
-                    } else {
-                        ran.join(", ")
-                    }
+                    joined(ran, ", ")
                 ),
             );
         }
