@@ -76,8 +76,9 @@ impl std::fmt::Debug for Password {
     }
 }
 
-/// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with its
-/// own empty directory, no snapshots and no append-only file, asking for its [`Password`].
+/// A `redis-server` this process started, listening on `127.0.0.1` at a free port, with a
+/// private directory of its own holding only its configuration, no snapshots and no
+/// append-only file, asking for its [`Password`].
 ///
 /// It is started, signalled and reaped by the child-process seam's [`Reaper`], so it dies with
 /// its parent as a front child does; dropping it kills and reaps it and removes its directory.

@@ -19,7 +19,8 @@ use anyhow::{Context, bail};
 /// to mean `127.0.0.1` without asking a resolver (a hosts file could map the name elsewhere).
 /// The port is required and not 0. Refused: other schemes (`rediss://` would need TLS,
 /// `unix://` is not TCP), user names and passwords, a database path (`/0`), a query or a
-/// fragment: the lab namespaces its keys by run, on database 0, with no authentication.
+/// fragment: the lab namespaces its keys by run, on database 0; the password of its own private
+/// server is given apart from the URL, never in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopbackUrl {
     addr: SocketAddr,

@@ -252,8 +252,8 @@ impl ReplicasRun {
     }
 
     /// The requests inside each live replica's work section, by its own ledger. A replica's
-    /// front is taken only when the run finishes, so until then every replica is live: the
-    /// requests held at once (before the pause) are every replica's.
+    /// front is taken only when the crash kills it or the run finishes, so before the pause
+    /// every replica is live: the requests held at once then are every replica's.
     fn in_sections(&self) -> BTreeMap<ReplicaId, Vec<Label>> {
         let live = self.replicas.iter().filter(|r| r.front.is_some());
         live.map(|r| (r.id, r.inside.clone())).collect()
