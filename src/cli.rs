@@ -465,6 +465,16 @@ pub fn on_a_full_stack<T: Send + 'static>(
     Ok(lab())
 }
 
+/// Makes a write past the file-size limit (`ulimit -f`, RLIMIT_FSIZE) fail with EFBIG, which
+/// the binary reports as it reports a full disk (`cannot write to stdout: File too large`, exit
+/// 1), rather than end the process without a word: the kernel also sends SIGXFSZ, whose default
+/// action kills. The lab's children inherit the ignored signal; they write no files.
+#[cfg(unix)]
+pub fn fail_writes_past_the_file_size_limit() {
+    // SAFETY: ignoring a signal changes only its disposition, and SIGXFSZ is a valid signal.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+}
+
 /// Parses the command line, or says what was wrong in words that teach: where a subcommand's
 /// flags go, the allowed range of a number, what a subcommand does instead of a flag it does not
 /// take, which flag carried a value that is not UTF-8. `Err` holds clap's own error (help and

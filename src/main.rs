@@ -26,6 +26,8 @@ use isolation_lab::{classroom, compare, record, sweep};
 static ALLOCATOR: isolation_lab::allocator::LabAllocator = isolation_lab::allocator::LabAllocator;
 
 fn main() -> ExitCode {
+    #[cfg(unix)]
+    isolation_lab::cli::fail_writes_past_the_file_size_limit();
     let lab = || {
         // A refused command line exits 2 here, with a message naming the flag, before anything
         // else.

@@ -117,6 +117,34 @@ fn runs_under_resource_limits_end_the_same_way_ten_times_over() {
     every_shape_under_every_limit(10);
 }
 
+/// Output past the file-size limit (`ulimit -f`): the run, or `hold`, says it cannot write it,
+/// in one line, exit 1, rather than being killed without a word by the SIGXFSZ the kernel sends
+/// with the failed write. The limit leaves room for that line on stderr (a file too), not for
+/// the report.
+#[test]
+fn output_past_the_file_size_limit_fails_in_one_line() {
+    let dir = crate::common::temp_dir("fsize").expect("a scratch directory");
+    let file = |name: &str| std::fs::File::create(dir.path().join(name)).expect("a file");
+    for args in [&[][..], &["hold", "--counts", "10"]] {
+        let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        let ran = limited(&mut lab, libc::RLIMIT_FSIZE, 512)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file("out"))
+            .stderr(file("err"))
+            .status()
+            .expect("the lab starts");
+        let said = std::fs::read_to_string(dir.path().join("err")).expect("its stderr");
+        let command = format!("isolation-lab {}", args.join(" "));
+        let context = format!("{}: {ran}, stderr {said:?}", command.trim_end());
+        assert_eq!(ran.code(), Some(1), "{context}");
+        assert_eq!(
+            said, "isolation-lab: cannot write to stdout: File too large (os error 27)\n",
+            "{context}"
+        );
+    }
+}
+
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
 fn every_shape_under_every_limit(runs: usize) {
     let floor = load_floor_mib();
