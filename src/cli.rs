@@ -468,7 +468,7 @@ pub fn on_a_full_stack<T: Send + 'static>(
 /// Makes a write past the file-size limit (`ulimit -f`, RLIMIT_FSIZE) fail with EFBIG, which
 /// the binary reports as it reports a full disk (`cannot write to stdout: File too large`, exit
 /// 1), rather than end the process without a word: the kernel also sends SIGXFSZ, whose default
-/// action kills. The lab's children inherit the ignored signal; they write no files.
+/// action kills. The lab's children inherit the ignored signal: such a write fails in them too.
 #[cfg(unix)]
 pub fn fail_writes_past_the_file_size_limit() {
     // SAFETY: ignoring a signal changes only its disposition, and SIGXFSZ is a valid signal.
