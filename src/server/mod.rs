@@ -3,6 +3,8 @@
 //! connection handlers, and the summary a stopped server reports.
 //!
 //! - [`async_front`]: Hyper on Tokio, a task per connection.
+//! - [`caught`]: the panics a front expects (Tokio's, when no thread can start), kept off
+//!   stderr and said in the run's failure line instead.
 //! - [`connections`]: a Hyper server's connection tasks, busy or not, closed and counted at stop
 //!   (the async front's and the classroom's).
 //! - [`threaded`]: `std::net`, an OS thread per connection: the classic threaded server shape.
@@ -13,6 +15,7 @@
 //! is checked. Only the declared work section is bounded.
 
 pub(crate) mod async_front;
+pub(crate) mod caught;
 pub(crate) mod connections;
 pub(crate) mod runtimes;
 pub(crate) mod threaded;

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::Gates;
 use super::async_front::AsyncListener;
+use super::caught::{panic_message, quietly};
 use super::work_style::Dispatch;
 use super::{FrontCensus, Stopped};
 use crate::admission::section::WorkSection;
@@ -214,15 +215,11 @@ fn runtime(workers: Workers, blocking: usize, name: &str) -> std::io::Result<Run
         .thread_name(name)
         .enable_all();
     // A multi-thread runtime starts its workers as it is built, and panics (rather than
-    // failing) when the system cannot start a thread, as under an address-space limit. The
-    // panic is printed; the run fails with its own line.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.build())).unwrap_or_else(
-        |_| {
-            Err(std::io::Error::other(
-                "the system could not start its worker threads",
-            ))
-        },
-    )
+    // failing) when the system cannot start a thread, as under a memory limit: the run then
+    // fails with its own line, which says what the panic said.
+    let build = std::panic::AssertUnwindSafe(|| builder.build());
+    std::panic::catch_unwind(|| quietly(build))
+        .unwrap_or_else(|panic| Err(std::io::Error::other(panic_message(panic.as_ref()))))
 }
 
 /// The front thread's life: the heartbeat and the server on the front's runtime, each work

@@ -20,6 +20,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::json;
 use tokio::sync::oneshot;
 
+use super::caught::panic_message;
 use super::{
     Backoff, FrontCensus, Gates, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
     work_blocking,
@@ -685,10 +686,4 @@ fn write_reply(mut stream: &TcpStream, reply: &Reply, keep_alive: bool) -> io::R
     );
     stream.write_all(response.as_bytes())?;
     stream.flush()
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic.downcast_ref::<&str>().copied();
-    let text = text.or_else(|| panic.downcast_ref::<String>().map(String::as_str));
-    text.unwrap_or("(not a message)").to_owned()
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 
-use super::{Gates, inside, work, work_blocking};
+use super::{Gates, caught, inside, work, work_blocking};
 use crate::admission::gate::GateState;
 use crate::admission::section::{Verdict, WorkSection};
 use crate::hooks::Hooks;
@@ -75,7 +75,9 @@ impl Dispatch {
         };
         let wait = section.wait_elsewhere(&mut work, gates.pick(section, request));
         let waited = match elsewhere {
-            None => tokio::task::spawn_blocking(wait).await,
+            // Tokio panics when it can start no blocking thread; the connection task's panic
+            // is caught at its join and said in the run's failure line.
+            None => caught::quietly(|| tokio::task::spawn_blocking(wait)).await,
             Some(runtime) => runtime.spawn(async move { wait() }).await,
         };
         // A wait that could not finish (its runtime shut down under it) left the work

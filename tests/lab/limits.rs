@@ -1,6 +1,7 @@
 //! The binary under resource limits set from outside (on its process before it runs, as
-//! `prlimit` sets them): with too few descriptors or too little address space, a run on either
-//! front still ends — correctly, or with exit status 1 and one line on stderr — and never hangs.
+//! `prlimit` sets them): with too few descriptors, too little address space or too little
+//! private memory, a run on either front still ends — correctly, or with exit status 1 and one
+//! line on stderr — and never hangs.
 //! Stopping a server must not need a new socket, descriptor or thread, since the run may be
 //! failing for want of exactly those.
 
@@ -20,6 +21,9 @@ enum Limit {
     Descriptors(u64),
     /// At most this many bytes of address space.
     AddressSpace(u64),
+    /// At most this many bytes of private writable memory (`ulimit -d`): the heap, and every
+    /// thread's stack.
+    Data(u64),
 }
 
 impl Limit {
@@ -28,6 +32,7 @@ impl Limit {
         match self {
             Limit::Descriptors(n) => limited(command, libc::RLIMIT_NOFILE, n),
             Limit::AddressSpace(bytes) => limited(command, libc::RLIMIT_AS, bytes),
+            Limit::Data(bytes) => limited(command, libc::RLIMIT_DATA, bytes),
         }
     }
 }
@@ -38,6 +43,7 @@ impl std::fmt::Display for Limit {
         match self {
             Limit::Descriptors(n) => write!(f, "--nofile={n}:{n}"),
             Limit::AddressSpace(bytes) => write!(f, "--as={bytes}"),
+            Limit::Data(bytes) => write!(f, "--data={bytes}"),
         }
     }
 }
@@ -46,15 +52,13 @@ impl std::fmt::Display for Limit {
 /// lab's own bound of 15 s.
 const KILL_AFTER: Duration = Duration::from_secs(20);
 
-/// A thread that could not start, as the panic std or Tokio prints says it, and how the lab's
-/// own last line then starts.
-const THREAD_PANICS: [(&str, &str); 2] = [
-    (
-        "failed to allocate an alternative stack",
-        "isolation-lab: out of memory",
-    ),
-    ("OS can't spawn worker thread", "isolation-lab: "),
-];
+/// A thread that could not start, as the panic std prints says it, and how the lab's own last
+/// line then starts. (Tokio's panics for a thread it cannot start are the lab's to catch, and
+/// it says them in its one line: `src/server/caught.rs`.)
+const THREAD_PANIC: (&str, &str) = (
+    "failed to allocate an alternative stack",
+    "isolation-lab: out of memory",
+);
 
 /// The shapes run under each limit: both fronts, and the async front on runtimes of its own
 /// (the lab builds them inside its own runtime, where dropping one that a failed start leaves
@@ -68,6 +72,12 @@ const SHAPES: [&[&str]; 5] = [
     &["--work", "own-runtime", "--workers", "2"],
     &["--work", "block"],
 ];
+
+/// Slow work on the blocking pool, which Tokio starts a thread for when the pool has none to
+/// spare: run under the private-memory limits only, where it cannot start even the first.
+/// (With room for one blocking thread and not two, S2's work would wait for S1's thread, and
+/// the run would fail as stalled after 5 s.)
+const BLOCKING_POOL: &[&str] = &["--work", "spawn-blocking"];
 
 /// Runs at once. Most end in milliseconds; those whose server retries a failing accept wait
 /// out its pauses (about 0.13 s) without using a core.
@@ -98,8 +108,14 @@ fn load_floor_mib() -> u64 {
         .expect("the lab loads in 256 MiB")
 }
 
-/// Every front under every open-file limit from 4 to 16, and under small address-space limits,
-/// once each. Each run must exit 0 with a matching JSON report, or exit 1 with exactly one line
+/// Private-memory limits, in MiB. A thread's stack is 2 MiB of it: under these the front's own
+/// runtime of two workers (`--workers 2`) cannot start both, nor the blocking pool a thread
+/// beside the front's thread and the heap, and Tokio panics, which the lab catches and says in
+/// its one line.
+const DATA_MIB: [u64; 2] = [3, 4];
+
+/// Every front under every open-file limit from 4 to 16, under small address-space limits and
+/// under small private-memory limits, once each. Each run must exit 0 with a matching JSON report, or exit 1 with exactly one line
 /// on stderr (and a report, if it printed one, that says every handler was joined). A run killed
 /// after [`KILL_AFTER`] or ended by a signal fails the test — but for the allocator's own abort
 /// under an address-space limit, which no code of the lab's can catch.
@@ -149,10 +165,15 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
 fn every_shape_under_every_limit(runs: usize) {
     let floor = load_floor_mib();
     let address_space = ABOVE_FLOOR_MIB.map(|above| Limit::AddressSpace((floor + above) << 20));
-    let limits = (4..=16).map(Limit::Descriptors).chain(address_space);
+    let data = DATA_MIB.map(|mib| Limit::Data(mib << 20));
+    let limits = (4..=16)
+        .map(Limit::Descriptors)
+        .chain(address_space)
+        .chain(data);
     let mut jobs = Vec::new();
     for limit in limits {
-        for shape in SHAPES {
+        let pool = matches!(limit, Limit::Data(_)).then_some(BLOCKING_POOL);
+        for shape in SHAPES.into_iter().chain(pool) {
             jobs.extend(std::iter::repeat_n((shape, limit), runs));
         }
     }
@@ -221,31 +242,30 @@ fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
             Ok(())
         }
         // Under an address-space limit a new thread can fail where no code of the lab's can
-        // act, and say so as a panic, which is printed: std cannot map a thread's signal stack
-        // (the lab's allocator then ends the run), or Tokio cannot start a thread for a
-        // multi-thread runtime's workers as it is built, or for its blocking pool
-        // (`spawn_blocking` has no fallible form; the lab catches the panic at the runtime's
-        // build or the connection task). That is an end, not a hang, so it passes — only
-        // there, and only with the lab's own line last.
+        // act, and std says so as a panic, which is printed: it cannot map the thread's signal
+        // stack (the lab's allocator then ends the run). That is an end, not a hang, so it
+        // passes — only there, and only with the lab's own line last.
         Some(1)
             if matches!(limit, Limit::AddressSpace(_))
-                && THREAD_PANICS.iter().any(|(panic, last)| {
-                    stderr.contains(panic)
-                        && stderr.lines().last().is_some_and(|l| l.starts_with(last))
-                }) =>
+                && stderr.contains(THREAD_PANIC.0)
+                && last_line(&stderr).starts_with(THREAD_PANIC.1) =>
         {
             Ok(())
         }
         Some(1) => {
+            // No panic printed (the hook's "thread '…' panicked at …"): the lab's one line may
+            // say that a task panicked, as Tokio's `spawn_blocking` does when it can start no
+            // thread, and the lab catches at the connection task's join.
             let lines = stderr.lines().count();
-            if lines != 1 || !stderr.ends_with('\n') || stderr.contains("panicked") {
+            if lines != 1 || !stderr.ends_with('\n') || stderr.contains(" panicked at ") {
                 return Err(format!("exit 1 with {lines} lines on stderr: {stderr}"));
             }
             // Short of descriptors, a step fails as it happens: a caller's connect, the front's
-            // accept loop giving up (which ends every wait at once). Nothing is awaited that
+            // accept loop giving up (which ends every wait at once). Short of private memory,
+            // the front cannot start the threads it needs at all. Nothing is awaited that
             // cannot come, so no run waits out the safety timeout.
-            if matches!(limit, Limit::Descriptors(_)) && stderr.contains("stalled:") {
-                return Err(format!("a stall under a descriptor limit: {stderr}"));
+            if !matches!(limit, Limit::AddressSpace(_)) && stderr.contains("stalled:") {
+                return Err(format!("a stall under prlimit {limit}: {stderr}"));
             }
             if stdout.is_empty() {
                 return Ok(());
@@ -267,6 +287,10 @@ fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
         }
         _ => Err(format!("ended with {status}; stderr: {stderr}")),
     }
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines().last().unwrap_or_default()
 }
 
 /// A failed run's report still accounts for every handler it started: each connection it
