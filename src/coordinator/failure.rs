@@ -195,6 +195,12 @@ pub(crate) mod waited {
         format!("no admission decision for {request}")
     }
 
+    /// A slow request's step, once admitted (its work not queued for a thread): the work held
+    /// at the gate.
+    pub(crate) fn gate(request: Label) -> String {
+        format!("{request} was admitted but not held at the gate")
+    }
+
     /// A slow request's step, once refused: its caller's 503.
     pub(crate) fn refusal(request: Label) -> String {
         format!("{request} was refused but its caller got no response")

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::anyhow;
 use hyper::header::HeaderMap;
@@ -235,9 +236,13 @@ impl Run {
         }
         // Every thread the slow work can run on is held: admitted work waits for one.
         let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked >= threads);
-        let decision = self.session.decision(request, lane_full);
+        let admitted = AtomicBool::new(false);
+        let decision = self.session.decision(request, lane_full, &admitted);
         let decision = bounds
-            .within(decision, at, || waited::decision(request))
+            .within(decision, at, || match admitted.load(Ordering::Relaxed) {
+                true => waited::gate(request),
+                false => waited::decision(request),
+            })
             .await??;
         if decision == Event::Admitted {
             self.session.hold(request, caller);

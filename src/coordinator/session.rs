@@ -2,6 +2,7 @@
 //! first step, closed after the last on every path, so nothing the run started outlives it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -222,12 +223,15 @@ impl Session {
 
     /// Waits for the observer's decision on `request`: `held` or `refused` — or, when
     /// `queued_if_admitted` (every thread its work could run on is held at the gate),
-    /// `admitted`: the work then waits for a thread, its permit held. A caller that ends first
-    /// fails the run at once: while the gate is closed, no caller has a reason to.
+    /// `admitted`: the work then waits for a thread, its permit held. Otherwise an admission
+    /// heard on the way sets `admitted`, so a stall can say the work never reached the gate.
+    /// A caller that ends first fails the run at once: while the gate is closed, no caller has a
+    /// reason to.
     pub(crate) async fn decision(
         &mut self,
         request: Label,
         queued_if_admitted: bool,
+        admitted: &AtomicBool,
     ) -> Result<Event, Failure> {
         let at = |cause| Failure::new(Step::Slow, Some(request), cause);
         loop {
@@ -235,9 +239,12 @@ impl Session {
                 // Events first: a refusal is recorded before its 503 is even built.
                 biased;
                 event = self.events.recv() => match event {
-                    Some(e) if e.request == Some(request)
-                        && (matches!(e.event, Event::Held | Event::Refused)
-                            || e.event == Event::Admitted && queued_if_admitted) => return Ok(e.event),
+                    Some(e) if e.request == Some(request) => match e.event {
+                        Event::Held | Event::Refused => return Ok(e.event),
+                        Event::Admitted if queued_if_admitted => return Ok(e.event),
+                        Event::Admitted => admitted.store(true, Ordering::Relaxed),
+                        _ => {}
+                    },
                     Some(_) => {}
                     None => return Err(at(Cause::ObserverStopped)),
                 },

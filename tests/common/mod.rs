@@ -472,6 +472,31 @@ impl Hooks for Faults {
     }
 }
 
+/// Holds S1's work between its admission and the gate until the run closes (the close's
+/// opening of the gate lets it go): the coordinator hears S1 admitted, and never held. Where
+/// S1's handler waits here matters: on the threaded front it is S1's own thread.
+#[derive(Debug, Default)]
+pub struct StuckBeforeTheGate {
+    closing: std::sync::Mutex<bool>,
+    closed: std::sync::Condvar,
+}
+
+impl Hooks for StuckBeforeTheGate {
+    fn inside_work(&self, request: Label) {
+        if request == Label::Slow(1) {
+            let closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+            let closing = self.closed.wait_while(closing, |closing| !*closing);
+            drop(closing.unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
+    fn gate_opens(&self) -> bool {
+        *self.closing.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.closed.notify_all();
+        true
+    }
+}
+
 /// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
 pub fn is_gone(pid: u32) -> bool {
     let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");

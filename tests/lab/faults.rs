@@ -10,12 +10,13 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Case, Faults, assert_port_closed};
+use common::{Case, Faults, StuckBeforeTheGate, assert_port_closed};
 use isolation_lab::coordinator::{
     Cause, Failure, Left, Options, PolicyRun, SAFETY_TIMEOUT, Step, run_policy_with,
 };
 use isolation_lab::evidence::GateState;
 use isolation_lab::evidence::{Event, WorkEvent};
+use isolation_lab::hooks::Hooks;
 use isolation_lab::label::Label;
 use isolation_lab::policy::Front;
 use isolation_lab::policy::Mode;
@@ -41,10 +42,14 @@ struct Failed {
 /// `guard`, and checks what every failed run must show. The one limit fails a deliberate stall
 /// and every real step before it, so it stays far above what a real step takes, lest a run whose
 /// real step is only slow fail at the wrong step for the wrong reason.
-async fn fail_with(cases: &[(Front, Mode)], faults: Faults, guard: Duration) -> Vec<Failed> {
+async fn fail_with<H: Hooks + 'static>(
+    cases: &[(Front, Mode)],
+    faults: impl Fn() -> H,
+    guard: Duration,
+) -> Vec<Failed> {
     let mut runs = JoinSet::new();
     for &(front, mode) in cases {
-        let faults = faults.clone();
+        let faults = faults();
         runs.spawn(async move {
             let case = Case::new(mode, 2, 2);
             let options = Options {
@@ -56,8 +61,9 @@ async fn fail_with(cases: &[(Front, Mode)], faults: Faults, guard: Duration) -> 
         });
     }
     let mut failed = Vec::new();
+    let faults = format!("{:?}", faults());
     for (front, mode, run) in runs.join_all().await {
-        let context = format!("{faults:?} on {front:?} {mode:?}");
+        let context = format!("{faults} on {front:?} {mode:?}");
         let failure = run.failure.clone();
         let failure = failure.unwrap_or_else(|| panic!("{context}: the run did not fail"));
         let line = failure.to_string();
@@ -148,16 +154,21 @@ async fn every_fault_fails_the_run_cleanly() {
         on_both_fronts(Mode::Shared),
         on_both_fronts(Mode::Partitioned),
     );
-    let (stuck, silent, disconnect, slow_panics, fast_panics) = tokio::join!(
-        fail_with(&shared, stuck, GUARD),
-        fail_with(&shared, silent, GUARD),
-        fail_with(&every_mode, disconnect, GUARD),
+    // Threaded only: there S1's handler waits on a thread of its own, where the async front's
+    // would hold up a worker of the test's runtime.
+    let threaded = [(Front::Threaded, Mode::Shared)];
+    let (stuck, silent, short_of_gate, disconnect, slow_panics, fast_panics) = tokio::join!(
+        fail_with(&shared, || stuck.clone(), GUARD),
+        fail_with(&shared, || silent.clone(), GUARD),
+        fail_with(&threaded, StuckBeforeTheGate::default, GUARD),
+        fail_with(&every_mode, || disconnect.clone(), GUARD),
         // Not stalls: a panic breaks its caller's connection, so the timeout never runs out.
-        fail_with(&partitioned, panics(Label::Slow(1)), SAFETY_TIMEOUT),
-        fail_with(&partitioned, panics(Label::F1), SAFETY_TIMEOUT),
+        fail_with(&partitioned, || panics(Label::Slow(1)), SAFETY_TIMEOUT),
+        fail_with(&partitioned, || panics(Label::F1), SAFETY_TIMEOUT),
     );
     a_gate_that_never_opens(stuck);
     a_silent_observer(silent);
+    work_admitted_but_not_held(short_of_gate);
     a_caller_that_disconnects_while_held(disconnect);
     a_panicking_handler(Label::Slow(1), slow_panics);
     a_panicking_handler(Label::F1, fast_panics);
@@ -210,6 +221,29 @@ fn a_silent_observer(runs: Vec<Failed>) {
         let s1 = events.filter(|e| e.request == Some(Label::Slow(1)));
         let s1: Vec<_> = s1.map(|e| e.event).collect();
         assert_eq!(s1, [Event::Admitted, Event::Held, Event::Finished]);
+    }
+}
+
+/// S1 admitted, its work never held at the gate: the step stalls saying so, not that S1 had no
+/// decision; closing lets the work go, and it finishes.
+fn work_admitted_but_not_held(runs: Vec<Failed>) {
+    for failed in runs {
+        let failure = &failed.failure;
+        assert!(failure.is_stall(), "{failure:?}");
+        assert_eq!(
+            (failure.step, failure.request),
+            (Step::Slow, Some(Label::Slow(1)))
+        );
+        let line = failure.to_string();
+        assert!(
+            line.starts_with("stalled: S1 was admitted but not held at the gate within"),
+            "{line}"
+        );
+        let events = failed.run.report.work_events.iter();
+        let s1 = events.filter(|e| e.request == Some(Label::Slow(1)));
+        let s1: Vec<_> = s1.map(|e| e.event).collect();
+        assert_eq!(s1.first(), Some(&Event::Admitted), "{s1:?}");
+        assert_eq!(s1.last(), Some(&Event::Finished), "{s1:?}");
     }
 }
 

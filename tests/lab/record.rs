@@ -13,10 +13,12 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Arc;
 
-use crate::common::{self, Faults};
+use crate::common::{self, Faults, StuckBeforeTheGate};
 use isolation_lab::cli::terminal::one_line;
 use isolation_lab::coordinator::Options;
+use isolation_lab::hooks::Hooks;
 use isolation_lab::label::Label;
 use isolation_lab::policy::{Front, Inputs, ModeChoice};
 use isolation_lab::record;
@@ -2012,6 +2014,18 @@ const EDITS: &[Edit] = &[
         "the release reading is taken after event 3, but the gate opened at seq 3",
     ),
     (
+        "a stall with S2 admitted, where the ledger has no S2",
+        S2_UNCONNECTED,
+        |r| {
+            failed(
+                r,
+                "shared: stalled: S2 was admitted but not held at the gate within 5 s",
+            )
+        },
+        "the failure says shared stalled with S2 admitted, but the ledger shows no admission \
+         of S2",
+    ),
+    (
         "a failed run's start reading left out",
         S2_UNCONNECTED,
         |r| {
@@ -2974,11 +2988,18 @@ fn failed_runs_are_not_called_edited_and_their_verdicts_cannot_be_edited() {
     // The runs wait out their stuck steps side by side.
     let _inside = runtime.enter();
     let mut runs = tokio::task::JoinSet::new();
-    for (front, faults) in faults {
+    let faults = (faults.into_iter())
+        .map(|(front, faults)| (front, Arc::new(faults) as Arc<dyn Hooks>))
+        .chain([(
+            Front::Threaded,
+            Arc::new(StuckBeforeTheGate::default()) as Arc<dyn Hooks>,
+        )]);
+    for (front, hooks) in faults {
         let options = Options {
+            hooks,
             // A failure guard that fires quickly: the stuck step is the test.
             safety_timeout: std::time::Duration::from_secs(1),
-            ..Options::on(front).with_hooks(faults)
+            ..Options::on(front)
         };
         runs.spawn(isolation_lab::lab::run_with(Inputs::default(), options));
     }

@@ -100,7 +100,12 @@ pub(super) fn stopped(
     }
     // What each step waits for, in a stall's words.
     let waits = |step: Planned| match step {
-        Planned::Slow(r) => vec![waited::decision(r), waited::refusal(r), waited::unread(r)],
+        Planned::Slow(r) => vec![
+            waited::decision(r),
+            waited::gate(r),
+            waited::refusal(r),
+            waited::unread(r),
+        ],
         // Requests without the run's token (a test's) go first, then the snapshot, then F1.
         Planned::Fast => vec![
             waited::FOREIGN.into(),
@@ -156,6 +161,17 @@ pub(super) fn stopped(
             }
             return;
         };
+        // The coordinator heard the admission it names from the ledger, which keeps every event.
+        if let Planned::Slow(request) = plan[at]
+            && says(stalled(waited::gate(request)))
+            && !(policy.work_events.iter())
+                .any(|e| e.request == Some(request) && e.event == Event::Admitted)
+        {
+            find(format!(
+                "the failure says {mode} stalled with {request} admitted, but the ledger shows \
+                 no admission of {request}"
+            ));
+        }
         // F1 is sent, and so waited for, only after the step's snapshot of the section: of the
         // step's waits, only the tokenless requests' comes before it.
         if plan[at] == Planned::Fast
