@@ -239,9 +239,12 @@ impl Run {
         let admitted = AtomicBool::new(false);
         let decision = self.session.decision(request, lane_full, &admitted);
         let decision = bounds
-            .within(decision, at, || match admitted.load(Ordering::Relaxed) {
-                true => waited::gate(request),
-                false => waited::decision(request),
+            .within(decision, at, || {
+                if admitted.load(Ordering::Relaxed) {
+                    waited::gate(request)
+                } else {
+                    waited::decision(request)
+                }
             })
             .await??;
         if decision == Event::Admitted {
