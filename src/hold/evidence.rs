@@ -465,7 +465,7 @@ fn failure(pid: Option<u32>, stage: Stage, held: u64, error: FrontError) -> Fron
             "it stopped responding ({}), so the lab killed it (SIGKILL)",
             error.reason
         ),
-        (_, Some(death)) if !death.clean() => format!("its process was {}", death.how()),
+        (_, Some(death)) if !death.clean() => format!("its process {}", death.how()),
         _ => error.to_string(),
     };
     FrontFailure {
@@ -573,6 +573,24 @@ mod tests {
         assert_eq!(exit.signal.as_deref(), Some("SIGKILL"));
         let killed = failure(Some(7), Stage::Holding, 10, killed(false));
         assert_eq!(killed.reason, "its process was killed by SIGKILL");
+    }
+
+    /// A front that ended on its own with an error status says so plainly: its process
+    /// exited with that code.
+    #[test]
+    fn a_front_that_exited_says_it_exited() {
+        let exited = FrontError {
+            reason: "the front's output ended".into(),
+            exit: Some(Exit {
+                code: Some(1),
+                signal: None,
+                last_stderr: Some("isolation-lab: out of memory".into()),
+                killed_by_lab: false,
+            }),
+            found_stopped: false,
+        };
+        let exited = failure(Some(7), Stage::Holding, 10, exited);
+        assert_eq!(exited.reason, "its process exited with code 1");
     }
 
     /// A front found stopped (SIGSTOP), then killed by the lab, says just that.

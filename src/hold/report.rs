@@ -290,10 +290,10 @@ impl Death {
         self.code == Some(0)
     }
 
-    /// How it ended, without its stderr: `killed by SIGABRT`, `exited with code 1`.
+    /// How it ended, without its stderr: `was killed by SIGABRT`, `exited with code 1`.
     pub(crate) fn how(&self) -> String {
         match (&self.signal, self.code) {
-            (Some(signal), _) => format!("killed by {signal}"),
+            (Some(signal), _) => format!("was killed by {signal}"),
             (None, Some(code)) => format!("exited with code {code}"),
             (None, None) => "ended".to_owned(),
         }
