@@ -36,6 +36,9 @@ pub(crate) struct Limits {
     pub(crate) somaxconn: u64,
     /// RLIMIT_AS: address space per process, in bytes; a child inherits it.
     pub(crate) address_space: Rlimit,
+    /// RLIMIT_DATA: private writable memory per process (the heap, and every thread's stack
+    /// but the main one's), in bytes; a child inherits it.
+    pub(crate) data: Rlimit,
 }
 
 /// A resource limit of this process; `None` is unlimited.
@@ -69,6 +72,7 @@ impl Limits {
             })?,
             somaxconn: sysctl("net/core/somaxconn")?,
             address_space: Rlimit::get(Resource::AddressSpace)?,
+            data: Rlimit::get(Resource::Data)?,
         })
     }
 }
@@ -124,6 +128,8 @@ pub(crate) enum Resource {
     Nproc,
     Nofile,
     AddressSpace,
+    /// Private writable memory (`ulimit -d`).
+    Data,
     /// How far the main thread's stack may grow (`ulimit -s`).
     Stack,
 }
@@ -134,6 +140,7 @@ impl Resource {
             Resource::Nproc => libc::RLIMIT_NPROC,
             Resource::Nofile => libc::RLIMIT_NOFILE,
             Resource::AddressSpace => libc::RLIMIT_AS,
+            Resource::Data => libc::RLIMIT_DATA,
             Resource::Stack => libc::RLIMIT_STACK,
         }
     }
@@ -176,6 +183,8 @@ struct Cost {
     fds: u64,
     /// Address space in the server, KiB.
     address_space_kib: u64,
+    /// Private writable memory in the server, KiB.
+    data_kib: u64,
 }
 
 /// Memory maps each Rust thread adds, measured on this kind of machine (Linux, glibc, Rust
@@ -196,12 +205,14 @@ impl Front {
                 // second descriptor (`hold` measures 1.00 per held request).
                 fds: 1,
                 address_space_kib: THREAD_ADDRESS_SPACE_KIB,
+                data_kib: THREAD_DATA_KIB,
             },
             Front::Async => Cost {
                 threads: 0,
                 maps: 0,
                 fds: 1,
                 address_space_kib: TASK_ADDRESS_SPACE_KIB,
+                data_kib: TASK_DATA_KIB,
             },
         }
     }
@@ -215,6 +226,16 @@ const TASK_ADDRESS_SPACE_KIB: u64 = 32;
 /// Address space a process of the lab takes before its first held request: the program, its
 /// libraries, the runtime, the heap's first arena. The child at rest measures ≈ 10 MiB.
 pub(crate) const BASE_ADDRESS_SPACE_KIB: u64 = 40 * 1024;
+/// Private writable memory each held thread takes: its 2 MiB stack and its signal stack (their
+/// guard pages are not writable, so not counted). The threaded front's child measures ≈ 2 061
+/// KiB per held request at N = 1 000, its malloc arenas included.
+const THREAD_DATA_KIB: u64 = 2 * 1024 + 16;
+/// Private writable memory each held task takes, with room to spare: its connection's blocks
+/// from the heap (the async front's child measures ≈ 19.6 KiB per held request at N = 10 000).
+const TASK_DATA_KIB: u64 = 24;
+/// Private writable memory a front's child takes before its first held request: ≈ 0.2 MiB at
+/// rest on the async front, ≈ 2.4 MiB on the threaded one (its accept thread's stack).
+const BASE_DATA_KIB: u64 = 8 * 1024;
 
 /// A ceiling that can stop a front from holding more requests. Serialized as its
 /// [`name`](Ceiling::name).
@@ -234,6 +255,8 @@ pub(crate) enum Ceiling {
     LocalPorts,
     /// Address space per process.
     AddressSpace,
+    /// Private writable memory per process.
+    Data,
 }
 
 impl Ceiling {
@@ -247,6 +270,7 @@ impl Ceiling {
             Ceiling::Nofile => "RLIMIT_NOFILE",
             Ceiling::LocalPorts => "net.ipv4.ip_local_port_range",
             Ceiling::AddressSpace => "RLIMIT_AS",
+            Ceiling::Data => "RLIMIT_DATA",
         }
     }
 }
@@ -357,6 +381,12 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
             BASE_ADDRESS_SPACE_KIB,
             cost.address_space_kib,
         ),
+        (
+            Ceiling::Data,
+            limits.data.soft.map(|bytes| bytes / 1024),
+            BASE_DATA_KIB,
+            cost.data_kib,
+        ),
     ];
     // Every held request is a connection from one of the caller's source addresses.
     let (first, last) = limits.local_ports;
@@ -375,13 +405,17 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
                 value,
             })
         })
-        .map(|reach| match reach.ceiling {
+        .map(|reach| {
             // Counted in KiB above; the limit itself is given in bytes, as `prlimit` takes it.
-            Ceiling::AddressSpace => Reach {
-                value: limits.address_space.soft.unwrap_or(reach.value * 1024),
+            let bytes = match reach.ceiling {
+                Ceiling::AddressSpace => limits.address_space.soft,
+                Ceiling::Data => limits.data.soft,
+                _ => return reach,
+            };
+            Reach {
+                value: bytes.unwrap_or(reach.value * 1024),
                 ..reach
-            },
-            _ => reach,
+            }
         })
         .chain([ports])
         .min_by_key(|reach| reach.held)
@@ -479,6 +513,7 @@ pub(crate) mod tests {
             local_ports: (32_768, 60_999),
             somaxconn: 4_096,
             address_space: UNLIMITED,
+            data: UNLIMITED,
         }
     }
 
@@ -591,6 +626,28 @@ pub(crate) mod tests {
             (tasks.ceiling, tasks.held),
             (Ceiling::AddressSpace, 18_023 / 32)
         );
+    }
+
+    /// RLIMIT_DATA (here 64 MiB, as `prlimit --data=67108864`) counts every thread's stack and
+    /// the heap, so it too stops threads long before tasks; the refusal names it in bytes.
+    #[test]
+    fn a_private_memory_limit_stops_threads_long_before_tasks() {
+        let limits = Limits {
+            data: Rlimit {
+                soft: Some(67_108_864),
+                hard: None,
+            },
+            ..limits()
+        };
+        // (65 536 - 8 192 - 6 553) KiB.
+        let threads = check(&limits, Front::Threaded, 100).expect_err("no room for stacks");
+        let stops = threads.reach;
+        let ceiling = (stops.ceiling, stops.held, stops.value);
+        assert_eq!(ceiling, (Ceiling::Data, 50_791 / 2_064, 67_108_864));
+        let said = threads.to_string();
+        assert!(said.contains("RLIMIT_DATA = 67108864"), "{said}");
+        let tasks = reach(&limits, Front::Async).expect("a ceiling");
+        assert_eq!((tasks.ceiling, tasks.held), (Ceiling::Data, 50_791 / 24));
     }
 
     /// Threads also count against pids and threads on the whole machine, less those running.

@@ -189,7 +189,7 @@ mod tests {
             use std::io::Write as _;
             let _ = writeln!(
                 std::io::stderr(),
-                "skipped a_connections_blocks_share_one_page_in_its_slot: no region under an address-space limit"
+                "skipped a_connections_blocks_share_one_page_in_its_slot: no region under a memory limit"
             );
             return;
         }

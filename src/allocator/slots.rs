@@ -22,7 +22,8 @@
 //!
 //! Slots are carved from one region of address space reserved when the first async front starts
 //! (one slot per descriptor the process may open, as each connection needs one), and only when
-//! the address space is unlimited: under `ulimit -v` the lab reserves nothing it might not use.
+//! the address space and private memory are unlimited: under `ulimit -v` or `ulimit -d` the lab
+//! reserves nothing it might not use.
 //! (`MAP_NORESERVE` asks for no commitment; under `vm.overcommit_memory = 2` the kernel charges
 //! the region anyway, and a refusal there leaves every block to `malloc`.) A slot counts its
 //! live blocks, plus one for each [`Slot`] handle and each scope inside it; at zero its pages
@@ -88,8 +89,8 @@ thread_local! {
     static SCOPE: Cell<(u32, Placement)> = const { Cell::new((0, Placement::Written)) };
 }
 
-/// Reserves the region, once per process: nothing if the address space is limited or the
-/// system refuses. Called when an async front starts.
+/// Reserves the region, once per process: nothing if the address space or private memory is
+/// limited, or the system refuses. Called when an async front starts.
 pub(crate) fn reserve() {
     if RESERVED
         .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
@@ -101,7 +102,14 @@ pub(crate) fn reserve() {
     let soft = |resource| Rlimit::get(resource).map(|limit| limit.soft);
     let slots = soft(Resource::Nofile)
         .map(|n| n.map_or(MOST, |n| usize::try_from(n).unwrap_or(MOST).min(MOST)));
-    if let (Ok(None), Ok(slots)) = (soft(Resource::AddressSpace), slots) {
+    // The region is writable, so it counts against RLIMIT_DATA as well as RLIMIT_AS whether
+    // or not its pages are ever written: under either limit it would take the room the
+    // connections need.
+    let unlimited = |resource| matches!(soft(resource), Ok(None));
+    if let Ok(slots) = slots
+        && unlimited(Resource::AddressSpace)
+        && unlimited(Resource::Data)
+    {
         // SAFETY: a fresh anonymous private mapping; nothing else refers to it. NORESERVE: its
         // pages cost nothing until written.
         let base = unsafe {
@@ -123,7 +131,7 @@ pub(crate) fn reserve() {
     RESERVED.store(2, Ordering::Release);
 }
 
-/// Whether the region is reserved (not under an address-space limit).
+/// Whether the region is reserved (not under an address-space or private-memory limit).
 #[cfg(test)]
 pub(super) fn reserved() -> bool {
     CAPACITY.load(Ordering::Acquire) != 0

@@ -57,6 +57,7 @@ pub(crate) fn plan(
             local_ports: [limits.local_ports.0, limits.local_ports.1],
             somaxconn: limits.somaxconn,
             address_space: limits.address_space.soft,
+            data: limits.data.soft,
         },
         reach,
         ports_per_address: limits::ports_per_address(limits),

@@ -65,6 +65,9 @@ pub struct MachineLimits {
     pub somaxconn: u64,
     /// RLIMIT_AS, soft, in bytes: address space per process.
     pub address_space: Option<u64>,
+    /// RLIMIT_DATA, soft, in bytes: private writable memory per process (the heap, and each
+    /// thread's stack).
+    pub data: Option<u64>,
 }
 
 /// The most requests a front can hold here.

@@ -337,6 +337,33 @@ fn an_address_space_limit_fails_in_one_line() {
     );
 }
 
+/// Under a private-memory limit (`prlimit --data=67108864`, 64 MiB) every thread's 2 MiB stack
+/// counts: the preflight names RLIMIT_DATA as the threaded front's ceiling (24 held requests)
+/// and runs no count beyond it, rather than let the front fail for want of a stack; the async
+/// front, about 20 KiB a held request, holds 1 000 under the same limit.
+#[test]
+fn a_private_memory_limit_is_the_threaded_fronts_ceiling() {
+    let args = ["hold", "--counts", "10,1000", "--format", "json"];
+    let output = lab_under(libc::RLIMIT_DATA, 67_108_864, &args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a report");
+    let preflight = &report["preflight"];
+    assert_eq!(preflight["limits"]["data"], 67_108_864, "{preflight}");
+    let threaded = &preflight["reach"]["threaded"];
+    assert_eq!(threaded["ceiling"], "RLIMIT_DATA", "{preflight}");
+    assert_eq!(threaded["held"], 24, "{preflight}");
+    let outcomes = |front: usize| -> Vec<&serde_json::Value> {
+        let points = report["fronts"][front]["points"].as_array().into_iter();
+        points.flatten().map(|p| &p["outcome"]).collect()
+    };
+    assert_eq!(outcomes(0), ["held", "held"], "async: {report}");
+    assert_eq!(outcomes(1), ["held", "not_run"], "threaded: {report}");
+    let reason = &report["fronts"][1]["points"][1]["reason"];
+    let reason = reason.as_str().unwrap_or_default();
+    assert!(reason.contains("RLIMIT_DATA = 67108864"), "{reason}");
+}
+
 /// Under a 64 KiB stack limit (`prlimit --stack=65536`, soft and hard), below what the lab's
 /// main thread needs, the lab runs on a thread with a stack of its own: the default run matches
 /// the model, and `hold`'s front children, which inherit the limit, hold every request.
