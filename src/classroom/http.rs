@@ -23,7 +23,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -144,12 +143,12 @@ impl App {
         {
             return self.control(action, request, owed).await;
         }
-        let owing = Owing::new(owed.clone());
+        let mut owing = Owing::new(owed.clone());
         let answer = match (request.method(), path.as_str(), Route::from_path(&path)) {
             (&Method::GET, "/", _) => self.page(),
             (&Method::GET, "/events", _) => match self.journal.follow() {
                 Some(stream) => {
-                    owed.streaming.store(true, Ordering::SeqCst);
+                    owing = owing.a_stream();
                     uncached(stream.boxed(), "text/event-stream")
                 }
                 None => answer(StatusCode::CONFLICT, json!({ "error": "session_ended" })),

@@ -7,14 +7,15 @@
 //!
 //! Each stream has a bounded buffer. A client that stops reading fills it and is dropped — its
 //! stream ends once it has read what was queued, and the page's `EventSource` reconnects and is
-//! sent the journal afresh — so a stalled client costs at most its buffer and never slows the
-//! run: the section's subscription is unbounded and drained by the journal's own pump.
+//! sent the journal afresh — so a stalled client costs at most its buffer and a copy of the
+//! journal's last chunk (the chunks before it are shared, [`CHUNK`]), and never slows the run:
+//! the section's subscription is unbounded and drained by the journal's own pump.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use futures_util::{StreamExt, future, stream};
+use futures_util::{StreamExt, stream};
 use http_body_util::StreamBody;
 use hyper::body::{Body, Bytes, Frame};
 use serde::Serialize;
@@ -31,6 +32,12 @@ use crate::server::FrontCensus;
 /// to the end queues a few dozen at once; a page that reads keeps its queue near empty.
 pub(crate) const STREAM_BUFFER: usize = 256;
 
+/// The journal's frames are kept in chunks of at least this many bytes, each shared by every
+/// stream it is sent to: a new stream copies only the last, unfinished chunk. A run's journal
+/// is a few dozen messages, so it is sent in one frame; a room that sends thousands of requests
+/// makes it longer, and its chunks then cost each stream a pointer apiece, not a copy.
+const CHUNK: usize = 64 * 1024;
+
 /// The journal of the current policy run and the streams that follow it.
 #[derive(Debug)]
 pub(crate) struct Journal {
@@ -40,8 +47,10 @@ pub(crate) struct Journal {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// The SSE frames of the current run, in order, from its `run` message on.
-    frames: Vec<Bytes>,
+    /// The SSE frames of the current run, in order, from its `run` message on: whole chunks of
+    /// [`CHUNK`] bytes or more, then the frames since the last one.
+    chunks: Vec<Bytes>,
+    tail: Vec<u8>,
     /// Every stream following the journal, each with its bounded queue.
     streams: Vec<mpsc::Sender<Bytes>>,
     /// The current section's events, not yet journaled.
@@ -89,7 +98,8 @@ impl Journal {
     /// yet. Every stream is told, and resets.
     pub(crate) fn begin(&self, run: &Value) {
         let mut inner = self.caught_up();
-        inner.frames.clear();
+        inner.chunks.clear();
+        inner.tail.clear();
         inner.source = None;
         inner.append(run);
     }
@@ -125,7 +135,7 @@ impl Journal {
         inner.append(message);
     }
 
-    /// One client's Server-Sent Events: the journal so far in one frame, then each message
+    /// One client's Server-Sent Events: the journal so far ([`CHUNK`]), then each message
     /// after it; `None` once the session has ended.
     pub(crate) fn follow(
         &self,
@@ -135,12 +145,20 @@ impl Journal {
             return None;
         }
         let (sender, mut live) = mpsc::channel(self.buffer);
+        // Streams whose clients have gone are otherwise let go only as the next message is
+        // sent, and none may come for a while (between runs).
+        inner.streams.retain(|stream| !stream.is_closed());
         inner.streams.push(sender);
-        // Tell the page to reconnect soon if the stream ends, then the journal in one frame.
-        let mut past = b"retry: 1000\n\n".to_vec();
-        inner.frames.iter().for_each(|f| past.extend_from_slice(f));
+        // The journal's whole chunks, then in one frame the rest, after which the page is told
+        // to reconnect soon if the stream ends.
+        const RETRY: &[u8] = b"retry: 1000\n\n";
+        let mut rest = Vec::with_capacity(inner.tail.len() + RETRY.len());
+        rest.extend_from_slice(&inner.tail);
+        rest.extend_from_slice(RETRY);
+        let past = inner.chunks.iter().cloned().chain([Bytes::from(rest)]);
+        let past: Vec<Bytes> = past.collect();
         let live = stream::poll_fn(move |cx| live.poll_recv(cx));
-        let frames = stream::once(future::ready(Bytes::from(past))).chain(live);
+        let frames = stream::iter(past).chain(live);
         Some(StreamBody::new(frames.map(|f| Ok(Frame::data(f)))))
     }
 
@@ -228,7 +246,11 @@ impl Inner {
     /// Adds one message and sends it to every stream; a stream whose queue is full is dropped.
     fn append(&mut self, message: &Value) {
         let frame = Bytes::from(format!("data: {message}\n\n"));
-        self.frames.push(frame.clone());
+        self.tail.extend_from_slice(&frame);
+        if self.tail.len() >= CHUNK {
+            let chunk = std::mem::take(&mut self.tail);
+            self.chunks.push(Bytes::from(chunk));
+        }
         let mut dropped = 0;
         self.streams
             .retain(|stream| match stream.try_send(frame.clone()) {
@@ -267,6 +289,7 @@ pub(crate) fn tagged(mut message: Value, record: &impl Serialize) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use futures_util::FutureExt;
     use http_body_util::BodyExt;
 
     use super::*;
@@ -305,7 +328,8 @@ mod tests {
         let past = text(&mut first).await;
         let kinds: Vec<&str> = past.matches("\"kind\":\"").collect();
         assert_eq!(kinds.len(), 3, "{past}");
-        assert!(past.starts_with("retry: 1000\n\ndata: {\"kind\":\"run\"}\n\n"));
+        assert!(past.starts_with("data: {\"kind\":\"run\"}\n\n"), "{past}");
+        assert!(past.ends_with("\n\nretry: 1000\n\n"), "{past}");
         // Recorded, not yet pumped: the response still comes after the events.
         let _ = section.perform(Label::FastAfter, Route::Fast).await;
         journal.push(&json!({ "kind": "response", "request": "F-after" }));
@@ -325,6 +349,49 @@ mod tests {
             "the stream ends with the session"
         );
         assert!(journal.follow().is_none());
+    }
+
+    /// A journal longer than a chunk is sent as its whole chunks, the same bytes for every
+    /// stream rather than a copy each, then the rest in one frame.
+    #[tokio::test]
+    async fn a_long_journal_is_sent_in_shared_chunks() {
+        let journal = Journal::new(8);
+        journal.begin(&json!({ "kind": "run" }));
+        let padding = "x".repeat(1000);
+        for n in 0..200 {
+            journal.push(&json!({ "n": n, "padding": padding }));
+        }
+        let firsts = [journal.follow(), journal.follow()].map(|stream| {
+            let mut stream = stream.expect("the session is on");
+            let frame = stream
+                .frame()
+                .now_or_never()
+                .expect("ready")
+                .expect("a frame");
+            frame.expect("infallible").into_data().expect("data")
+        });
+        assert!(firsts[0].len() >= CHUNK, "{}", firsts[0].len());
+        assert_eq!(firsts[0].as_ptr(), firsts[1].as_ptr(), "one chunk, shared");
+        let mut stream = journal.follow().expect("the session is on");
+        let mut past = String::new();
+        while !past.ends_with("retry: 1000\n\n") {
+            past.push_str(&text(&mut stream).await);
+        }
+        assert_eq!(past.matches("data: ").count(), 201);
+        assert!(past.contains("\"n\":199,"), "the last message");
+    }
+
+    /// Streams whose clients have gone are let go as the next one follows, though no message
+    /// has come since: between runs nothing may come for a long time.
+    #[tokio::test]
+    async fn streams_whose_clients_left_are_let_go_as_the_next_follows() {
+        let journal = Journal::new(8);
+        journal.begin(&json!({ "kind": "run" }));
+        for _ in 0..100 {
+            drop(journal.follow().expect("the session is on"));
+        }
+        let _following = journal.follow().expect("the session is on");
+        assert_eq!(journal.inner().streams.len(), 1);
     }
 
     /// A client that never reads fills its buffer and is dropped; nobody else waits for it.

@@ -18,15 +18,15 @@ use super::Handlers;
 #[derive(Debug, Default)]
 pub(crate) struct Owed {
     answers: AtomicUsize,
-    /// Set when an answer is an event stream.
-    pub(crate) streaming: AtomicBool,
+    /// Set while an answer is an event stream.
+    streaming: AtomicBool,
 }
 
 impl Owed {
     /// Busy answering: it owes an answer that is not an event stream. Closing it now would drop
     /// an answer its client is owed; an event stream owes nothing (a client that stopped
     /// reading would never let it finish).
-    fn busy(&self) -> bool {
+    pub(super) fn busy(&self) -> bool {
         self.answers.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
     }
 
@@ -40,18 +40,36 @@ impl Owed {
 /// (its answers are whole, so the handler's life is the answer's); on the classroom's, from
 /// the moment its request is whole until its body is dropped (sent, or the connection gone).
 #[derive(Debug)]
-pub(crate) struct Owing(Arc<Owed>);
+pub(crate) struct Owing {
+    owed: Arc<Owed>,
+    /// This answer is an event stream.
+    stream: bool,
+}
 
 impl Owing {
     pub(crate) fn new(owed: Arc<Owed>) -> Self {
         owed.answers.fetch_add(1, Ordering::SeqCst);
-        Owing(owed)
+        Owing {
+            owed,
+            stream: false,
+        }
+    }
+
+    /// This answer is an event stream: while it lasts the connection owes nothing. Once it
+    /// ends, the next request on the connection is owed its answer as any other.
+    pub(crate) fn a_stream(mut self) -> Self {
+        self.owed.streaming.store(true, Ordering::SeqCst);
+        self.stream = true;
+        self
     }
 }
 
 impl Drop for Owing {
     fn drop(&mut self) {
-        self.0.answers.fetch_sub(1, Ordering::SeqCst);
+        if self.stream {
+            self.owed.streaming.store(false, Ordering::SeqCst);
+        }
+        self.owed.answers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

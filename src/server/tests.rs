@@ -150,6 +150,31 @@ mod listener {
     }
 }
 
+mod owed {
+    //! What a connection owes: an answer while one is made or sent, nothing while it carries an
+    //! event stream, and again an answer for each request after that stream ends.
+
+    use std::sync::Arc;
+
+    use crate::server::connections::{Owed, Owing};
+
+    #[test]
+    fn a_connection_owes_answers_again_once_its_event_stream_ends() {
+        let owed = Arc::new(Owed::default());
+        let stream = Owing::new(owed.clone()).a_stream();
+        assert!(!owed.busy(), "an event stream owes nothing");
+        drop(stream);
+        assert!(owed.idle());
+        let answer = Owing::new(owed.clone());
+        assert!(
+            owed.busy(),
+            "the next request on the connection is owed its answer"
+        );
+        drop(answer);
+        assert!(owed.idle() && !owed.busy());
+    }
+}
+
 mod shutdown {
     //! Both fronts shut down cleanly whatever outsiders do: the listener closes, a connection that
     //! is not serving a request — silent, or halfway through a head it never finishes — is closed at
