@@ -106,13 +106,13 @@ impl App {
     }
 
     /// Whether the request is addressed to this server as the page's own origin would address
-    /// it: one `Host`, exactly `127.0.0.1:PORT`; an absolute target naming the same; every
+    /// it: its one `Host` exactly `127.0.0.1:PORT`; an absolute target naming the same; every
     /// `Origin` the page's own.
     fn addressed_here(&self, request: &Request<Incoming>) -> bool {
         let headers = request.headers();
-        let mut hosts = headers.get_all(header::HOST).iter();
-        let host_ok =
-            matches!((hosts.next(), hosts.next()), (Some(h), None) if h == self.host.as_str());
+        let host_ok = headers
+            .get(header::HOST)
+            .is_some_and(|h| h == self.host.as_str());
         let target_ok = request
             .uri()
             .authority()
@@ -132,6 +132,12 @@ impl App {
         request: Request<Incoming>,
         owed: &Arc<Owed>,
     ) -> (Response<Body>, Owing) {
+        // HTTP/1.1 asks every request for exactly one `Host` (RFC 9112, section 3.2).
+        if request.headers().get_all(header::HOST).iter().count() != 1 {
+            let detail = "a request names its host in exactly one Host header";
+            let refused = refuse(StatusCode::BAD_REQUEST, "host_header", detail);
+            return (refused, Owing::new(owed.clone()));
+        }
         if !self.addressed_here(&request) {
             let detail = "only the page served at this address, from this address, may use it";
             let refused = refuse(StatusCode::FORBIDDEN, "wrong_host_or_origin", detail);
@@ -154,8 +160,8 @@ impl App {
                 None => answer(StatusCode::CONFLICT, json!({ "error": "session_ended" })),
             },
             (&Method::GET, _, Some(route)) => self.room_request(route, request.headers()).await,
-            (_, "/" | "/events", _) | (_, _, Some(_)) => not_allowed(),
-            (_, path, _) if path.starts_with("/control/") => not_allowed(),
+            (_, "/" | "/events", _) | (_, _, Some(_)) => not_allowed("GET"),
+            (_, path, _) if path.starts_with("/control/") => not_allowed("POST"),
             _ => answer(StatusCode::NOT_FOUND, json!({ "error": "not_found" })),
         };
         (answer, owing)
@@ -301,11 +307,15 @@ fn in_words(timeout: Duration) -> String {
     }
 }
 
-fn not_allowed() -> Response<Body> {
-    answer(
+/// 405, saying which method the path takes.
+fn not_allowed(allow: &'static str) -> Response<Body> {
+    let mut response = answer(
         StatusCode::METHOD_NOT_ALLOWED,
         json!({ "error": "method_not_allowed" }),
-    )
+    );
+    let allow = HeaderValue::from_static(allow);
+    response.headers_mut().insert(header::ALLOW, allow);
+    response
 }
 
 /// A refusal: its `error` code and, in words, its `detail`.

@@ -414,8 +414,12 @@ pub(crate) struct Reply {
     pub(crate) body: Value,
 }
 
+/// The methods the lab's routes answer, as a 405's `Allow` header lists them.
+pub(crate) const ROUTE_METHODS: &str = "GET";
+
 /// Screens a request before admission: 403 without the run's token, 404 for another path, 405
-/// for another method, 400 without a label for the route. What passes is the request's label
+/// for another method (its answer saying which it allows, [`ROUTE_METHODS`]), 400 without a
+/// label for the route. What passes is the request's label
 /// and route, ready to ask the work section for a permit.
 pub(crate) fn screen(section: &WorkSection, head: Head<'_>) -> Result<(Label, Route), Reply> {
     let reply = |status, body| Err(Reply { status, body });

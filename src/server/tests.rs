@@ -244,6 +244,81 @@ mod shutdown {
     }
 }
 
+mod screening {
+    //! What each front answers before admission, to the run's own token: 404 for a path it
+    //! does not serve, 405 for a method its routes do not take (saying which they take), 400
+    //! for a route without its request label; none reaches the section.
+
+    use super::Case;
+
+    use crate::admission::token::TOKEN_HEADER;
+    use crate::coordinator::SAFETY_TIMEOUT;
+    use crate::label::LABEL_HEADER;
+    use crate::policy::Mode;
+    use crate::server::Front;
+
+    #[tokio::test]
+    async fn strays_are_answered_before_admission() {
+        for front in Front::ALL {
+            let policy = Case::new(Mode::Shared, 2, 1).policy();
+            let super::Bare {
+                section,
+                token,
+                address,
+                running,
+                ..
+            } = super::bare(front, policy, SAFETY_TIMEOUT);
+            let client = reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("a client");
+            let strays = [
+                (
+                    reqwest::Method::GET,
+                    "/nowhere",
+                    Some("F1"),
+                    404,
+                    "not_found",
+                ),
+                (
+                    reqwest::Method::POST,
+                    "/slow",
+                    Some("S1"),
+                    405,
+                    "method_not_allowed",
+                ),
+                (
+                    reqwest::Method::GET,
+                    "/fast",
+                    None,
+                    400,
+                    "missing_or_wrong_request_label",
+                ),
+            ];
+            for (method, path, label, status, error) in strays {
+                let request = client.request(method, format!("http://{address}{path}"));
+                let mut request = request.header(TOKEN_HEADER, token.header_value());
+                if let Some(label) = label {
+                    request = request.header(LABEL_HEADER, label);
+                }
+                let response = request.send().await.expect("the server answers");
+                let context = format!("{front:?} {path}");
+                assert_eq!(response.status().as_u16(), status, "{context}");
+                let allow = response.headers().get("allow").cloned();
+                let allowed = (status == 405).then(|| "GET".parse().expect("a header value"));
+                assert_eq!(allow, allowed, "{context}");
+                let body = response.bytes().await.expect("a whole body");
+                let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+                assert_eq!(body["error"], error, "{context}: {body}");
+            }
+            assert_eq!(section.events(), [], "{front:?}: none reached admission");
+            let stopped = running.stop().await.expect("the server stops");
+            assert_eq!(stopped.error, None, "{front:?}: {:?}", stopped.summary);
+            drop(client);
+        }
+    }
+}
+
 mod foreign {
     //! Only the run's own callers can take a permit: requests without the run's token are refused
     //! with 403 before admission and leave no trace in the pools, the ledger or the model.

@@ -676,11 +676,15 @@ fn write_reply(mut stream: &TcpStream, reply: &Reply, keep_alive: bool) -> io::R
     let status = reply.status;
     let reason = status.canonical_reason().unwrap_or("");
     let connection = if keep_alive { "keep-alive" } else { "close" };
+    let allow = match status {
+        StatusCode::METHOD_NOT_ALLOWED => format!("allow: {}\r\n", super::ROUTE_METHODS),
+        _ => String::new(),
+    };
     // One write for head and body: two small writes on a kept-alive connection would let
     // Nagle's algorithm hold the second until the client's delayed ACK.
     let response = format!(
         "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: {connection}\r\n\r\n{body}",
+         {allow}connection: {connection}\r\n\r\n{body}",
         status.as_u16(),
         body.len()
     );

@@ -672,6 +672,52 @@ async fn strangers_are_refused_and_change_nothing() {
         .contains("access-control"),
         "no CORS header"
     );
+    // No Host, or two: 400, as HTTP/1.1 asks. Another method than a path takes: 405, saying
+    // which it takes.
+    let address = session.address;
+    let host = format!("Host: {address}\r\n");
+    let raws = [
+        (
+            "GET / HTTP/1.1\r\nConnection: close\r\n\r\n".to_owned(),
+            "400",
+            None,
+        ),
+        (
+            format!("GET / HTTP/1.1\r\n{host}{host}Connection: close\r\n\r\n"),
+            "400",
+            None,
+        ),
+        (
+            format!("OPTIONS /control/next HTTP/1.1\r\n{host}Connection: close\r\n\r\n"),
+            "405",
+            Some("post"),
+        ),
+        (
+            format!(
+                "POST /events HTTP/1.1\r\n{host}Content-Length: 0\r\nConnection: close\r\n\r\n"
+            ),
+            "405",
+            Some("get"),
+        ),
+        (
+            format!("DELETE /slow HTTP/1.1\r\n{host}Connection: close\r\n\r\n"),
+            "405",
+            Some("get"),
+        ),
+    ];
+    for (request, status, allow) in raws {
+        let sent = request.clone();
+        let answer = tokio::task::spawn_blocking(move || raw_whole(address, sent));
+        let answer = within(answer).await.expect("joined").to_ascii_lowercase();
+        assert!(
+            answer.starts_with(&format!("http/1.1 {status} ")),
+            "{request:?}: {answer}"
+        );
+        if let Some(allow) = allow {
+            let allow = format!("\r\nallow: {allow}\r\n");
+            assert!(answer.contains(&allow), "{request:?}: {answer}");
+        }
+    }
     assert_eq!(session.next().await["step"], "open");
     assert_eq!(session.next().await["step"], "S1");
     let report = session.end().await;
@@ -1004,8 +1050,15 @@ async fn a_half_sent_request_does_not_hold_the_end_of_the_session() {
 /// One request as `curl` would send it, over a raw socket: `head` is the request line and
 /// headers (without the blank line); the answer is read to its end (the server closes).
 fn raw(address: SocketAddr, head: &str) -> String {
+    raw_whole(
+        address,
+        format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// `request`, whole, over a raw socket; the answer is read to its end.
+fn raw_whole(address: SocketAddr, request: String) -> String {
     let mut stream = TcpStream::connect(address).expect("connect");
-    let request = format!("{head}\r\nHost: {address}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).expect("a request");
     let (_, answer) = read_rest(&mut stream);
     String::from_utf8_lossy(&answer).into_owned()
