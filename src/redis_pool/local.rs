@@ -29,7 +29,7 @@ use tokio::task::JoinHandle;
 
 use super::url::LoopbackUrl;
 use crate::admission::token::RunToken;
-use crate::child::{Reaper, Signal};
+use crate::child::{Reaper, Signal, Stall, watched_within};
 
 /// The line `redis-server` logs once its listening socket is open (7.0 and later add a suffix).
 const READY_LINE: &str = "Ready to accept connections";
@@ -220,8 +220,9 @@ impl LocalRedis {
     }
 
     /// Asks the server to exit (SIGTERM: with no persistence it saves nothing), waits for it
-    /// (at most 10 s, then SIGKILL), reaps it and removes its directory. Fails if it had to be
-    /// killed, exited with an error, or the directory could not be removed.
+    /// (at most 10 s, then SIGKILL; at once if it is found stopped), reaps it and removes its
+    /// directory. Fails if it had to be killed, exited with an error, or the directory could not
+    /// be removed.
     pub(crate) async fn stop(mut self) -> Result<()> {
         let mut problem = None;
         if self.reaper.is_some() {
@@ -231,14 +232,21 @@ impl LocalRedis {
             {
                 problem = Some(format!("SIGTERM failed: {e}"));
             }
-            match tokio::time::timeout(STEP_TIMEOUT, self.wait()).await {
+            // A stopped server (SIGSTOP from outside) would never act on SIGTERM: it is seen
+            // stopped within a quarter of a second and killed, not waited for.
+            let pid = self.pid;
+            match watched_within(pid, STEP_TIMEOUT, self.wait()).await {
                 Ok(status) => {
                     let status = status?;
                     if problem.is_none() && !status.success() {
                         problem = Some(format!("redis-server exited with {status}"));
                     }
                 }
-                Err(_) => {
+                Err(Stall::Stopped) => {
+                    problem = Some("redis-server was stopped (SIGSTOP); killed".to_owned());
+                    self.kill();
+                }
+                Err(Stall::NoProgress) => {
                     problem = Some(format!(
                         "redis-server did not exit within {} s of SIGTERM; killed",
                         STEP_TIMEOUT.as_secs()

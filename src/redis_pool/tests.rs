@@ -755,6 +755,21 @@ async fn local_redis_leaves_nothing_behind() {
     assert!(!dir.exists(), "{} is removed after stop", dir.display());
 }
 
+/// A server stopped (SIGSTOP) when the run stops it would never act on SIGTERM: it is found
+/// stopped and killed at once, and the stop says so, rather than waiting out its 10 s.
+#[tokio::test]
+async fn a_stopped_local_redis_is_killed_at_once() {
+    let Some(redis) = redis_or_skip("a_stopped_local_redis_is_killed_at_once").await else {
+        return;
+    };
+    let pid = redis.pid();
+    redis.stall(true).expect("SIGSTOP");
+    let stopped = guarded(redis.stop()).await;
+    let said = format!("{:#}", stopped.expect_err("a killed server is a problem"));
+    assert_eq!(said, "redis-server was stopped (SIGSTOP); killed");
+    assert!(!process_exists(pid), "pid {pid} is gone after stop");
+}
+
 /// Measures one try-acquire round trip on loopback (not a test of anything):
 /// `cargo test --lib global::tests::measure -- --ignored --nocapture`
 #[tokio::test]

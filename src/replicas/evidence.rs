@@ -87,9 +87,10 @@ pub struct EngineEvidence {
     /// The engine's holders once every request was decided.
     pub holders_after_requests: Vec<EngineHolder>,
     /// The dependency's log, read just before the cleanup: every effect the replicas' work
-    /// applied, with its slot and token, and whether it was accepted.
-    #[serde(default)]
-    pub effects: Vec<Effect>,
+    /// applied, with its slot and token, and whether it was accepted. Absent if it could not
+    /// be read (the run then fails saying so): nothing is said of the effects then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effects: Option<Vec<Effect>>,
     /// At the end: the run's keys deleted, and how many holders still held then (a leaked
     /// permit is removed here).
     #[serde(skip_serializing_if = "Option::is_none")]

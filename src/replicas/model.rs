@@ -308,7 +308,8 @@ fn lapsed_holder(holder: &str, paused: Option<ReplicaId>, evidence: &ReplicasEvi
     let late_effect = evidence
         .engine
         .as_ref()
-        .and_then(|e| end_effect(&e.effects, holder));
+        .and_then(|e| e.effects.as_deref())
+        .and_then(|effects| end_effect(effects, holder));
     Lapsed {
         late_effect: late_effect.cloned(),
         holder: holder.to_owned(),
@@ -409,10 +410,10 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
             check_late_effects(plan, pause, evidence, &mut wrong);
         }
     }
-    if let Some(engine) = &evidence.engine
+    if let Some(effects) = evidence.engine.as_ref().and_then(|e| e.effects.as_deref())
         && prediction.fencing
     {
-        let account = Dependency::of(&engine.effects);
+        let account = Dependency::of(effects);
         for stale in &account.stale_accepted {
             wrong.push(format!(
                 "the dependency accepted {}'s token {} for slot {} after accepting the newer {}",
@@ -480,11 +481,12 @@ fn check_late_effects(
     evidence: &ReplicasEvidence,
     wrong: &mut Vec<String>,
 ) {
-    let Some(engine) = &evidence.engine else {
+    // Without the dependency's log there is nothing to say of the effects.
+    let Some(effects) = evidence.engine.as_ref().and_then(|e| e.effects.as_deref()) else {
         return;
     };
     for paused in &pause.holders {
-        let late = end_effect(&engine.effects, &paused.holder);
+        let late = end_effect(effects, &paused.holder);
         match (late, plan.late_effects_refused) {
             (None, _) => wrong.push(format!(
                 "{}'s work ended without its effect reaching the dependency",

@@ -394,11 +394,10 @@ fn leases(report: &ReplicasReport) -> String {
                 "  ",
             ));
         }
-        let effects = report
-            .evidence
-            .engine
-            .as_ref()
-            .map_or(&[][..], |e| &e.effects);
+        let effects = report.evidence.engine.as_ref();
+        let effects = effects
+            .and_then(|e| e.effects.as_deref())
+            .unwrap_or_default();
         let late: Vec<&Effect> = pause
             .holders
             .iter()

@@ -105,7 +105,8 @@ impl ReplicasReport {
         let prediction = model::predict(&inputs);
         let mismatches = model::check(&prediction, &evidence);
         let over_admitted = model::over_admitted(&inputs, &evidence);
-        let dependency = evidence.engine.as_ref().map(|e| Dependency::of(&e.effects));
+        let effects = evidence.engine.as_ref().and_then(|e| e.effects.as_deref());
+        let dependency = effects.map(Dependency::of);
         ReplicasReport {
             dependency,
             over_admitted,

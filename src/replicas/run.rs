@@ -107,6 +107,12 @@ pub trait ReplicasHooks: Debug + Send + Sync {
     fn replica_stops_at(&self, _request: Label) -> bool {
         false
     }
+
+    /// Whether the replica the run pauses past its lease is killed, unannounced, once the
+    /// pause's probes are done and before the run continues it.
+    fn paused_replica_dies(&self) -> bool {
+        false
+    }
 }
 
 impl ReplicasHooks for NoHooks {}
@@ -135,18 +141,32 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     // caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
     // process catches them (another run in the same process, as in tests, goes without).
     let interrupts = Interrupts::catch().ok();
+    let mut interrupted = false;
     let ended = match &interrupts {
         Some(interrupts) => tokio::select! {
             ended = run.steps() => ended,
-            () = interrupts.caught() => Err(anyhow!(
-                "interrupted by SIGINT or SIGTERM (Ctrl-C): everything the run started was \
-                 stopped and its keys deleted"
-            )),
+            () = interrupts.caught() => {
+                interrupted = true;
+                Err(anyhow!("interrupted by SIGINT or SIGTERM (Ctrl-C)"))
+            }
         },
         None => run.steps().await,
     };
-    let failure = run.close(ended.err().map(|e| format!("{e:#}"))).await;
+    let trouble = run.close(ended.is_err()).await;
     drop(interrupts);
+    // The first failure; after an interruption, also how the close went, which is what the
+    // person who pressed Ctrl-C waits for.
+    let failure = match ended {
+        Err(e) if interrupted => Some(match trouble {
+            Some(trouble) => format!("{e}; then {trouble}"),
+            None if run.evidence.engine.is_some() => {
+                format!("{e}: everything the run started was stopped and its keys deleted")
+            }
+            None => format!("{e}: everything the run started was stopped"),
+        }),
+        Err(e) => Some(format!("{e:#}")),
+        Ok(()) => trouble,
+    };
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
     ReplicasReport::assemble(run.inputs, evidence, failure)
@@ -605,24 +625,28 @@ impl ReplicasRun {
         };
         let admitted_after_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
         let in_sections = self.in_sections();
-        let engine_holders = match &ended {
-            Ok(()) => {
-                self.engine_holders("reading who holds the permits during the pause")
-                    .await
-            }
-            Err(_) => Ok(Vec::new()),
-        };
         if let Some(pause) = &mut self.evidence.pause {
             pause.probes = probes;
             pause.admitted_after_ms = admitted_after_ms;
-            pause.in_sections = in_sections;
         }
         ended?;
-        let engine_holders = engine_holders?;
+        let engine_holders = self
+            .engine_holders("reading who holds the permits during the pause")
+            .await?;
+        // Who was inside, kept only with who Redis said held the permits then: the model reads
+        // one against the other (an empty list of holders would say every lease had lapsed).
+        // Both are kept before the resume, which fails if the paused replica died meanwhile.
+        if let Some(pause) = &mut self.evidence.pause {
+            pause.in_sections = in_sections;
+            pause.engine_holders = engine_holders.into_iter().map(|h| h.holder).collect();
+        }
+        let dies = self.options.hooks.paused_replica_dies();
         let replica = self.replica(plan.paused)?;
+        if dies && let Some(front) = &replica.front {
+            let _ = front.kill();
+        }
         replica.resume().await?;
         if let Some(pause) = &mut self.evidence.pause {
-            pause.engine_holders = engine_holders.into_iter().map(|h| h.holder).collect();
             pause.resumed = true;
         }
         Ok(())
@@ -761,24 +785,26 @@ impl ReplicasRun {
         Ok(())
     }
 
-    /// Closes everything on every path: continues a paused replica, lets held work leave,
-    /// stops every replica (at once, each within the safety timeout, then killed), deletes
-    /// the run's keys and stops a `redis-server` the run started. Returns the run's failure:
-    /// the first one.
-    async fn close(&mut self, mut failure: Option<String>) -> Option<String> {
+    /// Closes everything on every path (`failed`: the run stopped early): continues a paused
+    /// replica, lets held work leave, stops every replica (at once, each within the safety
+    /// timeout, then killed), deletes the run's keys and stops a `redis-server` the run
+    /// started. Returns the first thing that went wrong in the close, if anything did.
+    async fn close(&mut self, failed: bool) -> Option<String> {
+        let mut trouble = None;
         let timeout = self.timeout();
         // After a failure a replica that cannot stop soon is killed sooner: the run's failure
         // is already known, and it must end within three safety timeouts.
-        let stop_within = match failure {
-            Some(_) => timeout.min(Duration::from_secs(2)),
-            None => timeout,
+        let stop_within = if failed {
+            timeout.min(Duration::from_secs(2))
+        } else {
+            timeout
         };
         for replica in &mut self.replicas {
             if let Err(why) = replica.resume().await {
-                failure.get_or_insert(format!("{why:#}"));
+                trouble.get_or_insert(format!("{why:#}"));
             }
         }
-        if failure.is_some() {
+        if failed || trouble.is_some() {
             // The run stopped early: held work must still leave so the replicas can drain.
             for replica in &mut self.replicas {
                 if let Some(front) = &mut replica.front {
@@ -802,16 +828,16 @@ impl ReplicasRun {
                 Err(e) => Some(format!("stopping a replica failed: {e}")),
             };
             if let Some(problem) = problem {
-                failure.get_or_insert(problem);
+                trouble.get_or_insert(problem);
             }
         }
         // The evidence of the engine is there whenever the engine is (see `start_engine`).
         let permits = self.permits.take();
         if let (Some(permits), Some(seen)) = (&permits, &mut self.evidence.engine) {
             match permits.effects().await {
-                Ok(effects) => seen.effects = effects,
+                Ok(effects) => seen.effects = Some(effects),
                 Err(e) => {
-                    failure.get_or_insert(format!("reading the dependency's log: {e}"));
+                    trouble.get_or_insert(format!("reading the dependency's log: {e}"));
                 }
             }
             let cleaned = async {
@@ -823,16 +849,16 @@ impl ReplicasRun {
             match cleaned.await {
                 Ok(cleanup) => seen.cleanup = Some(cleanup),
                 Err(e) => {
-                    failure.get_or_insert(format!("deleting the run's keys: {e}"));
+                    trouble.get_or_insert(format!("deleting the run's keys: {e}"));
                 }
             }
         }
         if let Some(local) = self.local.take()
             && let Err(e) = local.stop().await
         {
-            failure.get_or_insert(format!("stopping the private redis-server: {e:#}"));
+            trouble.get_or_insert(format!("stopping the private redis-server: {e:#}"));
         }
-        failure
+        trouble
     }
 
     /// Records a replica's stop; returns what went wrong, if anything.

@@ -59,6 +59,7 @@ struct Break {
     redis_dies: bool,
     replica_dies: Option<ReplicaId>,
     replica_stops_at: Option<Label>,
+    paused_replica_dies: bool,
 }
 
 impl ReplicasHooks for Break {
@@ -84,6 +85,10 @@ impl ReplicasHooks for Break {
 
     fn replica_stops_at(&self, request: Label) -> bool {
         self.replica_stops_at == Some(request)
+    }
+
+    fn paused_replica_dies(&self) -> bool {
+        self.paused_replica_dies
     }
 }
 
@@ -530,6 +535,34 @@ async fn a_replica_that_dies_fails_the_run_cleanly() {
     nothing_left(&report);
 }
 
+/// The paused replica (r2) killed before the run continues it: the run fails naming it, and what
+/// was read during the pause stands — Redis's holders then, which the model reads the paused
+/// holders against — rather than an empty list saying every lease had lapsed.
+#[tokio::test]
+async fn a_paused_replica_that_dies_leaves_the_pause_as_it_was_read() {
+    if !redis_or_skip("a_paused_replica_that_dies_leaves_the_pause_as_it_was_read") {
+        return;
+    }
+    let options = broken(Break {
+        paused_replica_dies: true,
+        ..Break::default()
+    });
+    let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
+    let failure = report.failure.clone().expect("the run failed");
+    // Which wait sees the death first varies: the resume, or a read of the replica's events.
+    assert!(failure.starts_with("r2 died unexpectedly"), "{failure}");
+    let pause = report
+        .evidence
+        .pause
+        .as_ref()
+        .expect("the run paused a replica");
+    // (Whether the continue still found it alive varies too: SIGKILL takes a moment.)
+    assert!(!pause.engine_holders.is_empty(), "{pause:?}");
+    let text = isolation_lab::replicas::render::render(&report);
+    assert!(!text.contains("had lapsed, live"), "{text}");
+    nothing_left(&report);
+}
+
 /// A replica stopped (SIGSTOP) from outside while its request is decided: the run does not
 /// wait its safety timeout out, but fails at once with one line saying the process was
 /// stopped; then the stopped replica is killed and every replica reaped.
@@ -729,7 +762,11 @@ fn the_json_report_says_what_was_held() {
 /// `holder`'s last write as the dependency logged it.
 fn late_write(report: &ReplicasReport, holder: &str) -> Effect {
     let engine = report.evidence.engine.as_ref().expect("global permits");
-    let mut effects = engine.effects.iter();
+    let effects = engine
+        .effects
+        .as_deref()
+        .expect("the dependency's log was read");
+    let mut effects = effects.iter();
     effects
         .rfind(|e| e.holder == holder && e.phase == WorkEnd::End)
         .cloned()
