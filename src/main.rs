@@ -207,7 +207,8 @@ fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
     Ok(json + "\n")
 }
 
-/// Writes the rendered output, then exits 1 with `failure` if there is one.
+/// Writes the rendered output, then exits 1 with `failure` if there is one (and with it what
+/// could not be written, if the output could not).
 fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
     let rendered = match rendered {
         Ok(rendered) => rendered,
@@ -219,8 +220,13 @@ fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
         .and_then(|()| stdout.flush())
     {
         // A reader that closed the pipe early (`| head`) has what it wanted: not a crash.
+        // Otherwise the run's own failure, if it failed, still comes first: it happened first.
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            return fail(&format!("cannot write to stdout: {e}"));
+            let unwritten = format!("cannot write to stdout: {e}");
+            return fail(&match failure {
+                Some(failure) => format!("{failure}; then {unwritten}"),
+                None => unwritten,
+            });
         }
         _ => {}
     }

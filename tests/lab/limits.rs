@@ -139,9 +139,9 @@ fn runs_under_resource_limits_end_the_same_way_ten_times_over() {
 }
 
 /// Output past the file-size limit (`ulimit -f`): the run, or `hold`, says it cannot write it,
-/// in one line, exit 1, rather than being killed without a word by the SIGXFSZ the kernel sends
-/// with the failed write. The limit leaves room for that line on stderr (a file too), not for
-/// the report.
+/// in one line, exit 1 (after the run's own failure, if it failed), rather than being killed
+/// without a word by the SIGXFSZ the kernel sends with the failed write. The limit leaves room
+/// for that line on stderr (a file too), not for the report.
 #[test]
 fn output_past_the_file_size_limit_fails_in_one_line() {
     let dir = crate::common::temp_dir("fsize").expect("a scratch directory");
@@ -164,6 +164,26 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
             "{context}"
         );
     }
+    // The record of a failed run: its failure first, as it came first, then the write's.
+    let failed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/block-out-of-descriptors.json"
+    );
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    let ran = limited(&mut lab, libc::RLIMIT_FSIZE, 512)
+        .args(["record", failed])
+        .stdin(Stdio::null())
+        .stdout(file("out"))
+        .stderr(file("err"))
+        .status()
+        .expect("the lab starts");
+    let said = std::fs::read_to_string(dir.path().join("err")).expect("its stderr");
+    assert_eq!(ran.code(), Some(1), "{said}");
+    assert_eq!(said.lines().count(), 1, "{said}");
+    let failure = "the run did not match the policy model: shared: stalled:";
+    assert!(said.contains(failure), "{said}");
+    let then = "; then cannot write to stdout: File too large (os error 27)\n";
+    assert!(said.ends_with(then), "{said}");
 }
 
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
