@@ -84,6 +84,14 @@ fn section(front: Front, policy: Policy) -> (Arc<WorkSection>, RunToken) {
     (Arc::new(section), token)
 }
 
+/// An outside client of the fronts: reqwest, no proxy.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("a client")
+}
+
 /// A front started bare on `127.0.0.1:0` with no hooks, and what a test reads of it.
 struct Bare {
     section: Arc<WorkSection>,
@@ -261,17 +269,8 @@ mod screening {
     async fn strays_are_answered_before_admission() {
         for front in Front::ALL {
             let policy = Case::new(Mode::Shared, 2, 1).policy();
-            let super::Bare {
-                section,
-                token,
-                address,
-                running,
-                ..
-            } = super::bare(front, policy, SAFETY_TIMEOUT);
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .expect("a client");
+            let bare = super::bare(front, policy, SAFETY_TIMEOUT);
+            let client = super::client();
             let strays = [
                 (
                     reqwest::Method::GET,
@@ -296,8 +295,8 @@ mod screening {
                 ),
             ];
             for (method, path, label, status, error) in strays {
-                let request = client.request(method, format!("http://{address}{path}"));
-                let mut request = request.header(TOKEN_HEADER, token.header_value());
+                let request = client.request(method, format!("http://{}{path}", bare.address));
+                let mut request = request.header(TOKEN_HEADER, bare.token.header_value());
                 if let Some(label) = label {
                     request = request.header(LABEL_HEADER, label);
                 }
@@ -311,8 +310,12 @@ mod screening {
                 let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
                 assert_eq!(body["error"], error, "{context}: {body}");
             }
-            assert_eq!(section.events(), [], "{front:?}: none reached admission");
-            let stopped = running.stop().await.expect("the server stops");
+            assert_eq!(
+                bare.section.events(),
+                [],
+                "{front:?}: none reached admission"
+            );
+            let stopped = bare.running.stop().await.expect("the server stops");
             assert_eq!(stopped.error, None, "{front:?}: {:?}", stopped.summary);
             drop(client);
         }
@@ -346,10 +349,7 @@ mod foreign {
                 running,
                 ..
             } = super::bare(front, policy, SAFETY_TIMEOUT);
-            let client = reqwest::Client::builder()
-                .no_proxy()
-                .build()
-                .expect("a client");
+            let client = super::client();
 
             let attempts = [
                 ("/fast", None, 403),

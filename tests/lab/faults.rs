@@ -207,19 +207,8 @@ fn a_gate_that_never_opens(runs: Vec<Failed>) {
 /// run fails on the safety timeout; closing opens the gate and the held work finishes.
 fn a_silent_observer(runs: Vec<Failed>) {
     for failed in runs {
-        let failure = &failed.failure;
-        assert!(failure.is_stall(), "{failure:?}");
-        assert_eq!(
-            (failure.step, failure.request),
-            (Step::Slow, Some(Label::Slow(1)))
-        );
-        assert!(
-            failure.to_string().contains("no admission decision for S1"),
-            "{failure}"
-        );
-        let events = failed.run.report.work_events.iter();
-        let s1 = events.filter(|e| e.request == Some(Label::Slow(1)));
-        let s1: Vec<_> = s1.map(|e| e.event).collect();
+        let (line, s1) = stalled_in_s1s_step(&failed);
+        assert!(line.contains("no admission decision for S1"), "{line}");
         assert_eq!(s1, [Event::Admitted, Event::Held, Event::Finished]);
     }
 }
@@ -228,23 +217,25 @@ fn a_silent_observer(runs: Vec<Failed>) {
 /// decision; closing lets the work go, and it finishes.
 fn work_admitted_but_not_held(runs: Vec<Failed>) {
     for failed in runs {
-        let failure = &failed.failure;
-        assert!(failure.is_stall(), "{failure:?}");
-        assert_eq!(
-            (failure.step, failure.request),
-            (Step::Slow, Some(Label::Slow(1)))
-        );
-        let line = failure.to_string();
-        assert!(
-            line.starts_with("stalled: S1 was admitted but not held at the gate within"),
-            "{line}"
-        );
-        let events = failed.run.report.work_events.iter();
-        let s1 = events.filter(|e| e.request == Some(Label::Slow(1)));
-        let s1: Vec<_> = s1.map(|e| e.event).collect();
+        let (line, s1) = stalled_in_s1s_step(&failed);
+        let said = "stalled: S1 was admitted but not held at the gate within";
+        assert!(line.starts_with(said), "{line}");
         assert_eq!(s1.first(), Some(&Event::Admitted), "{s1:?}");
         assert_eq!(s1.last(), Some(&Event::Finished), "{s1:?}");
     }
+}
+
+/// A run that stalled in S1's step: its failure's line, and S1's events in its ledger.
+fn stalled_in_s1s_step(failed: &Failed) -> (String, Vec<Event>) {
+    let failure = &failed.failure;
+    assert!(failure.is_stall(), "{failure:?}");
+    assert_eq!(
+        (failure.step, failure.request),
+        (Step::Slow, Some(Label::Slow(1)))
+    );
+    let events = failed.run.report.work_events.iter();
+    let s1 = events.filter(|e| e.request == Some(Label::Slow(1)));
+    (failure.to_string(), s1.map(|e| e.event).collect())
 }
 
 /// A slow caller that disconnects while held. On the async front Hyper drops the handler: the

@@ -146,7 +146,8 @@ fn runs_under_resource_limits_end_the_same_way_ten_times_over() {
 fn output_past_the_file_size_limit_fails_in_one_line() {
     let dir = crate::common::temp_dir("fsize").expect("a scratch directory");
     let file = |name: &str| std::fs::File::create(dir.path().join(name)).expect("a file");
-    for args in [&[][..], &["hold", "--counts", "10"]] {
+    // The lab with `args`, its output and errors to files: how it ended, and its stderr.
+    let run = |args: &[&str]| {
         let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
         let ran = limited(&mut lab, libc::RLIMIT_FSIZE, 512)
             .args(args)
@@ -156,6 +157,10 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
             .status()
             .expect("the lab starts");
         let said = std::fs::read_to_string(dir.path().join("err")).expect("its stderr");
+        (ran, said)
+    };
+    for args in [&[][..], &["hold", "--counts", "10"]] {
+        let (ran, said) = run(args);
         let command = format!("isolation-lab {}", args.join(" "));
         let context = format!("{}: {ran}, stderr {said:?}", command.trim_end());
         assert_eq!(ran.code(), Some(1), "{context}");
@@ -169,15 +174,7 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/block-out-of-descriptors.json"
     );
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-    let ran = limited(&mut lab, libc::RLIMIT_FSIZE, 512)
-        .args(["record", failed])
-        .stdin(Stdio::null())
-        .stdout(file("out"))
-        .stderr(file("err"))
-        .status()
-        .expect("the lab starts");
-    let said = std::fs::read_to_string(dir.path().join("err")).expect("its stderr");
+    let (ran, said) = run(&["record", failed]);
     assert_eq!(ran.code(), Some(1), "{said}");
     assert_eq!(said.lines().count(), 1, "{said}");
     let failure = "the run did not match the policy model: shared: stalled:";
