@@ -723,6 +723,9 @@ impl ReplicasRun {
     ) -> Result<bool> {
         let mut pace = pace(self.probe_pace());
         while since.elapsed() <= limit {
+            // Probes may go on for a lease: a replica that dies or is stopped meanwhile is
+            // named now, not only when the release reaches it.
+            self.all_still_there(probed).await?;
             let sent = self.probe(probed, since).await?;
             let (done, refused) = (done(&sent), sent.decision == Decision::Refused);
             probes.push(sent);
@@ -734,6 +737,28 @@ impl ReplicasRun {
             }
         }
         Ok(false)
+    }
+
+    /// Fails naming the first replica whose process has died or been stopped from outside (a
+    /// replica the run paused is stopped by the run), while the run probes `probed`.
+    async fn all_still_there(&mut self, probed: ReplicaId) -> Result<()> {
+        let doing = format!("while the run probed {probed}");
+        for replica in &mut self.replicas {
+            let Some(front) = &replica.front else {
+                continue;
+            };
+            let state = crate::procfs::ProcessStat::read(front.pid()).map(|s| s.state);
+            match state {
+                // Dead: a zombie, or already reaped by its reaper.
+                Ok('Z') | Err(_) => return Err(replica.died(doing).await),
+                Ok('T') if !replica.paused => {
+                    let id = replica.id;
+                    bail!("{id} was found stopped ({doing}): its process was stopped by SIGSTOP");
+                }
+                Ok(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// Opens every live replica's gate and collects every held caller's response.

@@ -535,6 +535,24 @@ async fn a_replica_that_dies_fails_the_run_cleanly() {
     nothing_left(&report);
 }
 
+/// A replica with nothing to do killed while the run probes another for a lease (10 s here): it
+/// is named at the next probe, not when the release reaches it a lease later.
+#[tokio::test]
+async fn an_idle_replica_that_dies_is_named_while_the_run_probes() {
+    if !redis_or_skip("an_idle_replica_that_dies_is_named_while_the_run_probes") {
+        return;
+    }
+    let options = broken(Break {
+        replica_dies: Some(ReplicaId(3)),
+        ..Break::default()
+    });
+    let report = run(inputs(3, 2, 4, Engine::Local, 10_000), options).await;
+    let failure = report.failure.clone().expect("the run failed");
+    let said = "r3 died unexpectedly (while the run probed r1): its process killed by SIGKILL";
+    assert!(failure.starts_with(said), "{failure}");
+    nothing_left(&report);
+}
+
 /// The paused replica (r2) killed before the run continues it: the run fails naming it, and what
 /// was read during the pause stands — Redis's holders then, which the model reads the paused
 /// holders against — rather than an empty list saying every lease had lapsed.
