@@ -37,6 +37,7 @@ use crate::hooks::NoHooks;
 use crate::interrupts::Interrupts;
 use crate::label::Label;
 use crate::policy::Front;
+use crate::procfs::is_stopped;
 use crate::redis_pool::{GlobalPermits, LocalRedis};
 
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
@@ -856,9 +857,22 @@ impl ReplicasRun {
                 trouble.get_or_insert(problem);
             }
         }
-        // The evidence of the engine is there whenever the engine is (see `start_engine`).
+        // The evidence of the engine is there whenever the engine is (see `start_engine`). A
+        // private server stopped from outside answers nothing: its log and keys go with it when
+        // it is killed below, rather than each read waiting out Redis's timeout first.
         let permits = self.permits.take();
-        if let (Some(permits), Some(seen)) = (&permits, &mut self.evidence.engine) {
+        let silent = self
+            .local
+            .as_ref()
+            .is_some_and(|local| is_stopped(local.pid()));
+        if silent {
+            trouble.get_or_insert_with(|| {
+                "the private redis-server was stopped (SIGSTOP): its log and the run's keys \
+                 went with it"
+                    .to_owned()
+            });
+        }
+        if !silent && let (Some(permits), Some(seen)) = (&permits, &mut self.evidence.engine) {
             match permits.effects().await {
                 Ok(effects) => seen.effects = Some(effects),
                 Err(e) => {
