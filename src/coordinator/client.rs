@@ -323,6 +323,13 @@ mod tests {
                             Ends::SayingSo => break,
                             Ends::Silently(told) => {
                                 told.notified().await;
+                                // Its end of stream sent, and taken in on the client's side:
+                                // the client's kernel acknowledged the FIN (FIN_WAIT2 here),
+                                // so the client's next read sees it, however loaded the machine.
+                                let _ = stream.shutdown().await;
+                                while !fin_acknowledged(&stream) {
+                                    tokio::task::yield_now().await;
+                                }
                                 break;
                             }
                         }
@@ -333,6 +340,28 @@ mod tests {
             }
         });
         (address, accepted, closes)
+    }
+
+    /// Whether the peer has acknowledged this socket's FIN: `TCP_INFO` says FIN_WAIT2 (or the
+    /// connection is gone further, or cannot be read).
+    fn fin_acknowledged(stream: &tokio::net::TcpStream) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tcp_info is plain integers, for which all zeros is a valid value.
+        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut length = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: the descriptor is the stream's own, open; getsockopt writes at most `length`
+        // bytes into `info`, which has that many.
+        let read = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&raw mut info).cast(),
+                &mut length,
+            )
+        };
+        // Linux's TCP states: 4 FIN_WAIT1, 5 FIN_WAIT2.
+        read != 0 || info.tcpi_state != 4
     }
 
     fn client(address: SocketAddr) -> Client {
@@ -390,8 +419,6 @@ mod tests {
         assert_eq!(client.idle().len(), 1, "nothing said it closes");
         told.notify_one();
         closes.recv().await.expect("the server closed it");
-        // A yield lets the runtime read the socket's news: its end of stream is there to see.
-        tokio::task::yield_now().await;
         let answer = client
             .call(Label::F1)
             .await
