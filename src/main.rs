@@ -210,9 +210,14 @@ fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
 /// Writes the rendered output, then exits 1 with `failure` if there is one (and with it what
 /// could not be written, if the output could not).
 fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
+    // The run's own failure, if it failed, comes first: it happened first.
+    let after_failure = |then: String| match failure {
+        Some(failure) => format!("{failure}; then {then}"),
+        None => then,
+    };
     let rendered = match rendered {
         Ok(rendered) => rendered,
-        Err(reason) => return fail(&format!("{reason:#}")),
+        Err(reason) => return fail(&after_failure(format!("{reason:#}"))),
     };
     let mut stdout = std::io::stdout().lock();
     match stdout
@@ -220,13 +225,8 @@ fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
         .and_then(|()| stdout.flush())
     {
         // A reader that closed the pipe early (`| head`) has what it wanted: not a crash.
-        // Otherwise the run's own failure, if it failed, still comes first: it happened first.
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            let unwritten = format!("cannot write to stdout: {e}");
-            return fail(&match failure {
-                Some(failure) => format!("{failure}; then {unwritten}"),
-                None => unwritten,
-            });
+            return fail(&after_failure(format!("cannot write to stdout: {e}")));
         }
         _ => {}
     }

@@ -197,6 +197,17 @@ impl Exit {
     }
 }
 
+impl Exit {
+    /// How it ended, as the rest of a sentence whose subject is the process: `exited with
+    /// code 1`, `was killed by SIGKILL (9)`.
+    pub(crate) fn said(&self) -> String {
+        match (self.code, self.signal) {
+            (None, Some(_)) => format!("was {self}"),
+            _ => self.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for Exit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.code, self.signal) {

@@ -124,8 +124,9 @@ pub struct PauseEvidence {
     pub admitted_after_ms: Option<f64>,
     /// Then: the requests inside each replica's work section (the paused one's still there).
     pub in_sections: BTreeMap<ReplicaId, Vec<Label>>,
-    /// Then: the engine's holders.
-    pub engine_holders: Vec<String>,
+    /// Then: the engine's holders; absent if they could not be read (the run then failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_holders: Option<Vec<String>>,
     /// The replica was continued (SIGCONT) afterwards.
     pub resumed: bool,
 }

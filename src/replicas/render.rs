@@ -351,7 +351,7 @@ fn leases(report: &ReplicasReport) -> String {
         } else {
             String::new()
         };
-        let engine = joined(&pause.engine_holders, " ");
+        let engine = joined(pause.engine_holders.iter().flatten(), " ");
         let lesson = report.matches_model;
         let mut note = format!(
             "Pause: {paused} was stopped (SIGSTOP) holding {}.",

@@ -37,7 +37,7 @@ use crate::hooks::NoHooks;
 use crate::interrupts::Interrupts;
 use crate::label::Label;
 use crate::policy::Front;
-use crate::procfs::is_stopped;
+use crate::procfs::{ProcessStat, is_stopped};
 use crate::redis_pool::{GlobalPermits, LocalRedis};
 
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
@@ -160,7 +160,12 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     let failure = match ended {
         Err(e) if interrupted => Some(match trouble {
             Some(trouble) => format!("{e}; then {trouble}"),
-            None if run.evidence.engine.is_some() => {
+            None if run
+                .evidence
+                .engine
+                .as_ref()
+                .is_some_and(|e| e.cleanup.is_some()) =>
+            {
                 format!("{e}: everything the run started was stopped and its keys deleted")
             }
             None => format!("{e}: everything the run started was stopped"),
@@ -629,22 +634,31 @@ impl ReplicasRun {
         if let Some(pause) = &mut self.evidence.pause {
             pause.probes = probes;
             pause.admitted_after_ms = admitted_after_ms;
+            pause.in_sections = in_sections;
         }
         ended?;
         let engine_holders = self
             .engine_holders("reading who holds the permits during the pause")
             .await?;
-        // Who was inside, kept only with who Redis said held the permits then: the model reads
-        // one against the other (an empty list of holders would say every lease had lapsed).
-        // Both are kept before the resume, which fails if the paused replica died meanwhile.
+        // Kept before the resume, which fails if the paused replica died meanwhile: the model
+        // reads who was inside against who Redis said held the permits then.
         if let Some(pause) = &mut self.evidence.pause {
-            pause.in_sections = in_sections;
-            pause.engine_holders = engine_holders.into_iter().map(|h| h.holder).collect();
+            pause.engine_holders = Some(engine_holders.into_iter().map(|h| h.holder).collect());
         }
         let dies = self.options.hooks.paused_replica_dies();
         let replica = self.replica(plan.paused)?;
         if dies && let Some(front) = &replica.front {
             let _ = front.kill();
+            // Dead before the continue, as a replica killed during the pause would be.
+            let pid = front.pid();
+            let died = async {
+                while !dead(pid) {
+                    tokio::task::yield_now().await;
+                }
+            };
+            tokio::time::timeout(replica.safety_timeout, died)
+                .await
+                .context("the paused replica killed did not die")?;
         }
         replica.resume().await?;
         if let Some(pause) = &mut self.evidence.pause {
@@ -748,15 +762,18 @@ impl ReplicasRun {
             let Some(front) = &replica.front else {
                 continue;
             };
-            let state = crate::procfs::ProcessStat::read(front.pid()).map(|s| s.state);
-            match state {
-                // Dead: a zombie, or already reaped by its reaper.
-                Ok('Z') | Err(_) => return Err(replica.died(doing).await),
-                Ok('T') if !replica.paused => {
-                    let id = replica.id;
+            let id = replica.id;
+            if dead(front.pid()) {
+                return Err(replica.died(doing).await);
+            }
+            match ProcessStat::read(front.pid()) {
+                Ok(stat) if stat.stopped() && !replica.paused => {
                     bail!("{id} was found stopped ({doing}): its process was stopped by SIGSTOP");
                 }
                 Ok(_) => {}
+                // Read again at the next probe: a dead one reads as `dead`.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => bail!("reading {id}'s state ({doing}): {e}"),
             }
         }
         Ok(())
@@ -1082,7 +1099,10 @@ impl Replica {
         match tokio::time::timeout(self.safety_timeout, front.wait()).await {
             Ok(Ok(exit)) => {
                 self.evidence.exit = Some(exit.to_string());
-                anyhow!("{id} died unexpectedly ({doing}): its process {exit}")
+                anyhow!(
+                    "{id} died unexpectedly ({doing}): its process {}",
+                    exit.said()
+                )
             }
             _ => anyhow!("{id} stopped answering ({doing})"),
         }
@@ -1094,14 +1114,23 @@ impl Replica {
             return Ok(());
         }
         self.paused = false;
+        // SIGCONT fails on our own child once it is reaped, and succeeds on one killed and not
+        // yet reaped: a dead one is a zombie, or gone.
         if let Some(front) = &self.front
-            && front.resume().is_err()
+            && (front.resume().is_err() || dead(front.pid()))
         {
-            // The only way SIGCONT fails on our own unreaped child: it is no longer there.
             return Err(self.died("while it was paused".into()).await);
         }
         self.evidence.signals.push("SIGCONT: continued".into());
         Ok(())
+    }
+}
+
+/// Whether process `pid`, a child of the lab's, has died: a zombie not yet reaped, or gone.
+fn dead(pid: u32) -> bool {
+    match ProcessStat::read(pid) {
+        Ok(stat) => stat.state == 'Z',
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }
 

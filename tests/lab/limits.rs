@@ -120,10 +120,11 @@ fn load_floor_mib() -> u64 {
 const DATA_MIB: [u64; 2] = [3, 4];
 
 /// Every front under every open-file limit from 4 to 16, under small address-space limits and
-/// under small private-memory limits, once each. Each run must exit 0 with a matching JSON report, or exit 1 with exactly one line
-/// on stderr (and a report, if it printed one, that says every handler was joined). A run killed
-/// after [`KILL_AFTER`] or ended by a signal fails the test — but for the allocator's own abort
-/// under an address-space limit, which no code of the lab's can catch.
+/// under small private-memory limits, once each. Each run must exit 0 with a matching JSON
+/// report, or exit 1 with exactly one line on stderr (and a report, if it printed one, that says
+/// every handler was joined). A run killed after [`KILL_AFTER`] or ended by a signal fails the
+/// test — but under a memory limit for an abort no code of the lab's can catch: the allocator's
+/// or the C library's, or std's when a thread cannot map its signal stack.
 #[test]
 fn runs_under_resource_limits_end_with_a_report_or_one_line() {
     every_shape_under_every_limit(1);

@@ -201,7 +201,7 @@ fn ceilings(report: &HoldReport) -> String {
     format!(
         "Ceilings here (the most requests each front can hold): {}. Read: vm.max_map_count {}, \
          kernel.pid_max {}, kernel.threads-max {}, RLIMIT_NPROC {}, RLIMIT_NOFILE {}, ports \
-         {}-{} per source address, net.core.somaxconn {}, RLIMIT_AS {}.",
+         {}-{} per source address, net.core.somaxconn {}, RLIMIT_AS {}, RLIMIT_DATA {}.",
         reach.join(", "),
         limits.max_map_count,
         limits.pid_max,
@@ -217,6 +217,9 @@ fn ceilings(report: &HoldReport) -> String {
         limits.somaxconn,
         limits
             .address_space
+            .map_or("unlimited".into(), |n| format!("{n} bytes")),
+        limits
+            .data
             .map_or("unlimited".into(), |n| format!("{n} bytes")),
     )
 }
