@@ -342,26 +342,12 @@ mod tests {
         (address, accepted, closes)
     }
 
-    /// Whether the peer has acknowledged this socket's FIN: `TCP_INFO` says FIN_WAIT2 (or the
-    /// connection is gone further, or cannot be read).
+    /// Whether the peer has acknowledged this socket's FIN: `TCP_INFO` no longer says
+    /// FIN_WAIT1 (4 in Linux's numbering; FIN_WAIT2 is next), or cannot be read.
     fn fin_acknowledged(stream: &tokio::net::TcpStream) -> bool {
-        use std::os::fd::AsRawFd;
-        // SAFETY: tcp_info is plain integers, for which all zeros is a valid value.
-        let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-        let mut length = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-        // SAFETY: the descriptor is the stream's own, open; getsockopt writes at most `length`
-        // bytes into `info`, which has that many.
-        let read = unsafe {
-            libc::getsockopt(
-                stream.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                (&raw mut info).cast(),
-                &mut length,
-            )
-        };
-        // Linux's TCP states: 4 FIN_WAIT1, 5 FIN_WAIT2.
-        read != 0 || info.tcpi_state != 4
+        use std::os::fd::AsFd;
+        let info = crate::server::runtimes::tcp_info(stream.as_fd());
+        !info.is_ok_and(|info| info.tcpi_state == 4)
     }
 
     fn client(address: SocketAddr) -> Client {

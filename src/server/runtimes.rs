@@ -340,13 +340,19 @@ impl Drop for FrontThread {
 /// socket of the machine each time.
 #[cfg(target_os = "linux")]
 fn accept_queue(listening: BorrowedFd<'_>) -> std::io::Result<usize> {
+    Ok(tcp_info(listening)?.tcpi_unacked as usize)
+}
+
+/// What Linux's `TCP_INFO` says of `socket`: its state, queues and counters.
+#[cfg(target_os = "linux")]
+pub(crate) fn tcp_info(socket: BorrowedFd<'_>) -> std::io::Result<libc::tcp_info> {
     let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
     let mut length = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `listening` is an open socket for the call's duration; `info` is a zeroed
+    // SAFETY: `socket` is an open socket for the call's duration; `info` is a zeroed
     // `tcp_info` of `length` bytes, which the kernel fills at most.
     let done = unsafe {
         libc::getsockopt(
-            listening.as_raw_fd(),
+            socket.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
             info.as_mut_ptr().cast(),
@@ -357,8 +363,7 @@ fn accept_queue(listening: BorrowedFd<'_>) -> std::io::Result<usize> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: zeroed, then written by the kernel: every field is a plain integer.
-    let info = unsafe { info.assume_init() };
-    Ok(info.tcpi_unacked as usize)
+    Ok(unsafe { info.assume_init() })
 }
 
 /// Elsewhere the kernel does not say.
