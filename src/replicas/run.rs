@@ -763,16 +763,16 @@ impl ReplicasRun {
                 continue;
             };
             let id = replica.id;
-            if dead(front.pid()) {
-                return Err(replica.died(doing).await);
-            }
             match ProcessStat::read(front.pid()) {
+                // Dead: a zombie, or already reaped by its reaper.
+                Ok(stat) if stat.state == 'Z' => return Err(replica.died(doing).await),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(replica.died(doing).await);
+                }
                 Ok(stat) if stat.stopped() && !replica.paused => {
                     bail!("{id} was found stopped ({doing}): its process was stopped by SIGSTOP");
                 }
                 Ok(_) => {}
-                // Read again at the next probe: a dead one reads as `dead`.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => bail!("reading {id}'s state ({doing}): {e}"),
             }
         }

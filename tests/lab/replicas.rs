@@ -100,6 +100,14 @@ fn broken(broken: Break) -> ReplicasOptions {
     }
 }
 
+/// A run of `inputs` broken as `broken` says, which fails with a line starting with `said`.
+async fn failing(inputs: ReplicasInputs, broken: Break, said: &str) -> ReplicasReport {
+    let report = run(inputs, self::broken(broken)).await;
+    let failure = report.failure.as_deref().unwrap_or("(no failure)");
+    assert!(failure.starts_with(said), "{failure}");
+    report
+}
+
 async fn run(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport {
     tokio::time::timeout(GUARD, run_with(inputs, options))
         .await
@@ -542,14 +550,12 @@ async fn an_idle_replica_that_dies_is_named_while_the_run_probes() {
     if !redis_or_skip("an_idle_replica_that_dies_is_named_while_the_run_probes") {
         return;
     }
-    let options = broken(Break {
+    let broken = Break {
         replica_dies: Some(ReplicaId(3)),
         ..Break::default()
-    });
-    let report = run(inputs(3, 2, 4, Engine::Local, 10_000), options).await;
-    let failure = report.failure.clone().expect("the run failed");
+    };
     let said = "r3 died unexpectedly (while the run probed r1): its process was killed by SIGKILL";
-    assert!(failure.starts_with(said), "{failure}");
+    let report = failing(inputs(3, 2, 4, Engine::Local, 10_000), broken, said).await;
     nothing_left(&report);
 }
 
@@ -561,14 +567,12 @@ async fn a_paused_replica_that_dies_leaves_the_pause_as_it_was_read() {
     if !redis_or_skip("a_paused_replica_that_dies_leaves_the_pause_as_it_was_read") {
         return;
     }
-    let options = broken(Break {
+    let broken = Break {
         paused_replica_dies: true,
         ..Break::default()
-    });
-    let report = run(inputs(2, 2, 4, Engine::Local, 200), options).await;
-    let failure = report.failure.clone().expect("the run failed");
+    };
     let said = "r2 died unexpectedly (while it was paused): its process was killed by SIGKILL";
-    assert!(failure.starts_with(said), "{failure}");
+    let report = failing(inputs(2, 2, 4, Engine::Local, 200), broken, said).await;
     let pause = report
         .evidence
         .pause
