@@ -374,7 +374,7 @@ mod tests {
         assert_eq!(firsts[0].as_ptr(), firsts[1].as_ptr(), "one chunk, shared");
         let mut stream = journal.follow().expect("the session is on");
         let mut past = String::new();
-        // Four frames: three whole chunks of about 200 KB, then the rest.
+        // Four frames: the journal of about 200 KB in three whole chunks, then the rest.
         for _ in 0..4 {
             past.push_str(&text(&mut stream).await);
         }
