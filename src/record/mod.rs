@@ -358,6 +358,10 @@ pub enum Says {
         capacity: usize,
         /// For a refusal, the requests holding the pool's permits.
         held_by: Vec<Label>,
+        /// Whether the decision came after the gate opened (`work_events`: its `seq` after
+        /// `gate_opened`'s), as a request left unread until release is decided.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        after_release: bool,
     },
     /// `slow_callers_pending_before_release`: admitted slow callers with no response yet.
     Pending {
@@ -382,10 +386,23 @@ pub enum Says {
         /// F1's HTTP status.
         status: u16,
     },
+    /// An entry of `executor/unread`: a request its front could not read before release
+    /// (`--work block`), its connection waiting in the listener's accept queue.
+    Unread {
+        /// The request.
+        request: Label,
+        /// Connections in the accept queue when it was seen there, this one the last.
+        accept_queue: usize,
+    },
     /// `observer_after_fast_before_release/held_at_gate`: the slow work still held after F1.
     StillHeld {
         /// The held requests.
         requests: Vec<Label>,
+        /// Whether F1 sat unread then, with no response (`fast_response_before_release` is
+        /// null and `executor/unread` names F1): the snapshot follows F1's sending, not a
+        /// response.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        f1_unread: bool,
     },
     /// `observer_before_fast/active_work/<pool>`: a pool other than the slow one, with
     /// permits free while slow requests were refused — the price of the reservation.
@@ -509,6 +526,19 @@ fn cite_policy(
     };
     let observed = &policy.observed;
     let capacity = |pool: Pool| policy.pool_capacities.get(&pool).copied().unwrap_or(0);
+    // A request left unread until release (`--work block`) is decided after the gate opened:
+    // its decision is cited after release, not among the held work's or F1's.
+    let gate = policy
+        .work_events
+        .iter()
+        .find(|e| e.event == Event::GateOpened);
+    let after_release = |request: Label| {
+        let decided = policy
+            .work_events
+            .iter()
+            .find(|e| e.request == Some(request) && e.event.is_decision());
+        matches!((gate, decided), (Some(gate), Some(decided)) if decided.seq > gate.seq)
+    };
     let admission = |a: &AdmissionRecord| Says::Admission {
         request: a.request,
         pool: a.pool,
@@ -516,7 +546,13 @@ fn cite_policy(
         active_after: a.active_after,
         capacity: capacity(a.pool),
         held_by: a.held_by.clone().unwrap_or_default(),
+        after_release: after_release(a.request),
     };
+    let unread = observed
+        .executor
+        .iter()
+        .flat_map(|w| w.unread.iter().enumerate());
+    let f1_unread = unread.clone().find(|(_, u)| u.request == Label::F1);
     // The slow callers' responses received in `phase`, in the order they arrived.
     let slow_responses = |phase: Phase| {
         let found = observed.responses.iter().enumerate();
@@ -530,7 +566,7 @@ fn cite_policy(
 
     // The held slow requests' decisions, in the order they were sent.
     for (i, a) in policy.admissions.iter().enumerate() {
-        if matches!(a.request, Label::Slow(_)) {
+        if matches!(a.request, Label::Slow(_)) && !after_release(a.request) {
             cite(
                 Line::Admission,
                 &["admissions", &i.to_string()],
@@ -539,11 +575,11 @@ fn cite_policy(
         }
     }
     if let Some(pending) = &observed.slow_callers_pending_before_release {
-        let unread = observed.executor.iter().flat_map(|w| &w.unread);
         let says = Says::Pending {
             requests: pending.clone(),
             unread: unread
-                .map(|u| u.request)
+                .clone()
+                .map(|(_, u)| u.request)
                 .filter(|r| pending.contains(r))
                 .collect(),
         };
@@ -575,11 +611,20 @@ fn cite_policy(
         }
     }
 
-    // F1 while the slow work is held.
+    // F1 while the slow work is held: its decision, or its connection left unread.
     let mut admissions = policy.admissions.iter().enumerate();
-    if let Some((i, a)) = admissions.find(|(_, a)| a.request == Label::F1) {
+    let f1 = admissions.find(|(_, a)| a.request == Label::F1);
+    if let Some((i, a)) = f1.filter(|(_, a)| !after_release(a.request)) {
         let path = ["admissions", &i.to_string()];
         cite(Line::FastBeforeRelease, &path, admission(a));
+    }
+    if let Some((i, u)) = f1_unread {
+        let says = Says::Unread {
+            request: u.request,
+            accept_queue: u.accept_queue,
+        };
+        let path = ["executor", "unread", &i.to_string()];
+        cite(Line::FastBeforeRelease, &path, says);
     }
     if let Some(f1) = &observed.fast_response_before_release {
         let says = Says::FastResponse { status: f1.status };
@@ -589,16 +634,23 @@ fn cite_policy(
     if let Some(after) = &observed.observer_after_fast_before_release {
         let says = Says::StillHeld {
             requests: after.held_at_gate.clone(),
+            f1_unread: f1_unread.is_some() && observed.fast_response_before_release.is_none(),
         };
         let path = ["observer_after_fast_before_release", "held_at_gate"];
         cite(Line::FastBeforeRelease, &path, says);
     }
 
-    // Release, and the end.
+    // Release, the decisions it let be made, and the end.
     let mut events = policy.work_events.iter().enumerate();
     if let Some((i, event)) = events.find(|(_, e)| e.event == Event::GateOpened) {
         let says = Says::GateOpened { seq: event.seq };
         cite(Line::AfterRelease, &["work_events", &i.to_string()], says);
+    }
+    for (i, a) in policy.admissions.iter().enumerate() {
+        if matches!(a.request, Label::Slow(_) | Label::F1) && after_release(a.request) {
+            let path = ["admissions", &i.to_string()];
+            cite(Line::AfterRelease, &path, admission(a));
+        }
     }
     for (i, r) in slow_responses(Phase::AfterRelease) {
         cite(

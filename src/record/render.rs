@@ -176,19 +176,27 @@ fn says(says: &Says) -> String {
             decision: Decision::Admitted,
             active_after,
             capacity,
+            after_release,
             ..
         } => {
-            format!("{request} admitted: took a {pool} permit, {active_after} of {capacity} taken")
+            let when = if *after_release { " after release" } else { "" };
+            format!(
+                "{request} admitted{when}: took a {pool} permit, {active_after} of {capacity} taken"
+            )
         }
         Says::Admission {
             request,
             pool,
             held_by,
+            after_release,
             ..
-        } => format!(
-            "{request} refused: no {pool} permit free, held by {}",
-            labels(held_by)
-        ),
+        } => {
+            let when = if *after_release { " after release" } else { "" };
+            format!(
+                "{request} refused{when}: no {pool} permit free, held by {}",
+                labels(held_by)
+            )
+        }
         Says::Pending { requests, unread } => match requests.len() {
             0 => "no admitted slow caller waiting for its response before release".to_owned(),
             _ if !unread.is_empty() => {
@@ -212,13 +220,27 @@ fn says(says: &Says) -> String {
         Says::FastResponse { status } => {
             format!("F1's actual response before release: {status}")
         }
-        Says::StillHeld { requests } => match requests.len() {
-            0 => "no slow work held at the gate after F1's response".to_owned(),
-            _ => format!(
-                "{} still held at the gate after F1's response",
-                labels(requests)
-            ),
-        },
+        Says::Unread {
+            request,
+            accept_queue,
+        } => format!(
+            "{request} not read before release: its connection waited in the listener's accept \
+             queue ({accept_queue} there)"
+        ),
+        Says::StillHeld {
+            requests,
+            f1_unread,
+        } => {
+            let after = if *f1_unread {
+                "while F1 sat unread"
+            } else {
+                "after F1's response"
+            };
+            match requests.len() {
+                0 => format!("no slow work held at the gate {after}"),
+                _ => format!("{} still held at the gate {after}", labels(requests)),
+            }
+        }
         Says::IdlePermits {
             pool,
             taken,

@@ -217,11 +217,46 @@ fn check(report: &Value, cited: &Value, lines: &[&str]) -> String {
             let pool = says["pool"].as_str().expect("a pool");
             assert_eq!(capacities[pool], says["capacity"], "capacity: {context}");
             words.extend([word(&says["request"]), word(&says["decision"])]);
+            // Cited after release exactly when the ledger decided it after the gate opened.
+            let events = at(report, &format!("{}/work_events", policy_of(pointer)));
+            let seq_of = |wanted: &dyn Fn(&Value) -> bool| {
+                let events = events.as_array().expect("work events");
+                events.iter().find(|e| wanted(e)).map(|e| e["seq"].clone())
+            };
+            let gate = seq_of(&|e| e["event"] == "gate_opened");
+            let decided = seq_of(&|e| {
+                e["request"] == says["request"]
+                    && (e["event"] == "admitted" || e["event"] == "refused")
+            });
+            let after = matches!((gate, decided), (Some(g), Some(d)) if d.as_u64() > g.as_u64());
+            assert_eq!(says["after_release"] == true, after, "{context}");
+            if after {
+                assert_eq!(cited["line"], "after_release", "{context}");
+                words.push("after release".into());
+            }
+        }
+        "unread" => {
+            assert!(pointer.contains("/executor/unread/"), "{context}");
+            for field in ["request", "accept_queue"] {
+                same(field, &says[field]);
+            }
+            words.extend([word(&says["request"]), "not read".into()]);
         }
         "pending" => {
             ends("/slow_callers_pending_before_release");
             assert_eq!(here, &says["requests"], "{context}");
-            words.extend([labels(&says["requests"]), "waiting".into()]);
+            let requests = says["requests"].as_array().expect("requests");
+            words.extend(requests.iter().map(word).chain(["waiting".into()]));
+            if let Some(unread) = says.get("unread") {
+                let policy = policy_of(pointer);
+                let seen = at(report, &format!("{policy}/executor/unread"));
+                let seen = seen.as_array().expect("unread requests");
+                for request in unread.as_array().expect("a list of labels") {
+                    assert!(seen.iter().any(|u| &u["request"] == request), "{context}");
+                    assert!(requests.contains(request), "{context}");
+                }
+                words.push(format!("{} unread", labels(unread)));
+            }
         }
         "response" => {
             assert!(pointer.contains("/responses/"), "{context}");
@@ -241,6 +276,26 @@ fn check(report: &Value, cited: &Value, lines: &[&str]) -> String {
             ends("/observer_after_fast_before_release/held_at_gate");
             assert_eq!(here, &says["requests"], "{context}");
             words.push(labels(&says["requests"]));
+            // After F1's response, or, when it had none, while F1 sat unread.
+            let policy = policy_of(pointer);
+            let f1 = at(report, &format!("{policy}/fast_response_before_release"));
+            let unread = report
+                .pointer(&format!("{policy}/executor/unread"))
+                .and_then(Value::as_array)
+                .is_some_and(|u| u.iter().any(|u| u["request"] == "F1"));
+            assert_eq!(
+                says["f1_unread"] == true,
+                f1.is_null() && unread,
+                "{context}"
+            );
+            words.push(
+                if unread {
+                    "F1 sat unread"
+                } else {
+                    "F1's response"
+                }
+                .into(),
+            );
         }
         "idle_permits" => {
             let pool = word(&says["pool"]);
@@ -2222,12 +2277,15 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     ];
     for (i, args) in shapes.iter().enumerate() {
         let file = format!("shape-{i}.json");
-        save(&dir, args, &file);
-        let (_, shown) = record(&dir, &file);
+        let report = save(&dir, args, &file);
+        let (record, shown) = record(&dir, &file);
         assert!(
             shown.contains("matched the policy model."),
             "{args:?}: {shown}"
         );
+        // Every pointer says what is there, and a request read only after release is told
+        // after release, not among the held work or F1 before it.
+        check_all(&report, &record, &shown);
     }
     let blocked = save(&dir, &["--work", "block"], "blocked.json");
     let f1_before_release = |report: &mut Value| {
