@@ -56,7 +56,8 @@ pub fn render(report: &Report) -> String {
     out.push('\n');
     if report.failure.is_none() {
         for policy in &report.policies {
-            out.push_str(&super::waits::explain(policy));
+            let (executor, front) = (&report.executor, report.runner.front);
+            out.push_str(&super::waits::explain(policy, executor, front));
         }
     }
     for policy in &report.policies {

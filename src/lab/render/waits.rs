@@ -6,13 +6,15 @@ use std::fmt::Write;
 
 use crate::admission::ledger::Event;
 use crate::draw::table::{labels, wrap};
-use crate::evidence::Phase;
+use crate::evidence::{Moment, Phase};
+use crate::executor::{Executor, Lane, LaneThreads};
 use crate::label::Label;
-use crate::policy::Route;
+use crate::policy::{Front, Route};
 use crate::report::PolicyReport;
 
-/// The sentences for one policy, each ending in a newline; empty when nothing waited.
-pub(crate) fn explain(policy: &PolicyReport) -> String {
+/// The sentences for one policy run by `executor` on `front`, each ending in a newline; empty
+/// when the run recorded no executor evidence.
+pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) -> String {
     let Some(watched) = &policy.observed.executor else {
         return String::new();
     };
@@ -63,13 +65,24 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
             let before = policy.observed.observer_after_fast_before_release.as_ref();
             let taken = before.and_then(|s| s.active_work.get(&pool).copied());
             let capacity = policy.pool_capacities.get(&pool).copied().unwrap_or(0);
-            if let Some(taken) = taken {
-                let _ = writeln!(
-                    out,
-                    "  The {pool} pool had {} of {capacity} permit(s) free meanwhile: the \
-                     executor, not a permit, kept F1 out.",
-                    capacity.saturating_sub(taken)
-                );
+            match taken.map(|taken| capacity.saturating_sub(taken)) {
+                Some(0) => {
+                    let _ = writeln!(
+                        out,
+                        "  The {pool} pool had none of its {} free meanwhile either: the \
+                         executor kept F1 out before a permit could.",
+                        permits(capacity)
+                    );
+                }
+                Some(free) => {
+                    let _ = writeln!(
+                        out,
+                        "  The {pool} pool had {free} of {} free meanwhile: the executor, \
+                         not a permit, kept F1 out.",
+                        permits(capacity)
+                    );
+                }
+                None => {}
             }
         }
         for request in requests {
@@ -98,17 +111,78 @@ pub(crate) fn explain(policy: &PolicyReport) -> String {
         }
     }
     if watched.unread.is_empty() && watched.queued.is_empty() && !held.is_empty() {
-        let ticks: Vec<u64> = watched.heartbeat.iter().map(|b| b.ticks).collect();
-        if let (Some(from), Some(to)) = (ticks.first(), ticks.last()) {
-            let _ = writeln!(
+        let n = held.len();
+        let holds = match executor.lane(front) {
+            Lane::Unbounded if front == Front::Threaded => {
+                "each blocked its connection's own thread".to_owned()
+            }
+            Lane::Unbounded => {
+                "awaited the gate as parked tasks, holding no thread of the front's runtime"
+                    .to_owned()
+            }
+            Lane::Workers(threads) => {
+                format!(
+                    "blocked {} of the front's runtime",
+                    some_of(n, threads, "worker")
+                )
+            }
+            Lane::Own(most, LaneThreads::BlockingPool) => format!(
+                "blocked {} of the blocking pool (at most {most}), not the front's workers",
+                count(n, "thread")
+            ),
+            Lane::Own(threads, LaneThreads::SlowRuntime) => format!(
+                "blocked {} of its own runtime, not the front's",
+                some_of(n, threads, "worker")
+            ),
+        };
+        let _ = write!(out, "{mode}: the slow work ({}) {holds}", labels(held));
+        if policy.observed.fast_response_before_release.is_some() {
+            out.push_str(", and F1 was read and answered before release");
+        }
+        // The heartbeat, from the first slow request held to the release, when it moved: the
+        // front's runtime ran tasks meanwhile. Ticks come each millisecond, so a quick run
+        // may read the same count twice, which says nothing either way.
+        let beats = &watched.heartbeat;
+        let first_held = beats.iter().find(|b| b.moment == Moment::Held);
+        let release = beats.iter().find(|b| b.moment == Moment::Release);
+        if let (Some(from), Some(to)) = (first_held, release)
+            && to.ticks > from.ticks
+        {
+            let _ = write!(
                 out,
-                "{mode}: the slow work ({}) held threads of its own, not the front's workers; \
-                 the front's heartbeat read {from} then {to} ticks while it was held.",
-                labels(held)
+                "; the front's heartbeat went on ticking meanwhile, {} at {}'s hold and {} at \
+                 the release",
+                from.ticks,
+                from.request.map_or_else(String::new, |r| r.to_string()),
+                to.ticks
             );
         }
+        out.push_str(".\n");
     }
     within_80(&out)
+}
+
+/// `1 permit`, `2 permits`.
+fn permits(n: usize) -> String {
+    count(n, "permit")
+}
+
+/// `1 worker`, `2 workers`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// `n` of `all`: `the one worker`, `all 2 workers`, `2 of the 4 workers`.
+fn some_of(n: usize, all: usize, noun: &str) -> String {
+    match (n, all) {
+        (_, 1) => format!("the one {noun}"),
+        _ if n == all => format!("all {all} {noun}s"),
+        _ => format!("{n} of the {all} {noun}s"),
+    }
 }
 
 /// Each line of `text` (a sentence, maybe indented) broken to fit 80 columns, its later lines
@@ -147,10 +221,99 @@ mod tests {
             for beat in &mut watched.heartbeat {
                 beat.ticks = ticks;
             }
-            let text = explain(&policy);
+            let text = explain(&policy, &blocked, Front::Async);
             let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
             let said = format!("its heartbeat stood at {ticks} {noun} until the release");
             assert!(words.contains(&said), "{words}");
+        }
+    }
+
+    /// Where no request waited, the sentence names what the held work held, by the executor
+    /// that ran it; says F1 was answered only when it was; and gives the heartbeat's readings
+    /// only when they moved, as they are in the evidence.
+    #[test]
+    fn what_the_held_work_held_is_told_by_its_executor() {
+        use crate::policy::ModeChoice;
+        let shared = Inputs {
+            mode: ModeChoice::Shared,
+            ..Inputs::default()
+        };
+        let both = Inputs::default();
+        let cases = [
+            (
+                WorkStyle::Await,
+                Some(2),
+                both,
+                "awaited the gate as parked tasks",
+            ),
+            (
+                WorkStyle::Block,
+                Some(4),
+                both,
+                "blocked 2 of the 4 workers of the front's",
+            ),
+            (
+                WorkStyle::SpawnBlocking,
+                None,
+                both,
+                "blocked 2 threads of the blocking pool",
+            ),
+            (
+                WorkStyle::OwnRuntime,
+                Some(2),
+                both,
+                "blocked all 2 workers of its own runtime",
+            ),
+            (
+                WorkStyle::Block,
+                Some(2),
+                shared,
+                "none of its 2 permits free meanwhile either",
+            ),
+        ];
+        for (work, workers, inputs, said) in cases {
+            let executor = Executor {
+                work,
+                workers: workers.map(Workers::Threads),
+                blocking_threads: BlockingThreads::default(),
+            };
+            let options = Options::on(Front::Async).with_executor(executor);
+            let run = crate::lab::run_with(inputs, options);
+            let report = crate::lab::block_on(run).expect("a runtime");
+            let policy = &report.policies[0];
+            let text = explain(policy, &executor, Front::Async);
+            let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(words.contains(said), "{work:?}: {words}");
+            assert!(!words.contains("threads of its own, not"), "{words}");
+            let answered = policy.observed.fast_response_before_release.is_some();
+            assert_eq!(
+                words.contains("F1 was read and answered"),
+                answered,
+                "{words}"
+            );
+            let watched = policy
+                .observed
+                .executor
+                .as_ref()
+                .expect("executor evidence");
+            let beat = |moment| watched.heartbeat.iter().find(|b| b.moment == moment);
+            let (from, to) = (beat(Moment::Held), beat(Moment::Release));
+            let (from, to) = (
+                from.expect("a held reading"),
+                to.expect("a release reading"),
+            );
+            let moved = format!(
+                "{} at S1's hold and {} at the release",
+                from.ticks, to.ticks
+            );
+            assert_eq!(
+                words.contains("went on ticking"),
+                to.ticks > from.ticks,
+                "{words}"
+            );
+            if to.ticks > from.ticks {
+                assert!(words.contains(&moved), "{words}");
+            }
         }
     }
 }
