@@ -156,8 +156,27 @@ fn holding(work: WorkStyle) -> Option<&'static str> {
 /// Why the fronts disagree as the model predicts, read off the rows: what the async front's
 /// executor left unread, and F1 on each front.
 fn disagreement(comparison: &Comparison) -> String {
-    let mut out = String::from(
-        "The fronts disagree, as the model predicts: the executor, not a permit, decided.\n",
+    // Queued work is admitted and answered as held work is: the fronts then differ only in
+    // where admitted work waited.
+    let answered_alike = comparison.policies.iter().all(|policy| {
+        let answers = |front| {
+            let outcomes = policy.outcomes.get(&front).into_iter().flatten();
+            outcomes
+                .map(|o| (o.request, o.decision, o.status, o.phase))
+                .collect::<Vec<_>>()
+        };
+        answers(Front::Async) == answers(Front::Threaded)
+    });
+    let mut out = wrap(
+        if answered_alike {
+            "Both fronts admitted and answered every request alike; as the model predicts, \
+             they differ in where admitted work waited: the executor, not a permit, decided."
+        } else {
+            "The fronts disagree, as the model predicts: the executor, not a permit, decided."
+        },
+        "",
+        "",
+        80,
     );
     for policy in &comparison.policies {
         let (Some(on_async), Some(threaded)) = (
@@ -171,11 +190,7 @@ fn disagreement(comparison: &Comparison) -> String {
             kept.map(|o| o.request).collect::<Vec<_>>()
         };
         let (held, unread) = (requests(|o| o.held), requests(|o| o.unread));
-        // Admitted before release, yet neither held nor unread: its work waited for a thread.
-        let queued = requests(|o| {
-            let slow = matches!(o.request, Label::Slow(_));
-            slow && o.decision == Some(Decision::Admitted) && !o.held && !o.unread
-        });
+        let queued = requests(queued);
         if unread.is_empty() && queued.is_empty() {
             continue;
         }
@@ -212,12 +227,20 @@ fn disagreement(comparison: &Comparison) -> String {
     out
 }
 
-/// `held 200`, `503`, `200`: whether the work was held (or left unread until release), and
-/// the status its caller received.
+/// Admitted slow work neither held at the gate nor left unread: it waited for a thread.
+fn queued(outcome: &RequestOutcome) -> bool {
+    let slow = matches!(outcome.request, Label::Slow(_));
+    slow && outcome.decision == Some(Decision::Admitted) && !outcome.held && !outcome.unread
+}
+
+/// `held 200`, `503`, `200`: whether the work was held (or left unread, or queued for a thread,
+/// until release), and the status its caller received.
 fn cell(outcome: &RequestOutcome) -> String {
     let status = outcome.status.map_or("-".to_owned(), |s| s.to_string());
     if outcome.unread {
         format!("unread {status}")
+    } else if queued(outcome) {
+        format!("queued {status}")
     } else if outcome.held {
         format!("held {status}")
     } else {

@@ -74,7 +74,8 @@ async fn admission_is_identical_and_only_the_threaded_front_pays_a_thread_per_ho
 
 /// Slow work queued for a thread on the async front (one blocking thread, or a slow runtime of
 /// one worker) is held on the threaded front: the fronts differ as the model predicts, so
-/// `compare` does not fail, and says the queued request waited for a thread.
+/// `compare` does not fail, and says the queued request waited for a thread, and that the
+/// admissions and answers agree.
 #[tokio::test]
 async fn work_queued_for_a_thread_differs_as_the_model_predicts() {
     let (two, two_held) = (Slots::new(2), Held::new(2));
@@ -97,5 +98,13 @@ async fn work_queued_for_a_thread_differs_as_the_model_predicts() {
             said.contains("S2 took a permit but waited for a thread until release"),
             "{text}"
         );
+        // Queued is not held, and not answered without waiting: its cell says so. The
+        // admissions and answers agree, so the fronts are not said to disagree.
+        assert!(said.contains("S2 queued 200 held 200"), "{text}");
+        assert!(
+            said.contains("Both fronts admitted and answered every request alike"),
+            "{text}"
+        );
+        assert!(!said.contains("disagree"), "{text}");
     }
 }
