@@ -79,8 +79,8 @@ const SEQ: Type = Type::size(17.0).anchor("middle");
 const CAPTION: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const LEGEND_WORDS: Type = Type::size(19.0);
 /// The legend of the executor's marks (`--work`), below the usual legend.
-const EXECUTOR_LEGEND: &str = "Dashed outline: waiting for the executor, not a permit \
-     (unread: no worker was free to read the request; queued: admitted, no thread to run its \
+const EXECUTOR_LEGEND: &str = "Dashed outline: waiting for the executor (unread: no worker \
+     was free to read the request; queued: admitted, its permit held, no thread to run its \
      work). ticks: the front runtime's heartbeat at each reading; red: no tick came while \
      every worker was blocked.";
 const WAITING: Type = Type::size(17.0).bold().colour(INK).anchor("middle");
