@@ -264,13 +264,15 @@ fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
             }
             Ok(())
         }
-        // Under a memory limit a new thread can fail where no code of the lab's can act, and
-        // std says so as a panic, which is printed: it cannot map the thread's signal stack
-        // (the lab's allocator then ends the run). That is an end, not a hang, so it passes —
-        // only there, and only with the lab's own line last.
+        // Under a memory limit std's own code can run out where no code of the lab's can act,
+        // and std prints what it does before it aborts: a new thread cannot map its signal
+        // stack (a panic), or an allocation std makes with the system allocator, not the lab's
+        // (its thread-local destructor list), fails. Another thread's allocation then failing
+        // in the lab's allocator can end the run first, with its line last. That is an end,
+        // not a hang, so it passes — only there, and only with the lab's own line last.
         Some(1)
             if limit.is_memory()
-                && stderr.contains(THREAD_PANIC.0)
+                && std_said(&stderr)
                 && last_line(&stderr).starts_with(THREAD_PANIC.1) =>
         {
             Ok(())
@@ -312,6 +314,17 @@ fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
         }
         _ => Err(format!("ended with {status}; stderr: {stderr}")),
     }
+}
+
+/// Whether std printed that its own code ran out of memory: a thread's signal stack, or an
+/// allocation of its own with the system allocator ("memory allocation of 48 bytes failed").
+fn std_said(stderr: &str) -> bool {
+    let allocation = |line: &str| {
+        let size = line.strip_prefix("memory allocation of ");
+        let size = size.and_then(|rest| rest.strip_suffix(" bytes failed"));
+        size.is_some_and(|n| n.parse::<u64>().is_ok())
+    };
+    stderr.contains(THREAD_PANIC.0) || stderr.lines().any(allocation)
 }
 
 fn last_line(text: &str) -> &str {
