@@ -39,6 +39,35 @@ pub struct Report {
     pub failure: Option<String>,
 }
 
+impl Report {
+    /// The sentence for the policies the inputs asked for that did not run, as the lab stops
+    /// at the first that fails or differs from the model; `None` when every one ran.
+    pub(crate) fn not_run(&self) -> Option<String> {
+        let ran = |mode: &Mode| self.policies.iter().any(|p| p.mode == *mode);
+        let missing: Vec<&str> = self
+            .inputs
+            .mode
+            .modes()
+            .iter()
+            .filter(|m| !ran(m))
+            .map(|m| m.name())
+            .collect();
+        let (verb, stopped) = match self.failure {
+            Some(_) => ("failed", "fails"),
+            None => ("differed", "fails or differs from the model"),
+        };
+        let last = self.policies.last()?;
+        (!missing.is_empty()).then(|| {
+            format!(
+                "{} did not run: the {} policy {verb}, and the lab stops at the first that \
+                 {stopped}.",
+                missing.join(" and "),
+                last.mode.name()
+            )
+        })
+    }
+}
+
 /// What produced a report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Runner {

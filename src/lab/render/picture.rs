@@ -84,6 +84,10 @@ const EXECUTOR_LEGEND: &str = "Dashed outline: waiting for the executor (unread:
      work). ticks: the front runtime's heartbeat at each reading; red: no tick came while \
      every worker was blocked.";
 const WAITING: Type = Type::size(17.0).bold().colour(INK).anchor("middle");
+/// Said on a lane the run never reached.
+const NOTHING: &str = "no event, no response";
+/// Said under the event axis.
+const AXIS_CAPTION: &str = "work event seq: the order of events, not time";
 const BEAT: Type = Type::size(17.0).colour(GREY);
 
 /// Renders `report` as an SVG document: a title, one panel per policy side by side, and a
@@ -149,7 +153,10 @@ impl<'a> Panel<'a> {
         // Few events do not stretch across the picture: a column is a step, not a span.
         let column = (width - NAME_WIDTH - tail) / (last as f64 - 0.5);
         let column = column.min(MAX_COLUMN);
-        let plot_right = plot_left + (last as f64 - 0.5) * column + tail;
+        // A run that stopped before its first event still has room for its lanes' note and
+        // the axis caption, which are centred on the plot.
+        let least = text_width(AXIS_CAPTION, CAPTION).max(2.0 * CLEAR + text_width(NOTHING, NOTE));
+        let plot_right = (plot_left + (last as f64 - 0.5) * column + tail).max(plot_left + least);
         Panel {
             policy,
             lanes: lanes(policy),
@@ -276,11 +283,14 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     };
     let panels: Vec<Panel> = report.policies.iter().enumerate().map(panel).collect();
 
-    let verdict = match &report.failure {
+    let mut verdict = match &report.failure {
         Some(reason) => format!("FAILED: {reason}"),
         None if report.matches_model => "Every observation matched the policy model.".to_owned(),
         None => "Observations differ from the policy model.".to_owned(),
     };
+    if let Some(not_run) = report.not_run() {
+        verdict = format!("{verdict} {not_run}");
+    }
     let verdict_style = match report.matches_model {
         true => VERDICT,
         false => VERDICT.bold().colour(VERMILLION),
@@ -588,10 +598,9 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
     if nothing {
         // A lane the model expects and the run never reached (it stopped first): say so, so
         // that an empty lane is not read as a request that waited.
-        let words = "no event, no response";
         let start = panel.plot_left + CLEAR;
-        if row.fits(start, start + text_width(words, NOTE)) {
-            text(out, (start, y + 6.0), NOTE.colour(GREY), words)?;
+        if row.fits(start, start + text_width(NOTHING, NOTE)) {
+            text(out, (start, y + 6.0), NOTE.colour(GREY), NOTHING)?;
         }
     }
     if let Some(after) = finished_at.filter(|_| lane.cancelled) {
@@ -778,8 +787,7 @@ fn draw_axis(out: &mut String, panel: &Panel, y: f64) -> fmt::Result {
         )?;
         text(out, (x, y + 24.0), SEQ, &seq.to_string())?;
     }
-    let words = "work event seq: the order of events, not time";
-    text(out, ((x0 + x1) / 2.0, y + 52.0), CAPTION, words)
+    text(out, ((x0 + x1) / 2.0, y + 52.0), CAPTION, AXIS_CAPTION)
 }
 
 /// A legend entry's sample: the same marks the panels draw.
@@ -1236,6 +1244,48 @@ mod tests {
         assert!(
             number(heading, "y") > verdict_bottom + 22.0,
             "below the verdict"
+        );
+    }
+
+    /// A run that failed before its first event (its front never started): every lane says
+    /// it has nothing, the axis caption stays in the picture, and the verdict says which
+    /// policy did not run.
+    #[test]
+    fn a_run_that_stopped_before_any_event_says_so_on_every_lane() {
+        let mut report = default_run();
+        report.policies.truncate(1);
+        let policy = &mut report.policies[0];
+        policy.work_events.clear();
+        policy.admissions.clear();
+        policy.observed = crate::evidence::Observed::default();
+        report.failure = Some("shared: starting the front's own runtime: refused".into());
+        report.matches_model = false;
+        let svg = render(&report);
+        let document = parse(&svg);
+        let root = document.root();
+        let lanes = classed(root, "g", "lane");
+        assert!(!lanes.is_empty());
+        for lane in &lanes {
+            let said = lane.descendants().filter_map(|n| n.text());
+            assert!(
+                said.into_iter().any(|t| t == NOTHING),
+                "{:?}",
+                lane.attribute("data-request")
+            );
+        }
+        let texts = root.descendants().filter(|n| n.has_tag_name("text"));
+        let caption = texts.into_iter().find(|t| t.text() == Some(AXIS_CAPTION));
+        let (x0, x1) = extent(caption.expect("the axis caption"));
+        assert!(
+            x0 >= MARGIN - ROUNDING && x1 <= WIDTH - MARGIN,
+            "{x0:.1}..{x1:.1}"
+        );
+        let verdict = classed(root, "text", "verdict");
+        let words: Vec<&str> = verdict.iter().filter_map(|l| l.text()).collect();
+        let words = words.join(" ");
+        assert!(
+            words.contains("partitioned did not run: the shared policy failed"),
+            "{words}"
         );
     }
 

@@ -38,6 +38,15 @@ pub fn render(report: &Report) -> String {
         out.push_str(&wrap(&shape, "", "  ", 80));
         out.push('\n');
     }
+    // A failed run says what failed first, then what it reached.
+    if let Some(reason) = &report.failure {
+        // One line, as the lab's own failure line is: a reader can grep it whole.
+        let _ = writeln!(out, "FAILED: {reason}");
+        if let Some(not_run) = report.not_run() {
+            out.push_str(&wrap(&not_run, "", "  ", 80));
+        }
+        out.push('\n');
+    }
     let outcomes: Vec<Outcome> = report.policies.iter().map(Outcome::observed).collect();
     let verdicts = report
         .policies
@@ -61,19 +70,33 @@ pub fn render(report: &Report) -> String {
         }
     }
     for policy in &report.policies {
-        for mismatch in &policy.model.mismatches {
-            let _ = writeln!(
-                out,
-                "{} differs from the model: {mismatch}",
-                policy.mode.name()
-            );
+        let mode = policy.mode.name();
+        match (&report.failure, policy.model.mismatches.as_slice()) {
+            (_, []) => {}
+            // After a failure most differences only say that a later step never happened:
+            // the first is told, and the report lists them all.
+            (Some(_), [first, rest @ ..]) => {
+                let count = match rest.len() {
+                    0 => "1 difference".to_owned(),
+                    n => format!("{} differences", n + 1),
+                };
+                let said = format!(
+                    "{mode}: {count} from the model, as the run stopped short (the JSON \
+                     report's model.mismatches lists them); the first: {first}"
+                );
+                out.push_str(&wrap(&said, "", "  ", 80));
+            }
+            (None, mismatches) => {
+                for mismatch in mismatches {
+                    let _ = writeln!(out, "{mode} differs from the model: {mismatch}");
+                }
+            }
         }
     }
-    match &report.failure {
-        Some(reason) => {
-            let _ = writeln!(out, "FAILED: {reason}");
-        }
-        None => out.push_str("Every observation matched the policy model.\n"),
+    match (&report.failure, report.not_run()) {
+        (Some(_), _) => {}
+        (None, Some(not_run)) => out.push_str(&wrap(&not_run, "", "  ", 80)),
+        (None, None) => out.push_str("Every observation matched the policy model.\n"),
     }
     out
 }
@@ -227,5 +250,34 @@ mod tests {
         let answers = [answer(1, 200), answer(2, 503), answer(3, 200)];
         assert_eq!(by_status(&answers), "S1 S3: 200, S2: 503");
         assert_eq!(by_status(&[]), "");
+    }
+
+    /// A failed run says what failed first, then which policy did not run; of the model's
+    /// differences, which mostly say that later steps never happened, it tells the count and
+    /// the first, and never that every observation matched.
+    #[test]
+    fn a_failed_run_says_its_failure_first() {
+        let saved = include_str!("../../../tests/fixtures/block-out-of-descriptors.json");
+        let report: Report = serde_json::from_str(saved).expect("a report");
+        let reason = report.failure.clone().expect("a failed run");
+        let text = render(&report);
+        let failed = text
+            .find(&format!("FAILED: {reason}\n"))
+            .expect("the failure");
+        let table = text.find("work permits").expect("the table");
+        assert!(failed < table, "{text}");
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let not_run = "partitioned did not run: the shared policy failed, and the lab stops at \
+                       the first that fails.";
+        assert!(words.contains(not_run), "{text}");
+        let first = &report.policies[0].model.mismatches[0];
+        let count = report.policies[0].model.mismatches.len();
+        let told = format!("shared: {count} differences from the model");
+        assert!(
+            words.contains(&told) && words.contains(first.as_str()),
+            "{text}"
+        );
+        assert!(!words.contains("differs from the model:"), "{text}");
+        assert!(!words.contains("matched"), "{text}");
     }
 }
