@@ -281,7 +281,8 @@ pub struct ExecutorArgs {
     pub workers: Option<Workers>,
 
     /// The most threads the front runtime's blocking pool starts (Tokio's
-    /// max_blocking_threads), 1 through 512
+    /// max_blocking_threads), 1 through 512; only with --work spawn-blocking, the one style
+    /// whose work runs there
     #[arg(long, value_name = "K", default_value_t = BlockingThreads::default())]
     pub blocking_threads: BlockingThreads,
 }
@@ -323,12 +324,20 @@ impl From<WorkArg> for WorkStyle {
 
 /// Why `executor` cannot run on `front`: the threaded front has no runtime to shape.
 /// `blocking_given`: `--blocking-threads` was on the command line, whatever its value.
-fn refuse_executor(front: Front, executor: &ExecutorArgs, blocking_given: bool) -> Option<String> {
-    if front != Front::Threaded {
-        return None;
-    }
+fn refuse_executor(
+    front: Option<Front>,
+    executor: &ExecutorArgs,
+    blocking_given: bool,
+) -> Option<String> {
     let work = WorkStyle::from(executor.work);
-    if !work.runs_on(front) {
+    if front != Some(Front::Threaded) {
+        return (blocking_given && !work.uses_blocking_pool()).then(|| {
+            "--blocking-threads sizes Tokio's blocking pool, which only --work spawn-blocking \
+             uses: add --work spawn-blocking, or leave it out"
+                .to_owned()
+        });
+    }
+    if !work.runs_on(Front::Threaded) {
         return Some(format!(
             "--work {} needs a runtime, and the threaded front has none: use --server async, \
              or --work block (a threaded front's held request always blocks its own thread)",
@@ -503,13 +512,18 @@ where
             let blocking =
                 || own.value_source("blocking_threads") == Some(ValueSource::CommandLine);
             let refused = match &cli.command {
-                None => refuse_executor(cli.run.server, &cli.run.executor, blocking()),
+                None => refuse_executor(Some(cli.run.server), &cli.run.executor, blocking()),
                 Some(Command::Sweep {
                     server, executor, ..
                 })
                 | Some(Command::Classroom {
                     server, executor, ..
-                }) => refuse_executor(*server, executor, blocking()),
+                }) => refuse_executor(Some(*server), executor, blocking()),
+                // The async front's executor; compare runs the threaded front its own way.
+                Some(Command::Predict { executor, .. })
+                | Some(Command::Compare { executor, .. }) => {
+                    refuse_executor(None, executor, blocking())
+                }
                 _ => None,
             };
             let sub = matches.subcommand_name().unwrap_or_default();

@@ -47,6 +47,12 @@ impl WorkStyle {
     pub(crate) fn runs_on(self, front: Front) -> bool {
         front == Front::Async || matches!(self, WorkStyle::Await | WorkStyle::Block)
     }
+
+    /// Whether its slow work runs on Tokio's blocking pool, the one pool `--blocking-threads`
+    /// sizes: every other style leaves it unused, so the flag is refused with them.
+    pub(crate) fn uses_blocking_pool(self) -> bool {
+        self == WorkStyle::SpawnBlocking
+    }
 }
 
 /// The async front's runtime scheduler: Tokio's current-thread one, or a multi-thread one with

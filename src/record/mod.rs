@@ -483,7 +483,16 @@ impl Record {
         }
         // `read` refuses another version's report, so the command reproduces the run with
         // the binary at hand.
-        let described = format!("{}, {}", runner.language, runner.runtime);
+        // The lab's own runtime; a front on runtimes of its own is described beside it.
+        let described = match &runner.front_runtime {
+            None => format!("{}, {}", runner.language, runner.runtime),
+            Some(shape) => format!(
+                "{}, {} for the lab; the {} front: {shape}",
+                runner.language,
+                runner.runtime,
+                runner.front.name()
+            ),
+        };
         Record {
             report: file.to_owned(),
             command,

@@ -226,6 +226,13 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
             executor.flags()
         );
     }
+    if executor.blocking_threads != Default::default() && !executor.work.uses_blocking_pool() {
+        bail!(
+            "runs{}, which the command line refuses: --blocking-threads sizes the blocking pool \
+             only --work spawn-blocking uses",
+            executor.flags()
+        );
+    }
     let modes = report.inputs.mode.modes();
     for (i, policy) in report.policies.iter().enumerate() {
         let name = policy.mode.name();

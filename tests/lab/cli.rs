@@ -199,6 +199,18 @@ fn hostile_command_lines_are_refused_before_any_socket() {
         &["--server", "threaded", "--work", "spawn-blocking"],
         &["--server", "threaded", "--workers", "2"],
         &["sweep", "--server", "threaded", "--work", "own-runtime"],
+        // The blocking pool's size with work that never uses the pool.
+        &["--blocking-threads", "2"],
+        &["--work", "block", "--blocking-threads", "512"],
+        &[
+            "predict",
+            "--work",
+            "own-runtime",
+            "--blocking-threads",
+            "1",
+        ],
+        &["compare", "--blocking-threads", "3"],
+        &["classroom", "--workers", "2", "--blocking-threads", "3"],
     ];
     for args in hostile {
         let (code, stdout, stderr) = limited(args);

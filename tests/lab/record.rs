@@ -2286,6 +2286,12 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         // Every pointer says what is there, and a request read only after release is told
         // after release, not among the held work or F1 before it.
         check_all(&report, &record, &shown);
+        // The version line tells the lab's runtime from the front's own.
+        if let Some(shape) = report["runner"]["front_runtime"].as_str() {
+            let front = report["runner"]["front"].as_str().expect("a front");
+            let said = format!("for the lab; the {front} front: {shape}\n");
+            assert!(shown.contains(&said), "{args:?}: {shown}");
+        }
     }
     let blocked = save(&dir, &["--work", "block"], "blocked.json");
     let f1_before_release = |report: &mut Value| {
@@ -2890,7 +2896,16 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 13] = [
+    let cases: [Malformed; 14] = [
+        (
+            "unused-blocking-pool",
+            |r| {
+                let executor = json!({ "work": "block", "workers": 2, "blocking_threads": 1 });
+                r["executor"] = executor;
+            },
+            "runs --work block --workers 2 --blocking-threads 1, which the command line \
+             refuses: --blocking-threads sizes the blocking pool only --work spawn-blocking uses",
+        ),
         (
             "threaded-runtime",
             |r| {
