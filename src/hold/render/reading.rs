@@ -199,7 +199,9 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
     let times: Vec<f64> = at.iter().map(|(_, f)| f.time_to_hold_ms).collect();
     let slowest = times.iter().copied().fold(0.0, f64::max);
     let fastest = times.iter().copied().fold(f64::MAX, f64::min);
-    let ratio = if at.len() > 1 && fastest > 0.0 && slowest >= 2.0 * fastest {
+    // A ratio only of times the sentence shows (to 0.01 s): below that it would compare
+    // figures that read 0.00 s.
+    let ratio = if at.len() > 1 && fastest >= 10.0 && slowest >= 2.0 * fastest {
         format!(", {:.1} times as long on the slower", slowest / fastest)
     } else {
         String::new()

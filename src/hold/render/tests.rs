@@ -305,3 +305,29 @@ fn the_breakdown_follows_the_heap_figures() {
     );
     assert!(sentence.contains("slab grew 7.25 KiB"), "{sentence}");
 }
+
+/// The times to hold are compared only where the sentence shows them apart: a ratio of times
+/// that both read 0.00 s is not said.
+#[test]
+fn times_too_short_to_show_are_not_compared() {
+    for ((on_async, threaded), compared) in [((1.0, 4.0), false), ((100.0, 400.0), true)] {
+        let mut report = recorded();
+        for (front, ms) in [(Front::Async, on_async), (Front::Threaded, threaded)] {
+            let points = &mut series(&mut report, front).points;
+            let CountOutcome::Held(figures) = &mut points[2].outcome else {
+                panic!("both fronts held 1 000 in the recording");
+            };
+            figures.time_to_hold_ms = ms;
+        }
+        let said = text(&report)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            said.contains("4.0 times as long on the slower"),
+            compared,
+            "{said}"
+        );
+        assert!(!said.contains("times as long") || compared, "{said}");
+    }
+}
