@@ -75,11 +75,10 @@ impl Gate {
     pub(crate) async fn pass(&self, on_hold: impl FnOnce()) -> GateState {
         // Create the `Notified` future before looking at the state. Tokio counts
         // `notify_waiters` calls: a `Notified` completes once any call is made after its
-        // creation, whether or not it had been enabled or polled by then (tokio's docs of
-        // `Notify::notified` and `Notified::enable`). So a change after the look still reaches
-        // this waiter, while looking first and creating it second would lose a change made in
-        // between. `enable()` is not what makes this safe: it only queues the future for
-        // `notify_one`, which the gate never calls.
+        // creation, whether or not it had been enabled or polled by then. So a change after the
+        // look still reaches this waiter, while looking first and creating it second would lose
+        // a change made in between. `enable()` is not what makes this safe: it only queues the
+        // future for `notify_one`, which the gate never calls.
         let mut woken = pin!(self.woken.notified());
         woken.as_mut().enable();
         {

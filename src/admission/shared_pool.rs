@@ -356,7 +356,7 @@ mod tests {
     }
 
     #[derive(Debug)]
-    struct Held {
+    struct FakePermit {
         holder: String,
         shared: Arc<Shared>,
     }
@@ -379,14 +379,17 @@ mod tests {
                 if holders.len() < shared.capacity {
                     holders.push(holder.clone());
                     drop(holders);
-                    return Ok(SharedDecision::Admitted(Box::new(Held { holder, shared })));
+                    return Ok(SharedDecision::Admitted(Box::new(FakePermit {
+                        holder,
+                        shared,
+                    })));
                 }
                 Ok(SharedDecision::Refused(holders.clone()))
             })
         }
     }
 
-    impl SharedPermit for Held {
+    impl SharedPermit for FakePermit {
         fn release(self: Box<Self>) -> BoxFuture<'static, anyhow::Result<bool>> {
             Box::pin(async move {
                 let mut holders = lock(&self.shared.holders);

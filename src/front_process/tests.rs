@@ -41,11 +41,11 @@ async fn start(spec: &FrontSpec) -> FrontProcess {
 
 /// What a caller got: the status and the body's `error`, else its `request`; or why it got
 /// nothing.
-type Answer = Result<(u16, String), String>;
+type CallerGot = Result<(u16, String), String>;
 
 /// Sends `GET /slow` as each of `labels` to the front at `address`, each on its own
 /// connection, presenting `token`.
-fn hold(address: SocketAddr, token: &str, labels: &[Label]) -> JoinSet<Answer> {
+fn hold(address: SocketAddr, token: &str, labels: &[Label]) -> JoinSet<CallerGot> {
     let token = HeaderValue::from_str(token).expect("a token is a header value");
     let headers = HeaderMap::from_iter([(HeaderName::from_static(TOKEN_HEADER), token)]);
     let mut callers = JoinSet::new();
@@ -66,11 +66,11 @@ fn hold(address: SocketAddr, token: &str, labels: &[Label]) -> JoinSet<Answer> {
     callers
 }
 
-fn callers_of(front: &FrontProcess, labels: &[Label]) -> JoinSet<Answer> {
+fn callers_of(front: &FrontProcess, labels: &[Label]) -> JoinSet<CallerGot> {
     hold(front.address(), front.token(), labels)
 }
 
-async fn next_answer(callers: &mut JoinSet<Answer>) -> Answer {
+async fn next_answer(callers: &mut JoinSet<CallerGot>) -> CallerGot {
     let joined = step("an answer", callers.join_next()).await;
     joined
         .expect("a caller is left")
@@ -199,7 +199,7 @@ async fn the_end_of_stdin_stops_a_front_child() {
 }
 
 /// A front child with two permits on `front`, holding S1, and S1's caller.
-async fn holding_s1(front: Front) -> (FrontProcess, JoinSet<Answer>) {
+async fn holding_s1(front: Front) -> (FrontProcess, JoinSet<CallerGot>) {
     let mut child = start(&FrontSpec::new(front, 2)).await;
     let callers = callers_of(&child, &[Label::Slow(1)]);
     until_held(&mut child, 1).await;
@@ -208,7 +208,7 @@ async fn holding_s1(front: Front) -> (FrontProcess, JoinSet<Answer>) {
 
 /// The front child `pid` is reaped, and the caller it held saw its connection end: it is not
 /// left waiting.
-async fn reaped_and_let_go(pid: u32, mut callers: JoinSet<Answer>) {
+async fn reaped_and_let_go(pid: u32, mut callers: JoinSet<CallerGot>) {
     // SAFETY: signal 0 only checks whether the process exists.
     let gone = unsafe { libc::kill(libc::pid_t::try_from(pid).expect("a pid"), 0) } == -1;
     assert!(gone, "pid {pid} is reaped");

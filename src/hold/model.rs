@@ -13,15 +13,15 @@ use crate::policy::Front;
 pub(crate) struct HoldPlan {
     pub(crate) front: Front,
     pub(crate) held: u32,
-    /// The accept queue the front's listener asks for: room for every caller, within
-    /// `net.core.somaxconn`, and never less than the 128 `std` asks for.
+    /// The accept queue the front's listener asks for: room for every caller, and at least
+    /// the 128 `std` asks for, within `net.core.somaxconn`.
     pub(crate) backlog: u32,
     /// `Err` names the ceiling that refuses it.
     pub(crate) runs: Result<(), TooMany>,
 }
 
-/// The accept queue for `held` callers that connect at once: as many as `somaxconn` allows
-/// (the kernel cuts a longer one short), at least 128.
+/// The accept queue for `held` callers that connect at once: at least 128, and as many as
+/// `somaxconn` allows (the kernel cuts a longer one short, so a lower `somaxconn` wins).
 pub(crate) fn backlog(held: u32, somaxconn: u64) -> u32 {
     let most = u32::try_from(somaxconn).unwrap_or(u32::MAX).max(1);
     held.max(128).min(most)
@@ -188,7 +188,7 @@ mod tests {
         assert!(limits::source_addresses_needed(22_860, &limits) <= 254);
     }
 
-    /// The accept queue holds every caller up to `somaxconn`, and never less than std's 128.
+    /// The accept queue holds every caller, and at least std's 128, up to `somaxconn`.
     #[test]
     fn the_backlog_is_sized_for_the_count() {
         assert_eq!(backlog(10, 4_096), 128);

@@ -4,8 +4,10 @@
 //! gate, stops everything it started on every path, and only then assembles the report.
 //!
 //! Every step waits on a replica's event, a caller's response, a process's exit or the
-//! engine's answer, under the safety timeout. The only timer that paces anything spaces the
-//! probes of a lease that has not lapsed yet: the probes' answers, not the pace, decide.
+//! engine's answer, under the safety timeout. Timers pace only looking: the probes of a lease
+//! that has not lapsed yet, Redis's holders read until they drop, the leak watch's probes, and
+//! a look at the replicas' processes while an answer is awaited. What is seen, not the pace,
+//! decides.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -78,7 +78,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(1);
 /// The longest pause: a failure after it ends the server.
 const LAST_PAUSE: Duration = Duration::from_millis(64);
 
-/// Retrying an accept loop that failed, as mini-redis's accept loop does: a failure to accept
+/// Retrying an accept loop that failed: a failure to accept
 /// (or to start a handler) is usually a shortage that passes — descriptors or threads that
 /// another process or a closing connection is about to give back — so the loop pauses, longer
 /// each time, and tries again. The pause is a retry, not sequencing: nothing waits for it. Only

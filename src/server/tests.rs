@@ -597,17 +597,17 @@ mod accept_retry {
             loop {
                 tries += 1;
                 match shortage(front) {
-                    Outcome::Served(stopped) => {
+                    Shortage::Served(stopped) => {
                         assert_eq!(stopped.error, None, "{front:?}");
                         assert_eq!(stopped.summary.connections_accepted, 1, "{front:?}");
                         assert!(stopped.summary.connection_tasks_stopped, "{front:?}");
                         break;
                     }
                     // The server did retry, for longer than the test was away: try again.
-                    Outcome::GaveUp(reason) if tries < TRIES => {
+                    Shortage::GaveUp(reason) if tries < TRIES => {
                         eprintln!("{front:?}: inconclusive, retrying: {reason}");
                     }
-                    Outcome::GaveUp(reason) | Outcome::Failed(reason) => {
+                    Shortage::GaveUp(reason) | Shortage::Failed(reason) => {
                         panic!("{front:?}: the waiting connection was not served: {reason}")
                     }
                 }
@@ -615,7 +615,7 @@ mod accept_retry {
         }
     }
 
-    enum Outcome {
+    enum Shortage {
         /// The waiting connection was served; the server's report.
         Served(Stopped),
         /// The server retried until its pauses ran out.
@@ -631,7 +631,7 @@ mod accept_retry {
         stop: Box<dyn FnOnce() -> anyhow::Result<Stopped>>,
     }
 
-    fn shortage(front: Front) -> Outcome {
+    fn shortage(front: Front) -> Shortage {
         let serving = match front {
             Front::Async => serve_async(),
             Front::Threaded => serve_threaded(),
@@ -667,7 +667,7 @@ mod accept_retry {
         let stopped = (serving.stop)();
         match (reply, stopped) {
             (Ok(reply), Ok(stopped)) if reply.starts_with("HTTP/1.1 403") => {
-                Outcome::Served(stopped)
+                Shortage::Served(stopped)
             }
             (_, Ok(stopped))
                 if stopped
@@ -675,9 +675,9 @@ mod accept_retry {
                     .as_deref()
                     .is_some_and(|e| e.contains("stayed broken")) =>
             {
-                Outcome::GaveUp(stopped.error.unwrap_or_default())
+                Shortage::GaveUp(stopped.error.unwrap_or_default())
             }
-            (reply, stopped) => Outcome::Failed(format!(
+            (reply, stopped) => Shortage::Failed(format!(
                 "reply {reply:?}; server {:?}",
                 stopped.map(|s| (s.summary, s.error))
             )),

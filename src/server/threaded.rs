@@ -1,6 +1,6 @@
 //! The threaded front: `std::net` sockets, one OS thread per accepted connection, request heads
-//! parsed with `httparse` (Hyper's own parser), blocking bounded semaphores and the gate's
-//! `Condvar` wait. A held request blocks its thread. Connections are kept alive between
+//! parsed with `httparse` (Hyper's own parser), the bounded semaphores tried once (a refusal,
+//! never a queue) and the gate's `Condvar` wait. A held request blocks its thread. Connections are kept alive between
 //! requests, as the async front's are, so a thread lives exactly as long as its connection. The
 //! accept thread waits on a `mio` poller rather than in a blocking `accept`, so that stopping it
 //! needs no new socket, descriptor or thread: everything it takes is made before it starts.
@@ -53,7 +53,8 @@ const STOP: Token = Token(1);
 
 /// The accept thread, and how to tell it to stop. Dropping it without [`ThreadedFront::stop`] tells
 /// the thread to abandon held work and close every connection, and returns at once: the
-/// thread, left to finish on its own, still joins every connection thread before it ends.
+/// thread, left to finish on its own, joins every connection thread that ends within the
+/// forced stop's limit, and leaves any other to end with the process.
 #[derive(Debug)]
 pub(crate) struct ThreadedFront {
     signal: Arc<StopSignal>,
@@ -390,15 +391,18 @@ impl ConnectionTable {
         await_release(tid);
     }
 
-    /// The threads still open after being forced to stop: one whose start failed inside the
-    /// standard library before it could serve (and say it ended), or one stuck where neither
-    /// the gate nor its socket reaches. Joining them could wait forever, so they are left to
-    /// end with the process; they stay uncounted, and the reason says so.
+    /// The threads still open after being forced to stop. One that has finished by now is
+    /// joined and counted. Any other is one whose start failed inside the standard library
+    /// before it could serve (and say it ended), or one stuck where neither the gate nor its
+    /// socket reaches: joining it could wait forever, so it is left to end with the process,
+    /// uncounted, and the reason says how many.
     fn give_up(&mut self) -> Option<String> {
-        let stuck = self.open.len();
+        let mut stuck = 0;
         for (_, connection) in self.open.drain() {
             if connection.thread.is_finished() {
                 count(&mut self.ended, connection.thread.join(), true);
+            } else {
+                stuck += 1;
             }
         }
         (stuck > 0).then(|| {
@@ -465,7 +469,7 @@ impl Drop for ThreadedFront {
     /// Never blocks: joining here would hold whichever thread dropped the server — a Tokio
     /// runtime's, typically, when a run is cancelled — for as long as held work takes. The
     /// owner is gone and no one will read a report, so the accept thread is told to abandon
-    /// held work at once, and is left to close, join its connection threads and end.
+    /// held work at once, and is left to close, join the connection threads that end, and end.
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
             self.signal.raise(ABANDONED);
@@ -484,8 +488,7 @@ fn start_connection(
     shared: &Arc<Shared>,
 ) -> io::Result<Connection> {
     let stream = TcpStream::from(stream);
-    // The listener does not block, and an accepted socket may inherit that; this one's thread
-    // blocks on it.
+    // mio accepts every socket non-blocking (`SOCK_NONBLOCK`); this one's thread blocks on it.
     stream.set_nonblocking(false)?;
     // Each response is one small write; send it at once rather than wait to coalesce. Only a
     // speed-up, so a socket that refuses it is served all the same.

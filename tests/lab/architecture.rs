@@ -246,6 +246,17 @@ fn admission_knows_no_front_classroom_or_test() {
 /// The code of every source file under `src/` but the unit tests' own (`tests.rs`), before its
 /// `#[cfg(test)]`, by its path under `src/`.
 fn sources() -> Vec<(String, String)> {
+    every_source().into_iter().map(|(file, code, _)| (file, code)).collect()
+}
+
+/// The unit tests' code of every source file under `src/`: a `tests.rs`, or what follows a
+/// file's `#[cfg(test)]`.
+fn unit_tests() -> Vec<(String, String)> {
+    every_source().into_iter().map(|(file, _, tests)| (file, tests)).collect()
+}
+
+/// Every source file under `src/`, by its path there: its code, and its unit tests' code.
+fn every_source() -> Vec<(String, String, String)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut sources = Vec::new();
     let mut pending = vec![src.clone()];
@@ -256,13 +267,18 @@ fn sources() -> Vec<(String, String)> {
                 pending.push(path);
                 continue;
             }
-            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests.rs") {
+            if path.extension().is_none_or(|e| e != "rs") {
                 continue;
             }
             let relative = path.strip_prefix(&src).expect("under src/");
             let code = std::fs::read_to_string(&path).expect("a source file");
-            let code = code.split("#[cfg(test)]").next().unwrap_or_default();
-            sources.push((relative.display().to_string(), code.to_owned()));
+            let (code, tests) = match code.split_once("#[cfg(test)]") {
+                _ if path.ends_with("tests.rs") => ("", code.as_str()),
+                Some((code, tests)) => (code, tests),
+                None => (code.as_str(), ""),
+            };
+            let file = relative.display().to_string();
+            sources.push((file, code.to_owned(), tests.to_owned()));
         }
     }
     sources
@@ -295,13 +311,21 @@ fn defined_name<'a>(rest: &'a str, keywords: &[&str]) -> Option<&'a str> {
     Some(&rest[..end]).filter(|name| !name.is_empty())
 }
 
-/// No two public types share a name, and no private type takes a public one's: a public type's
-/// name means one thing wherever it is read. (Private types of different modules may share a
-/// name, each read only where it is defined.)
+/// No two public types share a name, and no private type takes a public one's, not even a unit
+/// test's: a public type's name means one thing wherever it is read. (Private types of
+/// different modules may share a name, each read only where it is defined.)
 #[test]
 fn no_public_type_name_is_used_twice() {
     let mut defined: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut private: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (file, tests) in unit_tests() {
+        for name in tests.lines().filter_map(private_type) {
+            private
+                .entry(name.to_owned())
+                .or_default()
+                .push(format!("{file} (its tests)"));
+        }
+    }
     for (file, code) in sources() {
         for name in code.lines().filter_map(public_type) {
             defined
