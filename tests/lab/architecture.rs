@@ -246,13 +246,19 @@ fn admission_knows_no_front_classroom_or_test() {
 /// The code of every source file under `src/` but the unit tests' own (`tests.rs`), before its
 /// `#[cfg(test)]`, by its path under `src/`.
 fn sources() -> Vec<(String, String)> {
-    every_source().into_iter().map(|(file, code, _)| (file, code)).collect()
+    every_source()
+        .into_iter()
+        .map(|(file, code, _)| (file, code))
+        .collect()
 }
 
 /// The unit tests' code of every source file under `src/`: a `tests.rs`, or what follows a
 /// file's `#[cfg(test)]`.
 fn unit_tests() -> Vec<(String, String)> {
-    every_source().into_iter().map(|(file, _, tests)| (file, tests)).collect()
+    every_source()
+        .into_iter()
+        .map(|(file, _, tests)| (file, tests))
+        .collect()
 }
 
 /// Every source file under `src/`, by its path there: its code, and its unit tests' code.

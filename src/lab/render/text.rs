@@ -161,9 +161,17 @@ fn refused_slow(outcome: &Outcome) -> String {
 }
 
 fn f1_before_release(outcome: &Outcome) -> String {
+    // A permit's holder queued for a thread is not held at the gate: its permit is taken.
+    let queued = outcome
+        .executor
+        .as_ref()
+        .map_or(&[][..], |e| e.queued.as_slice());
     or_not_reached(outcome.f1_before_release.as_ref(), |f1| match f1.status {
         status if f1.unread_until_release => format!("no answer: unread ({status} after)"),
         200 => format!("200 ({} permit)", f1.pool),
+        503 if f1.held_by.iter().any(|r| queued.contains(r)) => {
+            format!("503 (permits taken by {})", labels(&f1.held_by))
+        }
         503 => format!("503 (held by {})", labels(&f1.held_by)),
         status => status.to_string(),
     })
@@ -250,6 +258,30 @@ mod tests {
         let answers = [answer(1, 200), answer(2, 503), answer(3, 200)];
         assert_eq!(by_status(&answers), "S1 S3: 200, S2: 503");
         assert_eq!(by_status(&[]), "");
+    }
+
+    /// F1 refused while permits' holders wait for a thread, not at the gate: the cell says
+    /// their permits are taken, not that they are held.
+    #[test]
+    fn f1_refused_by_queued_work_says_permits_taken() {
+        use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+        use crate::policy::{Front, Held, Inputs, Slots};
+        let inputs = Inputs {
+            slots: Slots::new(3).expect("3 slots"),
+            held: Held::new(4).expect("4 held"),
+            ..Inputs::default()
+        };
+        let own = Executor::new(
+            WorkStyle::OwnRuntime,
+            Workers::CurrentThread,
+            BlockingThreads::default(),
+        );
+        let outcomes = crate::lab::predict_on(inputs, (Front::Async, own));
+        let cells: Vec<String> = outcomes.iter().map(f1_before_release).collect();
+        assert_eq!(cells[0], "503 (permits taken by S1 S2 S3)");
+        let awaited = crate::lab::predict_on(inputs, (Front::Async, Executor::default()));
+        let cells: Vec<String> = awaited.iter().map(f1_before_release).collect();
+        assert_eq!(cells[0], "503 (held by S1 S2 S3)");
     }
 
     /// A failed run says what failed first, then which policy did not run; of the model's
