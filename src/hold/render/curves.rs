@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::count;
-use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text};
+use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, wrap};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
 
@@ -31,6 +31,9 @@ const TICK_X: Type = Type::size(17.0).colour(GREY).anchor("middle");
 const TICK_Y: Type = Type::size(17.0).colour(GREY).anchor("end");
 const AXIS: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const FOOT: Type = Type::size(18.0).colour(GREY);
+const FAILED: Type = Type::size(20.0).bold().colour(VERMILLION);
+/// The distance between the baselines of the failure's lines.
+const FAILED_LINE: f64 = 28.0;
 
 /// One figure drawn against N: its panel's title, and its value in a point's figures.
 type Panel = (&'static str, fn(&Figures) -> f64);
@@ -52,7 +55,12 @@ const PANELS: [Panel; 6] = [
 
 pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     let rows = PANELS.len().div_ceil(3) as f64;
-    let height = HEADER + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER;
+    // A run that failed says why, in full, below everything else.
+    let failed = report.failure.as_ref().map_or_else(Vec::new, |reason| {
+        wrap(&format!("FAILED: {reason}"), FAILED, WIDTH - 2.0 * MARGIN)
+    });
+    let failed_room = FAILED_LINE * failed.len() as f64;
+    let height = HEADER + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER + failed_room;
     writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" role="img">"#
@@ -88,7 +96,11 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         draw_panel(out, report, &ceilings, panel, x_range, at)?;
     }
     let notes = footnote(report);
-    text(out, (MARGIN, height - 28.0), FOOT, &notes)?;
+    text(out, (MARGIN, height - 28.0 - failed_room), FOOT, &notes)?;
+    for (i, line) in failed.iter().enumerate() {
+        let y = height - failed_room + FAILED_LINE * i as f64;
+        text(out, (MARGIN, y), FAILED, line)?;
+    }
     writeln!(out, "</svg>")
 }
 
@@ -371,7 +383,9 @@ fn footnote(report: &HoldReport) -> String {
             ));
         }
     }
-    if missing.is_empty() {
+    if report.fronts.is_empty() {
+        "Nothing was held: no front was measured.".into()
+    } else if missing.is_empty() {
         "Every count was held on every front. Values at or below zero (a machine-wide change) are not drawn.".into()
     } else {
         format!(
