@@ -10,7 +10,7 @@ use std::io;
 use serde::Serialize;
 
 use crate::policy::Front;
-use crate::procfs::{invalid, read_proc};
+use crate::procfs::{invalid, kib_field, number_field, read_proc};
 
 /// The ceilings, as read from this machine and process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -26,6 +26,10 @@ pub(crate) struct Limits {
     pub(crate) threads_now: u64,
     /// RLIMIT_NPROC: threads of all processes of this user.
     pub(crate) nproc: Rlimit,
+    /// Threads of this user's processes when read (those whose real uid is this process's):
+    /// what RLIMIT_NPROC counts. Read only where that limit holds the lab; the machine's
+    /// `threads_now` otherwise, which is never fewer.
+    pub(crate) user_threads_now: u64,
     /// Whether the kernel holds this process to `nproc` (see [`nproc_enforced`]).
     pub(crate) nproc_enforced: bool,
     /// RLIMIT_NOFILE: open file descriptors per process, sockets included; a child inherits it.
@@ -36,6 +40,10 @@ pub(crate) struct Limits {
     pub(crate) somaxconn: u64,
     /// RLIMIT_AS: address space per process, in bytes; a child inherits it.
     pub(crate) address_space: Rlimit,
+    /// Address space a process of the lab takes before its first held request, in KiB: this
+    /// process's own when read (the same program as a front's child, its libraries and its
+    /// heap), and [`BASE_ADDRESS_SPACE_ROOM_KIB`] more for a front's runtime and threads.
+    pub(crate) base_address_space_kib: u64,
     /// RLIMIT_DATA: private writable memory per process (the heap, and every thread's stack
     /// but the main one's), in bytes; a child inherits it.
     pub(crate) data: Rlimit,
@@ -55,17 +63,26 @@ impl Limits {
     pub(crate) fn read() -> io::Result<Limits> {
         let loadavg = read_proc("/proc/loadavg")?;
         let port_range = read_proc("/proc/sys/net/ipv4/ip_local_port_range")?;
+        let threads_now = parse_threads_now(&loadavg)
+            .ok_or_else(|| invalid(format!("/proc/loadavg: no thread count in {loadavg:?}")))?;
+        let status = read_proc("/proc/self/status")?;
+        let nproc = Rlimit::get(Resource::Nproc)?;
+        let nproc_enforced = nproc_enforced(&status, &read_proc("/proc/self/uid_map")?);
+        let user_threads_now = match (nproc_enforced, nproc.soft, real_uid(&status)) {
+            (true, Some(_), Some(uid)) => threads_of_user(uid),
+            _ => threads_now,
+        };
+        let own_address_space = kib_field(&status, "VmSize")
+            .ok_or_else(|| invalid("/proc/self/status: no VmSize".into()))?;
         Ok(Limits {
+            base_address_space_kib: own_address_space + BASE_ADDRESS_SPACE_ROOM_KIB,
             max_map_count: sysctl("vm/max_map_count")?,
             pid_max: sysctl("kernel/pid_max")?,
             threads_max: sysctl("kernel/threads-max")?,
-            threads_now: parse_threads_now(&loadavg)
-                .ok_or_else(|| invalid(format!("/proc/loadavg: no thread count in {loadavg:?}")))?,
-            nproc: Rlimit::get(Resource::Nproc)?,
-            nproc_enforced: nproc_enforced(
-                &read_proc("/proc/self/status")?,
-                &read_proc("/proc/self/uid_map")?,
-            ),
+            threads_now,
+            nproc,
+            user_threads_now,
+            nproc_enforced,
             nofile: Rlimit::get(Resource::Nofile)?,
             local_ports: parse_port_range(&port_range).ok_or_else(|| {
                 invalid(format!("ip_local_port_range: not a range: {port_range:?}"))
@@ -75,6 +92,26 @@ impl Limits {
             data: Rlimit::get(Resource::Data)?,
         })
     }
+}
+
+/// The real uid in a `/proc/<pid>/status`.
+fn real_uid(status: &str) -> Option<u32> {
+    let ids = status.lines().find_map(|line| line.strip_prefix("Uid:"))?;
+    ids.split_whitespace().next()?.parse().ok()
+}
+
+/// The threads of every process whose real uid is `uid`, from each `/proc/<pid>/status`: what
+/// RLIMIT_NPROC counts. A process that ends while it is read is skipped.
+fn threads_of_user(uid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let pids = entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    let threads = pids.filter_map(|pid| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        (real_uid(&status)? == uid).then(|| number_field(&status, "Threads:"))?
+    });
+    threads.sum()
 }
 
 /// Whether starting a thread is held to RLIMIT_NPROC, as the kernel decides it at fork: not for
@@ -223,9 +260,13 @@ impl Front {
 const THREAD_ADDRESS_SPACE_KIB: u64 = 2 * 1024 + 32;
 /// Address space each held task adds, with room to spare: `hold` measures ≈ 20 KiB.
 const TASK_ADDRESS_SPACE_KIB: u64 = 32;
-/// Address space a process of the lab takes before its first held request: the program, its
-/// libraries, the runtime, the heap's first arena. The child at rest measures ≈ 10 MiB.
-pub(crate) const BASE_ADDRESS_SPACE_KIB: u64 = 40 * 1024;
+/// Address space a front's child takes at rest beyond what the lab's process takes before it
+/// starts anything: the front's runtime and listener, and the threaded front's accept thread
+/// (a 2 MiB stack), with room to spare. Measured with the release build under a limit (the
+/// heap then has one arena: `allocator::one_arena_under_an_address_space_limit`): `hold`
+/// before its preflight 4.4 MiB, the async front's child at rest 6.9 MiB, the threaded one's
+/// 8.9 MiB.
+pub(crate) const BASE_ADDRESS_SPACE_ROOM_KIB: u64 = 4 * 1024;
 /// Private writable memory each held thread takes: its 2 MiB stack and its signal stack (their
 /// guard pages are not writable, so not counted). The threaded front's child measures ≈ 2 061
 /// KiB per held request at N = 1 000, its malloc arenas included.
@@ -345,7 +386,7 @@ fn usable(value: u64, in_use: u64) -> u64 {
 ///
 /// Server and caller are separate processes with the same RLIMIT_NOFILE (a child inherits it),
 /// each with one descriptor per request, so it stops both sides alike. RLIMIT_NPROC counts the
-/// threads of one user, but is charged here with every thread on the machine: the safe side.
+/// threads of this user's processes, as many as were running when the limits were read.
 pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
     let cost = front.cost();
     let ceilings = [
@@ -370,7 +411,7 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
         (
             Ceiling::Nproc,
             limits.nproc.soft.filter(|_| limits.nproc_enforced),
-            limits.threads_now,
+            limits.user_threads_now,
             cost.threads,
         ),
         (Ceiling::Nofile, limits.nofile.soft, BASE_FDS, cost.fds),
@@ -378,7 +419,7 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
         (
             Ceiling::AddressSpace,
             limits.address_space.soft.map(|bytes| bytes / 1024),
-            BASE_ADDRESS_SPACE_KIB,
+            limits.base_address_space_kib,
             cost.address_space_kib,
         ),
         (
@@ -505,6 +546,8 @@ pub(crate) mod tests {
                 soft: Some(96_365),
                 hard: Some(96_365),
             },
+            user_threads_now: 137,
+            base_address_space_kib: 16 * 1024,
             nproc_enforced: true,
             nofile: Rlimit {
                 soft: Some(20_000),
@@ -607,7 +650,7 @@ pub(crate) mod tests {
             },
             ..limits()
         };
-        // (65 536 - 40 960 - 6 553) KiB.
+        // (65 536 - 16 384 - 6 553) KiB.
         let threads = check(&limits, Front::Threaded, 100).expect_err("no room for stacks");
         assert_eq!(
             (
@@ -615,7 +658,7 @@ pub(crate) mod tests {
                 threads.reach.held,
                 threads.reach.value
             ),
-            (Ceiling::AddressSpace, 18_023 / 2_080, 67_108_864)
+            (Ceiling::AddressSpace, 42_599 / 2_080, 67_108_864)
         );
         assert!(
             threads.to_string().contains("RLIMIT_AS = 67108864"),
@@ -624,7 +667,7 @@ pub(crate) mod tests {
         let tasks = reach(&limits, Front::Async).expect("a ceiling");
         assert_eq!(
             (tasks.ceiling, tasks.held),
-            (Ceiling::AddressSpace, 18_023 / 32)
+            (Ceiling::AddressSpace, 42_599 / 32)
         );
     }
 
@@ -673,12 +716,24 @@ pub(crate) mod tests {
                 soft: Some(20_000),
                 hard: None,
             },
+            user_threads_now: 10_000,
             ..limits
         };
         let refusal = check(&nproc, Front::Threaded, 9_000).expect_err("too few procs");
         assert_eq!(
             (refusal.reach.ceiling, refusal.reach.held),
             (Ceiling::Nproc, 8_000)
+        );
+        // RLIMIT_NPROC counts this user's threads, not the machine's: 20 000 - 100 - 2 000.
+        let few = Limits {
+            user_threads_now: 100,
+            ..nproc
+        };
+        assert_eq!(check(&few, Front::Threaded, 9_000), Ok(()));
+        let refusal = check(&few, Front::Threaded, 18_000).expect_err("too few procs");
+        assert_eq!(
+            (refusal.reach.ceiling, refusal.reach.held),
+            (Ceiling::Nproc, 17_900)
         );
         assert_eq!(check(&nproc, Front::Async, 100_000), Ok(()));
         // Root is not held to it: the next ceiling stops the threads.

@@ -27,6 +27,8 @@ static ALLOCATOR: isolation_lab::allocator::LabAllocator = isolation_lab::alloca
 
 fn main() -> ExitCode {
     #[cfg(unix)]
+    isolation_lab::allocator::one_arena_under_an_address_space_limit();
+    #[cfg(unix)]
     isolation_lab::cli::fail_writes_past_the_file_size_limit();
     let lab = || {
         // A refused command line exits 2 here, with a message naming the flag, before anything

@@ -40,14 +40,16 @@ fn start(
     limits::raise_nofile().context("cannot raise RLIMIT_NOFILE")?;
     let limits = Limits::read().context("cannot read the ceilings")?;
     // Below this not even a front at rest fits: say so once, before any child starts.
-    let base = limits::BASE_ADDRESS_SPACE_KIB;
+    let base = limits.base_address_space_kib;
     if let Some(bytes) = limits.address_space.soft
         && bytes / 1024 < base
     {
         bail!(
-            "RLIMIT_AS = {bytes} bytes leaves no room: hold and each front's child need at \
-             least {} MiB of address space each",
-            base / 1024
+            "RLIMIT_AS = {bytes} bytes leaves no room: a front's child takes about {:.1} MiB \
+             of address space before it holds anything (this process, {:.1} MiB so far, and \
+             its runtime and threads)",
+            base as f64 / 1024.0,
+            (base - limits::BASE_ADDRESS_SPACE_ROOM_KIB) as f64 / 1024.0
         );
     }
     let (preflight, planned) = model::plan(&limits, &config.fronts, &config.counts);

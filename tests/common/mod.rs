@@ -36,6 +36,25 @@ pub fn limited(
     }
 }
 
+/// The smallest address space, in MiB, under which the binary loads and answers `predict`
+/// (which starts no runtime, thread or socket).
+#[cfg(unix)]
+pub fn load_floor_mib() -> u64 {
+    let loads = |mib: u64| {
+        let mut lab = std::process::Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        limited(&mut lab, libc::RLIMIT_AS, mib << 20);
+        let status = standard_descriptors_only(&mut lab)
+            .arg("predict")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        status.is_ok_and(|s| s.success())
+    };
+    (4..=256)
+        .find(|&mib| loads(mib))
+        .expect("the lab loads in 256 MiB")
+}
+
 /// Leaves `command`'s child only the standard descriptors 0, 1 and 2, whatever this process
 /// inherited: a run under a descriptor limit (`ulimit -n 4`, `prlimit --nofile`) counts on them
 /// alone. (`/usr/bin/time -o FILE cargo test` leaves FILE open as descriptor 3; under `ulimit -n

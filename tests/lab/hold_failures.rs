@@ -316,25 +316,43 @@ fn lab_under(
     command.output().expect("the lab runs")
 }
 
-/// Under an address-space limit too small for a front (`prlimit --as=33554432`), `hold` starts
-/// no child and fails with one line on stderr, exit 1: no allocation failure, no backtrace.
+/// Under an address-space limit too small for a front — 1 MiB above the least the binary loads
+/// in, where `hold` itself starts but no front's child would — `hold` starts no child and
+/// fails with one line on stderr, exit 1: no allocation failure, no backtrace. With 32 MiB,
+/// the async front holds 10 and 100, and the counts beyond each front's ceiling are not run.
 #[test]
 fn an_address_space_limit_fails_in_one_line() {
     if common::alone() {
         return;
     }
-    let output = lab_under(
-        libc::RLIMIT_AS,
-        33_554_432,
-        &["hold", "--counts", "10,100,1000"],
-    );
+    let bytes = (common::load_floor_mib() + 1) << 20;
+    let output = lab_under(libc::RLIMIT_AS, bytes, &["hold", "--counts", "10,100,1000"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(
-        stderr.starts_with("isolation-lab: RLIMIT_AS = 33554432 bytes leaves no room"),
-        "{stderr}"
+    let said = format!("isolation-lab: RLIMIT_AS = {bytes} bytes leaves no room: a front's child");
+    assert!(stderr.starts_with(&said), "{stderr}");
+
+    let output = lab_under(
+        libc::RLIMIT_AS,
+        33_554_432,
+        &["hold", "--counts", "10,100,1000", "--format", "json"],
     );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a report");
+    let fronts = report["fronts"].as_array().expect("fronts");
+    let on_async = fronts
+        .iter()
+        .find(|f| f["front"] == "async")
+        .expect("async");
+    let outcomes: Vec<&str> = on_async["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| p["outcome"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(outcomes[..2], ["held", "held"], "{report}");
 }
 
 /// Under a private-memory limit (`prlimit --data=67108864`, 64 MiB) every thread's 2 MiB stack

@@ -95,24 +95,6 @@ const AT_ONCE: usize = 8;
 /// stays a few MiB above it.
 const ABOVE_FLOOR_MIB: [u64; 2] = [2, 6];
 
-/// The smallest address space, in MiB, under which the binary loads and answers `predict`
-/// (which starts no runtime, thread or socket).
-fn load_floor_mib() -> u64 {
-    let loads = |mib: u64| {
-        let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-        Limit::AddressSpace(mib << 20).on(standard_descriptors_only(&mut lab));
-        let status = lab
-            .arg("predict")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        status.is_ok_and(|s| s.success())
-    };
-    (4..=256)
-        .find(|&mib| loads(mib))
-        .expect("the lab loads in 256 MiB")
-}
-
 /// Private-memory limits, in MiB. A thread's stack is 2 MiB of it: under these the front's own
 /// runtime of two workers (`--workers 2`) cannot start both, nor the blocking pool a thread
 /// beside the front's thread and the heap, and Tokio panics, which the lab catches and says in
@@ -186,7 +168,7 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
 
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
 fn every_shape_under_every_limit(runs: usize) {
-    let floor = load_floor_mib();
+    let floor = crate::common::load_floor_mib();
     let address_space = ABOVE_FLOOR_MIB.map(|above| Limit::AddressSpace((floor + above) << 20));
     let data = DATA_MIB.map(|mib| Limit::Data(mib << 20));
     let limits = (4..=16)
