@@ -331,3 +331,17 @@ fn times_too_short_to_show_are_not_compared() {
         assert!(!said.contains("times as long") || compared, "{said}");
     }
 }
+
+/// A run that failed before any front was measured: the picture says so and why, and never
+/// that every count was held.
+#[test]
+fn a_picture_of_a_failed_run_says_why() {
+    let mut report = recorded();
+    report.fronts.clear();
+    let reason = "RLIMIT_AS = 8388608 bytes leaves no room";
+    report.failure = Some(reason.into());
+    let picture = svg(&report);
+    assert!(picture.contains(&format!("FAILED: {reason}")), "{picture}");
+    assert!(picture.contains("Nothing was held"), "{picture}");
+    assert!(!picture.contains("Every count was held"), "{picture}");
+}
