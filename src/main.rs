@@ -77,8 +77,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
         }) => {
             let sweep = runtime(sweep::sweep_on(server, executor.executor()))?;
             let rendered = table(format, &sweep, || sweep::render::render(&sweep));
-            let failure = (!sweep.matches_model).then_some("a run differed from the policy model");
-            emit(rendered, failure)
+            emit(rendered, sweep.failure().as_deref())
         }
         Some(Command::Classroom {
             inputs,

@@ -42,6 +42,28 @@ pub struct SweepRun {
     /// Why it failed or differed, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// It failed (a stall, an error) rather than only differing from the model: the sweep
+    /// stopped there.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+}
+
+impl Sweep {
+    /// The sweep's one-line failure, if it has one: the run that failed, or that some run
+    /// differed from the model.
+    pub fn failure(&self) -> Option<String> {
+        let failed = self.runs.iter().find(|run| run.failed);
+        match failed {
+            Some(run) => Some(format!(
+                "the {} run with --slots {} --held {} failed, and the sweep stopped there: {}",
+                run.mode.name(),
+                run.slots,
+                run.held,
+                run.failure.as_deref().unwrap_or_default()
+            )),
+            None => (!self.matches_model).then(|| "a run differed from the policy model".into()),
+        }
+    }
 }
 
 /// Runs every allowed input on `front`, one after another, each on its own server. Stops at
@@ -70,6 +92,7 @@ pub async fn sweep_on(front: Front, executor: Executor) -> Sweep {
             outcome: Outcome::observed(&run.report),
             matches_model: failure.is_none(),
             failure,
+            failed,
         });
         if failed {
             break;

@@ -9,9 +9,14 @@ use crate::sweep::{Sweep, SweepRun};
 
 /// The matrices, within 80 columns.
 pub fn render(sweep: &Sweep) -> String {
+    let all = Mode::ALL.len() * Slots::all().count() * Held::all().count();
+    let runs = match sweep.runs.len() {
+        1 if all > 1 => format!("1 of {all} policy runs"),
+        n if n < all => format!("{n} of {all} policy runs"),
+        n => format!("{n} policy runs"),
+    };
     let mut out = format!(
-        "isolation-lab sweep: {} policy runs, each on its own {} server\n",
-        sweep.runs.len(),
+        "isolation-lab sweep: {runs}, each on its own {} server\n",
         sweep.front.name(),
     );
     if !sweep.executor.is_default() {
@@ -41,6 +46,12 @@ pub fn render(sweep: &Sweep) -> String {
         "\nEach cell: slow requests admitted/refused, F1's status before release, and the\n\
          permits left idle while slow work was refused (- when none was refused).\n",
     );
+    if !sweep.matches_model {
+        out.push_str(
+            "!: the run differed from the model or failed (below); ?: a step it never reached;\n\
+             not run: after a run that failed, the sweep stopped.\n",
+        );
+    }
     if !sweep.executor.is_default() {
         out.push_str(
             "u: requests unread until release, every worker blocked (F1 (200): answered only\n\
@@ -85,9 +96,14 @@ fn cell(run: &SweepRun) -> String {
         .as_ref()
         .map_or("?".into(), |f1| f1.status.to_string());
     let refused_any = outcome.refused_slow.as_ref().is_some_and(|r| !r.is_empty());
-    let idle = match (refused_any, outcome.idle_while_refused) {
-        (false, _) => "-".to_owned(),
-        (true, idle) => idle.map_or("?".into(), |n| n.to_string()),
+    let idle = match (
+        &outcome.refused_slow,
+        refused_any,
+        outcome.idle_while_refused,
+    ) {
+        (None, ..) => "?".to_owned(),
+        (_, false, _) => "-".to_owned(),
+        (_, true, idle) => idle.map_or("?".into(), |n| n.to_string()),
     };
     let unread_f1 = (outcome.f1_before_release.as_ref()).is_some_and(|f1| f1.unread_until_release);
     let f1 = if unread_f1 { format!("({f1})") } else { f1 };

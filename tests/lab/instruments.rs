@@ -126,3 +126,31 @@ fn the_sweep_command_exits_0() {
     let heading = "isolation-lab sweep: 24 policy runs, each on its own async server";
     assert!(text.starts_with(heading), "{text}");
 }
+
+/// A sweep whose first run fails (too few descriptors for its server) says that run failed
+/// and the sweep stopped there, not that it differed from the model; its matrix counts the one
+/// run it made and marks what that run never reached as unknown.
+#[cfg(unix)]
+#[test]
+fn a_sweep_that_fails_says_which_run_failed() {
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    lab.arg("sweep");
+    crate::common::limited(&mut lab, libc::RLIMIT_NOFILE, 8);
+    let output = crate::common::standard_descriptors_only(&mut lab)
+        .output()
+        .expect("the lab starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let failed = "isolation-lab: the shared run with --slots 2 --held 1 failed, and the sweep \
+                  stopped there: ";
+    assert!(stderr.starts_with(failed), "{stderr}");
+    assert!(!stderr.contains("differed"), "{stderr}");
+    let text = String::from_utf8(output.stdout).expect("UTF-8");
+    let heading = "isolation-lab sweep: 1 of 24 policy runs, each on its own async server";
+    assert!(text.starts_with(heading), "{text}");
+    assert!(text.contains("slots 2  ?/? ? ? !  not run"), "{text}");
+    assert!(
+        text.contains("not run: after a run that failed, the sweep stopped."),
+        "{text}"
+    );
+}
