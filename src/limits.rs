@@ -352,8 +352,14 @@ impl fmt::Display for TooMany {
         };
         write!(
             f,
-            "{} held requests on the {front} front exceed what {} = {} allows: at most {}",
+            "{} held {} on the {front} front exceed{} what {} = {} allows: at most {}",
             self.held,
+            if self.held == 1 {
+                "request"
+            } else {
+                "requests"
+            },
+            if self.held == 1 { "s" } else { "" },
             self.reach.ceiling.name(),
             self.reach.value,
             self.reach.held,

@@ -136,12 +136,12 @@ async fn measure_front<'a>(
                 match unless_interrupted(interrupts, measured).await {
                     Ok(figures) => CountOutcome::Held(figures),
                     Err(Broken::Front(failed)) => {
-                        stopped = Some(format!("the {name} front failed at {held} held"));
+                        stopped = Some(format!("the {name} front failed at N = {held}"));
                         CountOutcome::FrontFailed(failed)
                     }
                     Err(Broken::Lab(why)) => {
                         let why = format!("{why:#}");
-                        *failure = Some(format!("the {name} front, {held} held: {why}"));
+                        *failure = Some(format!("the {name} front, N = {held}: {why}"));
                         stopped = Some("the lab failed earlier".to_owned());
                         CountOutcome::LabFailed { reason: why }
                     }

@@ -848,7 +848,7 @@ mod spawn_failure {
         assert!(summary.connection_tasks_stopped, "{summary:?}");
         let error = stopped.error.unwrap_or_default();
         assert!(
-            error.contains("closed 1 connection(s) unserved"),
+            error.contains("closed 1 connection unserved"),
             "the server reports the connection it could not serve: {error:?}"
         );
     }

@@ -342,10 +342,13 @@ impl ConnectionTable {
             }
             Err(e) => {
                 self.unserved_count += 1;
+                let closed = match self.unserved_count {
+                    1 => "1 connection".to_owned(),
+                    n => format!("{n} connections"),
+                };
                 self.unserved = Some(format!(
-                    "the threaded server closed {} connection(s) unserved: could not start \
-                     serving one: {e}",
-                    self.unserved_count
+                    "the threaded server closed {closed} unserved: could not start serving one: \
+                     {e}"
                 ));
                 Err(e)
             }

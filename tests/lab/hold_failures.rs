@@ -120,7 +120,7 @@ fn a_front_killed_mid_hold_is_reported_with_its_signal_and_reaped() {
         let CountOutcome::NotRun { reason } = &series.points[1].outcome else {
             panic!("{front:?} at 400: {:?}", series.points[1].outcome);
         };
-        assert!(reason.contains("failed at 200"), "{reason}");
+        assert!(reason.contains("failed at N = 200"), "{reason}");
     }
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
     let text = isolation_lab::hold::render::text(&report);

@@ -300,23 +300,38 @@ pub(super) fn breakdown(report: &HoldReport) -> Vec<String> {
                 })
                 .collect();
             let allocated: f64 = f.heap_per_request.iter().map(|c| c.kib).sum();
+            // The classes too rare to list (under 0.005 blocks a request) still count in all.
+            let listed: f64 = (f.heap_per_request.iter())
+                .filter(|c| c.blocks.abs() >= 0.005)
+                .map(|c| c.kib)
+                .sum();
+            let rest = match allocated - listed {
+                rest if rest.abs() >= 0.005 => {
+                    format!("; {} KiB in blocks rarer than that", figure(rest))
+                }
+                _ => String::new(),
+            };
             let heap = if classes.is_empty() {
                 "its heap kept no count of blocks".to_owned()
             } else {
                 format!(
-                    "its heap per held request: {}; {} KiB allocated in all",
+                    "its heap per held request: {}{rest}; {} KiB allocated in all",
                     classes.join("; "),
                     figure(allocated)
                 )
             };
+            let slab = f.per_request.kernel_slab_kib;
+            let slab = match slab {
+                s if s < 0.0 => format!("shrank {} KiB", figure(-s)),
+                s => format!("grew {} KiB", figure(s)),
+            };
             Some(format!(
                 "The {} front, {} held: {} KiB resident per held request; {heap}. The kernel's \
-                 slab grew {} KiB per held request (machine-wide: both ends of each connection, \
-                 outside any process's resident memory).",
+                 slab {slab} per held request (machine-wide: both ends of each connection, \
+                 outside any process's resident memory, and whatever else the machine did).",
                 series.front.name(),
                 count(u64::from(held)),
                 figure(f.per_request.rss_kib),
-                figure(f.per_request.kernel_slab_kib),
             ))
         })
         .collect()

@@ -304,6 +304,22 @@ fn the_breakdown_follows_the_heap_figures() {
         "{sentence}"
     );
     assert!(sentence.contains("slab grew 7.25 KiB"), "{sentence}");
+
+    // A class too rare to list still counts in all, and a slab that shrank is not said to grow.
+    let async_front = series(&mut report, Front::Async);
+    let CountOutcome::Held(figures) = &mut async_front.points[2].outcome else {
+        panic!("the fixture held 1 000 on the async front");
+    };
+    for class in &mut figures.heap_per_request {
+        if class.class == "over 8 KiB" {
+            (class.blocks, class.kib) = (0.002, 0.21);
+        }
+    }
+    figures.per_request.kernel_slab_kib = -46.7;
+    let sentence = super::reading::breakdown(&report).remove(0);
+    let parts = "= 24.0 KiB; 0.21 KiB in blocks rarer than that; 24.2 KiB allocated in all";
+    assert!(sentence.contains(parts), "{sentence}");
+    assert!(sentence.contains("slab shrank 46.7 KiB"), "{sentence}");
 }
 
 /// The times to hold are compared only where the sentence shows them apart: a ratio of times
