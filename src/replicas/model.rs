@@ -223,7 +223,8 @@ impl Lapsed {
         match (&self.cause, self.paused) {
             (Some(cause), true) => format!("paused by the run (SIGSTOP): {cause}"),
             (Some(cause), false) => format!("live: {cause}"),
-            (None, true) => "paused by the run (SIGSTOP) past its lease".to_owned(),
+            // Whether the pause outlasted its lease is the pause's own evidence, not this.
+            (None, true) => "its replica paused by the run (SIGSTOP)".to_owned(),
             (None, false) => "live; its replica reported no lost lease".to_owned(),
         }
     }
@@ -404,7 +405,9 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
             }
         }
     }
-    if let (Some(plan), Some(pause)) = (&prediction.pause, &evidence.pause) {
+    // A pause cut short (Ctrl-C) recorded only its holders: nothing past them is checked.
+    let pause = evidence.pause.as_ref().filter(|p| p.ended);
+    if let (Some(plan), Some(pause)) = (&prediction.pause, pause) {
         check_pause(plan, prediction.limit_in_all, pause, &mut wrong);
         if pause.resumed && evidence.released.iter().any(|a| a.status.is_some()) {
             check_late_effects(plan, pause, evidence, &mut wrong);
@@ -669,6 +672,7 @@ fn check_replicas(prediction: &Prediction, evidence: &ReplicasEvidence, wrong: &
             for failure in &permits.failures {
                 wrong.push(format!("{}: {failure}", replica.id));
             }
+            let ended = evidence.pause.as_ref().filter(|p| p.ended);
             let paused = prediction
                 .pause
                 .filter(|p| p.paused == replica.id && evidence.pause.is_some());
@@ -679,7 +683,7 @@ fn check_replicas(prediction: &Prediction, evidence: &ReplicasEvidence, wrong: &
                     listed(permits.lapsed.iter())
                 ));
             }
-            if let (Some(plan), Some(pause)) = (paused, &evidence.pause)
+            if let (Some(plan), Some(pause)) = (paused, ended)
                 && permits.lapsed.len() != plan.over_admitted
             {
                 wrong.push(format!(

@@ -319,17 +319,20 @@ fn leases(report: &ReplicasReport) -> String {
             .filter(|p| p.decision == Decision::Admitted)
             .map(|p| p.request.to_string())
             .collect();
-        let then = if admitted.is_empty() {
-            "no probe admitted".to_owned()
-        } else {
-            format!("{} admitted on {probed}", admitted.join(" "))
+        let then = match (pause.ended, admitted.is_empty()) {
+            (false, _) => "cut short: nothing more seen".to_owned(),
+            (true, true) => "no probe admitted".to_owned(),
+            (true, false) => format!("{} admitted on {probed}", admitted.join(" ")),
         };
         rows.push(vec![
             format!("pause {paused} (SIGSTOP)"),
             lease_cell.clone(),
             left(&pause.holders),
             window(pause.admitted_after_ms),
-            until_admitted(&pause.probes).0.len().to_string(),
+            match pause.ended {
+                true => until_admitted(&pause.probes).0.len().to_string(),
+                false => "?".to_owned(),
+            },
             then,
         ]);
         let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
@@ -357,7 +360,13 @@ fn leases(report: &ReplicasReport) -> String {
             "Pause: {paused} was stopped (SIGSTOP) holding {}.",
             holders(&pause.holders)
         );
-        if admitted.is_empty() {
+        if !pause.ended {
+            let _ = write!(
+                note,
+                " The run was cut short while it probed {probed}: what the probes met is not \
+                 recorded."
+            );
+        } else if admitted.is_empty() {
             let _ = write!(
                 note,
                 " No probe to {probed} was admitted while it was stopped."
@@ -374,7 +383,11 @@ fn leases(report: &ReplicasReport) -> String {
         if pause.resumed {
             let _ = write!(note, " Redis's holders then: {engine}.");
             if lesson {
-                let _ = write!(note, " {paused} still believed it held its permits.");
+                let permits = match pause.holders.len() {
+                    1 => "its permit",
+                    _ => "its permits",
+                };
+                let _ = write!(note, " {paused} still believed it held {permits}.");
             }
         }
         notes.push_str(&wrap(&note, "  "));

@@ -54,7 +54,7 @@ impl OverAdmission {
         );
         for lapsed in &self.lapsed {
             text.push_str(&format!(
-                "; {}'s lease had lapsed, {}",
+                "; Redis no longer named {} a holder, {}",
                 lapsed.holder,
                 lapsed.why()
             ));

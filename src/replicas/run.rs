@@ -596,7 +596,7 @@ impl ReplicasRun {
         replica
             .evidence
             .signals
-            .push("SIGSTOP: paused past its lease".into());
+            .push("SIGSTOP: paused while it held permits".into());
         self.evidence.pause = Some(PauseEvidence {
             replica: Some(plan.paused),
             pid,
@@ -637,6 +637,7 @@ impl ReplicasRun {
             pause.probes = probes;
             pause.admitted_after_ms = admitted_after_ms;
             pause.in_sections = in_sections;
+            pause.ended = true;
         }
         ended?;
         let engine_holders = self

@@ -932,7 +932,10 @@ async fn a_starved_live_holder_is_named_with_its_late_renewal() {
     );
     assert!(s1.worked_on_ms.is_some_and(|ms| ms > 0.0), "{s1:?}");
     let text = isolation_lab::replicas::render::render(&report);
-    assert!(text.contains("r1/S1's lease had lapsed, live"), "{text}");
+    assert!(
+        text.contains("Redis no longer named r1/S1 a holder, live"),
+        "{text}"
+    );
     assert_eq!(redis.lab_keys(), Vec::<String>::new());
     nothing_left(&report);
 }
@@ -1085,6 +1088,76 @@ fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
             }
         }
     }
+}
+
+/// Ctrl-C while a replica is paused (a 60 s lease: the pause's probing would last a minute):
+/// the pause is cut short, and the report holds nothing of it but its holders: no probe
+/// counted, nothing checked against the model that the run never saw.
+#[test]
+fn an_interrupted_pause_checks_nothing_it_did_not_see() {
+    let Some(redis) = TestRedis::start("an_interrupted_pause_checks_nothing_it_did_not_see") else {
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+        .args([
+            "replicas",
+            "--global",
+            &url,
+            "--lease-ms",
+            "60000",
+            "--format",
+            "json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    // The pause: one of the lab's children (of any of its threads) stopped (SIGSTOP), as its
+    // /proc says.
+    let tasks = format!("/proc/{}/task", lab.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let paused = loop {
+        let threads = std::fs::read_dir(&tasks).into_iter().flatten().flatten();
+        let listed: String = threads
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let stopped = listed.split_whitespace().find(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        });
+        if let Some(pid) = stopped {
+            break pid.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no replica was paused"
+        );
+        std::thread::yield_now();
+    };
+    // SAFETY: `kill` has no memory effects; the pid is our unreaped child.
+    assert_eq!(unsafe { libc::kill(lab.id() as i32, libc::SIGINT) }, 0);
+    let output = lab.wait_with_output().expect("the lab ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let report: ReplicasReport = serde_json::from_slice(&output.stdout).expect("the report");
+    let pause = report.evidence.pause.as_ref().expect("the pause began");
+    assert!(
+        !pause.ended && pause.probes.is_empty(),
+        "paused {paused}: {pause:?}"
+    );
+    assert!(!pause.holders.is_empty(), "{pause:?}");
+    for mismatch in &report.mismatches {
+        assert!(
+            !mismatch.contains("during the pause") && !mismatch.contains("after the pause"),
+            "{mismatch}"
+        );
+    }
+    nothing_left(&report);
+    assert_eq!(redis.lab_keys(), Vec::<String>::new());
 }
 
 /// A `--global` URL that points at something other than Redis (here an HTTP server on
