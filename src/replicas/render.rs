@@ -29,7 +29,14 @@ pub fn render(report: &ReplicasReport) -> String {
         }
     }
     out.push('\n');
+    // A run that failed before any replica started never used the engine it named.
+    let started = !report.evidence.replicas.is_empty();
     let about = match &report.evidence.engine {
+        Some(engine) if !started => format!(
+            "{count} replica servers, each its own process. Every permit was to come from one \
+             Redis-backed semaphore of {slots} ({}); no replica started.",
+            engine.address
+        ),
         Some(engine) => {
             let whose = if engine.started_by_the_run {
                 "a private redis-server this run started and stopped"
@@ -87,11 +94,14 @@ pub fn render(report: &ReplicasReport) -> String {
             &format!(
                 "\nThe dependency (the newest token per permit slot in a Redis hash, guarded by \
                  a Lua script; --fencing {}): {} effects accepted, {} refused; at most {} \
-                 holders' writes stood at once, for a limit of {}.",
+                 stood at once, for a limit of {}.",
                 report.inputs.fencing,
                 dependency.accepted,
                 dependency.refused.len(),
-                dependency.standing_at_most,
+                match dependency.standing_at_most {
+                    1 => "1 holder's writes".to_owned(),
+                    n => format!("{n} holders' writes"),
+                },
                 report.inputs.slots.get()
             ),
             "",
@@ -100,9 +110,13 @@ pub fn render(report: &ReplicasReport) -> String {
     if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
         out.push_str(&wrap(
             &format!(
-                "\nCleanup: the run's keys deleted ({} left); {} holder(s) still held a permit \
-                 then and were removed.",
-                cleanup.keys_left, cleanup.holders_removed
+                "\nCleanup: the run's keys deleted ({} left); {}.",
+                cleanup.keys_left,
+                match cleanup.holders_removed {
+                    0 => "no holder still held a permit then".to_owned(),
+                    1 => "1 holder still held a permit then and was removed".to_owned(),
+                    n => format!("{n} holders still held a permit then and were removed"),
+                }
             ),
             "",
         ));
@@ -249,7 +263,11 @@ fn verdict(report: &ReplicasReport) -> String {
         ),
         Ordering::Equal => format!("{held_at_once}: the global {word}-permit limit holds.\n"),
         Ordering::Less => {
-            format!("{held_at_once}: under the global {word}-permit limit; a permit stayed free.\n")
+            let free = match slots - held {
+                1 => "a permit stayed free".to_owned(),
+                n => format!("{n} permits stayed free"),
+            };
+            format!("{held_at_once}: under the global {word}-permit limit; {free}.\n")
         }
     };
     if !refused.is_empty() && held <= slots {
@@ -400,9 +418,19 @@ fn leases(report: &ReplicasReport) -> String {
         {
             notes.push_str(&wrap(
                 &format!(
-                    "  Continued (SIGCONT), its work for {} finished at release, and found its \
-                     permit already gone when it gave it back.",
-                    labels(&permits.lapsed)
+                    "  Continued (SIGCONT), its work for {} finished at release, and found {} \
+                     already gone when it gave {} back.",
+                    labels(&permits.lapsed),
+                    if permits.lapsed.len() == 1 {
+                        "its permit"
+                    } else {
+                        "its permits"
+                    },
+                    if permits.lapsed.len() == 1 {
+                        "it"
+                    } else {
+                        "them"
+                    },
                 ),
                 "  ",
             ));
@@ -428,9 +456,9 @@ fn leases(report: &ReplicasReport) -> String {
                  know it was paused. Fencing tokens can: every admission took a token from one \
                  counter in Redis that only grows, each write carries it, and the dependency \
                  refuses a token older than the newest it accepted for that permit slot. The \
-                 protected resource, not the lock service, stopped the stale write."
+                 protected resource, not the lock service, stopped each stale write."
             } else {
-                "  With --fencing off the dependency trusted the lease alone and accepted the \
+                "  With --fencing off the dependency trusted the lease alone and accepted each \
                  stale write beside the newer holder's: the over-admission reached the \
                  resource. Run it without --fencing off to see the dependency refuse it."
             };
@@ -462,7 +490,8 @@ fn leases(report: &ReplicasReport) -> String {
         ]);
         let meaning = if lease_ms > 0 {
             "Every probe was refused, naming a dead holder, until its lease lapsed: the window is \
-             the lease it had left (at most the lease), plus up to one probe's pace."
+             about the lease it had left (at most the lease), as the probes come a few \
+             milliseconds apart."
         } else {
             "Without a lease a dead holder's permit never comes back: it leaked for the rest of \
              the run, until the run's cleanup deleted its keys."

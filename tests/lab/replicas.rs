@@ -996,6 +996,16 @@ async fn the_headline_tells_the_count_against_the_limit() {
             assert!(text.contains("Each ledger balances on its own"), "{text}");
         }
         assert_eq!(text.contains("refused at once"), refusals, "{text}");
+        // Counts in the right number, never "(s)".
+        assert!(!text.contains("(s)"), "{text}");
+        if let Some(cleanup) = report.evidence.engine.as_ref().and_then(|e| e.cleanup) {
+            let said = match cleanup.holders_removed {
+                0 => "no holder still held a permit then".to_owned(),
+                1 => "1 holder still held a permit then and was removed".to_owned(),
+                n => format!("{n} holders still held a permit then and were removed"),
+            };
+            assert!(words.contains(&said), "{text}");
+        }
         nothing_left(&report);
     }
 }
@@ -1180,10 +1190,18 @@ async fn a_url_that_is_not_redis_fails_in_one_line() {
     // Unblocks the server's accept if the run never connected (it must have: this is a guard).
     let _ = TcpStream::connect(address);
     http.join().expect("the HTTP stand-in ends");
+    let text = isolation_lab::replicas::render::render(&report);
     let failure = report.failure.expect("the run failed");
     assert!(!failure.contains('\n'), "one line: {failure}");
     assert!(failure.contains("does not speak Redis"), "{failure}");
     assert!(report.evidence.replicas.is_empty());
+    // Nothing said as if the engine had worked.
+    let said = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(said.contains("Every permit was to come from one"), "{text}");
+    assert!(
+        !said.contains("comes from ONE") && !said.contains("renewed every"),
+        "{text}"
+    );
 }
 
 /// The leak check finds a listener and its owner: this process's own, which it then allows.
