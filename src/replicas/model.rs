@@ -133,8 +133,11 @@ pub(crate) fn predict(inputs: &ReplicasInputs) -> Prediction {
     };
     let mut skipped = Vec::new();
     if !global {
-        skipped
-            .push("pause and crash: each replica's permits die with it; they need --global".into());
+        skipped.push(
+            "pause and crash: each replica's own permits are held and freed by it alone, so \
+                 no other replica waits on them; they need --global"
+                .into(),
+        );
     } else if !leased {
         skipped.push("pause: without a lease nothing lapses while a replica is paused".into());
     } else if !full {

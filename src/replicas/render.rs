@@ -248,7 +248,7 @@ fn verdict(report: &ReplicasReport) -> String {
         if report.matches_model {
             let _ = write!(
                 out,
-                "Each replica enforced its own {slots} permits, up to {count} x {slots} = {} in \
+                "Each replica had its own {slots} permits, up to {count} x {slots} = {} in \
                  all; nothing made them one limit.\nFor one limit across replicas the permits \
                  must come from a shared engine: try --global local.\n",
                 count * slots
