@@ -14,7 +14,8 @@ use crate::replicas::model::{end_effect, parse_holder, until_admitted};
 use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
-/// The report as text within 100 columns.
+/// The report as text: its sentences wrapped at 100 columns, its tables as wide as their
+/// cells (the ledgers have a column per replica: about 100 columns for 2, 150 for 4).
 pub fn render(report: &ReplicasReport) -> String {
     let inputs = &report.inputs;
     let (count, slots) = (inputs.replicas.get(), inputs.slots.get());
