@@ -1026,6 +1026,27 @@ fn notifications(redis: &TestRedis) -> redis::Connection {
     conn
 }
 
+/// The binary's `replicas` on the Redis at `url`, with a 60 s lease (a pause, or a dead
+/// holder's permit, lasts a minute), its JSON report piped.
+fn with_a_minute_lease(url: &str) -> Child {
+    let args = [
+        "replicas",
+        "--global",
+        url,
+        "--lease-ms",
+        "60000",
+        "--format",
+        "json",
+    ];
+    Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts")
+}
+
 /// The binary interrupted (SIGINT, as Ctrl-C sends it) while replicas hold permits: it exits 1
 /// saying so in one line, prints the partial report, and leaves no process, no port and no
 /// key; killed (SIGKILL), it leaves every key of its run to expire within a lease and a margin.
@@ -1041,21 +1062,7 @@ fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
         pubsub
             .psubscribe("__keyspace@0__:isolation-lab:*")
             .expect("subscribed");
-        let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
-            .args([
-                "replicas",
-                "--global",
-                &url,
-                "--lease-ms",
-                "60000",
-                "--format",
-                "json",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
+        let lab = with_a_minute_lease(&url);
         let mut admitted = 0;
         while admitted < 2 {
             let message = loop {
@@ -1109,21 +1116,7 @@ fn an_interrupted_pause_checks_nothing_it_did_not_see() {
         return;
     };
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    let lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
-        .args([
-            "replicas",
-            "--global",
-            &url,
-            "--lease-ms",
-            "60000",
-            "--format",
-            "json",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
+    let lab = with_a_minute_lease(&url);
     // The pause: one of the lab's children (of any of its threads) stopped (SIGSTOP), as its
     // /proc says.
     let tasks = format!("/proc/{}/task", lab.id());
