@@ -40,6 +40,20 @@ pub struct Report {
 }
 
 impl Report {
+    /// Whether the run failed short of its end (a stall, an error, Ctrl-C), rather than only
+    /// differing from the model: its failure is not the one a policy that ran to its end and
+    /// differed is given (`coordinator::differs` of that policy's own mismatches).
+    pub(crate) fn stopped_short(&self) -> bool {
+        let Some(failure) = &self.failure else {
+            return false;
+        };
+        let differed = self.policies.last().and_then(|last| {
+            let why = crate::coordinator::differs(&last.model.mismatches)?;
+            Some(format!("{}: {why}", last.mode.name()))
+        });
+        differed.as_ref() != Some(failure)
+    }
+
     /// The sentence for the policies the inputs asked for that did not run, as the lab stops
     /// at the first that fails or differs from the model; `None` when every one ran.
     pub(crate) fn not_run(&self) -> Option<String> {
@@ -52,10 +66,11 @@ impl Report {
             .filter(|m| !ran(m))
             .map(|m| m.name())
             .collect();
-        let (verb, stopped) = match self.failure {
-            Some(_) => ("failed", "fails"),
-            None => ("differed", "fails or differs from the model"),
+        let verb = match self.stopped_short() {
+            true => "failed",
+            false => "differed from the model",
         };
+        let stopped = "fails or differs from the model";
         let last = self.policies.last()?;
         (!missing.is_empty()).then(|| {
             format!(

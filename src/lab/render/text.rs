@@ -71,11 +71,11 @@ pub fn render(report: &Report) -> String {
     }
     for policy in &report.policies {
         let mode = policy.mode.name();
-        match (&report.failure, policy.model.mismatches.as_slice()) {
+        match (report.stopped_short(), policy.model.mismatches.as_slice()) {
             (_, []) => {}
             // After a failure most differences only say that a later step never happened:
             // the first is told, and the report lists them all.
-            (Some(_), [first, rest @ ..]) => {
+            (true, [first, rest @ ..]) => {
                 let count = match rest.len() {
                     0 => "1 difference".to_owned(),
                     n => format!("{} differences", n + 1),
@@ -86,7 +86,7 @@ pub fn render(report: &Report) -> String {
                 );
                 out.push_str(&wrap(&said, "", "  ", 80));
             }
-            (None, mismatches) => {
+            (false, mismatches) => {
                 for mismatch in mismatches {
                     let _ = writeln!(out, "{mode} differs from the model: {mismatch}");
                 }
@@ -284,6 +284,46 @@ mod tests {
         assert_eq!(cells[0], "503 (held by S1 S2 S3)");
     }
 
+    /// A policy that ran to its end and only differed from the model is not said to have
+    /// failed or stopped short: each difference is told, and the policy after it did not run.
+    #[test]
+    fn a_run_that_only_differed_tells_every_difference() {
+        let reports = crate::lab::fixtures::reports().into_iter();
+        let mut report = reports
+            .filter(|r| r.inputs == crate::policy::Inputs::default())
+            .next()
+            .expect("the default run is recorded");
+        report.policies.truncate(1);
+        let mismatches = vec![
+            "F1: 200, expected 503".to_owned(),
+            "S2: 503, expected 200".into(),
+        ];
+        report.policies[0].model.mismatches = mismatches.clone();
+        let why = crate::coordinator::differs(&mismatches).expect("a difference");
+        report.failure = Some(format!("shared: {why}"));
+        report.matches_model = false;
+        assert!(!report.stopped_short());
+        let text = render(&report);
+        let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        let not_run = "partitioned did not run: the shared policy differed from the model";
+        assert!(words.contains(not_run), "{text}");
+        for mismatch in &mismatches {
+            assert!(
+                text.contains(&format!("shared differs from the model: {mismatch}\n")),
+                "{text}"
+            );
+        }
+        assert!(!words.contains("stopped short"), "{text}");
+        // The same report cut short by a stall is said to have failed.
+        report.failure = Some("shared: stalled: no admission decision for S1".into());
+        assert!(report.stopped_short());
+        let words = render(&report)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(words.contains("the shared policy failed"), "{words}");
+    }
+
     /// A failed run says what failed first, then which policy did not run; of the model's
     /// differences, which mostly say that later steps never happened, it tells the count and
     /// the first, and never that every observation matched.
@@ -300,7 +340,7 @@ mod tests {
         assert!(failed < table, "{text}");
         let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let not_run = "partitioned did not run: the shared policy failed, and the lab stops at \
-                       the first that fails.";
+                       the first that fails or differs from the model.";
         assert!(words.contains(not_run), "{text}");
         let first = &report.policies[0].model.mismatches[0];
         let count = report.policies[0].model.mismatches.len();
