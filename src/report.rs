@@ -48,7 +48,7 @@ impl Report {
             return false;
         };
         let differed = self.policies.last().and_then(|last| {
-            let why = crate::coordinator::differs(&last.model.mismatches)?;
+            let why = differs(&last.model.mismatches)?;
             Some(format!("{}: {why}", last.mode.name()))
         });
         differed.as_ref() != Some(failure)
@@ -227,4 +227,17 @@ impl PolicyReport {
             },
         }
     }
+}
+
+/// Why a run that ran to the end does not match, from the model's `mismatches`: the first, and
+/// how many more. `None` when there are none.
+pub(crate) fn differs(mismatches: &[String]) -> Option<String> {
+    let first = mismatches.first()?;
+    let more = match mismatches.len() {
+        1 => String::new(),
+        n => format!(" (and {} more in model.mismatches)", n - 1),
+    };
+    Some(format!(
+        "observations differ from the policy model: {first}{more}"
+    ))
 }

@@ -163,10 +163,12 @@ impl Journal {
     }
 
     /// Ends the session's streams with a last `ended` message carrying the session's
-    /// `verdict` (`None`: every run matched the model); the pump returns.
-    pub(crate) fn end(&self, verdict: Option<&str>) {
+    /// `verdict` (`None`: every run matched the model) and whether it `failed` (a run cut
+    /// short, no run made, or the session's own close), rather than only differed; the pump
+    /// returns.
+    pub(crate) fn end(&self, verdict: Option<&str>, failed: bool) {
         let mut inner = self.caught_up();
-        inner.append(&json!({ "kind": "ended", "verdict": verdict }));
+        inner.append(&json!({ "kind": "ended", "verdict": verdict, "failed": failed }));
         inner.ended = true;
         inner.streams.clear();
         inner.source = None;
@@ -342,7 +344,7 @@ mod tests {
         let mut again = journal.follow().expect("the session is on");
         let replay = text(&mut again).await;
         assert_eq!(replay.matches("data: ").count(), 7, "{replay}");
-        journal.end(None);
+        journal.end(None, false);
         assert!(text(&mut first).await.contains("ended"));
         assert!(
             first.frame().await.is_none(),

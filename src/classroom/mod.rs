@@ -243,13 +243,17 @@ pub async fn serve(
     room.aim(None);
     let broken = app.broken.lock().map_or(None, |b| b.clone());
     let mut failure = failure.or(broken);
-    let told = match &driven {
-        Ok(driven) => verdict(&driven.runs, failure.as_deref()),
-        Err(e) => Some(format!("the classroom's driver failed: {e}")),
+    let (told, failed) = match &driven {
+        Ok(driven) => {
+            let cut_short = driven.runs.iter().any(Report::stopped_short);
+            let failed = failure.is_some() || driven.runs.is_empty() || cut_short;
+            (verdict(&driven.runs, failure.as_deref()), failed)
+        }
+        Err(e) => (Some(format!("the classroom's driver failed: {e}")), true),
     };
     // The page is told the verdict the terminal will print, unless closing the connections
     // that follow fails too; the report then says so.
-    journal.end(told.as_deref());
+    journal.end(told.as_deref(), failed);
     let _ = drain.send(());
     let served = server.await;
     let pumped = pump.await;

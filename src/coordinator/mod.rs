@@ -90,21 +90,8 @@ impl PolicyRun {
         if let Some(failure) = &self.failure {
             return Some(failure.to_string());
         }
-        differs(&self.report.model.mismatches)
+        crate::report::differs(&self.report.model.mismatches)
     }
-}
-
-/// Why a run that ran to the end does not match, from the model's `mismatches`: the first, and
-/// how many more. `None` when there are none.
-pub(crate) fn differs(mismatches: &[String]) -> Option<String> {
-    let first = mismatches.first()?;
-    let more = match mismatches.len() {
-        1 => String::new(),
-        n => format!(" (and {} more in model.mismatches)", n - 1),
-    };
-    Some(format!(
-        "observations differ from the policy model: {first}{more}"
-    ))
 }
 
 /// Runs one policy on its own fresh server, pools and gate, with `options` (the front, the

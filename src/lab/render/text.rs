@@ -288,10 +288,9 @@ mod tests {
     /// failed or stopped short: each difference is told, and the policy after it did not run.
     #[test]
     fn a_run_that_only_differed_tells_every_difference() {
-        let reports = crate::lab::fixtures::reports().into_iter();
+        let mut reports = crate::lab::fixtures::reports().into_iter();
         let mut report = reports
-            .filter(|r| r.inputs == crate::policy::Inputs::default())
-            .next()
+            .find(|r| r.inputs == crate::policy::Inputs::default())
             .expect("the default run is recorded");
         report.policies.truncate(1);
         let mismatches = vec![
@@ -299,7 +298,7 @@ mod tests {
             "S2: 503, expected 200".into(),
         ];
         report.policies[0].model.mismatches = mismatches.clone();
-        let why = crate::coordinator::differs(&mismatches).expect("a difference");
+        let why = crate::report::differs(&mismatches).expect("a difference");
         report.failure = Some(format!("shared: {why}"));
         report.matches_model = false;
         assert!(!report.stopped_short());

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::coordinator::differs;
 use crate::executor::Executor;
 use crate::label::{Label, joined};
 use crate::policy::{Front, Mode, Pool, Route};
+use crate::report::differs;
 use crate::report::{Report, Runner};
 
 use super::read::SavedRoomGate;
