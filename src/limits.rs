@@ -69,7 +69,7 @@ impl Limits {
         let nproc = Rlimit::get(Resource::Nproc)?;
         let nproc_enforced = nproc_enforced(&status, &read_proc("/proc/self/uid_map")?);
         let user_threads_now = match (nproc_enforced, nproc.soft, real_uid(&status)) {
-            (true, Some(_), Some(uid)) => threads_of_user(uid),
+            (true, Some(_), Some(uid)) => threads_of_user(uid).unwrap_or(threads_now),
             _ => threads_now,
         };
         let own_address_space = kib_field(&status, "VmSize")
@@ -101,17 +101,16 @@ fn real_uid(status: &str) -> Option<u32> {
 }
 
 /// The threads of every process whose real uid is `uid`, from each `/proc/<pid>/status`: what
-/// RLIMIT_NPROC counts. A process that ends while it is read is skipped.
-fn threads_of_user(uid: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
+/// RLIMIT_NPROC counts; `None` if `/proc` cannot be listed. A process that ends while it is
+/// read is skipped.
+fn threads_of_user(uid: u32) -> Option<u64> {
+    let entries = std::fs::read_dir("/proc").ok()?;
     let pids = entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok());
     let threads = pids.filter_map(|pid| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         (real_uid(&status)? == uid).then(|| number_field(&status, "Threads:"))?
     });
-    threads.sum()
+    Some(threads.sum())
 }
 
 /// Whether starting a thread is held to RLIMIT_NPROC, as the kernel decides it at fork: not for
@@ -263,9 +262,8 @@ const TASK_ADDRESS_SPACE_KIB: u64 = 32;
 /// Address space a front's child takes at rest beyond what the lab's process takes before it
 /// starts anything: the front's runtime and listener, and the threaded front's accept thread
 /// (a 2 MiB stack), with room to spare. Measured with the release build under a limit (the
-/// heap then has one arena: `allocator::one_arena_under_an_address_space_limit`): `hold`
-/// before its preflight 4.4 MiB, the async front's child at rest 6.9 MiB, the threaded one's
-/// 8.9 MiB.
+/// heap then has one arena: `allocator::one_arena_under_an_address_space_limit`): `hold` at
+/// its preflight 6.9 MiB, the async front's child at rest 6.9 MiB, the threaded one's 8.9 MiB.
 pub(crate) const BASE_ADDRESS_SPACE_ROOM_KIB: u64 = 4 * 1024;
 /// Private writable memory each held thread takes: its 2 MiB stack and its signal stack (their
 /// guard pages are not writable, so not counted). The threaded front's child measures ≈ 2 061

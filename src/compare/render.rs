@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
 use crate::draw::table::{columns, labels, row, wrap};
-use crate::evidence::Decision;
+use crate::evidence::{Decision, Phase};
 use crate::executor::{Executor, WorkStyle};
 use crate::label::Label;
 use crate::policy::Front;
@@ -230,7 +230,8 @@ fn disagreement(comparison: &Comparison) -> String {
 /// Admitted slow work neither held at the gate nor left unread: it waited for a thread.
 fn queued(outcome: &RequestOutcome) -> bool {
     let slow = matches!(outcome.request, Label::Slow(_));
-    slow && outcome.decision == Some(Decision::Admitted) && !outcome.held && !outcome.unread
+    let after = outcome.phase == Some(Phase::AfterRelease);
+    slow && outcome.decision == Some(Decision::Admitted) && !outcome.held && !outcome.unread && after
 }
 
 /// `held 200`, `503`, `200`: whether the work was held (or left unread, or queued for a thread,

@@ -52,6 +52,10 @@ pub struct MachineLimits {
     pub threads_now: u64,
     /// RLIMIT_NPROC, soft: threads of this user.
     pub nproc: Option<u64>,
+    /// Threads of this user's processes when read, which RLIMIT_NPROC counts (the machine's,
+    /// `threads_now`, where that limit does not hold the lab).
+    #[serde(default)]
+    pub user_threads_now: u64,
     /// Whether the kernel holds the lab to `nproc`: not root, nor a process with
     /// `CAP_SYS_ADMIN` or `CAP_SYS_RESOURCE` (in the initial user namespace).
     pub nproc_enforced: bool,
@@ -65,6 +69,10 @@ pub struct MachineLimits {
     pub somaxconn: u64,
     /// RLIMIT_AS, soft, in bytes: address space per process.
     pub address_space: Option<u64>,
+    /// The address space, in KiB, counted for a front's child before its first held request:
+    /// `hold`'s own when read, and room for a front's runtime and threads.
+    #[serde(default)]
+    pub base_address_space_kib: u64,
     /// RLIMIT_DATA, soft, in bytes: private writable memory per process (the heap, and each
     /// thread's stack).
     pub data: Option<u64>,

@@ -604,6 +604,7 @@ fn cite_policy(
             .admissions
             .iter()
             .filter(|a| matches!(a.request, Label::Slow(_)) && a.decision == Decision::Refused)
+            .filter(|a| !after_release(a.request))
             .map(|a| a.request)
             .collect();
         for (&pool, &taken) in &before.active_work {

@@ -409,9 +409,13 @@ impl ConnectionTable {
             }
         }
         (stuck > 0).then(|| {
+            let (threads, did) = match stuck {
+                1 => ("1 connection thread".to_owned(), "it is"),
+                n => (format!("{n} connection threads"), "they are"),
+            };
             format!(
-                "{stuck} connection thread(s) did not end within {} s of being forced to stop; \
-                 left to end with the process",
+                "{threads} did not end within {} s of being forced to stop; {did} left to end \
+                 with the process",
                 FORCED_LIMIT.as_secs()
             )
         })
