@@ -231,7 +231,10 @@ fn disagreement(comparison: &Comparison) -> String {
 fn queued(outcome: &RequestOutcome) -> bool {
     let slow = matches!(outcome.request, Label::Slow(_));
     let after = outcome.phase == Some(Phase::AfterRelease);
-    slow && outcome.decision == Some(Decision::Admitted) && !outcome.held && !outcome.unread && after
+    slow && outcome.decision == Some(Decision::Admitted)
+        && !outcome.held
+        && !outcome.unread
+        && after
 }
 
 /// `held 200`, `503`, `200`: whether the work was held (or left unread, or queued for a thread,
