@@ -108,7 +108,7 @@ fn threads_of_user(uid: u32) -> Option<u64> {
     let pids = entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok());
     let threads = pids.filter_map(|pid| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        (real_uid(&status)? == uid).then(|| number_field(&status, "Threads:"))?
+        (real_uid(&status)? == uid).then(|| number_field(&status, "Threads"))?
     });
     Some(threads.sum())
 }
@@ -122,7 +122,7 @@ fn nproc_enforced(status: &str, uid_map: &str) -> bool {
     const CAP_SYS_RESOURCE: u32 = 24;
     let initial = uid_map.split_whitespace().eq(["0", "0", "4294967295"]);
     let field = |key| status.lines().find_map(|line| line.strip_prefix(key));
-    let root = field("Uid:").and_then(|ids| ids.split_whitespace().next()) == Some("0");
+    let root = real_uid(status) == Some(0);
     let effective = field("CapEff:").and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
     let privileged =
         effective.is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN | 1 << CAP_SYS_RESOURCE) != 0);
@@ -817,6 +817,23 @@ pub(crate) mod tests {
     }
 
     /// The real limits of this machine read, and raising RLIMIT_NOFILE reaches the hard limit.
+    /// This user's threads, counted from `/proc` as RLIMIT_NPROC counts them: this test's own
+    /// threads are among them, and no user has more than the machine.
+    #[test]
+    fn counts_this_users_threads() {
+        let status = std::fs::read_to_string("/proc/self/status").expect("our status");
+        let uid = real_uid(&status).expect("a real uid");
+        let mine = number_field(&status, "Threads").expect("our threads");
+        let counted = threads_of_user(uid).expect("/proc is listed");
+        assert!(
+            counted >= mine,
+            "{counted} threads of uid {uid}, we alone have {mine}"
+        );
+        let machine = parse_threads_now(&read_proc("/proc/loadavg").expect("loadavg"));
+        // Threads start and end meanwhile: a margin, not an exact count.
+        assert!(counted <= machine.expect("a count") + 64, "{counted}");
+    }
+
     #[test]
     fn reads_and_raises_the_real_limits() {
         if !cfg!(target_os = "linux") {
