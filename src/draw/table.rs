@@ -35,6 +35,15 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// `n` and `noun` in the number `n` asks for: `1 permit`, `2 permits`. (A noun whose plural is
+/// not its singular and an `s` is written out where it is used.)
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 /// `words` as lines of at most `width` characters (a longer word has a line of its own),
 /// broken between words: the first line led by `first`, each later one by `rest`. Every line
 /// ends in a newline; no words make no lines.

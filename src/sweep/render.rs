@@ -11,7 +11,6 @@ use crate::sweep::{Sweep, SweepRun};
 pub fn render(sweep: &Sweep) -> String {
     let all = Mode::ALL.len() * Slots::all().count() * Held::all().count();
     let runs = match sweep.runs.len() {
-        1 if all > 1 => format!("1 of {all} policy runs"),
         n if n < all => format!("{n} of {all} policy runs"),
         n => format!("{n} policy runs"),
     };

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, joined, labels, row, wrap};
+use crate::draw::table::{columns, count, joined, labels, row, wrap};
 use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
@@ -76,13 +76,10 @@ pub fn render(report: &Report) -> String {
             // After a failure most differences only say that a later step never happened:
             // the first is told, and the report lists them all.
             (true, [first, rest @ ..]) => {
-                let count = match rest.len() {
-                    0 => "1 difference".to_owned(),
-                    n => format!("{} differences", n + 1),
-                };
                 let said = format!(
-                    "{mode}: {count} from the model, as the run stopped short (the JSON \
-                     report's model.mismatches lists them); the first: {first}"
+                    "{mode}: {} from the model, as the run stopped short (the JSON \
+                     report's model.mismatches lists them); the first: {first}",
+                    count(rest.len() + 1, "difference")
                 );
                 out.push_str(&wrap(&said, "", "  ", 80));
             }

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::admission::ledger::Event;
-use crate::draw::table::{labels, wrap};
+use crate::draw::table::{count, labels, wrap};
 use crate::evidence::{Moment, Phase};
 use crate::executor::{Executor, Lane, LaneThreads};
 use crate::label::Label;
@@ -71,7 +71,7 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
                         out,
                         "  The {pool} pool had none of its {} free meanwhile either: the \
                          executor kept F1 out before a permit could.",
-                        permits(capacity)
+                        count(capacity, "permit")
                     );
                 }
                 Some(free) => {
@@ -79,7 +79,7 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
                         out,
                         "  The {pool} pool had {free} of {} free meanwhile: the executor, \
                          not a permit, kept F1 out.",
-                        permits(capacity)
+                        count(capacity, "permit")
                     );
                 }
                 None => {}
@@ -160,20 +160,6 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
         out.push_str(".\n");
     }
     within_80(&out)
-}
-
-/// `1 permit`, `2 permits`.
-fn permits(n: usize) -> String {
-    count(n, "permit")
-}
-
-/// `1 worker`, `2 workers`.
-fn count(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
 }
 
 /// `n` of `all`: `the one worker`, `all 2 workers`, `2 of the 4 workers`.
