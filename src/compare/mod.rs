@@ -71,6 +71,9 @@ pub struct RequestOutcome {
     /// It sat unread until release: every worker that could read it was blocked.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub unread: bool,
+    /// It was admitted, its permit held, and its work waited for a thread until release.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
 }
 
 /// Runs both policies with `slots` and `held` on each front, each run on its own server.
@@ -172,8 +175,10 @@ fn outcomes(report: &PolicyReport) -> Vec<RequestOutcome> {
             let mut events = report.work_events.iter();
             let watched = report.observed.executor.as_ref();
             let unread = watched.is_some_and(|w| w.unread.iter().any(|u| u.request == request));
+            let queued = watched.is_some_and(|w| w.queued.contains(&request));
             RequestOutcome {
                 unread,
+                queued,
                 request,
                 decision: decided.map(|a| a.decision),
                 held: events.any(|e| e.request == Some(request) && e.event == Event::Held),

@@ -4,7 +4,6 @@ use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
 use crate::draw::table::{columns, labels, row, wrap};
-use crate::evidence::{Decision, Phase};
 use crate::executor::{Executor, WorkStyle};
 use crate::label::Label;
 use crate::policy::Front;
@@ -190,7 +189,7 @@ fn disagreement(comparison: &Comparison) -> String {
             kept.map(|o| o.request).collect::<Vec<_>>()
         };
         let (held, unread) = (requests(|o| o.held), requests(|o| o.unread));
-        let queued = requests(queued);
+        let queued = requests(|o| o.queued);
         if unread.is_empty() && queued.is_empty() {
             continue;
         }
@@ -227,23 +226,13 @@ fn disagreement(comparison: &Comparison) -> String {
     out
 }
 
-/// Admitted slow work neither held at the gate nor left unread: it waited for a thread.
-fn queued(outcome: &RequestOutcome) -> bool {
-    let slow = matches!(outcome.request, Label::Slow(_));
-    let after = outcome.phase == Some(Phase::AfterRelease);
-    slow && outcome.decision == Some(Decision::Admitted)
-        && !outcome.held
-        && !outcome.unread
-        && after
-}
-
 /// `held 200`, `503`, `200`: whether the work was held (or left unread, or queued for a thread,
 /// until release), and the status its caller received.
 fn cell(outcome: &RequestOutcome) -> String {
     let status = outcome.status.map_or("-".to_owned(), |s| s.to_string());
     if outcome.unread {
         format!("unread {status}")
-    } else if queued(outcome) {
+    } else if outcome.queued {
         format!("queued {status}")
     } else if outcome.held {
         format!("held {status}")
