@@ -96,6 +96,14 @@ impl ProcessStat {
     }
 }
 
+/// Whether a read of a process's stat says it is dead: a zombie, or gone (already reaped).
+pub(crate) fn dead(read: &io::Result<ProcessStat>) -> bool {
+    match read {
+        Ok(stat) => stat.state == 'Z',
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
 /// Whether process `pid` is stopped by a signal (SIGSTOP).
 pub(crate) fn is_stopped(pid: u32) -> bool {
     ProcessStat::read(pid).is_ok_and(|stat| stat.stopped())

@@ -41,7 +41,7 @@ pub(crate) struct FrontError {
 impl fmt::Display for FrontError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.exit {
-            Some(exit) => write!(f, "{}; the front's process {exit}", self.reason),
+            Some(exit) => write!(f, "{}; the front's process {}", self.reason, exit.said()),
             None => f.write_str(&self.reason),
         }
     }

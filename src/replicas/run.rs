@@ -39,7 +39,7 @@ use crate::hooks::NoHooks;
 use crate::interrupts::Interrupts;
 use crate::label::Label;
 use crate::policy::Front;
-use crate::procfs::{ProcessStat, is_stopped};
+use crate::procfs::{self, ProcessStat, is_stopped};
 use crate::redis_pool::{GlobalPermits, LocalRedis};
 
 /// How to run: which binary the replicas run, the safety timeout, how long a leak is watched,
@@ -766,12 +766,11 @@ impl ReplicasRun {
                 continue;
             };
             let id = replica.id;
-            match ProcessStat::read(front.pid()) {
-                // Dead: a zombie, or already reaped by its reaper.
-                Ok(stat) if stat.state == 'Z' => return Err(replica.died(doing).await),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Err(replica.died(doing).await);
-                }
+            let read = ProcessStat::read(front.pid());
+            if procfs::dead(&read) {
+                return Err(replica.died(doing).await);
+            }
+            match read {
                 Ok(stat) if stat.stopped() && !replica.paused => {
                     bail!("{id} was found stopped ({doing}): its process was stopped by SIGSTOP");
                 }
@@ -1131,10 +1130,7 @@ impl Replica {
 
 /// Whether process `pid`, a child of the lab's, has died: a zombie not yet reaped, or gone.
 fn dead(pid: u32) -> bool {
-    match ProcessStat::read(pid) {
-        Ok(stat) => stat.state == 'Z',
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    }
+    procfs::dead(&ProcessStat::read(pid))
 }
 
 /// A pace for probes: the first tick after one `period`.
