@@ -14,7 +14,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -231,8 +231,8 @@ fn respond(reply: Reply) -> Response<Full<Bytes>> {
     *response.status_mut() = reply.status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if reply.status == StatusCode::METHOD_NOT_ALLOWED {
-        headers.insert(ALLOW, HeaderValue::from_static(super::ROUTE_METHODS));
+    if let Some(methods) = reply.allow() {
+        headers.insert(ALLOW, HeaderValue::from_static(methods));
     }
     response
 }

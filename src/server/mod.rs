@@ -417,6 +417,14 @@ pub(crate) struct Reply {
 /// The methods the lab's routes answer, as a 405's `Allow` header lists them.
 pub(crate) const ROUTE_METHODS: &str = "GET";
 
+impl Reply {
+    /// The `Allow` header a reply carries: the routes' methods, on a 405 (which only
+    /// [`screen`] gives); none on any other.
+    pub(crate) fn allow(&self) -> Option<&'static str> {
+        (self.status == StatusCode::METHOD_NOT_ALLOWED).then_some(ROUTE_METHODS)
+    }
+}
+
 /// Screens a request before admission: 403 without the run's token, 404 for another path, 405
 /// for another method (its answer saying which it allows, [`ROUTE_METHODS`]), 400 without a
 /// label for the route. What passes is the request's label

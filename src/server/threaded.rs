@@ -686,10 +686,9 @@ fn write_reply(mut stream: &TcpStream, reply: &Reply, keep_alive: bool) -> io::R
     let status = reply.status;
     let reason = status.canonical_reason().unwrap_or("");
     let connection = if keep_alive { "keep-alive" } else { "close" };
-    let allow = match status {
-        StatusCode::METHOD_NOT_ALLOWED => format!("allow: {}\r\n", super::ROUTE_METHODS),
-        _ => String::new(),
-    };
+    let allow = reply
+        .allow()
+        .map_or_else(String::new, |methods| format!("allow: {methods}\r\n"));
     // One write for head and body: two small writes on a kept-alive connection would let
     // Nagle's algorithm hold the second until the client's delayed ACK.
     let response = format!(
