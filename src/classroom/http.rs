@@ -284,7 +284,6 @@ impl App {
             Err(closed) => return refuse(StatusCode::CONFLICT, "room_closed", closed.words()),
         };
         let record = self.room.send(request, target).await;
-        self.journal.push(&super::room::message(&record));
         match (
             record.status.and_then(|s| StatusCode::from_u16(s).ok()),
             record.body,

@@ -192,7 +192,7 @@ pub async fn serve(
         room: format!("{base}/"),
     };
     let journal = Arc::new(Journal::new(STREAM_BUFFER));
-    let room = Arc::new(Room::new(room_token));
+    let room = Arc::new(Room::new(room_token, journal.clone()));
     let (orders, ordered) = mpsc::channel(16);
     let app = Arc::new(App::new(
         address,

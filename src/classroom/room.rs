@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::journal::Journal;
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::coordinator::client::{Client, Received};
@@ -60,6 +61,9 @@ pub(crate) struct Target {
 pub(crate) struct Room {
     token: RunToken,
     state: Mutex<State>,
+    /// Where each request's answer (or why it has none) is told to the page, as it is listed:
+    /// a request whose student gave up is told as well as an answered one.
+    journal: Arc<Journal>,
 }
 
 #[derive(Debug, Default)]
@@ -80,10 +84,11 @@ pub(crate) enum NotSent {
 }
 
 impl Room {
-    pub(crate) fn new(token: RunToken) -> Self {
+    pub(crate) fn new(token: RunToken, journal: Arc<Journal>) -> Self {
         Room {
             token,
             state: Mutex::new(State::default()),
+            journal,
         }
     }
 
@@ -172,6 +177,7 @@ impl Room {
             after_event,
         };
         self.state().requests.push(record.clone());
+        self.journal.push(&message(&record));
         record
     }
 

@@ -225,7 +225,7 @@ fn kind(message: &Value) -> &str {
 
 /// A student who gives up on a room request held at the gate (the async front drops its
 /// handler, and the work leaves cancelled): the request is listed all the same, with no answer
-/// and why, the session still matches, and `record` re-checks the saved report as matched
+/// and why, the page is told so too, the session still matches, and `record` re-checks the saved report as matched
 /// (it named the ledger's R1 a request the room never sent).
 #[tokio::test]
 async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
@@ -237,7 +237,15 @@ async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
     let r1 = session.room("/slow", &token);
     events.until(is_work("R1", "held")).await;
     r1.abort();
-    events.until(is_work("R1", "finished")).await;
+    // The page is told why R1 has no answer, before or after its work left cancelled.
+    let told = |m: &Value| kind(m) == "response" && m["request"] == "R1";
+    let mut seen = events.until(is_work("R1", "finished")).await;
+    if !seen.iter().any(told) {
+        seen = events.until(told).await;
+    }
+    let told = seen.iter().find(|m| told(m)).expect("R1's answer is told");
+    let why = told["error"].as_str().unwrap_or_default();
+    assert!(why.contains("gave up"), "{told}");
     for step in ["S1", "F1", "release", "S-after", "F-after", "close"] {
         assert_eq!(session.next().await["step"], step);
     }
