@@ -40,10 +40,9 @@ pub(crate) struct Limits {
     pub(crate) somaxconn: u64,
     /// RLIMIT_AS: address space per process, in bytes; a child inherits it.
     pub(crate) address_space: Rlimit,
-    /// Address space a process of the lab takes before its first held request, in KiB: this
-    /// process's own when read (the same program as a front's child, its libraries and its
-    /// heap), and [`BASE_ADDRESS_SPACE_ROOM_KIB`] more for a front's runtime and threads.
-    pub(crate) base_address_space_kib: u64,
+    /// This process's address space when read, in KiB (`VmSize`): the same program as a
+    /// front's child, its libraries and its heap. See [`Limits::base_address_space_kib`].
+    pub(crate) own_address_space_kib: u64,
     /// RLIMIT_DATA: private writable memory per process (the heap, and every thread's stack
     /// but the main one's), in bytes; a child inherits it.
     pub(crate) data: Rlimit,
@@ -59,6 +58,13 @@ pub(crate) struct Rlimit {
 }
 
 impl Limits {
+    /// Address space a front's child takes before its first held request, in KiB: this
+    /// process's own, and [`BASE_ADDRESS_SPACE_ROOM_KIB`] more for a front's runtime and
+    /// threads.
+    pub(crate) fn base_address_space_kib(&self) -> u64 {
+        self.own_address_space_kib + BASE_ADDRESS_SPACE_ROOM_KIB
+    }
+
     /// Reads the ceilings of this machine and process.
     pub(crate) fn read() -> io::Result<Limits> {
         let loadavg = read_proc("/proc/loadavg")?;
@@ -72,10 +78,10 @@ impl Limits {
             (true, Some(_), Some(uid)) => threads_of_user(uid).unwrap_or(threads_now),
             _ => threads_now,
         };
-        let own_address_space = kib_field(&status, "VmSize")
+        let own_address_space_kib = kib_field(&status, "VmSize")
             .ok_or_else(|| invalid("/proc/self/status: no VmSize".into()))?;
         Ok(Limits {
-            base_address_space_kib: own_address_space + BASE_ADDRESS_SPACE_ROOM_KIB,
+            own_address_space_kib,
             max_map_count: sysctl("vm/max_map_count")?,
             pid_max: sysctl("kernel/pid_max")?,
             threads_max: sysctl("kernel/threads-max")?,
@@ -264,7 +270,7 @@ const TASK_ADDRESS_SPACE_KIB: u64 = 32;
 /// (a 2 MiB stack), with room to spare. Measured with the release build under a limit (the
 /// heap then has one arena: `allocator::one_arena_under_an_address_space_limit`): `hold` at
 /// its preflight 6.9 MiB, the async front's child at rest 6.9 MiB, the threaded one's 8.9 MiB.
-pub(crate) const BASE_ADDRESS_SPACE_ROOM_KIB: u64 = 4 * 1024;
+const BASE_ADDRESS_SPACE_ROOM_KIB: u64 = 4 * 1024;
 /// Private writable memory each held thread takes: its 2 MiB stack and its signal stack (their
 /// guard pages are not writable, so not counted). The threaded front's child measures ≈ 2 061
 /// KiB per held request at N = 1 000, its malloc arenas included.
@@ -423,7 +429,7 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
         (
             Ceiling::AddressSpace,
             limits.address_space.soft.map(|bytes| bytes / 1024),
-            limits.base_address_space_kib,
+            limits.base_address_space_kib(),
             cost.address_space_kib,
         ),
         (
@@ -551,7 +557,7 @@ pub(crate) mod tests {
                 hard: Some(96_365),
             },
             user_threads_now: 137,
-            base_address_space_kib: 16 * 1024,
+            own_address_space_kib: 12 * 1024,
             nproc_enforced: true,
             nofile: Rlimit {
                 soft: Some(20_000),

@@ -58,7 +58,7 @@ pub(crate) fn plan(
             local_ports: [limits.local_ports.0, limits.local_ports.1],
             somaxconn: limits.somaxconn,
             address_space: limits.address_space.soft,
-            base_address_space_kib: limits.base_address_space_kib,
+            base_address_space_kib: limits.base_address_space_kib(),
             data: limits.data.soft,
         },
         reach,

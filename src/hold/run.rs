@@ -40,7 +40,7 @@ fn start(
     limits::raise_nofile().context("cannot raise RLIMIT_NOFILE")?;
     let limits = Limits::read().context("cannot read the ceilings")?;
     // Below this not even a front at rest fits: say so once, before any child starts.
-    let base = limits.base_address_space_kib;
+    let base = limits.base_address_space_kib();
     if let Some(bytes) = limits.address_space.soft
         && bytes / 1024 < base
     {
@@ -49,7 +49,7 @@ fn start(
              of address space before it holds anything (this process, {:.1} MiB so far, and \
              its runtime and threads)",
             base as f64 / 1024.0,
-            (base - limits::BASE_ADDRESS_SPACE_ROOM_KIB) as f64 / 1024.0
+            limits.own_address_space_kib as f64 / 1024.0
         );
     }
     let (preflight, planned) = model::plan(&limits, &config.fronts, &config.counts);
