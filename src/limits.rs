@@ -10,7 +10,7 @@ use std::io;
 use serde::Serialize;
 
 use crate::policy::Front;
-use crate::procfs::{invalid, kib_field, number_field, read_proc};
+use crate::procfs::{invalid, kib_field, read_proc, real_uid, threads_of_user};
 
 /// The ceilings, as read from this machine and process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -98,25 +98,6 @@ impl Limits {
             data: Rlimit::get(Resource::Data)?,
         })
     }
-}
-
-/// The real uid in a `/proc/<pid>/status`.
-fn real_uid(status: &str) -> Option<u32> {
-    let ids = status.lines().find_map(|line| line.strip_prefix("Uid:"))?;
-    ids.split_whitespace().next()?.parse().ok()
-}
-
-/// The threads of every process whose real uid is `uid`, from each `/proc/<pid>/status`: what
-/// RLIMIT_NPROC counts; `None` if `/proc` cannot be listed. A process that ends while it is
-/// read is skipped.
-fn threads_of_user(uid: u32) -> Option<u64> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    let pids = entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok());
-    let threads = pids.filter_map(|pid| {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        (real_uid(&status)? == uid).then(|| number_field(&status, "Threads"))?
-    });
-    Some(threads.sum())
 }
 
 /// Whether starting a thread is held to RLIMIT_NPROC, as the kernel decides it at fork: not for
@@ -822,11 +803,11 @@ pub(crate) mod tests {
         assert_eq!(parse_port_range("1 2 3\n"), None);
     }
 
-    /// The real limits of this machine read, and raising RLIMIT_NOFILE reaches the hard limit.
     /// This user's threads, counted from `/proc` as RLIMIT_NPROC counts them: this test's own
     /// threads are among them, and no user has more than the machine.
     #[test]
     fn counts_this_users_threads() {
+        use crate::procfs::number_field;
         let status = std::fs::read_to_string("/proc/self/status").expect("our status");
         let uid = real_uid(&status).expect("a real uid");
         let mine = number_field(&status, "Threads").expect("our threads");
@@ -840,6 +821,7 @@ pub(crate) mod tests {
         assert!(counted <= machine.expect("a count") + 64, "{counted}");
     }
 
+    /// The real limits of this machine read, and raising RLIMIT_NOFILE reaches the hard limit.
     #[test]
     fn reads_and_raises_the_real_limits() {
         if !cfg!(target_os = "linux") {

@@ -179,6 +179,25 @@ impl StatusFigures {
     }
 }
 
+/// The real uid in a `/proc/<pid>/status`.
+pub(crate) fn real_uid(status: &str) -> Option<u32> {
+    let ids = status.lines().find_map(|line| line.strip_prefix("Uid:"))?;
+    ids.split_whitespace().next()?.parse().ok()
+}
+
+/// The threads of every process whose real uid is `uid`, from each `/proc/<pid>/status`: what
+/// RLIMIT_NPROC counts; `None` if `/proc` cannot be listed. A process that ends while it is
+/// read is skipped.
+pub(crate) fn threads_of_user(uid: u32) -> Option<u64> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    let pids = entries.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    let threads = pids.filter_map(|pid| {
+        let status = read_proc(&format!("/proc/{pid}/status")).ok()?;
+        (real_uid(&status)? == uid).then(|| number_field(&status, "Threads"))?
+    });
+    Some(threads.sum())
+}
+
 /// The value of a `Key:  <number>` line, as in `/proc/<pid>/status`.
 pub(crate) fn number_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
