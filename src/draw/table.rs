@@ -37,7 +37,7 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
 
 /// `n` and `noun` in the number `n` asks for: `1 permit`, `2 permits`. (A noun whose plural is
 /// not its singular and an `s` is written out where it is used.)
-pub(crate) fn count(n: usize, noun: &str) -> String {
+pub(crate) fn plural(n: usize, noun: &str) -> String {
     match n {
         1 => format!("1 {noun}"),
         n => format!("{n} {noun}s"),

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::draw::table::{columns, count, joined, labels, row, wrap};
+use crate::draw::table::{columns, joined, labels, plural, row, wrap};
 use crate::executor::Executor;
 use crate::lab::render::timeline;
 use crate::label::Label;
@@ -79,7 +79,7 @@ pub fn render(report: &Report) -> String {
                 let said = format!(
                     "{mode}: {} from the model, as the run stopped short (the JSON \
                      report's model.mismatches lists them); the first: {first}",
-                    count(rest.len() + 1, "difference")
+                    plural(rest.len() + 1, "difference")
                 );
                 out.push_str(&wrap(&said, "", "  ", 80));
             }

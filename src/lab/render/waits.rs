@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use crate::admission::ledger::Event;
-use crate::draw::table::{count, labels, wrap};
+use crate::draw::table::{labels, plural, wrap};
 use crate::evidence::{Moment, Phase};
 use crate::executor::{Executor, Lane, LaneThreads};
 use crate::label::Label;
@@ -71,7 +71,7 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
                         out,
                         "  The {pool} pool had none of its {} free meanwhile either: the \
                          executor kept F1 out before a permit could.",
-                        count(capacity, "permit")
+                        plural(capacity, "permit")
                     );
                 }
                 Some(free) => {
@@ -79,7 +79,7 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
                         out,
                         "  The {pool} pool had {free} of {} free meanwhile: the executor, \
                          not a permit, kept F1 out.",
-                        count(capacity, "permit")
+                        plural(capacity, "permit")
                     );
                 }
                 None => {}
@@ -128,7 +128,7 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
             }
             Lane::Own(most, LaneThreads::BlockingPool) => format!(
                 "blocked {} of the blocking pool (at most {most}), not the front's workers",
-                count(n, "thread")
+                plural(n, "thread")
             ),
             Lane::Own(threads, LaneThreads::SlowRuntime) => format!(
                 "blocked {} of its own runtime, not the front's",
