@@ -121,8 +121,10 @@ impl Browser {
     }
 
     async fn start_once() -> anyhow::Result<Browser> {
-        // A directory only this user can enter (0700, under a random name): the profile in it
-        // keeps the pages' session storage, and a classroom page keeps its control token there.
+        // A directory only this user can enter (0700, under a random name), for the browser's
+        // profile and per-user files. The session is incognito, so a page's storage (where a
+        // classroom page keeps its control token) stays in the browser's memory; what the
+        // browser does write is still no other user's to read.
         let dir = temp_dir("isolation-lab-chromium").context("creating the browser's directory")?;
         // The driver listens on loopback only, on the port given, and says when it does.
         let port = free_port().context("finding a free loopback port")?;
@@ -197,6 +199,12 @@ impl Browser {
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",
+            // A session that keeps nothing on disk: no history, cache or cookies written to the
+            // profile's databases. The pages' session storage, all a test relies on, is kept in
+            // memory as in any window. The machine's busy CPU over the browser test measured 7.88 →
+            // 7.00 s (medians of ten interleaved runs of the test alone; the paired difference
+            // 0.68 s, 7 of 10 pairs quicker).
+            "--incognito",
             // Less browser for the same pages. Chromium 156 preloads its address bar's
             // suggestion popups as a page of their own, in a renderer that took about 1 CPU-s
             // of the session; the tests never type into the address bar. The renderer and the
