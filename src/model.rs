@@ -430,8 +430,11 @@ fn check_executor(
         let f1_idle = fast == slow_pool || fast_active == 0;
         if active != expected_active || (unread.contains(&Label::F1) && !f1_idle) {
             differ(format!(
-                "a snapshot before release: expected {expected_active} {slow_pool} permits taken \
-                 and F1's permit idle, observed {}",
+                "a snapshot before release: expected {} taken and F1's permit idle, observed {}",
+                match expected_active {
+                    1 => format!("1 {slow_pool} permit"),
+                    n => format!("{n} {slow_pool} permits"),
+                },
                 snapshot
                     .active_work
                     .iter()

@@ -37,10 +37,13 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
 
 /// `n` and `noun` in the number `n` asks for: `1 permit`, `2 permits`. (A noun whose plural is
 /// not its singular and an `s` is written out where it is used.)
-pub(crate) fn plural(n: usize, noun: &str) -> String {
-    match n {
-        1 => format!("1 {noun}"),
-        n => format!("{n} {noun}s"),
+pub(crate) fn plural<N: Copy + std::fmt::Display>(n: N, noun: &str) -> String
+where
+    u64: TryFrom<N>,
+{
+    match u64::try_from(n) {
+        Ok(1) => format!("1 {noun}"),
+        _ => format!("{n} {noun}s"),
     }
 }
 

@@ -17,6 +17,7 @@ use super::report::{
 use super::{FrontSignal, HoldHooks};
 use crate::admission::gate::GateState;
 use crate::child::{Exit, Stall, stop_watch, watched, watched_within};
+use crate::draw::table::plural;
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::limits::{self, Limits};
 use crate::policy::{Front, Pool};
@@ -310,15 +311,15 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow:
         match next_heard(remote, callers, &mut watch, deadline, true).await {
             Err(Stall::NoProgress) => {
                 bail!(
-                    "stalled: {} callers still waiting, none answered for {} s after the gate opened",
-                    callers.waiting(),
+                    "stalled: {} still waiting, none answered for {} s after the gate opened",
+                    plural(callers.waiting(), "caller"),
                     STALL.as_secs()
                 );
             }
             Err(Stall::Stopped) => {
                 bail!(
-                    "the front's process stopped with {} callers still waiting",
-                    callers.waiting()
+                    "the front's process stopped with {} still waiting",
+                    plural(callers.waiting(), "caller")
                 );
             }
             Ok(Heard::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::{CrashEvidence, EngineHolder, PauseEvidence, ReplicasEvidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
+use crate::draw::table::plural;
 use crate::evidence::Decision;
 use crate::label::Label;
 use crate::redis_pool::{Effect, LossCause, WorkEnd};
@@ -377,7 +378,8 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
         let held = evidence.held_in_all();
         if held != prediction.held_in_all {
             wrong.push(format!(
-                "{held} requests held at once across replicas, expected {}",
+                "{} held at once across replicas, expected {}",
+                plural(held, "request"),
                 prediction.held_in_all
             ));
         }
@@ -440,8 +442,8 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
             && cleanup.holders_removed < crash.dead_holders.len()
         {
             wrong.push(format!(
-                "cleanup removed {} holders, but {} leaked",
-                cleanup.holders_removed,
+                "cleanup removed {}, but {} leaked",
+                plural(cleanup.holders_removed, "holder"),
                 crash.dead_holders.len()
             ));
         }
@@ -562,8 +564,8 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
     let paused = names_of(&pause.holders);
     if paused.len() != plan.over_admitted {
         wrong.push(format!(
-            "the paused replica held {} permits, expected {}",
-            paused.len(),
+            "the paused replica held {}, expected {}",
+            plural(paused.len(), "permit"),
             plan.over_admitted
         ));
     }
@@ -594,8 +596,12 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
     let in_sections: usize = pause.in_sections.values().map(Vec::len).sum();
     if in_sections != limit + plan.over_admitted {
         wrong.push(format!(
-            "{in_sections} requests were inside work sections during the pause, expected {} \
-             (the limit {limit} plus the paused holders)",
+            "{} inside work sections during the pause, expected {} (the limit {limit} plus \
+             the paused holders)",
+            match in_sections {
+                1 => "1 request was".to_owned(),
+                n => format!("{n} requests were"),
+            },
             limit + plan.over_admitted
         ));
     }

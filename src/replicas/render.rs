@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::draw::table::{self, columns, joined, labels};
+use crate::draw::table::{self, columns, joined, labels, plural};
 use crate::evidence::Decision;
 use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
@@ -249,9 +249,10 @@ fn verdict(report: &ReplicasReport) -> String {
         if report.matches_model {
             let _ = write!(
                 out,
-                "Each replica had its own {slots} permits, up to {count} x {slots} = {} in \
-                 all; nothing made them one limit.\nFor one limit across replicas the permits \
-                 must come from a shared engine: try --global local.\n",
+                "Each replica had its own {}, up to {count} x {slots} = {} in all; nothing made \
+                 them one limit.\nFor one limit across replicas the permits must come from a \
+                 shared engine: try --global local.\n",
+                plural(slots, "permit"),
                 count * slots
             );
         }

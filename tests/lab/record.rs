@@ -918,7 +918,7 @@ const EDITS: &[Edit] = &[
                 json!(1),
             )
         },
-        "the server refused 1 requests without the run's token, but it accepted only 3 \
+        "the server refused 1 request without the run's token, but it accepted only 3 \
          connections, and at seq 5 R1 S1 F1 are on that many at once",
     ),
     (
@@ -977,7 +977,7 @@ const EDITS: &[Edit] = &[
             let before = "/runs/0/policies/0/resources/before_fast";
             set(r, &format!("{before}/held_at_gate"), json!(1));
         },
-        "resources.before_fast counts 1 requests held at the gate, but from observer_before_fast \
+        "resources.before_fast counts 1 request held at the gate, but from observer_before_fast \
          to F1's decision the ledger holds 2: it is counted in between",
     ),
     (
@@ -1321,8 +1321,8 @@ const EDITS: &[Edit] = &[
                 json!(1),
             )
         },
-        "resources.before_fast counts 1 connection handlers, but observer_before_fast, taken just \
-         before, has 1 permits taken, each kept by the handler of its request's connection until \
+        "resources.before_fast counts 1 connection handler, but observer_before_fast, taken just \
+         before, has 1 permit taken, each kept by the handler of its request's connection until \
          its work leaves, and a refused caller's connection left open for the next caller",
     ),
     (
@@ -2001,19 +2001,19 @@ const EDITS: &[Edit] = &[
             )
         },
         "resources.before_fast counts 3 connection handlers, but before F1 only the 2 slow \
-         callers have connected, each at most once",
+         callers connected, each at most once",
     ),
     (
         "requests still held after the run",
         DEFAULT,
         |r| set(r, "/policies/0/resources/after_run/held_at_gate", json!(2)),
-        "resources.after_run counts 2 held at gate, yet every connection task stopped",
+        "resources.after_run counts 2 requests held at the gate, yet every connection task stopped",
     ),
     (
         "one connection accepted for two held requests",
         DEFAULT,
         |r| set(r, "/policies/0/server/connections_accepted", json!(1)),
-        "the server accepted 1 connections, fewer than the 2 connection handlers alive before F1",
+        "the server accepted 1 connection, fewer than the 2 connection handlers alive before F1",
     ),
     (
         "a server on another address",
@@ -2030,7 +2030,7 @@ const EDITS: &[Edit] = &[
                 "std::net and httparse, HTTP/1.1 on 127.0.0.1: an OS thread per connection";
             set(r, "/runner/server", json!(server));
         },
-        "resources.before_fast counts 1 OS threads, but the sequence's thread with the accept \
+        "resources.before_fast counts 1 OS thread, but the sequence's thread with the accept \
          thread and 2 connections' threads make at least 4",
     ),
     (
@@ -2118,7 +2118,7 @@ const EDITS: &[Edit] = &[
                 json!(1),
             )
         },
-        "resources.after_run counts 1 connection handlers, yet every connection task stopped",
+        "resources.after_run counts 1 connection handler, yet every connection task stopped",
     ),
     (
         "more requests still leaving a failed run than the slow route has permits",
@@ -2137,7 +2137,7 @@ const EDITS: &[Edit] = &[
                 json!(1),
             )
         },
-        "resources.after_run counts 1 connection handlers, yet the run's server never started",
+        "resources.after_run counts 1 connection handler, yet the run's server never started",
     ),
     (
         "a later policy's room request listed before an earlier one's",
@@ -2462,7 +2462,7 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             &blocked,
             unread_handled,
             "resources.before_fast counts 2 connection handlers, but before F1 only the 2 slow \
-             callers have connected, each at most once, and 1 of them waited unread in the \
+             callers connected, each at most once, and 1 of them waited unread in the \
              accept queue, no handler yet",
         ),
         (
@@ -2479,7 +2479,7 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         (
             &spawned,
             one_handler,
-            "resources.before_fast counts 1 connection handlers, but observer_before_fast, taken \
+            "resources.before_fast counts 1 connection handler, but observer_before_fast, taken \
              just before, has 2 permits taken, each kept by the handler of its request's \
              connection until its work leaves",
         ),
@@ -2600,8 +2600,8 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             &blocked,
             "/policies/0/resources/before_fast/os_threads",
             json!(1),
-            "resources.before_fast counts 1 OS threads, but the sequence's thread with the \
-             front runtime's 1 threads make at least 2",
+            "resources.before_fast counts 1 OS thread, but the sequence's thread with the \
+             front runtime's 1 thread make at least 2",
         ),
         (
             &blocked,
@@ -2827,8 +2827,8 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         (
             queued,
             |r| insert_event(r, "S3", "admitted", "started"),
-            "S3 is started at seq 8, before the gate opened, but 2 of the slow work's 2 threads \
-             already run S1 S2",
+            "S3 is started at seq 8, before the gate opened, but all 2 of the slow work's threads \
+             are already running S1 S2",
         ),
         (
             before_f1,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::admission::audit::PoolLedger;
 use crate::coordinator::failure::setup;
-use crate::draw::table::labels;
+use crate::draw::table::{labels, plural};
 use crate::evidence::Evidence;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::label::Label;
@@ -73,9 +73,9 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "before_fast", "held_at_gate"],
                     format!(
-                        "resources.before_fast counts {} requests held at the gate, but \
+                        "resources.before_fast counts {} held at the gate, but \
                          observer_before_fast, taken at the same moment, holds {held}",
-                        before.held_at_gate
+                        plural(before.held_at_gate, "request")
                     ),
                 );
             }
@@ -84,9 +84,10 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
-                        "resources.before_fast counts {} connection handlers, fewer than the {} \
-                         requests held at the gate, each inside one",
-                        before.connection_handlers, before.held_at_gate
+                        "resources.before_fast counts {}, fewer than the {} held at the gate, \
+                         each inside one",
+                        plural(before.connection_handlers, "connection handler"),
+                        plural(before.held_at_gate, "request")
                     ),
                 );
             }
@@ -105,7 +106,7 @@ impl<'a> PolicyCheck<'a> {
             if self.room.is_none() && handlers > callers {
                 let besides = match foreign {
                     0 => String::new(),
-                    n => format!(" and {n} requests without the run's token"),
+                    n => format!(" and {} without the run's token", plural(n, "request")),
                 };
                 let queued = match unread {
                     0 => String::new(),
@@ -116,9 +117,13 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
-                        "resources.before_fast counts {handlers} connection handlers, but before F1 \
-                         only the {sent} slow callers{besides} have connected, each at most \
-                         once{queued}"
+                        "resources.before_fast counts {}, but before F1 only {}{besides} \
+                         connected, each at most once{queued}",
+                        plural(handlers, "connection handler"),
+                        match sent {
+                            1 => "the 1 slow caller".to_owned(),
+                            n => format!("the {n} slow callers"),
+                        }
                     ),
                 );
             }
@@ -137,11 +142,11 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
-                        "resources.before_fast counts {} connection handlers, but \
-                         observer_before_fast, taken just before, has {} permits taken, each \
-                         kept by the handler of its request's connection until its work leaves{}",
-                        before.connection_handlers,
-                        taken - kept,
+                        "resources.before_fast counts {}, but observer_before_fast, taken just \
+                         before, has {} taken, each kept by the handler of its request's \
+                         connection until its work leaves{}",
+                        plural(before.connection_handlers, "connection handler"),
+                        plural(taken - kept, "permit"),
                         if kept > 0 {
                             ", and a refused caller's connection left open for the next caller"
                         } else {
@@ -158,8 +163,9 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "before_fast", "os_threads"],
                     format!(
-                        "resources.before_fast counts {threads} OS threads, but the sequence's \
-                         thread{whose} make at least {least}"
+                        "resources.before_fast counts {}, but the sequence's thread{whose} make at \
+                         least {least}",
+                        plural(threads, "OS thread")
                     ),
                 );
             }
@@ -192,9 +198,10 @@ impl<'a> PolicyCheck<'a> {
                     self.find(
                         &["resources", "before_fast", "os_threads"],
                         format!(
-                            "resources.before_fast counts {threads} OS threads, but the run had \
-                             its process to itself (1 thread once it closed), where the \
-                             sequence's thread{whose} make {least}{ending}"
+                            "resources.before_fast counts {}, but the run had its process to \
+                             itself (1 thread once it closed), where the sequence's \
+                             thread{whose} make {least}{ending}",
+                            plural(threads, "OS thread")
                         ),
                     );
                 }
@@ -218,12 +225,13 @@ impl<'a> PolicyCheck<'a> {
                 .into_iter()
                 .chain(held);
             for (field, left) in left.filter(|&(_, left)| left > 0) {
+                let left = match field {
+                    "held_at_gate" => format!("{} held at the gate", plural(left, "request")),
+                    _ => plural(left, "connection handler"),
+                };
                 self.find(
                     &["resources", "after_run", field],
-                    format!(
-                        "resources.after_run counts {left} {}{why}",
-                        field.replace('_', " ")
-                    ),
+                    format!("resources.after_run counts {left}{why}"),
                 );
             }
         }
@@ -244,8 +252,10 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["resources", count, "held_at_gate"],
                 format!(
-                    "resources.{count} counts {held} requests held at the gate, but each holds \
-                     one of the {slow_pool} pool's {permits} permits"
+                    "resources.{count} counts {} held at the gate, but each holds one of the \
+                     {slow_pool} pool's {}",
+                    plural(held, "request"),
+                    plural(permits, "permit")
                 ),
             );
         }
@@ -349,10 +359,10 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["ledger", name, "attempts"],
                     format!(
-                        "the ledger's account of the {pool} pool counts {} attempts, but its work \
-                         events decide {decided}: the section counts an attempt as it records its \
+                        "the ledger's account of the {pool} pool counts {}, but its work events \
+                         decide {decided}: the section counts an attempt as it records its \
                          decision",
-                        stored.attempts
+                        plural(stored.attempts, "attempt")
                     ),
                 );
             }
@@ -436,7 +446,10 @@ impl<'a> PolicyCheck<'a> {
 fn least_threads(front: Front, executor: Executor, before: Resources) -> (usize, String) {
     if front == Front::Threaded {
         let handlers = before.connection_handlers;
-        let whose = format!(" with the accept thread and {handlers} connections' threads");
+        let whose = match handlers {
+            1 => " with the accept thread and 1 connection's thread".to_owned(),
+            n => format!(" with the accept thread and {n} connections' threads"),
+        };
         return (handlers.saturating_add(2), whose);
     }
     if !executor.own_runtime() {
@@ -457,14 +470,17 @@ fn least_threads(front: Front, executor: Executor, before: Resources) -> (usize,
         WorkStyle::SpawnBlocking => (
             workers,
             before.held_at_gate,
-            format!(
-                "{} held slow requests' blocking threads",
-                before.held_at_gate
-            ),
+            match before.held_at_gate {
+                1 => "1 held slow request's blocking thread".to_owned(),
+                n => format!("{n} held slow requests' blocking threads"),
+            },
         ),
         WorkStyle::Block | WorkStyle::Await => (workers, 0, String::new()),
     };
-    let mut words = format!(" with the front runtime's {} threads", 1 + front_workers);
+    let mut words = format!(
+        " with the front runtime's {}",
+        plural(1 + front_workers, "thread")
+    );
     if !whose.is_empty() {
         words = format!("{words} and {whose}");
     }

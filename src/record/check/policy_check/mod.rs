@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::admission::audit;
 use crate::admission::gate::GateState;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::draw::table::labels;
+use crate::draw::table::{labels, plural};
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
@@ -329,9 +329,9 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["server", "connections_accepted"],
                     format!(
-                        "the server accepted {} connections, fewer than the {handlers} \
-                         connection handlers alive before F1",
-                        server.connections_accepted
+                        "the server accepted {}, fewer than the {} alive before F1",
+                        plural(server.connections_accepted, "connection"),
+                        plural(handlers, "connection handler")
                     ),
                 );
             }
@@ -347,11 +347,13 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["server", "connections_accepted"],
                     format!(
-                        "the server accepted {} connections, but {} slow callers were still \
-                         waiting, each on its own connection, when F1 was sent on another: at \
-                         least {least}",
-                        server.connections_accepted,
-                        least - 1
+                        "the server accepted {}, but {} still waiting, each on its own \
+                         connection, when F1 was sent on another: at least {least}",
+                        plural(server.connections_accepted, "connection"),
+                        match least - 1 {
+                            1 => "1 slow caller was".to_owned(),
+                            n => format!("{n} slow callers were"),
+                        }
                     ),
                 );
             } else if let Some(least) = least.filter(|&l| {
@@ -361,11 +363,12 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["server", "foreign_requests_refused"],
                     format!(
-                        "the server refused {} requests without the run's token, but it accepted \
-                         only {least} connections, as many as the lab's own callers had open \
-                         when F1 was sent, and those send the token on every request: a foreign \
-                         request comes on a connection of its own",
-                        server.foreign_requests_refused
+                        "the server refused {} without the run's token, but it accepted only {}, \
+                         as many as the lab's own callers had open when F1 was sent, and those \
+                         send the token on every request: a foreign request comes on a \
+                         connection of its own",
+                        plural(server.foreign_requests_refused, "request"),
+                        plural(least, "connection")
                     ),
                 );
             }
@@ -379,8 +382,9 @@ impl<'a> PolicyCheck<'a> {
                     self.find(
                         &["server", "connections_accepted"],
                         format!(
-                            "the server accepted {accepted} connections, but at seq {seq} {} are \
-                             on connections at once: a connection carries one request at a time",
+                            "the server accepted {}, but at seq {seq} {} are on connections at \
+                             once: a connection carries one request at a time",
+                            plural(accepted, "connection"),
                             labels(&at_once)
                         ),
                     );
@@ -391,11 +395,12 @@ impl<'a> PolicyCheck<'a> {
                     self.find(
                         &["server", "foreign_requests_refused"],
                         format!(
-                            "the server refused {} requests without the run's token, but it \
-                             accepted only {accepted} connections, and at seq {seq} {} are on \
-                             that many at once, the lab's client's, which sends the token on \
-                             every request: a foreign request comes on a connection of its own",
-                            server.foreign_requests_refused,
+                            "the server refused {} without the run's token, but it accepted \
+                             only {}, and at seq {seq} {} are on that many at once, the lab's \
+                             client's, which sends the token on every request: a foreign request \
+                             comes on a connection of its own",
+                            plural(server.foreign_requests_refused, "request"),
+                            plural(accepted, "connection"),
                             labels(&at_once)
                         ),
                     );
@@ -406,7 +411,8 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["server", "connections_accepted"],
                     format!(
-                        "the server accepted no connection, yet {responses} responses came from it"
+                        "the server accepted no connection, yet {} came from it",
+                        plural(responses, "response")
                     ),
                 );
             }
@@ -448,9 +454,12 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["server", "connection_tasks_aborted"],
                 format!(
-                    "{} connection tasks were aborted, but the server accepted {} connections, one \
-                     task each",
-                    server.connection_tasks_aborted, server.connections_accepted
+                    "{} aborted, but the server accepted {}, one task each",
+                    match server.connection_tasks_aborted {
+                        1 => "1 connection task was".to_owned(),
+                        n => format!("{n} connection tasks were"),
+                    },
+                    plural(server.connections_accepted, "connection")
                 ),
             );
         }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::admission::ledger::Event;
-use crate::draw::table::labels;
+use crate::draw::table::{labels, plural};
 use crate::evidence::{Moment, Phase};
 use crate::executor::Lane;
 use crate::label::Label;
@@ -527,10 +527,10 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["resources", "before_fast", "held_at_gate"],
                 format!(
-                    "resources.before_fast counts {} requests held at the gate, but from \
+                    "resources.before_fast counts {} held at the gate, but from \
                      observer_before_fast to F1's decision the ledger holds {}: it is counted \
                      in between",
-                    before.held_at_gate,
+                    plural(before.held_at_gate, "request"),
                     held.join(" or ")
                 ),
             );
@@ -540,11 +540,11 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["resources", "before_fast", "connection_handlers"],
                 format!(
-                    "resources.before_fast counts {} connection handlers, but from \
-                     observer_before_fast to F1's decision the ledger has at least {least} \
-                     permits taken, each kept by the handler of its request's connection until \
-                     its work leaves",
-                    before.connection_handlers
+                    "resources.before_fast counts {}, but from observer_before_fast to F1's \
+                     decision the ledger has at least {} taken, each kept by the handler of its \
+                     request's connection until its work leaves",
+                    plural(before.connection_handlers, "connection handler"),
+                    plural(least, "permit")
                 ),
             );
         }

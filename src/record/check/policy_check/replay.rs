@@ -221,8 +221,12 @@ impl<'a> PolicyCheck<'a> {
                                 && route == Some(Route::Slow)
                                 && running.len() >= threads
                             {
-                                let (n, names) = (running.len(), labels(&running));
-                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {n} of the slow work's {threads} threads already run {names}, each blocked at the closed gate: none is free"));
+                                let taken = match threads {
+                                    1 => "the slow work's one thread is".to_owned(),
+                                    n => format!("all {n} of the slow work's threads are"),
+                                };
+                                let names = labels(&running);
+                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {taken} already running {names}, each blocked at the closed gate: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
