@@ -42,7 +42,7 @@ pub struct Report {
 impl Report {
     /// Whether the run failed short of its end (a stall, an error, Ctrl-C), rather than only
     /// differing from the model: its failure is not the one a policy that ran to its end and
-    /// differed is given (`coordinator::differs` of that policy's own mismatches).
+    /// differed is given ([`differs`] of that policy's own mismatches).
     pub(crate) fn stopped_short(&self) -> bool {
         let Some(failure) = &self.failure else {
             return false;
