@@ -15,7 +15,7 @@ use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
 
 /// The report as text: its sentences wrapped at 100 columns, its tables as wide as their
-/// cells (the ledgers have a column per replica: about 100 columns for 2, 150 for 4).
+/// cells, with a column per replica (under 100 columns for 4 replicas).
 pub fn render(report: &ReplicasReport) -> String {
     let inputs = &report.inputs;
     let (count, slots) = (inputs.replicas.get(), inputs.slots.get());
@@ -163,16 +163,18 @@ fn wrap(text: &str, indent: &str) -> String {
 /// then by request: Redis lists them by lease expiry, and a renewal between two admissions
 /// reorders them, so the same run would otherwise read differently from one time to the next
 /// (the report keeps Redis's order).
-fn outcome(sent: &Sent) -> String {
+fn outcome(sent: &Sent) -> &'static str {
     match sent.decision {
-        Decision::Admitted => "held".into(),
-        Decision::Refused if sent.held_by.is_empty() => "503".into(),
-        Decision::Refused => {
-            let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
-            holders.sort_by_cached_key(|&holder| (parse_holder(holder), holder));
-            format!("503, held by {}", holders.join(" "))
-        }
+        Decision::Admitted => "held",
+        Decision::Refused => "503",
     }
+}
+
+/// The holders a refusal names, in request order whichever order Redis listed them in.
+fn refusal_holders(sent: &Sent) -> String {
+    let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
+    holders.sort_by_cached_key(|&holder| (parse_holder(holder), holder));
+    holders.join(" ")
 }
 
 /// A table's row: `first`, then one cell per replica.
@@ -184,27 +186,32 @@ fn row<T>(
     table::row(first.to_string(), each.into_iter().map(cell))
 }
 
-/// One row per request, one column per replica.
+/// One row per request, one column per replica, and the holders a refusal names in a column of
+/// their own (when one names any): at 4 replicas of 4 slots the table is under 100 columns.
 fn requests(report: &ReplicasReport) -> String {
     let ids: Vec<ReplicaId> = ReplicaId::all(report.inputs.replicas).collect();
-    let mut rows = vec![row("sent round robin", &ids, ReplicaId::to_string)];
-    for sent in &report.evidence.sent {
-        let cell = |&id: &ReplicaId| {
-            if id == sent.replica {
-                outcome(sent)
-            } else {
-                String::new()
-            }
+    let sent = &report.evidence.sent;
+    let named = sent.iter().any(|s| !s.held_by.is_empty());
+    let mut header = row("sent round robin", &ids, ReplicaId::to_string);
+    header.extend(named.then(|| "503, held by".to_owned()));
+    let mut rows = vec![header];
+    for sent in sent {
+        let cell = |&id: &ReplicaId| match id == sent.replica {
+            true => outcome(sent).to_owned(),
+            false => String::new(),
         };
-        rows.push(row(sent.request, &ids, cell));
+        let mut line = row(sent.request, &ids, cell);
+        line.extend(named.then(|| refusal_holders(sent)));
+        rows.push(line);
+    }
+    // Read once every request is decided: a run cut short never read it.
+    if cut_short(report) {
+        return columns(&rows) + "held at once      - (not all decided)\n";
     }
     let held = &report.evidence.held_at_once;
-    let cell = |id| match cut_short(report) {
-        // Read once every request is decided: a run cut short never read it.
-        true => "- (not all decided)".into(),
-        false => labels(held.get(id).into_iter().flatten()),
-    };
-    rows.push(row("held at once", &ids, cell));
+    rows.push(row("held at once", &ids, |id| {
+        labels(held.get(id).into_iter().flatten())
+    }));
     columns(&rows)
 }
 
@@ -537,7 +544,8 @@ fn window(ms: Option<f64>) -> String {
     ms.map_or("-".into(), |ms| format!("{ms:.0} ms"))
 }
 
-/// Each replica's own ledger, side by side.
+/// Each replica's own ledger, side by side (under 100 columns for 4 replicas), then how each
+/// replica's process ended.
 fn ledgers(report: &ReplicasReport) -> String {
     let replicas: BTreeMap<ReplicaId, &ReplicaEvidence> =
         report.evidence.replicas.iter().map(|r| (r.id, r)).collect();
@@ -550,7 +558,7 @@ fn ledgers(report: &ReplicasReport) -> String {
         ReplicaId::to_string,
     )];
     type Cell = fn(&ReplicaEvidence) -> String;
-    let cells: [(&str, Cell); 7] = [
+    let cells: [(&str, Cell); 6] = [
         ("admitted / refused", |r| {
             account_cell(r, |l| format!("{} / {}", l.admitted, l.refused))
         }),
@@ -573,10 +581,6 @@ fn ledgers(report: &ReplicasReport) -> String {
             let names = r.signals.iter().map(|s| s.split(':').next().unwrap_or(s));
             joined(names, ", ")
         }),
-        ("process", |r| {
-            let exit = r.exit.as_deref().unwrap_or("-");
-            format!("pid {}: {exit}", r.pid)
-        }),
     ];
     for (heading, cell) in cells {
         if heading == "permits lapsed" && !report.inputs.global.is_global() {
@@ -585,6 +589,14 @@ fn ledgers(report: &ReplicasReport) -> String {
         rows.push(row(heading, replicas.values(), |r| cell(r)));
     }
     let mut out = columns(&rows);
+    let processes = replicas.values().map(|r| {
+        let exit = r.exit.as_deref().unwrap_or("no exit recorded");
+        format!("{} (pid {}): {exit}", r.id, r.pid)
+    });
+    out.push_str(&wrap(
+        &format!("Processes: {}.", joined(processes, "; ")),
+        "  ",
+    ));
     if matches!(report.inputs.global, Engine::Off) {
         out.push_str(together(report));
     }
@@ -623,7 +635,7 @@ fn account_cell(
 
 #[cfg(test)]
 mod tests {
-    use super::{outcome, wrap};
+    use super::{refusal_holders, wrap};
     use crate::evidence::Decision;
     use crate::label::Label;
     use crate::replicas::evidence::Sent;
@@ -639,13 +651,11 @@ mod tests {
             held_by: held_by.map(String::from).to_vec(),
             at_ms: None,
         };
-        let cells = [["r1/S1", "r2/S2"], ["r2/S2", "r1/S1"]].map(|h| outcome(&refused(h)));
-        assert_eq!(cells, ["503, held by r1/S1 r2/S2"; 2]);
-        let cells = [["r1/S9", "r1/S10"], ["r1/S10", "r1/S9"]].map(|h| outcome(&refused(h)));
-        assert_eq!(
-            cells, ["503, held by r1/S9 r1/S10"; 2],
-            "by request, not by text"
-        );
+        let cells = [["r1/S1", "r2/S2"], ["r2/S2", "r1/S1"]].map(|h| refusal_holders(&refused(h)));
+        assert_eq!(cells, ["r1/S1 r2/S2"; 2]);
+        let cells =
+            [["r1/S9", "r1/S10"], ["r1/S10", "r1/S9"]].map(|h| refusal_holders(&refused(h)));
+        assert_eq!(cells, ["r1/S9 r1/S10"; 2], "by request, not by text");
     }
 
     /// Notes wrap at 100 columns; a leading indent stays, later lines take the given one.

@@ -402,7 +402,37 @@ async fn own_permits_three_replicas_of_two_hold_six() {
     );
     assert!(report.matches_model, "{:?}", report.mismatches);
     balanced(&report, None);
+    let text = isolation_lab::replicas::render::render(&report);
+    let row = |first: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(first));
+        line.unwrap_or_default()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    // A refusal is marked in its replica's column, its holders in a column of their own.
+    assert_eq!(
+        row("sent"),
+        [
+            "sent", "round", "robin", "r1", "r2", "r3", "503,", "held", "by"
+        ]
+    );
+    assert_eq!(row("S7"), ["S7", "503", "r1/S1", "r1/S4"], "{text}");
+    fits_100_columns(&text);
     nothing_left(&report);
+}
+
+/// Every line of a replicas report in 100 columns, as a terminal shows it, but its first: the
+/// command that reproduces the run, kept whole to be copied.
+fn fits_100_columns(text: &str) {
+    for line in text.lines().skip(1) {
+        assert!(
+            line.chars().count() <= 100,
+            "{} columns: {line}\n{text}",
+            line.chars().count()
+        );
+    }
 }
 
 /// One Redis-backed limit of 2 over 2 replicas: exactly 2 held in all, the rest refused naming
@@ -469,6 +499,7 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("OVER-ADMISSION by 1"), "{text}");
     assert!(text.contains("left at the signal"), "{text}");
+    fits_100_columns(&text);
     nothing_left(&report);
 }
 
