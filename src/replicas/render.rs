@@ -159,10 +159,7 @@ fn wrap(text: &str, indent: &str) -> String {
     format!("{newline}{}", if lines.is_empty() { "\n" } else { &lines })
 }
 
-/// A request's cell. The holders that refused it are a set, named in one order, by replica and
-/// then by request: Redis lists them by lease expiry, and a renewal between two admissions
-/// reorders them, so the same run would otherwise read differently from one time to the next
-/// (the report keeps Redis's order).
+/// A request's cell, in the column of the replica it was sent to.
 fn outcome(sent: &Sent) -> &'static str {
     match sent.decision {
         Decision::Admitted => "held",
@@ -170,7 +167,10 @@ fn outcome(sent: &Sent) -> &'static str {
     }
 }
 
-/// The holders a refusal names, in request order whichever order Redis listed them in.
+/// The holders that refused a request. They are a set, named in one order, by replica and then
+/// by request: Redis lists them by lease expiry, and a renewal between two admissions reorders
+/// them, so the same run would otherwise read differently from one time to the next (the report
+/// keeps Redis's order).
 fn refusal_holders(sent: &Sent) -> String {
     let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
     holders.sort_by_cached_key(|&holder| (parse_holder(holder), holder));
