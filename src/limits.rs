@@ -466,11 +466,17 @@ pub(crate) fn check(limits: &Limits, front: Front, held: u64) -> Result<(), TooM
 pub(crate) const MAX_SOURCE_ADDRESSES: u64 = 254;
 
 /// Connections the caller may open from one source address to the server: each takes an
-/// ephemeral port of that address, less the margin of [`usable`]. At least one.
+/// ephemeral port of that address, from the even half of the range, less the margin of
+/// [`usable`]. At least one.
+///
+/// Linux's `connect` tries the even ports first and leaves the odd ones to `bind`; once the even
+/// ones are taken, each connect passes over all of them before it finds an odd one, so the
+/// callers' time grows with the square of the count: measured here, 14 000 held from one
+/// address in 1.27 s (0.81 s of the callers' CPU), 17 936 in 6.20 s (5.77 s).
 pub(crate) fn ports_per_address(limits: &Limits) -> u64 {
     let (first, last) = limits.local_ports;
     let ports = u64::from(last.saturating_sub(first)) + 1;
-    usable(ports, 0).max(1)
+    usable(ports.div_ceil(2), 0).max(1)
 }
 
 /// Source addresses (`127.0.0.1`, `127.0.0.2`, ...) the caller needs to hold `held` connections
@@ -767,24 +773,25 @@ pub(crate) mod tests {
             ..limits()
         };
         let ports = Reach {
-            held: 25_409 * MAX_SOURCE_ADDRESSES,
+            held: 12_705 * MAX_SOURCE_ADDRESSES,
             ceiling: Ceiling::LocalPorts,
             value: 28_232,
         };
         assert_eq!(reach(&limits, Front::Async), Some(ports));
-        assert_eq!(check(&limits, Front::Async, 6_453_886), Ok(()));
+        assert_eq!(check(&limits, Front::Async, 3_227_070), Ok(()));
     }
 
-    /// One source address has the ephemeral range less a tenth; beyond it, more addresses.
+    /// One source address has the even half of the ephemeral range less a tenth; beyond it,
+    /// more addresses.
     #[test]
     fn source_addresses_spread_the_ports() {
         let limits = limits();
-        // 28 232 ports, less 2 823.
-        assert_eq!(ports_per_address(&limits), 25_409);
+        // 14 116 even ports of 28 232, less 1 411.
+        assert_eq!(ports_per_address(&limits), 12_705);
         assert_eq!(source_addresses_needed(0, &limits), 1);
-        assert_eq!(source_addresses_needed(25_409, &limits), 1);
-        assert_eq!(source_addresses_needed(25_410, &limits), 2);
-        assert_eq!(source_addresses_needed(100_000, &limits), 4);
+        assert_eq!(source_addresses_needed(12_705, &limits), 1);
+        assert_eq!(source_addresses_needed(12_706, &limits), 2);
+        assert_eq!(source_addresses_needed(100_000, &limits), 8);
         let one_port = Limits {
             local_ports: (40_000, 40_000),
             ..limits

@@ -11,6 +11,7 @@
 //! the next lightest, at the price of a task and two buffers per caller.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -65,8 +66,8 @@ impl Callers {
     pub(crate) fn send(&mut self, count: u32) {
         let labels = Label::slow(usize::try_from(count).unwrap_or(usize::MAX));
         for (n, label) in labels.enumerate() {
-            // Binding a source address takes a port at bind time, a search that slows down as
-            // thousands are taken; one address needs no binding: connect picks.
+            // One address needs no binding: connect picks the port. (More are bound, each
+            // leaving the port to connect too: see `port_at_connect`.)
             let source = (self.sources > 1).then(|| {
                 let last = (n as u64 % self.sources) + 1;
                 let last = u8::try_from(last).expect("at most MAX_SOURCES, checked in new");
@@ -127,9 +128,33 @@ async fn connect(address: SocketAddr, source: Option<Ipv4Addr>) -> std::io::Resu
         None => TcpStream::connect(address).await,
         Some(source) => {
             let socket = TcpSocket::new_v4()?;
+            port_at_connect(&socket)?;
             socket.bind(SocketAddrV4::new(source, 0).into())?;
             socket.connect(address).await
         }
+    }
+}
+
+/// Leaves the choice of `socket`'s port to `connect` (`IP_BIND_ADDRESS_NO_PORT`, Linux 4.2):
+/// bound to a source address, it takes a port there only once the destination is known, as an
+/// unbound socket does. Otherwise `bind` would pick one first, among the odd ports, a search
+/// that slows down as thousands are taken.
+fn port_at_connect(socket: &TcpSocket) -> std::io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the descriptor is the socket's own, open for the call, and the option's value is
+    // a `c_int` that outlives it, passed with its size.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match set {
+        -1 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
     }
 }
 

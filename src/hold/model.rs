@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(reach(Front::Threaded).ceiling, "vm.max_map_count");
         assert_eq!(preflight.limits.nofile, Some(20_000));
         assert_eq!(preflight.limits.local_ports, [32_768, 60_999]);
-        assert_eq!(preflight.ports_per_address, 25_409);
+        assert_eq!(preflight.ports_per_address, 12_705);
         let runs = |front, held| {
             let found = planned.iter().find(|p| p.front == front && p.held == held);
             found.expect("planned").runs
@@ -174,12 +174,12 @@ mod tests {
             local_ports: (60_000, 60_099),
             ..limits()
         };
-        // 100 ports, less a tenth: 90 per address, 22 860 over 254 addresses.
-        let (preflight, planned) = plan(&limits, &[Front::Async], &[22_860, 22_861]);
+        // 100 ports, 50 of them even, less a tenth: 45 per address, 11 430 over 254 addresses.
+        let (preflight, planned) = plan(&limits, &[Front::Async], &[11_430, 11_431]);
         let reach = preflight.reach[&Front::Async].clone().expect("a ceiling");
         assert_eq!(
             (reach.held, reach.ceiling.as_str(), reach.value),
-            (22_860, "net.ipv4.ip_local_port_range", 100)
+            (11_430, "net.ipv4.ip_local_port_range", 100)
         );
         assert_eq!(planned[0].runs, Ok(()));
         let refused = planned[1].runs.expect_err("beyond the ports").to_string();
@@ -187,7 +187,7 @@ mod tests {
             refused.contains("net.ipv4.ip_local_port_range = 100"),
             "{refused}"
         );
-        assert!(limits::source_addresses_needed(22_860, &limits) <= 254);
+        assert!(limits::source_addresses_needed(11_430, &limits) <= 254);
     }
 
     /// The accept queue holds every caller, and at least std's 128, up to `somaxconn`.
@@ -211,10 +211,10 @@ mod tests {
         };
         let (preflight, planned) = plan(&limits, &[Front::Async], &[50_000]);
         let reach = preflight.reach[&Front::Async].clone().expect("the ports");
-        // 25 409 ports per address, 254 addresses.
+        // 12 705 ports per address, 254 addresses.
         assert_eq!(
             (reach.held, reach.ceiling.as_str()),
-            (6_453_886, "net.ipv4.ip_local_port_range")
+            (3_227_070, "net.ipv4.ip_local_port_range")
         );
         assert_eq!(planned[0].runs, Ok(()));
     }
