@@ -204,15 +204,19 @@ impl FrontProcess {
                 };
             }
             Ok(Err(e)) => format!("{e:#}"),
-            Err(Stall::Stopped) => {
-                let reason = "its process was stopped by SIGSTOP";
-                return Err(killed_stopped(reason, self.child).await);
-            }
+            Err(Stall::Stopped) => return Err(killed_stopped(STOPPED, self.child).await),
             Err(Stall::NoProgress) => {
                 format!("the front did not stop within {} s", timeout.as_secs())
             }
         };
         Err(end(self.child, reason).await)
+    }
+
+    /// Kills and reaps the child, which a step of the caller's found stopped by a signal
+    /// (SIGSTOP), whether or not it has been continued since: ended in the same terms as a child
+    /// [`FrontProcess::stop`] finds stopped, wherever the stop landed.
+    pub(crate) async fn kill_found_stopped(self) -> FrontError {
+        killed_stopped(STOPPED, self.child).await
     }
 
     /// Sends stop, then reads up to the report.
@@ -239,6 +243,9 @@ impl FrontProcess {
 async fn end(child: ChildProcess, reason: String) -> FrontError {
     ended(reason, child.close(EXIT_GRACE).await)
 }
+
+/// Why a child found stopped by a signal, once ready, was ended.
+const STOPPED: &str = "its process was stopped by SIGSTOP";
 
 /// Kills and reaps `child`, found stopped by a signal: it would neither answer nor exit when
 /// told. `reason` says it was found stopped.

@@ -70,7 +70,7 @@ pub(crate) async fn idle(setup: &Setup<'_>, front: Front) -> Result<Sample, Brok
             stop(remote, 0).await?;
             Ok(sample)
         }
-        Err(why) => Err(end_early(remote, None, Stage::Starting, 0, why).await),
+        Err(why) => Err(end_early(remote, None, Stage::Starting, 0, why, setup.hooks).await),
     }
 }
 
@@ -94,7 +94,7 @@ pub(crate) async fn held(
     let sources = limits::source_addresses_needed(u64::from(held), setup.limits);
     let mut callers = match Callers::new(remote.address(), remote.token(), sources) {
         Ok(callers) => callers,
-        Err(why) => return Err(end_early(remote, None, Stage::Holding, 0, why).await),
+        Err(why) => return Err(end_early(remote, None, Stage::Holding, 0, why, setup.hooks).await),
     };
     let mut seen = 0;
     let holding = async {
@@ -122,7 +122,11 @@ pub(crate) async fn held(
     .await;
     let (before, after, cpu, process, time_to_hold) = match holding {
         Ok(sampled) => sampled,
-        Err(why) => return Err(end_early(remote, Some(callers), Stage::Holding, seen, why).await),
+        Err(why) => {
+            let callers = Some(callers);
+            let stage = Stage::Holding;
+            return Err(end_early(remote, callers, stage, seen, why, setup.hooks).await);
+        }
     };
     let opened = Instant::now();
     let released = match remote.open_gate().await {
@@ -130,7 +134,8 @@ pub(crate) async fn held(
         Err(e) => Err(anyhow::Error::new(e).context("opening the gate")),
     };
     if let Err(why) = released {
-        return Err(end_early(remote, Some(callers), Stage::Releasing, seen, why).await);
+        let (callers, stage) = (Some(callers), Stage::Releasing);
+        return Err(end_early(remote, callers, stage, seen, why, setup.hooks).await);
     }
     let time_to_release = opened.elapsed();
     // Every caller has ended: the clients and their connections go now, before the stop.
@@ -244,7 +249,7 @@ async fn census(
 ) -> anyhow::Result<crate::allocator::HeapCensus> {
     match watched_within(remote.pid(), STALL, remote.census()).await {
         Ok(answer) => answer,
-        Err(Stall::Stopped) => bail!("the front's process stopped at {at}, asked for its heap"),
+        Err(Stall::Stopped) => Err(FoundStopped(format!("at {at}, asked for its heap")).into()),
         Err(Stall::NoProgress) => bail!(
             "the front did not answer for its heap within {} s, at {at}",
             STALL.as_secs()
@@ -273,7 +278,9 @@ async fn hold_all(
                     STALL.as_secs()
                 );
             }
-            Err(Stall::Stopped) => bail!("the front's process stopped at {seen} of {held} held"),
+            Err(Stall::Stopped) => {
+                return Err(FoundStopped(format!("at {seen} of {held} held")).into());
+            }
             Ok(Heard::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
                     bail!(
@@ -317,10 +324,8 @@ async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow:
                 );
             }
             Err(Stall::Stopped) => {
-                bail!(
-                    "the front's process stopped with {} still waiting",
-                    plural(callers.waiting(), "caller")
-                );
+                let waiting = plural(callers.waiting(), "caller");
+                return Err(FoundStopped(format!("with {waiting} still waiting")).into());
             }
             Ok(Heard::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
             Ok(Heard::Front(Ok(Some(FromFront::Counts(_))))) => {}
@@ -409,20 +414,42 @@ fn check(closed: &StoppedFront, held: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The front's process, found stopped by a signal in a step of the lab's: where.
+#[derive(Debug)]
+struct FoundStopped(String);
+
+impl std::fmt::Display for FoundStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the front's process stopped {}", self.0)
+    }
+}
+
+impl std::error::Error for FoundStopped {}
+
 /// Aborts and joins the callers, then stops the front (or reaps it, if it is gone), and says
-/// whose failure it was: the front's if its process died or its server failed, else the lab's,
-/// for `why`.
+/// whose failure it was: the front's if its process was found stopped, died or its server
+/// failed, else the lab's, for `why`.
 async fn end_early(
     remote: FrontProcess,
     callers: Option<Callers>,
     stage: Stage,
     held: u64,
     why: anyhow::Error,
+    hooks: &dyn HoldHooks,
 ) -> Broken {
     if let Some(callers) = callers {
         callers.abort().await;
     }
     let pid = remote.pid();
+    // Found stopped, it is killed whether or not it has been continued since (a brief stop is
+    // still a stop from outside): the same evidence wherever and however long the stop.
+    if why.downcast_ref::<FoundStopped>().is_some() {
+        hooks.found_stopped(pid);
+        return Broken::Front(FrontFailure {
+            detail: format!("{why:#}"),
+            ..failure(Some(pid), stage, held, remote.kill_found_stopped().await)
+        });
+    }
     match remote.stop(STOP).await {
         Err(e) => {
             // What went wrong first, then what the stop found; a process found stopped is the

@@ -119,6 +119,10 @@ pub trait HoldHooks: Debug + Send + Sync {
     fn signal_front(&self, _pid: u32, _held: u64) -> Option<FrontSignal> {
         None
     }
+
+    /// Called when the lab has found the front's child (process `pid`) stopped by a signal in
+    /// one of its steps, before it kills the child.
+    fn found_stopped(&self, _pid: u32) {}
 }
 
 /// A signal a `hold` run sends its front's child for a test.

@@ -38,6 +38,11 @@ fn children() -> Vec<String> {
 #[derive(Debug, Default)]
 struct Break {
     signal_at: Option<(FrontSignal, u64)>,
+    /// Each child the lab finds stopped is continued (SIGCONT) before the lab ends it, as a
+    /// brief stop would have passed by then.
+    continue_found: bool,
+    /// The children continued so.
+    continued: AtomicU32,
     short: u32,
     /// The child last signalled: each front's is signalled once.
     signalled: AtomicU32,
@@ -61,6 +66,19 @@ impl HoldHooks for Break {
         let (signal, at) = self.signal_at?;
         let first = held >= at && self.signalled.swap(pid, Ordering::Relaxed) != pid;
         first.then_some(signal)
+    }
+
+    fn found_stopped(&self, pid: u32) {
+        if self.continue_found {
+            let pid = libc::pid_t::try_from(pid).expect("a pid");
+            // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
+            assert_eq!(
+                unsafe { libc::kill(pid, libc::SIGCONT) },
+                0,
+                "SIGCONT {pid}"
+            );
+            self.continued.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -273,14 +291,34 @@ fn a_front_stopped_once_all_are_held_is_reported_within_15_s() {
     stopped_when_held(200);
 }
 
+/// The same for a stop that passes: the child is continued once the lab has found it stopped.
+/// A stop from outside is evidence however long it lasts, worded as one that lasts: the lab
+/// kills the child rather than fail itself (it once failed, "the front's process stopped").
+#[test]
+fn a_front_stopped_briefly_is_reported_as_stopped() {
+    stopped_and_continued(100, true);
+}
+
 /// Runs `hold` at 200 on the async front, SIGSTOPped once the lab reads a count of `at` held,
 /// and checks the stopped front's report.
 fn stopped_when_held(at: u64) {
+    stopped_and_continued(at, false);
+}
+
+/// [`stopped_when_held`], the child continued once found stopped if `continued`.
+fn stopped_and_continued(at: u64, continued: bool) {
     if common::alone() {
         return;
     }
     let config = HoldInputs::new(&[200], &[Front::Async]).expect("valid counts");
-    let options = broken(Break::signal(FrontSignal::Stop, at));
+    let hooks = Arc::new(Break {
+        continue_found: continued,
+        ..Break::signal(FrontSignal::Stop, at)
+    });
+    let options = HoldOptions {
+        hooks: hooks.clone(),
+        ..broken(Break::default())
+    };
     let report = hold_within(config, options);
     assert_eq!(
         report.failure, None,
@@ -302,6 +340,8 @@ fn stopped_when_held(at: u64) {
     assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{failed:?}");
     assert!(is_gone(failed.pid.expect("it started")), "reaped");
     assert_eq!(children(), Vec::<String>::new(), "no child is left");
+    let continues = hooks.continued.load(Ordering::Relaxed);
+    assert_eq!(continues, u32::from(continued), "children continued");
 }
 
 /// The lab run with `args` under `resource` limited to `value`, soft and hard, as `prlimit`
