@@ -20,9 +20,25 @@ static WAKE: AtomicI32 = AtomicI32::new(-1);
 /// opened again for something else.
 static WRITING: AtomicUsize = AtomicUsize::new(0);
 
+/// The process that catches: [`WAKE`] is its pipe.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 
-extern "C" fn caught(_signal: libc::c_int) {
+extern "C" fn caught(signal: libc::c_int) {
+    // A child forked but not yet running its own program (a front, a replica) has this handler
+    // and the pipe too: a signal sent to it is its own, not the session's, so it takes the
+    // default action there (the child ends by it, as it would a moment later) rather than wake
+    // the session as if Ctrl-C had been pressed.
+    // SAFETY: getpid(2), signal(2) and raise(3) are async-signal-safe. Raised in its own
+    // handler, the signal is blocked until the handler returns, then acts by default.
+    if unsafe { libc::getpid() } != OWNER.load(Ordering::SeqCst) {
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+        }
+        return;
+    }
     WRITING.fetch_add(1, Ordering::SeqCst);
     let fd = WAKE.load(Ordering::SeqCst);
     if fd >= 0 {
@@ -63,6 +79,8 @@ impl Interrupts {
         {
             return Err(io::Error::other("another session already catches Ctrl-C"));
         }
+        // SAFETY: getpid(2) cannot fail.
+        OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
         let mut interrupts = Interrupts {
             read,
             _write: write,
@@ -111,5 +129,46 @@ impl Drop for Interrupts {
         while WRITING.load(Ordering::SeqCst) != 0 {
             std::hint::spin_loop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SIGINT sent to a child forked while a session catches, before the child runs another
+    /// program, ends the child and does not wake the session.
+    #[tokio::test]
+    async fn a_forked_childs_signal_is_its_own() {
+        let interrupts = Interrupts::catch().expect("catching");
+        // SAFETY: the child calls only raise(3) and _exit(2), both async-signal-safe, so
+        // forking a process with other threads is sound here.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            unsafe {
+                libc::raise(libc::SIGINT);
+                libc::_exit(0);
+            }
+        }
+        assert!(child > 0, "fork: {}", io::Error::last_os_error());
+        let mut status = 0;
+        // SAFETY: `status` is ours to write; the child is ours to reap.
+        let reaped = unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(reaped, child);
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGINT,
+            "the child ended by SIGINT: status {status:#x}"
+        );
+        // The pipe is read directly: a byte written by the child's handler would be there now.
+        let mut byte = 0u8;
+        // SAFETY: the descriptor is the pipe's read end, open while `interrupts` lives, and
+        // `byte` has room for the one byte asked for.
+        let read = unsafe { libc::read(interrupts.read.as_raw_fd(), (&raw mut byte).cast(), 1) };
+        let error = io::Error::last_os_error();
+        assert_eq!(
+            (read, error.kind()),
+            (-1, io::ErrorKind::WouldBlock),
+            "nothing woke the session"
+        );
     }
 }
