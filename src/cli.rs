@@ -4,6 +4,8 @@
 //! command line's own; each maps onto a library type, so no library type carries clap.
 
 use std::convert::Infallible;
+#[cfg(unix)]
+use std::time::Duration;
 
 use anyhow::anyhow;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
@@ -484,6 +486,91 @@ pub fn fail_writes_past_the_file_size_limit() {
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
 }
 
+/// Ends the process with one line on stderr, exit 1, just before its CPU time reaches
+/// RLIMIT_CPU (`ulimit -t`, `prlimit --cpu`), rather than let the kernel end it without a word:
+/// SIGKILL at the hard limit, SIGXCPU (whose default action kills) at the soft one. A profiling
+/// timer on the process's CPU clock rings [`CPU_MARGIN`] before the lower of the two (a process
+/// keeps its CPU time across `exec`, so what it has used is counted); SIGXCPU, should it come
+/// first, is caught the same way. The run is cut short there, its report unwritten; the
+/// children die with the process, as they do whenever it ends. Without a limit, nothing is set.
+#[cfg(unix)]
+pub fn stop_before_the_cpu_time_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let mut used = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: both calls fill in the plain structs given, and fail touching nothing.
+    let read = unsafe {
+        libc::getrlimit(libc::RLIMIT_CPU, &mut limit) == 0
+            && libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut used) == 0
+    };
+    let seconds = |limit: libc::rlim_t| (limit != libc::RLIM_INFINITY).then_some(limit);
+    let lowest = seconds(limit.rlim_cur)
+        .into_iter()
+        .chain(seconds(limit.rlim_max))
+        .min();
+    let (Some(lowest), true) = (lowest, read) else {
+        return;
+    };
+    let used = Duration::new(
+        u64::try_from(used.tv_sec).unwrap_or(0),
+        u32::try_from(used.tv_nsec).unwrap_or(0),
+    );
+    let Some(left) = cpu_left(lowest, used) else {
+        out_of_cpu_time(libc::SIGXCPU);
+    };
+    let timer = libc::itimerval {
+        it_interval: libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+        it_value: libc::timeval {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_usec: libc::suseconds_t::from(left.subsec_micros()),
+        },
+    };
+    // SAFETY: the handler only writes a static line and exits (see `out_of_cpu_time`); the
+    // timer is a plain struct, read for the call.
+    unsafe {
+        let handler = out_of_cpu_time as extern "C" fn(libc::c_int) -> ! as libc::sighandler_t;
+        libc::signal(libc::SIGXCPU, handler);
+        libc::signal(libc::SIGPROF, handler);
+        libc::setitimer(libc::ITIMER_PROF, &timer, std::ptr::null_mut());
+    }
+}
+
+/// How long before the CPU time limit the lab stops itself: the kernel checks both the limit
+/// and the timer at its clock ticks, a few milliseconds apart.
+#[cfg(unix)]
+const CPU_MARGIN: Duration = Duration::from_millis(100);
+
+/// The CPU time left before [`CPU_MARGIN`] short of a limit of `limit` seconds, for a process
+/// that has used `used`; `None` if there is none.
+#[cfg(unix)]
+fn cpu_left(limit: u64, used: Duration) -> Option<Duration> {
+    let left = Duration::from_secs(limit)
+        .checked_sub(used)?
+        .checked_sub(CPU_MARGIN)?;
+    (!left.is_zero()).then_some(left)
+}
+
+/// The handler for the CPU time limit: one line on stderr, exit 1. Only async-signal-safe
+/// calls.
+#[cfg(unix)]
+extern "C" fn out_of_cpu_time(_signal: libc::c_int) -> ! {
+    const LINE: &[u8] = b"isolation-lab: out of CPU time: the lab stopped itself just before \
+        its CPU time limit (RLIMIT_CPU, ulimit -t), where the kernel would have killed it\n";
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; the line is static.
+    unsafe {
+        libc::write(libc::STDERR_FILENO, LINE.as_ptr().cast(), LINE.len());
+        libc::_exit(1)
+    }
+}
+
 /// Parses the command line, or says what was wrong in words that teach: where a subcommand's
 /// flags go, the allowed range of a number, what a subcommand does instead of a flag it does not
 /// take, which flag carried a value that is not UTF-8. `Err` holds clap's own error (help and
@@ -634,6 +721,18 @@ mod tests {
     use clap::error::ErrorKind;
 
     use super::*;
+
+    /// The lab stops itself 100 ms of CPU before its limit, counting what it used before.
+    #[cfg(unix)]
+    #[test]
+    fn the_cpu_time_left_is_counted_from_the_limit() {
+        let ms = Duration::from_millis;
+        assert_eq!(cpu_left(1, Duration::ZERO), Some(ms(900)));
+        assert_eq!(cpu_left(2, ms(1_500)), Some(ms(400)));
+        assert_eq!(cpu_left(1, ms(900)), None, "nothing left");
+        assert_eq!(cpu_left(1, ms(950)), None);
+        assert_eq!(cpu_left(0, Duration::ZERO), None);
+    }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("isolation-lab").chain(args.iter().copied()))

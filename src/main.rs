@@ -30,6 +30,8 @@ fn main() -> ExitCode {
     isolation_lab::allocator::one_arena_under_an_address_space_limit();
     #[cfg(unix)]
     isolation_lab::cli::fail_writes_past_the_file_size_limit();
+    #[cfg(unix)]
+    isolation_lab::cli::stop_before_the_cpu_time_limit();
     let lab = || {
         // A refused command line exits 2 here, with a message naming the flag, before anything
         // else.

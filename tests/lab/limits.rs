@@ -166,6 +166,35 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
     assert!(said.ends_with(then), "{said}");
 }
 
+/// Under a CPU time limit (`prlimit --cpu=1`) the lab sets a timer to stop itself in one line
+/// just before the kernel would kill it without a word (`cli::stop_before_the_cpu_time_limit`;
+/// the time left is checked in `cli`'s unit tests). A run and a `hold`, whose children set
+/// their own, well within the limit end as they would without it.
+#[test]
+fn runs_within_a_cpu_time_limit_end_as_usual() {
+    for args in [&[][..], &["hold", "--counts", "10", "--format", "json"]] {
+        let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        let ran = limited(&mut lab, libc::RLIMIT_CPU, 1)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("the lab starts");
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        let context = format!(
+            "isolation-lab {}: {}, stderr {stderr:?}",
+            args.join(" "),
+            ran.status
+        );
+        assert_eq!(
+            (ran.status.code(), stderr.as_ref()),
+            (Some(0), ""),
+            "{context}"
+        );
+        let report: serde_json::Value = serde_json::from_slice(&ran.stdout).expect("a report");
+        assert_eq!(report["failure"], serde_json::Value::Null, "{context}");
+    }
+}
+
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
 fn every_shape_under_every_limit(runs: usize) {
     let floor = crate::common::load_floor_mib();
