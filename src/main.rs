@@ -223,8 +223,8 @@ fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
         Err(reason) => return fail(&after_failure(format!("{reason:#}"))),
     };
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(rendered.as_bytes())
+    match writable(&stdout)
+        .and_then(|()| stdout.write_all(rendered.as_bytes()))
         .and_then(|()| stdout.flush())
     {
         // A reader that closed the pipe early (`| head`) has what it wanted: not a crash.
@@ -234,6 +234,27 @@ fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
         _ => {}
     }
     failure.map_or(ExitCode::SUCCESS, fail)
+}
+
+/// `Err` if `stdout` is open for reading only (`1</etc/hostname`): std takes a write that
+/// fails there (EBADF) as done, for a closed stdout, and the report would be lost without a
+/// word.
+#[cfg(unix)]
+fn writable(stdout: &impl std::os::fd::AsRawFd) -> std::io::Result<()> {
+    // SAFETY: F_GETFL only reads the descriptor's flags; any number is safe to ask about.
+    let flags = unsafe { libc::fcntl(stdout.as_raw_fd(), libc::F_GETFL) };
+    match flags {
+        -1 => Err(std::io::Error::last_os_error()),
+        _ if flags & libc::O_ACCMODE == libc::O_RDONLY => {
+            Err(std::io::Error::other("it is open for reading only"))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+fn writable<T>(_stdout: &T) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// The one-line reason on stderr, exit status 1.

@@ -252,6 +252,25 @@ fn refused_values_are_quoted_as_they_are_and_draw_nothing() {
     }
 }
 
+/// A stdout open for reading only (`isolation-lab 1</etc/hostname`) loses the report: the lab
+/// says so in one line, exit 1, rather than exit 0 having written nothing (std takes the failed
+/// write, EBADF, as done).
+#[test]
+fn a_stdout_open_for_reading_only_fails_in_one_line() {
+    let read_only = std::fs::File::open(env!("CARGO_MANIFEST_DIR")).expect("a directory opens");
+    let output = lab(&[])
+        .stdout(read_only)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        "isolation-lab: cannot write to stdout: it is open for reading only\n"
+    );
+}
+
 /// A reader that is gone before the report is written (`isolation-lab | head -c 1`, at its
 /// most abrupt) is not a crash: no panic, and the run's own status.
 #[test]
