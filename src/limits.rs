@@ -361,6 +361,11 @@ const BASE_MAPS: u64 = 256;
 /// File descriptors a process has before its first held request: stdio, the listener, the
 /// runtime's epoll and waker, the pipes to a child: 6 in a test child at rest here.
 const BASE_FDS: u64 = 64;
+/// Threads a measurement starts besides one per held request, on top of those counted when the
+/// limits were read: the threaded front's child at rest runs two (its main thread and its
+/// accept thread), and the lab one more while a child runs (`lab-child-reaper`). Under
+/// `prlimit --nproc=12` for a user of one thread, the threaded front held 8 and failed at 9.
+const BASE_THREADS: u64 = 3;
 
 /// What a ceiling leaves for held requests: its value, less what is taken before the first
 /// (`in_use`), less a tenth of the value. The tenth is the safety margin: it absorbs what the
@@ -390,19 +395,19 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
         (
             Ceiling::PidMax,
             Some(limits.pid_max),
-            limits.threads_now,
+            limits.threads_now + BASE_THREADS,
             cost.threads,
         ),
         (
             Ceiling::ThreadsMax,
             Some(limits.threads_max),
-            limits.threads_now,
+            limits.threads_now + BASE_THREADS,
             cost.threads,
         ),
         (
             Ceiling::Nproc,
             limits.nproc.soft.filter(|_| limits.nproc_enforced),
-            limits.user_threads_now,
+            limits.user_threads_now + BASE_THREADS,
             cost.threads,
         ),
         (Ceiling::Nofile, limits.nofile.soft, BASE_FDS, cost.fds),
@@ -703,10 +708,10 @@ pub(crate) mod tests {
             ..limits()
         };
         let refusal = check(&limits, Front::Threaded, 20_000).expect_err("too few pids");
-        // 32 768 - 10 000 - 3 276.
+        // 32 768 - 10 000 - 3 (the front's and the lab's own) - 3 276.
         assert_eq!(
             (refusal.reach.ceiling, refusal.reach.held),
-            (Ceiling::PidMax, 19_492)
+            (Ceiling::PidMax, 19_489)
         );
         let nproc = Limits {
             nproc: Rlimit {
@@ -719,9 +724,9 @@ pub(crate) mod tests {
         let refusal = check(&nproc, Front::Threaded, 9_000).expect_err("too few procs");
         assert_eq!(
             (refusal.reach.ceiling, refusal.reach.held),
-            (Ceiling::Nproc, 8_000)
+            (Ceiling::Nproc, 7_997)
         );
-        // RLIMIT_NPROC counts this user's threads, not the machine's: 20 000 - 100 - 2 000.
+        // RLIMIT_NPROC counts this user's threads, not the machine's: 20 000 - 100 - 3 - 2 000.
         let few = Limits {
             user_threads_now: 100,
             ..nproc
@@ -730,7 +735,22 @@ pub(crate) mod tests {
         let refusal = check(&few, Front::Threaded, 18_000).expect_err("too few procs");
         assert_eq!(
             (refusal.reach.ceiling, refusal.reach.held),
-            (Ceiling::Nproc, 17_900)
+            (Ceiling::Nproc, 17_897)
+        );
+        // A small limit leaves no margin but the threads a measurement starts: under
+        // `prlimit --nproc=12` a user of one thread held 8 on the threaded front, failing at 9.
+        let twelve = Limits {
+            nproc: Rlimit {
+                soft: Some(12),
+                hard: Some(12),
+            },
+            user_threads_now: 1,
+            ..nproc
+        };
+        let refusal = check(&twelve, Front::Threaded, 9).expect_err("too few procs");
+        assert_eq!(
+            (refusal.reach.ceiling, refusal.reach.held),
+            (Ceiling::Nproc, 7)
         );
         assert_eq!(check(&nproc, Front::Async, 100_000), Ok(()));
         // Root is not held to it: the next ceiling stops the threads.
