@@ -62,6 +62,7 @@ impl Phase {
 /// What the coordinator observed along the sequence. A field is `None` when a failed run
 /// never reached the step that records it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Observed {
     /// The observer's snapshot after the held slow requests were decided, before F1 is sent.
     pub observer_before_fast: Option<Snapshot>,
@@ -81,6 +82,7 @@ pub struct Observed {
 
 /// What the lab observed of the front's executor along the sequence (`docs/blocking.md`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ExecutorEvidence {
     /// The front runtime's heartbeat, read at each of the sequence's observations.
     pub heartbeat: Vec<Beat>,
@@ -105,6 +107,7 @@ impl ExecutorEvidence {
 
 /// One reading of the heartbeat of the front's runtime.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Beat {
     /// When it was read.
     pub moment: Moment,
@@ -149,6 +152,7 @@ impl Moment {
 /// A request seen arriving and sitting unread: its connection, made by the kernel, waiting in
 /// the listener's accept queue for a server that cannot accept it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Unread {
     /// The request.
     pub request: Label,
@@ -162,6 +166,7 @@ pub struct Unread {
 
 /// One admission decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AdmissionRecord {
     /// The request.
     pub request: Label,
@@ -180,6 +185,7 @@ pub struct AdmissionRecord {
 
 /// A response as its caller received it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ResponseRecord {
     /// The request.
     pub request: Label,
@@ -198,6 +204,7 @@ pub struct ResponseRecord {
 
 /// F1's response, as `fast_response_before_release` reports it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FastResponse {
     /// `F1`.
     pub request: Label,
@@ -209,6 +216,7 @@ pub struct FastResponse {
 
 /// What the server reports once it has stopped: the report's `server` object.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServerSummary {
     /// Where it listened: `127.0.0.1:<port>`.
     pub address: SocketAddr,

@@ -147,6 +147,7 @@ impl<'de> Deserialize<'de> for Workers {
 /// The most threads Tokio's blocking pool may start: `--blocking-threads`, 1 through 512
 /// (Tokio's own default is 512).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(into = "u16", try_from = "u16")]
 pub struct BlockingThreads(u16);
 
@@ -213,6 +214,7 @@ impl fmt::Display for BlockingThreads {
 /// it runs on. The default is the lab's usual run: work that awaits, on the lab's own
 /// current-thread runtime, with no runtime of the front's own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Executor {
     /// How admitted slow work waits for the gate.
     pub work: WorkStyle,

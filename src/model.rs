@@ -13,6 +13,7 @@ use crate::policy::{Front, Held, Policy, Pool, Route};
 
 /// What the model expects for one request of the sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Expected {
     /// The request.
     pub request: Label,

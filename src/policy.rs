@@ -147,6 +147,7 @@ impl Front {
 /// A small whole number that is valid only from `MIN` through `MAX`. A value of this type is
 /// already checked: the command line, the tests and the library all go through `new` or `parse`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 #[serde(into = "u8", try_from = "u8")]
 pub struct Bounded<const MIN: u8, const MAX: u8>(u8);
 
@@ -251,6 +252,7 @@ impl ModeChoice {
 
 /// The inputs of one invocation, already checked: the report's `inputs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Inputs {
     /// Which policies to run.
     pub mode: ModeChoice,

@@ -18,6 +18,7 @@ use crate::resources::ResourceEvidence;
 
 /// The whole report of one invocation.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Report {
     /// Always `"concurrency-isolation"`.
     pub lab: String,
@@ -85,6 +86,7 @@ impl Report {
 
 /// What produced a report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Runner {
     /// `isolation-lab`.
     pub name: String,
@@ -147,6 +149,7 @@ impl Runner {
 
 /// One policy run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PolicyReport {
     /// `shared` or `partitioned`.
     pub mode: Mode,
@@ -183,6 +186,7 @@ pub struct PolicyReport {
 
 /// The model block: what the policy model expects and whether the run showed it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelCheck {
     /// What the model expects for each request.
     pub expected: Vec<Expected>,

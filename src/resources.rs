@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// What the process holds at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Resources {
     /// OS threads of the whole process, from `/proc/self/task`; `None` where the OS does not
     /// expose the count that way (every OS but Linux).
@@ -18,6 +19,7 @@ pub struct Resources {
 
 /// The report's `resources`: before F1, and after the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ResourceEvidence {
     /// With the slow work held, when `observer_before_fast` is recorded.
     pub before_fast: Option<Resources>,

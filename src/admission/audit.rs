@@ -11,6 +11,7 @@ use crate::policy::Pool;
 
 /// One pool's account of a run: the report's `ledger` entry for that pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PoolLedger {
     /// Permits the pool holds.
     pub capacity: usize,
@@ -34,6 +35,7 @@ pub struct PoolLedger {
 
 /// A refusal and who held the pool's permits.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RefusalRecord {
     /// The refused request.
     pub request: Label,
@@ -43,6 +45,7 @@ pub struct RefusalRecord {
 
 /// A rule the ledger must obey, and whether it did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Invariant {
     /// The rule, in words.
     pub rule: String,

@@ -49,6 +49,7 @@ impl Event {
 
 /// One entry of the ledger, as the report's `work_events` lists it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WorkEvent {
     /// Position in the ledger, from 1. Evidence of order, not of time.
     pub seq: u64,
@@ -72,6 +73,7 @@ pub struct WorkEvent {
 
 /// What the control observer sees at one moment of the sequence.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Snapshot {
     /// Taken permits per pool: work inside the section.
     pub active_work: BTreeMap<Pool, usize>,

@@ -85,6 +85,7 @@ impl From<Denied> for Verdict {
 
 /// The section's state once the run is over: what `final_state` reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FinalState {
     /// Taken permits per pool; 0 when everything left the section.
     pub active_work: BTreeMap<Pool, usize>,

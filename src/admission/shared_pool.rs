@@ -56,6 +56,7 @@ pub(crate) trait SharedPermit: Send + Sync + fmt::Debug {
 
 /// What the driver did with the section's permits, once it has ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Released {
     /// Permits given back while still held.
     pub released: Vec<Label>,

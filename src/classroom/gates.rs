@@ -17,6 +17,7 @@ use crate::server::Gates;
 /// responses are: `closed_after_event` is the `seq` of the last work event recorded before it
 /// closed, so every `held` after that `seq` (and before `opened_after_event`) waited here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RoomGate {
     /// 1 for the first room gate of a run, then 2, 3, …
     pub generation: u32,

@@ -1,7 +1,8 @@
 //! Reading a saved report: a regular file only, at most [`MAX_REPORT`] bytes, parsed as a lab
 //! report or as a classroom session's report. What no run of the lab could have written in this
-//! shape (a field missing, an input out of range, a policy listed twice) is refused here, with
-//! exit status 2; what is shaped right but contradicts itself is for [`super::check`] to name.
+//! shape (a field missing, a field no run writes, an input out of range, a policy listed twice)
+//! is refused here, with exit status 2; what is shaped right but contradicts itself is for
+//! [`super::check`] to name.
 
 use std::fmt;
 use std::fs::File;
@@ -12,6 +13,7 @@ use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
 use super::shell::shell_word;
+use crate::draw::table::plural;
 use crate::label::Label;
 use crate::policy::{Front, Mode, Route};
 use crate::report::Report;
@@ -59,6 +61,7 @@ pub enum Saved {
 
 /// A classroom session's report, as far as `record` reads it.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SavedSession {
     /// Every run of the session, each a lab report.
     pub runs: Vec<Report>,
@@ -82,6 +85,7 @@ pub struct SavedSession {
 
 /// One request from the room, as the classroom report lists it.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SavedRoomRequest {
     /// `R<n>` (read with the route below).
     pub request: Label,
@@ -116,6 +120,7 @@ fn counted_from_one<'de, D: serde::Deserializer<'de>>(numbers: D) -> Result<usiz
 
 /// A room gate, as the classroom report lists it: where it closed and opened on a run's ledger.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SavedRoomGate {
     /// The run, as an index into `runs` (counted from 1 in the report).
     #[serde(deserialize_with = "counted_from_one")]
@@ -184,7 +189,8 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
             let why = match request {
                 Some(request) if !request.from_room() => format!("is labelled {request}, not R<n>"),
                 _ if run >= runs => {
-                    format!("names run {}, but the session has {runs} runs", run + 1)
+                    let runs = plural(runs, "run");
+                    format!("names run {}, but the session has {runs}", run + 1)
                 }
                 _ => continue,
             };

@@ -2299,7 +2299,7 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         let f1 = responses.iter_mut().find(|r| r["request"] == "F1");
         let f1 = f1.expect("F1 is answered");
         f1["phase"] = json!("before_release");
-        let f1 = f1.clone();
+        let f1 = json!({ "request": f1["request"], "status": f1["status"], "body": f1["body"] });
         set(report, "/policies/0/fast_response_before_release", f1);
     };
     let unread_dropped = |report: &mut Value| {
@@ -2896,7 +2896,34 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 14] = [
+    let cases: [Malformed; 18] = [
+        // A field no run writes, however natural it reads, is not read past: the report is
+        // not one the lab wrote.
+        (
+            "unknown-verdict",
+            |r| r["verdict"] = json!("edited"),
+            "unknown field `verdict`",
+        ),
+        (
+            "unknown-policy-failure",
+            |r| r["policies"][0]["failure"] = json!("shared: F1 was answered 200"),
+            "unknown field `failure`",
+        ),
+        (
+            "unknown-event-field",
+            |r| r["policies"][0]["work_events"][3]["held_by"] = json!(["S9"]),
+            "unknown field `held_by`",
+        ),
+        (
+            "unknown-session-field",
+            |r| {
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [], "event_streams_dropped": 0, "connections_refused": 0,
+                "verdict": "edited" });
+                *r = session;
+            },
+            "unknown field `verdict`",
+        ),
         (
             "unused-blocking-pool",
             |r| {
@@ -2984,7 +3011,7 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
                 "event_streams_dropped": 0, "connections_refused": 0 });
                 *r = session;
             },
-            "is not a whole classroom report: room_requests[0] names run 3, but the session has 1 runs",
+            "is not a whole classroom report: room_requests[0] names run 3, but the session has 1 run",
         ),
         (
             "session-count",
