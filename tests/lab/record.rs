@@ -945,6 +945,16 @@ const EDITS: &[Edit] = &[
         "99 connection tasks were aborted, but the server accepted",
     ),
     (
+        "the gate's opening marked cancelled",
+        DEFAULT,
+        |r| {
+            let events = list(r, "/policies/0/work_events");
+            let opened = events.iter_mut().find(|e| e["event"] == "gate_opened");
+            opened.expect("the gate opens")["cancelled"] = json!(true);
+        },
+        "the gate's opening says work was cancelled; only work that leaves is",
+    ),
+    (
         "more client tasks aborted than callers",
         DEFAULT,
         |r| set(r, "/policies/0/client_tasks_aborted", json!(9)),

@@ -106,6 +106,13 @@ impl<'a> PolicyCheck<'a> {
                             format!("the gate opens again at seq {seq}, after it opened at seq {first}: it never closes"),
                         );
                     }
+                    if e.cancelled {
+                        self.find(
+                            &path,
+                            "the gate's opening says work was cancelled; only work that leaves is"
+                                .to_owned(),
+                        );
+                    }
                     gate.get_or_insert(seq);
                 }
                 (Event::GateOpened, Some(request)) => {
