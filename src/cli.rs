@@ -493,6 +493,8 @@ pub fn fail_writes_past_the_file_size_limit() {
 /// keeps its CPU time across `exec`, so what it has used is counted); SIGXCPU, should it come
 /// first, is caught the same way. The run is cut short there, its report unwritten; the
 /// children die with the process, as they do whenever it ends. Without a limit, nothing is set.
+/// For the lab itself, once its command line is parsed: a front's child, ended by its own
+/// limit, is the front's evidence, told by the signal that ended it.
 #[cfg(unix)]
 pub fn stop_before_the_cpu_time_limit() {
     let mut limit = libc::rlimit {
@@ -530,7 +532,7 @@ pub fn stop_before_the_cpu_time_limit() {
         },
         it_value: libc::timeval {
             tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_usec: libc::suseconds_t::from(left.subsec_micros()),
+            tv_usec: libc::suseconds_t::try_from(left.subsec_micros()).unwrap_or(0),
         },
     };
     // SAFETY: the handler only writes a static line and exits (see `out_of_cpu_time`); the
@@ -543,8 +545,10 @@ pub fn stop_before_the_cpu_time_limit() {
     }
 }
 
-/// How long before the CPU time limit the lab stops itself: the kernel checks both the limit
-/// and the timer at its clock ticks, a few milliseconds apart.
+/// How long before the CPU time limit the lab stops itself. The kernel checks the limit and
+/// the timer in one pass at its clock ticks, usually a few milliseconds of CPU apart; a pass put
+/// off until more than this has run (many busy threads, a long system call) finds the hard
+/// limit passed too, and its SIGKILL comes first.
 #[cfg(unix)]
 const CPU_MARGIN: Duration = Duration::from_millis(100);
 
@@ -562,8 +566,8 @@ fn cpu_left(limit: u64, used: Duration) -> Option<Duration> {
 /// calls.
 #[cfg(unix)]
 extern "C" fn out_of_cpu_time(_signal: libc::c_int) -> ! {
-    const LINE: &[u8] = b"isolation-lab: out of CPU time: the lab stopped itself just before \
-        its CPU time limit (RLIMIT_CPU, ulimit -t), where the kernel would have killed it\n";
+    const LINE: &[u8] = b"isolation-lab: out of CPU time: the lab stopped itself at its CPU \
+        time limit (RLIMIT_CPU, ulimit -t), before the kernel would kill it without a word\n";
     // SAFETY: write(2) and _exit(2) are async-signal-safe; the line is static.
     unsafe {
         libc::write(libc::STDERR_FILENO, LINE.as_ptr().cast(), LINE.len());

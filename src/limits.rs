@@ -737,8 +737,8 @@ pub(crate) mod tests {
             (refusal.reach.ceiling, refusal.reach.held),
             (Ceiling::Nproc, 17_897)
         );
-        // A small limit leaves no margin but the threads a measurement starts: under
-        // `prlimit --nproc=12` a user of one thread held 8 on the threaded front, failing at 9.
+        // A small limit: 12 - 1 - 3 - a tenth (1). Under `prlimit --nproc=12` a user of one
+        // thread held 8 on the threaded front, failing at 9.
         let twelve = Limits {
             nproc: Rlimit {
                 soft: Some(12),

@@ -30,8 +30,6 @@ fn main() -> ExitCode {
     isolation_lab::allocator::one_arena_under_an_address_space_limit();
     #[cfg(unix)]
     isolation_lab::cli::fail_writes_past_the_file_size_limit();
-    #[cfg(unix)]
-    isolation_lab::cli::stop_before_the_cpu_time_limit();
     let lab = || {
         // A refused command line exits 2 here, with a message naming the flag, before anything
         // else.
@@ -39,6 +37,12 @@ fn main() -> ExitCode {
             Ok(cli) => cli,
             Err(refused) => return refuse(&refused),
         };
+        // The lab's own limit, not a front child's: a child's CPU limit ends it as the kernel
+        // ends it, and the lab reports how (its signal), as the front's evidence.
+        #[cfg(unix)]
+        if !matches!(cli.command, Some(Command::Front { .. })) {
+            isolation_lab::cli::stop_before_the_cpu_time_limit();
+        }
         // `Err`: an exit status already explained on stderr.
         instrument(cli).unwrap_or_else(|status| status)
     };
@@ -276,10 +280,14 @@ fn say(who: &str, reason: &str, status: u8) -> ExitCode {
 fn refuse(refused: &clap::Error) -> ExitCode {
     let said = refused.render().to_string();
     let said = terminal::lines(&said);
-    let _ = if refused.use_stderr() {
-        write!(std::io::stderr(), "{said}")
+    if refused.use_stderr() {
+        let _ = write!(std::io::stderr(), "{said}");
     } else {
-        write!(std::io::stdout(), "{said}")
-    };
+        // The help or version asked for: lost on a stdout open for reading only, as a report is.
+        let stdout = std::io::stdout();
+        if let Err(e) = writable(&stdout).and_then(|()| write!(stdout.lock(), "{said}")) {
+            return fail(&format!("cannot write to stdout: {e}"));
+        }
+    }
     ExitCode::from(u8::try_from(refused.exit_code()).unwrap_or(2))
 }

@@ -195,6 +195,43 @@ fn runs_within_a_cpu_time_limit_end_as_usual() {
     }
 }
 
+/// At its CPU time limit the lab stops itself in one line, exit 1. A classroom session under
+/// `prlimit --cpu=60` stands in for a lab whose CPU runs out: once it has announced its page,
+/// the timer's signal (SIGPROF, which would end a process that set no handler without a word)
+/// is sent as the kernel sends it.
+#[test]
+fn at_its_cpu_time_limit_the_lab_stops_in_one_line() {
+    use std::io::{BufRead, BufReader};
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    let mut child = limited(&mut lab, libc::RLIMIT_CPU, 60)
+        .arg("classroom")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the lab starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+    // The session has started once it has said how it ends, its announcement's last line.
+    let announced = stderr
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("ends the session"));
+    assert!(announced, "the classroom announces its page");
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGPROF) }, 0);
+    let rest: Vec<String> = stderr.map_while(Result::ok).collect();
+    let status = child.wait().expect("the lab ends");
+    assert_eq!(status.code(), Some(1), "{status}: {rest:?}");
+    assert_eq!(
+        rest,
+        [
+            "isolation-lab: out of CPU time: the lab stopped itself at its CPU time limit \
+          (RLIMIT_CPU, ulimit -t), before the kernel would kill it without a word"
+        ]
+    );
+}
+
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
 fn every_shape_under_every_limit(runs: usize) {
     let floor = crate::common::load_floor_mib();
