@@ -11,6 +11,7 @@
 //! the next lightest, at the price of a task and two buffers per caller.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+#[cfg(target_os = "linux")]
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
@@ -137,8 +138,9 @@ async fn connect(address: SocketAddr, source: Option<Ipv4Addr>) -> std::io::Resu
 
 /// Leaves the choice of `socket`'s port to `connect` (`IP_BIND_ADDRESS_NO_PORT`, Linux 4.2):
 /// bound to a source address, it takes a port there only once the destination is known, as an
-/// unbound socket does. Otherwise `bind` would pick one first, among the odd ports, a search
-/// that slows down as thousands are taken.
+/// unbound socket does. Otherwise `bind` would pick one first, among the half of the range
+/// `connect` leaves to it, a search that slows down as thousands are taken.
+#[cfg(target_os = "linux")]
 fn port_at_connect(socket: &TcpSocket) -> std::io::Result<()> {
     let on: libc::c_int = 1;
     // SAFETY: the descriptor is the socket's own, open for the call, and the option's value is
@@ -156,6 +158,12 @@ fn port_at_connect(socket: &TcpSocket) -> std::io::Result<()> {
         -1 => Err(std::io::Error::last_os_error()),
         _ => Ok(()),
     }
+}
+
+/// Elsewhere `bind` picks the port.
+#[cfg(not(target_os = "linux"))]
+fn port_at_connect(_socket: &TcpSocket) -> std::io::Result<()> {
+    Ok(())
 }
 
 /// Whether `answer`, read to the connection's end, is a 200 whose JSON body names `label`.

@@ -283,9 +283,12 @@ async fn hold_all(
             }
             Ok(Heard::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
+                    let verb = if counts.refused == 1 { "was" } else { "were" };
                     bail!(
-                        "{} of {held} requests were refused by a pool of {permits} permits",
-                        counts.refused
+                        "{} of {} {verb} refused by a pool of {}",
+                        counts.refused,
+                        plural(held, "request"),
+                        plural(permits, "permit")
                     );
                 }
                 if counts.held > *seen {

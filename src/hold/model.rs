@@ -174,7 +174,8 @@ mod tests {
             local_ports: (60_000, 60_099),
             ..limits()
         };
-        // 100 ports, 50 of them even, less a tenth: 45 per address, 11 430 over 254 addresses.
+        // 100 ports, 50 of them tried first, less a tenth: 45 per address, 11 430 over 254
+        // addresses.
         let (preflight, planned) = plan(&limits, &[Front::Async], &[11_430, 11_431]);
         let reach = preflight.reach[&Front::Async].clone().expect("a ceiling");
         assert_eq!(

@@ -34,9 +34,9 @@ pub struct Preflight {
     /// The most requests each front can hold here, and the ceiling that stops it; `None` if
     /// no ceiling applies.
     pub reach: BTreeMap<Front, Option<FrontReach>>,
-    /// Connections one source address may open to the front: the even half of its ephemeral
-    /// ports (those `connect` tries first), less a margin. Callers beyond it go out from
-    /// 127.0.0.2, 127.0.0.3, ...
+    /// Connections one source address may open to the front: the half of its ephemeral ports
+    /// `connect` tries first, less a margin. Callers beyond it go out from 127.0.0.2,
+    /// 127.0.0.3, ...
     pub ports_per_address: u64,
 }
 

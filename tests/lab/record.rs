@@ -2837,7 +2837,7 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         (
             queued,
             |r| insert_event(r, "S3", "admitted", "started"),
-            "S3 is started at seq 8, before the gate opened, but all 2 of the slow work's threads \
+            "S3 is started at seq 8, before the gate opened, but both of the slow work's threads \
              are already running S1 S2",
         ),
         (

@@ -465,7 +465,10 @@ fn least_threads(front: Front, executor: Executor, before: Resources) -> (usize,
         WorkStyle::OwnRuntime => (
             0,
             2 * (1 + workers),
-            format!("each work class's runtime's {} threads", 1 + workers),
+            format!(
+                "each work class's runtime's {}",
+                plural(1 + workers, "thread")
+            ),
         ),
         WorkStyle::SpawnBlocking => (
             workers,

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::admission::gate::GateState;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::draw::table::labels;
+use crate::draw::table::{labels, plural};
 use crate::evidence::{Decision, Moment, Phase};
 use crate::executor::{Lane, LaneThreads};
 use crate::label::Label;
@@ -228,12 +228,23 @@ impl<'a> PolicyCheck<'a> {
                                 && route == Some(Route::Slow)
                                 && running.len() >= threads
                             {
-                                let taken = match threads {
-                                    1 => "the slow work's one thread is".to_owned(),
-                                    n => format!("all {n} of the slow work's threads are"),
-                                };
                                 let names = labels(&running);
-                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {taken} already running {names}, each blocked at the closed gate: none is free"));
+                                let taken = match (threads, running.len()) {
+                                    (1, 1) => format!(
+                                        "the slow work's one thread is already running {names}"
+                                    ),
+                                    (2, 2) => format!(
+                                        "both of the slow work's threads are already running {names}"
+                                    ),
+                                    (t, n) if t == n => format!(
+                                        "all {t} of the slow work's threads are already running {names}"
+                                    ),
+                                    (t, _) => format!(
+                                        "{names} already run on the slow work's {}",
+                                        plural(t, "thread")
+                                    ),
+                                };
+                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {taken}, each blocked at the closed gate: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
