@@ -532,7 +532,8 @@ pub fn stop_before_the_cpu_time_limit() {
         },
         it_value: libc::timeval {
             tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_usec: libc::suseconds_t::try_from(left.subsec_micros()).unwrap_or(0),
+            // Under a million: it fits `suseconds_t` wherever that is 32 bits.
+            tv_usec: left.subsec_micros() as libc::suseconds_t,
         },
     };
     // SAFETY: the handler only writes a static line and exits (see `out_of_cpu_time`); the
