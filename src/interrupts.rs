@@ -1,5 +1,5 @@
-//! Ctrl-C for a session that must close cleanly (a classroom, a replicas run, a hold): SIGINT and
-//! SIGTERM are caught only while such a session runs. The handler writes one byte to a pipe — about
+//! Ctrl-C for a session that must close cleanly (a classroom, a replicas run, a hold): SIGINT,
+//! SIGTERM and SIGHUP (the terminal closed) are caught only while such a session runs. The handler writes one byte to a pipe — about
 //! all a signal handler may safely do — and the session awaits the pipe's other end. Tokio's
 //! `signal` feature does the same, but it opens its socket pair in the first runtime of every
 //! process of the binary, whatever the command, and panics if it cannot ("failed to create
@@ -23,7 +23,7 @@ static WRITING: AtomicUsize = AtomicUsize::new(0);
 /// The process that catches: [`WAKE`] is its pipe.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
+const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
 extern "C" fn caught(signal: libc::c_int) {
     // A child forked but not yet running its own program (a front, a replica) has this handler
@@ -54,7 +54,7 @@ extern "C" fn caught(signal: libc::c_int) {
     WRITING.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// SIGINT and SIGTERM, caught until this is dropped.
+/// SIGINT, SIGTERM and SIGHUP, caught until this is dropped.
 pub(crate) struct Interrupts {
     read: pipe::Receiver,
     /// Closed on drop, after the previous handlers are back.
@@ -105,7 +105,7 @@ impl Interrupts {
         Ok(interrupts)
     }
 
-    /// Waits until SIGINT or SIGTERM arrives (or has arrived since catching began).
+    /// Waits until SIGINT, SIGTERM or SIGHUP arrives (or has arrived since catching began).
     pub(crate) async fn caught(&self) {
         // An error here would mean the pipe broke: nothing could wake the session then, so
         // it is taken as the signal to leave.

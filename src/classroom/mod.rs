@@ -280,10 +280,10 @@ pub async fn serve(
     })
 }
 
-/// [`serve`] until the process is interrupted (SIGINT, Ctrl-C) or terminated (SIGTERM). The
-/// handlers are in place before the URLs are announced, so a signal sent as soon as they are
-/// read ends the session rather than the process; the previous handlers are back once it
-/// returns.
+/// [`serve`] until the process is interrupted (SIGINT, Ctrl-C), terminated (SIGTERM) or hung up
+/// on (SIGHUP). The handlers are in place before the URLs are announced, so a signal sent as
+/// soon as they are read ends the session rather than the process; the previous handlers are
+/// back once it returns.
 pub async fn run(
     config: Config,
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,

@@ -70,7 +70,7 @@ fn start(
         .build()
         .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
-        // Ctrl-C and SIGTERM are caught from before the first child starts until the last is
+        // Ctrl-C, SIGTERM and SIGHUP are caught from before the first child starts until the last is
         // reaped, so a second one cannot cut the close short. Where they cannot be caught (no
         // descriptor left for the catcher's pipe), a signal ends the process as it ends any
         // program, and each child dies with it.
@@ -153,7 +153,7 @@ async fn measure_front<'a>(
     series
 }
 
-/// What `measurement` gives, unless Ctrl-C or SIGTERM comes first: then the lab fails, and the
+/// What `measurement` gives, unless Ctrl-C, SIGTERM or SIGHUP comes first: then the lab fails, and the
 /// measurement is dropped before this returns, which aborts its callers (if it sent any) and
 /// kills and reaps its child (`child::Reaper`'s drop).
 async fn unless_interrupted<T>(
@@ -167,7 +167,7 @@ async fn unless_interrupted<T>(
     tokio::select! {
         biased;
         () = interrupts.caught() => Err(Broken::Lab(anyhow!(
-            "interrupted by SIGINT or SIGTERM (Ctrl-C): the measurement was cut short, and its \
+            "interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C): the measurement was cut short, and its \
              child was ended and reaped"
         ))),
         measured = measurement => measured,

@@ -139,7 +139,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         permits: None,
         evidence: ReplicasEvidence::default(),
     };
-    // Ctrl-C and SIGTERM end the run as a failure, then close it as any run closes: replicas
+    // Ctrl-C, SIGTERM and SIGHUP end the run as a failure, then close it as any run closes: replicas
     // stopped and reaped, the run's keys deleted, a private redis-server stopped. They stay
     // caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
     // process catches them (another run in the same process, as in tests, goes without).
@@ -150,7 +150,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
             ended = run.steps() => ended,
             () = interrupts.caught() => {
                 interrupted = true;
-                Err(anyhow!("interrupted by SIGINT or SIGTERM (Ctrl-C)"))
+                Err(anyhow!("interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C)"))
             }
         },
         None => run.steps().await,

@@ -487,7 +487,7 @@ fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
     use std::time::Instant;
-    for signal in [libc::SIGINT, libc::SIGTERM] {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
         command
             .args(["hold", "--counts", "4000", "--format", "json"])
@@ -551,7 +551,7 @@ fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         assert!(
             stderr.starts_with("isolation-lab: the ")
-                && stderr.contains("interrupted by SIGINT or SIGTERM (Ctrl-C)"),
+                && stderr.contains("interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C)"),
             "{stderr}"
         );
         assert!(
