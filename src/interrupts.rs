@@ -1,11 +1,11 @@
 //! Ctrl-C for a session that must close cleanly (a classroom, a replicas run, a hold): SIGINT,
-//! SIGTERM and SIGHUP (the terminal closed) are caught only while such a session runs. The handler writes one byte to a pipe — about
-//! all a signal handler may safely do — and the session awaits the pipe's other end. Tokio's
-//! `signal` feature does the same, but it opens its socket pair in the first runtime of every
-//! process of the binary, whatever the command, and panics if it cannot ("failed to create
-//! UnixStream"), as it cannot in a process at its descriptor limit (`tests/lab/limits.rs`);
-//! this opens a pipe only here, says so when it cannot, and puts the previous handlers back
-//! when it is done.
+//! SIGTERM and SIGHUP (the terminal closed) are caught only while such a session runs. The
+//! handler writes one byte to a pipe — about all a signal handler may safely do — and the
+//! session awaits the pipe's other end. Tokio's `signal` feature does the same, but it opens
+//! its socket pair in the first runtime of every process of the binary, whatever the command,
+//! and panics if it cannot ("failed to create UnixStream"), as it cannot in a process at its
+//! descriptor limit (`tests/lab/limits.rs`); this opens a pipe only here, says so when it
+//! cannot, and puts the previous handlers back when it is done.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

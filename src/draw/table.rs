@@ -35,6 +35,19 @@ pub(crate) fn columns(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A count with thin groups of three: `17 936`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 /// `n` and `noun` in the number `n` asks for: `1 permit`, `2 permits`. (A noun whose plural is
 /// not its singular and an `s` is written out where it is used.)
 pub(crate) fn plural<N: Copy + std::fmt::Display>(n: N, noun: &str) -> String

@@ -10,6 +10,7 @@ use super::model;
 use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
 use super::{HoldInputs, HoldOptions};
 // The lab's one catcher of Ctrl-C (see `crate::interrupts` for why not Tokio's).
+use crate::draw::table::thousands;
 use crate::interrupts::Interrupts;
 use crate::limits::{self, Limits};
 use crate::policy::Front;
@@ -70,10 +71,10 @@ fn start(
         .build()
         .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
-        // Ctrl-C, SIGTERM and SIGHUP are caught from before the first child starts until the last is
-        // reaped, so a second one cannot cut the close short. Where they cannot be caught (no
-        // descriptor left for the catcher's pipe), a signal ends the process as it ends any
-        // program, and each child dies with it.
+        // Ctrl-C, SIGTERM and SIGHUP are caught from before the first child starts until the
+        // last is reaped, so a second one cannot cut the close short. Where they cannot be
+        // caught (no descriptor left for the catcher's pipe), a signal ends the process as it
+        // ends any program, and each child dies with it.
         let interrupts = Interrupts::catch().ok();
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);
@@ -136,12 +137,14 @@ async fn measure_front<'a>(
                 match unless_interrupted(interrupts, measured).await {
                     Ok(figures) => CountOutcome::Held(figures),
                     Err(Broken::Front(failed)) => {
-                        stopped = Some(format!("the {name} front failed at N = {held}"));
+                        let n = thousands(u64::from(held));
+                        stopped = Some(format!("the {name} front failed at N = {n}"));
                         CountOutcome::FrontFailed(failed)
                     }
                     Err(Broken::Lab(why)) => {
                         let why = format!("{why:#}");
-                        *failure = Some(format!("the {name} front, N = {held}: {why}"));
+                        let n = thousands(u64::from(held));
+                        *failure = Some(format!("the {name} front, N = {n}: {why}"));
                         stopped = Some("the lab failed earlier".to_owned());
                         CountOutcome::LabFailed { reason: why }
                     }
@@ -153,9 +156,9 @@ async fn measure_front<'a>(
     series
 }
 
-/// What `measurement` gives, unless Ctrl-C, SIGTERM or SIGHUP comes first: then the lab fails, and the
-/// measurement is dropped before this returns, which aborts its callers (if it sent any) and
-/// kills and reaps its child (`child::Reaper`'s drop).
+/// What `measurement` gives, unless Ctrl-C, SIGTERM or SIGHUP comes first: then the lab fails,
+/// and the measurement is dropped before this returns, which aborts its callers (if it sent
+/// any) and kills and reaps its child (`child::Reaper`'s drop).
 async fn unless_interrupted<T>(
     interrupts: Option<&Interrupts>,
     measurement: impl Future<Output = Result<T, Broken>>,
@@ -167,8 +170,8 @@ async fn unless_interrupted<T>(
     tokio::select! {
         biased;
         () = interrupts.caught() => Err(Broken::Lab(anyhow!(
-            "interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C): the measurement was cut short, and its \
-             child was ended and reaped"
+            "interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C): the measurement was cut short, \
+             and its child was ended and reaped"
         ))),
         measured = measurement => measured,
     }

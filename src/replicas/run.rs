@@ -139,9 +139,9 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         permits: None,
         evidence: ReplicasEvidence::default(),
     };
-    // Ctrl-C, SIGTERM and SIGHUP end the run as a failure, then close it as any run closes: replicas
-    // stopped and reaped, the run's keys deleted, a private redis-server stopped. They stay
-    // caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
+    // Ctrl-C, SIGTERM and SIGHUP end the run as a failure, then close it as any run closes:
+    // replicas stopped and reaped, the run's keys deleted, a private redis-server stopped. They
+    // stay caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
     // process catches them (another run in the same process, as in tests, goes without).
     let interrupts = Interrupts::catch().ok();
     let mut interrupted = false;

@@ -11,6 +11,7 @@ mod reading;
 #[cfg(test)]
 mod tests;
 
+use crate::draw::table::thousands as count;
 use crate::draw::table::wrap;
 use crate::hold::HoldReport;
 
@@ -40,19 +41,6 @@ pub fn text(report: &HoldReport) -> String {
 pub fn svg(report: &HoldReport) -> String {
     let mut out = String::new();
     curves::draw(&mut out, report).expect("formatting into a String cannot fail");
-    out
-}
-
-/// A count with thin groups of three: `17 936`.
-fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(' ');
-        }
-        out.push(digit);
-    }
     out
 }
 
