@@ -497,27 +497,21 @@ pub fn fail_writes_past_the_file_size_limit() {
 /// limit, is the front's evidence, told by the signal that ended it.
 #[cfg(unix)]
 pub fn stop_before_the_cpu_time_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use crate::limits::{Resource, Rlimit};
+    let Ok(limit) = Rlimit::get(Resource::Cpu) else {
+        return;
+    };
+    let Some(lowest) = limit.soft.into_iter().chain(limit.hard).min() else {
+        return;
     };
     let mut used = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: both calls fill in the plain structs given, and fail touching nothing.
-    let read = unsafe {
-        libc::getrlimit(libc::RLIMIT_CPU, &mut limit) == 0
-            && libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut used) == 0
-    };
-    let seconds = |limit: libc::rlim_t| (limit != libc::RLIM_INFINITY).then_some(limit);
-    let lowest = seconds(limit.rlim_cur)
-        .into_iter()
-        .chain(seconds(limit.rlim_max))
-        .min();
-    let (Some(lowest), true) = (lowest, read) else {
+    // SAFETY: clock_gettime fills in the plain struct given, and fails touching nothing.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut used) } != 0 {
         return;
-    };
+    }
     let used = Duration::new(
         u64::try_from(used.tv_sec).unwrap_or(0),
         u32::try_from(used.tv_nsec).unwrap_or(0),

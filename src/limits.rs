@@ -155,6 +155,8 @@ pub(crate) enum Resource {
     Data,
     /// How far the main thread's stack may grow (`ulimit -s`).
     Stack,
+    /// CPU time, in seconds (`ulimit -t`).
+    Cpu,
 }
 
 impl Resource {
@@ -165,6 +167,7 @@ impl Resource {
             Resource::AddressSpace => libc::RLIMIT_AS,
             Resource::Data => libc::RLIMIT_DATA,
             Resource::Stack => libc::RLIMIT_STACK,
+            Resource::Cpu => libc::RLIMIT_CPU,
         }
     }
 }
