@@ -48,6 +48,19 @@ pub(crate) fn thousands(n: u64) -> String {
     out
 }
 
+/// [`plural`] and the past of "to be" that agrees with it: `1 request was`, `2 requests were`.
+pub(crate) fn plural_was<N: Copy + std::fmt::Display>(n: N, noun: &str) -> String
+where
+    u64: TryFrom<N>,
+{
+    let verb = if matches!(u64::try_from(n), Ok(1)) {
+        "was"
+    } else {
+        "were"
+    };
+    format!("{} {verb}", plural(n, noun))
+}
+
 /// `n` and `noun` in the number `n` asks for: `1 permit`, `2 permits`. (A noun whose plural is
 /// not its singular and an `s` is written out where it is used.)
 pub(crate) fn plural<N: Copy + std::fmt::Display>(n: N, noun: &str) -> String

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::evidence::{CrashEvidence, EngineHolder, PauseEvidence, ReplicasEvidence, Sent};
 use super::inputs::{ReplicaId, ReplicasInputs};
-use crate::draw::table::plural;
+use crate::draw::table::{plural, plural_was};
 use crate::evidence::Decision;
 use crate::label::Label;
 use crate::redis_pool::{Effect, LossCause, WorkEnd};
@@ -598,10 +598,7 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
         wrong.push(format!(
             "{} inside work sections during the pause, expected {} (the limit {limit} plus \
              the paused holders)",
-            match in_sections {
-                1 => "1 request was".to_owned(),
-                n => format!("{n} requests were"),
-            },
+            plural_was(in_sections, "request"),
             limit + plan.over_admitted
         ));
     }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::draw::table::{self, columns, joined, labels, plural};
+use crate::draw::table::{self, columns, joined, labels, plural, plural_was};
 use crate::evidence::Decision;
 use crate::redis_pool::Effect;
 use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
@@ -239,12 +239,8 @@ fn verdict(report: &ReplicasReport) -> String {
         .filter(|s| s.decision == Decision::Refused)
         .collect();
     let held_at_once = format!(
-        "{held} {} held at once across {count} replicas",
-        if held == 1 {
-            "request was"
-        } else {
-            "requests were"
-        }
+        "{} held at once across {count} replicas",
+        plural_was(held, "request")
     );
     if !report.inputs.global.is_global() {
         let mut out = if held > slots {

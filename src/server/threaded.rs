@@ -27,6 +27,7 @@ use super::{
 };
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
+use crate::draw::table::plural;
 use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Route;
@@ -342,10 +343,7 @@ impl ConnectionTable {
             }
             Err(e) => {
                 self.unserved_count += 1;
-                let closed = match self.unserved_count {
-                    1 => "1 connection".to_owned(),
-                    n => format!("{n} connections"),
-                };
+                let closed = plural(self.unserved_count, "connection");
                 self.unserved = Some(format!(
                     "the threaded server closed {closed} unserved: could not start serving one: \
                      {e}"

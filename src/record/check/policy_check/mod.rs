@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::admission::audit;
 use crate::admission::gate::GateState;
 use crate::admission::ledger::{Event, Snapshot, WorkEvent};
-use crate::draw::table::{labels, plural};
+use crate::draw::table::{labels, plural, plural_was};
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
@@ -350,10 +350,7 @@ impl<'a> PolicyCheck<'a> {
                         "the server accepted {}, but {} still waiting, each on its own \
                          connection, when F1 was sent on another: at least {least}",
                         plural(server.connections_accepted, "connection"),
-                        match least - 1 {
-                            1 => "1 slow caller was".to_owned(),
-                            n => format!("{n} slow callers were"),
-                        }
+                        plural_was(least - 1, "slow caller")
                     ),
                 );
             } else if let Some(least) = least.filter(|&l| {
@@ -455,10 +452,7 @@ impl<'a> PolicyCheck<'a> {
                 &["server", "connection_tasks_aborted"],
                 format!(
                     "{} aborted, but the server accepted {}, one task each",
-                    match server.connection_tasks_aborted {
-                        1 => "1 connection task was".to_owned(),
-                        n => format!("{n} connection tasks were"),
-                    },
+                    plural_was(server.connection_tasks_aborted, "connection task"),
                     plural(server.connections_accepted, "connection")
                 ),
             );
