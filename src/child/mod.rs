@@ -36,7 +36,9 @@ pub(crate) use link::{ToParent, parent_link};
 pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal};
 pub(crate) use reaper::Reaper;
-pub(crate) use stop_watch::{Stall, seen_stopped_within, stop_watch, watched, watched_within};
+pub(crate) use stop_watch::{
+    Stall, StopWatch, seen_stopped_within, stop_watch, watched, watched_within,
+};
 
 /// The longest line either side reads: far above any message, so that a peer writing without
 /// end is refused instead of buffered.

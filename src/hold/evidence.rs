@@ -12,11 +12,12 @@ use anyhow::{Context, anyhow, bail};
 use super::callers::Callers;
 use super::model::HoldPlan;
 use super::report::{
-    Death, DropScope, Figures, FrontFailure, HeapClass, ListenDrops, PerRequest, Sample, Stage,
+    Death, DropScope, Figures, FrontFailure, HeapClass, LabAway, ListenDrops, PerRequest, Sample,
+    Stage,
 };
 use super::{FrontSignal, HoldHooks};
 use crate::admission::gate::GateState;
-use crate::child::{Exit, Stall, stop_watch, watched, watched_within};
+use crate::child::{Exit, Stall, StopWatch, stop_watch, watched, watched_within};
 use crate::draw::table::plural;
 use crate::front_process::{FromFront, FrontError, FrontProcess, FrontSpec, StoppedFront};
 use crate::limits::{self, Limits};
@@ -97,30 +98,35 @@ pub(crate) async fn held(
         Err(why) => return Err(end_early(remote, None, Stage::Holding, 0, why, setup.hooks).await),
     };
     let mut seen = 0;
+    // One watch over the hold and the release: how long the lab was away from either.
+    let mut watch = stop_watch();
     let holding = async {
         let before = Machine::read()?;
         let cpu_before = Cpu::read(pid)?;
         let sent = Instant::now();
         callers.send(held);
+        let counts = (held, permits);
         hold_all(
             &mut remote,
             &mut callers,
-            held,
-            permits,
+            &mut watch,
+            counts,
             setup.hooks,
             &mut seen,
         )
         .await?;
         let time_to_hold = sent.elapsed();
+        let away_holding = watch.away();
         let cpu = Cpu::read(pid)?.since(cpu_before);
         let procfs = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
         let after = Machine::read()?;
         // Asked after the figures: its answer is a few hundred bytes of the child's heap.
         let heap = census(&mut remote, &format!("{seen} of {held} held")).await?;
-        anyhow::Ok((before, after, cpu, Sample { procfs, heap }, time_to_hold))
+        let sample = Sample { procfs, heap };
+        anyhow::Ok((before, after, cpu, sample, (time_to_hold, away_holding)))
     }
     .await;
-    let (before, after, cpu, process, time_to_hold) = match holding {
+    let (before, after, cpu, process, (time_to_hold, away_holding)) = match holding {
         Ok(sampled) => sampled,
         Err(why) => {
             let callers = Some(callers);
@@ -130,7 +136,7 @@ pub(crate) async fn held(
     };
     let opened = Instant::now();
     let released = match remote.open_gate().await {
-        Ok(()) => answer_all(&mut remote, &mut callers).await,
+        Ok(()) => answer_all(&mut remote, &mut callers, &mut watch).await,
         Err(e) => Err(anyhow::Error::new(e).context("opening the gate")),
     };
     if let Err(why) = released {
@@ -138,6 +144,10 @@ pub(crate) async fn held(
         return Err(end_early(remote, callers, stage, seen, why, setup.hooks).await);
     }
     let time_to_release = opened.elapsed();
+    let lab_away = (watch.away() > Duration::ZERO).then(|| LabAway {
+        holding_ms: millis(away_holding),
+        releasing_ms: millis(watch.away() - away_holding),
+    });
     // Every caller has ended: the clients and their connections go now, before the stop.
     drop(callers);
     let closed = stop(remote, held).await?;
@@ -172,6 +182,7 @@ pub(crate) async fn held(
         pid,
         time_to_hold_ms: millis(time_to_hold),
         time_to_release_ms: millis(time_to_release),
+        lab_away,
         process,
         kernel_stack_kib,
         kernel_slab_kib,
@@ -217,8 +228,8 @@ enum Heard {
 async fn next_heard(
     remote: &mut FrontProcess,
     callers: &mut Callers,
-    watch: &mut tokio::time::Interval,
-    deadline: tokio::time::Instant,
+    watch: &mut StopWatch,
+    deadline: &mut tokio::time::Instant,
     callers_first: bool,
 ) -> Result<Heard, Stall> {
     let pid = remote.pid();
@@ -263,15 +274,14 @@ async fn census(
 async fn hold_all(
     remote: &mut FrontProcess,
     callers: &mut Callers,
-    held: u32,
-    permits: u32,
+    watch: &mut StopWatch,
+    (held, permits): (u32, u32),
     hooks: &dyn HoldHooks,
     seen: &mut u64,
 ) -> anyhow::Result<()> {
-    let mut watch = stop_watch();
     let mut deadline = tokio::time::Instant::now() + STALL;
     while *seen < u64::from(held) {
-        match next_heard(remote, callers, &mut watch, deadline, false).await {
+        match next_heard(remote, callers, watch, &mut deadline, false).await {
             Err(Stall::NoProgress) => {
                 bail!(
                     "stalled: {seen} of {held} held, and none more for {} s",
@@ -314,11 +324,14 @@ async fn hold_all(
 
 /// Waits until every caller has been answered 200. `Err` at the first that was not, if the
 /// front ends, is stopped or says anything but counts, or if nothing moves for [`STALL`].
-async fn answer_all(remote: &mut FrontProcess, callers: &mut Callers) -> anyhow::Result<()> {
-    let mut watch = stop_watch();
+async fn answer_all(
+    remote: &mut FrontProcess,
+    callers: &mut Callers,
+    watch: &mut StopWatch,
+) -> anyhow::Result<()> {
     let mut deadline = tokio::time::Instant::now() + STALL;
     while callers.waiting() > 0 {
-        match next_heard(remote, callers, &mut watch, deadline, true).await {
+        match next_heard(remote, callers, watch, &mut deadline, true).await {
             Err(Stall::NoProgress) => {
                 bail!(
                     "stalled: {} still waiting, none answered for {} s after the gate opened",

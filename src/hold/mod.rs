@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 pub use report::{
     CountOutcome, Death, DropScope, Figures, FrontFailure, FrontReach, FrontSeries, HeapClass,
-    HoldReport, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample, Stage,
+    HoldReport, LabAway, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample, Stage,
 };
 
 use crate::hooks::NoHooks;

@@ -142,6 +142,11 @@ pub struct Figures {
     pub time_to_hold_ms: f64,
     /// From the gate opened to the last response received.
     pub time_to_release_ms: f64,
+    /// How long the lab itself was away while it held and released: stopped (Ctrl-Z, SIGSTOP)
+    /// or not run, as its watch, late by a second or more, found. Both times above count it.
+    /// Absent when it was not away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab_away: Option<LabAway>,
     /// The front's process with every request held.
     #[serde(flatten)]
     pub process: Sample,
@@ -168,6 +173,15 @@ pub struct Figures {
     pub source_addresses: u64,
     /// Each figure's change from the idle baseline, divided by the requests held.
     pub per_request: PerRequest,
+}
+
+/// How long the lab was away while holding and while releasing, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LabAway {
+    /// Within `time_to_hold_ms`.
+    pub holding_ms: f64,
+    /// Within `time_to_release_ms`.
+    pub releasing_ms: f64,
 }
 
 /// Connections a listener dropped (a full accept queue among them), and whose count it is.

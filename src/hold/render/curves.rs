@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::count;
+use super::{away_holding, count, seconds};
 use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, wrap};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
@@ -365,13 +365,21 @@ fn label(tick: f64) -> String {
     }
 }
 
-/// Counts that gave no point, and why, in one line.
+/// Counts that gave no point, and why, in one line; and times to hold that count the lab's
+/// own absence.
 fn footnote(report: &HoldReport) -> String {
     let mut missing = Vec::new();
+    let mut away = Vec::new();
     for series in &report.fronts {
         for point in &series.points {
             let what = match &point.outcome {
-                CountOutcome::Held(_) => continue,
+                CountOutcome::Held(figures) => {
+                    if let Some(ms) = away_holding(figures) {
+                        let (front, n) = (series.front.name(), count(u64::from(point.held)));
+                        away.push(format!("{front} {n}, {} s", seconds(ms)));
+                    }
+                    continue;
+                }
                 CountOutcome::NotRun { .. } => "not run",
                 CountOutcome::FrontFailed(_) => "the front failed",
                 CountOutcome::LabFailed { .. } => "the lab failed",
@@ -383,7 +391,7 @@ fn footnote(report: &HoldReport) -> String {
             ));
         }
     }
-    if report.fronts.is_empty() {
+    let points = if report.fronts.is_empty() {
         "Nothing was held: no front was measured.".into()
     } else if missing.is_empty() {
         "Every count was held on every front. Values at or below zero (a machine-wide change) are not drawn.".into()
@@ -392,5 +400,11 @@ fn footnote(report: &HoldReport) -> String {
             "No point: {}. Values at or below zero are not drawn.",
             missing.join("; ")
         )
+    };
+    if away.is_empty() {
+        points
+    } else {
+        let away = away.join("; ");
+        format!("{points} Time to hold counts time the lab itself was away: {away}.")
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{count, figure, seconds};
+use super::{away_holding, count, figure, seconds};
 use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
@@ -13,7 +13,7 @@ type Column = (&'static str, fn(&Figures) -> String, fn(&Sample) -> String);
 const NONE: fn(&Sample) -> String = |_| String::new();
 
 const COLUMNS: [Column; 9] = [
-    ("hold s", |f| seconds(f.time_to_hold_ms), NONE),
+    ("hold s", hold_seconds, NONE),
     ("CPU s callers", |f| seconds(f.callers_cpu_ms as f64), NONE),
     ("CPU s front", |f| seconds(f.front_cpu_ms as f64), NONE),
     (
@@ -50,6 +50,12 @@ const COLUMNS: [Column; 9] = [
         NONE,
     ),
 ];
+
+/// The time to hold, marked `†` if it counts time the lab itself was away.
+fn hold_seconds(f: &Figures) -> String {
+    let mark = if away_holding(f).is_some() { "†" } else { "" };
+    format!("{}{mark}", seconds(f.time_to_hold_ms))
+}
 
 /// The heading, the table, its notes and the ceilings.
 pub(super) fn render(report: &HoldReport) -> String {
@@ -149,14 +155,22 @@ fn cell(series: &FrontSeries, at: usize, held: fn(&Figures) -> String, first: bo
     if first { why.into() } else { "-".into() }
 }
 
-/// A line for every count that gave no figures: why.
+/// A line for every count that gave no figures, saying why, and for every time to hold that
+/// counts the lab's own absence.
 fn notes(fronts: &[FrontSeries]) -> String {
     let mut out = String::new();
     for series in fronts {
         let front = series.front.name();
         for point in &series.points {
             let why = match &point.outcome {
-                CountOutcome::Held(_) => continue,
+                CountOutcome::Held(figures) => match away_holding(figures) {
+                    Some(ms) => format!(
+                        "† its hold s counts {} s in which the lab itself was away (stopped, or \
+                         not run)",
+                        seconds(ms)
+                    ),
+                    None => continue,
+                },
                 CountOutcome::NotRun { reason } => format!("not run: {reason}"),
                 CountOutcome::FrontFailed(failure) => {
                     let stderr = failure.exit.as_ref().and_then(|d| d.last_stderr.as_ref());

@@ -13,7 +13,7 @@ mod tests;
 
 use crate::draw::table::thousands as count;
 use crate::draw::table::wrap;
-use crate::hold::HoldReport;
+use crate::hold::{Figures, HoldReport};
 
 /// The text report: the table, its notes, the ceilings, and the reading.
 pub fn text(report: &HoldReport) -> String {
@@ -59,6 +59,13 @@ fn figure(value: f64) -> String {
         Some(zero) if zero.bytes().all(|b| b == b'0' || b == b'.') => zero.to_owned(),
         _ => shown,
     }
+}
+
+/// How long the lab itself was away while it held, if it was: its time to hold counts that.
+fn away_holding(f: &Figures) -> Option<f64> {
+    f.lab_away
+        .map(|away| away.holding_ms)
+        .filter(|&ms| ms > 0.0)
 }
 
 /// Seconds from milliseconds: `0.21`, `14.3`.

@@ -348,6 +348,57 @@ fn times_too_short_to_show_are_not_compared() {
     }
 }
 
+/// A time to hold that counts the lab's own absence (stopped, say, by Ctrl-Z, then `fg`) is
+/// marked in the table, said with its sentence and in the picture, and not compared.
+#[test]
+fn a_time_that_counts_the_labs_absence_says_so() {
+    let mut report = recorded();
+    for (front, ms) in [(Front::Async, 100.0), (Front::Threaded, 12_700.0)] {
+        let points = &mut series(&mut report, front).points;
+        let CountOutcome::Held(figures) = &mut points[2].outcome else {
+            panic!("both fronts held 1 000 in the recording");
+        };
+        figures.time_to_hold_ms = ms;
+        figures.lab_away = (front == Front::Threaded).then_some(crate::hold::LabAway {
+            holding_ms: 12_000.0,
+            releasing_ms: 0.0,
+        });
+    }
+    let said = text(&report);
+    let row = said
+        .lines()
+        .find(|l| l.starts_with("1 000 "))
+        .expect("the row");
+    assert!(row.contains("0.10 ") && row.contains("12.7† "), "{row}");
+    assert!(
+        said.contains("threaded, 1 000: † its hold s counts 12.0 s in which the lab itself was away (stopped, or not run)"),
+        "{said}"
+    );
+    let said = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        said.contains("12.0 s of it with the lab itself away)"),
+        "{said}"
+    );
+    assert!(!said.contains("times as long"), "{said}");
+    let picture = svg(&report);
+    assert!(
+        picture
+            .contains("Time to hold counts time the lab itself was away: threaded 1 000, 12.0 s."),
+        "{picture}"
+    );
+    // Without it, the same times are compared, and nothing is marked.
+    for front in [Front::Async, Front::Threaded] {
+        if let CountOutcome::Held(figures) = &mut series(&mut report, front).points[2].outcome {
+            figures.lab_away = None;
+        }
+    }
+    let said = text(&report);
+    assert!(
+        !said.contains('†') && said.contains("times as long"),
+        "{said}"
+    );
+}
+
 /// A run that failed before any front was measured: the picture says so and why, and never
 /// that every count was held.
 #[test]
