@@ -1,7 +1,8 @@
 //! Ctrl-C for a session that must close cleanly (a classroom, a replicas run, a hold): SIGINT,
-//! SIGTERM and SIGHUP (the terminal closed) are caught only while such a session runs. The
-//! handler writes one byte to a pipe — about all a signal handler may safely do — and the
-//! session awaits the pipe's other end. Tokio's `signal` feature does the same, but it opens
+//! SIGTERM, SIGHUP (the terminal closed) and every other signal sent to end a program (see
+//! [`SIGNALS`]) are caught only while such a session runs. The handler writes the signal's
+//! number, one byte, to a pipe — about all a signal handler may safely do — and the session
+//! awaits the pipe's other end, and says which signal ended it. Tokio's `signal` feature does the same, but it opens
 //! its socket pair in the first runtime of every process of the binary, whatever the command,
 //! and panics if it cannot ("failed to create UnixStream"), as it cannot in a process at its
 //! descriptor limit (`tests/lab/limits.rs`); this opens a pipe only here, says so when it
@@ -23,7 +24,23 @@ static WRITING: AtomicUsize = AtomicUsize::new(0);
 /// The process that catches: [`WAKE`] is its pipe.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// The signals whose default action ends a process and which are sent to end one: by a terminal
+/// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
+/// stop programs, or by a stray timer or request meant for another program. Not SIGKILL, which
+/// cannot be caught; not the faults a process raises on itself (SIGSEGV, SIGABRT, ...); not
+/// SIGPIPE, which Rust ignores; not SIGXCPU, SIGXFSZ and SIGPROF, which belong to the limits
+/// (`cli::stop_before_the_cpu_time_limit`).
+const SIGNALS: [libc::c_int; 9] = [
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGVTALRM,
+    libc::SIGPWR,
+];
 
 extern "C" fn caught(signal: libc::c_int) {
     // A child forked but not yet running its own program (a front, a replica) has this handler
@@ -42,21 +59,25 @@ extern "C" fn caught(signal: libc::c_int) {
     WRITING.fetch_add(1, Ordering::SeqCst);
     let fd = WAKE.load(Ordering::SeqCst);
     if fd >= 0 {
-        // SAFETY: write(2) is async-signal-safe and the byte is static; errno is saved and put
-        // back, so the interrupted code never sees the handler's. A full pipe (the session has
-        // been woken already) is fine: the write fails and nothing waits on it.
+        // Every signal's number is below 65 on Linux: one byte holds it.
+        let number = signal as u8;
+        // SAFETY: write(2) is async-signal-safe and the byte is on this stack; errno is saved
+        // and put back, so the interrupted code never sees the handler's. A full pipe (the
+        // session has been woken already) is fine: the write fails and nothing waits on it.
         unsafe {
             let errno = *libc::__errno_location();
-            libc::write(fd, b"!".as_ptr().cast(), 1);
+            libc::write(fd, (&raw const number).cast(), 1);
             *libc::__errno_location() = errno;
         }
     }
     WRITING.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// SIGINT, SIGTERM and SIGHUP, caught until this is dropped.
+/// [`SIGNALS`], caught until this is dropped.
 pub(crate) struct Interrupts {
     read: pipe::Receiver,
+    /// The first signal read from the pipe.
+    first: std::sync::OnceLock<libc::c_int>,
     /// Closed on drop, after the previous handlers are back.
     _write: OwnedFd,
     previous: Vec<(libc::c_int, libc::sigaction)>,
@@ -83,6 +104,7 @@ impl Interrupts {
         OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
         let mut interrupts = Interrupts {
             read,
+            first: std::sync::OnceLock::new(),
             _write: write,
             previous: Vec::new(),
         };
@@ -90,12 +112,20 @@ impl Interrupts {
             // SAFETY: a zeroed sigaction is a valid value to fill in; the handler only writes
             // to the pipe (see `caught`); `previous` receives the handler being replaced.
             unsafe {
+                let mut previous: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // A signal ignored when the lab started stays ignored, as `nohup` (SIGHUP) and
+                // a shell's background job (SIGINT, SIGQUIT) asked.
+                if previous.sa_sigaction == libc::SIG_IGN {
+                    continue;
+                }
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = caught as extern "C" fn(libc::c_int) as libc::sighandler_t;
                 action.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&mut action.sa_mask);
-                let mut previous: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(signal, &action, &mut previous) != 0 {
+                if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
                     // Dropping `interrupts` puts back what was replaced so far.
                     return Err(io::Error::last_os_error());
                 }
@@ -105,11 +135,28 @@ impl Interrupts {
         Ok(interrupts)
     }
 
-    /// Waits until SIGINT, SIGTERM or SIGHUP arrives (or has arrived since catching began).
-    pub(crate) async fn caught(&self) {
-        // An error here would mean the pipe broke: nothing could wake the session then, so
-        // it is taken as the signal to leave.
-        let _ = self.read.readable().await;
+    /// Waits until one of [`SIGNALS`] arrives (or has arrived since catching began), and says
+    /// which came first: "SIGINT", "SIGTERM" (not how it was sent: a `kill -INT` is not a
+    /// Ctrl-C). Cancel-safe, and the same again if called again.
+    pub(crate) async fn caught(&self) -> String {
+        loop {
+            if let Some(&number) = self.first.get() {
+                return crate::child::signal_name(number).to_owned();
+            }
+            // An error here would mean the pipe broke: nothing could wake the session then, so
+            // it is taken as the signal to leave.
+            if self.read.readable().await.is_err() {
+                return "a signal".into();
+            }
+            let mut number = [0u8];
+            match self.read.try_read(&mut number) {
+                Ok(1) => {
+                    let _ = self.first.set(libc::c_int::from(number[0]));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => return "a signal".into(),
+            }
+        }
     }
 }
 
@@ -136,10 +183,56 @@ impl Drop for Interrupts {
 mod tests {
     use super::*;
 
+    /// Each signal sent to end the lab wakes the session, which names the first: the same
+    /// however often it asks, and after another signal. Alone in its process, as the signals
+    /// it raises are the whole process's.
+    #[tokio::test]
+    async fn each_signal_is_caught_and_named() {
+        if crate::child::test_child::alone() {
+            return;
+        }
+        for signal in SIGNALS {
+            let interrupts = Interrupts::catch().expect("catching");
+            // SAFETY (here and below): raise(3) has no memory effects; the signal is caught (its
+            // handler writes one byte to the pipe).
+            assert_eq!(unsafe { libc::raise(signal) }, 0);
+            let name = interrupts.caught().await;
+            assert!(name.starts_with("SIG"), "{name}");
+            assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+            assert_eq!(interrupts.caught().await, name);
+            drop(interrupts);
+        }
+        let interrupts = Interrupts::catch().expect("catching");
+        assert_eq!(unsafe { libc::raise(libc::SIGINT) }, 0);
+        assert_eq!(interrupts.caught().await, "SIGINT");
+    }
+
+    /// A signal ignored when catching begins (`nohup`'s SIGHUP) stays ignored, and wakes
+    /// nothing; the others are caught beside it. Alone in its process, as above.
+    #[tokio::test]
+    async fn an_ignored_signal_stays_ignored() {
+        if crate::child::test_child::alone() {
+            return;
+        }
+        // SAFETY (here and below): signal(2) and raise(3) have no memory effects; SIGHUP is
+        // ignored, SIGTERM caught.
+        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        let interrupts = Interrupts::catch().expect("catching");
+        assert_eq!(unsafe { libc::raise(libc::SIGHUP) }, 0);
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+        assert_eq!(interrupts.caught().await, "SIGTERM");
+        drop(interrupts);
+        let still = unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        assert_eq!(still, libc::SIG_IGN, "ignored after catching ends");
+    }
+
     /// SIGINT sent to a child forked while a session catches, before the child runs another
     /// program, ends the child and does not wake the session.
     #[tokio::test]
     async fn a_forked_childs_signal_is_its_own() {
+        if crate::child::test_child::alone() {
+            return;
+        }
         let interrupts = Interrupts::catch().expect("catching");
         // SAFETY: the child calls only raise(3) and _exit(2), both async-signal-safe, so
         // forking a process with other threads is sound here.

@@ -35,7 +35,8 @@
 //! - `child`: a child process of the lab's; `redis_pool`: one limit shared by replica
 //!   processes, kept in Redis.
 //! - `limits`, `procfs`: the process's resource limits, and what `/proc` says it costs.
-//! - `interrupts`: Ctrl-C, SIGTERM and SIGHUP, caught while a session must close cleanly.
+//! - `interrupts`: Ctrl-C, SIGTERM, SIGHUP and the other signals sent to end a program, caught
+//!   while a session must close cleanly.
 //! - `draw`: SVG and text-table primitives, and text for a terminal (`terminal`, which `cli`
 //!   passes on to the binary).
 

@@ -34,7 +34,7 @@ use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 pub(crate) use link::{ToParent, parent_link};
 #[cfg(test)]
 pub(crate) use process::ExitSignal;
-pub(crate) use process::{ChildProcess, Exit, Signal};
+pub(crate) use process::{ChildProcess, Exit, Signal, signal_name};
 pub(crate) use reaper::Reaper;
 pub(crate) use stop_watch::{
     Stall, StopWatch, seen_stopped_within, stop_watch, watched, watched_within,

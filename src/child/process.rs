@@ -223,7 +223,7 @@ impl fmt::Display for Exit {
 }
 
 /// The names of the signals whose default action ends a process.
-fn signal_name(number: i32) -> &'static str {
+pub(crate) fn signal_name(number: i32) -> &'static str {
     match number {
         libc::SIGHUP => "SIGHUP",
         libc::SIGINT => "SIGINT",
@@ -245,6 +245,7 @@ fn signal_name(number: i32) -> &'static str {
         libc::SIGVTALRM => "SIGVTALRM",
         libc::SIGPROF => "SIGPROF",
         libc::SIGIO => "SIGIO",
+        libc::SIGPWR => "SIGPWR",
         libc::SIGSYS => "SIGSYS",
         _ => "unnamed",
     }

@@ -289,7 +289,10 @@ pub async fn run(
     announce: impl FnOnce(&Urls) -> std::io::Result<()>,
 ) -> anyhow::Result<ClassroomReport> {
     let interrupts = crate::interrupts::Interrupts::catch().context("cannot catch Ctrl-C")?;
-    let report = serve(config, interrupts.caught(), announce).await;
+    let caught = async {
+        interrupts.caught().await;
+    };
+    let report = serve(config, caught, announce).await;
     drop(interrupts);
     report
 }

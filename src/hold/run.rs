@@ -71,7 +71,8 @@ fn start(
         .build()
         .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
-        // Ctrl-C, SIGTERM and SIGHUP are caught from before the first child starts until the
+        // Ctrl-C, SIGTERM, SIGHUP and the other signals sent to end a program (`interrupts`)
+        // are caught from before the first child starts until the
         // last is reaped, so a second one cannot cut the close short. Where they cannot be
         // caught (no descriptor left for the catcher's pipe), a signal ends the process as it
         // ends any program, and each child dies with it.
@@ -156,7 +157,7 @@ async fn measure_front<'a>(
     series
 }
 
-/// What `measurement` gives, unless Ctrl-C, SIGTERM or SIGHUP comes first: then the lab fails,
+/// What `measurement` gives, unless Ctrl-C, SIGTERM or another signal comes first: then the lab fails,
 /// and the measurement is dropped before this returns, which aborts its callers (if it sent
 /// any) and kills and reaps its child (`child::Reaper`'s drop).
 async fn unless_interrupted<T>(
@@ -169,9 +170,9 @@ async fn unless_interrupted<T>(
     // The signal first: once the runtime has seen it, no further measurement starts a child.
     tokio::select! {
         biased;
-        () = interrupts.caught() => Err(Broken::Lab(anyhow!(
-            "interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C): the measurement was cut short, \
-             and its child was ended and reaped"
+        signal = interrupts.caught() => Err(Broken::Lab(anyhow!(
+            "interrupted by {signal}: the measurement was cut short, and its child was ended \
+             and reaped"
         ))),
         measured = measurement => measured,
     }

@@ -139,7 +139,8 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         permits: None,
         evidence: ReplicasEvidence::default(),
     };
-    // Ctrl-C, SIGTERM and SIGHUP end the run as a failure, then close it as any run closes:
+    // Ctrl-C, SIGTERM, SIGHUP and the other signals sent to end a program (`interrupts`) end
+    // the run as a failure, then close it as any run closes:
     // replicas stopped and reaped, the run's keys deleted, a private redis-server stopped. They
     // stay caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
     // process catches them (another run in the same process, as in tests, goes without).
@@ -148,9 +149,9 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     let ended = match &interrupts {
         Some(interrupts) => tokio::select! {
             ended = run.steps() => ended,
-            () = interrupts.caught() => {
+            signal = interrupts.caught() => {
                 interrupted = true;
-                Err(anyhow!("interrupted by SIGINT, SIGTERM or SIGHUP (Ctrl-C)"))
+                Err(anyhow!("interrupted by {signal}"))
             }
         },
         None => run.steps().await,
