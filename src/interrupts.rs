@@ -2,7 +2,8 @@
 //! SIGTERM, SIGHUP (the terminal closed) and every other signal sent to end a program (see
 //! [`SIGNALS`]) are caught only while such a session runs. The handler writes the signal's
 //! number, one byte, to a pipe — about all a signal handler may safely do — and the session
-//! awaits the pipe's other end, and says which signal ended it. Tokio's `signal` feature does the same, but it opens
+//! awaits the pipe's other end, and says which signal ended it. SIGCONT is noted too (an
+//! atomic flag), as a session that was stopped and continued has timed the stop. Tokio's `signal` feature does the same, but it opens
 //! its socket pair in the first runtime of every process of the binary, whatever the command,
 //! and panics if it cannot ("failed to create UnixStream"), as it cannot in a process at its
 //! descriptor limit (`tests/lab/limits.rs`); this opens a pipe only here, says so when it
@@ -10,7 +11,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use tokio::net::unix::pipe;
 
@@ -23,6 +24,11 @@ static WRITING: AtomicUsize = AtomicUsize::new(0);
 
 /// The process that catches: [`WAKE`] is its pipe.
 static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the catching process was continued (SIGCONT) since catching began: it had been
+/// stopped (Ctrl-Z, then `fg`; SIGSTOP, then SIGCONT), so whatever it timed across that counts
+/// the stop.
+static CONTINUED: AtomicBool = AtomicBool::new(false);
 
 /// The signals whose default action ends a process and which are sent to end one: by a terminal
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
@@ -73,7 +79,14 @@ extern "C" fn caught(signal: libc::c_int) {
     WRITING.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// [`SIGNALS`], caught until this is dropped.
+extern "C" fn continued(_: libc::c_int) {
+    // SAFETY: getpid(2) is async-signal-safe. A forked child's SIGCONT is its own.
+    if unsafe { libc::getpid() } == OWNER.load(Ordering::SeqCst) {
+        CONTINUED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// [`SIGNALS`], caught until this is dropped; and SIGCONT, noted (see [`CONTINUED`]).
 pub(crate) struct Interrupts {
     read: pipe::Receiver,
     /// The first signal read from the pipe.
@@ -108,9 +121,13 @@ impl Interrupts {
             _write: write,
             previous: Vec::new(),
         };
-        for signal in SIGNALS {
-            // SAFETY: a zeroed sigaction is a valid value to fill in; the handler only writes
-            // to the pipe (see `caught`); `previous` receives the handler being replaced.
+        CONTINUED.store(false, Ordering::SeqCst);
+        let handlers = SIGNALS.map(|signal| (signal, caught as extern "C" fn(libc::c_int)));
+        let continuing = (libc::SIGCONT, continued as extern "C" fn(libc::c_int));
+        for (signal, handler) in handlers.into_iter().chain([continuing]) {
+            // SAFETY: a zeroed sigaction is a valid value to fill in; the handlers only write to
+            // the pipe or an atomic (see `caught`, `continued`); `previous` receives the
+            // disposition being replaced.
             unsafe {
                 let mut previous: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0 {
@@ -122,7 +139,7 @@ impl Interrupts {
                     continue;
                 }
                 let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = caught as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                action.sa_sigaction = handler as libc::sighandler_t;
                 action.sa_flags = libc::SA_RESTART;
                 libc::sigemptyset(&mut action.sa_mask);
                 if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
@@ -157,6 +174,11 @@ impl Interrupts {
                 _ => return "a signal".into(),
             }
         }
+    }
+
+    /// Whether the process was stopped and continued (SIGCONT) since catching began.
+    pub(crate) fn continued(&self) -> bool {
+        CONTINUED.load(Ordering::SeqCst)
     }
 }
 
@@ -205,6 +227,26 @@ mod tests {
         let interrupts = Interrupts::catch().expect("catching");
         assert_eq!(unsafe { libc::raise(libc::SIGINT) }, 0);
         assert_eq!(interrupts.caught().await, "SIGINT");
+    }
+
+    /// SIGCONT is noted, not taken as a signal to end: the session goes on, and can say that
+    /// what it timed may count a stop. Alone in its process, as above.
+    #[tokio::test]
+    async fn a_continue_is_noted_and_ends_nothing() {
+        if crate::child::test_child::alone() {
+            return;
+        }
+        let interrupts = Interrupts::catch().expect("catching");
+        assert!(!interrupts.continued());
+        // SAFETY (here and below): raise(3) has no memory effects; both signals are caught.
+        assert_eq!(unsafe { libc::raise(libc::SIGCONT) }, 0);
+        assert!(interrupts.continued());
+        // The first signal the session reads is the next one: SIGCONT wrote nothing.
+        assert_eq!(unsafe { libc::raise(libc::SIGUSR2) }, 0);
+        assert_eq!(interrupts.caught().await, "SIGUSR2");
+        drop(interrupts);
+        let again = Interrupts::catch().expect("catching again");
+        assert!(!again.continued(), "a new session starts without it");
     }
 
     /// A signal ignored when catching begins (`nohup`'s SIGHUP) stays ignored, and wakes

@@ -157,6 +157,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         None => run.steps().await,
     };
     let trouble = run.close(ended.is_err()).await;
+    let continued = interrupts.as_ref().is_some_and(Interrupts::continued);
     drop(interrupts);
     // The first failure; after an interruption, also how the close went, which is what the
     // person who pressed Ctrl-C waits for.
@@ -173,6 +174,12 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
             }
             None => format!("{e}: everything the run started was stopped"),
         }),
+        // A lab stopped and continued meanwhile (Ctrl-Z, then `fg`) timed the stop with the
+        // leases: what failed may be only that.
+        Err(e) if continued => Some(format!(
+            "the lab itself was continued (SIGCONT) during the run, as after a stop (Ctrl-Z, \
+             then fg), and what it timed may count the stop: {e:#}"
+        )),
         Err(e) => Some(format!("{e:#}")),
         Ok(()) => trouble,
     };
