@@ -2,18 +2,22 @@
 //! SIGTERM, SIGHUP (the terminal closed) and every other signal sent to end a program (see
 //! [`SIGNALS`]) are caught only while such a session runs. The handler writes the signal's
 //! number, one byte, to a pipe — about all a signal handler may safely do — and the session
-//! awaits the pipe's other end, and says which signal ended it. SIGCONT is noted too (an
-//! atomic flag), as a session that was stopped and continued has timed the stop. Tokio's `signal` feature does the same, but it opens
-//! its socket pair in the first runtime of every process of the binary, whatever the command,
-//! and panics if it cannot ("failed to create UnixStream"), as it cannot in a process at its
-//! descriptor limit (`tests/lab/limits.rs`); this opens a pipe only here, says so when it
-//! cannot, and puts the previous handlers back when it is done.
+//! awaits the pipe's other end, and says which signal ended it. SIGCONT is counted too (one
+//! atomic add), as a session that was stopped and continued has timed the stop.
+//!
+//! Tokio's `signal` feature does the same, but it opens its socket pair in the first runtime of
+//! every process of the binary, whatever the command, and panics if it cannot ("failed to
+//! create UnixStream"), as it cannot in a process at its descriptor limit
+//! (`tests/lab/limits.rs`); this opens a pipe only here, says so when it cannot, and puts the
+//! previous handlers back when it is done.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use tokio::net::unix::pipe;
+
+use crate::child::{note_continued, signal_name, times_continued};
 
 /// The write end of the pipe the handler wakes the session through; -1 when none.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
@@ -24,11 +28,6 @@ static WRITING: AtomicUsize = AtomicUsize::new(0);
 
 /// The process that catches: [`WAKE`] is its pipe.
 static OWNER: AtomicI32 = AtomicI32::new(0);
-
-/// Whether the catching process was continued (SIGCONT) since catching began: it had been
-/// stopped (Ctrl-Z, then `fg`; SIGSTOP, then SIGCONT), so whatever it timed across that counts
-/// the stop.
-static CONTINUED: AtomicBool = AtomicBool::new(false);
 
 /// The signals whose default action ends a process and which are sent to end one: by a terminal
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
@@ -79,18 +78,14 @@ extern "C" fn caught(signal: libc::c_int) {
     WRITING.fetch_sub(1, Ordering::SeqCst);
 }
 
-extern "C" fn continued(_: libc::c_int) {
-    // SAFETY: getpid(2) is async-signal-safe. A forked child's SIGCONT is its own.
-    if unsafe { libc::getpid() } == OWNER.load(Ordering::SeqCst) {
-        CONTINUED.store(true, Ordering::SeqCst);
-    }
-}
-
-/// [`SIGNALS`], caught until this is dropped; and SIGCONT, noted (see [`CONTINUED`]).
+/// [`SIGNALS`], caught until this is dropped; and SIGCONT, counted (`child::note_continued`),
+/// so that a wait can tell the lab's own stop from a child's stall.
 pub(crate) struct Interrupts {
     read: pipe::Receiver,
     /// The first signal read from the pipe.
     first: std::sync::OnceLock<libc::c_int>,
+    /// How many times the process had been continued when catching began.
+    continued_before: u64,
     /// Closed on drop, after the previous handlers are back.
     _write: OwnedFd,
     previous: Vec<(libc::c_int, libc::sigaction)>,
@@ -118,16 +113,16 @@ impl Interrupts {
         let mut interrupts = Interrupts {
             read,
             first: std::sync::OnceLock::new(),
+            continued_before: times_continued(),
             _write: write,
             previous: Vec::new(),
         };
-        CONTINUED.store(false, Ordering::SeqCst);
         let handlers = SIGNALS.map(|signal| (signal, caught as extern "C" fn(libc::c_int)));
-        let continuing = (libc::SIGCONT, continued as extern "C" fn(libc::c_int));
+        let continuing = (libc::SIGCONT, note_continued as extern "C" fn(libc::c_int));
         for (signal, handler) in handlers.into_iter().chain([continuing]) {
             // SAFETY: a zeroed sigaction is a valid value to fill in; the handlers only write to
-            // the pipe or an atomic (see `caught`, `continued`); `previous` receives the
-            // disposition being replaced.
+            // the pipe or add to an atomic (see `caught`, `note_continued`); `previous` receives
+            // the disposition being replaced.
             unsafe {
                 let mut previous: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0 {
@@ -158,7 +153,7 @@ impl Interrupts {
     pub(crate) async fn caught(&self) -> String {
         loop {
             if let Some(&number) = self.first.get() {
-                return crate::child::signal_name(number).to_owned();
+                return signal_name(number).to_owned();
             }
             // An error here would mean the pipe broke: nothing could wake the session then, so
             // it is taken as the signal to leave.
@@ -176,9 +171,10 @@ impl Interrupts {
         }
     }
 
-    /// Whether the process was stopped and continued (SIGCONT) since catching began.
+    /// Whether the process was continued (SIGCONT) since catching began: as after a stop, or
+    /// a `kill -CONT` alone, which cannot be told apart.
     pub(crate) fn continued(&self) -> bool {
-        CONTINUED.load(Ordering::SeqCst)
+        times_continued() != self.continued_before
     }
 }
 
@@ -205,6 +201,15 @@ impl Drop for Interrupts {
 mod tests {
     use super::*;
 
+    /// Every signal [`SIGNALS`] names back to its default, as a test child may inherit one
+    /// ignored (`nohup`, a background job), which catching then leaves ignored.
+    fn defaults() {
+        for signal in SIGNALS {
+            // SAFETY: signal(2) changes only the disposition of a valid signal.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
+        }
+    }
+
     /// Each signal sent to end the lab wakes the session, which names the first: the same
     /// however often it asks, and after another signal. Alone in its process, as the signals
     /// it raises are the whole process's.
@@ -213,15 +218,26 @@ mod tests {
         if crate::child::test_child::alone() {
             return;
         }
-        for signal in SIGNALS {
+        defaults();
+        let names = [
+            "SIGINT",
+            "SIGTERM",
+            "SIGHUP",
+            "SIGQUIT",
+            "SIGUSR1",
+            "SIGUSR2",
+            "SIGALRM",
+            "SIGVTALRM",
+            "SIGPWR",
+        ];
+        for (signal, name) in SIGNALS.into_iter().zip(names) {
             let interrupts = Interrupts::catch().expect("catching");
             // SAFETY (here and below): raise(3) has no memory effects; the signal is caught (its
             // handler writes one byte to the pipe).
             assert_eq!(unsafe { libc::raise(signal) }, 0);
-            let name = interrupts.caught().await;
-            assert!(name.starts_with("SIG"), "{name}");
-            assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
             assert_eq!(interrupts.caught().await, name);
+            assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+            assert_eq!(interrupts.caught().await, name, "the first, again");
             drop(interrupts);
         }
         let interrupts = Interrupts::catch().expect("catching");
@@ -236,6 +252,7 @@ mod tests {
         if crate::child::test_child::alone() {
             return;
         }
+        defaults();
         let interrupts = Interrupts::catch().expect("catching");
         assert!(!interrupts.continued());
         // SAFETY (here and below): raise(3) has no memory effects; both signals are caught.
@@ -256,6 +273,7 @@ mod tests {
         if crate::child::test_child::alone() {
             return;
         }
+        defaults();
         // SAFETY (here and below): signal(2) and raise(3) have no memory effects; SIGHUP is
         // ignored, SIGTERM caught.
         unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
@@ -275,6 +293,7 @@ mod tests {
         if crate::child::test_child::alone() {
             return;
         }
+        defaults();
         let interrupts = Interrupts::catch().expect("catching");
         // SAFETY: the child calls only raise(3) and _exit(2), both async-signal-safe, so
         // forking a process with other threads is sound here.

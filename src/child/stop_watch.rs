@@ -2,13 +2,16 @@
 //! nothing and reads nothing, and its reaper waits for its exit alone (`WEXITED`), which a stop
 //! does not end. So a wait for it looks at its state in `/proc/<pid>/stat` as it goes.
 //!
-//! The lab itself may be stopped too (Ctrl-Z, then `fg`; SIGSTOP, then SIGCONT), or not run for
-//! a while on a busy machine. Nothing it waits for can come while it is away: the callers of a
-//! hold are its own tasks. So the same look measures the lab's absence, as a look that comes
-//! late, and a wait's deadline moves by as much: a child is called stalled only for time the
-//! lab was there to see it move.
+//! The lab itself may be stopped too (Ctrl-Z, then `fg`; SIGSTOP, then SIGCONT). Its children
+//! go on meanwhile, but nothing that needs the lab can: a hold's callers are its own tasks. So a
+//! wait counts a stop of the lab's as time it was not there: once the lab has been continued
+//! (SIGCONT, counted by [`note_continued`] while a session catches signals), the next look
+//! moves the wait's deadline by the time since the look before, and adds it to the watch's
+//! [`StopWatch::stopped`]. A lab that is merely busy, or not run on a loaded machine, has not
+//! been continued: its waits end at their deadlines.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,8 +20,21 @@ use crate::procfs;
 
 /// How often a [`watched`] wait looks whether its child is stopped.
 const STOPPED_WATCH: Duration = Duration::from_millis(250);
-/// A look this much later than due means the lab was away, rather than merely busy.
+/// A stop shorter than this, seen from one look to the next, is not counted.
 const AWAY: Duration = Duration::from_secs(1);
+
+/// How many times this process has been continued (SIGCONT) while a session caught it.
+static CONTINUED: AtomicU64 = AtomicU64::new(0);
+
+/// The SIGCONT handler a session installs (`interrupts`): one atomic add, async-signal-safe.
+pub(crate) extern "C" fn note_continued(_: libc::c_int) {
+    CONTINUED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// How many times [`note_continued`] has run in this process.
+pub(crate) fn times_continued() -> u64 {
+    CONTINUED.load(Ordering::SeqCst)
+}
 
 /// Why a [`watched`] wait gave up.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,18 +45,39 @@ pub(crate) enum Stall {
     Stopped,
 }
 
-/// The looks a [`watched`] wait takes, and how long they found the lab away: one watch may
+/// The looks a [`watched`] wait takes, and how long they found the lab stopped: one watch may
 /// serve a loop of waits.
 #[derive(Debug)]
 pub(crate) struct StopWatch {
     ticks: tokio::time::Interval,
-    away: Duration,
+    /// When it last looked, and how many times the lab had been continued by then.
+    looked: (Instant, u64),
+    stopped: Duration,
 }
 
 impl StopWatch {
-    /// How long the lab was away (see [`AWAY`]) while this watch looked, in all.
-    pub(crate) fn away(&self) -> Duration {
-        self.away
+    /// How long the lab was stopped, by the looks of this watch since it started (or
+    /// restarted): each stop from the look before it to the look after, so within a look
+    /// (a quarter of a second) of the stop itself.
+    pub(crate) fn stopped(&self) -> Duration {
+        self.stopped
+    }
+
+    /// Counts from now: a stop before now is not this watch's.
+    pub(crate) fn restart(&mut self) {
+        self.looked = (Instant::now(), times_continued());
+    }
+
+    /// Looks at the clock: if the lab has been continued since the last look, the time between
+    /// the two looks was (mostly) a stop, and `deadline` moves by as much.
+    fn look(&mut self, deadline: &mut Instant) {
+        let (then, continued) = self.looked;
+        self.restart();
+        let gap = self.looked.0 - then;
+        if self.looked.1 != continued && gap >= AWAY {
+            *deadline += gap;
+            self.stopped += gap;
+        }
     }
 }
 
@@ -50,7 +87,8 @@ pub(crate) fn stop_watch() -> StopWatch {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     StopWatch {
         ticks,
-        away: Duration::ZERO,
+        looked: (Instant::now(), times_continued()),
+        stopped: Duration::ZERO,
     }
 }
 
@@ -74,8 +112,7 @@ pub(crate) async fn seen_stopped_within(pid: u32, timeout: Duration) -> bool {
 
 /// Awaits `future`, looking at the child's process (`pid`) at every tick of `watch`
 /// meanwhile: `Err(Stall::Stopped)` once it is found stopped; `Err(Stall::NoProgress)` at
-/// `deadline`. A look that comes [`AWAY`] or more late moves `deadline` as late, and counts in
-/// [`StopWatch::away`]: the lab was stopped, or not run, for that long.
+/// `deadline`, which a stop of the lab's own moves later (see [`StopWatch::look`]).
 pub(crate) async fn watched<T>(
     pid: u32,
     watch: &mut StopWatch,
@@ -84,22 +121,26 @@ pub(crate) async fn watched<T>(
 ) -> Result<T, Stall> {
     tokio::pin!(future);
     loop {
-        // In this order: what came is taken first, and a late look moves the deadline before
-        // the deadline is read.
+        // In this order: what came is taken first, and each branch looks at the clock before
+        // the deadline is read again, so a stop of the lab's is counted wherever it fell.
         tokio::select! {
             biased;
-            done = &mut future => return Ok(done),
-            due = watch.ticks.tick() => {
+            done = &mut future => {
+                watch.look(deadline);
+                return Ok(done);
+            }
+            _ = watch.ticks.tick() => {
                 if procfs::is_stopped(pid) {
                     return Err(Stall::Stopped);
                 }
-                let late = due.elapsed();
-                if late >= AWAY {
-                    *deadline += late;
-                    watch.away += late;
+                watch.look(deadline);
+            }
+            () = tokio::time::sleep_until(*deadline) => {
+                watch.look(deadline);
+                if Instant::now() >= *deadline {
+                    return Err(Stall::NoProgress);
                 }
             }
-            () = tokio::time::sleep_until(*deadline) => return Err(Stall::NoProgress),
         }
     }
 }
@@ -113,55 +154,84 @@ mod tests {
         std::process::id()
     }
 
+    /// Held by each test here: the count of continues is the process's, so one test's
+    /// `note_continued` must not land in another's wait.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     /// Nothing comes: the wait ends at its deadline, having looked all along.
     #[tokio::test(start_paused = true)]
     async fn a_wait_with_nothing_coming_ends_at_its_deadline() {
+        let _alone = ONE_AT_A_TIME.lock().await;
         let started = Instant::now();
         let never = std::future::pending::<()>();
         let waited = watched_within(this_process(), Duration::from_secs(10), never).await;
         assert_eq!(waited, Err(Stall::NoProgress));
         assert_eq!(started.elapsed(), Duration::from_secs(10));
-        let mut watch = stop_watch();
-        let mut deadline = Instant::now() + Duration::from_secs(10);
-        let never = std::future::pending::<()>();
-        let waited = watched(this_process(), &mut watch, &mut deadline, never).await;
-        assert_eq!(
-            (waited, watch.away()),
-            (Err(Stall::NoProgress), Duration::ZERO)
-        );
     }
 
-    /// The lab away for 20 s in the middle of a 10 s wait (its clock jumps, as across SIGSTOP
-    /// and SIGCONT): the wait lasts 10 s of the lab's own time, 4 s more after its return,
-    /// rather than giving up the moment it is back.
+    /// The lab stopped for 20 s in the middle of a 10 s wait, then continued (its clock jumps,
+    /// then SIGCONT): the wait lasts 10 s of the lab's own time, 4 s more after it is back,
+    /// and the watch counts the stop.
     #[tokio::test(start_paused = true)]
-    async fn time_the_lab_was_away_does_not_count() {
+    async fn a_stop_of_the_labs_own_does_not_count() {
+        let _alone = ONE_AT_A_TIME.lock().await;
         let mut deadline = Instant::now() + Duration::from_secs(10);
         let mut watch = stop_watch();
         let never = std::future::pending::<()>();
         let back = {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
             tokio::pin!(waiting);
-            // It waits 6 s, then the lab is away for 20 s: nothing is looked at meanwhile.
             let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
             assert!(first.is_err(), "still waiting after 6 s");
             tokio::time::advance(Duration::from_secs(20)).await;
+            note_continued(libc::SIGCONT);
             let back = Instant::now();
-            let soon = tokio::time::timeout(Duration::from_millis(3_500), &mut waiting).await;
-            assert!(soon.is_err(), "still waiting 3.5 s after the lab is back");
+            let soon = tokio::time::timeout(Duration::from_millis(3_700), &mut waiting).await;
+            assert!(soon.is_err(), "still waiting 3.7 s after the lab is back");
             assert_eq!(waiting.await, Err(Stall::NoProgress));
             back
         };
-        assert_eq!(
-            watch.away(),
-            Duration::from_millis(19_750),
-            "from the look due at 6.25 s"
-        );
-        // Within one look of the 4 s it had left: the absence is measured from a look.
+        // From the last look before the stop, at 6 s, to the first after it.
+        assert_eq!(watch.stopped(), Duration::from_secs(20));
         let after = back.elapsed();
-        assert!(
-            after <= Duration::from_millis(4_250),
-            "gave up {after:?} after"
-        );
+        assert_eq!(after, Duration::from_secs(4), "gave up {after:?} after");
+    }
+
+    /// A stop the wait ends on (what it waited for came meanwhile) is counted too.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_that_ends_a_wait_is_counted() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let mut deadline = Instant::now() + Duration::from_secs(10);
+        let mut watch = stop_watch();
+        let comes = tokio::time::sleep(Duration::from_secs(7));
+        {
+            let waiting = watched(this_process(), &mut watch, &mut deadline, comes);
+            tokio::pin!(waiting);
+            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
+            assert!(first.is_err(), "still waiting after 6 s");
+            tokio::time::advance(Duration::from_secs(20)).await;
+            note_continued(libc::SIGCONT);
+            assert_eq!(waiting.await, Ok(()));
+        }
+        assert_eq!(watch.stopped(), Duration::from_secs(20));
+    }
+
+    /// A lab that was late to look without being continued (busy, or not run) was not
+    /// stopped: the wait ends at its deadline, and nothing is counted.
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_lab_is_not_stopped() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let mut deadline = Instant::now() + Duration::from_secs(10);
+        let mut watch = stop_watch();
+        let never = std::future::pending::<()>();
+        {
+            let waiting = watched(this_process(), &mut watch, &mut deadline, never);
+            tokio::pin!(waiting);
+            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
+            assert!(first.is_err(), "still waiting after 6 s");
+            tokio::time::advance(Duration::from_secs(20)).await;
+            assert_eq!(waiting.await, Err(Stall::NoProgress));
+        }
+        assert_eq!(watch.stopped(), Duration::ZERO);
     }
 }

@@ -12,8 +12,8 @@ use anyhow::{Context, anyhow, bail};
 use super::callers::Callers;
 use super::model::HoldPlan;
 use super::report::{
-    Death, DropScope, Figures, FrontFailure, HeapClass, LabAway, ListenDrops, PerRequest, Sample,
-    Stage,
+    Death, DropScope, Figures, FrontFailure, HeapClass, LabStopped, ListenDrops, PerRequest,
+    Sample, Stage,
 };
 use super::{FrontSignal, HoldHooks};
 use crate::admission::gate::GateState;
@@ -98,12 +98,13 @@ pub(crate) async fn held(
         Err(why) => return Err(end_early(remote, None, Stage::Holding, 0, why, setup.hooks).await),
     };
     let mut seen = 0;
-    // One watch over the hold and the release: how long the lab was away from either.
+    // One watch over the hold, then over the release: how long the lab was stopped in each.
     let mut watch = stop_watch();
     let holding = async {
         let before = Machine::read()?;
         let cpu_before = Cpu::read(pid)?;
         let sent = Instant::now();
+        watch.restart();
         callers.send(held);
         let counts = (held, permits);
         hold_all(
@@ -116,17 +117,17 @@ pub(crate) async fn held(
         )
         .await?;
         let time_to_hold = sent.elapsed();
-        let away_holding = watch.away();
+        let stopped_holding = watch.stopped();
         let cpu = Cpu::read(pid)?.since(cpu_before);
         let procfs = ProcessFigures::read(pid).with_context(|| format!("reading /proc/{pid}"))?;
         let after = Machine::read()?;
         // Asked after the figures: its answer is a few hundred bytes of the child's heap.
         let heap = census(&mut remote, &format!("{seen} of {held} held")).await?;
         let sample = Sample { procfs, heap };
-        anyhow::Ok((before, after, cpu, sample, (time_to_hold, away_holding)))
+        anyhow::Ok((before, after, cpu, sample, (time_to_hold, stopped_holding)))
     }
     .await;
-    let (before, after, cpu, process, (time_to_hold, away_holding)) = match holding {
+    let (before, after, cpu, process, (time_to_hold, stopped_holding)) = match holding {
         Ok(sampled) => sampled,
         Err(why) => {
             let callers = Some(callers);
@@ -135,6 +136,7 @@ pub(crate) async fn held(
         }
     };
     let opened = Instant::now();
+    watch.restart();
     let released = match remote.open_gate().await {
         Ok(()) => answer_all(&mut remote, &mut callers, &mut watch).await,
         Err(e) => Err(anyhow::Error::new(e).context("opening the gate")),
@@ -144,9 +146,9 @@ pub(crate) async fn held(
         return Err(end_early(remote, callers, stage, seen, why, setup.hooks).await);
     }
     let time_to_release = opened.elapsed();
-    let lab_away = (watch.away() > Duration::ZERO).then(|| LabAway {
-        holding_ms: millis(away_holding),
-        releasing_ms: millis(watch.away() - away_holding),
+    let lab_stopped = (watch.stopped() > Duration::ZERO).then(|| LabStopped {
+        holding_ms: millis(stopped_holding),
+        releasing_ms: millis(watch.stopped() - stopped_holding),
     });
     // Every caller has ended: the clients and their connections go now, before the stop.
     drop(callers);
@@ -182,7 +184,7 @@ pub(crate) async fn held(
         pid,
         time_to_hold_ms: millis(time_to_hold),
         time_to_release_ms: millis(time_to_release),
-        lab_away,
+        lab_stopped,
         process,
         kernel_stack_kib,
         kernel_slab_kib,

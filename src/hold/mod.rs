@@ -36,7 +36,8 @@ use std::sync::Arc;
 
 pub use report::{
     CountOutcome, Death, DropScope, Figures, FrontFailure, FrontReach, FrontSeries, HeapClass,
-    HoldReport, LabAway, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample, Stage,
+    HoldReport, LabStopped, ListenDrops, MachineLimits, PerRequest, Point, Preflight, Sample,
+    Stage,
 };
 
 use crate::hooks::NoHooks;

@@ -142,11 +142,12 @@ pub struct Figures {
     pub time_to_hold_ms: f64,
     /// From the gate opened to the last response received.
     pub time_to_release_ms: f64,
-    /// How long the lab itself was away while it held and released: stopped (Ctrl-Z, SIGSTOP)
-    /// or not run, as its watch, late by a second or more, found. Both times above count it.
-    /// Absent when it was not away.
+    /// How long the lab itself was stopped (Ctrl-Z, SIGSTOP, then continued) while it held and
+    /// while it released, as its watch saw it: from its last look before each stop to its
+    /// first after, so within a quarter of a second. The two times above count it. Absent when
+    /// it was not stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lab_away: Option<LabAway>,
+    pub lab_stopped: Option<LabStopped>,
     /// The front's process with every request held.
     #[serde(flatten)]
     pub process: Sample,
@@ -175,9 +176,9 @@ pub struct Figures {
     pub per_request: PerRequest,
 }
 
-/// How long the lab was away while holding and while releasing, in milliseconds.
+/// How long the lab was stopped while holding and while releasing, in milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LabAway {
+pub struct LabStopped {
     /// Within `time_to_hold_ms`.
     pub holding_ms: f64,
     /// Within `time_to_release_ms`.

@@ -72,10 +72,11 @@ fn start(
         .context("cannot start the Tokio runtime")?;
     runtime.block_on(async {
         // Ctrl-C, SIGTERM, SIGHUP and the other signals sent to end a program (`interrupts`)
-        // are caught from before the first child starts until the
-        // last is reaped, so a second one cannot cut the close short. Where they cannot be
-        // caught (no descriptor left for the catcher's pipe), a signal ends the process as it
-        // ends any program, and each child dies with it.
+        // are caught from before the first child starts until the last is reaped, so a second
+        // one cannot cut the close short; SIGCONT is counted, so a wait can tell the lab's own
+        // stop from a front's stall. Where they cannot be caught (no descriptor left for the
+        // catcher's pipe), a signal ends the process as it ends any program, and each child
+        // dies with it.
         let interrupts = Interrupts::catch().ok();
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);
@@ -157,9 +158,9 @@ async fn measure_front<'a>(
     series
 }
 
-/// What `measurement` gives, unless Ctrl-C, SIGTERM or another signal comes first: then the lab fails,
-/// and the measurement is dropped before this returns, which aborts its callers (if it sent
-/// any) and kills and reaps its child (`child::Reaper`'s drop).
+/// What `measurement` gives, unless Ctrl-C, SIGTERM or another signal comes first: then the lab
+/// fails, and the measurement is dropped before this returns, which aborts its callers (if it
+/// sent any) and kills and reaps its child (`child::Reaper`'s drop).
 async fn unless_interrupted<T>(
     interrupts: Option<&Interrupts>,
     measurement: impl Future<Output = Result<T, Broken>>,

@@ -140,10 +140,10 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         evidence: ReplicasEvidence::default(),
     };
     // Ctrl-C, SIGTERM, SIGHUP and the other signals sent to end a program (`interrupts`) end
-    // the run as a failure, then close it as any run closes:
-    // replicas stopped and reaped, the run's keys deleted, a private redis-server stopped. They
-    // stay caught through the close, so a second Ctrl-C cannot cut it short. Only one run of a
-    // process catches them (another run in the same process, as in tests, goes without).
+    // the run as a failure, then close it as any run closes: replicas stopped and reaped, the
+    // run's keys deleted, a private redis-server stopped. They stay caught through the close,
+    // so a second Ctrl-C cannot cut it short. Only one run of a process catches them (another
+    // run in the same process, as in tests, goes without).
     let interrupts = Interrupts::catch().ok();
     let mut interrupted = false;
     let ended = match &interrupts {
@@ -156,8 +156,9 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
         },
         None => run.steps().await,
     };
-    let trouble = run.close(ended.is_err()).await;
+    // Read as the steps end: a stop during the close came after what failed.
     let continued = interrupts.as_ref().is_some_and(Interrupts::continued);
+    let trouble = run.close(ended.is_err()).await;
     drop(interrupts);
     // The first failure; after an interruption, also how the close went, which is what the
     // person who pressed Ctrl-C waits for.

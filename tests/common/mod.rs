@@ -36,6 +36,24 @@ pub fn limited(
     }
 }
 
+/// Puts `signal` back to its default action in `command`'s child before it runs: a test that
+/// sends the binary `signal` expects it caught, and the binary leaves a signal it inherits
+/// ignored ignored (`nohup`'s SIGHUP, a background job's SIGINT), as this test may have.
+#[cfg(unix)]
+pub fn with_default(
+    command: &mut std::process::Command,
+    signal: libc::c_int,
+) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe and allocates nothing, as `pre_exec` needs.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(signal, libc::SIG_DFL);
+            Ok(())
+        })
+    }
+}
+
 /// The smallest address space, in MiB, under which the binary loads and answers `predict`
 /// (which starts no runtime, thread or socket).
 #[cfg(unix)]

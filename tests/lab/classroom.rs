@@ -892,6 +892,8 @@ fn spawn_with_descriptors(
 fn spawn_command(mut command: Command, args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
     // A failed test's session (its thread panics, the binary keeps serving) ends with it.
     common::webdriver::die_with_parent(&mut command);
+    // Its SIGINT caught, as the tests end it with one.
+    common::with_default(&mut command, libc::SIGINT);
     let mut child = command
         .args(args)
         .stdin(Stdio::null())

@@ -503,6 +503,7 @@ fn an_interrupted_hold_stops_its_child_and_fails_in_one_line() {
             .stderr(Stdio::piped());
         // A failed assertion below ends this thread, and with it the lab.
         common::webdriver::die_with_parent(&mut command);
+        common::with_default(&mut command, signal);
         let lab = command.spawn().expect("the binary starts");
         let pid = lab.id();
         let started = Instant::now();

@@ -1086,7 +1086,8 @@ fn with_a_minute_lease(url: &str) -> Child {
         "--format",
         "json",
     ];
-    Command::new(env!("CARGO_BIN_EXE_isolation-lab"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    crate::common::with_default(&mut command, libc::SIGINT)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{away_holding, count, seconds};
+use super::{count, seconds, stopped_holding};
 use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, wrap};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
@@ -369,14 +369,14 @@ fn label(tick: f64) -> String {
 /// own absence.
 fn footnote(report: &HoldReport) -> String {
     let mut missing = Vec::new();
-    let mut away = Vec::new();
+    let mut stopped = Vec::new();
     for series in &report.fronts {
         for point in &series.points {
             let what = match &point.outcome {
                 CountOutcome::Held(figures) => {
-                    if let Some(ms) = away_holding(figures) {
+                    if let Some(ms) = stopped_holding(figures) {
                         let (front, n) = (series.front.name(), count(u64::from(point.held)));
-                        away.push(format!("{front} {n}, {} s", seconds(ms)));
+                        stopped.push(format!("{front} {n}, {} s", seconds(ms)));
                     }
                     continue;
                 }
@@ -401,10 +401,10 @@ fn footnote(report: &HoldReport) -> String {
             missing.join("; ")
         )
     };
-    if away.is_empty() {
+    if stopped.is_empty() {
         points
     } else {
-        let away = away.join("; ");
-        format!("{points} Time to hold counts time the lab itself was away: {away}.")
+        let stopped = stopped.join("; ");
+        format!("{points} Time to hold counts time the lab itself was stopped: {stopped}.")
     }
 }

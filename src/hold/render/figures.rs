@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{away_holding, count, figure, seconds};
+use super::{count, figure, seconds, stopped_holding};
 use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
@@ -51,9 +51,13 @@ const COLUMNS: [Column; 9] = [
     ),
 ];
 
-/// The time to hold, marked `†` if it counts time the lab itself was away.
+/// The time to hold, marked `†` if it counts time the lab itself was stopped.
 fn hold_seconds(f: &Figures) -> String {
-    let mark = if away_holding(f).is_some() { "†" } else { "" };
+    let mark = if stopped_holding(f).is_some() {
+        "†"
+    } else {
+        ""
+    };
     format!("{}{mark}", seconds(f.time_to_hold_ms))
 }
 
@@ -163,10 +167,10 @@ fn notes(fronts: &[FrontSeries]) -> String {
         let front = series.front.name();
         for point in &series.points {
             let why = match &point.outcome {
-                CountOutcome::Held(figures) => match away_holding(figures) {
+                CountOutcome::Held(figures) => match stopped_holding(figures) {
                     Some(ms) => format!(
-                        "† its hold s counts {} s in which the lab itself was away (stopped, or \
-                         not run)",
+                        "† its hold s counts {} s in which the lab itself was stopped (Ctrl-Z, \
+                         SIGSTOP)",
                         seconds(ms)
                     ),
                     None => continue,

@@ -61,10 +61,10 @@ fn figure(value: f64) -> String {
     }
 }
 
-/// How long the lab itself was away while it held, if it was: its time to hold counts that.
-fn away_holding(f: &Figures) -> Option<f64> {
-    f.lab_away
-        .map(|away| away.holding_ms)
+/// How long the lab itself was stopped while it held, if it was: its time to hold counts that.
+fn stopped_holding(f: &Figures) -> Option<f64> {
+    f.lab_stopped
+        .map(|stopped| stopped.holding_ms)
         .filter(|&ms| ms > 0.0)
 }
 

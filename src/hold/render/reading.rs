@@ -2,7 +2,7 @@
 //! front and by how much per held request, how long holding took, where each front's ceiling
 //! is, and how a front failed. Nothing here is canned: each sentence reads the report.
 
-use super::{away_holding, count, figure, seconds};
+use super::{count, figure, seconds, stopped_holding};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport, PerRequest};
 use crate::policy::Front;
 
@@ -175,11 +175,15 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
     let took: Vec<String> = at
         .iter()
         .map(|(front, f)| {
-            let away = away_holding(f).map_or(String::new(), |ms| {
-                format!(", {} s of it with the lab itself away", seconds(ms))
+            let stopped = stopped_holding(f).map_or(String::new(), |ms| {
+                let of = seconds(f.time_to_hold_ms);
+                format!(
+                    "; the lab itself was stopped {} s of the {of} s",
+                    seconds(ms)
+                )
             });
             format!(
-                "{} s on the {} front (its CPU {} s, the callers' {} s{away})",
+                "{} s on the {} front (its CPU {} s, the callers' {} s{stopped})",
                 seconds(f.time_to_hold_ms),
                 front.name(),
                 seconds(f.front_cpu_ms as f64),
@@ -205,7 +209,7 @@ fn time_sentence(held: u32, at: &[(Front, &Figures)]) -> String {
     // A ratio only of times the sentence shows (to 0.01 s): below that it would compare
     // figures that read 0.00 s.
     // Nor of times that count the lab's own absence.
-    let present = at.iter().all(|(_, f)| away_holding(f).is_none());
+    let present = at.iter().all(|(_, f)| stopped_holding(f).is_none());
     let ratio = if present && at.len() > 1 && fastest >= 10.0 && slowest >= 2.0 * fastest {
         format!(", {:.1} times as long on the slower", slowest / fastest)
     } else {

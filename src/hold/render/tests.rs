@@ -348,10 +348,10 @@ fn times_too_short_to_show_are_not_compared() {
     }
 }
 
-/// A time to hold that counts the lab's own absence (stopped, say, by Ctrl-Z, then `fg`) is
+/// A time to hold that counts a stop of the lab's own (Ctrl-Z, then `fg`) is
 /// marked in the table, said with its sentence and in the picture, and not compared.
 #[test]
-fn a_time_that_counts_the_labs_absence_says_so() {
+fn a_time_that_counts_a_stop_of_the_labs_says_so() {
     let mut report = recorded();
     for (front, ms) in [(Front::Async, 100.0), (Front::Threaded, 12_700.0)] {
         let points = &mut series(&mut report, front).points;
@@ -359,7 +359,7 @@ fn a_time_that_counts_the_labs_absence_says_so() {
             panic!("both fronts held 1 000 in the recording");
         };
         figures.time_to_hold_ms = ms;
-        figures.lab_away = (front == Front::Threaded).then_some(crate::hold::LabAway {
+        figures.lab_stopped = (front == Front::Threaded).then_some(crate::hold::LabStopped {
             holding_ms: 12_000.0,
             releasing_ms: 0.0,
         });
@@ -371,25 +371,26 @@ fn a_time_that_counts_the_labs_absence_says_so() {
         .expect("the row");
     assert!(row.contains("0.10 ") && row.contains("12.7† "), "{row}");
     assert!(
-        said.contains("threaded, 1 000: † its hold s counts 12.0 s in which the lab itself was away (stopped, or not run)"),
+        said.contains("threaded, 1 000: † its hold s counts 12.0 s in which the lab itself was stopped (Ctrl-Z, SIGSTOP)"),
         "{said}"
     );
     let said = said.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        said.contains("12.0 s of it with the lab itself away)"),
+        said.contains("the callers' 0.03 s; the lab itself was stopped 12.0 s of the 12.7 s)"),
         "{said}"
     );
     assert!(!said.contains("times as long"), "{said}");
     let picture = svg(&report);
     assert!(
-        picture
-            .contains("Time to hold counts time the lab itself was away: threaded 1 000, 12.0 s."),
+        picture.contains(
+            "Time to hold counts time the lab itself was stopped: threaded 1 000, 12.0 s."
+        ),
         "{picture}"
     );
     // Without it, the same times are compared, and nothing is marked.
     for front in [Front::Async, Front::Threaded] {
         if let CountOutcome::Held(figures) = &mut series(&mut report, front).points[2].outcome {
-            figures.lab_away = None;
+            figures.lab_stopped = None;
         }
     }
     let said = text(&report);
