@@ -13,7 +13,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 
 use tokio::net::unix::pipe;
 
@@ -28,6 +28,9 @@ static WRITING: AtomicUsize = AtomicUsize::new(0);
 
 /// The process that catches: [`WAKE`] is its pipe.
 static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether one of [`SIGNALS`] has come since catching began: the lab is ending because of it.
+static CAUGHT: AtomicBool = AtomicBool::new(false);
 
 /// The signals whose default action ends a process and which are sent to end one: by a terminal
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
@@ -61,6 +64,7 @@ extern "C" fn caught(signal: libc::c_int) {
         }
         return;
     }
+    CAUGHT.store(true, Ordering::SeqCst);
     WRITING.fetch_add(1, Ordering::SeqCst);
     let fd = WAKE.load(Ordering::SeqCst);
     if fd >= 0 {
@@ -110,6 +114,7 @@ impl Interrupts {
         }
         // SAFETY: getpid(2) cannot fail.
         OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        CAUGHT.store(false, Ordering::SeqCst);
         let mut interrupts = Interrupts {
             read,
             first: std::sync::OnceLock::new(),
@@ -179,11 +184,20 @@ impl Interrupts {
 }
 
 impl Drop for Interrupts {
+    /// Puts the previous handlers back; but a session that one of [`SIGNALS`] ended leaves
+    /// them ignored: the lab is ending, and a second signal must not kill it without a word
+    /// before it has written its report and its one line.
     fn drop(&mut self) {
+        let ending = CAUGHT.load(Ordering::SeqCst);
         for (signal, previous) in &self.previous {
-            // SAFETY: `previous` is the action sigaction returned for this signal.
+            // SAFETY: `previous` is the action sigaction returned for this signal; SIG_IGN is
+            // a valid handler for any of them.
             unsafe {
-                libc::sigaction(*signal, previous, std::ptr::null_mut());
+                if ending && *signal != libc::SIGCONT {
+                    libc::signal(*signal, libc::SIG_IGN);
+                } else {
+                    libc::sigaction(*signal, previous, std::ptr::null_mut());
+                }
             }
         }
         // From here no new handler call can start, and one that starts on another thread now
@@ -231,6 +245,8 @@ mod tests {
             "SIGPWR",
         ];
         for (signal, name) in SIGNALS.into_iter().zip(names) {
+            // Each session a signal ends leaves the signals ignored (see below).
+            defaults();
             let interrupts = Interrupts::catch().expect("catching");
             // SAFETY (here and below): raise(3) has no memory effects; the signal is caught (its
             // handler writes one byte to the pipe).
@@ -240,6 +256,7 @@ mod tests {
             assert_eq!(interrupts.caught().await, name, "the first, again");
             drop(interrupts);
         }
+        defaults();
         let interrupts = Interrupts::catch().expect("catching");
         assert_eq!(unsafe { libc::raise(libc::SIGINT) }, 0);
         assert_eq!(interrupts.caught().await, "SIGINT");
@@ -264,6 +281,32 @@ mod tests {
         drop(interrupts);
         let again = Interrupts::catch().expect("catching again");
         assert!(!again.continued(), "a new session starts without it");
+    }
+
+    /// After a session that a signal ended, the signals stay ignored: a second one cannot end
+    /// the lab before it has written what it owes. After one that ended by itself, they are
+    /// as they were. Alone in its process, as above.
+    #[tokio::test]
+    async fn after_a_signal_a_second_one_cannot_end_the_lab() {
+        if crate::child::test_child::alone() {
+            return;
+        }
+        defaults();
+        let interrupts = Interrupts::catch().expect("catching");
+        drop(interrupts);
+        // SAFETY (here and below): signal(2) and raise(3) have no memory effects.
+        let after = unsafe { libc::signal(libc::SIGTERM, libc::SIG_DFL) };
+        assert_eq!(after, libc::SIG_DFL, "as it was");
+        let interrupts = Interrupts::catch().expect("catching");
+        assert_eq!(unsafe { libc::raise(libc::SIGUSR1) }, 0);
+        assert_eq!(interrupts.caught().await, "SIGUSR1");
+        drop(interrupts);
+        for signal in SIGNALS {
+            let after = unsafe { libc::signal(signal, libc::SIG_IGN) };
+            assert_eq!(after, libc::SIG_IGN, "signal {signal} ignored");
+        }
+        // Were it not, this would end the test's process.
+        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
     }
 
     /// A signal ignored when catching begins (`nohup`'s SIGHUP) stays ignored, and wakes
