@@ -540,6 +540,14 @@ pub fn stop_before_the_cpu_time_limit() {
     }
 }
 
+/// Ends the lab in one line naming the signal, exit 1, at SIGINT, SIGTERM, SIGHUP or another
+/// signal sent to end a program, wherever no session catches it (`interrupts::last_words`).
+/// For the lab itself, once its command line is parsed; not for a front's child.
+#[cfg(unix)]
+pub fn one_line_at_a_signal() {
+    crate::interrupts::last_words();
+}
+
 /// How long before the CPU time limit the lab stops itself. The kernel checks the limit and
 /// the timer in one pass at its clock ticks, usually a few milliseconds of CPU apart; a pass put
 /// off until more than this has run (many busy threads, a long system call) finds the hard

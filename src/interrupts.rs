@@ -13,7 +13,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use tokio::net::unix::pipe;
 
@@ -28,9 +28,6 @@ static WRITING: AtomicUsize = AtomicUsize::new(0);
 
 /// The process that catches: [`WAKE`] is its pipe.
 static OWNER: AtomicI32 = AtomicI32::new(0);
-
-/// Whether one of [`SIGNALS`] has come since catching began: the lab is ending because of it.
-static CAUGHT: AtomicBool = AtomicBool::new(false);
 
 /// The signals whose default action ends a process and which are sent to end one: by a terminal
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
@@ -64,7 +61,6 @@ extern "C" fn caught(signal: libc::c_int) {
         }
         return;
     }
-    CAUGHT.store(true, Ordering::SeqCst);
     WRITING.fetch_add(1, Ordering::SeqCst);
     let fd = WAKE.load(Ordering::SeqCst);
     if fd >= 0 {
@@ -114,7 +110,6 @@ impl Interrupts {
         }
         // SAFETY: getpid(2) cannot fail.
         OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
-        CAUGHT.store(false, Ordering::SeqCst);
         let mut interrupts = Interrupts {
             read,
             first: std::sync::OnceLock::new(),
@@ -184,20 +179,12 @@ impl Interrupts {
 }
 
 impl Drop for Interrupts {
-    /// Puts the previous handlers back; but a session that one of [`SIGNALS`] ended leaves
-    /// them ignored: the lab is ending, and a second signal must not kill it without a word
-    /// before it has written its report and its one line.
+    /// Puts the previous handlers back: in the binary, [`last_words`].
     fn drop(&mut self) {
-        let ending = CAUGHT.load(Ordering::SeqCst);
         for (signal, previous) in &self.previous {
-            // SAFETY: `previous` is the action sigaction returned for this signal; SIG_IGN is
-            // a valid handler for any of them.
+            // SAFETY: `previous` is the action sigaction returned for this signal.
             unsafe {
-                if ending && *signal != libc::SIGCONT {
-                    libc::signal(*signal, libc::SIG_IGN);
-                } else {
-                    libc::sigaction(*signal, previous, std::ptr::null_mut());
-                }
+                libc::sigaction(*signal, previous, std::ptr::null_mut());
             }
         }
         // From here no new handler call can start, and one that starts on another thread now
@@ -207,6 +194,78 @@ impl Drop for Interrupts {
         WAKE.store(-1, Ordering::SeqCst);
         while WRITING.load(Ordering::SeqCst) != 0 {
             std::hint::spin_loop();
+        }
+    }
+}
+
+/// The process [`last_words`] speaks for.
+static SPEAKER: AtomicI32 = AtomicI32::new(0);
+
+/// What the lab says when one of [`SIGNALS`] ends it outside a session: one line each.
+const LAST_WORDS: [(libc::c_int, &str); SIGNALS.len()] = {
+    macro_rules! line {
+        ($name:literal) => {
+            concat!(
+                "isolation-lab: interrupted by ",
+                $name,
+                ": stopped at once, its report unwritten or cut short\n"
+            )
+        };
+    }
+    [
+        (libc::SIGINT, line!("SIGINT")),
+        (libc::SIGTERM, line!("SIGTERM")),
+        (libc::SIGHUP, line!("SIGHUP")),
+        (libc::SIGQUIT, line!("SIGQUIT")),
+        (libc::SIGUSR1, line!("SIGUSR1")),
+        (libc::SIGUSR2, line!("SIGUSR2")),
+        (libc::SIGALRM, line!("SIGALRM")),
+        (libc::SIGVTALRM, line!("SIGVTALRM")),
+        (libc::SIGPWR, line!("SIGPWR")),
+    ]
+};
+
+extern "C" fn last_word(signal: libc::c_int) {
+    // SAFETY: getpid(2), signal(2), raise(3), write(2) and _exit(2) are async-signal-safe, and
+    // the line is static. A forked child's signal is its own, as in `caught`.
+    unsafe {
+        if libc::getpid() != SPEAKER.load(Ordering::SeqCst) {
+            libc::signal(signal, libc::SIG_DFL);
+            libc::raise(signal);
+            return;
+        }
+        for (number, line) in LAST_WORDS {
+            if number == signal {
+                libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), line.len());
+            }
+        }
+        libc::_exit(1)
+    }
+}
+
+/// For the binary, outside a session's own catching: one of [`SIGNALS`] ends the lab at once
+/// with one line naming it, exit 1, rather than without a word by its default action — a
+/// default run halfway, or the report being written after a session has closed (its children
+/// reaped: nothing is left to close). A signal ignored when the lab started stays ignored. A
+/// session's [`Interrupts`] catches over this, and puts it back when done. Not for a front's
+/// child, whose end by a signal is that front's evidence.
+pub(crate) fn last_words() {
+    // SAFETY: getpid(2) cannot fail.
+    SPEAKER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+    for signal in SIGNALS {
+        // SAFETY: a zeroed sigaction is a valid value to fill in; the handler writes a static
+        // line and exits (see `last_word`).
+        unsafe {
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0
+                || previous.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = last_word as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
         }
     }
 }
@@ -281,32 +340,6 @@ mod tests {
         drop(interrupts);
         let again = Interrupts::catch().expect("catching again");
         assert!(!again.continued(), "a new session starts without it");
-    }
-
-    /// After a session that a signal ended, the signals stay ignored: a second one cannot end
-    /// the lab before it has written what it owes. After one that ended by itself, they are
-    /// as they were. Alone in its process, as above.
-    #[tokio::test]
-    async fn after_a_signal_a_second_one_cannot_end_the_lab() {
-        if crate::child::test_child::alone() {
-            return;
-        }
-        defaults();
-        let interrupts = Interrupts::catch().expect("catching");
-        drop(interrupts);
-        // SAFETY (here and below): signal(2) and raise(3) have no memory effects.
-        let after = unsafe { libc::signal(libc::SIGTERM, libc::SIG_DFL) };
-        assert_eq!(after, libc::SIG_DFL, "as it was");
-        let interrupts = Interrupts::catch().expect("catching");
-        assert_eq!(unsafe { libc::raise(libc::SIGUSR1) }, 0);
-        assert_eq!(interrupts.caught().await, "SIGUSR1");
-        drop(interrupts);
-        for signal in SIGNALS {
-            let after = unsafe { libc::signal(signal, libc::SIG_IGN) };
-            assert_eq!(after, libc::SIG_IGN, "signal {signal} ignored");
-        }
-        // Were it not, this would end the test's process.
-        assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
     }
 
     /// A signal ignored when catching begins (`nohup`'s SIGHUP) stays ignored, and wakes

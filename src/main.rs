@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         #[cfg(unix)]
         if !matches!(cli.command, Some(Command::Front { .. })) {
             isolation_lab::cli::stop_before_the_cpu_time_limit();
+            isolation_lab::cli::one_line_at_a_signal();
         }
         // `Err`: an exit status already explained on stderr.
         instrument(cli).unwrap_or_else(|status| status)

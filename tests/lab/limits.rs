@@ -232,6 +232,66 @@ fn at_its_cpu_time_limit_the_lab_stops_in_one_line() {
     );
 }
 
+/// A signal that comes while the lab writes its report, once its run is over (here: blocked on
+/// a pipe nobody reads), ends it in one line naming the signal, exit 1, rather than without a
+/// word by the signal's default action, its report cut short.
+#[test]
+fn a_signal_while_the_report_is_written_ends_the_lab_in_one_line() {
+    use std::os::fd::AsRawFd;
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    crate::common::with_default(&mut lab, libc::SIGTERM);
+    let mut child = lab
+        .args(["--format", "svg"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the lab starts");
+    let stdout = child.stdout.take().expect("piped");
+    // The smallest pipe the kernel gives: the picture, about 27 KB, cannot fit it.
+    // SAFETY: fcntl on our own open descriptor, with an integer argument.
+    let sized = unsafe { libc::fcntl(stdout.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    assert!(
+        sized > 0,
+        "the pipe resized: {}",
+        std::io::Error::last_os_error()
+    );
+    let pid = child.id();
+    // Blocked on the full pipe: a thread of its waits in the kernel's pipe_write (named
+    // anon_pipe_write in some kernels).
+    let blocked = || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten();
+        tasks.flatten().any(|task| {
+            std::fs::read_to_string(task.path().join("wchan"))
+                .is_ok_and(|w| w.ends_with("pipe_write"))
+        })
+    };
+    let started = std::time::Instant::now();
+    while !blocked() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the lab never blocked on its stdout"
+        );
+        thread::yield_now();
+    }
+    let pid = libc::pid_t::try_from(pid).expect("a pid");
+    // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut stderr = String::new();
+    let mut pipe = child.stderr.take().expect("piped");
+    pipe.read_to_string(&mut stderr).expect("stderr");
+    let status = child.wait().expect("the lab ends");
+    drop(stdout);
+    assert_eq!(status.code(), Some(1), "{status}: {stderr}");
+    assert_eq!(
+        stderr,
+        "isolation-lab: interrupted by SIGTERM: stopped at once, its report unwritten or cut \
+         short\n"
+    );
+}
+
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
 fn every_shape_under_every_limit(runs: usize) {
     let floor = crate::common::load_floor_mib();
