@@ -36,7 +36,7 @@
 //!   processes, kept in Redis.
 //! - `limits`, `procfs`: the process's resource limits, and what `/proc` says it costs.
 //! - `interrupts`: Ctrl-C, SIGTERM, SIGHUP and the other signals sent to end a program, caught
-//!   while a session must close cleanly.
+//!   while a session must close cleanly, and one line at once anywhere else.
 //! - `draw`: SVG and text-table primitives, and text for a terminal (`terminal`, which `cli`
 //!   passes on to the binary).
 

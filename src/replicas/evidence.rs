@@ -36,6 +36,11 @@ pub struct ReplicasEvidence {
     pub crash: Option<CrashEvidence>,
     /// The held callers' responses after every gate opened.
     pub released: Vec<ReleasedAnswer>,
+    /// Whether the lab itself was continued (SIGCONT) during the run, as after a stop (Ctrl-Z,
+    /// then `fg`): the replicas, Redis and the leases went on meanwhile, and every time the
+    /// lab took counts the stop.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lab_continued: bool,
 }
 
 impl ReplicasEvidence {

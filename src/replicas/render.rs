@@ -122,6 +122,14 @@ pub fn render(report: &ReplicasReport) -> String {
             "",
         ));
     }
+    if report.evidence.lab_continued {
+        out.push_str(&wrap(
+            "\nThe lab itself was continued (SIGCONT) during the run, as after a stop (Ctrl-Z, \
+             then fg): the replicas, Redis and the leases went on meanwhile, and the times above \
+             may count the stop.",
+            "",
+        ));
+    }
     out.push('\n');
     match &report.failure {
         // What failed first; the differences after it mostly say that later steps never ran.

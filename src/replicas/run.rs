@@ -186,6 +186,7 @@ pub async fn run_with(inputs: ReplicasInputs, options: ReplicasOptions) -> Repli
     };
     let mut evidence = run.evidence;
     evidence.replicas = run.replicas.into_iter().map(|r| r.evidence).collect();
+    evidence.lab_continued = continued;
     ReplicasReport::assemble(run.inputs, evidence, failure)
 }
 

@@ -376,6 +376,22 @@ async fn own_permits_two_replicas_of_two_hold_four() {
     );
     let together = "Each ledger balances on its own; together they admitted more than any one";
     assert!(text.contains(together), "{text}");
+    // Nothing continued this test's process: the report says nothing of a stop. Had the lab
+    // been stopped and continued (Ctrl-Z, then fg), its report would say its times count that.
+    assert!(!report.evidence.lab_continued);
+    let json = serde_json::to_value(&report).expect("JSON");
+    assert!(json["evidence"].get("lab_continued").is_none(), "{json}");
+    assert!(!text.contains("SIGCONT"), "{text}");
+    let mut continued = report.clone();
+    continued.evidence.lab_continued = true;
+    let json = serde_json::to_value(&continued).expect("JSON");
+    assert_eq!(json["evidence"]["lab_continued"], true, "{json}");
+    let text = isolation_lab::replicas::render::render(&continued);
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let said = "The lab itself was continued (SIGCONT) during the run, as after a stop (Ctrl-Z, \
+                then fg): the replicas, Redis and the leases went on meanwhile, and the times \
+                above may count the stop.";
+    assert!(words.contains(said), "{text}");
     nothing_left(&report);
 }
 
