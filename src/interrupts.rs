@@ -1,9 +1,10 @@
 //! Ctrl-C for a session that must close cleanly (a classroom, a replicas run, a hold): SIGINT,
 //! SIGTERM, SIGHUP (the terminal closed) and every other signal sent to end a program (see
-//! [`SIGNALS`]) are caught only while such a session runs. The handler writes the signal's
-//! number, one byte, to a pipe — about all a signal handler may safely do — and the session
-//! awaits the pipe's other end, and says which signal ended it. SIGCONT is counted too (one
-//! atomic add), as a session that was stopped and continued has timed the stop.
+//! [`SIGNALS`]) are caught while such a session runs; anywhere else in the binary, they end it
+//! at once in one line ([`last_words`]). A session's handler writes the signal's number, one
+//! byte, to a pipe — about all a signal handler may safely do — and the session awaits the
+//! pipe's other end, and says which signal ended it. SIGCONT is counted too (one atomic add),
+//! as a session that was stopped and continued has timed the stop.
 //!
 //! Tokio's `signal` feature does the same, but it opens its socket pair in the first runtime of
 //! every process of the binary, whatever the command, and panics if it cannot ("failed to
@@ -129,8 +130,9 @@ impl Interrupts {
                     return Err(io::Error::last_os_error());
                 }
                 // A signal ignored when the lab started stays ignored, as `nohup` (SIGHUP) and
-                // a shell's background job (SIGINT, SIGQUIT) asked.
-                if previous.sa_sigaction == libc::SIG_IGN {
+                // a shell's background job (SIGINT, SIGQUIT) asked. Not SIGCONT: ignoring it
+                // never stops a continue, and counting it changes nothing else.
+                if previous.sa_sigaction == libc::SIG_IGN && signal != libc::SIGCONT {
                     continue;
                 }
                 let mut action: libc::sigaction = std::mem::zeroed();
@@ -201,6 +203,10 @@ impl Drop for Interrupts {
 /// The process [`last_words`] speaks for.
 static SPEAKER: AtomicI32 = AtomicI32::new(0);
 
+/// Whether a last word is being said: the first signal says it, and any other waits for the
+/// exit, so two signals at once still make one line.
+static SPEAKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// What the lab says when one of [`SIGNALS`] ends it outside a session: one line each.
 const LAST_WORDS: [(libc::c_int, &str); SIGNALS.len()] = {
     macro_rules! line {
@@ -234,6 +240,12 @@ extern "C" fn last_word(signal: libc::c_int) {
             libc::raise(signal);
             return;
         }
+        if SPEAKING.swap(true, Ordering::SeqCst) {
+            // pause(2) is async-signal-safe: the first speaker's _exit ends this thread too.
+            loop {
+                libc::pause();
+            }
+        }
         for (number, line) in LAST_WORDS {
             if number == signal {
                 libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), line.len());
@@ -264,7 +276,11 @@ pub(crate) fn last_words() {
             }
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = last_word as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            // The others wait while one speaks on this thread.
             libc::sigemptyset(&mut action.sa_mask);
+            for other in SIGNALS {
+                libc::sigaddset(&mut action.sa_mask, other);
+            }
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
     }
@@ -304,7 +320,6 @@ mod tests {
             "SIGPWR",
         ];
         for (signal, name) in SIGNALS.into_iter().zip(names) {
-            // Each session a signal ends leaves the signals ignored (see below).
             defaults();
             let interrupts = Interrupts::catch().expect("catching");
             // SAFETY (here and below): raise(3) has no memory effects; the signal is caught (its

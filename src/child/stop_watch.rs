@@ -52,6 +52,10 @@ pub(crate) struct StopWatch {
     ticks: tokio::time::Interval,
     /// When it last looked, and how many times the lab had been continued by then.
     looked: (Instant, u64),
+    /// A gap of [`AWAY`] or more that the last look found without a continue counted yet: the
+    /// handler may run on another thread a moment after this one wakes from the stop. The next
+    /// look counts it if it sees the continue.
+    unsettled: Duration,
     stopped: Duration,
 }
 
@@ -66,17 +70,28 @@ impl StopWatch {
     /// Counts from now: a stop before now is not this watch's.
     pub(crate) fn restart(&mut self) {
         self.looked = (Instant::now(), times_continued());
+        self.unsettled = Duration::ZERO;
     }
 
     /// Looks at the clock: if the lab has been continued since the last look, the time between
     /// the two looks was (mostly) a stop, and `deadline` moves by as much.
     fn look(&mut self, deadline: &mut Instant) {
         let (then, continued) = self.looked;
-        self.restart();
+        self.looked = (Instant::now(), times_continued());
         let gap = self.looked.0 - then;
-        if self.looked.1 != continued && gap >= AWAY {
-            *deadline += gap;
-            self.stopped += gap;
+        let unsettled = std::mem::take(&mut self.unsettled);
+        if self.looked.1 != continued {
+            let stop = unsettled + gap;
+            if stop >= AWAY {
+                *deadline += stop;
+                self.stopped += stop;
+            }
+        } else if gap >= AWAY {
+            self.unsettled = gap;
+        } else if gap < STOPPED_WATCH {
+            // Too soon after the last look to tell; a look a tick later, still without a
+            // continue, finds the gap was the lab being busy, not stopped.
+            self.unsettled = unsettled + gap;
         }
     }
 }
@@ -88,6 +103,7 @@ pub(crate) fn stop_watch() -> StopWatch {
     StopWatch {
         ticks,
         looked: (Instant::now(), times_continued()),
+        unsettled: Duration::ZERO,
         stopped: Duration::ZERO,
     }
 }
@@ -135,9 +151,10 @@ pub(crate) async fn watched<T>(
                 }
                 watch.look(deadline);
             }
-            () = tokio::time::sleep_until(*deadline) => {
+            // A long gap not yet told a stop is settled first, at the next tick's look.
+            () = tokio::time::sleep_until(*deadline), if watch.unsettled.is_zero() => {
                 watch.look(deadline);
-                if Instant::now() >= *deadline {
+                if Instant::now() >= *deadline && watch.unsettled.is_zero() {
                     return Err(Stall::NoProgress);
                 }
             }
@@ -195,6 +212,36 @@ mod tests {
         assert_eq!(watch.stopped(), Duration::from_secs(20));
         let after = back.elapsed();
         assert_eq!(after, Duration::from_secs(4), "gave up {after:?} after");
+    }
+
+    /// The continue counted only after the wait has woken from the stop (its handler ran on
+    /// another thread a moment later): the wait does not give up at that look, and the next
+    /// one counts the stop.
+    #[tokio::test(start_paused = true)]
+    async fn a_continue_counted_a_moment_late_still_counts() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let mut deadline = Instant::now() + Duration::from_secs(10);
+        let mut watch = stop_watch();
+        let never = std::future::pending::<()>();
+        {
+            let waiting = watched(this_process(), &mut watch, &mut deadline, never);
+            tokio::pin!(waiting);
+            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
+            assert!(first.is_err(), "still waiting after 6 s");
+            tokio::time::advance(Duration::from_secs(20)).await;
+            // It wakes, looks, and finds its deadline passed with no continue counted yet.
+            let woken = tokio::time::timeout(Duration::from_millis(100), &mut waiting).await;
+            assert!(woken.is_err(), "gave up before the next look");
+            note_continued(libc::SIGCONT);
+            let soon = tokio::time::timeout(Duration::from_millis(3_500), &mut waiting).await;
+            assert!(soon.is_err(), "still waiting 3.6 s after the lab is back");
+            assert_eq!(waiting.await, Err(Stall::NoProgress));
+        }
+        assert!(
+            watch.stopped() >= Duration::from_secs(20),
+            "{:?}",
+            watch.stopped()
+        );
     }
 
     /// A stop the wait ends on (what it waited for came meanwhile) is counted too.

@@ -75,8 +75,8 @@ fn start(
         // are caught from before the first child starts until the last is reaped, so a second
         // one cannot cut the close short; SIGCONT is counted, so a wait can tell the lab's own
         // stop from a front's stall. Where they cannot be caught (no descriptor left for the
-        // catcher's pipe), a signal ends the process as it ends any program, and each child
-        // dies with it.
+        // catcher's pipe), a signal ends the binary in one line at once (`last_words`), and each
+        // child dies with it.
         let interrupts = Interrupts::catch().ok();
         for &front in &config.fronts {
             let plan = planned.iter().filter(|p| p.front == front);

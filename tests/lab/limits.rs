@@ -258,14 +258,13 @@ fn a_signal_while_the_report_is_written_ends_the_lab_in_one_line() {
     );
     let pid = child.id();
     // Blocked on the full pipe: a thread of its waits in the kernel's pipe_write (named
-    // anon_pipe_write in some kernels).
+    // anon_pipe_write in some kernels, pipe_wait in older ones).
     let blocked = || {
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten();
         tasks.flatten().any(|task| {
-            std::fs::read_to_string(task.path().join("wchan"))
-                .is_ok_and(|w| w.ends_with("pipe_write"))
+            std::fs::read_to_string(task.path().join("wchan")).is_ok_and(|w| w.contains("pipe"))
         })
     };
     let started = std::time::Instant::now();
