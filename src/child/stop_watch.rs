@@ -186,6 +186,16 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(10));
     }
 
+    /// Waits 6 s on `waiting`, which must still be waiting then, and then jumps the clock
+    /// 20 s, as a stop of the lab's does: nothing is looked at meanwhile.
+    async fn six_seconds_then_a_stop<T: std::fmt::Debug>(
+        waiting: &mut (impl Future<Output = Result<T, Stall>> + Unpin),
+    ) {
+        let first = tokio::time::timeout(Duration::from_secs(6), &mut *waiting).await;
+        assert!(first.is_err(), "still waiting after 6 s: {first:?}");
+        tokio::time::advance(Duration::from_secs(20)).await;
+    }
+
     /// The lab stopped for 20 s in the middle of a 10 s wait, then continued (its clock jumps,
     /// then SIGCONT): the wait lasts 10 s of the lab's own time, 4 s more after it is back,
     /// and the watch counts the stop.
@@ -198,9 +208,7 @@ mod tests {
         let back = {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
             tokio::pin!(waiting);
-            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
-            assert!(first.is_err(), "still waiting after 6 s");
-            tokio::time::advance(Duration::from_secs(20)).await;
+            six_seconds_then_a_stop(&mut waiting).await;
             note_continued(libc::SIGCONT);
             let back = Instant::now();
             let soon = tokio::time::timeout(Duration::from_millis(3_700), &mut waiting).await;
@@ -226,9 +234,7 @@ mod tests {
         {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
             tokio::pin!(waiting);
-            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
-            assert!(first.is_err(), "still waiting after 6 s");
-            tokio::time::advance(Duration::from_secs(20)).await;
+            six_seconds_then_a_stop(&mut waiting).await;
             // It wakes, looks, and finds its deadline passed with no continue counted yet.
             let woken = tokio::time::timeout(Duration::from_millis(100), &mut waiting).await;
             assert!(woken.is_err(), "gave up before the next look");
@@ -237,11 +243,8 @@ mod tests {
             assert!(soon.is_err(), "still waiting 3.6 s after the lab is back");
             assert_eq!(waiting.await, Err(Stall::NoProgress));
         }
-        assert!(
-            watch.stopped() >= Duration::from_secs(20),
-            "{:?}",
-            watch.stopped()
-        );
+        let stopped = watch.stopped();
+        assert!(stopped >= Duration::from_secs(20), "{stopped:?}");
     }
 
     /// A stop the wait ends on (what it waited for came meanwhile) is counted too.
@@ -250,15 +253,15 @@ mod tests {
         let _alone = ONE_AT_A_TIME.lock().await;
         let mut deadline = Instant::now() + Duration::from_secs(10);
         let mut watch = stop_watch();
-        let comes = tokio::time::sleep(Duration::from_secs(7));
+        let (send, comes) = tokio::sync::oneshot::channel::<()>();
         {
             let waiting = watched(this_process(), &mut watch, &mut deadline, comes);
             tokio::pin!(waiting);
-            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
-            assert!(first.is_err(), "still waiting after 6 s");
-            tokio::time::advance(Duration::from_secs(20)).await;
+            six_seconds_then_a_stop(&mut waiting).await;
+            // It came while the lab was stopped.
+            send.send(()).expect("the wait is there");
             note_continued(libc::SIGCONT);
-            assert_eq!(waiting.await, Ok(()));
+            assert_eq!(waiting.await, Ok(Ok(())));
         }
         assert_eq!(watch.stopped(), Duration::from_secs(20));
     }
@@ -274,9 +277,7 @@ mod tests {
         {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
             tokio::pin!(waiting);
-            let first = tokio::time::timeout(Duration::from_secs(6), &mut waiting).await;
-            assert!(first.is_err(), "still waiting after 6 s");
-            tokio::time::advance(Duration::from_secs(20)).await;
+            six_seconds_then_a_stop(&mut waiting).await;
             assert_eq!(waiting.await, Err(Stall::NoProgress));
         }
         assert_eq!(watch.stopped(), Duration::ZERO);
