@@ -121,28 +121,10 @@ impl Interrupts {
         let handlers = SIGNALS.map(|signal| (signal, caught as extern "C" fn(libc::c_int)));
         let continuing = (libc::SIGCONT, note_continued as extern "C" fn(libc::c_int));
         for (signal, handler) in handlers.into_iter().chain([continuing]) {
-            // SAFETY: a zeroed sigaction is a valid value to fill in; the handlers only write to
-            // the pipe or add to an atomic (see `caught`, `note_continued`); `previous` receives
-            // the disposition being replaced.
-            unsafe {
-                let mut previous: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // A signal ignored when the lab started stays ignored, as `nohup` (SIGHUP) and
-                // a shell's background job (SIGINT, SIGQUIT) asked. Not SIGCONT: ignoring it
-                // never stops a continue, and counting it changes nothing else.
-                if previous.sa_sigaction == libc::SIG_IGN && signal != libc::SIGCONT {
-                    continue;
-                }
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = handler as libc::sighandler_t;
-                action.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut action.sa_mask);
-                if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
-                    // Dropping `interrupts` puts back what was replaced so far.
-                    return Err(io::Error::last_os_error());
-                }
+            // SAFETY: the handlers only write to the pipe or add to an atomic (see `caught`,
+            // `note_continued`). On an error, dropping `interrupts` puts back what was
+            // replaced so far.
+            if let Some(previous) = unsafe { install(signal, handler)? } {
                 interrupts.previous.push((signal, previous));
             }
         }
@@ -265,24 +247,46 @@ pub(crate) fn last_words() {
     // SAFETY: getpid(2) cannot fail.
     SPEAKER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
     for signal in SIGNALS {
-        // SAFETY: a zeroed sigaction is a valid value to fill in; the handler writes a static
-        // line and exits (see `last_word`).
-        unsafe {
-            let mut previous: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0
-                || previous.sa_sigaction == libc::SIG_IGN
-            {
-                continue;
-            }
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = last_word as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            // The others wait while one speaks on this thread.
-            libc::sigemptyset(&mut action.sa_mask);
-            for other in SIGNALS {
-                libc::sigaddset(&mut action.sa_mask, other);
-            }
-            libc::sigaction(signal, &action, std::ptr::null_mut());
+        // SAFETY: the handler writes a static line and exits (see `last_word`). A signal that
+        // cannot be set keeps its default action: the lab ends by it, as it did before.
+        let _ = unsafe { install(signal, last_word) };
+    }
+}
+
+/// Sets `handler` for `signal`, with [`SIGNALS`] blocked while it runs (so one handler of
+/// theirs runs at a time on a thread), and returns the disposition it replaced. A signal
+/// ignored when the lab started stays ignored, as `nohup` (SIGHUP) and a shell's background
+/// job (SIGINT, SIGQUIT) asked: `None`, and nothing set. Not SIGCONT: ignoring it never stops
+/// a continue, and counting it changes nothing else.
+///
+/// # Safety
+///
+/// `handler` must make only async-signal-safe calls.
+unsafe fn install(
+    signal: libc::c_int,
+    handler: extern "C" fn(libc::c_int),
+) -> io::Result<Option<libc::sigaction>> {
+    // SAFETY: zeroed sigactions are valid values to fill in; sigaction(2) reads `action` and
+    // writes `previous`; the handler is async-signal-safe, as the caller promised.
+    unsafe {
+        let mut previous: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(signal, std::ptr::null(), &mut previous) != 0 {
+            return Err(io::Error::last_os_error());
         }
+        if previous.sa_sigaction == libc::SIG_IGN && signal != libc::SIGCONT {
+            return Ok(None);
+        }
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = handler as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        for other in SIGNALS {
+            libc::sigaddset(&mut action.sa_mask, other);
+        }
+        if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Some(previous))
     }
 }
 
