@@ -503,15 +503,21 @@ fn leases(report: &ReplicasReport) -> String {
             refused.len().to_string(),
             then,
         ]);
-        let meaning = if lease_ms > 0 {
-            "Every probe was refused, naming a dead holder, until its lease lapsed: the window is \
-             about the lease it had left (at most the lease), as the probes come a few \
-             milliseconds apart."
+        let meaning = if !report.matches_model {
+            String::new()
+        } else if lease_ms > 0 {
+            let apart = apart_ms(&crash.probes).map_or(String::new(), |ms| {
+                format!(", plus up to the time between two probes (about {ms:.0} ms here)")
+            });
+            format!(
+                "Every probe was refused, naming a dead holder, until its lease lapsed: the \
+                 window is about the lease it had left (at most the lease){apart}."
+            )
         } else {
             "Without a lease a dead holder's permit never comes back: it leaked for the rest of \
              the run, until the run's cleanup deleted its keys."
+                .to_owned()
         };
-        let meaning = if report.matches_model { meaning } else { "" };
         notes.push_str(&wrap(
             &format!(
                 "Crash: {killed} was {} holding {}. {meaning}",
@@ -543,6 +549,16 @@ fn left(holders: &[EngineHolder]) -> String {
         Some(ms) => format!("{ms} ms"),
         None if holders.is_empty() => "-".into(),
         None => "never lapses".into(),
+    }
+}
+
+/// How far apart `probes` were sent, on average: from the first to the last, over the gaps
+/// between them; `None` with fewer than two timed probes.
+fn apart_ms(probes: &[Sent]) -> Option<f64> {
+    let times: Vec<f64> = probes.iter().filter_map(|p| p.at_ms).collect();
+    match times.as_slice() {
+        [first, .., last] => Some((last - first) / (times.len() - 1) as f64),
+        _ => None,
     }
 }
 

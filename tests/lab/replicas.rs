@@ -532,6 +532,12 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("OVER-ADMISSION by 1"), "{text}");
     assert!(text.contains("left at the signal"), "{text}");
+    // The window's sentence says how far apart this run's probes came, from their times.
+    let times: Vec<f64> = crash.probes.iter().filter_map(|p| p.at_ms).collect();
+    let apart = (times[times.len() - 1] - times[0]) / (times.len() - 1) as f64;
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let said = format!("plus up to the time between two probes (about {apart:.0} ms here).");
+    assert!(words.contains(&said), "{said}\n{text}");
     fits_100_columns(&text);
     nothing_left(&report);
 }
