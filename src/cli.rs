@@ -324,7 +324,9 @@ impl From<WorkArg> for WorkStyle {
     }
 }
 
-/// Why `executor` cannot run on `front`: the threaded front has no runtime to shape.
+/// Why `executor` is refused on `front` (`None`: `predict` or `compare`, which take it as the
+/// async front's): `--blocking-threads` without `--work spawn-blocking`, on any front;
+/// and on the threaded front, which has no runtime to shape, any flag or style that shapes one.
 /// `blocking_given`: `--blocking-threads` was on the command line, whatever its value.
 fn refuse_executor(
     front: Option<Front>,
@@ -550,8 +552,10 @@ pub fn one_line_at_a_signal() {
 
 /// How long before the CPU time limit the lab stops itself. The kernel checks the limit and
 /// the timer in one pass at its clock ticks, usually a few milliseconds of CPU apart; a pass put
-/// off until more than this has run (many busy threads, a long system call) finds the hard
-/// limit passed too, and its SIGKILL comes first.
+/// off until more than this has run (many busy threads, a long system call) finds the limit
+/// passed too. Where that is the soft limit, its SIGXCPU is caught as the timer's signal is;
+/// where the hard limit is as low (`ulimit -t` and `prlimit --cpu=N` set both), its SIGKILL
+/// comes first.
 #[cfg(unix)]
 const CPU_MARGIN: Duration = Duration::from_millis(100);
 

@@ -7,8 +7,8 @@
 //! as a session that was stopped and continued has timed the stop.
 //!
 //! Tokio's `signal` feature does the same, but it opens its socket pair in the first runtime of
-//! every process of the binary, whatever the command, and panics if it cannot ("failed to
-//! create UnixStream"), as it cannot in a process at its descriptor limit
+//! every process of the binary, whatever the command, and panics if it cannot, as it cannot
+//! in a process at its descriptor limit
 //! (`tests/lab/limits.rs`); this opens a pipe only here, says so when it cannot, and puts the
 //! previous handlers back when it is done.
 
@@ -34,8 +34,9 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
 /// stop programs, or by a stray timer or request meant for another program. Not SIGKILL, which
 /// cannot be caught; not the faults a process raises on itself (SIGSEGV, SIGABRT, ...); not
-/// SIGPIPE, which Rust ignores; not SIGXCPU, SIGXFSZ and SIGPROF, which belong to the limits
-/// (`cli::stop_before_the_cpu_time_limit`).
+/// SIGPIPE, which Rust ignores; not SIGXCPU and SIGXFSZ, which belong to the limits
+/// (`cli::stop_before_the_cpu_time_limit`, `cli::fail_writes_past_the_file_size_limit`); not
+/// SIGPROF, a profiler's timer.
 const SIGNALS: [libc::c_int; 9] = [
     libc::SIGINT,
     libc::SIGTERM,

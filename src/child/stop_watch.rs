@@ -6,9 +6,10 @@
 //! go on meanwhile, but nothing that needs the lab can: a hold's callers are its own tasks. So a
 //! wait counts a stop of the lab's as time it was not there: once the lab has been continued
 //! (SIGCONT, counted by [`note_continued`] while a session catches signals), the next look
-//! moves the wait's deadline by the time since the look before, and adds it to the watch's
-//! [`StopWatch::stopped`]. A lab that is merely busy, or not run on a loaded machine, has not
-//! been continued: its waits end at their deadlines.
+//! moves the wait's deadline by the time since the look before, if that is [`AWAY`] or more,
+//! and adds it to the watch's [`StopWatch::stopped`]; a shorter stop is not counted. A lab that
+//! is merely busy, or not run on a loaded machine, has not been continued: its waits end at
+//! their deadlines.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,17 +53,20 @@ pub(crate) struct StopWatch {
     ticks: tokio::time::Interval,
     /// When it last looked, and how many times the lab had been continued by then.
     looked: (Instant, u64),
-    /// A gap of [`AWAY`] or more that the last look found without a continue counted yet: the
-    /// handler may run on another thread a moment after this one wakes from the stop. The next
-    /// look counts it if it sees the continue.
+    /// Time the looks have not yet told as a stop or as the lab being busy: a gap of [`AWAY`]
+    /// or more found without a continue counted yet (the handler may run on another thread a
+    /// moment after this one wakes from the stop), or looks that came quicker than a tick. The
+    /// next look counts it if it sees the continue; while it is not zero, a [`watched`] wait
+    /// does not end at its deadline.
     unsettled: Duration,
     stopped: Duration,
 }
 
 impl StopWatch {
-    /// How long the lab was stopped, by the looks of this watch since it started (or
-    /// restarted): each stop from the look before it to the look after, so within a look
-    /// (a quarter of a second) of the stop itself.
+    /// How long the lab was stopped, by the looks of this watch since it was made: each stop
+    /// of [`AWAY`] or more, from the look before it to the look after, so within a look (a
+    /// quarter of a second) of the stop itself. [`StopWatch::restart`] keeps it: a caller
+    /// that wants a stretch's stops subtracts an earlier reading.
     pub(crate) fn stopped(&self) -> Duration {
         self.stopped
     }
@@ -74,7 +78,8 @@ impl StopWatch {
     }
 
     /// Looks at the clock: if the lab has been continued since the last look, the time between
-    /// the two looks was (mostly) a stop, and `deadline` moves by as much.
+    /// the two looks was (mostly) a stop, and `deadline` moves by as much when it is [`AWAY`]
+    /// or more.
     fn look(&mut self, deadline: &mut Instant) {
         let (then, continued) = self.looked;
         self.looked = (Instant::now(), times_continued());

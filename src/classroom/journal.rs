@@ -164,8 +164,8 @@ impl Journal {
 
     /// Ends the session's streams with a last `ended` message carrying the session's
     /// `verdict` (`None`: every run matched the model) and whether it `failed` (a run cut
-    /// short, no run made, or the session's own close), rather than only differed; the pump
-    /// returns.
+    /// short, no run made, the page's address not announced, the server no longer accepting,
+    /// or the driver failed), rather than only differed; the pump returns.
     pub(crate) fn end(&self, verdict: Option<&str>, failed: bool) {
         let mut inner = self.caught_up();
         inner.append(&json!({ "kind": "ended", "verdict": verdict, "failed": failed }));

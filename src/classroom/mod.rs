@@ -280,8 +280,9 @@ pub async fn serve(
     })
 }
 
-/// [`serve`] until the process is interrupted (SIGINT, Ctrl-C), terminated (SIGTERM) or hung up
-/// on (SIGHUP). The handlers are in place before the URLs are announced, so a signal sent as
+/// [`serve`] until the process is interrupted (SIGINT, Ctrl-C), terminated (SIGTERM), hung up
+/// on (SIGHUP), or sent another signal that ends a program (SIGQUIT, SIGUSR1, ...: the ones
+/// `interrupts` catches). The handlers are in place before the URLs are announced, so a signal sent as
 /// soon as they are read ends the session rather than the process; the previous handlers are
 /// back once it returns.
 pub async fn run(

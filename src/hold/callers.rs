@@ -136,7 +136,7 @@ async fn connect(address: SocketAddr, source: Option<Ipv4Addr>) -> std::io::Resu
     }
 }
 
-/// Leaves the choice of `socket`'s port to `connect` (`IP_BIND_ADDRESS_NO_PORT`, Linux 4.2):
+/// Leaves the choice of `socket`'s port to `connect` (`IP_BIND_ADDRESS_NO_PORT`):
 /// bound to a source address, it takes a port there only once the destination is known, as an
 /// unbound socket does. Otherwise `bind` would pick one first, among the half of the range
 /// `connect` leaves to it, a search that slows down as thousands are taken.

@@ -29,8 +29,9 @@ const START: Duration = Duration::from_secs(15);
 /// Fails a hold or a release that makes no progress for this long (no request newly held, no
 /// caller answered), and a front that does not answer for its heap by then. The listener's
 /// accept queue has room for every caller up to `somaxconn` (see `model::backlog`); a caller
-/// beyond it whose SYN is dropped tries again after 1, 2, 4 and 8 s, each wait shorter than
-/// this, so a front that moves nothing for this long is stuck, or stopped.
+/// beyond it whose SYN is dropped tries again after 1 s, then waits twice as long each time:
+/// each of its first four waits (1, 2, 4 and 8 s) is shorter than this, a fifth would not be.
+/// A front that moves nothing for this long is stuck, or stopped.
 const STALL: Duration = Duration::from_secs(10);
 /// Fails a front that has not reported its stop by then; it then gets a few seconds more to
 /// exit before it is killed, all within the lab's 15 s.

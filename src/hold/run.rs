@@ -9,8 +9,8 @@ use super::evidence::{self, Broken, Setup};
 use super::model;
 use super::report::{CountOutcome, FrontSeries, HoldReport, Point};
 use super::{HoldInputs, HoldOptions};
-// The lab's one catcher of Ctrl-C (see `crate::interrupts` for why not Tokio's).
 use crate::draw::table::thousands;
+// The lab's one catcher of Ctrl-C (see `crate::interrupts` for why not Tokio's).
 use crate::interrupts::Interrupts;
 use crate::limits::{self, Limits};
 use crate::policy::Front;

@@ -134,9 +134,9 @@ pub struct PauseEvidence {
     pub engine_holders: Option<Vec<String>>,
     /// The replica was continued (SIGCONT) afterwards.
     pub resumed: bool,
-    /// The probing ended (a refusal named live holders only, or the wait for it ran out) and
-    /// what it saw is recorded here; false if the run was cut short first (Ctrl-C), and then
-    /// nothing of the pause past its holders is evidence.
+    /// The probing ended (a refusal named live holders only, the wait for it ran out, or a
+    /// probe failed) and what it saw is recorded here; false only if the run was cut short
+    /// first (Ctrl-C), and then nothing of the pause past its holders is evidence.
     #[serde(default)]
     pub ended: bool,
 }

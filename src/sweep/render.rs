@@ -85,7 +85,7 @@ fn describe(mode: Mode) -> &'static str {
 }
 
 /// `2/1 503 0`: admitted/refused, F1's status, idle while refusing; `!` marks a run that
-/// differed from the model.
+/// differed from the model or failed.
 fn cell(run: &SweepRun) -> String {
     let outcome = &run.outcome;
     let count =
