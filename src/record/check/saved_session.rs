@@ -148,7 +148,7 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                 .flatten()
                 .find_map(|seq| Some((seq, in_step(p, seq)?)))
         });
-        let why = match (opened, gate.opened_after_event) {
+        let why = match (opened, gate.opened_after_event, &busy) {
             _ if policy.is_none() => format!(
                 "it names the {} policy of run {}, which has no such policy",
                 gate.mode.name(),
@@ -159,26 +159,26 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
             {
                 format!("it names events after seq {last}, where its run's ledger ends")
             }
-            (None, _) => format!(
+            (None, _, _) => format!(
                 "it closed in run {}'s {} policy, whose own gate never opened: the room's gate \
                  closes only once the run's has opened",
                 gate.run + 1,
                 gate.mode.name()
             ),
-            (Some(seq), _) if gate.closed_after_event < seq => format!(
+            (Some(seq), _, _) if gate.closed_after_event < seq => format!(
                 "it closed after event {}, before the run's own gate opened at seq {seq}: the \
                  room's gate closes only once the run's has opened",
                 gate.closed_after_event
             ),
-            _ if let Some((seq, step)) = &busy => format!(
+            (_, _, Some((seq, step))) => format!(
                 "it names event {seq}, when {step}: the instructor's orders run between the \
                  sequence's steps"
             ),
-            (_, Some(reopened)) if reopened < gate.closed_after_event => format!(
+            (_, Some(reopened), _) if reopened < gate.closed_after_event => format!(
                 "it opened after event {reopened}, before it closed after event {}",
                 gate.closed_after_event
             ),
-            (_, None) => "it never opened, but the session opens the room's gate as it closes \
+            (_, None, _) => "it never opened, but the session opens the room's gate as it closes \
                           a run, whichever way the run ends"
                 .into(),
             _ => continue,
@@ -398,12 +398,12 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
         // Where its work left the section, if it did.
         let left = (policy.work_events.iter())
             .find(|e| e.request == Some(request) && e.event == Event::Finished);
-        match (room.status, decided) {
-            (Some(_), _) if room.error.is_some() => here(format!(
+        match (room.status, decided, &room.error) {
+            (Some(_), _, Some(_)) => here(format!(
                 "{request} has both an answer and an error: the classroom lists one or the other"
             )),
             // Listed when its student gave up or its run closed, at the ledger's last seq then.
-            (None, _) if room.error.is_some() && room.after_event > last => here(format!(
+            (None, _, Some(_)) if room.after_event > last => here(format!(
                 "{request} is listed without an answer after event {}, but the ledger of runs[{}] \
                  ({}) ends at seq {last}",
                 room.after_event,
@@ -411,7 +411,7 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                 room.mode.name()
             )),
             // Its student gave up, or the run's client said why no answer came, naming it.
-            (None, _) if let Some(error) = &room.error => {
+            (None, _, Some(error)) => {
                 let words = error == GAVE_UP || error.starts_with(&format!("{request}: "));
                 if room.body.is_some() {
                     here(format!(
@@ -444,14 +444,14 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
                     ));
                 }
             }
-            (None, _) => here(format!("{request} has neither an answer nor an error")),
-            (Some(status), None) => here(format!(
+            (None, _, None) => here(format!("{request} has neither an answer nor an error")),
+            (Some(status), None, _) => here(format!(
                 "{request}'s evidence says {status}, but the ledger of runs[{}] ({}) shows no \
                  admission decision for {request}",
                 room.run,
                 room.mode.name()
             )),
-            (Some(status), Some(event)) => {
+            (Some(status), Some(event), _) => {
                 let body = room.body.as_ref().unwrap_or(&Value::Null);
                 if let Some(says) = answer_differs(request, status, body, event, room.route) {
                     here(says);

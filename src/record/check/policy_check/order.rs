@@ -263,64 +263,60 @@ impl<'a> PolicyCheck<'a> {
                 .filter(|(r, _)| sent_before(**r, seen.request) && !unread.contains(r));
             let last_before = before.max_by_key(|(_, d)| d.seq);
             let decided = replayed.decided.get(&seen.request).map(|d| d.seq);
-            let why = match decided {
-                _ if let Some((earlier, d)) = last_before
-                    && seen.after_event < d.seq =>
-                {
-                    format!(
-                        "it is sent only once {earlier} is decided, and the ledger decides \
-                         {earlier} at seq {}",
-                        d.seq
-                    )
-                }
+            let why = if let Some((earlier, d)) = last_before
+                && seen.after_event < d.seq
+            {
+                format!(
+                    "it is sent only once {earlier} is decided, and the ledger decides \
+                     {earlier} at seq {}",
+                    d.seq
+                )
+            } else if seen.accept_queue <= i {
                 // Its connection waits in the accept queue, the last of those seen so far.
-                _ if seen.accept_queue <= i => {
-                    let before = match i {
-                        0 => String::new(),
-                        _ => format!(", after the {i} seen unread before it"),
-                    };
-                    format!(
-                        "its connection waits in the accept queue{before}, yet the queue is \
-                         counted at {}",
-                        seen.accept_queue
-                    )
-                }
+                let before = match i {
+                    0 => String::new(),
+                    _ => format!(", after the {i} seen unread before it"),
+                };
+                format!(
+                    "its connection waits in the accept queue{before}, yet the queue is \
+                     counted at {}",
+                    seen.accept_queue
+                )
+            } else if let Some(last) = watched.unread[..i].last()
+                && seen.accept_queue < last.accept_queue
+            {
                 // No connection is accepted while every worker is blocked, so the queue never
                 // shrinks from one look to the next.
-                _ if let Some(last) = watched.unread[..i].last()
-                    && seen.accept_queue < last.accept_queue =>
-                {
-                    format!(
-                        "the accept queue is counted at {}, fewer than the {} counted when {} \
-                         was seen unread before it, and no connection is accepted while every \
-                         worker is blocked",
-                        seen.accept_queue, last.accept_queue, last.request
-                    )
-                }
+                format!(
+                    "the accept queue is counted at {}, fewer than the {} counted when {} was \
+                     seen unread before it, and no connection is accepted while every worker \
+                     is blocked",
+                    seen.accept_queue, last.accept_queue, last.request
+                )
+            } else if let Some(accepted) = accepted
+                && let later = watched.unread.len() - 1 - i
+                && later > 0
+                && let held = held_by(seen.after_event)
+                && (seen.accept_queue.saturating_add(later + held) as u64) > accepted
+            {
                 // In a finished run every connection counted at a look was accepted, first in,
                 // first out, before the requests sent after it were answered, and each of those
                 // came on a connection of its own, as did each request held by then. (At the
                 // last look, a stranger's connection behind the last request may never be.)
-                _ if let Some(accepted) = accepted
-                    && let later = watched.unread.len() - 1 - i
-                    && later > 0
-                    && let held = held_by(seen.after_event)
-                    && (seen.accept_queue.saturating_add(later + held) as u64) > accepted =>
-                {
-                    format!(
-                        "the accept queue is counted at {}, and with the {later} sent after it \
-                         and the {held} held by then the server would have accepted more than \
-                         the {accepted} connections it did",
-                        seen.accept_queue
-                    )
-                }
-                Some(seq) if seq <= seen.after_event => {
-                    format!("the ledger decided it at seq {seq}: it had been read")
-                }
-                _ if seen.after_event >= gate => {
-                    format!("the gate had opened at seq {gate}: it is seen before the release")
-                }
-                _ => continue,
+                format!(
+                    "the accept queue is counted at {}, and with the {later} sent after it and \
+                     the {held} held by then the server would have accepted more than the \
+                     {accepted} connections it did",
+                    seen.accept_queue
+                )
+            } else if let Some(seq) = decided
+                && seq <= seen.after_event
+            {
+                format!("the ledger decided it at seq {seq}: it had been read")
+            } else if seen.after_event >= gate {
+                format!("the gate had opened at seq {gate}: it is seen before the release")
+            } else {
+                continue;
             };
             let at = i.to_string();
             self.find(
