@@ -212,7 +212,7 @@ fn shown(text: String) -> String {
 
 fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
     let json = serde_json::to_string_pretty(value).context("cannot write JSON")?;
-    Ok(json + "\n")
+    Ok(terminal::json(json) + "\n")
 }
 
 /// Writes the rendered output, then exits 1 with `failure` if there is one (and with it what

@@ -17,8 +17,9 @@
 //!   body is at most 1 KiB and must arrive within the body timeout ([`BODY_TIMEOUT`]; 408).
 //! - At most a limit of connections are open at once (from the descriptors this process may
 //!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
-//!   yet whole) is closed to make room, so a flood of idle connections cannot lock the page
-//!   out; when every open one is answering, the new one is closed as soon as it is accepted.
+//!   yet whole) is closed to make room, else the oldest event stream (its page reconnects), so
+//!   a flood of idle connections or of streams cannot lock the page out; only when every open
+//!   one owes an answer is the new one closed as soon as it is accepted.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -132,7 +133,7 @@ impl App {
         request: Request<Incoming>,
         owed: &Arc<Owed>,
     ) -> (Response<Body>, Owing) {
-        // HTTP/1.1 asks every request for exactly one `Host` (RFC 9112, section 3.2).
+        // HTTP/1.1 asks every request for exactly one `Host`; a server answers 400 otherwise.
         if request.headers().get_all(header::HOST).iter().count() != 1 {
             let detail = "a request names its host in exactly one Host header";
             let refused = refuse(StatusCode::BAD_REQUEST, "host_header", detail);

@@ -6,6 +6,7 @@
 //! erase or hide one it did.
 
 use std::borrow::Cow;
+use std::fmt::Write;
 
 /// Whether `c` shows as itself on a terminal: not a control character, and none of the
 /// invisible format characters that reorder or hide text, or break a line.
@@ -24,6 +25,30 @@ pub fn one_line(text: &str) -> Cow<'_, str> {
 /// `text` as the lines it holds, each showing what it holds: only its line breaks are kept.
 pub fn lines(text: &str) -> Cow<'_, str> {
     written_out(text, |c| c == '\n' || printable(c))
+}
+
+/// `json` (a document, pretty or not) as a terminal shows it: JSON escapes the C0 controls by
+/// itself (a line break, an escape), and each other character that does not print as itself
+/// (DEL, a C1 control, a bidirectional override, an invisible format character) is escaped
+/// here as `\uXXXX`. Outside its strings a JSON document holds only ASCII that prints, spaces
+/// and line breaks, so each such character stands in a string, where its escape reads back as
+/// the same text: the document means what it meant.
+pub fn json(json: String) -> String {
+    let kept = |c: char| c == '\n' || printable(c);
+    if json.chars().all(kept) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if kept(c) {
+            out.push(c);
+        } else {
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        }
+    }
+    out
 }
 
 fn written_out(text: &str, kept: impl Fn(char) -> bool) -> Cow<'_, str> {
@@ -54,5 +79,24 @@ mod tests {
         assert_eq!(one_line("x\u{1b}[2K\ry"), r"x\u{1b}[2K\u{d}y");
         assert_eq!(one_line("x\u{202e}y"), r"x\u{202e}y");
         assert_eq!(lines("a\nb\u{1b}[8m\n"), "a\nb\\u{1b}[8m\n");
+    }
+
+    /// JSON that quotes what a terminal would act on escapes it, and still reads back as the
+    /// same value.
+    #[test]
+    fn json_shows_what_it_holds() {
+        let value = serde_json::json!({ "said": "a\u{1b}[2K\u{7f}\u{9b}\u{202e}é\n", "n": [1] });
+        let pretty = serde_json::to_string_pretty(&value).expect("serializes");
+        let shown = json(pretty.clone());
+        assert!(shown.chars().all(|c| c == '\n' || printable(c)), "{shown}");
+        assert!(shown.contains(r"\u007f\u009b\u202eé"), "{shown}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&shown).ok(),
+            Some(value)
+        );
+        // A document with nothing to escape is itself.
+        let plain = serde_json::to_string_pretty(&serde_json::json!({ "a": "été" }));
+        let plain = plain.expect("serializes");
+        assert_eq!(json(plain.clone()), plain);
     }
 }
