@@ -103,7 +103,8 @@ pub enum Command {
         format: TableFormat,
     },
     /// Run both policies on both server fronts with the same inputs and print them side by
-    /// side: identical admissions, different costs; exits 1 if the admissions differ
+    /// side: identical admissions, different costs; exits 1 if the admissions differ in a way
+    /// the model does not predict for the work style, or a run failed
     Compare {
         /// Total work permits of a policy, 2 through 4
         #[arg(long, value_name = "N", default_value_t = Inputs::default().slots, allow_negative_numbers = true)]
@@ -120,8 +121,8 @@ pub enum Command {
     },
     /// Teach it live: serve a page on 127.0.0.1 that steps through a real run (Next, Space or
     /// →) and lets the room send requests; prints the page's addresses on stderr, then, at
-    /// Ctrl-C or Finish, the JSON report of the runs on stdout; exits 1 if a run differed from
-    /// the model or none was made
+    /// Ctrl-C or Finish, the JSON report of the runs on stdout and the page's verdict on
+    /// stderr; exits 1 if a run differed from the model or none was made
     Classroom {
         /// The first run's inputs (the page can start others).
         #[command(flatten)]

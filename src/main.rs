@@ -116,7 +116,18 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             };
             let session = runtime(classroom::run(config, announce))?;
             let report = session.map_err(|reason| fail(&format!("{reason:#}")))?;
-            emit(json(&report), report.verdict().as_deref())
+            let verdict = report.verdict();
+            let status = emit(json(&report), verdict.as_deref());
+            // The page's verdict, said on the terminal too: a failure by `emit`, a match here.
+            match verdict {
+                None if status == ExitCode::SUCCESS => say(
+                    "isolation-lab classroom",
+                    "session over: matches the model, every run matched; its JSON report went \
+                     to stdout",
+                    0,
+                ),
+                _ => status,
+            }
         }
         Some(Command::Compare {
             slots,

@@ -812,9 +812,17 @@ fn sigint_ends_the_session_with_its_report() {
             .expect("run to the end");
         assert_eq!(done.status(), 200);
     });
-    let (status, report) = interrupt(&mut child, lines);
+    let (status, report, stderr) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
     assert_eq!(report["matches_model"], true, "{report}");
+    // The terminal says the page's verdict, last.
+    let verdict = "isolation-lab classroom: session over: matches the model, every run matched; \
+                   its JSON report went to stdout";
+    assert_eq!(
+        stderr.last().map(String::as_str),
+        Some(verdict),
+        "{stderr:?}"
+    );
     assert_eq!(report["runs"][0]["policies"][0]["mode"], "partitioned");
     let address = base.trim_start_matches("http://");
     assert!(
@@ -831,7 +839,7 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     let (mut child, url, lines) = spawn(&["classroom", "--server", "threaded", "--mode", "shared"]);
     let (base, control) = base_and_control(&url);
     let runtime = common::runtime();
-    let (answer, (status, report)) = runtime.block_on(async move {
+    let (answer, (status, report, stderr)) = runtime.block_on(async move {
         let http = common::client();
         let post = |action: &str| {
             http.post(format!("{base}/control/{action}"))
@@ -861,6 +869,12 @@ fn sigint_mid_run_answers_the_room_and_reports_the_unfinished_run() {
     assert_eq!(status, Some(1), "{report}");
     let failure = report["runs"][0]["failure"].as_str().unwrap_or("");
     assert!(failure.contains("closed before its next step"), "{report}");
+    // The terminal says the page's verdict: the run's failure, in one line.
+    assert_eq!(
+        stderr.last(),
+        Some(&format!("isolation-lab: {failure}")),
+        "{stderr:?}"
+    );
     assert_eq!(report["room_requests"][0]["status"], 200);
     // Run 1 on the page is run 1 in the report: `runs[0]`.
     assert_eq!(report["room_requests"][0]["run"], 1, "{report}");
@@ -872,24 +886,28 @@ fn base_and_control(url: &str) -> (String, String) {
     (common::base_url(url).to_owned(), common::control_token(url))
 }
 
-/// Starts the binary with `args`; returns it, the instructor's URL it printed on stderr, and its
-/// stdout lines.
-fn spawn(args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
+/// What the binary writes, line by line as it comes: stdout (the JSON report), and stderr after
+/// the instructor's URL (the room's, the ways to end the session, then the verdict).
+struct Output {
+    stdout: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+}
+
+/// Starts the binary with `args`; returns it, the instructor's URL it printed on stderr, and
+/// what it writes then.
+fn spawn(args: &[&str]) -> (Child, String, Output) {
     spawn_command(Command::new(env!("CARGO_BIN_EXE_isolation-lab")), args)
 }
 
 /// [`spawn`], the binary limited to `descriptors` open files, soft and hard, so it cannot raise
 /// the limit.
-fn spawn_with_descriptors(
-    descriptors: libc::rlim_t,
-    args: &[&str],
-) -> (Child, String, mpsc::Receiver<String>) {
+fn spawn_with_descriptors(descriptors: libc::rlim_t, args: &[&str]) -> (Child, String, Output) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
     common::limited(&mut command, libc::RLIMIT_NOFILE, descriptors);
     spawn_command(command, args)
 }
 
-fn spawn_command(mut command: Command, args: &[&str]) -> (Child, String, mpsc::Receiver<String>) {
+fn spawn_command(mut command: Command, args: &[&str]) -> (Child, String, Output) {
     // A failed test's session (its thread panics, the binary keeps serving) ends with it.
     common::webdriver::die_with_parent(&mut command);
     // Its SIGINT caught, as the tests end it with one.
@@ -912,36 +930,50 @@ fn spawn_command(mut command: Command, args: &[&str]) -> (Child, String, mpsc::R
         }
     });
     let (found, url) = mpsc::channel();
+    let (said, after) = mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+        for line in lines.by_ref() {
             if let Some(at) = line.find("http://")
                 && line.contains("#control=")
             {
                 let _ = found.send(line[at..].trim().to_owned());
+                break;
             }
+        }
+        for line in lines {
+            let _ = said.send(line);
         }
     });
     let url = url
         .recv_timeout(GUARD)
         .expect("the instructor's URL on stderr");
-    (child, url, lines)
+    let output = Output {
+        stdout: lines,
+        stderr: after,
+    };
+    (child, url, output)
 }
 
-/// Sends SIGINT and waits (bounded) for the exit; returns the status and the JSON report.
-fn interrupt(child: &mut Child, lines: mpsc::Receiver<String>) -> (Option<i32>, Value) {
+/// Sends SIGINT and waits (bounded) for the exit; returns the status, the JSON report, and
+/// what the binary wrote on stderr after its URL.
+fn interrupt(child: &mut Child, output: Output) -> (Option<i32>, Value, Vec<String>) {
     let pid = i32::try_from(child.id()).expect("a pid");
     // SAFETY: `kill` takes plain integers; the child is ours and not yet reaped.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let started = Instant::now();
     let mut text = String::new();
     // The report ends the output; the reader thread ends with the pipe.
-    while let Ok(line) = lines.recv_timeout(GUARD.saturating_sub(started.elapsed())) {
+    let left = || GUARD.saturating_sub(started.elapsed());
+    while let Ok(line) = output.stdout.recv_timeout(left()) {
         text.push_str(&line);
         text.push('\n');
     }
     let status = child.wait().expect("the child is reaped").code();
     let report = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    (status, report)
+    // The reader thread ends with the pipe, which the exit closed.
+    let stderr = std::iter::from_fn(|| output.stderr.recv_timeout(left()).ok()).collect();
+    (status, report, stderr)
 }
 
 /// Measured, not asserted (run with `cargo test --release --test classroom -- --ignored
@@ -1034,7 +1066,7 @@ fn measure_memory_after_a_thousand_room_requests() {
     println!(
         "page: {page_bytes} bytes; VmRSS before the room: {before}, after 1 000 room requests: {after}"
     );
-    let (status, report) = interrupt(&mut child, lines);
+    let (status, report, _) = interrupt(&mut child, lines);
     assert_eq!(report["room_requests"].as_array().map(Vec::len), Some(1000));
     println!("exit status {status:?}");
 }
@@ -1369,7 +1401,7 @@ fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_ou
             "an old stream was not closed: {read:?}"
         );
     }
-    let (status, report) = interrupt(&mut child, lines);
+    let (status, report, _) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
     assert_eq!(report["failure"], Value::Null, "{report}");
     assert_eq!(report["matches_model"], true, "{report}");
@@ -1412,7 +1444,7 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
             "an idle connection was not closed: {read:?}"
         );
     }
-    let (status, report) = interrupt(&mut child, lines);
+    let (status, report, _) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
     assert_eq!(report["failure"], Value::Null, "{report}");
     assert_eq!(report["matches_model"], true, "{report}");
