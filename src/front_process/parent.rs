@@ -100,7 +100,7 @@ impl FrontProcess {
             Ok(Ok(None)) => "the front's process ended before it was ready".to_owned(),
             Ok(Err(e)) => format!("reading the front's first message: {e}"),
             Err(Stall::Stopped) => {
-                let reason = "its process was stopped by SIGSTOP before it was ready";
+                let reason = "its process was found stopped (SIGSTOP or another stop signal) before it was ready";
                 return Err(killed_stopped(reason, child).await);
             }
             Err(Stall::NoProgress) => {
@@ -245,7 +245,7 @@ async fn end(child: ChildProcess, reason: String) -> FrontError {
 }
 
 /// Why a child found stopped by a signal, once ready, was ended.
-const STOPPED: &str = "its process was stopped by SIGSTOP";
+const STOPPED: &str = "its process was found stopped (SIGSTOP or another stop signal)";
 
 /// Kills and reaps `child`, found stopped by a signal: it would neither answer nor exit when
 /// told. `reason` says it was found stopped.

@@ -644,14 +644,14 @@ mod tests {
     #[test]
     fn a_front_found_stopped_says_so_and_that_the_lab_killed_it() {
         let stopped = FrontError {
-            reason: "its process was stopped by SIGSTOP".into(),
+            reason: "its process was found stopped (SIGSTOP or another stop signal)".into(),
             found_stopped: true,
             ..killed(true)
         };
         let stopped = failure(Some(7), Stage::Holding, 10, stopped);
         assert_eq!(
             stopped.reason,
-            "its process was stopped by SIGSTOP, so the lab killed it (SIGKILL)"
+            "its process was found stopped (SIGSTOP or another stop signal), so the lab killed it (SIGKILL)"
         );
     }
 }

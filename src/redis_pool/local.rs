@@ -243,7 +243,10 @@ impl LocalRedis {
                     }
                 }
                 Err(Stall::Stopped) => {
-                    problem = Some("redis-server was stopped (SIGSTOP); killed".to_owned());
+                    problem = Some(
+                        "redis-server was found stopped (SIGSTOP or another stop signal); killed"
+                            .to_owned(),
+                    );
                     self.kill();
                 }
                 Err(Stall::NoProgress) => {

@@ -421,7 +421,7 @@ impl ReplicasRun {
                 timeout.as_secs()
             ),
             Stall::Stopped => {
-                anyhow!("{id} gave no decision on {request}: its process was stopped by SIGSTOP")
+                anyhow!("{id} gave no decision on {request}: its process was found stopped (SIGSTOP or another stop signal)")
             }
         })??;
         Ok(Sent {
@@ -782,7 +782,7 @@ impl ReplicasRun {
             }
             match read {
                 Ok(stat) if stat.stopped() && !replica.paused => {
-                    bail!("{id} was found stopped ({doing}): its process was stopped by SIGSTOP");
+                    bail!("{id} was found stopped ({doing}), by SIGSTOP or another stop signal");
                 }
                 Ok(_) => {}
                 Err(e) => bail!("reading {id}'s state ({doing}): {e}"),
@@ -896,7 +896,7 @@ impl ReplicasRun {
             .is_some_and(|local| is_stopped(local.pid()));
         if silent {
             trouble.get_or_insert_with(|| {
-                "the private redis-server was stopped (SIGSTOP): its log and the run's keys \
+                "the private redis-server was found stopped (SIGSTOP or another stop signal): its log and the run's keys \
                  went with it"
                     .to_owned()
             });

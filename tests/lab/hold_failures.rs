@@ -236,7 +236,8 @@ fn a_front_stopped_before_it_is_ready_is_reported_within_15_s() {
     };
     assert!(
         reason.contains("failed at rest")
-            && reason.contains("stopped by SIGSTOP before it was ready")
+            && reason
+                .contains("found stopped (SIGSTOP or another stop signal) before it was ready")
             && reason.contains("killed it (SIGKILL)"),
         "{reason}"
     );
@@ -330,7 +331,9 @@ fn stopped_and_continued(at: u64, continued: bool) {
     };
     // Worded as a front stopped before it is ready is: the one stop, seen wherever it lands.
     assert!(
-        failed.reason.contains("its process was stopped by SIGSTOP")
+        failed
+            .reason
+            .contains("its process was found stopped (SIGSTOP or another stop signal)")
             && failed.reason.contains("killed it (SIGKILL)"),
         "{failed:?}"
     );
