@@ -19,7 +19,8 @@
 //! `docs/design.md` ("The public surface") documents, so it cannot grow silently.
 //! - Inputs: [`policy`], [`label`] (modes, pools, routes, fronts, request labels), [`executor`]
 //!   (how slow work waits), [`coordinator`] (`Options`, one policy run and its steppable
-//!   sequence), [`hooks`] (the traits a test steps into a run with).
+//!   sequence), [`hooks`] (`Hooks`, where a test steps into a lab run; `hold` and `replicas`
+//!   have their own).
 //! - What a run gives back: [`report`], the [`evidence`] it carries (with the section's
 //!   records and the run's resources), and [`outcome`] (the prediction table's cells).
 //! - The instruments' entry points, a folder each: [`lab`] (`run*`, `predict*`, `block_on`,

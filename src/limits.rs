@@ -677,8 +677,8 @@ pub(crate) mod tests {
         );
     }
 
-    /// RLIMIT_DATA (here 64 MiB, as `prlimit --data=67108864`) counts every thread's stack and
-    /// the heap, so it too stops threads long before tasks; the refusal names it in bytes.
+    /// RLIMIT_DATA (here 64 MiB, as `prlimit --data=67108864`) counts every thread's stack but
+    /// the main one's, and the heap, so it too stops threads long before tasks; the refusal names it in bytes.
     #[test]
     fn a_private_memory_limit_stops_threads_long_before_tasks() {
         let limits = Limits {

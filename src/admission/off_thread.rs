@@ -8,7 +8,7 @@
 //! The handler may be cancelled while its wait is queued (a failed run closes then): the work
 //! leaves, and the wait, when a thread runs it at last, finds that it left and records nothing.
 //! A wait already running when its work leaves goes on: a thread blocked at the gate stays
-//! blocked until the gate opens.
+//! blocked until the gate opens, or is abandoned (a failed run's close).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,7 +25,8 @@ impl WorkSection {
     ///
     /// If the work has left by the time a thread runs the wait, it records nothing and waits
     /// for nothing: no one is there to take its answer. (If it leaves while the wait blocks at
-    /// the gate, the thread stays blocked until the gate opens, recording nothing more.)
+    /// the gate, the thread stays blocked until the gate opens or is abandoned, recording nothing
+    /// more.)
     pub(crate) fn wait_elsewhere(
         self: &Arc<Self>,
         work: &mut Work<'_>,

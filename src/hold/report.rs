@@ -74,8 +74,8 @@ pub struct MachineLimits {
     /// `hold`'s own when read, and room for a front's runtime and threads.
     #[serde(default)]
     pub base_address_space_kib: u64,
-    /// RLIMIT_DATA, soft, in bytes: private writable memory per process (the heap, and each
-    /// thread's stack).
+    /// RLIMIT_DATA, soft, in bytes: private writable memory per process (the heap, and every
+    /// thread's stack but the main one's).
     pub data: Option<u64>,
 }
 
