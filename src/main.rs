@@ -117,16 +117,17 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let session = runtime(classroom::run(config, announce))?;
             let report = session.map_err(|reason| fail(&format!("{reason:#}")))?;
             let verdict = report.verdict();
-            let status = emit(json(&report), verdict.as_deref());
-            // The page's verdict, said on the terminal too: a failure by `emit`, a match here.
-            match verdict {
-                None if status == ExitCode::SUCCESS => say(
+            // The page's verdict, said on the terminal too, once the report is out; a match is
+            // said only once the report went out whole.
+            match (write_out(json(&report), verdict.as_deref())?, verdict) {
+                (_, Some(verdict)) => fail(&verdict),
+                (true, None) => say(
                     "isolation-lab classroom",
                     "session over: matches the model, every run matched; its JSON report went \
                      to stdout",
                     0,
                 ),
-                _ => status,
+                (false, None) => ExitCode::SUCCESS,
             }
         }
         Some(Command::Compare {
@@ -229,27 +230,32 @@ fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
 /// Writes the rendered output, then exits 1 with `failure` if there is one (and with it what
 /// could not be written, if the output could not).
 fn emit(rendered: anyhow::Result<String>, failure: Option<&str>) -> ExitCode {
+    match write_out(rendered, failure) {
+        Ok(_) => failure.map_or(ExitCode::SUCCESS, fail),
+        Err(status) => status,
+    }
+}
+
+/// Writes the rendered output: `Ok(true)` when it was written whole, `Ok(false)` when its
+/// reader left before its end; `Err` with exit status 1 once it has said why it could not be
+/// rendered or written (after `failure`, if the run failed).
+fn write_out(rendered: anyhow::Result<String>, failure: Option<&str>) -> Result<bool, ExitCode> {
     // The run's own failure, if it failed, comes first: it happened first.
     let after_failure = |then: String| match failure {
         Some(failure) => format!("{failure}; then {then}"),
         None => then,
     };
-    let rendered = match rendered {
-        Ok(rendered) => rendered,
-        Err(reason) => return fail(&after_failure(format!("{reason:#}"))),
-    };
+    let rendered = rendered.map_err(|reason| fail(&after_failure(format!("{reason:#}"))))?;
     let mut stdout = std::io::stdout().lock();
     match writable(&stdout)
         .and_then(|()| stdout.write_all(rendered.as_bytes()))
         .and_then(|()| stdout.flush())
     {
+        Ok(()) => Ok(true),
         // A reader that closed the pipe early (`| head`) has what it wanted: not a crash.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            return fail(&after_failure(format!("cannot write to stdout: {e}")));
-        }
-        _ => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(fail(&after_failure(format!("cannot write to stdout: {e}")))),
     }
-    failure.map_or(ExitCode::SUCCESS, fail)
 }
 
 /// `Err` if `stdout` is open for reading only (`1</etc/hostname`): std takes a write that

@@ -8,13 +8,17 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
-/// Whether `c` shows as itself on a terminal: not a control character, and none of the
-/// invisible format characters that reorder or hide text, or break a line.
+/// Whether `c` shows as itself on a terminal: not a control character (C0, DEL, C1), and none
+/// of the invisible format characters that reorder or hide text, or break a line: the soft
+/// hyphen, the bidirectional marks, embeddings, overrides and isolates, the zero-width ones,
+/// the line and paragraph separators, the interlinear annotations, and the tag characters
+/// (invisible letters).
 pub(crate) fn printable(c: char) -> bool {
     !c.is_control()
         && !matches!(c,
-            '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}' | '\u{feff}')
+            '\u{ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
 }
 
 /// `text` as one line that shows what it holds: a line break is written out too.
@@ -27,15 +31,18 @@ pub fn lines(text: &str) -> Cow<'_, str> {
     written_out(text, |c| c == '\n' || printable(c))
 }
 
-/// `json` (a document, pretty or not) as a terminal shows it: JSON escapes the C0 controls by
-/// itself (a line break, an escape), and each other character that does not print as itself
-/// (DEL, a C1 control, a bidirectional override, an invisible format character) is escaped
-/// here as `\uXXXX`. Outside its strings a JSON document holds only ASCII that prints, spaces
-/// and line breaks, so each such character stands in a string, where its escape reads back as
-/// the same text: the document means what it meant.
+/// `json`, a document `serde_json` wrote (pretty or not), as a terminal shows it: JSON escapes
+/// the C0 controls by itself (a line break, an escape), and each other character that does not
+/// print as itself ([`printable`]: DEL, a C1 control, a bidirectional override, an invisible
+/// format character) is escaped here as `\uXXXX` (a pair of them above U+FFFF). Outside its
+/// strings such a document holds only ASCII that prints, spaces and line breaks, so each such
+/// character stands in a string, where its escape reads back as the same text: the document
+/// means what it meant.
 pub fn json(json: String) -> String {
+    // Most documents are printable ASCII and line breaks throughout: a pass over bytes says so.
+    let plain = |b: &u8| *b == b'\n' || (b' '..=b'~').contains(b);
     let kept = |c: char| c == '\n' || printable(c);
-    if json.chars().all(kept) {
+    if json.as_bytes().iter().all(plain) || json.chars().all(kept) {
         return json;
     }
     let mut out = String::with_capacity(json.len() + 16);
@@ -78,6 +85,7 @@ mod tests {
         assert_eq!(one_line("a\nb"), r"a\u{a}b");
         assert_eq!(one_line("x\u{1b}[2K\ry"), r"x\u{1b}[2K\u{d}y");
         assert_eq!(one_line("x\u{202e}y"), r"x\u{202e}y");
+        assert_eq!(one_line("x\u{ad}\u{e0041}y"), r"x\u{ad}\u{e0041}y");
         assert_eq!(lines("a\nb\u{1b}[8m\n"), "a\nb\\u{1b}[8m\n");
     }
 
@@ -85,11 +93,15 @@ mod tests {
     /// same value.
     #[test]
     fn json_shows_what_it_holds() {
-        let value = serde_json::json!({ "said": "a\u{1b}[2K\u{7f}\u{9b}\u{202e}é\n", "n": [1] });
+        let said = "a\u{1b}[2K\u{7f}\u{9b}\u{202e}é\u{e0041}\n";
+        let value = serde_json::json!({ "said": said, "n": [1] });
         let pretty = serde_json::to_string_pretty(&value).expect("serializes");
         let shown = json(pretty.clone());
         assert!(shown.chars().all(|c| c == '\n' || printable(c)), "{shown}");
-        assert!(shown.contains(r"\u007f\u009b\u202eé"), "{shown}");
+        assert!(
+            shown.contains(r"\u007f\u009b\u202eé\udb40\udc41"),
+            "{shown}"
+        );
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&shown).ok(),
             Some(value)

@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use crate::common::{self, Faults, StuckBeforeTheGate};
-use isolation_lab::cli::terminal::one_line;
+use isolation_lab::cli::terminal::{self, one_line};
 use isolation_lab::coordinator::Options;
 use isolation_lab::hooks::Hooks;
 use isolation_lab::label::Label;
@@ -81,7 +81,7 @@ fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
     };
     let shown = record::Shown::of(&saved, Path::new(file));
     let stdout = if json {
-        serde_json::to_string_pretty(&shown).expect("a record serializes") + "\n"
+        terminal::json(serde_json::to_string_pretty(&shown).expect("a record serializes")) + "\n"
     } else {
         shown.text()
     };
@@ -2159,8 +2159,9 @@ const EDITS: &[Edit] = &[
 
 /// The binary prints what [`record_here`] says, byte for byte, and exits with its status, in
 /// both formats, for every kind of file: a lab report and a classroom session that match, an
-/// edited report, a run and a session that did not match, a report of a shape no run writes,
-/// and what is not a report at all (text, a directory, no file).
+/// edited report (one of them quoting what a terminal would act on), a run and a session that
+/// did not match, a report of a shape no run writes, and what is not a report at all (text, a
+/// directory, no file).
 #[test]
 fn the_binary_prints_what_record_here_says() {
     let dir = scratch("binary");
@@ -2180,10 +2181,18 @@ fn the_binary_prints_what_record_here_says() {
         list(r, "/policies").push(shared);
     };
     record_edited(&dir, DEFAULT, twice, "twice.json");
+    // A bidirectional override, a C1 control, DEL and a tag character, which JSON leaves raw.
+    let quoting =
+        |r: &mut Value| r["runner"]["server"] = json!("hyper\u{202e}\u{9b}\u{7f}\u{e0041}");
+    record_edited(&dir, DEFAULT, quoting, "hidden.json");
+    let escaped = Recorded::of(&lab(&dir, &["record", "hidden.json", "--format", "json"]));
+    let said = r"hyper\u202e\u009b\u007f\udb40\udc41";
+    assert!(escaped.stdout.contains(said), "{}", escaped.stdout);
     std::fs::write(dir.join("text.json"), "not a report\n").expect("saved");
     std::fs::create_dir_all(dir.join("a-directory.json")).expect("made");
     let files = copies.into_iter().chain([
         "edited.json",
+        "hidden.json",
         "twice.json",
         "text.json",
         "a-directory.json",
