@@ -41,7 +41,7 @@ pub fn lines(text: &str) -> Cow<'_, str> {
 pub fn json(json: String) -> String {
     // Most documents are ASCII throughout, and serde_json has escaped every ASCII control but
     // DEL already: the standard library's scans (a word at a time) say so, where a loop of this
-    // crate's over the characters took about 0.3 M instructions of a default run.
+    // crate's over the bytes (built for size) took about 0.3 M instructions of a default run.
     let kept = |c: char| c == '\n' || printable(c);
     if (json.is_ascii() && !json.contains('\u{7f}')) || json.chars().all(kept) {
         return json;
