@@ -295,6 +295,17 @@ unsafe fn install(
 mod tests {
     use super::*;
 
+    /// `true` in the test run, once the calling test has run alone in a process of its own (as
+    /// the signals it raises are the whole process's): the test then returns. In that process,
+    /// `false`, with every signal back to its default ([`defaults`]).
+    fn elsewhere() -> bool {
+        if crate::child::test_child::alone() {
+            return true;
+        }
+        defaults();
+        false
+    }
+
     /// Every signal [`SIGNALS`] names back to its default, as a test child may inherit one
     /// ignored (`nohup`, a background job), which catching then leaves ignored.
     fn defaults() {
@@ -309,10 +320,9 @@ mod tests {
     /// it raises are the whole process's.
     #[tokio::test]
     async fn each_signal_is_caught_and_named() {
-        if crate::child::test_child::alone() {
+        if elsewhere() {
             return;
         }
-        defaults();
         let names = [
             "SIGINT",
             "SIGTERM",
@@ -345,10 +355,9 @@ mod tests {
     /// what it timed may count a stop. Alone in its process, as above.
     #[tokio::test]
     async fn a_continue_is_noted_and_ends_nothing() {
-        if crate::child::test_child::alone() {
+        if elsewhere() {
             return;
         }
-        defaults();
         let interrupts = Interrupts::catch().expect("catching");
         assert!(!interrupts.continued());
         // SAFETY (here and below): raise(3) has no memory effects; both signals are caught.
@@ -366,10 +375,9 @@ mod tests {
     /// nothing; the others are caught beside it. Alone in its process, as above.
     #[tokio::test]
     async fn an_ignored_signal_stays_ignored() {
-        if crate::child::test_child::alone() {
+        if elsewhere() {
             return;
         }
-        defaults();
         // SAFETY (here and below): signal(2) and raise(3) have no memory effects; SIGHUP is
         // ignored, SIGTERM caught.
         unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
@@ -386,10 +394,9 @@ mod tests {
     /// program, ends the child and does not wake the session.
     #[tokio::test]
     async fn a_forked_childs_signal_is_its_own() {
-        if crate::child::test_child::alone() {
+        if elsewhere() {
             return;
         }
-        defaults();
         let interrupts = Interrupts::catch().expect("catching");
         // SAFETY: the child calls only raise(3) and _exit(2), both async-signal-safe, so
         // forking a process with other threads is sound here.
