@@ -223,11 +223,22 @@ impl SessionRecord {
             failed.get_or_insert_with(|| "the session ran nothing, so nothing was checked".into());
         }
         let verdict = Recheck::of(findings, failed);
-        if matches!(verdict, Recheck::DoesNotHold { .. }) {
+        if let Recheck::DoesNotHold { findings } = &verdict {
             // An edited session vouches for none of its runs, even those whose own parts agree.
-            for run in &mut runs {
+            // Each run lists the findings that point into it, so that every finding is listed
+            // once under the session and at most once under a run, however many runs the file
+            // holds.
+            let mut own = vec![Vec::new(); runs.len()];
+            for finding in findings {
+                let run = finding.pointer.strip_prefix("/runs/");
+                let run = run.and_then(|p| p.split('/').next()?.parse::<usize>().ok());
+                if let Some(own) = run.and_then(|i| own.get_mut(i)) {
+                    own.push(finding.clone());
+                }
+            }
+            for (run, findings) in runs.iter_mut().zip(own) {
                 run.evidence.clear();
-                run.verdict = verdict.clone();
+                run.verdict = Recheck::DoesNotHold { findings };
                 run.matches_model = false;
             }
         }

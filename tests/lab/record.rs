@@ -3323,6 +3323,55 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     );
 }
 
+/// An edited session lists each contradiction once, and each of its runs (none vouched for)
+/// lists those that point into it: a session of many runs, each edited, costs what its runs
+/// cost, not their square.
+#[test]
+fn an_edited_sessions_runs_each_list_their_own_findings() {
+    let dir = scratch("edited-session");
+    let mut session = fixture("classroom-two-runs-room-gates.json");
+    let runs = list(&mut session, "/runs");
+    for run in runs.iter_mut() {
+        set(
+            run,
+            "/policies/0/fast_response_before_release/status",
+            json!(503),
+        );
+    }
+    let edited = runs[0].clone();
+    runs.extend(std::iter::repeat_n(edited, 8));
+    std::fs::write(dir.join("edited.json"), session.to_string()).expect("saved");
+    let output = record_here(&dir, "edited.json", true);
+    assert_eq!(output.code, 1, "{}", output.stderr);
+    let record: Value = serde_json::from_str(&output.stdout).expect("record JSON");
+    let pointers = |verdict: &Value| -> Vec<String> {
+        assert_eq!(verdict["verdict"], "does_not_hold", "{verdict}");
+        let findings = verdict["findings"].as_array().expect("findings");
+        (findings.iter())
+            .map(|f| f["pointer"].as_str().expect("a pointer").to_owned())
+            .collect()
+    };
+    let all = pointers(&record["verdict"]);
+    let runs = record["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 10);
+    let mut listed = 0;
+    for (i, run) in runs.iter().enumerate() {
+        let own = pointers(&run["verdict"]);
+        assert!(!own.is_empty(), "run {i} was edited too");
+        let prefix = format!("/runs/{i}/");
+        assert!(own.iter().all(|p| p.starts_with(&prefix)), "{own:?}");
+        assert!(own.iter().all(|p| all.contains(p)), "{own:?} in {all:?}");
+        assert_eq!(run["matches_model"], false);
+        assert_eq!(run["evidence"], json!([]));
+        listed += own.len();
+    }
+    let into_runs = all.iter().filter(|p| p.starts_with("/runs/")).count();
+    assert_eq!(
+        listed, into_runs,
+        "each finding in a run is listed under it once"
+    );
+}
+
 /// Text a report quotes cannot draw on the instructor's terminal: a server's description, a
 /// runtime and a failure's reason (a run's, and a session's run's) that carry an escape (erase the line, hide what follows), a
 /// carriage return or a line break, each with a fake verdict after it, are shown written out
