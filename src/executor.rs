@@ -288,6 +288,16 @@ impl Executor {
         flags
     }
 
+    /// The flags with which `isolation-lab predict`, which models the async front, expects
+    /// what this executor does on `front`. On the threaded front every connection has a thread
+    /// of its own whatever the work, so the lane is the usual run's, and no flag is needed.
+    pub(crate) fn predict_flags(&self, front: Front) -> String {
+        match front {
+            Front::Async => self.flags(),
+            Front::Threaded => String::new(),
+        }
+    }
+
     /// The runtime shape in words, for the report: which runtime runs what.
     pub(crate) fn describe(&self, front: Front) -> String {
         let runtime = self.workers().runtime();

@@ -276,6 +276,9 @@ pub struct Record {
     /// The flags of the run's executor (`--work …`), empty for the lab's usual run.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub executor_flags: String,
+    /// The executor's flags with which `isolation-lab predict` prints [`Record::prediction`].
+    #[serde(skip)]
+    predict_flags: String,
     /// The lab and version that wrote the report: `isolation-lab 0.1.0`.
     pub version: String,
     /// The language and runtime that ran it.
@@ -508,6 +511,7 @@ impl Record {
             report: file.to_owned(),
             command,
             executor_flags: report.executor.flags(),
+            predict_flags: report.executor.predict_flags(runner.front),
             version: format!("{} {}", runner.name, runner.version),
             runner: described,
             inputs,

@@ -21,7 +21,7 @@ pub(crate) fn render(record: &Record) -> String {
     let runner = one_line(&record.runner);
     let _ = writeln!(out, "Version: {}, {runner}", record.version);
     let inputs = &record.inputs;
-    let flags = inputs.flags() + &record.executor_flags;
+    let flags = inputs.flags() + &record.predict_flags;
     let _ = writeln!(
         out,
         "\nPrediction / mode / slots / held requests: {} / {} / {}",

@@ -2305,6 +2305,20 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         // Every pointer says what is there, and a request read only after release is told
         // after release, not among the held work or F1 before it.
         check_all(&report, &record, &shown);
+        // The model's table is what the `predict` command cited above it prints (which models
+        // the async front: a threaded run's is cited without its `--work`).
+        let (cited, table) = shown
+            .split_once("The policy model's, from isolation-lab ")
+            .and_then(|(_, after)| after.split_once(":\n"))
+            .expect("the model's table is cited");
+        let table = table.split("\n\n").next().expect("a table");
+        let predicted = lab(&dir, &cited.split(' ').collect::<Vec<_>>());
+        assert!(predicted.status.success(), "{cited}");
+        let predicted = text(&predicted.stdout);
+        assert!(
+            predicted.contains(table),
+            "{args:?}: {cited}:\n{predicted}\n{shown}"
+        );
         // The version line tells the lab's runtime from the front's own.
         if let Some(shape) = report["runner"]["front_runtime"].as_str() {
             let front = report["runner"]["front"].as_str().expect("a front");
