@@ -1613,6 +1613,25 @@ const EDITS: &[Edit] = &[
         "S2's refusal says the slow pool was held by F1, but at that moment the ledger shows it held by S1",
     ),
     (
+        "held_by given to an admission",
+        DEFAULT,
+        |r| {
+            r["policies"][0]["admissions"][0]["held_by"] = json!([]);
+        },
+        "S1's admission says the shared pool was held by none, but only a refusal says who held its pool",
+    ),
+    (
+        "held_by taken from a refusal",
+        DEFAULT,
+        |r| {
+            let f1 = r
+                .pointer_mut("/policies/0/admissions/2")
+                .expect("F1's refusal");
+            f1.as_object_mut().expect("an object").remove("held_by");
+        },
+        "F1's refusal does not say who held the shared pool, but at that moment the ledger shows it held by S1 S2",
+    ),
+    (
         "work events out of seq order",
         DEFAULT,
         |r| {
@@ -1778,6 +1797,18 @@ const EDITS: &[Edit] = &[
             );
         },
         "fast_response_before_release says F1 200, but F1's response in responses is 503 before release",
+    ),
+    (
+        "F1's body edited in one place only",
+        DEFAULT,
+        |r| {
+            set(
+                r,
+                "/policies/0/fast_response_before_release/body/pool",
+                json!("fast"),
+            );
+        },
+        "fast_response_before_release says F1's body is {\"error\":\"work_capacity_full\",\"pool\":\"fast\",\"request\":\"F1\"}, but F1's response in responses has the body {\"error\":\"work_capacity_full\",\"pool\":\"shared\",\"request\":\"F1\"}",
     ),
     (
         "a response after the ledger's end",

@@ -297,13 +297,22 @@ impl<'a> PolicyCheck<'a> {
                     a.request, a.active_after, a.pool, d.active_after
                 )
             } else if a.held_by != d.held_by {
-                format!(
-                    "{}'s refusal says the {} pool was held by {}, but at that moment the ledger shows it held by {}",
-                    a.request,
-                    a.pool,
-                    labels(a.held_by.iter().flatten()),
-                    labels(d.held_by.iter().flatten())
-                )
+                let (request, pool) = (a.request, a.pool);
+                match (&a.held_by, &d.held_by) {
+                    (Some(said), Some(held)) => format!(
+                        "{request}'s refusal says the {pool} pool was held by {}, but at that moment the ledger shows it held by {}",
+                        labels(said.iter()),
+                        labels(held.iter())
+                    ),
+                    (Some(said), None) => format!(
+                        "{request}'s admission says the {pool} pool was held by {}, but only a refusal says who held its pool",
+                        labels(said.iter())
+                    ),
+                    (None, held) => format!(
+                        "{request}'s refusal does not say who held the {pool} pool, but at that moment the ledger shows it held by {}",
+                        labels(held.iter().flatten())
+                    ),
+                }
             } else {
                 format!(
                     "{} was sent to {}, but its route is {}",
