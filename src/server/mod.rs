@@ -48,6 +48,11 @@ pub(crate) fn permits(front: Front) -> Permits {
     }
 }
 
+/// The accept queue `std` asks for when it listens (`listen(fd, 128)` on Linux), and so every
+/// run's listener: the kernel queues at most one connection more than this (fewer where
+/// `net.core.somaxconn` is lower), which bounds the accept queue a report can count.
+pub(crate) const STD_BACKLOG: usize = 128;
+
 /// Binds the lab's only address, for either front: an ephemeral port on the IPv4 loopback.
 /// Nothing on the command line or in the environment changes it.
 pub(crate) fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {

@@ -139,6 +139,21 @@ mod listener {
         assert!(!ListenerId::of(&other, address).is_closed());
     }
 
+    /// A run's listener queues what `STD_BACKLOG` says, which `record` relies on: Linux's
+    /// `TCP_INFO` gives a listening socket's backlog as `tcpi_sacked` (capped at
+    /// `net.core.somaxconn`).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_runs_listener_queues_what_std_backlog_says() {
+        use std::os::fd::AsFd;
+        let (listener, _) = bind_loopback().expect("127.0.0.1:0 binds");
+        let info = runtimes::tcp_info(listener.as_fd()).expect("TCP_INFO of a listener");
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn");
+        let somaxconn = somaxconn.ok().and_then(|s| s.trim().parse().ok());
+        let asked = STD_BACKLOG.min(somaxconn.unwrap_or(usize::MAX));
+        assert_eq!(info.tcpi_sacked as usize, asked);
+    }
+
     /// The pauses double from 1 ms to 64 ms; the failure after the last gives up, naming how
     /// many tries and how long they took. A success starts the pauses over.
     #[test]

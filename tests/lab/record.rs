@@ -2621,7 +2621,7 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
     // Edits that set one value.
     // A threaded front's run (four threads before F1) told as the async front's.
     let threaded = save(&dir, &["--server", "threaded"], "threaded.json");
-    let sets: [(&Value, &str, Value, &str); 11] = [
+    let sets: [(&Value, &str, Value, &str); 12] = [
         (
             &threaded,
             "/runner",
@@ -2637,6 +2637,15 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             "S2 is seen unread after event 2, but the accept queue is counted at 2, and with the 1 \
              sent after it and the 1 held by then the server would have accepted more than the 3 \
              connections it did",
+        ),
+        // The last look, which a stranger's connections may follow, counts more than the
+        // listener queues.
+        (
+            &blocked,
+            "/policies/0/executor/unread/1/accept_queue",
+            json!(130),
+            "F1 is seen unread after event 2, but the accept queue is counted at 130, more than \
+             the 129 connections a run's listener queues (its backlog of 128, and one more)",
         ),
         // The accept queue shrinks between two looks while the one worker blocks.
         (

@@ -9,6 +9,7 @@ use crate::evidence::{Moment, Phase};
 use crate::executor::Lane;
 use crate::label::Label;
 use crate::record::check::{on_executor, on_the_labs_own_thread, sent_before};
+use crate::server::STD_BACKLOG;
 
 use super::{PolicyCheck, Replayed};
 
@@ -270,6 +271,13 @@ impl<'a> PolicyCheck<'a> {
                     "it is sent only once {earlier} is decided, and the ledger decides \
                      {earlier} at seq {}",
                     d.seq
+                )
+            } else if seen.accept_queue > STD_BACKLOG + 1 {
+                format!(
+                    "the accept queue is counted at {}, more than the {} connections a run's \
+                     listener queues (its backlog of {STD_BACKLOG}, and one more)",
+                    seen.accept_queue,
+                    STD_BACKLOG + 1
                 )
             } else if seen.accept_queue <= i {
                 // Its connection waits in the accept queue, the last of those seen so far.
