@@ -8,17 +8,20 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
-/// Whether `c` shows as itself on a terminal: not a control character (C0, DEL, C1), and none
-/// of the invisible format characters that reorder or hide text, or break a line: the soft
-/// hyphen, the bidirectional marks, embeddings, overrides and isolates, the zero-width ones,
-/// the line and paragraph separators, the interlinear annotations, and the tag characters
+/// Whether `c` shows as itself on a terminal: not a control character (C0, DEL, C1), not a
+/// line or paragraph separator or an interlinear annotation, and none of Unicode's
+/// default-ignorable code points, of which a terminal shows nothing: the soft hyphen, the
+/// bidirectional marks, embeddings, overrides and isolates, the zero-width ones, the fillers,
+/// the variation selectors, the musical and shorthand format controls, and the tag characters
 /// (invisible letters).
 pub(crate) fn printable(c: char) -> bool {
     !c.is_control()
         && !matches!(c,
-            '\u{ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
-            | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
-            | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}')
+            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}'..='\u{1160}' | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}'
+            | '\u{ffa0}' | '\u{fff0}'..='\u{fffb}' | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
 }
 
 /// `text` as one line that shows what it holds: a line break is written out too.
@@ -87,6 +90,10 @@ mod tests {
         assert_eq!(one_line("x\u{1b}[2K\ry"), r"x\u{1b}[2K\u{d}y");
         assert_eq!(one_line("x\u{202e}y"), r"x\u{202e}y");
         assert_eq!(one_line("x\u{ad}\u{e0041}y"), r"x\u{ad}\u{e0041}y");
+        // Unicode's default-ignorable code points: a filler, a deprecated format character, a
+        // variation selector, a musical format control.
+        let invisible = "x\u{3164}\u{206f}\u{fe0f}\u{1d173}y";
+        assert_eq!(one_line(invisible), r"x\u{3164}\u{206f}\u{fe0f}\u{1d173}y");
         assert_eq!(lines("a\nb\u{1b}[8m\n"), "a\nb\\u{1b}[8m\n");
     }
 
