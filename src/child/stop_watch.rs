@@ -55,9 +55,9 @@ pub(crate) struct StopWatch {
     looked: (Instant, u64),
     /// Time the looks have not yet told as a stop or as the lab being busy: a gap of [`AWAY`]
     /// or more found without a continue counted yet (the handler may run on another thread a
-    /// moment after this one wakes from the stop), or looks that came quicker than a tick. The
-    /// next look counts it if it sees the continue; while it is not zero, a [`watched`] wait
-    /// does not end at its deadline.
+    /// moment after this one wakes from the stop), and the looks that came quicker than a tick
+    /// after it. The next look counts it if it sees the continue; while it is not zero, a
+    /// [`watched`] wait does not end at its deadline.
     unsettled: Duration,
     stopped: Duration,
 }
@@ -93,9 +93,10 @@ impl StopWatch {
             }
         } else if gap >= AWAY {
             self.unsettled = gap;
-        } else if gap < STOPPED_WATCH {
-            // Too soon after the last look to tell; a look a tick later, still without a
-            // continue, finds the gap was the lab being busy, not stopped.
+        } else if gap < STOPPED_WATCH && !unsettled.is_zero() {
+            // Too soon after a long gap to tell; a look a tick later, still without a
+            // continue, finds the gap was the lab being busy, not stopped. Short gaps alone
+            // are not kept: they would hold off the deadline, and count as a later stop.
             self.unsettled = unsettled + gap;
         }
     }
@@ -189,6 +190,41 @@ mod tests {
         let waited = watched_within(this_process(), Duration::from_secs(10), never).await;
         assert_eq!(waited, Err(Stall::NoProgress));
         assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    /// A deadline between two ticks ends the wait then, though a tick has just looked.
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_between_two_looks_ends_the_wait_then() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let started = Instant::now();
+        let never = std::future::pending::<()>();
+        let timeout = Duration::from_millis(10_100);
+        let waited = watched_within(this_process(), timeout, never).await;
+        assert_eq!(waited, Err(Stall::NoProgress));
+        assert_eq!(started.elapsed(), timeout);
+    }
+
+    /// A lab that looks often (what it waits for comes every 10 ms) and is then stopped for
+    /// 3 s is counted stopped for those 3 s, not for the time it spent looking as well.
+    #[tokio::test(start_paused = true)]
+    async fn quick_looks_are_not_counted_as_a_stop() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let mut watch = stop_watch();
+        let mut deadline = Instant::now() + Duration::from_secs(10);
+        for _ in 0..500 {
+            let comes = tokio::time::sleep(Duration::from_millis(10));
+            let came = watched(this_process(), &mut watch, &mut deadline, comes).await;
+            assert_eq!(came, Ok(()));
+            deadline = Instant::now() + Duration::from_secs(10);
+        }
+        tokio::time::advance(Duration::from_secs(3)).await;
+        note_continued(libc::SIGCONT);
+        let now = std::future::ready(());
+        assert_eq!(
+            watched(this_process(), &mut watch, &mut deadline, now).await,
+            Ok(())
+        );
+        assert_eq!(watch.stopped(), Duration::from_secs(3));
     }
 
     /// Waits 6 s on `waiting`, which must still be waiting then, and then jumps the clock
