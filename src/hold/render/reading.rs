@@ -242,8 +242,9 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
         .count();
     let ceiling = match ceiling {
         Some(reach) => format!(
-            "; its ceiling here is {} held requests, set by {} = {}",
+            "; its ceiling here is {} held request{}, set by {} = {}",
             count(reach.held),
+            if reach.held == 1 { "" } else { "s" },
             reach.ceiling,
             reach.value
         ),

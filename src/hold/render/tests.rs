@@ -124,6 +124,29 @@ fn the_reading_follows_the_figures() {
     );
 }
 
+/// Each front's reach is said from the preflight, in words that fit its number.
+#[test]
+fn the_reach_is_said_with_its_ceiling() {
+    let mut report = recorded();
+    let preflight = report
+        .preflight
+        .as_mut()
+        .expect("the fixture has a preflight");
+    let reach = preflight
+        .reach
+        .get_mut(&Front::Async)
+        .expect("the async front's reach");
+    let reach = reach.as_mut().expect("a ceiling");
+    reach.held = 1;
+    // The reading wraps its lines; the words are the same either way.
+    let reading = text(&report)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said = "its ceiling here is 1 held request, set by RLIMIT_NOFILE = ";
+    assert!(reading.contains(said), "{reading}");
+}
+
 /// Kernel stack is read machine-wide, so it is the front's only where the front's own threads
 /// grew: other processes' threads that came and went meanwhile are not the async front's.
 #[test]
