@@ -228,15 +228,16 @@ impl SessionRecord {
             // Each run lists the findings that point into it, so that every finding is listed
             // once under the session and at most once under a run, however many runs the file
             // holds.
-            let mut own = vec![Vec::new(); runs.len()];
+            let mut each_runs = vec![Vec::new(); runs.len()];
             for finding in findings {
                 let run = finding.pointer.strip_prefix("/runs/");
                 let run = run.and_then(|p| p.split('/').next()?.parse::<usize>().ok());
-                if let Some(own) = run.and_then(|i| own.get_mut(i)) {
-                    own.push(finding.clone());
+                if let Some(its) = run.and_then(|i| each_runs.get_mut(i)) {
+                    its.push(finding.clone());
                 }
             }
-            for (run, findings) in runs.iter_mut().zip(own) {
+            // A run nothing points into lists none: it is not vouched for all the same.
+            for (run, findings) in runs.iter_mut().zip(each_runs) {
                 run.evidence.clear();
                 run.verdict = Recheck::DoesNotHold { findings };
                 run.matches_model = false;

@@ -48,9 +48,10 @@ pub(crate) fn permits(front: Front) -> Permits {
     }
 }
 
-/// The accept queue `std` asks for when it listens (`listen(fd, 128)` on Linux), and so every
-/// run's listener: the kernel queues at most one connection more than this (fewer where
-/// `net.core.somaxconn` is lower), which bounds the accept queue a report can count.
+/// The accept queue `std` asks for when it listens (`listen(fd, 128)` on Linux), and so the
+/// listener of every run of the lab ([`bind_loopback`]; a `hold` front's is sized for its count):
+/// the kernel queues at most one connection more than this (fewer where `net.core.somaxconn`
+/// is lower), which bounds the accept queue a report can count.
 pub(crate) const STD_BACKLOG: usize = 128;
 
 /// Binds the lab's only address, for either front: an ephemeral port on the IPv4 loopback.
@@ -62,7 +63,7 @@ pub(crate) fn bind_loopback() -> std::io::Result<(TcpListener, SocketAddr)> {
 }
 
 /// [`bind_loopback`], listening with an accept queue of `backlog` connections (the kernel caps
-/// it at `net.core.somaxconn`) instead of the 128 `std` asks for: a front that is sent
+/// it at `net.core.somaxconn`) instead of the [`STD_BACKLOG`] `std` asks for: a front that is sent
 /// thousands of connections at once needs room to queue them while it accepts.
 pub(crate) fn bind_loopback_with_backlog(
     backlog: u32,
