@@ -482,6 +482,39 @@ async fn room(page: &Page, url: &str) {
     assert!(text(&watching, "room").contains("lab-room: "), "{watching}");
     assert!(text(&watching, "s2").contains("refused 503"), "{watching}");
     page.open(url).await;
+    // A room that sends more than fits: the sequence's lanes stay, then the room's latest, in
+    // the order they came, and a line counts the rest.
+    let lanes =
+        r#"return [...document.querySelectorAll('#lanes .lane')].map((l) => l.dataset.request);"#;
+    let before = page.browser.execute(lanes, &[]).await.expect("the lanes");
+    let sequence: Vec<Value> = (before.as_array().expect("a list").iter())
+        .filter(|r| !r.as_str().is_some_and(|r| r.starts_with('R')))
+        .cloned()
+        .collect();
+    for _ in 0..60 {
+        let fast = http
+            .get(format!("{base}/fast"))
+            .header("lab-room", token)
+            .send();
+        assert_eq!(fast.await.expect("answered").status(), 200);
+    }
+    page.until(r#"!!document.querySelector('.lane[data-request="R62"]')"#)
+        .await;
+    let after = page.browser.execute(lanes, &[]).await.expect("the lanes");
+    let after = after.as_array().expect("a list");
+    let (rooms, kept): (Vec<&Value>, Vec<&Value>) =
+        (after.iter()).partition(|r| r.as_str().is_some_and(|r| r.starts_with('R')));
+    assert_eq!(kept.into_iter().cloned().collect::<Vec<_>>(), sequence);
+    let shown = rooms.len();
+    assert!((1..62).contains(&shown), "{after:?}");
+    let latest: Vec<Value> = (63 - shown..=62).map(|n| json!(format!("R{n}"))).collect();
+    assert_eq!(rooms.into_iter().cloned().collect::<Vec<_>>(), latest);
+    let more = "const box = document.getElementById('lanes'); \
+                return [box.querySelector('.more')?.textContent, box.scrollHeight <= box.clientHeight];";
+    let more = page.browser.execute(more, &[]).await.expect("the count");
+    let hidden = 62 - shown;
+    let says = format!("… and {hidden} earlier requests from the room (in the ledger)");
+    assert_eq!(more, json!([says, true]));
     let seen = page.press("roomtoggle").await;
     assert_eq!(text(&seen, "room"), "", "{seen}");
     page.press("gateopen").await;
