@@ -181,6 +181,17 @@ mod tests {
     /// `note_continued` must not land in another's wait.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+    /// A wait's setting: this test alone ([`ONE_AT_A_TIME`]), a deadline 10 s from now, and a
+    /// fresh watch.
+    async fn alone_for_ten_seconds() -> (tokio::sync::MutexGuard<'static, ()>, Instant, StopWatch) {
+        let alone = ONE_AT_A_TIME.lock().await;
+        (
+            alone,
+            Instant::now() + Duration::from_secs(10),
+            stop_watch(),
+        )
+    }
+
     /// Nothing comes: the wait ends at its deadline, having looked all along.
     #[tokio::test(start_paused = true)]
     async fn a_wait_with_nothing_coming_ends_at_its_deadline() {
@@ -209,9 +220,7 @@ mod tests {
     /// it spent looking as well.
     #[tokio::test(start_paused = true)]
     async fn quick_looks_are_not_counted_as_a_stop() {
-        let _alone = ONE_AT_A_TIME.lock().await;
-        let mut watch = stop_watch();
-        let mut deadline = Instant::now() + Duration::from_secs(10);
+        let (_alone, mut deadline, mut watch) = alone_for_ten_seconds().await;
         for _ in 0..500 {
             tokio::time::advance(Duration::from_millis(10)).await;
             let came = std::future::ready(());
@@ -243,9 +252,7 @@ mod tests {
     /// and the watch counts the stop.
     #[tokio::test(start_paused = true)]
     async fn a_stop_of_the_labs_own_does_not_count() {
-        let _alone = ONE_AT_A_TIME.lock().await;
-        let mut deadline = Instant::now() + Duration::from_secs(10);
-        let mut watch = stop_watch();
+        let (_alone, mut deadline, mut watch) = alone_for_ten_seconds().await;
         let never = std::future::pending::<()>();
         let back = {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
@@ -269,9 +276,7 @@ mod tests {
     /// one counts the stop.
     #[tokio::test(start_paused = true)]
     async fn a_continue_counted_a_moment_late_still_counts() {
-        let _alone = ONE_AT_A_TIME.lock().await;
-        let mut deadline = Instant::now() + Duration::from_secs(10);
-        let mut watch = stop_watch();
+        let (_alone, mut deadline, mut watch) = alone_for_ten_seconds().await;
         let never = std::future::pending::<()>();
         {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
@@ -292,9 +297,7 @@ mod tests {
     /// A stop the wait ends on (what it waited for came meanwhile) is counted too.
     #[tokio::test(start_paused = true)]
     async fn a_stop_that_ends_a_wait_is_counted() {
-        let _alone = ONE_AT_A_TIME.lock().await;
-        let mut deadline = Instant::now() + Duration::from_secs(10);
-        let mut watch = stop_watch();
+        let (_alone, mut deadline, mut watch) = alone_for_ten_seconds().await;
         let (send, comes) = tokio::sync::oneshot::channel::<()>();
         {
             let waiting = watched(this_process(), &mut watch, &mut deadline, comes);
@@ -312,9 +315,7 @@ mod tests {
     /// stopped: the wait ends at its deadline, and nothing is counted.
     #[tokio::test(start_paused = true)]
     async fn a_busy_lab_is_not_stopped() {
-        let _alone = ONE_AT_A_TIME.lock().await;
-        let mut deadline = Instant::now() + Duration::from_secs(10);
-        let mut watch = stop_watch();
+        let (_alone, mut deadline, mut watch) = alone_for_ten_seconds().await;
         let never = std::future::pending::<()>();
         {
             let waiting = watched(this_process(), &mut watch, &mut deadline, never);
