@@ -280,13 +280,13 @@ pub struct ExecutorArgs {
 
     /// The async front's own runtime: current-thread, or 1 through 4 workers (default:
     /// current-thread; with --work await and no --workers, the lab's own runtime)
-    #[arg(long, value_name = "current-thread|N")]
+    #[arg(long, value_name = "current-thread|N", allow_negative_numbers = true)]
     pub workers: Option<Workers>,
 
     /// The most threads the front runtime's blocking pool starts (Tokio's
     /// max_blocking_threads), 1 through 512; only with --work spawn-blocking, the one style
     /// whose work runs there
-    #[arg(long, value_name = "K", default_value_t = BlockingThreads::default())]
+    #[arg(long, value_name = "K", default_value_t = BlockingThreads::default(), allow_negative_numbers = true)]
     pub blocking_threads: BlockingThreads,
 }
 
@@ -354,9 +354,15 @@ fn refuse_executor(
         (None, true) => "--blocking-threads",
         (None, false) => return None,
     };
+    // Advice that is taken as given: a blocking pool is sized only for spawn-blocking work.
+    let instead = if blocking_given {
+        "--server async --work spawn-blocking"
+    } else {
+        "--server async"
+    };
     Some(format!(
         "{flag} shapes the async front's runtime; the threaded front has none (a thread per \
-         connection): use --server async"
+         connection): use {instead}"
     ))
 }
 
@@ -694,8 +700,17 @@ where
             instead(sub).map(|instead| format!("{sub} is missing its argument: {instead}"))
         }
         ErrorKind::InvalidUtf8 => {
+            // The flag whose value it is: the word's own (`--held=…`), or the word before it
+            // (`--held …`). A flag's name itself is ASCII, so it survives `to_string_lossy`.
             let bad = args.iter().position(|a| a.to_str().is_none()).unwrap_or(0);
-            let flag = words[..bad].iter().rev().find(|w| w.starts_with("--"));
+            let flag = match (words[bad].split_once('='), bad.checked_sub(1)) {
+                (Some((flag, _)), _) => {
+                    Some(flag).filter(|flag| flag.starts_with("--") && flag.is_ascii())
+                }
+                (None, Some(before)) => Some(words[before].as_str())
+                    .filter(|before| before.starts_with("--") && !before.contains('=')),
+                (None, None) => None,
+            };
             Some(match flag {
                 Some(flag) => format!(
                     "the value of {flag} is not UTF-8 text; it takes plain digits or a name"
@@ -892,6 +907,21 @@ mod tests {
                 None,
             ),
             (
+                "--work block --workers -0",
+                "expected current-thread or a whole number of workers from 1 through 4",
+                None,
+            ),
+            (
+                "predict --work block --workers -1",
+                "expected current-thread or a whole number of workers from 1 through 4",
+                None,
+            ),
+            (
+                "--work spawn-blocking --blocking-threads -0",
+                "expected a whole number from 1 through 512",
+                None,
+            ),
+            (
                 "sweep --held 3",
                 "sweep runs every --slots/--held input itself",
                 Some("isolation-lab sweep [OPTIONS]"),
@@ -932,12 +962,41 @@ mod tests {
             let shown = message.lines().find_map(|l| l.strip_prefix("Usage: "));
             assert_eq!(shown, usage, "{args}: {message}");
         }
-        let bytes = std::ffi::OsStr::from_bytes(b"\xff").to_owned();
-        let message = said(vec!["--slots".into(), bytes]);
-        assert!(
-            message.contains("the value of --slots is not UTF-8"),
-            "{message}"
-        );
+        // The threaded front's advice, followed, is taken.
+        for args in [
+            "sweep --server threaded --blocking-threads 1",
+            "--server threaded --workers 2",
+            "--server threaded --workers 2 --blocking-threads 4",
+        ] {
+            let message = said(words(args));
+            let (_, advice) = message.split_once(": use ").expect("advice");
+            let advice = advice.lines().next().expect("a line");
+            let followed = args.replace("--server threaded", advice);
+            let followed = std::iter::once("isolation-lab").chain(followed.split(' '));
+            assert!(super::parse(followed).is_ok(), "{args}: {message}");
+        }
+        // The flag named is the one whose value is not UTF-8, however it is given.
+        let bytes = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_owned();
+        for (args, says) in [
+            (
+                vec!["--slots".into(), bytes(b"\xff")],
+                "the value of --slots is not",
+            ),
+            (vec![bytes(b"--slots=\xff")], "the value of --slots is not"),
+            (
+                vec![
+                    "predict".into(),
+                    "--work".into(),
+                    "block".into(),
+                    bytes(b"--held=\xff"),
+                ],
+                "the value of --held is not",
+            ),
+            (vec![bytes(b"--sl\xffots=3")], "unexpected argument"),
+        ] {
+            let message = said(args);
+            assert!(message.contains(says), "{message}");
+        }
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("Examples:"), "{help}");
     }
