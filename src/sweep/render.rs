@@ -4,6 +4,7 @@ use std::fmt::Write;
 
 use crate::draw::table::{columns, row, wrap};
 use crate::label::Label;
+use crate::outcome::ExecutorOutcome;
 use crate::policy::{Held, Mode, Slots};
 use crate::sweep::{Sweep, SweepRun};
 
@@ -51,11 +52,22 @@ pub fn render(sweep: &Sweep) -> String {
              not run: after a run that failed, the sweep stopped.\n",
         );
     }
-    if !sweep.executor.is_default() {
-        out.push_str(
-            "u: requests unread until release, every worker blocked (F1 (200): answered only\n\
-             after release); q: admitted work queued for a thread, its permit held.\n",
+    // The marks a cell shows, each told only where some cell shows it.
+    let shown = |mark: fn(&ExecutorOutcome) -> bool| {
+        (sweep.runs.iter()).any(|run| run.outcome.executor.as_ref().is_some_and(mark))
+    };
+    let mut marks = Vec::new();
+    if shown(|waiting| !waiting.unread.is_empty()) {
+        marks.push(
+            "u: requests unread until release, every worker blocked (F1 (200): answered only \
+             after release)",
         );
+    }
+    if shown(|waiting| !waiting.queued.is_empty()) {
+        marks.push("q: admitted work queued for a thread, its permit held");
+    }
+    if !marks.is_empty() {
+        out.push_str(&wrap(&format!("{}.", marks.join("; ")), "", "", 80));
     }
     // A run that did not match carries its reason (`PolicyRun::reason`).
     let differing: Vec<(&SweepRun, &str)> = sweep
@@ -130,4 +142,83 @@ fn cell(run: &SweepRun) -> String {
         "{admitted}/{} {f1} {idle}{waiting}{flag}",
         count(&outcome.refused_slow)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+    use crate::outcome::Outcome;
+    use crate::policy::{Front, Policy};
+    use crate::sweep::Sweep;
+
+    /// The sweep the model predicts on `front` with `executor`: every run as it should go.
+    fn predicted(front: Front, executor: Executor) -> Sweep {
+        let mut runs = Vec::new();
+        for mode in Mode::ALL {
+            for (slots, held) in Slots::all().flat_map(|s| Held::all().map(move |h| (s, h))) {
+                let outcome =
+                    Outcome::predicted_on(Policy { mode, slots }, held, (front, executor));
+                runs.push(SweepRun {
+                    mode,
+                    slots,
+                    held,
+                    outcome,
+                    matches_model: true,
+                    failure: None,
+                    failed: false,
+                });
+            }
+        }
+        let matches_model = true;
+        Sweep {
+            front,
+            executor,
+            runs,
+            matches_model,
+        }
+    }
+
+    /// The legend tells a mark exactly where some cell shows it.
+    #[test]
+    fn the_legend_tells_only_the_marks_shown() {
+        let shape = |work, workers, blocking| {
+            let blocking = BlockingThreads::new(blocking).expect("in range");
+            Executor::new(work, workers, blocking)
+        };
+        let one = Workers::CurrentThread;
+        for (front, executor, unread, queued) in [
+            (Front::Async, shape(WorkStyle::Block, one, 512), true, false),
+            (
+                Front::Async,
+                shape(WorkStyle::SpawnBlocking, one, 1),
+                false,
+                true,
+            ),
+            (
+                Front::Async,
+                shape(WorkStyle::Await, Workers::Threads(2), 512),
+                false,
+                false,
+            ),
+            (
+                Front::Threaded,
+                Executor {
+                    work: WorkStyle::Block,
+                    ..Executor::default()
+                },
+                false,
+                false,
+            ),
+        ] {
+            let text = render(&predicted(front, executor));
+            let cells = text.lines().filter(|l| l.starts_with("slots "));
+            let cells: String = cells.collect();
+            let said = format!("{front:?} {executor:?}:\n{text}");
+            assert_eq!(cells.contains(" u"), unread, "{said}");
+            assert_eq!(text.contains("u: requests unread"), unread, "{said}");
+            assert_eq!(cells.contains(" q"), queued, "{said}");
+            assert_eq!(text.contains("q: admitted work queued"), queued, "{said}");
+        }
+    }
 }
