@@ -163,6 +163,10 @@ fn f1_before_release(outcome: &Outcome) -> String {
         .executor
         .as_ref()
         .map_or(&[][..], |e| e.queued.as_slice());
+    // Seen unread, then the run failed before it was answered.
+    if outcome.f1_before_release.is_none() && unread_f1(outcome) {
+        return "no answer: unread".to_owned();
+    }
     or_not_reached(outcome.f1_before_release.as_ref(), |f1| match f1.status {
         status if f1.unread_until_release => format!("no answer: unread ({status} after)"),
         200 => format!("200 ({} permit)", f1.pool),
@@ -200,11 +204,21 @@ fn probes(outcome: &Outcome) -> String {
     })
 }
 
-/// The requests the executor made wait: `S2 F1 unread`, `S3 queued`, or `none`.
+/// Whether F1 was seen waiting unread for the executor.
+fn unread_f1(outcome: &Outcome) -> bool {
+    (outcome.executor.as_ref()).is_some_and(|waiting| waiting.unread.contains(&Label::F1))
+}
+
+/// The requests the executor made wait: `S2 F1 unread`, `S3 queued`, or `none` once F1, the
+/// last request sent before release, was answered or seen unread.
 fn waiting_for_the_executor(outcome: &Outcome) -> String {
     let Some(waiting) = &outcome.executor else {
         return "-".to_owned();
     };
+    let f1_reached = outcome.f1_before_release.is_some() || unread_f1(outcome);
+    if waiting.unread.is_empty() && waiting.queued.is_empty() && !f1_reached {
+        return "not reached".to_owned();
+    }
     let mut parts = Vec::new();
     if !waiting.unread.is_empty() {
         parts.push(format!("{} unread", labels(&waiting.unread)));
@@ -347,5 +361,22 @@ mod tests {
         );
         assert!(!words.contains("differs from the model:"), "{text}");
         assert!(!words.contains("matched"), "{text}");
+        // F1 was seen unread, then the run failed before it was answered: it was reached.
+        let row = |heading: &str| {
+            let line = text.lines().find(|l| l.starts_with(heading));
+            line.map(|l| l[heading.len()..].trim().to_owned())
+        };
+        assert_eq!(
+            row("F1 before release").as_deref(),
+            Some("no answer: unread")
+        );
+        let waiting = row("waiting for the executor");
+        assert_eq!(waiting.as_deref(), Some("S2 F1 unread"));
+        // A run that failed before sending anything saw nothing wait, and says not reached.
+        let mut outcome = Outcome::observed(&report.policies[0]);
+        let executor = outcome.executor.as_mut().expect("watched");
+        executor.unread.clear();
+        assert_eq!(waiting_for_the_executor(&outcome), "not reached");
+        assert_eq!(f1_before_release(&outcome), "not reached");
     }
 }
