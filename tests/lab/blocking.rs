@@ -336,7 +336,36 @@ fn the_picture_draws_the_wait_and_the_heartbeat() {
         0,
         "the workers stayed free"
     );
+    // The legend tells each mark only where one is drawn.
+    let legend = |svg: &str| {
+        let document = roxmltree::Document::parse(svg).expect("well-formed SVG");
+        let lines = document
+            .descendants()
+            .filter(|n| n.has_tag_name("text") && n.attribute("class") == Some("executor-legend"));
+        let lines: Vec<&str> = lines.filter_map(|n| n.text()).collect();
+        lines.join(" ")
+    };
+    assert!(legend(&svg).contains("Dashed outline"), "{svg}");
+    assert!(!legend(&svg).contains("red:"), "{svg}");
     let usual = draw(Inputs::default(), Executor::default());
     assert_eq!(count(&usual, "g", "heartbeat", None), 0);
     assert_eq!(count(&usual, "g", "waiting", None), 0);
+    assert_eq!(legend(&usual), "");
+    // A blocked run that failed after S2 and F1 were seen unread: they are drawn unread to its
+    // end, not as never reached, and the lesson's red line is not drawn.
+    let saved = include_str!("../fixtures/block-out-of-descriptors.json");
+    let failed: isolation_lab::report::Report = serde_json::from_str(saved).expect("a report");
+    let svg = picture::render(&failed);
+    assert_eq!(count(&svg, "g", "waiting", Some("unread")), 2);
+    assert_eq!(count(&svg, "line", "still", None), 0);
+    assert!(!legend(&svg).contains("red:"), "{svg}");
+    let document = roxmltree::Document::parse(&svg).expect("well-formed SVG");
+    for request in ["S2", "F1"] {
+        let lane = document.descendants().find(|n| {
+            n.attribute("class") == Some("lane") && n.attribute("data-request") == Some(request)
+        });
+        let lane = lane.expect("a lane");
+        let words = lane.descendants().filter_map(|n| n.text());
+        assert!(words.clone().all(|w| !w.contains("no event")), "{request}");
+    }
 }

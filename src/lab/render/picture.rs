@@ -15,7 +15,7 @@ use std::fmt::{self, Write};
 use std::iter;
 
 use crate::admission::ledger::Event;
-use crate::evidence::Moment;
+use crate::evidence::{ExecutorEvidence, Moment};
 use crate::label::Label;
 use crate::policy::Pool;
 use crate::report::{PolicyReport, Report};
@@ -79,10 +79,12 @@ const SEQ: Type = Type::size(17.0).anchor("middle");
 const CAPTION: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const LEGEND_WORDS: Type = Type::size(19.0);
 /// The legend of the executor's marks (`--work`), below the usual legend.
-const EXECUTOR_LEGEND: &str = "Dashed outline: waiting for the executor (unread: no worker \
+const WAITING_LEGEND: &str = "Dashed outline: waiting for the executor (unread: no worker \
      was free to read the request; queued: admitted, its permit held, no thread to run its \
-     work). ticks: the front runtime's heartbeat at each reading; red: no tick came while \
-     every worker was blocked.";
+     work).";
+/// The legend of the heartbeat lane, and of its red line where one is drawn.
+const TICKS_LEGEND: &str = "ticks: the front runtime's heartbeat at each reading";
+const STILL_LEGEND: &str = "red: no tick came while every worker was blocked";
 const WAITING: Type = Type::size(17.0).bold().colour(INK).anchor("middle");
 /// Said on a lane the run never reached.
 const NOTHING: &str = "no event, no response";
@@ -124,6 +126,9 @@ struct Panel<'a> {
     /// every permit free before the first event.
     occupancy: Vec<(u64, BTreeMap<Pool, usize>)>,
     gate: Option<u64>,
+    /// Where the heartbeat stood still from the last slow request held to the release, every
+    /// worker blocked: the event it was read after. Told only of a run that did not fail.
+    still: Option<u64>,
     /// The axis has one column for each `seq` from 1 through `last`.
     last: u64,
     /// Every column's width.
@@ -136,7 +141,7 @@ struct Panel<'a> {
 }
 
 impl<'a> Panel<'a> {
-    fn new(policy: &'a PolicyReport, left: f64, width: f64) -> Self {
+    fn new(policy: &'a PolicyReport, left: f64, width: f64, failed: bool) -> Self {
         let events = policy.work_events.iter().map(|e| e.seq);
         let answered = policy.observed.responses.iter().map(|r| r.after_event);
         let last = events.chain(answered).max().unwrap_or(0).max(1);
@@ -157,11 +162,15 @@ impl<'a> Panel<'a> {
         // the axis caption, which are centred on the plot.
         let least = text_width(AXIS_CAPTION, CAPTION).max(2.0 * CLEAR + text_width(NOTHING, NOTE));
         let plot_right = (plot_left + (last as f64 - 0.5) * column + tail).max(plot_left + least);
+        let still = (policy.observed.executor.as_ref())
+            .and_then(still)
+            .filter(|_| !failed && gate.is_some());
         Panel {
             policy,
-            lanes: lanes(policy),
+            lanes: lanes(policy, last),
             occupancy: occupancy(policy),
             gate: gate.map(|e| e.seq),
+            still,
             last,
             column,
             left,
@@ -194,7 +203,7 @@ fn pool_height(capacity: usize) -> f64 {
 /// The requests of a policy run in lane order (`Label`'s order: S1.., F1, S-after, F-after),
 /// each with what happened to it. A request the model expects has a lane even when a failed
 /// run never sent it.
-fn lanes(policy: &PolicyReport) -> Vec<RequestLane> {
+fn lanes(policy: &PolicyReport, last: u64) -> Vec<RequestLane> {
     let expected = policy.model.expected.iter().map(|e| e.request);
     let recorded = policy.work_events.iter().filter_map(|e| e.request);
     let answered = policy.observed.responses.iter().map(|r| r.request);
@@ -227,8 +236,10 @@ fn lanes(policy: &PolicyReport) -> Vec<RequestLane> {
         lane.answers = answers.map(|r| (r.after_event, r.status)).collect();
         if let Some(watched) = &policy.observed.executor {
             let unread = watched.unread.iter().find(|u| u.request == request);
-            if let (Some(unread), Some(admitted)) = (unread, lane.admitted) {
-                lane.waiting = Some((unread.after_event.max(1), admitted, "unread"));
+            // Unread until admitted, or until the run ended (a failed run never read it).
+            if let Some(unread) = unread {
+                let until = lane.admitted.unwrap_or(last);
+                lane.waiting = Some((unread.after_event.max(1), until, "unread"));
             }
             let started = policy
                 .work_events
@@ -279,7 +290,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let panel_width = (WIDTH - 2.0 * MARGIN - (count - 1.0) * PANEL_GAP) / count;
     let panel = |(i, policy)| {
         let left = MARGIN + i as f64 * (panel_width + PANEL_GAP);
-        Panel::new(policy, left, panel_width)
+        Panel::new(policy, left, panel_width, report.failure.is_some())
     };
     let panels: Vec<Panel> = report.policies.iter().enumerate().map(panel).collect();
 
@@ -324,10 +335,24 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     let axis = pools_top + pools_height;
     // The centre of the legend's first row.
     let legend = axis + 92.0;
-    // What the executor's marks mean, only in a picture that has them.
-    let executor_legend = match beats {
-        true => wrap(EXECUTOR_LEGEND, LEGEND_WORDS, WIDTH - 2.0 * MARGIN),
-        false => Vec::new(),
+    // What the executor's marks mean, each only in a picture that has it.
+    let waiting = panels
+        .iter()
+        .flat_map(|p| &p.lanes)
+        .any(|l| l.waiting.is_some());
+    let mut said = Vec::new();
+    if waiting {
+        said.push(WAITING_LEGEND.to_owned());
+    }
+    if beats {
+        match panels.iter().any(|p| p.still.is_some()) {
+            true => said.push(format!("{TICKS_LEGEND}; {STILL_LEGEND}.")),
+            false => said.push(format!("{TICKS_LEGEND}.")),
+        }
+    }
+    let executor_legend = match said.is_empty() {
+        true => Vec::new(),
+        false => wrap(&said.join(" "), LEGEND_WORDS, WIDTH - 2.0 * MARGIN),
     };
     let rows = Rows {
         heading,
@@ -594,7 +619,10 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
         let after = finished_at.unwrap_or(panel.plot_left - CLEAR);
         draw_answer(out, &mut row, after, y, answer)?;
     }
-    let nothing = lane.admitted.is_none() && lane.refused.is_none() && lane.answers.is_empty();
+    let nothing = lane.admitted.is_none()
+        && lane.refused.is_none()
+        && lane.answers.is_empty()
+        && lane.waiting.is_none();
     if nothing {
         // A lane the model expects and the run never reached (it stopped first): say so, so
         // that an empty lane is not read as a request that waited.
@@ -614,24 +642,29 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
     writeln!(out, "</g>")
 }
 
+/// Where no tick came from the last slow request held to the release, with requests left
+/// unread meanwhile: the event the stretch starts after.
+fn still(watched: &ExecutorEvidence) -> Option<u64> {
+    let still = watched.since_last_held();
+    let released = still.last().map(|b| b.moment) == Some(Moment::Release);
+    let ticked = still.iter().any(|b| b.ticks != still[0].ticks);
+    (released && !watched.unread.is_empty() && !ticked).then(|| still[0].after_event)
+}
+
 /// The heartbeat of the front's runtime: its tick count at each reading, placed at the event it
 /// followed, and, where no tick came from the last slow request held to the release (every
 /// worker blocked), a line saying so.
 fn draw_heartbeat(
     out: &mut String,
     panel: &Panel,
-    watched: &crate::evidence::ExecutorEvidence,
+    watched: &ExecutorEvidence,
     top: f64,
 ) -> fmt::Result {
     writeln!(out, r#"<g class="heartbeat">"#)?;
     let (y, mut row) = lane_frame(out, panel, top, ("ticks", "runtime"))?;
     let beats = &watched.heartbeat;
-    let still = Some(watched.since_last_held()).filter(|still| {
-        let released = still.last().map(|b| b.moment) == Some(Moment::Release);
-        released && !watched.unread.is_empty() && still.iter().all(|b| b.ticks == still[0].ticks)
-    });
-    if let (Some(still), Some(gate)) = (still, panel.gate) {
-        let (x0, x1) = (panel.x(still[0].after_event), panel.x(gate) - GATE_HALF);
+    if let (Some(from), Some(gate)) = (panel.still, panel.gate) {
+        let (x0, x1) = (panel.x(from), panel.x(gate) - GATE_HALF);
         let paint = Paint::line(VERMILLION, 4.0);
         writeln!(
             out,
