@@ -488,7 +488,13 @@ pub struct Faults {
 impl Hooks for Faults {
     fn inside_work(&self, request: Label) {
         if self.handler_panics == Some(request) {
-            panic!("injected fault: the handler of {request} panicked inside the work section");
+            // A panic's unwinding without the panic hook: the hook would print it, with a
+            // backtrace where RUST_BACKTRACE is set, and reading the test binary's debug
+            // information for one held the runtime's workers long enough (under load) that
+            // the other runs of the same test stalled. What the run sees is the same: a
+            // handler that unwound, its payload the message.
+            let message = format!("the handler of {request} panicked inside the work section");
+            std::panic::resume_unwind(Box::new(format!("injected fault: {message}")));
         }
     }
 
