@@ -387,8 +387,9 @@ impl GlobalPermits {
         Self::connect_within(url, password, run, capacity, lease, REDIS_TIMEOUT).await
     }
 
-    /// [`GlobalPermits::connect`], with `timeout` instead of [`REDIS_TIMEOUT`] for connecting
-    /// and for each command.
+    /// [`GlobalPermits::connect`], with `timeout` instead of [`REDIS_TIMEOUT`] for each command
+    /// once connected and set up (loading the scripts and agreeing on the settings take
+    /// [`REDIS_TIMEOUT`], however loaded the machine).
     pub(crate) async fn connect_within(
         url: &LoopbackUrl,
         password: Option<&Password>,
@@ -418,14 +419,14 @@ impl GlobalPermits {
         let redis_error = while_doing("connecting");
         let client = client(url, password).map_err(redis_error)?;
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT));
         let conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(redis_error)?;
         let ttl_ms = lease.script_arg() + KEYS_OUTLIVE_LEASE.as_millis() as u64;
-        let permits = GlobalPermits {
+        let mut permits = GlobalPermits {
             inner: Arc::new(Inner {
                 run: run.to_owned(),
                 keys: KEYS.map(|name| format!("isolation-lab:{{{run}}}:{name}")),
@@ -438,6 +439,7 @@ impl GlobalPermits {
         };
         permits.load_scripts().await?;
         permits.agree().await?;
+        permits.conn.set_response_timeout(timeout);
         Ok(permits)
     }
 
