@@ -933,8 +933,11 @@ pub(crate) mod tests {
         assert_eq!(exit.code, Some(0), "{exit}");
         assert_eq!(with_threads.os_threads - before.os_threads, THREADS);
         let added = with_threads.memory_maps - before.memory_maps;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let arenas = 2 * 8 * cores;
+        // glibc makes up to 8 malloc arenas per online CPU, two maps each: online CPUs, not
+        // the ones this process may run on (`available_parallelism`, 1 under `taskset -c 0`).
+        // SAFETY: sysconf reads a system value and touches no memory of ours.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let arenas = 2 * 8 * u64::try_from(online).unwrap_or(1).max(1);
         assert!(
             (THREADS * MAPS_PER_THREAD..=THREADS * MAPS_PER_THREAD + arenas).contains(&added),
             "{THREADS} threads added {added} maps; {before:?} then {with_threads:?}"
