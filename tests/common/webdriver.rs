@@ -478,13 +478,17 @@ fn dev_shm_has_room() -> bool {
 /// The driver on loopback `port`, with `own` as the home of everything the browser keeps: the
 /// profile, and the per-user configuration and cache directories, which Chromium and the
 /// libraries it loads would otherwise fill in the user's home (`~/.config/chromium/Crash
-/// Reports`, `~/.cache/dconf`). So a browser test leaves nothing behind there.
+/// Reports`, `~/.cache/dconf`), and the temporary and runtime directories, which they would
+/// otherwise leave in `/tmp` (`pulse-*` from the audio client, `org.chromium.Chromium.*`). So
+/// a browser test leaves nothing behind there.
 fn driver_command(port: u16, own: &Path) -> Command {
     let mut command = Command::new(CHROMEDRIVER);
     command
         .arg(format!("--port={port}"))
         .env("XDG_CONFIG_HOME", own.join("config"))
         .env("XDG_CACHE_HOME", own.join("cache"))
+        .env("XDG_RUNTIME_DIR", own)
+        .env("TMPDIR", own)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
