@@ -611,13 +611,53 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
     }
 }
 
+/// Why the crash's refusal window could not be watched, if it could not: with a lease, the
+/// engine named none of the killed replica's holders when read after the kill, or the first
+/// probe was admitted, none refused before it, no sooner than the dead holders' shortest lease
+/// left when read (so the lease may have ended before the probe reached the engine). Neither
+/// is a difference from the model: this process ran too late to see the window.
+pub(crate) fn crash_window_missed(lapses: bool, crash: &CrashEvidence) -> Option<String> {
+    if !lapses {
+        return None;
+    }
+    let killed = crash
+        .replica
+        .map_or("the killed replica".into(), |r| r.to_string());
+    if crash.dead_holders.is_empty() {
+        return Some(format!(
+            "the engine named no holder on {killed} when read after the kill, and with a \
+             lease its permits may have lapsed by then"
+        ));
+    }
+    let (refused, first) = until_admitted(&crash.probes);
+    let first = first.filter(|_| refused.is_empty())?;
+    // Admitted sooner than any dead holder's lease could end: a difference, told as one.
+    if too_soon(&crash.dead_holders, first.at_ms).is_some() {
+        return None;
+    }
+    let left = crash
+        .dead_holders
+        .iter()
+        .filter_map(|h| h.lease_left_ms)
+        .min()?;
+    let at = first.at_ms.map_or("?".into(), |ms| format!("{ms:.0}"));
+    Some(format!(
+        "the first probe, {}, was answered {at} ms after the kill, and {killed}'s holders had \
+         {left} ms of lease left when read: it may have ended before the probe reached the \
+         engine",
+        first.request
+    ))
+}
+
 fn check_crash(plan: &CrashPlan, crash: &CrashEvidence, wrong: &mut Vec<String>) {
+    // A window the run missed is its failure, not the model's.
+    let missed = crash_window_missed(plan.lapses, crash).is_some();
     let dead = names_of(&crash.dead_holders);
-    if dead.is_empty() {
+    if dead.is_empty() && !missed {
         wrong.push(format!("{} held no permit when it was killed", plan.killed));
     }
     let (refused, first_admitted) = until_admitted(&crash.probes);
-    if refused.is_empty() {
+    if refused.is_empty() && !missed {
         wrong.push("no probe was refused after the kill".into());
     }
     if let Some(probe) = naming_none(refused, &dead) {
@@ -829,6 +869,58 @@ mod tests {
             wrong.iter().any(|w| w.contains("before")),
             "an admission 3 ms after the kill, with 1900 ms of lease left, was accepted: {wrong:?}"
         );
+    }
+
+    /// A crash whose first probe came too late to be refused (admitted no sooner than the
+    /// dead holders' lease left when read), or whose dead holders had lapsed before the engine
+    /// was read, missed its window: the run's failure, not a difference from the model. One
+    /// admitted sooner than the lease could end is still a difference.
+    #[test]
+    fn a_crash_window_the_run_was_too_late_for_is_missed_not_a_difference() {
+        use super::super::evidence::{CrashEvidence, EngineHolder};
+        let p = predict(&inputs(2, 2, 4, Engine::Local, 2000));
+        let plan = p.crash.expect("a full pool");
+        let crash = |dead: &[&str], admitted_at_ms| CrashEvidence {
+            replica: Some(ReplicaId(1)),
+            dead_holders: (dead.iter())
+                .map(|holder| EngineHolder {
+                    holder: holder.to_string(),
+                    lease_left_ms: Some(120),
+                })
+                .collect(),
+            probed: Some(ReplicaId(2)),
+            probes: vec![Sent {
+                request: Label::Slow(5),
+                replica: ReplicaId(2),
+                decision: Decision::Admitted,
+                held_by: Vec::new(),
+                at_ms: Some(admitted_at_ms),
+            }],
+            window_ms: Some(admitted_at_ms),
+            ..CrashEvidence::default()
+        };
+        for (late, says) in [
+            (
+                crash(&["r1/S1"], 130.0),
+                "was answered 130 ms after the kill",
+            ),
+            (crash(&[], 5.0), "the engine named no holder on r1"),
+        ] {
+            let missed = crash_window_missed(plan.lapses, &late).expect("missed");
+            assert!(missed.contains(says), "{missed}");
+            let mut wrong = Vec::new();
+            check_crash(&plan, &late, &mut wrong);
+            assert!(wrong.is_empty(), "{wrong:?}");
+        }
+        let soon = crash(&["r1/S1"], 3.0);
+        assert_eq!(crash_window_missed(plan.lapses, &soon), None);
+        let mut wrong = Vec::new();
+        check_crash(&plan, &soon, &mut wrong);
+        assert!(
+            wrong.iter().any(|w| w.contains("no probe was refused")),
+            "{wrong:?}"
+        );
+        assert!(wrong.iter().any(|w| w.contains("before")), "{wrong:?}");
     }
 
     /// A pause whose probe takes a paused holder's permit long before that holder's lease

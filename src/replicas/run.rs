@@ -694,22 +694,17 @@ impl ReplicasRun {
             .kill()
             .with_context(|| format!("cannot kill {}", plan.killed))?;
         let since = Instant::now();
-        let exit = match tokio::time::timeout(timeout, front.wait()).await {
-            Ok(Ok(exit)) => exit.to_string(),
-            Ok(Err(e)) => bail!("waiting for the killed {}: {e}", plan.killed),
-            Err(_) => bail!("the killed {} did not end", plan.killed),
-        };
-        replica.evidence.exit = Some(exit.clone());
         replica
             .evidence
             .signals
             .push("SIGKILL: crashed holding permits".into());
+        // The engine is read and probed at once: a killed process runs no more, and the lease
+        // it left is short. It is reaped once the probes are done.
         let doing = "reading who holds the permits after the kill";
         let dead_holders = self.holders_on(plan.killed, doing).await?;
         self.evidence.crash = Some(CrashEvidence {
             replica: Some(plan.killed),
             pid,
-            exit,
             dead_holders,
             probed: Some(plan.probed),
             ..CrashEvidence::default()
@@ -730,12 +725,29 @@ impl ReplicasRun {
             )),
             ended => ended.map(drop),
         };
+        let watched_ms = (!plan.lapses).then(|| millis(since.elapsed()));
         if let Some(crash) = &mut self.evidence.crash {
             crash.window_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
-            crash.watched_ms = (!plan.lapses).then(|| millis(since.elapsed()));
+            crash.watched_ms = watched_ms;
             crash.probes = probes;
         }
-        ended
+        let exit = match tokio::time::timeout(timeout, front.wait()).await {
+            Ok(Ok(exit)) => exit.to_string(),
+            Ok(Err(e)) => bail!("waiting for the killed {}: {e}", plan.killed),
+            Err(_) => bail!("the killed {} did not end", plan.killed),
+        };
+        self.replica(plan.killed)?.evidence.exit = Some(exit.clone());
+        let crash = self.evidence.crash.as_mut();
+        let crash = crash.context("the crash's evidence is gone")?;
+        crash.exit = exit;
+        ended?;
+        match model::crash_window_missed(plan.lapses, crash) {
+            Some(why) => bail!(
+                "the crash's window was missed: {why}; a longer --lease-ms gives the run time \
+                 to see it"
+            ),
+            None => Ok(()),
+        }
     }
 
     /// Probes `probed` (each probe into `probes`) until one is `done`: `true` then; `false`
@@ -750,7 +762,9 @@ impl ReplicasRun {
         done: impl Fn(&Sent) -> bool,
     ) -> Result<bool> {
         let mut pace = pace(self.probe_pace());
-        while since.elapsed() <= limit {
+        // At least one probe, however late this process ran.
+        let mut first = true;
+        while std::mem::take(&mut first) || since.elapsed() <= limit {
             // Probes may go on for a lease: a replica that dies or is stopped meanwhile is
             // named now, not only when the release reaches it.
             self.all_still_there(probed).await?;
