@@ -152,6 +152,9 @@ pub struct CrashEvidence {
     pub exit: String,
     /// Its holders in the engine right after the kill, with their lease left.
     pub dead_holders: Vec<EngineHolder>,
+    /// Milliseconds from the kill to the end of that read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_ms: Option<f64>,
     /// The replica the probes went to.
     pub probed: Option<ReplicaId>,
     /// The probes after the kill.

@@ -430,7 +430,9 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
         }
     }
     if let (Some(plan), Some(crash)) = (&prediction.crash, &evidence.crash) {
-        check_crash(plan, crash, &mut wrong);
+        let engine = evidence.engine.as_ref();
+        let before = engine.map_or(&[][..], |e| e.holders_after_requests.as_slice());
+        check_crash(plan, crash, before, &mut wrong);
     }
     check_replicas(prediction, evidence, &mut wrong);
     if let Some(cleanup) = evidence.engine.as_ref().and_then(|e| e.cleanup) {
@@ -612,21 +614,31 @@ fn check_pause(plan: &PausePlan, limit: usize, pause: &PauseEvidence, wrong: &mu
 }
 
 /// Why the crash's refusal window could not be watched, if it could not: with a lease, the
-/// engine named none of the killed replica's holders when read after the kill, or the first
-/// probe was admitted, none refused before it, no sooner than the dead holders' shortest lease
-/// left when read (so the lease may have ended before the probe reached the engine). Neither
-/// is a difference from the model: this process ran too late to see the window.
-pub(crate) fn crash_window_missed(lapses: bool, crash: &CrashEvidence) -> Option<String> {
-    if !lapses {
-        return None;
-    }
-    let killed = crash
-        .replica
-        .map_or("the killed replica".into(), |r| r.to_string());
+/// engine read after the kill named none of the holders the killed replica had when every
+/// request was decided (`before`), or the first probe was admitted, none refused before it, no
+/// sooner than the dead holders' shortest lease left when read (so the lease may have ended
+/// before the probe reached the engine). Neither is a difference from the model: this process
+/// ran too late to see the window.
+pub(crate) fn crash_window_missed(
+    lapses: bool,
+    crash: &CrashEvidence,
+    before: &[EngineHolder],
+) -> Option<String> {
+    let killed = crash.replica.filter(|_| lapses)?;
     if crash.dead_holders.is_empty() {
+        let held = before.iter().filter(|h| holds(killed, &h.holder));
+        let held: Vec<&str> = held.map(|h| h.holder.as_str()).collect();
+        // It held nothing before either: a difference, told as one.
+        if held.is_empty() {
+            return None;
+        }
+        let read = crash
+            .read_ms
+            .map_or(String::new(), |ms| format!(" {ms:.0} ms"));
         return Some(format!(
-            "the engine named no holder on {killed} when read after the kill, and with a \
-             lease its permits may have lapsed by then"
+            "the engine, read{read} after the kill, named no holder on {killed}, which held {} \
+             before: with a lease its permits may have lapsed by then",
+            listed(held.iter())
         ));
     }
     let (refused, first) = until_admitted(&crash.probes);
@@ -649,9 +661,14 @@ pub(crate) fn crash_window_missed(lapses: bool, crash: &CrashEvidence) -> Option
     ))
 }
 
-fn check_crash(plan: &CrashPlan, crash: &CrashEvidence, wrong: &mut Vec<String>) {
+fn check_crash(
+    plan: &CrashPlan,
+    crash: &CrashEvidence,
+    before: &[EngineHolder],
+    wrong: &mut Vec<String>,
+) {
     // A window the run missed is its failure, not the model's.
-    let missed = crash_window_missed(plan.lapses, crash).is_some();
+    let missed = crash_window_missed(plan.lapses, crash, before).is_some();
     let dead = names_of(&crash.dead_holders);
     if dead.is_empty() && !missed {
         wrong.push(format!("{} held no permit when it was killed", plan.killed));
@@ -862,9 +879,9 @@ mod tests {
             ..CrashEvidence::default()
         };
         let mut wrong = Vec::new();
-        check_crash(&plan, &crash(1950.0), &mut wrong);
+        check_crash(&plan, &crash(1950.0), &[], &mut wrong);
         assert!(wrong.is_empty(), "{wrong:?}");
-        check_crash(&plan, &crash(3.0), &mut wrong);
+        check_crash(&plan, &crash(3.0), &[], &mut wrong);
         assert!(
             wrong.iter().any(|w| w.contains("before")),
             "an admission 3 ms after the kill, with 1900 ms of lease left, was accepted: {wrong:?}"
@@ -872,22 +889,23 @@ mod tests {
     }
 
     /// A crash whose first probe came too late to be refused (admitted no sooner than the
-    /// dead holders' lease left when read), or whose dead holders had lapsed before the engine
-    /// was read, missed its window: the run's failure, not a difference from the model. One
-    /// admitted sooner than the lease could end is still a difference.
+    /// dead holders' lease left when read), or whose holders had lapsed before the engine was
+    /// read, missed its window: the run's failure, not a difference from the model. One
+    /// admitted sooner than the lease could end is still a difference, and so is a killed
+    /// replica that held nothing before the kill either.
     #[test]
     fn a_crash_window_the_run_was_too_late_for_is_missed_not_a_difference() {
         use super::super::evidence::{CrashEvidence, EngineHolder};
         let p = predict(&inputs(2, 2, 4, Engine::Local, 2000));
         let plan = p.crash.expect("a full pool");
+        let holder = |name: &str| EngineHolder {
+            holder: name.to_owned(),
+            lease_left_ms: Some(120),
+        };
         let crash = |dead: &[&str], admitted_at_ms| CrashEvidence {
             replica: Some(ReplicaId(1)),
-            dead_holders: (dead.iter())
-                .map(|holder| EngineHolder {
-                    holder: holder.to_string(),
-                    lease_left_ms: Some(120),
-                })
-                .collect(),
+            dead_holders: dead.iter().map(|name| holder(name)).collect(),
+            read_ms: Some(2.0),
             probed: Some(ReplicaId(2)),
             probes: vec![Sent {
                 request: Label::Slow(5),
@@ -899,23 +917,36 @@ mod tests {
             window_ms: Some(admitted_at_ms),
             ..CrashEvidence::default()
         };
-        for (late, says) in [
+        let before = [holder("r1/S1"), holder("r2/S2")];
+        let says = |crash: &CrashEvidence, before: &[EngineHolder]| {
+            let mut wrong = Vec::new();
+            check_crash(&plan, crash, before, &mut wrong);
+            (crash_window_missed(plan.lapses, crash, before), wrong)
+        };
+        for (late, told) in [
             (
                 crash(&["r1/S1"], 130.0),
                 "was answered 130 ms after the kill",
             ),
-            (crash(&[], 5.0), "the engine named no holder on r1"),
+            (
+                crash(&[], 5.0),
+                "read 2 ms after the kill, named no holder on r1, which held r1/S1",
+            ),
         ] {
-            let missed = crash_window_missed(plan.lapses, &late).expect("missed");
-            assert!(missed.contains(says), "{missed}");
-            let mut wrong = Vec::new();
-            check_crash(&plan, &late, &mut wrong);
+            let (missed, wrong) = says(&late, &before);
+            let missed = missed.expect("missed");
+            assert!(missed.contains(told), "{missed}");
             assert!(wrong.is_empty(), "{wrong:?}");
         }
-        let soon = crash(&["r1/S1"], 3.0);
-        assert_eq!(crash_window_missed(plan.lapses, &soon), None);
-        let mut wrong = Vec::new();
-        check_crash(&plan, &soon, &mut wrong);
+        // It held nothing before the kill either: a difference, not a window missed.
+        let (missed, wrong) = says(&crash(&[], 5.0), &before[1..]);
+        assert_eq!(missed, None);
+        assert!(
+            wrong.iter().any(|w| w.contains("held no permit")),
+            "{wrong:?}"
+        );
+        let (missed, wrong) = says(&crash(&["r1/S1"], 3.0), &before);
+        assert_eq!(missed, None);
         assert!(
             wrong.iter().any(|w| w.contains("no probe was refused")),
             "{wrong:?}"

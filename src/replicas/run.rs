@@ -698,14 +698,16 @@ impl ReplicasRun {
             .evidence
             .signals
             .push("SIGKILL: crashed holding permits".into());
-        // The engine is read and probed at once: a killed process runs no more, and the lease
-        // it left is short. It is reaped once the probes are done.
+        // The engine is read and probed at once, as the lease the killed process left is short:
+        // it starts nothing more (a renewal already on its way only lengthens the refusals).
+        // It is reaped once the probes are done.
         let doing = "reading who holds the permits after the kill";
         let dead_holders = self.holders_on(plan.killed, doing).await?;
         self.evidence.crash = Some(CrashEvidence {
             replica: Some(plan.killed),
             pid,
             dead_holders,
+            read_ms: Some(millis(since.elapsed())),
             probed: Some(plan.probed),
             ..CrashEvidence::default()
         });
@@ -731,17 +733,28 @@ impl ReplicasRun {
             crash.watched_ms = watched_ms;
             crash.probes = probes;
         }
-        let exit = match tokio::time::timeout(timeout, front.wait()).await {
-            Ok(Ok(exit)) => exit.to_string(),
-            Ok(Err(e)) => bail!("waiting for the killed {}: {e}", plan.killed),
-            Err(_) => bail!("the killed {} did not end", plan.killed),
+        let (exit, failed) = match tokio::time::timeout(timeout, front.wait()).await {
+            Ok(Ok(exit)) => (exit.to_string(), None),
+            Ok(Err(e)) => (
+                "sent SIGKILL (its end could not be waited for)".to_owned(),
+                Some(anyhow!("waiting for the killed {}: {e}", plan.killed)),
+            ),
+            Err(_) => (
+                format!("sent SIGKILL (its end not seen within {timeout:?})"),
+                Some(anyhow!("the killed {} did not end", plan.killed)),
+            ),
         };
         self.replica(plan.killed)?.evidence.exit = Some(exit.clone());
+        let engine = self.evidence.engine.as_ref();
+        let before = engine.map_or(&[][..], |e| e.holders_after_requests.as_slice());
         let crash = self.evidence.crash.as_mut();
         let crash = crash.context("the crash's evidence is gone")?;
         crash.exit = exit;
+        if let Some(failed) = failed {
+            return Err(failed);
+        }
         ended?;
-        match model::crash_window_missed(plan.lapses, crash) {
+        match model::crash_window_missed(plan.lapses, crash, before) {
             Some(why) => bail!(
                 "the crash's window was missed: {why}; a longer --lease-ms gives the run time \
                  to see it"
