@@ -318,11 +318,11 @@ fn the_picture_draws_the_wait_and_the_heartbeat() {
         found.count()
     };
     let block = executor(WorkStyle::Block, Workers::CurrentThread, 512);
-    let svg = draw(Inputs::default(), block);
+    let blocked = draw(Inputs::default(), block);
     // S2 and F1 in each of the two panels.
-    assert_eq!(count(&svg, "g", "waiting", Some("unread")), 4);
-    assert_eq!(count(&svg, "g", "heartbeat", None), 2);
-    assert_eq!(count(&svg, "line", "still", None), 2);
+    assert_eq!(count(&blocked, "g", "waiting", Some("unread")), 4);
+    assert_eq!(count(&blocked, "g", "heartbeat", None), 2);
+    assert_eq!(count(&blocked, "line", "still", None), 2);
     let queued = executor(WorkStyle::SpawnBlocking, Workers::CurrentThread, 1);
     let inputs = Inputs {
         mode: ModeChoice::Partitioned,
@@ -345,8 +345,12 @@ fn the_picture_draws_the_wait_and_the_heartbeat() {
         let lines: Vec<&str> = lines.filter_map(|n| n.text()).collect();
         lines.join(" ")
     };
-    assert!(legend(&svg).contains("Dashed outline"), "{svg}");
+    assert!(legend(&svg).contains("queued: admitted"), "{svg}");
+    assert!(!legend(&svg).contains("unread:"), "{svg}");
     assert!(!legend(&svg).contains("red:"), "{svg}");
+    assert!(legend(&blocked).contains("unread: no worker"), "{blocked}");
+    assert!(!legend(&blocked).contains("queued:"), "{blocked}");
+    assert!(legend(&blocked).contains("red: no tick came"), "{blocked}");
     let usual = draw(Inputs::default(), Executor::default());
     assert_eq!(count(&usual, "g", "heartbeat", None), 0);
     assert_eq!(count(&usual, "g", "waiting", None), 0);

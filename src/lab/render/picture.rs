@@ -79,9 +79,10 @@ const SEQ: Type = Type::size(17.0).anchor("middle");
 const CAPTION: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const LEGEND_WORDS: Type = Type::size(19.0);
 /// The legend of the executor's marks (`--work`), below the usual legend.
-const WAITING_LEGEND: &str = "Dashed outline: waiting for the executor (unread: no worker \
-     was free to read the request; queued: admitted, its permit held, no thread to run its \
-     work).";
+const WAITING_LEGEND: &str = "Dashed outline: waiting for the executor";
+/// What each word on a dashed outline means.
+const UNREAD_LEGEND: &str = "unread: no worker was free to read the request";
+const QUEUED_LEGEND: &str = "queued: admitted, its permit held, no thread to run its work";
 /// The legend of the heartbeat lane, and of its red line where one is drawn.
 const TICKS_LEGEND: &str = "ticks: the front runtime's heartbeat at each reading";
 const STILL_LEGEND: &str = "red: no tick came while every worker was blocked";
@@ -113,8 +114,9 @@ struct RequestLane {
     /// `(after_event, status)` of each response its caller received.
     answers: Vec<(u64, u16)>,
     /// Waiting for the executor, not a permit (`--work`): from the event it was seen after to
-    /// the one it ended at, and the word for it (`unread`, `queued`).
-    waiting: Option<(u64, u64, &'static str)>,
+    /// the one it ended at (`None`: it had not when the run ended), and the word for it
+    /// (`unread`, `queued`).
+    waiting: Option<(u64, Option<u64>, &'static str)>,
 }
 
 /// One policy's panel: what to draw, and where its event axis lies.
@@ -167,7 +169,7 @@ impl<'a> Panel<'a> {
             .filter(|_| !failed && gate.is_some());
         Panel {
             policy,
-            lanes: lanes(policy, last),
+            lanes: lanes(policy),
             occupancy: occupancy(policy),
             gate: gate.map(|e| e.seq),
             still,
@@ -203,7 +205,7 @@ fn pool_height(capacity: usize) -> f64 {
 /// The requests of a policy run in lane order (`Label`'s order: S1.., F1, S-after, F-after),
 /// each with what happened to it. A request the model expects has a lane even when a failed
 /// run never sent it.
-fn lanes(policy: &PolicyReport, last: u64) -> Vec<RequestLane> {
+fn lanes(policy: &PolicyReport) -> Vec<RequestLane> {
     let expected = policy.model.expected.iter().map(|e| e.request);
     let recorded = policy.work_events.iter().filter_map(|e| e.request);
     let answered = policy.observed.responses.iter().map(|r| r.request);
@@ -236,10 +238,10 @@ fn lanes(policy: &PolicyReport, last: u64) -> Vec<RequestLane> {
         lane.answers = answers.map(|r| (r.after_event, r.status)).collect();
         if let Some(watched) = &policy.observed.executor {
             let unread = watched.unread.iter().find(|u| u.request == request);
-            // Unread until admitted, or until the run ended (a failed run never read it).
+            // Unread until read (admitted or refused), or to the end of a run that failed first.
             if let Some(unread) = unread {
-                let until = lane.admitted.unwrap_or(last);
-                lane.waiting = Some((unread.after_event.max(1), until, "unread"));
+                let read = lane.admitted.or(lane.refused);
+                lane.waiting = Some((unread.after_event.max(1), read, "unread"));
             }
             let started = policy
                 .work_events
@@ -248,7 +250,7 @@ fn lanes(policy: &PolicyReport, last: u64) -> Vec<RequestLane> {
             if let (true, Some(admitted), Some(started)) =
                 (watched.queued.contains(&request), lane.admitted, started)
             {
-                lane.waiting = Some((admitted, started.seq, "queued"));
+                lane.waiting = Some((admitted, Some(started.seq), "queued"));
             }
         }
         lane
@@ -336,13 +338,16 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     // The centre of the legend's first row.
     let legend = axis + 92.0;
     // What the executor's marks mean, each only in a picture that has it.
-    let waiting = panels
-        .iter()
-        .flat_map(|p| &p.lanes)
-        .any(|l| l.waiting.is_some());
+    let lanes = || panels.iter().flat_map(|p| &p.lanes);
+    let drawn = |word| lanes().any(|l| l.waiting.is_some_and(|(_, _, w)| w == word));
+    let words: Vec<&str> = [("unread", UNREAD_LEGEND), ("queued", QUEUED_LEGEND)]
+        .into_iter()
+        .filter(|&(word, _)| drawn(word))
+        .map(|(_, legend)| legend)
+        .collect();
     let mut said = Vec::new();
-    if waiting {
-        said.push(WAITING_LEGEND.to_owned());
+    if !words.is_empty() {
+        said.push(format!("{WAITING_LEGEND} ({}).", words.join("; ")));
     }
     if beats {
         match panels.iter().any(|p| p.still.is_some()) {
@@ -597,7 +602,7 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
     if let Some((from, to, words)) = lane.waiting {
         // Waiting for a thread, not a permit: a dashed outline (over the permit bar when the
         // work holds one); the pools below show what sat free meanwhile.
-        let (x0, x1) = (panel.x(from), panel.x(to));
+        let (x0, x1) = (panel.x(from), to.map_or(panel.end(), |to| panel.x(to)));
         writeln!(out, r#"<g class="waiting" data-words="{words}">"#)?;
         let paint = Paint::fill("none").stroke(INK, 2.0).dashed("6 4");
         bar(out, x0, y, x1 - x0, paint)?;
