@@ -355,10 +355,12 @@ fn refuse_executor(
         (None, false) => return None,
     };
     // Advice that is taken as given: a blocking pool is sized only for spawn-blocking work.
-    let instead = if blocking_given {
-        "--server async --work spawn-blocking"
-    } else {
-        "--server async"
+    let instead = match (blocking_given, work) {
+        (true, WorkStyle::Block) => {
+            "--server async, and --work spawn-blocking in place of --work block"
+        }
+        (true, _) => "--server async --work spawn-blocking",
+        (false, _) => "--server async",
     };
     Some(format!(
         "{flag} shapes the async front's runtime; the threaded front has none (a thread per \
@@ -703,14 +705,11 @@ where
             // The flag whose value it is: the word's own (`--held=…`), or the word before it
             // (`--held …`). A flag's name itself is ASCII, so it survives `to_string_lossy`.
             let bad = args.iter().position(|a| a.to_str().is_none()).unwrap_or(0);
-            let flag = match (words[bad].split_once('='), bad.checked_sub(1)) {
-                (Some((flag, _)), _) => {
-                    Some(flag).filter(|flag| flag.starts_with("--") && flag.is_ascii())
-                }
-                (None, Some(before)) => Some(words[before].as_str())
-                    .filter(|before| before.starts_with("--") && !before.contains('=')),
-                (None, None) => None,
-            };
+            let own = (words[bad].split_once('=').map(|(flag, _)| flag))
+                .filter(|flag| flag.starts_with("--") && flag.is_ascii());
+            let before = (bad.checked_sub(1).map(|before| words[before].as_str()))
+                .filter(|before| before.starts_with("--") && !before.contains('='));
+            let flag = own.or(before);
             Some(match flag {
                 Some(flag) => format!(
                     "the value of {flag} is not UTF-8 text; it takes plain digits or a name"
@@ -975,6 +974,12 @@ mod tests {
             let followed = std::iter::once("isolation-lab").chain(followed.split(' '));
             assert!(super::parse(followed).is_ok(), "{args}: {message}");
         }
+        let args = "--server threaded --work block --blocking-threads 4";
+        let message = said(words(args));
+        let advice = "use --server async, and --work spawn-blocking in place of --work block";
+        assert!(message.contains(advice), "{message}");
+        let followed = "isolation-lab --server async --work spawn-blocking --blocking-threads 4";
+        assert!(super::parse(followed.split(' ')).is_ok());
         // The flag named is the one whose value is not UTF-8, however it is given.
         let bytes = |b: &[u8]| std::ffi::OsStr::from_bytes(b).to_owned();
         for (args, says) in [
@@ -983,6 +988,10 @@ mod tests {
                 "the value of --slots is not",
             ),
             (vec![bytes(b"--slots=\xff")], "the value of --slots is not"),
+            (
+                vec!["--slots".into(), bytes(b"\xff=3")],
+                "the value of --slots is not",
+            ),
             (
                 vec![
                     "predict".into(),
