@@ -556,14 +556,16 @@ async fn a_renewal_that_fails_at_once_says_when_not_silence() {
             else {
                 panic!("{request} is admitted");
             };
-            let admitted = confirmed_ago(at_ms, at_ms + LEASE, Duration::from_millis(ago));
-            admissions.push((who, admitted, fence));
+            admissions.push((who, at_ms, fence, Duration::from_millis(ago)));
         }
         redis.kill();
         let (losses, mut lost) = tokio::sync::mpsc::unbounded_channel();
+        // Each admission is dated by this process's clock only now, as its lease starts: the
+        // setup before does not eat into S1's lease.
         let _held: Vec<HeldLease> = admissions
             .into_iter()
-            .map(|(who, admitted, fence)| {
+            .map(|(who, at_ms, fence, ago)| {
+                let admitted = confirmed_ago(at_ms, at_ms + LEASE, ago);
                 HeldLease::start(permits.clone(), who, admitted, fence, Some(losses.clone()))
             })
             .collect();
