@@ -637,7 +637,7 @@ pub(crate) fn crash_window_missed(
             .map_or(String::new(), |ms| format!(" {ms:.0} ms"));
         return Some(format!(
             "the engine, read{read} after the kill, named no holder on {killed}, which held {} \
-             before: with a lease its permits may have lapsed by then",
+             once every request was decided: with a lease its permits may have lapsed by then",
             listed(held.iter())
         ));
     }

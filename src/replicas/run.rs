@@ -750,10 +750,11 @@ impl ReplicasRun {
         let crash = self.evidence.crash.as_mut();
         let crash = crash.context("the crash's evidence is gone")?;
         crash.exit = exit;
+        // What failed first: the probes, then the wait for the killed replica's end.
+        ended?;
         if let Some(failed) = failed {
             return Err(failed);
         }
-        ended?;
         match model::crash_window_missed(plan.lapses, crash, before) {
             Some(why) => bail!(
                 "the crash's window was missed: {why}; a longer --lease-ms gives the run time \
