@@ -114,6 +114,24 @@ async fn run(inputs: ReplicasInputs, options: ReplicasOptions) -> ReplicasReport
         .expect("the run ended within its guard")
 }
 
+/// [`run`] with [`options`], run again (three runs at most) while its crash's window was
+/// missed: whether this process keeps up with a short lease is the machine's load, not the
+/// lab's, and the run says so rather than what it could not see. Every other outcome is the
+/// test's to judge.
+async fn run_seen(inputs: ReplicasInputs) -> ReplicasReport {
+    let missed = |report: &ReplicasReport| {
+        (report.failure.as_deref()).is_some_and(|f| f.contains("the crash's window was missed"))
+    };
+    let mut report = run(inputs.clone(), options()).await;
+    for _ in 1..3 {
+        if !missed(&report) {
+            break;
+        }
+        report = run(inputs.clone(), options()).await;
+    }
+    report
+}
+
 /// The processes that hold a listening TCP socket on `address`'s port, from `/proc/net/tcp*`
 /// and every process's descriptors.
 fn listeners(address: &str) -> Vec<u32> {
@@ -478,7 +496,7 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let Some(redis) = TestRedis::start(test) else {
         return;
     };
-    let report = run(inputs(2, 2, 4, redis.engine(), LEASE_MS), options()).await;
+    let report = run_seen(inputs(2, 2, 4, redis.engine(), LEASE_MS)).await;
     assert_eq!(report.failure, None);
     assert_eq!(held(&report, 1), [Label::Slow(1)]);
     assert_eq!(held(&report, 2), [Label::Slow(2)]);
@@ -878,7 +896,7 @@ async fn with_fencing_off_the_stale_write_is_accepted() {
     };
     let mut inputs = inputs(2, 2, 4, redis.engine(), LEASE_MS);
     inputs.fencing = isolation_lab::replicas::Fencing::Off;
-    let report = run(inputs, options()).await;
+    let report = run_seen(inputs).await;
     assert!(report.matches_model, "{:?}", report.mismatches);
     let late = late_write(&report, "r2/S2");
     assert!(late.accepted && late.newest > late.fence.token, "{late:?}");
@@ -1047,9 +1065,9 @@ async fn the_headline_tells_the_count_against_the_limit() {
             false,
         ),
     ];
-    let runs = cases.clone().map(|(engine, held, ..)| {
-        tokio::spawn(run(inputs(2, 2, held, engine, LEASE_MS), options()))
-    });
+    let runs = cases
+        .clone()
+        .map(|(engine, held, ..)| tokio::spawn(run_seen(inputs(2, 2, held, engine, LEASE_MS))));
     for ((engine, held, says, refusals), report) in cases.into_iter().zip(runs) {
         let report = report.await.expect("the run's task is joined");
         assert!(
