@@ -135,8 +135,9 @@ fn legend(out: &mut String, report: &HoldReport, ceilings: &[FrontCeiling]) -> s
         let ceiling = ceilings.iter().find(|(f, _, _)| *f == series.front);
         let words = match ceiling {
             Some((_, held, name)) => format!(
-                "its ceiling here: {} held requests, set by {name}",
-                count(*held as u64)
+                "its ceiling here: {} held request{}, set by {name}",
+                count(*held as u64),
+                if *held == 1.0 { "" } else { "s" }
             ),
             None => "no ceiling read applies".to_owned(),
         };
@@ -205,7 +206,8 @@ fn draw_panel(
         ),
     };
     plot.axes(out)?;
-    for &(front, held, _) in ceilings {
+    // A ceiling of none has no place on a log axis: the legend says it.
+    for &(front, held, _) in ceilings.iter().filter(|&&(_, held, _)| held >= 1.0) {
         let (colour, _) = style(front);
         let x = plot.x_of(held);
         writeln!(

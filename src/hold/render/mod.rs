@@ -15,9 +15,17 @@ use crate::draw::table::thousands as count;
 use crate::draw::table::wrap;
 use crate::hold::{Figures, HoldReport};
 
-/// The text report: the table, its notes, the ceilings, and the reading.
+/// The text report: the table, its notes, the ceilings, and the reading. A run the lab itself
+/// failed (interrupted, say) says so first, then shows only what it measured: no reading.
 pub fn text(report: &HoldReport) -> String {
-    let mut out = figures::render(report);
+    let mut out = String::new();
+    if let Some(failure) = &report.failure {
+        out.push_str(&format!("FAILED: {failure}\n\n"));
+    }
+    out.push_str(&figures::render(report));
+    if report.failure.is_some() {
+        return out;
+    }
     let sections = [
         (
             "Where a held request's memory goes, at each front's largest count:",
@@ -30,9 +38,6 @@ pub fn text(report: &HoldReport) -> String {
         for sentence in sentences {
             out.push_str(&wrap(sentence, "- ", "  ", 96));
         }
-    }
-    if let Some(failure) = &report.failure {
-        out.push_str(&format!("\nFAILED: {failure}\n"));
     }
     out
 }

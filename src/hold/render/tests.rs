@@ -436,3 +436,45 @@ fn a_picture_of_a_failed_run_says_why() {
     assert!(picture.contains("Nothing was held"), "{picture}");
     assert!(!picture.contains("Every count was held"), "{picture}");
 }
+
+/// A run the lab itself failed (interrupted at its last count, say) says so first and shows
+/// what it measured, without the reading of the figures.
+#[test]
+fn a_failed_run_says_so_first_and_reads_nothing() {
+    let mut report = recorded();
+    let reason = "the threaded front, N = 1 000: interrupted by SIGTERM";
+    report.failure = Some(reason.into());
+    let text = text(&report);
+    assert!(text.starts_with(&format!("FAILED: {reason}\n")), "{text}");
+    assert!(text.contains("RSS KiB/req"), "{text}");
+    assert!(!text.contains("What the figures show"), "{text}");
+    assert!(
+        !text.contains("Where a held request's memory goes"),
+        "{text}"
+    );
+    assert_eq!(text.matches("FAILED:").count(), 1, "{text}");
+}
+
+/// A ceiling of no held request draws no line (a log axis has no 0), and a ceiling of one is
+/// said in the singular.
+#[test]
+fn a_ceiling_of_none_or_one_is_drawn_as_it_is() {
+    for (held, says) in [
+        (0, "its ceiling here: 0 held requests"),
+        (1, "its ceiling here: 1 held request,"),
+    ] {
+        let mut report = recorded();
+        let preflight = report
+            .preflight
+            .as_mut()
+            .expect("recorded with its preflight");
+        for reach in preflight.reach.values_mut().flatten() {
+            reach.held = held;
+        }
+        let picture = svg(&report);
+        assert!(picture.contains(says), "{picture}");
+        assert!(!picture.contains("inf"), "{picture}");
+        let lines = picture.matches(r#"<line class="ceiling""#).count();
+        assert_eq!(lines == 0, held == 0, "{held}: {lines} ceiling lines");
+    }
+}
