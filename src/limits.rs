@@ -340,7 +340,8 @@ impl fmt::Display for TooMany {
         };
         write!(
             f,
-            "{} held {} on the {front} front exceed{} what {} = {} allows: at most {}",
+            "{} held {} on the {front} front exceed{} what {} = {} leaves once the front's own \
+             use and a tenth in reserve are set aside: at most {}",
             self.held,
             if self.held == 1 {
                 "request"

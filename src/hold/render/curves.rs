@@ -81,7 +81,7 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         (MARGIN, 86.0),
         ABOUT,
         "Each point: N requests held at the closed gate, the front in a child process of its own. \
-         Both axes logarithmic. Dashed: the most the front can hold here (preflight).",
+         Both axes logarithmic. Dashed: the most the front is given here (preflight, with a margin).",
     )?;
     let ceilings = ceilings(report);
     legend(out, report, &ceilings)?;

@@ -217,7 +217,8 @@ fn ceilings(report: &HoldReport) -> String {
         .collect();
     let limits = &preflight.limits;
     format!(
-        "Ceilings here (the most requests each front can hold): {}. Read: vm.max_map_count {}, \
+        "Ceilings here (the most requests each front is given, each limit less what the front \
+         uses before its first and a tenth in reserve): {}. Read: vm.max_map_count {}, \
          kernel.pid_max {}, kernel.threads-max {}, RLIMIT_NPROC {}, RLIMIT_NOFILE {}, ports \
          {}-{} per source address, net.core.somaxconn {}, RLIMIT_AS {}, RLIMIT_DATA {}.",
         reach.join(", "),
