@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::{count, seconds, stopped_holding};
+use super::{count, held_requests, seconds, stopped_holding};
 use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, wrap};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
@@ -135,9 +135,8 @@ fn legend(out: &mut String, report: &HoldReport, ceilings: &[FrontCeiling]) -> s
         let ceiling = ceilings.iter().find(|(f, _, _)| *f == series.front);
         let words = match ceiling {
             Some((_, held, name)) => format!(
-                "its ceiling here: {} held request{}, set by {name}",
-                count(*held as u64),
-                if *held == 1.0 { "" } else { "s" }
+                "its ceiling here: {}, set by {name}",
+                held_requests(*held as u64)
             ),
             None => "no ceiling read applies".to_owned(),
         };

@@ -18,13 +18,9 @@ use crate::hold::{Figures, HoldReport};
 /// The text report: the table, its notes, the ceilings, and the reading. A run the lab itself
 /// failed (interrupted, say) says so first, then shows only what it measured: no reading.
 pub fn text(report: &HoldReport) -> String {
-    let mut out = String::new();
+    let mut out = figures::render(report);
     if let Some(failure) = &report.failure {
-        out.push_str(&format!("FAILED: {failure}\n\n"));
-    }
-    out.push_str(&figures::render(report));
-    if report.failure.is_some() {
-        return out;
+        return format!("FAILED: {failure}\n\n{out}");
     }
     let sections = [
         (
@@ -40,6 +36,13 @@ pub fn text(report: &HoldReport) -> String {
         }
     }
     out
+}
+
+/// A count of held requests in the number it asks for, its thousands grouped: `1 held
+/// request`, `14 680 held requests`.
+fn held_requests(n: u64) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} held request{s}", count(n))
 }
 
 /// The SVG picture.

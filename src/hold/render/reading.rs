@@ -2,7 +2,7 @@
 //! front and by how much per held request, how long holding took, where each front's ceiling
 //! is, and how a front failed. Nothing here is canned: each sentence reads the report.
 
-use super::{count, figure, seconds, stopped_holding};
+use super::{count, figure, held_requests, seconds, stopped_holding};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport, PerRequest};
 use crate::policy::Front;
 
@@ -242,9 +242,8 @@ fn reach_sentence(report: &HoldReport, series: &FrontSeries) -> Vec<String> {
         .count();
     let ceiling = match ceiling {
         Some(reach) => format!(
-            "; its ceiling here is {} held request{}, set by {} = {}",
-            count(reach.held),
-            if reach.held == 1 { "" } else { "s" },
+            "; its ceiling here is {}, set by {} = {}",
+            held_requests(reach.held),
             reach.ceiling,
             reach.value
         ),
