@@ -48,6 +48,11 @@ impl ReplicasEvidence {
     pub(crate) fn held_in_all(&self) -> usize {
         self.held_at_once.values().map(Vec::len).sum()
     }
+
+    /// The engine's holders once every request was decided; none without an engine.
+    pub(crate) fn holders_after_requests(&self) -> &[EngineHolder] {
+        (self.engine.as_ref()).map_or(&[], |engine| &engine.holders_after_requests)
+    }
 }
 
 /// One request sent to a replica, and the decision on it.

@@ -430,9 +430,7 @@ pub(crate) fn check(prediction: &Prediction, evidence: &ReplicasEvidence) -> Vec
         }
     }
     if let (Some(plan), Some(crash)) = (&prediction.crash, &evidence.crash) {
-        let engine = evidence.engine.as_ref();
-        let before = engine.map_or(&[][..], |e| e.holders_after_requests.as_slice());
-        check_crash(plan, crash, before, &mut wrong);
+        check_crash(plan, crash, evidence.holders_after_requests(), &mut wrong);
     }
     check_replicas(prediction, evidence, &mut wrong);
     if let Some(cleanup) = evidence.engine.as_ref().and_then(|e| e.cleanup) {

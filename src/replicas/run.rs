@@ -727,10 +727,9 @@ impl ReplicasRun {
             )),
             ended => ended.map(drop),
         };
-        let watched_ms = (!plan.lapses).then(|| millis(since.elapsed()));
         if let Some(crash) = &mut self.evidence.crash {
             crash.window_ms = model::until_admitted(&probes).1.and_then(|p| p.at_ms);
-            crash.watched_ms = watched_ms;
+            crash.watched_ms = (!plan.lapses).then(|| millis(since.elapsed()));
             crash.probes = probes;
         }
         let (exit, failed) = match tokio::time::timeout(timeout, front.wait()).await {
@@ -745,17 +744,19 @@ impl ReplicasRun {
             ),
         };
         self.replica(plan.killed)?.evidence.exit = Some(exit.clone());
-        let engine = self.evidence.engine.as_ref();
-        let before = engine.map_or(&[][..], |e| e.holders_after_requests.as_slice());
-        let crash = self.evidence.crash.as_mut();
-        let crash = crash.context("the crash's evidence is gone")?;
-        crash.exit = exit;
+        if let Some(crash) = &mut self.evidence.crash {
+            crash.exit = exit;
+        }
         // What failed first: the probes, then the wait for the killed replica's end.
         ended?;
         if let Some(failed) = failed {
             return Err(failed);
         }
-        match model::crash_window_missed(plan.lapses, crash, before) {
+        let evidence = &self.evidence;
+        let before = evidence.holders_after_requests();
+        let missed = (evidence.crash.as_ref())
+            .and_then(|crash| model::crash_window_missed(plan.lapses, crash, before));
+        match missed {
             Some(why) => bail!(
                 "the crash's window was missed: {why}; a longer --lease-ms gives the run time \
                  to see it"
