@@ -345,6 +345,48 @@ fn the_breakdown_follows_the_heap_figures() {
     assert!(sentence.contains("slab shrank 46.7 KiB"), "{sentence}");
 }
 
+/// Resident memory is read per held request only from a MiB of change in all: below that, a
+/// front's first requests move it as much as holding does, and the reading says it is too
+/// little to read rather than comparing the fronts by it.
+#[test]
+fn a_resident_change_too_small_to_read_is_not_compared() {
+    let one_line = |report: &HoldReport| {
+        let said = text(report);
+        said.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let mut report = recorded();
+    let set = |report: &mut HoldReport, front: Front, kib: f64| {
+        let points = &mut series(report, front).points;
+        let CountOutcome::Held(figures) = &mut points[2].outcome else {
+            panic!("both fronts held 1 000 in the recording");
+        };
+        figures.per_request.rss_kib = kib;
+    };
+    set(&mut report, Front::Async, 0.9);
+    set(&mut report, Front::Threaded, 16.0);
+    let reading = one_line(&report);
+    let said = "Resident memory grew with N on the threaded front: +16.0 KiB per held request at \
+                N = 1 000. Resident memory changed +900 KiB on the async front in all, too little \
+                to read per held request (under 1 MiB).";
+    assert!(reading.contains(said), "{reading}");
+    let said = "The async front, 1 000 held: resident memory +900 KiB in all, too little to read \
+                per held request;";
+    assert!(reading.contains(said), "{reading}");
+    set(&mut report, Front::Threaded, -1.0);
+    let reading = one_line(&report);
+    let said = "Resident memory changed too little at N = 1 000 to read per held request: +900 KiB \
+                on the async front and -1000 KiB on the threaded front in all, under the 1 MiB \
+                from which it is read; more held requests would show it.";
+    assert!(reading.contains(said), "{reading}");
+    // A MiB or more is read, whichever way it went.
+    set(&mut report, Front::Threaded, -1.1);
+    let reading = one_line(&report);
+    assert!(
+        reading.contains("Resident memory did not grow with N: -1.10 KiB on the threaded front"),
+        "{reading}"
+    );
+}
+
 /// The times to hold are compared only where the sentence shows them apart: a ratio of times
 /// that both read 0.00 s is not said.
 #[test]
