@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::{count, held_requests, seconds, stopped_holding};
-use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, wrap};
+use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, text_width, wrap};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
 
@@ -55,12 +55,14 @@ const PANELS: [Panel; 6] = [
 
 pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     let rows = PANELS.len().div_ceil(3) as f64;
-    // A run that failed says why, in full, below everything else.
+    // A run that failed says why first, in full, under the title, as the run's picture does;
+    // the legend and the panels move down to make room.
     let failed = report.failure.as_ref().map_or_else(Vec::new, |reason| {
         wrap(&format!("FAILED: {reason}"), FAILED, WIDTH - 2.0 * MARGIN)
     });
     let failed_room = FAILED_LINE * failed.len() as f64;
-    let height = HEADER + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER + failed_room;
+    let header = HEADER + failed_room;
+    let height = header + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER;
     writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" role="img">"#
@@ -83,31 +85,37 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
         "Each point: N requests held at the closed gate, the front in a child process of its own. \
          Both axes logarithmic. Dashed: the most the front is given here (preflight, with a margin).",
     )?;
+    for (i, line) in failed.iter().enumerate() {
+        text(out, (MARGIN, 122.0 + FAILED_LINE * i as f64), FAILED, line)?;
+    }
     let ceilings = ceilings(report);
-    legend(out, report, &ceilings)?;
+    legend(out, report, &ceilings, failed_room)?;
     // The axis range of N: the counts held and the ceilings, with some room.
     let counts = report.counts.iter().map(|&n| f64::from(n));
+    // A run always has counts (`hold` refuses none), so this range is never empty.
     let x_range = range(counts.chain(ceilings.iter().map(|&(_, held, _)| held)));
+    let x_range = x_range.unwrap_or((1.0, 10.0));
     let panel_width = (WIDTH - 2.0 * MARGIN - 2.0 * GAP) / 3.0;
     for (i, &panel) in PANELS.iter().enumerate() {
         let left = MARGIN + (i % 3) as f64 * (panel_width + GAP);
-        let top = HEADER + (i / 3) as f64 * (PANEL_HEIGHT + GAP);
+        let top = header + (i / 3) as f64 * (PANEL_HEIGHT + GAP);
         let at = (left, top, panel_width);
         draw_panel(out, report, &ceilings, panel, x_range, at)?;
     }
     let notes = footnote(report);
-    text(out, (MARGIN, height - 28.0 - failed_room), FOOT, &notes)?;
-    for (i, line) in failed.iter().enumerate() {
-        let y = height - failed_room + FAILED_LINE * i as f64;
-        text(out, (MARGIN, y), FAILED, line)?;
-    }
+    text(out, (MARGIN, height - 28.0), FOOT, &notes)?;
     writeln!(out, "</svg>")
 }
 
 /// A line per front: its marker and curve, what a held request is there, and its ceiling.
-fn legend(out: &mut String, report: &HoldReport, ceilings: &[FrontCeiling]) -> std::fmt::Result {
+fn legend(
+    out: &mut String,
+    report: &HoldReport,
+    ceilings: &[FrontCeiling],
+    below: f64,
+) -> std::fmt::Result {
     for (i, series) in report.fronts.iter().enumerate() {
-        let y = 128.0 + 32.0 * i as f64;
+        let y = 128.0 + below + 32.0 * i as f64;
         let (colour, _) = style(series.front);
         writeln!(
             out,
@@ -163,21 +171,22 @@ fn ceilings(report: &HoldReport) -> Vec<FrontCeiling<'_>> {
         .collect()
 }
 
-/// A log range around `values` (those above zero): a little beyond the smallest and largest.
-fn range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+/// A log range around `values` (those above zero): a little beyond the smallest and largest;
+/// none where no value is above zero.
+fn range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
     let (low, high) = values
         .filter(|v| *v > 0.0)
         .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)));
     if low > high {
-        return (1.0, 10.0);
+        return None;
     }
     let (low, high) = (low / 1.6, high * 1.6);
-    if high / low < 10.0 {
+    Some(if high / low < 10.0 {
         let middle = (low * high).sqrt();
         (middle / 3.2, middle * 3.2)
     } else {
         (low, high)
-    }
+    })
 }
 
 /// One panel, at `(left, top)` and `width` wide.
@@ -205,6 +214,28 @@ fn draw_panel(
         ),
     };
     plot.axes(out)?;
+    if plot.y.is_none() {
+        // No value to draw, so no scale to invent: the panel says why it is empty.
+        let held = report.fronts.iter().any(|s| s.held().next().is_some());
+        let why = if held {
+            "no value above zero"
+        } else {
+            "nothing was held"
+        };
+        let (x, y) = (
+            (plot.left + plot.right) / 2.0,
+            (plot.top + plot.bottom) / 2.0,
+        );
+        // On white, over the grid's lines.
+        let width = text_width(why, AXIS) + 16.0;
+        rect(
+            out,
+            (x - width / 2.0, y - 20.0),
+            (width, 28.0),
+            Paint::fill("white"),
+        )?;
+        text(out, (x, y), AXIS, why)?;
+    }
     // A ceiling of none has no place on a log axis: the legend says it.
     for &(front, held, _) in ceilings.iter().filter(|&&(_, held, _)| held >= 1.0) {
         let (colour, _) = style(front);
@@ -232,7 +263,7 @@ fn draw_series(
         .held()
         .map(|(n, f)| (f64::from(n), value(f)))
         .filter(|&(_, v)| v > 0.0)
-        .map(|(n, v)| (plot.x_of(n), plot.y_of(v)))
+        .filter_map(|(n, v)| Some((plot.x_of(n), plot.y_of(v)?)))
         .collect();
     if points.len() > 1 {
         let path: Vec<String> = points
@@ -298,7 +329,8 @@ struct Plot {
     top: f64,
     bottom: f64,
     x: (f64, f64),
-    y: (f64, f64),
+    /// None where the panel has no value above zero to draw.
+    y: Option<(f64, f64)>,
 }
 
 impl Plot {
@@ -306,8 +338,9 @@ impl Plot {
         self.left + (self.right - self.left) * fraction(value, self.x)
     }
 
-    fn y_of(&self, value: f64) -> f64 {
-        self.bottom - (self.bottom - self.top) * fraction(value, self.y)
+    fn y_of(&self, value: f64) -> Option<f64> {
+        let y = self.y?;
+        Some(self.bottom - (self.bottom - self.top) * fraction(value, y))
     }
 
     /// The frame, the ticks with their labels, and the x-axis title.
@@ -323,8 +356,9 @@ impl Plot {
             )?;
             text(out, (x, self.bottom + 24.0), TICK_X, &label(tick))?;
         }
-        for tick in ticks(self.y) {
-            let y = self.y_of(tick);
+        // A panel with nothing to draw has no scale, so no ticks.
+        let y_ticks = self.y.map_or_else(Vec::new, ticks).into_iter();
+        for (tick, y) in y_ticks.filter_map(|tick| Some((tick, self.y_of(tick)?))) {
             writeln!(
                 out,
                 r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{RULE}"/>"#,

@@ -477,6 +477,46 @@ fn a_picture_of_a_failed_run_says_why() {
     assert!(picture.contains(&format!("FAILED: {reason}")), "{picture}");
     assert!(picture.contains("Nothing was held"), "{picture}");
     assert!(!picture.contains("Every count was held"), "{picture}");
+    // First, as in the run's picture: above the panels, not under them.
+    let failed = picture.find("FAILED: ").expect("the failure");
+    let panels = picture.find(r#"<g class="panel">"#).expect("the panels");
+    assert!(failed < panels, "{picture}");
+    // Each panel is empty and says why, with no scale made up for it.
+    assert_eq!(picture.matches("nothing was held").count(), 6, "{picture}");
+    assert!(!picture.contains(r#"text-anchor="end""#), "{picture}");
+}
+
+/// A panel with no value above zero (the kernel stack, on the async front alone) draws no
+/// scale of its own and says so; the others draw theirs.
+#[test]
+fn an_empty_panel_invents_no_scale() {
+    let mut report = recorded();
+    report.fronts.retain(|s| s.front == Front::Async);
+    for point in &mut series(&mut report, Front::Async).points {
+        if let CountOutcome::Held(figures) = &mut point.outcome {
+            figures.kernel_stack_kib = 0;
+        }
+    }
+    let picture = svg(&report);
+    assert_eq!(
+        picture.matches("no value above zero").count(),
+        1,
+        "{picture}"
+    );
+    let last = picture.rfind(r#"<g class="panel">"#).expect("the panels");
+    let kernel_stack = &picture[last..];
+    assert!(
+        kernel_stack.contains("Kernel stack added"),
+        "{kernel_stack}"
+    );
+    assert!(
+        !kernel_stack.contains(r#"text-anchor="end""#),
+        "{kernel_stack}"
+    );
+    assert!(
+        picture[..last].contains(r#"text-anchor="end""#),
+        "{picture}"
+    );
 }
 
 /// A run the lab itself failed (interrupted at its last count, say) says so first and shows
