@@ -273,6 +273,33 @@ pub(super) struct Confirmed {
     pub(super) sent: Instant,
 }
 
+/// A renewal's deadline noticed this long after it passed was not watched: the process did not
+/// run meanwhile (stopped, or starved of CPU), and cannot say Redis was the one silent.
+const TIMER_LATE: Duration = Duration::from_millis(50);
+
+/// `renewal`'s answer, or `Elapsed` if Redis gave none by `deadline`, the lease's end.
+///
+/// A process that did not run past the deadline (its timer woke it well after it) may be
+/// woken before its connection has read an answer Redis gave in time. That answer says what
+/// became of the permit, so it is waited for, as long as another `lease`; only a renewal still
+/// unanswered then (or failed meanwhile) is taken as Redis's silence.
+pub(super) async fn answered_by<T, E>(
+    renewal: impl Future<Output = Result<T, E>>,
+    deadline: Instant,
+    lease: Duration,
+) -> Result<Result<T, E>, tokio::time::error::Elapsed> {
+    tokio::pin!(renewal);
+    match tokio::time::timeout_at(deadline, &mut renewal).await {
+        Err(silent) if deadline.elapsed() > TIMER_LATE => {
+            match tokio::time::timeout(lease, &mut renewal).await {
+                Ok(Ok(answer)) => Ok(Ok(answer)),
+                Ok(Err(_)) | Err(_) => Err(silent),
+            }
+        }
+        on_time => on_time,
+    }
+}
+
 /// What a renewal task needs.
 struct Renewer {
     permits: GlobalPermits,
@@ -303,12 +330,13 @@ impl Renewer {
             // Past the lease's end by this clock the lease has lapsed, answered or not.
             let deadline = self.sent + self.lease;
             let late = asked.checked_duration_since(deadline);
+            let renewal = self.permits.renew(&self.holder);
             let renewed = if late.is_some() {
                 // Already past the lease's end before asking (this process did not run in
                 // time): Redis's answer says what became of the permit.
-                Ok(self.permits.renew(&self.holder).await)
+                Ok(renewal.await)
             } else {
-                tokio::time::timeout_at(deadline, self.permits.renew(&self.holder)).await
+                answered_by(renewal, deadline, self.lease).await
             };
             let (state, cause) = match renewed {
                 Ok(Ok(Renewal::Renewed {

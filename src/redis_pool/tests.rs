@@ -891,3 +891,56 @@ async fn a_runs_keys_expire_and_its_scripts_are_loaded_at_connect() {
     .await;
     redis.stop().await.expect("stops");
 }
+
+/// A renewal Redis answered in time, but that this process read only after its deadline, is
+/// read and not called Redis's silence: the process did not run past the deadline, and woke to
+/// its timer before its connection's driver task had read the answer. Redis silent past a
+/// deadline watched on time, or past another lease, is silence. On the paused clock: the
+/// driver and the renewal are two tasks, as they are on a Redis connection.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn an_answer_read_after_the_deadline_is_not_redis_silence() {
+    use tokio::sync::oneshot;
+    use tokio::time::Instant;
+    let lease = Duration::from_millis(400);
+    let renewal = |deadline: Instant| {
+        // The socket, then the driver that reads Redis's answer from it to the renewal.
+        let (socket, arrived) = oneshot::channel::<u32>();
+        let (read, answer) = oneshot::channel();
+        let driver = tokio::spawn(async move {
+            if let Ok(answer) = arrived.await {
+                let _ = read.send(answer);
+            }
+        });
+        let waiting = super::lease::answered_by(answer, deadline, lease);
+        (socket, driver, tokio::spawn(waiting))
+    };
+
+    // Read late: the answer came while the process did not run past the deadline.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let (socket, driver, waiting) = renewal(deadline);
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_millis(500)).await;
+    socket.send(7).expect("the driver is reading");
+    let answered = waiting.await.expect("joined");
+    assert!(matches!(answered, Ok(Ok(7))), "{answered:?}");
+    driver.await.expect("joined");
+
+    // Watched on time: Redis silent until the deadline is silence, at the deadline.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let (socket, driver, waiting) = renewal(deadline);
+    let answered = waiting.await.expect("joined");
+    assert!(answered.is_err(), "{answered:?}");
+    assert_eq!(Instant::now(), deadline);
+    drop(socket);
+    driver.await.expect("joined");
+
+    // Read late, and still unanswered another lease on: silence.
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let (socket, driver, waiting) = renewal(deadline);
+    tokio::task::yield_now().await;
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let answered = waiting.await.expect("joined");
+    assert!(answered.is_err(), "{answered:?}");
+    drop(socket);
+    driver.await.expect("joined");
+}
