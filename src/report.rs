@@ -55,6 +55,16 @@ impl Report {
         differed.as_ref() != Some(failure)
     }
 
+    /// The flags that gave this run, as a command line takes them: the inputs, the front when it
+    /// is not the usual one, and the executor: ` --slots 4 --server threaded --work block`.
+    pub(crate) fn flags(&self) -> String {
+        let front = match self.runner.front {
+            Front::Async => String::new(),
+            front => format!(" --server {}", front.name()),
+        };
+        format!("{}{front}{}", self.inputs.flags(), self.executor.flags())
+    }
+
     /// The sentence for the policies the inputs asked for that did not run, as the lab stops
     /// at the first that fails or differs from the model; `None` when every one ran.
     pub(crate) fn not_run(&self) -> Option<String> {

@@ -377,7 +377,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="100%" viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMidYMin meet" font-family="DejaVu Sans, Verdana, Arial, sans-serif">"#
     )?;
-    let command = report.inputs.flags() + &report.executor.flags();
+    let command = report.flags();
     let title = format!("isolation-lab {command}: who holds the work permits");
     writeln!(out, "<title>{}</title>", Escaped(&title))?;
     rect(out, (0.0, 0.0), (WIDTH, height), Paint::fill("white"))?;

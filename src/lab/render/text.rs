@@ -28,11 +28,8 @@ const ROWS: [(&str, Cell); 7] = [
 /// Renders a run's report: the table, whether each policy matched the model, and why the run
 /// failed if it did.
 pub fn render(report: &Report) -> String {
-    let mut out = heading(
-        &format!("isolation-lab {}", report.runner.version),
-        &report.inputs,
-        &report.executor,
-    );
+    let title = format!("isolation-lab {}", report.runner.version);
+    let mut out = heading(&title, &report.flags());
     if let Some(shape) = &report.runner.front_runtime {
         let shape = format!("The {} front: {shape}.", report.runner.front.name());
         out.push_str(&wrap(&shape, "", "  ", 80));
@@ -101,7 +98,8 @@ pub fn render(report: &Report) -> String {
 /// Renders the model's prediction for `inputs`, for slow work that waits as `executor` says on
 /// the async front: the same table, before any run.
 pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome]) -> String {
-    let mut out = heading("isolation-lab predict", inputs, executor);
+    let flags = inputs.flags() + &executor.flags();
+    let mut out = heading("isolation-lab predict", &flags);
     if !executor.is_default() {
         let shape = executor.describe(crate::policy::Front::Async);
         out.push_str(&wrap(&format!("The async front: {shape}."), "", "  ", 80));
@@ -113,8 +111,8 @@ pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome])
     out
 }
 
-fn heading(title: &str, inputs: &Inputs, executor: &Executor) -> String {
-    format!("{title}: {}{}\n\n", inputs.flags(), executor.flags())
+fn heading(title: &str, flags: &str) -> String {
+    format!("{title}: {flags}\n\n")
 }
 
 /// The table: one column per outcome, and an optional last row of given cells.
@@ -258,6 +256,24 @@ mod tests {
             columns(&rows),
             "                shared  partitioned\nheld before F1  S1 S2   S1\n"
         );
+    }
+
+    /// The heading and the picture give the command that ran: a run on the threaded front says
+    /// `--server threaded` (without it, the command would run the async front); the usual front
+    /// needs no flag.
+    #[test]
+    fn the_command_shown_names_the_front_that_ran() {
+        let saved = include_str!("../../../tests/fixtures/slots-2-held-2.json");
+        let mut report: Report = serde_json::from_str(saved).expect("a report");
+        let heading = "isolation-lab 0.1.0: --mode both --slots 2 --held 2\n";
+        assert!(render(&report).starts_with(heading), "{}", render(&report));
+        assert!(!super::super::picture::render(&report).contains("--server"));
+        report.runner.front = crate::policy::Front::Threaded;
+        let threaded = "isolation-lab 0.1.0: --mode both --slots 2 --held 2 --server threaded\n";
+        assert!(render(&report).starts_with(threaded), "{}", render(&report));
+        let picture = super::super::picture::render(&report);
+        let command = "isolation-lab --mode both --slots 2 --held 2 --server threaded: who holds";
+        assert!(picture.contains(command), "{picture}");
     }
 
     #[test]
