@@ -277,26 +277,48 @@ pub(super) struct Confirmed {
 /// run meanwhile (stopped, or starved of CPU), and cannot say Redis was the one silent.
 const TIMER_LATE: Duration = Duration::from_millis(50);
 
-/// `renewal`'s answer, or `Elapsed` if Redis gave none by `deadline`, the lease's end.
+/// What a holder heard of a renewal sent before its lease's end.
+#[derive(Debug)]
+pub(super) enum Heard<T, E> {
+    /// Redis's answer, or the renewal's failure, as this process saw them.
+    Answer(Result<T, E>),
+    /// No answer while this process watched, for this long: by the lease's end, or, woken late,
+    /// for as long again as it waited then.
+    Silent(Duration),
+    /// This process did not run past the lease's end and its renewal failed meanwhile (the
+    /// client gave up on it, maybe only because its answer went unread): it says nothing of
+    /// what Redis did.
+    Unknown,
+}
+
+/// What became of `renewal`, sent at `asked`, by `deadline`, the lease's end.
 ///
-/// A process that did not run past the deadline (its timer woke it well after it) may be
-/// woken before its connection has read an answer Redis gave in time. That answer says what
-/// became of the permit, so it is waited for, as long as another `lease`; only a renewal still
-/// unanswered then (or failed meanwhile) is taken as Redis's silence.
+/// A process that did not run past the deadline (its timer woke it well after it) may be woken
+/// before its connection has read an answer Redis gave in time. That answer says what became of
+/// the permit, so it is waited for, for another `lease` at most; only a renewal still unanswered
+/// then is Redis's silence, counted from when this process woke.
 pub(super) async fn answered_by<T, E>(
     renewal: impl Future<Output = Result<T, E>>,
+    asked: Instant,
     deadline: Instant,
     lease: Duration,
-) -> Result<Result<T, E>, tokio::time::error::Elapsed> {
+) -> Heard<T, E> {
     tokio::pin!(renewal);
-    match tokio::time::timeout_at(deadline, &mut renewal).await {
-        Err(silent) if deadline.elapsed() > TIMER_LATE => {
-            match tokio::time::timeout(lease, &mut renewal).await {
-                Ok(Ok(answer)) => Ok(Ok(answer)),
-                Ok(Err(_)) | Err(_) => Err(silent),
-            }
-        }
-        on_time => on_time,
+    let first = tokio::time::timeout_at(deadline, &mut renewal).await;
+    let woke = Instant::now();
+    if woke.saturating_duration_since(deadline) <= TIMER_LATE {
+        return match first {
+            Ok(answer) => Heard::Answer(answer),
+            Err(_) => Heard::Silent(woke - asked),
+        };
+    }
+    match first {
+        Ok(Ok(answer)) => Heard::Answer(Ok(answer)),
+        Ok(Err(_)) => Heard::Unknown,
+        Err(_) => match tokio::time::timeout(lease, &mut renewal).await {
+            Ok(Ok(answer)) => Heard::Answer(Ok(answer)),
+            Ok(Err(_)) | Err(_) => Heard::Silent(woke.elapsed()),
+        },
     }
 }
 
@@ -326,19 +348,32 @@ impl Renewer {
         let mut renewals = 0u32;
         loop {
             ticks.tick().await;
-            let asked = Instant::now();
+            let mut asked = Instant::now();
             // Past the lease's end by this clock the lease has lapsed, answered or not.
             let deadline = self.sent + self.lease;
-            let late = asked.checked_duration_since(deadline);
-            let renewal = self.permits.renew(&self.holder);
-            let renewed = if late.is_some() {
+            let mut late = asked.checked_duration_since(deadline);
+            let heard = match late {
                 // Already past the lease's end before asking (this process did not run in
                 // time): Redis's answer says what became of the permit.
-                Ok(renewal.await)
-            } else {
-                answered_by(renewal, deadline, self.lease).await
+                Some(_) => Heard::Answer(self.permits.renew(&self.holder).await),
+                None => {
+                    let renewal = self.permits.renew(&self.holder);
+                    answered_by(renewal, asked, deadline, self.lease).await
+                }
             };
-            let (state, cause) = match renewed {
+            // Redis's answer (or the renewal's failure), or how long it was silent.
+            let heard = match heard {
+                Heard::Answer(answer) => Ok(answer),
+                Heard::Silent(silent) => Err(silent),
+                Heard::Unknown => {
+                    // Woken past the lease's end to a renewal that failed meanwhile: ask again,
+                    // as when asking late, and let Redis's answer say what became of the permit.
+                    asked = Instant::now();
+                    late = asked.checked_duration_since(deadline);
+                    Ok(self.permits.renew(&self.holder).await)
+                }
+            };
+            let (state, cause) = match heard {
                 Ok(Ok(Renewal::Renewed {
                     at_ms,
                     expires_at_ms,
@@ -381,11 +416,11 @@ impl Renewer {
                     };
                     (state, cause)
                 }
-                Err(_) => {
-                    let silent_ms = asked.elapsed().as_millis() as u64;
+                Err(silent) => {
+                    let silent_ms = silent.as_millis() as u64;
                     let error = format!(
-                        "Redis did not answer a renewal within {silent_ms} ms, before the lease \
-                         ended"
+                        "Redis did not answer a renewal in the {silent_ms} ms this process \
+                         waited, up to the lease's end or past it"
                     );
                     let state = LeaseState::Failed {
                         error,

@@ -895,15 +895,20 @@ async fn a_runs_keys_expire_and_its_scripts_are_loaded_at_connect() {
 /// A renewal Redis answered in time, but that this process read only after its deadline, is
 /// read and not called Redis's silence: the process did not run past the deadline, and woke to
 /// its timer before its connection's driver task had read the answer. Redis silent past a
-/// deadline watched on time, or past another lease, is silence. On the paused clock: the
-/// driver and the renewal are two tasks, as they are on a Redis connection.
+/// deadline watched on time (woken at most 50 ms after it) is silence until then; woken later,
+/// silence is what follows for another lease, counted from the wake; a renewal that failed
+/// while the process did not run says nothing. On the paused clock: the driver and the renewal
+/// are two tasks, as they are on a Redis connection.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn an_answer_read_after_the_deadline_is_not_redis_silence() {
+    use super::lease::{Heard, answered_by};
     use tokio::sync::oneshot;
     use tokio::time::Instant;
     let lease = Duration::from_millis(400);
-    let renewal = |deadline: Instant| {
-        // The socket, then the driver that reads Redis's answer from it to the renewal.
+    let ms = Duration::from_millis;
+    // A renewal asked now, its deadline 200 ms on: the socket Redis answers on, the driver that
+    // reads the answer from it to the renewal, and the renewal's wait.
+    let renewal = || {
         let (socket, arrived) = oneshot::channel::<u32>();
         let (read, answer) = oneshot::channel();
         let driver = tokio::spawn(async move {
@@ -911,36 +916,53 @@ async fn an_answer_read_after_the_deadline_is_not_redis_silence() {
                 let _ = read.send(answer);
             }
         });
-        let waiting = super::lease::answered_by(answer, deadline, lease);
-        (socket, driver, tokio::spawn(waiting))
+        let asked = Instant::now();
+        let deadline = asked + ms(200);
+        let waiting = tokio::spawn(answered_by(answer, asked, deadline, lease));
+        (socket, driver, waiting, deadline)
     };
 
     // Read late: the answer came while the process did not run past the deadline.
-    let deadline = Instant::now() + Duration::from_millis(200);
-    let (socket, driver, waiting) = renewal(deadline);
+    let (socket, driver, waiting, _) = renewal();
     tokio::task::yield_now().await;
-    tokio::time::advance(Duration::from_millis(500)).await;
+    tokio::time::advance(ms(500)).await;
     socket.send(7).expect("the driver is reading");
-    let answered = waiting.await.expect("joined");
-    assert!(matches!(answered, Ok(Ok(7))), "{answered:?}");
+    let heard = waiting.await.expect("joined");
+    assert!(matches!(heard, Heard::Answer(Ok(7))), "{heard:?}");
     driver.await.expect("joined");
 
-    // Watched on time: Redis silent until the deadline is silence, at the deadline.
-    let deadline = Instant::now() + Duration::from_millis(200);
-    let (socket, driver, waiting) = renewal(deadline);
-    let answered = waiting.await.expect("joined");
-    assert!(answered.is_err(), "{answered:?}");
-    assert_eq!(Instant::now(), deadline);
-    drop(socket);
-    driver.await.expect("joined");
+    // Watched on time, or woken 40 ms late: silent until the deadline (or the wake) is
+    // silence, then.
+    for late in [ms(0), ms(40)] {
+        let (socket, driver, waiting, deadline) = renewal();
+        tokio::task::yield_now().await;
+        tokio::time::advance(ms(200) + late).await;
+        let heard = waiting.await.expect("joined");
+        assert!(
+            matches!(heard, Heard::Silent(d) if d == ms(200) + late),
+            "{heard:?}"
+        );
+        assert_eq!(Instant::now(), deadline + late);
+        drop(socket);
+        driver.await.expect("joined");
+    }
 
-    // Read late, and still unanswered another lease on: silence.
-    let deadline = Instant::now() + Duration::from_millis(200);
-    let (socket, driver, waiting) = renewal(deadline);
+    // Woken 60 ms late and still unanswered another lease on: silence, for that lease.
+    let (socket, driver, waiting, deadline) = renewal();
     tokio::task::yield_now().await;
-    tokio::time::advance(Duration::from_millis(500)).await;
-    let answered = waiting.await.expect("joined");
-    assert!(answered.is_err(), "{answered:?}");
+    tokio::time::advance(ms(260)).await;
+    let heard = waiting.await.expect("joined");
+    assert!(matches!(heard, Heard::Silent(d) if d == lease), "{heard:?}");
+    assert_eq!(Instant::now(), deadline + ms(60) + lease);
     drop(socket);
+    driver.await.expect("joined");
+
+    // Failed while the process did not run (here the connection closed): nothing is known.
+    let (socket, driver, waiting, _) = renewal();
+    tokio::task::yield_now().await;
+    drop(socket);
+    tokio::time::advance(ms(500)).await;
+    let heard = waiting.await.expect("joined");
+    assert!(matches!(heard, Heard::Unknown), "{heard:?}");
     driver.await.expect("joined");
 }
