@@ -28,7 +28,7 @@ const ABOUT: Type = Type::size(20.0).colour(GREY);
 const LEGEND: Type = Type::size(20.0);
 const PANEL_TITLE: Type = Type::size(24.0).bold();
 const TICK_X: Type = Type::size(17.0).colour(GREY).anchor("middle");
-const TICK_Y: Type = Type::size(17.0).colour(GREY).anchor("end");
+const TICK_Y: Type = Type::size(17.0).colour(GREY).anchor("end").class("y-tick");
 const AXIS: Type = Type::size(18.0).colour(GREY).anchor("middle");
 const FOOT: Type = Type::size(18.0).colour(GREY);
 const FAILED: Type = Type::size(20.0).bold().colour(VERMILLION);
@@ -92,7 +92,8 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     legend(out, report, &ceilings, failed_room)?;
     // The axis range of N: the counts held and the ceilings, with some room.
     let counts = report.counts.iter().map(|&n| f64::from(n));
-    // A run always has counts (`hold` refuses none), so this range is never empty.
+    // A run always has counts (`hold` refuses none); only a report with none falls back to a
+    // decade.
     let x_range = range(counts.chain(ceilings.iter().map(|&(_, held, _)| held)));
     let x_range = x_range.unwrap_or((1.0, 10.0));
     let panel_width = (WIDTH - 2.0 * MARGIN - 2.0 * GAP) / 3.0;
@@ -112,10 +113,10 @@ fn legend(
     out: &mut String,
     report: &HoldReport,
     ceilings: &[FrontCeiling],
-    below: f64,
+    failed_room: f64,
 ) -> std::fmt::Result {
     for (i, series) in report.fronts.iter().enumerate() {
-        let y = 128.0 + below + 32.0 * i as f64;
+        let y = 128.0 + failed_room + 32.0 * i as f64;
         let (colour, _) = style(series.front);
         writeln!(
             out,

@@ -17,13 +17,23 @@ struct Cost {
     /// Read machine-wide: it counts as the front's only where the front's own threads grew
     /// too (a kernel stack belongs to a thread), else it is what other processes did meanwhile.
     machine_wide: bool,
-    /// A change in all (per held request times N) smaller than this is not read per held
-    /// request: it is as large as the cost moves without holding anything more.
-    readable_from: Option<f64>,
+    /// Read per held request only from [`READABLE_KIB`] of change in all ([`unreadable`]).
+    noisy: bool,
 }
 
-/// The change in resident memory, in all, from which it is read per held request.
-const RESIDENT_READABLE_KIB: f64 = 1024.0;
+/// The change in all, in KiB, from which a noisy cost is read per held request. Holding one
+/// request moved a front's resident memory by a few hundred KiB either way (-220 to +288 KiB in
+/// 29 runs of `hold --counts 1`): its first requests touch code and allocator pages once. A MiB
+/// is a few times that.
+const READABLE_KIB: f64 = 1024.0;
+
+/// A noisy cost's change in all at `held`, in whole KiB, where it is too small to read per held
+/// request; `None` where it can be read.
+pub(super) fn unreadable(per_request_kib: f64, held: u32) -> Option<f64> {
+    // The figure is (now - idle) / N, whole KiB: rounded, it is that change again exactly.
+    let all = (per_request_kib * f64::from(held)).round();
+    (all.abs() < READABLE_KIB).then_some(all)
+}
 
 const COSTS: [Cost; 5] = [
     Cost {
@@ -33,7 +43,7 @@ const COSTS: [Cost; 5] = [
         per: |p| p.os_threads,
         note: "",
         machine_wide: false,
-        readable_from: None,
+        noisy: false,
     },
     Cost {
         name: "Resident memory",
@@ -42,10 +52,7 @@ const COSTS: [Cost; 5] = [
         per: |p| p.rss_kib,
         note: "",
         machine_wide: false,
-        // Holding one request moved a front's resident memory by -144 to +288 KiB in all (six
-        // runs of `hold --counts 1` a front): its first requests touch code and allocator
-        // pages once. A MiB of change is a few times that.
-        readable_from: Some(RESIDENT_READABLE_KIB),
+        noisy: true,
     },
     Cost {
         name: "Kernel stack",
@@ -54,7 +61,7 @@ const COSTS: [Cost; 5] = [
         per: |p| p.kernel_stack_kib,
         note: " (machine-wide, outside the process's resident memory)",
         machine_wide: true,
-        readable_from: None,
+        noisy: false,
     },
     Cost {
         name: "Address space",
@@ -63,7 +70,7 @@ const COSTS: [Cost; 5] = [
         per: |p| p.address_space_kib,
         note: " (reserved, mostly not resident)",
         machine_wide: false,
-        readable_from: None,
+        noisy: false,
     },
     Cost {
         name: "Memory maps",
@@ -72,7 +79,7 @@ const COSTS: [Cost; 5] = [
         per: |p| p.memory_maps,
         note: "",
         machine_wide: false,
-        readable_from: None,
+        noisy: false,
     },
 ];
 
@@ -111,28 +118,30 @@ fn common_count(fronts: &[FrontSeries]) -> Option<u32> {
 }
 
 fn cost_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
-    let in_all = |figures: &Figures| (cost.per)(&figures.per_request) * f64::from(held);
-    let (read, unread): (Vec<(Front, &Figures)>, Vec<_>) =
-        at.iter().copied().partition(|(_, figures)| {
-            cost.readable_from
-                .is_none_or(|floor| in_all(figures).abs() >= floor)
-        });
-    let Some(floor) = cost.readable_from.filter(|_| !unread.is_empty()) else {
-        return read_sentence(cost, held, &read);
+    let unread_by = |figures: &Figures| {
+        let per = (cost.per)(&figures.per_request);
+        unreadable(per, held).filter(|_| cost.noisy)
     };
+    let (read, unread): (Vec<(Front, &Figures)>, Vec<_>) = at
+        .iter()
+        .copied()
+        .partition(|(_, figures)| unread_by(figures).is_none());
+    if unread.is_empty() {
+        return read_sentence(cost, held, &read);
+    }
     let changes: Vec<String> = unread
         .iter()
         .map(|(front, figures)| {
-            let amount = in_all(figures);
-            format!("{amount:+.0}{} on the {} front", cost.unit, front.name())
+            let all = unread_by(figures).unwrap_or_default();
+            format!("{all:+.0}{} on the {} front", cost.unit, front.name())
         })
         .collect();
     let (name, changes) = (cost.name, changes.join(" and "));
-    let floor = format!("{:.0} MiB", floor / 1024.0);
+    let floor = format!("{:.0} MiB", READABLE_KIB / 1024.0);
     if read.is_empty() {
         return format!(
             "{name} changed too little at N = {} to read per held request: {changes} in all, \
-             under the {floor} from which it is read; more held requests would show it.",
+             under the {floor} from which it is read.",
             count(u64::from(held))
         );
     }
@@ -383,13 +392,11 @@ pub(super) fn breakdown(report: &HoldReport) -> Vec<String> {
                 s => format!("grew {} KiB", figure(s)),
             };
             let rss = f.per_request.rss_kib;
-            let resident = match rss * f64::from(held) {
-                all if all.abs() < RESIDENT_READABLE_KIB => {
-                    format!(
-                        "resident memory {all:+.0} KiB in all, too little to read per held request"
-                    )
-                }
-                _ => format!("{} KiB resident per held request", figure(rss)),
+            let resident = match unreadable(rss, held) {
+                Some(all) => format!(
+                    "resident memory {all:+.0} KiB in all, too little to read per held request"
+                ),
+                None => format!("{} KiB resident per held request", figure(rss)),
             };
             Some(format!(
                 "The {} front, {} held: {resident}; {heap}. The kernel's slab {slab} per held \
