@@ -187,6 +187,13 @@ impl<'a> Panel<'a> {
         self.plot_left + (seq as f64 - 0.5) * self.column
     }
 
+    /// The gate line's left edge, for a response (`after_event`, status) that came before the
+    /// gate opened; `None` for one after it, or where the gate never opened.
+    fn before_gate(&self, (after_event, _): (u64, u16)) -> Option<f64> {
+        let gate = self.gate.filter(|&gate| after_event < gate)?;
+        Some(self.x(gate) - GATE_HALF)
+    }
+
     /// Where the last column ends, within the plot.
     fn end(&self) -> f64 {
         (self.x(self.last) + self.column / 2.0).min(self.plot_right)
@@ -302,7 +309,9 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         None => "Observations differ from the policy model.".to_owned(),
     };
     if let Some(not_run) = report.not_run() {
-        verdict = format!("{verdict} {not_run}");
+        // Two sentences: a failure's reason has no full stop of its own.
+        let stop = if verdict.ends_with('.') { "" } else { "." };
+        verdict = format!("{verdict}{stop} {not_run}");
     }
     let verdict_style = match report.matches_model {
         true => VERDICT,
@@ -324,7 +333,8 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
         .any(|p| p.observed.executor.is_some());
     let lanes = requests + usize::from(beats);
     let pools_height = panels.iter().map(Panel::pools_height).fold(0.0, f64::max);
-    let legend_rows = legend_layout().last().map_or(0, |&(row, _, _)| row + 1);
+    let entries = legend_layout(&panels);
+    let legend_rows = entries.last().map_or(0, |&(row, _, _)| row + 1);
 
     // Baselines a line's height apart at least (DejaVu Sans spans 1.17 of its size), so no
     // two lines' boxes overlap.
@@ -393,7 +403,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     for (panel, words) in panels.iter().zip(&pools_words) {
         draw_panel(out, panel, words, &rows)?;
     }
-    draw_legend(out, legend)?;
+    draw_legend(out, &entries, legend)?;
     for (i, words) in executor_legend.iter().enumerate() {
         let y = legend + (legend_rows + i) as f64 * LEGEND_ROW + 7.0;
         text(
@@ -618,11 +628,14 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
     let mut answers = lane.answers.iter().copied();
     if let Some(refused) = lane.refused {
         // A refused request's response is its refusal's.
-        draw_refusal(out, &mut row, panel.x(refused), y, answers.next())?;
+        let answer = answers.next();
+        let gate = answer.and_then(|answer| panel.before_gate(answer));
+        draw_refusal(out, &mut row, (panel.x(refused), y), answer, gate)?;
     }
     for answer in answers {
         let after = finished_at.unwrap_or(panel.plot_left - CLEAR);
-        draw_answer(out, &mut row, after, y, answer)?;
+        let gate = panel.before_gate(answer);
+        draw_answer(out, &mut row, (after, y), answer, gate)?;
     }
     let nothing = lane.admitted.is_none()
         && lane.refused.is_none()
@@ -704,9 +717,9 @@ fn draw_heartbeat(
 fn draw_refusal(
     out: &mut String,
     row: &mut Row,
-    x: f64,
-    y: f64,
+    (x, y): (f64, f64),
     answer: Option<(u64, u16)>,
+    gate: Option<f64>,
 ) -> fmt::Result {
     if let Some((_, status)) = answer {
         let badge = badge_width(status);
@@ -729,20 +742,22 @@ fn draw_refusal(
     writeln!(out, "</g>")?;
     row.take(x - CROSS, x + CROSS);
     match answer {
-        Some(answer) => draw_answer(out, row, x + CROSS, y, answer),
+        Some(answer) => draw_answer(out, row, (x + CROSS, y), answer, gate),
         None => Ok(()),
     }
 }
 
 /// A response's status tag, beside the mark that ends at `after` when it fits there. Otherwise
 /// (the gate line or the plot's edge in the way) it goes to the nearest free stretch with the
-/// event it followed in words, so its place claims nothing.
+/// event it followed in words, so its place claims nothing; a response that came before the
+/// gate opened stays on the closed side of the gate line, ending at `gate` or before, where
+/// there is room, so its place does not say the opposite either.
 fn draw_answer(
     out: &mut String,
     row: &mut Row,
-    after: f64,
-    y: f64,
+    (after, y): (f64, f64),
     (after_event, status): (u64, u16),
+    gate: Option<f64>,
 ) -> fmt::Result {
     let tag = tag_width(status);
     let beside = after + CLEAR;
@@ -753,7 +768,8 @@ fn draw_answer(
     } else {
         let words = format!("after event {after_event}");
         let room = tag + CLEAR + text_width(&words, NOTE);
-        let place = row.right_of(beside, room);
+        let closed_side = gate.and_then(|gate| row.left_of(gate, room));
+        let place = closed_side.or_else(|| row.right_of(beside, room));
         if let Some(x) = place.or_else(|| row.left_of(row.to, room)) {
             row.take(x, x + room);
             answer_tag(out, x, y, tag, status)?;
@@ -853,6 +869,24 @@ const LEGEND: [(LegendMark, &str); 8] = [
 ];
 
 impl LegendMark {
+    /// Whether the mark is drawn in any of `panels`, so its entry has something to explain.
+    fn drawn_in(self, panels: &[Panel]) -> bool {
+        let lanes = || panels.iter().flat_map(|p| &p.lanes);
+        match self {
+            LegendMark::Permit | LegendMark::Admitted => lanes().any(|l| l.admitted.is_some()),
+            LegendMark::Held => lanes().any(|l| l.held.is_some()),
+            LegendMark::Finished => lanes().any(|l| l.finished.is_some()),
+            LegendMark::Refused => lanes().any(|l| l.refused.is_some()),
+            // A refusal's response is its badge (or, with no room for one, a tag beside the
+            // cross, which the refusal's entry explains too).
+            LegendMark::Answer => {
+                lanes().any(|l| l.answers.len() > usize::from(l.refused.is_some()))
+            }
+            LegendMark::Cells => true,
+            LegendMark::Gate => panels.iter().any(|p| p.gate.is_some()),
+        }
+    }
+
     /// How wide the sample is.
     fn width(self) -> f64 {
         match self {
@@ -895,10 +929,12 @@ impl LegendMark {
 }
 
 /// Where each legend entry goes: `(row, x, entry)`, filling rows left to right.
-fn legend_layout() -> Vec<(usize, f64, (LegendMark, &'static str))> {
+/// The entries of the marks drawn in `panels`, each at `(row, x)`.
+fn legend_layout(panels: &[Panel]) -> Vec<(usize, f64, (LegendMark, &'static str))> {
     let mut placed = Vec::new();
     let (mut row, mut x) = (0, MARGIN);
-    for (sample, words) in LEGEND {
+    let shown = LEGEND.into_iter().filter(|(mark, _)| mark.drawn_in(panels));
+    for (sample, words) in shown {
         let entry = sample.width() + 10.0 + text_width(words, LEGEND_WORDS);
         if x + entry > WIDTH - MARGIN && x > MARGIN {
             row += 1;
@@ -910,9 +946,13 @@ fn legend_layout() -> Vec<(usize, f64, (LegendMark, &'static str))> {
     placed
 }
 
-fn draw_legend(out: &mut String, top: f64) -> fmt::Result {
+fn draw_legend(
+    out: &mut String,
+    entries: &[(usize, f64, (LegendMark, &str))],
+    top: f64,
+) -> fmt::Result {
     writeln!(out, r#"<g class="legend">"#)?;
-    for (row, x, (sample, words)) in legend_layout() {
+    for &(row, x, (sample, words)) in entries {
         let y = top + row as f64 * LEGEND_ROW;
         sample.draw(out, x, y)?;
         text(
@@ -1210,6 +1250,12 @@ mod tests {
                     shown.sort();
                     assert_eq!(shown, statuses, "{context}: every response shown");
                     let finished = classed(*lane, "rect", "finished");
+                    // A lane answered before the release keeps its tags on the gate's closed
+                    // side: the place does not say the opposite of the words.
+                    let responses = policy.observed.responses.iter();
+                    let before = responses
+                        .filter(|r| r.request.to_string() == request)
+                        .all(|r| r.phase == crate::evidence::Phase::BeforeRelease);
                     for tag in answers.iter().chain(&badges) {
                         let outline = tag.children().find(|n| n.has_tag_name("rect"));
                         let outline = outline.expect("a tag has an outline");
@@ -1218,6 +1264,11 @@ mod tests {
                         let clear = x1 + CLEAR <= gate - GATE_HALF + ROUNDING
                             || x0 + ROUNDING >= gate + GATE_HALF + CLEAR;
                         assert!(clear, "{context}: tag at {x0}..{x1}, gate at {gate}");
+                        assert!(
+                            !before || x1 <= gate + ROUNDING,
+                            "{context}: answered before the release, a tag at {x0}..{x1}, \
+                             past the gate at {gate}"
+                        );
                         assert!(x0 >= left - ROUNDING && x1 <= right + ROUNDING, "{context}");
                     }
                     for answer in &answers {
@@ -1235,6 +1286,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The legend explains the marks drawn, and only those: a run with no refusal has no
+    /// refusal's entry, one with refusals has it; a run that stopped before any event has
+    /// neither responses nor a gate line to explain.
+    #[test]
+    fn the_legend_tells_only_the_marks_drawn() {
+        let legend = |report: &Report| {
+            let svg = render(report);
+            let document = parse(&svg);
+            let legend = classed(document.root(), "g", "legend");
+            let texts = legend[0].descendants().filter_map(|n| n.text());
+            texts.map(str::to_owned).collect::<Vec<String>>()
+        };
+        let refused = "refused: 503 at once, not queued".to_owned();
+        let answer = "response, HTTP status".to_owned();
+        let gate = "gate closed, then opened".to_owned();
+        let mut without = 0;
+        for (context, report, _) in every_picture() {
+            let events = report.policies.iter().flat_map(|p| &p.work_events);
+            let refusals = events.filter(|e| e.event == Event::Refused).count();
+            without += usize::from(refusals == 0);
+            let said = legend(&report);
+            assert_eq!(said.contains(&refused), refusals > 0, "{context}: {said:?}");
+            assert!(said.contains(&answer) && said.contains(&gate), "{said:?}");
+        }
+        assert!(without > 0, "a recorded run without a refusal");
+        let mut stopped = default_run();
+        for policy in &mut stopped.policies {
+            policy.work_events.clear();
+            policy.observed.responses.clear();
+        }
+        let said = legend(&stopped);
+        assert!(!said.contains(&answer) && !said.contains(&gate), "{said:?}");
+        assert!(
+            said.contains(&"pool permit: taken, free".to_owned()),
+            "{said:?}"
+        );
     }
 
     fn status(status: u16) -> &'static str {
@@ -1321,10 +1410,10 @@ mod tests {
         let verdict = classed(root, "text", "verdict");
         let words: Vec<&str> = verdict.iter().filter_map(|l| l.text()).collect();
         let words = words.join(" ");
-        assert!(
-            words.contains("partitioned did not run: the shared policy failed"),
-            "{words}"
-        );
+        // Two sentences, the failure's ended by a full stop.
+        let said = "FAILED: shared: starting the front's own runtime: refused. partitioned did \
+                    not run: the shared policy failed";
+        assert!(words.contains(said), "{words}");
     }
 
     /// A word too long for a line is broken between characters rather than run off the edge.
