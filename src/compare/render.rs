@@ -18,11 +18,15 @@ pub fn render(comparison: &Comparison) -> String {
         comparison.held,
         executor.map_or(String::new(), |e| e.flags())
     );
-    for (front, executor) in &comparison.executors {
-        let shape = format!("The {} front: {}.", front.name(), executor.describe(*front));
-        out.push_str(&wrap(&shape, "", "  ", 80));
-    }
     if !comparison.executors.is_empty() {
+        // Each front's shape, the one that runs as usual too: the flags above are the async
+        // front's, and the threaded front takes only `--work block` of them.
+        for front in Front::ALL {
+            let executor = comparison.executors.get(&front).copied();
+            let executor = executor.unwrap_or_default();
+            let shape = format!("The {} front: {}.", front.name(), executor.describe(front));
+            out.push_str(&wrap(&shape, "", "  ", 80));
+        }
         out.push('\n');
     }
     let mut header = vec![String::new()];

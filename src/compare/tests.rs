@@ -66,3 +66,26 @@ fn the_cost_of_holding_is_said_only_where_the_threads_show_it() {
         "{uncounted}"
     );
 }
+
+/// The heading's `--work` flags are the async front's; the threaded front, which takes only
+/// `--work block` of them, says how its slow work waits too, so no reader takes the flags for
+/// both.
+#[test]
+fn each_front_says_how_its_slow_work_waits() {
+    use crate::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+    let mut comparison = compared(|_| Some(1));
+    let one = BlockingThreads::new(1).expect("1 is allowed");
+    let executor = Executor::new(WorkStyle::SpawnBlocking, Workers::CurrentThread, one);
+    comparison.executors.insert(Front::Async, executor);
+    let shown = render::render(&comparison);
+    assert!(shown.contains("--work spawn-blocking"), "{shown}");
+    let threaded = "The threaded front: slow work waits on its connection's own OS thread.";
+    assert!(shown.contains(threaded), "{shown}");
+    assert!(
+        shown.contains("The async front: slow work's blocking wait"),
+        "{shown}"
+    );
+    // As usual on both fronts: no line for either.
+    let usual = render::render(&compared(|_| Some(1)));
+    assert!(!usual.contains("The threaded front: "), "{usual}");
+}
