@@ -64,7 +64,9 @@ pub enum LossCause {
     /// Redis did not answer a renewal before the lease ended: it was unreachable (stopped,
     /// overloaded, gone) for at least `silent_ms`.
     RedisSilent {
-        /// How long the renewal went unanswered, by this process's clock.
+        /// How long the renewal went unanswered while this process watched, by its clock: from
+        /// the renewal's sending to the lease's end, or, for a holder that did not run past
+        /// that end, from when it ran again.
         silent_ms: u64,
     },
     /// A renewal failed at once, before the lease ended (the connection broke, or Redis
@@ -282,12 +284,12 @@ const TIMER_LATE: Duration = Duration::from_millis(50);
 pub(super) enum Heard<T, E> {
     /// Redis's answer, or the renewal's failure, as this process saw them.
     Answer(Result<T, E>),
-    /// No answer while this process watched, for this long: by the lease's end, or, woken late,
-    /// for as long again as it waited then.
+    /// No answer while this process watched, for this long: from the sending to the lease's
+    /// end or, woken late, from the wake to another lease on.
     Silent(Duration),
-    /// This process did not run past the lease's end and its renewal failed meanwhile (the
-    /// client gave up on it, maybe only because its answer went unread): it says nothing of
-    /// what Redis did.
+    /// This process did not run past the lease's end, and its renewal failed around then (the
+    /// connection broke, or the client gave up on it, maybe only because its answer went
+    /// unread): it says nothing of what Redis did.
     Unknown,
 }
 
@@ -296,7 +298,8 @@ pub(super) enum Heard<T, E> {
 /// A process that did not run past the deadline (its timer woke it well after it) may be woken
 /// before its connection has read an answer Redis gave in time. That answer says what became of
 /// the permit, so it is waited for, for another `lease` at most; only a renewal still unanswered
-/// then is Redis's silence, counted from when this process woke.
+/// then is Redis's silence, counted from when this process woke. One that fails meanwhile says
+/// nothing of Redis: [`Heard::Unknown`].
 pub(super) async fn answered_by<T, E>(
     renewal: impl Future<Output = Result<T, E>>,
     asked: Instant,
@@ -317,7 +320,8 @@ pub(super) async fn answered_by<T, E>(
         Ok(Err(_)) => Heard::Unknown,
         Err(_) => match tokio::time::timeout(lease, &mut renewal).await {
             Ok(Ok(answer)) => Heard::Answer(Ok(answer)),
-            Ok(Err(_)) | Err(_) => Heard::Silent(woke.elapsed()),
+            Ok(Err(_)) => Heard::Unknown,
+            Err(_) => Heard::Silent(woke.elapsed()),
         },
     }
 }
@@ -398,8 +402,8 @@ impl Renewer {
                     (LeaseState::Lost { at_ms, cause }, cause)
                 }
                 Ok(Err(error)) => {
-                    // Failed at once: Redis was not silent until the lease's end. Either this
-                    // process only asked after the end, or the renewal failed before it.
+                    // Failed, not silent: either this process asked after the lease's end (at
+                    // first, or again once woken late), or the renewal failed before that end.
                     let cause = match late {
                         Some(late) => LossCause::RenewalFailedLate {
                             after_end_ms: late.as_millis() as u64,
@@ -420,7 +424,7 @@ impl Renewer {
                     let silent_ms = silent.as_millis() as u64;
                     let error = format!(
                         "Redis did not answer a renewal in the {silent_ms} ms this process \
-                         waited, up to the lease's end or past it"
+                         watched for its answer"
                     );
                     let state = LeaseState::Failed {
                         error,
