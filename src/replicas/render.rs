@@ -484,6 +484,9 @@ fn leases(report: &ReplicasReport) -> String {
         let killed = crash.replica.map_or("?".into(), |r| r.to_string());
         let probed = crash.probed.map_or("?".into(), |r| r.to_string());
         let (refused, admitted) = until_admitted(&crash.probes);
+        // The killed replica's end is recorded last, after the probes: a run cut short (by a
+        // signal, say) before it has probes it never recorded.
+        let cut_short = crash.exit.is_empty();
         let (window_cell, then) = match (admitted, crash.watched_ms) {
             (Some(p), _) => (
                 window(crash.window_ms),
@@ -493,6 +496,9 @@ fn leases(report: &ReplicasReport) -> String {
                 format!("> {watched:.0} ms"),
                 "still refused: leaked".to_owned(),
             ),
+            (None, None) if cut_short => {
+                ("-".to_owned(), "cut short: nothing more seen".to_owned())
+            }
             (None, None) => ("-".to_owned(), "no probe admitted".to_owned()),
         };
         rows.push(vec![
@@ -500,10 +506,18 @@ fn leases(report: &ReplicasReport) -> String {
             lease_cell,
             left(&crash.dead_holders),
             window_cell,
-            refused.len().to_string(),
+            match cut_short && admitted.is_none() {
+                true => "?".to_owned(),
+                false => refused.len().to_string(),
+            },
             then,
         ]);
-        let meaning = if !report.matches_model {
+        let meaning = if cut_short {
+            format!(
+                "The run was cut short while it probed {probed}: what the probes met is not \
+                 recorded."
+            )
+        } else if !report.matches_model {
             String::new()
         } else if lease_ms > 0 {
             let apart = apart_ms(&crash.probes).map_or(String::new(), |ms| {
@@ -518,10 +532,13 @@ fn leases(report: &ReplicasReport) -> String {
              the run, until the run's cleanup deleted its keys."
                 .to_owned()
         };
+        let exit = match crash.exit.as_str() {
+            "" => "sent SIGKILL",
+            exit => exit,
+        };
         notes.push_str(&wrap(
             &format!(
-                "Crash: {killed} was {} holding {}. {meaning}",
-                crash.exit,
+                "Crash: {killed} was {exit} holding {}. {meaning}",
                 holders(&crash.dead_holders)
             ),
             "  ",

@@ -557,6 +557,30 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let said = format!("plus up to the time between two probes (about {apart:.0} ms here).");
     assert!(words.contains(&said), "{said}\n{text}");
     fits_100_columns(&text);
+    // Cut short while it probed (a signal ended the run): no probe was recorded, and the
+    // report says so rather than that none was refused or admitted.
+    let mut cut = report.clone();
+    let crashed = cut.evidence.crash.as_mut().expect("a crash");
+    (crashed.probes, crashed.exit, crashed.window_ms) = (Vec::new(), String::new(), None);
+    cut.failure = Some("interrupted by SIGTERM".into());
+    cut.matches_model = false;
+    let text = isolation_lab::replicas::render::render(&cut);
+    let crash_row = text.lines().find(|l| l.starts_with("crash r1"));
+    let crash_row: Vec<&str> = crash_row
+        .expect("the crash row")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        crash_row[crash_row.len() - 6..],
+        ["?", "cut", "short:", "nothing", "more", "seen"]
+    );
+    let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let said = "Crash: r1 was sent SIGKILL holding r1/S1";
+    assert!(words.contains(said), "{text}");
+    assert!(
+        words.contains("what the probes met is not recorded"),
+        "{text}"
+    );
     nothing_left(&report);
 }
 
