@@ -180,7 +180,13 @@ fn outcome(sent: &Sent) -> &'static str {
 /// them, so the same run would otherwise read differently from one time to the next (the report
 /// keeps Redis's order).
 fn refusal_holders(sent: &Sent) -> String {
-    let mut holders: Vec<&str> = sent.held_by.iter().map(String::as_str).collect();
+    in_order(&sent.held_by)
+}
+
+/// Holders' names by replica and request, whichever order Redis listed them in, so that the
+/// same run reads the same.
+fn in_order(holders: &[String]) -> String {
+    let mut holders: Vec<&str> = holders.iter().map(String::as_str).collect();
     holders.sort_by_cached_key(|&holder| (parse_holder(holder), holder));
     holders.join(" ")
 }
@@ -292,10 +298,10 @@ fn verdict(report: &ReplicasReport) -> String {
             "The other {} {} refused at once (503, no queue){}.",
             refused.len(),
             if refused.len() == 1 { "was" } else { "were" },
-            if named {
-                ", each naming the holders across replicas"
-            } else {
-                ""
+            match (named, refused.len()) {
+                (false, _) => "",
+                (true, 1) => ", naming the holders across replicas",
+                (true, _) => ", each naming the holders across replicas",
             }
         );
     }
@@ -387,7 +393,7 @@ fn leases(report: &ReplicasReport) -> String {
         } else {
             String::new()
         };
-        let engine = joined(pause.engine_holders.iter().flatten(), " ");
+        let engine = in_order(pause.engine_holders.as_deref().unwrap_or_default());
         let lesson = report.matches_model;
         let mut note = format!(
             "Pause: {paused} was stopped (SIGSTOP) holding {}.",
@@ -547,7 +553,7 @@ fn leases(report: &ReplicasReport) -> String {
     let mut out = columns(&rows);
     out.push_str(
         "(left at the signal: the paused or dead holders' lease, by Redis's clock; window: from \
-         the signal\n to the first admitted probe)\n\n",
+         the signal\n to the first admitted probe; probes refused: those before it)\n\n",
     );
     out.push_str(&notes);
     if lease_ms > 0 && report.matches_model {
