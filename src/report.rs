@@ -56,7 +56,8 @@ impl Report {
     }
 
     /// The flags that gave this run, as a command line takes them: the inputs, the front when it
-    /// is not the usual one, and the executor: ` --slots 4 --server threaded --work block`.
+    /// is not the usual one, and the executor: `--mode both --slots 4 --held 2 --server
+    /// threaded --work block`.
     pub(crate) fn flags(&self) -> String {
         let front = match self.runner.front {
             Front::Async => String::new(),

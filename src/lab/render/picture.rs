@@ -187,9 +187,9 @@ impl<'a> Panel<'a> {
         self.plot_left + (seq as f64 - 0.5) * self.column
     }
 
-    /// The gate line's left edge, for a response (`after_event`, status) that came before the
-    /// gate opened; `None` for one after it, or where the gate never opened.
-    fn before_gate(&self, (after_event, _): (u64, u16)) -> Option<f64> {
+    /// The gate line's left edge, for a response that came after event `after_event`, before
+    /// the gate opened; `None` for one after it, or where the gate never opened.
+    fn before_gate(&self, after_event: u64) -> Option<f64> {
         let gate = self.gate.filter(|&gate| after_event < gate)?;
         Some(self.x(gate) - GATE_HALF)
     }
@@ -629,12 +629,12 @@ fn draw_lane(out: &mut String, panel: &Panel, lane: &RequestLane, top: f64) -> f
     if let Some(refused) = lane.refused {
         // A refused request's response is its refusal's.
         let answer = answers.next();
-        let gate = answer.and_then(|answer| panel.before_gate(answer));
+        let gate = answer.and_then(|(after_event, _)| panel.before_gate(after_event));
         draw_refusal(out, &mut row, (panel.x(refused), y), answer, gate)?;
     }
     for answer in answers {
         let after = finished_at.unwrap_or(panel.plot_left - CLEAR);
-        let gate = panel.before_gate(answer);
+        let gate = panel.before_gate(answer.0);
         draw_answer(out, &mut row, (after, y), answer, gate)?;
     }
     let nothing = lane.admitted.is_none()
@@ -928,8 +928,8 @@ impl LegendMark {
     }
 }
 
-/// Where each legend entry goes: `(row, x, entry)`, filling rows left to right.
-/// The entries of the marks drawn in `panels`, each at `(row, x)`.
+/// The entries of the marks drawn in `panels`, each with where it goes: `(row, x, entry)`,
+/// filling rows left to right.
 fn legend_layout(panels: &[Panel]) -> Vec<(usize, f64, (LegendMark, &'static str))> {
     let mut placed = Vec::new();
     let (mut row, mut x) = (0, MARGIN);
