@@ -118,25 +118,23 @@ fn common_count(fronts: &[FrontSeries]) -> Option<u32> {
 }
 
 fn cost_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
-    let unread_by = |figures: &Figures| {
+    // The fronts whose change can be read, and those whose change in all was too small.
+    let (mut read, mut unread) = (Vec::new(), Vec::new());
+    for &(front, figures) in at {
         let per = (cost.per)(&figures.per_request);
-        unreadable(per, held).filter(|_| cost.noisy)
-    };
-    let (read, unread): (Vec<(Front, &Figures)>, Vec<_>) = at
-        .iter()
-        .copied()
-        .partition(|(_, figures)| unread_by(figures).is_none());
+        match unreadable(per, held).filter(|_| cost.noisy) {
+            Some(all) => unread.push(format!(
+                "{all:+.0}{} on the {} front",
+                cost.unit,
+                front.name()
+            )),
+            None => read.push((front, figures)),
+        }
+    }
     if unread.is_empty() {
         return read_sentence(cost, held, &read);
     }
-    let changes: Vec<String> = unread
-        .iter()
-        .map(|(front, figures)| {
-            let all = unread_by(figures).unwrap_or_default();
-            format!("{all:+.0}{} on the {} front", cost.unit, front.name())
-        })
-        .collect();
-    let (name, changes) = (cost.name, changes.join(" and "));
+    let (name, changes) = (cost.name, unread.join(" and "));
     let floor = format!("{:.0} MiB", READABLE_KIB / 1024.0);
     if read.is_empty() {
         return format!(
