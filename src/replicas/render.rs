@@ -610,7 +610,7 @@ fn ledgers(report: &ReplicasReport) -> String {
         ("finished (cancelled)", |r| {
             account_cell(r, |l| format!("{} ({})", l.finished, l.cancelled))
         }),
-        ("peak inside at once", |r| {
+        ("peak permits taken", |r| {
             account_cell(r, |l| l.peak.to_string())
         }),
         ("invariants", |r| {
