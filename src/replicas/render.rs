@@ -324,8 +324,11 @@ fn number_word(n: usize) -> String {
     }
 }
 
+/// Holders with the lease each had left, by replica and request as [`in_order`] puts them.
 fn holders(holders: &[EngineHolder]) -> String {
-    let named = holders.iter().map(|h| match h.lease_left_ms {
+    let mut holders: Vec<&EngineHolder> = holders.iter().collect();
+    holders.sort_by_cached_key(|h| (parse_holder(&h.holder), h.holder.as_str()));
+    let named = holders.into_iter().map(|h| match h.lease_left_ms {
         Some(ms) => format!("{} ({ms} ms of lease left)", h.holder),
         None => format!("{} (no lease)", h.holder),
     });
@@ -682,10 +685,10 @@ fn account_cell(
 
 #[cfg(test)]
 mod tests {
-    use super::{refusal_holders, wrap};
+    use super::{holders, refusal_holders, wrap};
     use crate::evidence::Decision;
     use crate::label::Label;
-    use crate::replicas::evidence::Sent;
+    use crate::replicas::evidence::{EngineHolder, Sent};
     use crate::replicas::inputs::ReplicaId;
 
     /// A refusal names its holders in one order, whichever order Redis listed them in.
@@ -703,6 +706,22 @@ mod tests {
         let cells =
             [["r1/S9", "r1/S10"], ["r1/S10", "r1/S9"]].map(|h| refusal_holders(&refused(h)));
         assert_eq!(cells, ["r1/S9 r1/S10"; 2], "by request, not by text");
+    }
+
+    /// Holders with their leases read in the same order too, not in Redis's order by expiry.
+    #[test]
+    fn holders_with_leases_read_the_same_in_any_order() {
+        let holder = |holder: &str, ms| EngineHolder {
+            holder: holder.into(),
+            lease_left_ms: Some(ms),
+        };
+        let listed = [
+            [holder("r1/S29", 367), holder("r1/S1", 378)],
+            [holder("r1/S1", 378), holder("r1/S29", 367)],
+        ]
+        .map(|h| holders(&h));
+        let said = "r1/S1 (378 ms of lease left), r1/S29 (367 ms of lease left)";
+        assert_eq!(listed, [said; 2]);
     }
 
     /// Notes wrap at 100 columns; a leading indent stays, later lines take the given one.
