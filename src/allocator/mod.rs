@@ -14,7 +14,7 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::io::Write;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -97,8 +97,18 @@ pub(crate) fn census() -> HeapCensus {
     }
 }
 
-/// Writes one line and exits 1, without allocating or unwinding.
+/// Set by the first thread to run out of memory: the process says so once.
+static RAN_OUT: AtomicBool = AtomicBool::new(false);
+
+/// Writes one line and exits 1, without allocating or unwinding. A thread that runs out while
+/// another is already on its way out waits for that exit rather than write a second line.
 fn out_of_memory(size: usize) -> ! {
+    if RAN_OUT.swap(true, Ordering::Relaxed) {
+        loop {
+            // SAFETY: `pause` only waits for a signal; the first thread's `_exit` ends us.
+            unsafe { libc::pause() };
+        }
+    }
     // Formatted into a buffer on the stack: `Write` for a byte slice allocates nothing.
     let mut line = [0u8; 160];
     let mut rest = &mut line[..];
@@ -109,8 +119,7 @@ fn out_of_memory(size: usize) -> ! {
     );
     let unused = rest.len();
     let length = line.len() - unused;
-    // One write of the whole line: threads that run out at once (a threaded front's) each
-    // write theirs whole, as a pipe keeps a write this short in one piece.
+    // One write of the whole line, which a pipe keeps in one piece.
     // SAFETY: writing a valid buffer to stderr; a failed write leaves nothing else to do.
     unsafe { libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), length) };
     // SAFETY: `_exit` ends the process at once; nothing runs after it.
