@@ -1,9 +1,10 @@
 //! Reading a saved report: a regular file only, at most [`MAX_REPORT`] bytes, parsed as a lab
 //! report or as a classroom session's report. What no run of the lab could have written in this
-//! shape (a field missing, a field no run writes, an input out of range, a policy listed twice)
-//! is refused here, with exit status 2; what is shaped right but contradicts itself is for
-//! [`super::check`] to name.
+//! shape (a field missing, a field no run writes, an input out of range, a policy listed twice, a
+//! count of permits beyond its pool) is refused here, with exit status 2; what is shaped right but
+//! contradicts itself is for [`super::check`] to name.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::io::Read;
@@ -15,7 +16,7 @@ use serde::Deserialize;
 use super::shell::shell_word;
 use crate::draw::table::plural;
 use crate::label::Label;
-use crate::policy::{Front, Mode, Route};
+use crate::policy::{Front, Mode, Pool, Route};
 use crate::report::Report;
 
 /// The `lab` field of every report this lab writes.
@@ -252,6 +253,83 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
                 report.inputs.mode.name(),
                 runs.join(" then ")
             );
+        }
+        within_capacity(report, i)?;
+    }
+    Ok(())
+}
+
+/// Whether every count of permits in `policies[i]` (taken, free, at the peak, held at the gate)
+/// fits in its pool: no run counts more than a pool holds. A count for a pool the policy does
+/// not have is left to the check, which names it.
+fn within_capacity(report: &Report, i: usize) -> anyhow::Result<()> {
+    let file = &report.policies[i];
+    let policy = report.inputs.policy(file.mode);
+    let slow = policy.pool_for(Route::Slow);
+    let fits = |at: &str, pool: Pool, count: usize| {
+        let capacity = policy.capacity(pool);
+        if policy.pools().contains(&pool) && count > capacity {
+            bail!(
+                "/policies/{i}/{at} counts {count}, beyond the {pool} pool's {}: no run counts \
+                 more than a pool holds",
+                plural(capacity, "permit")
+            );
+        }
+        Ok(())
+    };
+    let each_fits = |at: &str, counts: &BTreeMap<Pool, usize>| {
+        (counts.iter()).try_for_each(|(&pool, &n)| fits(&format!("{at}/{pool}"), pool, n))
+    };
+    let state = &file.final_state;
+    each_fits("peak_active_work", &file.peak_active_work)?;
+    each_fits("final_state/active_work", &state.active_work)?;
+    each_fits("final_state/available_permits", &state.available_permits)?;
+    let observed = &file.observed;
+    let snapshots = [
+        ("observer_before_fast", &observed.observer_before_fast),
+        (
+            "observer_after_fast_before_release",
+            &observed.observer_after_fast_before_release,
+        ),
+    ];
+    for (at, snapshot) in snapshots {
+        if let Some(snapshot) = snapshot {
+            each_fits(&format!("{at}/active_work"), &snapshot.active_work)?;
+            fits(
+                &format!("{at}/held_at_gate"),
+                slow,
+                snapshot.held_at_gate.len(),
+            )?;
+        }
+    }
+    for (&pool, ledger) in &file.ledger {
+        fits(&format!("ledger/{pool}/peak"), pool, ledger.peak)?;
+    }
+    for (j, e) in file.work_events.iter().enumerate() {
+        fits(
+            &format!("work_events/{j}/active_after"),
+            e.pool,
+            e.active_after,
+        )?;
+    }
+    for (j, a) in file.admissions.iter().enumerate() {
+        fits(
+            &format!("admissions/{j}/active_after"),
+            a.pool,
+            a.active_after,
+        )?;
+    }
+    let resources = &file.resources;
+    for (at, held) in [
+        ("before_fast", resources.before_fast),
+        ("after_run", resources.after_run),
+    ] {
+        if let Some(held) = held {
+            fits(
+                &format!("resources/{at}/held_at_gate"),
+                slow,
+                held.held_at_gate,
+            )?;
         }
     }
     Ok(())

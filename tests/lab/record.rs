@@ -1422,19 +1422,6 @@ const EDITS: &[Edit] = &[
         "responses are listed as they arrive",
     ),
     (
-        "more held at the gate than the slow pool has permits",
-        SESSION,
-        |r| {
-            set(
-                r,
-                "/runs/0/policies/0/resources/before_fast/held_at_gate",
-                json!(5),
-            )
-        },
-        "resources.before_fast counts 5 requests held at the gate, but each holds one of the slow \
-         pool's 2 permits",
-    ),
-    (
         "a room request in the ledger of a policy it did not reach",
         SESSION,
         |r| set(r, "/room_requests/1/mode", json!("shared")),
@@ -1530,20 +1517,10 @@ const EDITS: &[Edit] = &[
         "F1's evidence says 200 but the ledger shows no fast admission",
     ),
     (
-        "F1 takes 3 of 2 permits",
-        HELD_1,
-        |r| {
-            set(r, "/policies/0/admissions/1/active_after", json!(3));
-            set(r, "/policies/0/work_events/2/active_after", json!(3));
-        },
-        "with 3 of the shared pool's 2 permits taken: more than the pool holds",
-    ),
-    (
         "a third permit taken from a pool of 2",
         DEFAULT,
         |r| {
             set(r, "/policies/0/work_events/4/event", json!("admitted"));
-            set(r, "/policies/0/work_events/4/active_after", json!(3));
         },
         "F1 is admitted at seq 5 with every one of the shared pool's 2 permits already taken",
     ),
@@ -1576,14 +1553,6 @@ const EDITS: &[Edit] = &[
         DEFAULT,
         |r| set(r, "/policies/0/client_tasks_aborted", json!(2)),
         "client_tasks_aborted is 2, yet the report records no failure",
-    ),
-    (
-        "only admissions say 3 of 2",
-        HELD_1,
-        |r| {
-            set(r, "/policies/0/admissions/1/active_after", json!(3));
-        },
-        "F1 took \"3 of 2\" shared permits",
     ),
     (
         "a response with no admission",
@@ -2160,13 +2129,6 @@ const EDITS: &[Edit] = &[
             )
         },
         "resources.after_run counts 1 connection handler, yet every connection task stopped",
-    ),
-    (
-        "more requests still leaving a failed run than the slow route has permits",
-        S2_UNCONNECTED,
-        |r| set(r, "/policies/0/resources/after_run/held_at_gate", json!(3)),
-        "resources.after_run counts 3 requests held at the gate, but each holds one of the \
-         shared pool's 2 permits",
     ),
     (
         "a handler counted after a run that could not start",
@@ -2969,7 +2931,62 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 18] = [
+    let cases: [Malformed; 24] = [
+        // A count of permits beyond its pool, wherever it is.
+        (
+            "three-of-two",
+            |r| set(r, "/policies/0/work_events/2/active_after", json!(3)),
+            "/policies/0/work_events/2/active_after counts 3, beyond the shared pool's 2 \
+             permits: no run counts more than a pool holds",
+        ),
+        (
+            "admission-three-of-two",
+            |r| set(r, "/policies/0/admissions/1/active_after", json!(3)),
+            "/policies/0/admissions/1/active_after counts 3, beyond the shared pool's 2 permits",
+        ),
+        (
+            "held-beyond",
+            |r| {
+                set(
+                    r,
+                    "/policies/0/resources/before_fast/held_at_gate",
+                    json!(5),
+                )
+            },
+            "/policies/0/resources/before_fast/held_at_gate counts 5, beyond the shared pool's",
+        ),
+        (
+            "free-beyond",
+            |r| {
+                set(
+                    r,
+                    "/policies/1/final_state/available_permits/fast",
+                    json!(2),
+                )
+            },
+            "/policies/1/final_state/available_permits/fast counts 2, beyond the fast pool's 1 \
+             permit",
+        ),
+        (
+            "peak-beyond",
+            |r| set(r, "/policies/1/ledger/slow/peak", json!(2)),
+            "/policies/1/ledger/slow/peak counts 2, beyond the slow pool's 1 permit",
+        ),
+        (
+            "session-snapshot-beyond",
+            |r| {
+                set(
+                    r,
+                    "/policies/1/observer_before_fast/active_work/slow",
+                    json!(4),
+                );
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [], "event_streams_dropped": 0, "connections_refused": 0 });
+                *r = session;
+            },
+            "is not a whole classroom report: runs[0]: \
+             /policies/1/observer_before_fast/active_work/slow counts 4, beyond the slow pool's 1",
+        ),
         // A field no run writes, however natural it reads, is not read past: the report is
         // not one the lab wrote.
         (

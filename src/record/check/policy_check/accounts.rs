@@ -9,7 +9,7 @@ use crate::draw::table::{labels, plural};
 use crate::evidence::Evidence;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::label::Label;
-use crate::policy::{Front, Pool, Route};
+use crate::policy::{Front, Pool};
 use crate::record::check::stopped::unstarted;
 use crate::resources::Resources;
 
@@ -79,7 +79,6 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            self.held_with_permits("before_fast", before.held_at_gate);
             if self.room.is_none() && before.connection_handlers < before.held_at_gate {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
@@ -235,30 +234,6 @@ impl<'a> PolicyCheck<'a> {
                 );
             }
         }
-        // Work a failed run's close finds still leaving (not a finding above) was held at the
-        // gate, as before F1.
-        let leaving = (file.resources.after_run).filter(|_| self.cut_short && server.is_some());
-        if let Some(after) = leaving {
-            self.held_with_permits("after_run", after.held_at_gate);
-        }
-    }
-
-    /// `held` requests counted held at the gate in `resources.<count>`: held work is inside the
-    /// section, each holding a permit of the pool /slow draws from.
-    fn held_with_permits(&mut self, count: &str, held: usize) {
-        let slow_pool = self.policy.pool_for(Route::Slow);
-        let permits = self.policy.capacity(slow_pool);
-        if held > permits {
-            self.find(
-                &["resources", count, "held_at_gate"],
-                format!(
-                    "resources.{count} counts {} held at the gate, but each holds one of the \
-                     {slow_pool} pool's {}",
-                    plural(held, "request"),
-                    plural(permits, "permit")
-                ),
-            );
-        }
     }
 
     /// `admissions` must be the decisions among the work events, as the report derives them.
@@ -287,13 +262,8 @@ impl<'a> PolicyCheck<'a> {
                     d.pool
                 )
             } else if a.active_after != d.active_after {
-                let beyond = if a.active_after > capacity {
-                    ": more than the pool holds"
-                } else {
-                    ""
-                };
                 format!(
-                    "{} took \"{} of {capacity}\" {} permits, but its work event says {} of {capacity}{beyond}",
+                    "{} took \"{} of {capacity}\" {} permits, but its work event says {} of {capacity}",
                     a.request, a.active_after, a.pool, d.active_after
                 )
             } else if a.held_by != d.held_by {

@@ -349,20 +349,14 @@ impl<'a> PolicyCheck<'a> {
             }
             let taken = state.active_work.get(&e.pool).copied().unwrap_or(0);
             if e.active_after != taken {
-                let capacity = policy.capacity(e.pool);
                 let who = e.request.map_or("the gate".to_owned(), |r| r.to_string());
-                let says = if e.active_after > capacity {
-                    format!(
-                        "seq {seq} says {who} {event} with {} of the {} pool's {capacity} permits taken: more than the pool holds; the events before it leave {taken} taken",
-                        e.active_after, e.pool
-                    )
-                } else {
+                self.find(
+                    &path,
                     format!(
                         "seq {seq} says {} of the {} pool's permits are taken after {who} {event}, but the events before it leave {taken}",
                         e.active_after, e.pool
-                    )
-                };
-                self.find(&path, says);
+                    ),
+                );
             }
             for w in &mut watch {
                 w.look(i + 1, &state);
