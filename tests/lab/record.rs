@@ -2478,12 +2478,37 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
             json!(2),
         );
     };
+    // The request admitted after S1 left (S2 or F1, as the worker read them) told as admitted
+    // while S1 still ran on the front's one worker, S1 leaving after it.
+    let two_on_one_worker = |report: &mut Value| {
+        let events = list(report, "/policies/0/work_events");
+        let opened = events.iter().position(|e| e["event"] == "gate_opened");
+        let s1 = opened.expect("the gate opens") + 1;
+        assert_eq!(events[s1]["request"], "S1");
+        let next = events[s1 + 1]["request"].clone();
+        events[s1..s1 + 2].rotate_left(1);
+        for (event, (seq, active)) in events[s1..s1 + 2].iter_mut().zip([(4, 2), (5, 1)]) {
+            (event["seq"], event["active_after"]) = (json!(seq), json!(active));
+        }
+        let admissions = list(report, "/policies/0/admissions");
+        let admitted = admissions.iter_mut().find(|a| a["request"] == next);
+        admitted.expect("it is admitted")["active_after"] = json!(2);
+        set(report, "/policies/0/ledger/shared/peak", json!(2));
+        set(report, "/policies/0/peak_active_work/shared", json!(2));
+    };
     let unwatched = |report: &mut Value| {
         for policy in list(report, "/policies") {
             policy.as_object_mut().expect("a policy").remove("executor");
         }
     };
-    let edits: [OnReport; 17] = [
+    let edits: [OnReport; 18] = [
+        (
+            &blocked,
+            two_on_one_worker,
+            "is admitted at seq 4, but the front's one worker is already running S1: with \
+             --work block a worker runs each admitted request's work to its end, blocked, and \
+             reads no other request meanwhile",
+        ),
         (
             &blocked,
             unread_handled,

@@ -176,6 +176,15 @@ impl<'a> PolicyCheck<'a> {
                                 );
                             }
                             if e.event == Event::Admitted {
+                                // With --work block a worker runs an admitted request's work
+                                // to its end in one call, blocked: each request inside holds one.
+                                if let Lane::Workers(workers) = lane
+                                    && inside.len() >= workers
+                                {
+                                    let running: Vec<Label> = inside.iter().copied().collect();
+                                    let taken = busy(workers, &running, "the front's", "worker");
+                                    self.find(&path, format!("{request} is admitted at seq {seq}, but {taken}: with --work block a worker runs each admitted request's work to its end, blocked, and reads no other request meanwhile"));
+                                }
                                 inside.insert(request);
                                 holders.entry(e.pool).or_default().push(request);
                                 let active = state.active_work.entry(e.pool).or_default();
@@ -228,22 +237,7 @@ impl<'a> PolicyCheck<'a> {
                                 && route == Some(Route::Slow)
                                 && running.len() >= threads
                             {
-                                let names = labels(&running);
-                                let taken = match (threads, running.len()) {
-                                    (1, 1) => format!(
-                                        "the slow work's one thread is already running {names}"
-                                    ),
-                                    (2, 2) => format!(
-                                        "both of the slow work's threads are already running {names}"
-                                    ),
-                                    (t, n) if t == n => format!(
-                                        "all {t} of the slow work's threads are already running {names}"
-                                    ),
-                                    (t, _) => format!(
-                                        "{names} already run on the slow work's {}",
-                                        plural(t, "thread")
-                                    ),
-                                };
+                                let taken = busy(threads, &running, "the slow work's", "thread");
                                 self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {taken}, each blocked at the closed gate: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
@@ -482,5 +476,17 @@ impl<'a> PolicyCheck<'a> {
             seqs.any(|seq| closed < seq && seq <= opened)
         };
         gates.filter(met).max_by_key(|&(_, opened)| opened)
+    }
+}
+
+/// That `threads` of `whose` (`"the front's"`) are already running `running`, in words:
+/// "the front's one worker is already running S1".
+fn busy(threads: usize, running: &[Label], whose: &str, noun: &str) -> String {
+    let names = labels(running);
+    match (threads, running.len()) {
+        (1, 1) => format!("{whose} one {noun} is already running {names}"),
+        (2, 2) => format!("both of {whose} {noun}s are already running {names}"),
+        (t, n) if t == n => format!("all {t} of {whose} {noun}s are already running {names}"),
+        (t, _) => format!("{names} already run on {whose} {}", plural(t, noun)),
     }
 }
