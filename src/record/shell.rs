@@ -13,8 +13,11 @@ use crate::draw::terminal::printable;
 pub(crate) fn shell_word(name: &OsStr) -> String {
     let bytes = name.as_encoded_bytes();
     let plain = |c: char| c.is_ascii_alphanumeric() || "._-/+,:=@%".contains(c);
+    // A leading `=` is zsh's: `=name` reads as the path of the command `name`.
     match std::str::from_utf8(bytes) {
-        Ok(text) if !text.is_empty() && text.chars().all(plain) => text.to_owned(),
+        Ok(text) if !text.is_empty() && !text.starts_with('=') && text.chars().all(plain) => {
+            text.to_owned()
+        }
         Ok(text) if text.chars().all(printable) => format!("'{}'", text.replace('\'', r"'\''")),
         _ => ansi_c(bytes),
     }
@@ -63,6 +66,8 @@ mod tests {
         assert_eq!(word("it's.json"), r"'it'\''s.json'");
         assert_eq!(word("été.json"), "'été.json'");
         assert_eq!(word(""), "''");
+        assert_eq!(word("=r.json"), "'=r.json'", "not zsh's =command");
+        assert_eq!(word("a=r.json"), "a=r.json");
     }
 
     /// Bytes that are not printable UTF-8 are written `\xHH` inside `$'…'`, the rest as it is.
