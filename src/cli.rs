@@ -528,7 +528,7 @@ pub fn stop_before_the_cpu_time_limit() {
         u32::try_from(used.tv_nsec).unwrap_or(0),
     );
     let Some(left) = cpu_left(lowest, used) else {
-        out_of_cpu_time(libc::SIGXCPU);
+        out_of_cpu_time();
     };
     let timer = libc::itimerval {
         it_interval: libc::timeval {
@@ -541,12 +541,14 @@ pub fn stop_before_the_cpu_time_limit() {
             tv_usec: left.subsec_micros() as libc::suseconds_t,
         },
     };
-    // SAFETY: the handler only writes a static line and exits (see `out_of_cpu_time`); the
-    // timer is a plain struct, read for the call.
+    // SAFETY: the handler only writes a static line and exits (see `at_the_limit`); the
+    // sigaction and the timer are plain structs, read for the calls.
     unsafe {
-        let handler = out_of_cpu_time as extern "C" fn(libc::c_int) -> ! as libc::sighandler_t;
-        libc::signal(libc::SIGXCPU, handler);
-        libc::signal(libc::SIGPROF, handler);
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = at_the_limit as extern "C" fn(_, _, _) -> ! as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGXCPU, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut());
         libc::setitimer(libc::ITIMER_PROF, &timer, std::ptr::null_mut());
     }
 }
@@ -578,15 +580,46 @@ fn cpu_left(limit: u64, used: Duration) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
-/// The handler for the CPU time limit: one line on stderr, exit 1. Only async-signal-safe
-/// calls.
+/// The handler for the CPU time limit: the kernel's SIGXCPU, or the profiling timer's SIGPROF.
+/// The same signal sent by a process (`kill -XCPU`) says nothing of the limit, and ends the lab
+/// as any other signal sent to end it does, in its own line. Only async-signal-safe calls.
 #[cfg(unix)]
-extern "C" fn out_of_cpu_time(_signal: libc::c_int) -> ! {
-    const LINE: &[u8] = b"isolation-lab: out of CPU time: the lab stopped itself at its CPU \
-        time limit (RLIMIT_CPU, ulimit -t), before the kernel would kill it without a word\n";
+extern "C" fn at_the_limit(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) -> ! {
+    // SAFETY: with SA_SIGINFO the kernel passes a valid siginfo_t. A code above zero is the
+    // kernel's own (SI_KERNEL, the limit's and the timer's); at or below it, a process sent it
+    // (SI_USER from kill, SI_QUEUE, SI_TKILL).
+    if unsafe { (*info).si_code } > 0 {
+        out_of_cpu_time();
+    }
+    let line: &[u8] = if signal == libc::SIGXCPU {
+        b"isolation-lab: interrupted by SIGXCPU, sent by a process, not the CPU time limit: \
+          stopped at once, its report unwritten or cut short\n"
+    } else {
+        b"isolation-lab: interrupted by SIGPROF, sent by a process, not the CPU time limit: \
+          stopped at once, its report unwritten or cut short\n"
+    };
+    last_line(line)
+}
+
+/// One line on stderr for the CPU time limit, exit 1. Only async-signal-safe calls.
+#[cfg(unix)]
+fn out_of_cpu_time() -> ! {
+    last_line(
+        b"isolation-lab: out of CPU time: the lab stopped itself at its CPU time limit \
+          (RLIMIT_CPU, ulimit -t), before the kernel would kill it without a word\n",
+    )
+}
+
+/// Writes `line` to stderr and exits 1 at once: only async-signal-safe calls.
+#[cfg(unix)]
+fn last_line(line: &[u8]) -> ! {
     // SAFETY: write(2) and _exit(2) are async-signal-safe; the line is static.
     unsafe {
-        libc::write(libc::STDERR_FILENO, LINE.as_ptr().cast(), LINE.len());
+        libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), line.len());
         libc::_exit(1)
     }
 }

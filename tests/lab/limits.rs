@@ -195,41 +195,42 @@ fn runs_within_a_cpu_time_limit_end_as_usual() {
     }
 }
 
-/// At its CPU time limit the lab stops itself in one line, exit 1. A classroom session under
-/// `prlimit --cpu=60` stands in for a lab whose CPU runs out: once it has announced its page,
-/// the timer's signal (SIGPROF, which would end a process that set no handler without a word)
-/// is sent as the kernel sends it.
+/// Under a CPU time limit the lab catches the limit's signals (SIGXCPU, and SIGPROF from the
+/// timer it sets) to stop in one line; the same signal sent by a process says nothing of the
+/// limit, so the line says it was sent. A classroom session under `prlimit --cpu=60`, once it
+/// has announced its page, is sent each. (The kernel's own, which no other process can forge,
+/// ends the lab with "out of CPU time": `cli::at_the_limit` tells the two by `si_code`.)
 #[test]
-fn at_its_cpu_time_limit_the_lab_stops_in_one_line() {
+fn a_cpu_limits_signal_sent_by_a_process_is_not_called_the_limit() {
     use std::io::{BufRead, BufReader};
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-    let mut child = limited(&mut lab, libc::RLIMIT_CPU, 60)
-        .arg("classroom")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the lab starts");
-    let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
-    // The session has started once it has said how it ends, its announcement's last line.
-    let announced = stderr
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("ends the session"));
-    assert!(announced, "the classroom announces its page");
-    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
-    // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGPROF) }, 0);
-    let rest: Vec<String> = stderr.map_while(Result::ok).collect();
-    let status = child.wait().expect("the lab ends");
-    assert_eq!(status.code(), Some(1), "{status}: {rest:?}");
-    assert_eq!(
-        rest,
-        [
-            "isolation-lab: out of CPU time: the lab stopped itself at its CPU time limit \
-          (RLIMIT_CPU, ulimit -t), before the kernel would kill it without a word"
-        ]
-    );
+    for (signal, name) in [(libc::SIGXCPU, "SIGXCPU"), (libc::SIGPROF, "SIGPROF")] {
+        let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        let mut child = limited(&mut lab, libc::RLIMIT_CPU, 60)
+            .arg("classroom")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the lab starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+        // The session has started once it has said how it ends, its announcement's last line.
+        let announced = stderr
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("ends the session"));
+        assert!(announced, "the classroom announces its page");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+        // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let rest: Vec<String> = stderr.map_while(Result::ok).collect();
+        let status = child.wait().expect("the lab ends");
+        assert_eq!(status.code(), Some(1), "{status}: {rest:?}");
+        let line = format!(
+            "isolation-lab: interrupted by {name}, sent by a process, not the CPU time limit: \
+             stopped at once, its report unwritten or cut short"
+        );
+        assert_eq!(rest, [line]);
+    }
 }
 
 /// A signal that comes while the lab writes its report, once its run is over (here: blocked on
