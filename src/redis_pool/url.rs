@@ -13,6 +13,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use anyhow::{Context, bail};
 
+use crate::policy::digits_only;
+
 /// A `redis://HOST:PORT` address whose host is a loopback address.
 ///
 /// Accepted hosts: any IPv4 address in `127.0.0.0/8`, `[::1]`, and `localhost`, which is taken
@@ -80,10 +82,11 @@ impl LoopbackUrl {
         let Some(port) = port else {
             bail!("a port is required, as in redis://{authority}:6379");
         };
-        let port = match port.parse::<u16>() {
-            Ok(0) => bail!("port 0 is not a port to connect to"),
-            Ok(port) => port,
-            Err(_) => bail!("port `{port}` is not a number from 1 to 65535"),
+        // Digits only, as every number the command line takes (`u16`'s parser takes a `+`).
+        let port = match digits_only::<u16>(port) {
+            Some(0) => bail!("port 0 is not a port to connect to"),
+            Some(port) => port,
+            None => bail!("port `{port}` is not a number from 1 to 65535"),
         };
         Ok(LoopbackUrl {
             addr: SocketAddr::new(ip, port),
@@ -225,6 +228,7 @@ mod tests {
         // Digits other than ASCII ones, in the host or the port.
         refused("redis://\u{ff11}27.0.0.1:6379", "refused");
         refused("redis://127.0.0.1:\u{0666}379", "not a number");
+        refused("redis://127.0.0.1:+6379", "port `+6379` is not a number");
         refused("redis://0177.0.0.1:6379", "refused");
         refused("redis://2130706433:6379", "refused");
     }
