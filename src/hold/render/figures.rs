@@ -3,53 +3,69 @@
 
 use std::fmt::Write;
 
+use super::reading::unreadable;
 use super::{count, figure, seconds, stopped_holding};
 use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
-/// A column group: its heading, and its cell for a held count and for the idle baseline.
-type Column = (&'static str, fn(&Figures) -> String, fn(&Sample) -> String);
+/// A column group: its heading, and its cell for a held count (its figures and N) and for the
+/// idle baseline.
+type Column = (
+    &'static str,
+    fn(&Figures, u32) -> String,
+    fn(&Sample) -> String,
+);
 
 const NONE: fn(&Sample) -> String = |_| String::new();
 
 const COLUMNS: [Column; 9] = [
-    ("hold s", hold_seconds, NONE),
-    ("CPU s callers", |f| seconds(f.callers_cpu_ms as f64), NONE),
-    ("CPU s front", |f| seconds(f.front_cpu_ms as f64), NONE),
+    ("hold s", |f, _| hold_seconds(f), NONE),
+    (
+        "CPU s callers",
+        |f, _| seconds(f.callers_cpu_ms as f64),
+        NONE,
+    ),
+    ("CPU s front", |f, _| seconds(f.front_cpu_ms as f64), NONE),
     (
         "OS threads",
-        |f| f.process.procfs.os_threads.to_string(),
+        |f, _| f.process.procfs.os_threads.to_string(),
         |s| s.procfs.os_threads.to_string(),
     ),
-    (
-        "RSS KiB/req",
-        |f| figure(f.per_request.rss_kib),
-        |s| mib(s.procfs.rss_kib),
-    ),
+    ("RSS KiB/req", resident, |s| mib(s.procfs.rss_kib)),
     (
         "kstack/req*",
-        |f| figure(f.per_request.kernel_stack_kib),
+        |f, _| figure(f.per_request.kernel_stack_kib),
         NONE,
     ),
     (
         "VmSize/req",
-        |f| figure(f.per_request.address_space_kib),
+        |f, _| figure(f.per_request.address_space_kib),
         |s| mib(s.procfs.address_space_kib),
     ),
     (
         "maps/req",
-        |f| figure(f.per_request.memory_maps),
+        |f, _| figure(f.per_request.memory_maps),
         |s| s.procfs.memory_maps.to_string(),
     ),
     (
         "drops",
-        |f| match f.listen_drops.scope {
+        |f, _| match f.listen_drops.scope {
             DropScope::FrontSocket => f.listen_drops.count.to_string(),
             DropScope::Machine => format!("{}*", f.listen_drops.count),
         },
         NONE,
     ),
 ];
+
+/// Resident memory per held request at `held`, in parentheses where the change in all is too
+/// small to read per held request (`reading::unreadable`).
+fn resident(f: &Figures, held: u32) -> String {
+    let rss = f.per_request.rss_kib;
+    match unreadable(rss, held) {
+        Some(_) => format!("({})", figure(rss)),
+        None => figure(rss),
+    }
+}
 
 /// The time to hold, marked `†` if it counts time the lab itself was stopped.
 fn hold_seconds(f: &Figures) -> String {
@@ -91,6 +107,19 @@ pub(super) fn render(report: &HoldReport) -> String {
          drops: connections the front's listener dropped, a full accept queue among them.\n* \
          machine-wide: every program's threads and listeners count, not only the front's.\n",
     );
+    let too_little = fronts
+        .iter()
+        .flat_map(|s| &s.points)
+        .any(|point| match &point.outcome {
+            CountOutcome::Held(f) => unreadable(f.per_request.rss_kib, point.held).is_some(),
+            _ => false,
+        });
+    if too_little {
+        out.push_str(
+            "(RSS): under 1 MiB in all, too little to read per held request: a front's first \
+             requests move it a few hundred KiB either way.\n",
+        );
+    }
     let notes = notes(fronts);
     if !notes.is_empty() {
         out.push('\n');
@@ -148,9 +177,12 @@ fn mib(kib: u64) -> String {
 
 /// A figure's cell; a count without figures says why in its first group only (the notes
 /// below the table say more).
-fn cell(series: &FrontSeries, at: usize, held: fn(&Figures) -> String, first: bool) -> String {
-    let why = match series.points.get(at).map(|p| &p.outcome) {
-        Some(CountOutcome::Held(figures)) => return held(figures),
+fn cell(series: &FrontSeries, at: usize, held: fn(&Figures, u32) -> String, first: bool) -> String {
+    let point = series.points.get(at);
+    let why = match point.map(|p| &p.outcome) {
+        Some(CountOutcome::Held(figures)) => {
+            return held(figures, point.map_or(0, |p| p.held));
+        }
         Some(CountOutcome::NotRun { .. }) => "not run",
         Some(CountOutcome::FrontFailed(_)) => "FAILED",
         Some(CountOutcome::LabFailed { .. }) => "lab failed",

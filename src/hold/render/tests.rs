@@ -393,6 +393,40 @@ fn a_resident_change_too_small_to_read_is_not_compared() {
     );
 }
 
+/// The table puts a resident figure too small to read in parentheses, and says why only where
+/// one is.
+#[test]
+fn the_table_marks_a_resident_figure_too_small_to_read() {
+    let mut report = recorded();
+    let mut rss = |front: Front, at: usize, kib: f64| {
+        let CountOutcome::Held(figures) = &mut series(&mut report, front).points[at].outcome else {
+            panic!("both fronts held every count in the recording");
+        };
+        figures.per_request.rss_kib = kib;
+    };
+    for at in 0..3 {
+        rss(Front::Async, at, 2048.0);
+        rss(Front::Threaded, at, 2048.0);
+    }
+    let why = "(RSS): under 1 MiB in all, too little to read per held request";
+    assert!(!text(&report).contains(why), "nothing is marked");
+    let mut rss = |front: Front, kib: f64| {
+        let CountOutcome::Held(figures) = &mut series(&mut report, front).points[2].outcome else {
+            panic!("both fronts held 1 000 in the recording");
+        };
+        figures.per_request.rss_kib = kib;
+    };
+    rss(Front::Async, 0.9);
+    rss(Front::Threaded, 16.0);
+    let table = text(&report);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("1 000"))
+        .expect("the row of 1 000");
+    assert!(row.contains(" (0.90) ") && row.contains(" 16.0 "), "{row}");
+    assert!(!row.contains("(16.0)") && table.contains(why), "{table}");
+}
+
 /// The times to hold are compared only where the sentence shows them apart: a ratio of times
 /// that both read 0.00 s is not said.
 #[test]
