@@ -173,8 +173,24 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
         ([], flat) => {
             // "Did not grow" only where the figures show none: a small growth is named as such,
             // and machine-wide growth the front's own threads do not explain as not the front's.
+            // A front whose own threads grew grew its kernel stacks too (each thread has one):
+            // a machine-wide figure that shows less says other programs' shrank meanwhile.
+            let threads_grew: Vec<&str> = (flat.iter())
+                .filter(|(_, f)| cost.machine_wide && f.per_request.os_threads >= 0.5)
+                .map(|(front, _)| front.name())
+                .collect();
             let head = if flat.iter().any(|(_, f)| value(f) >= cost.grows_from) {
                 format!("{name} grew, but not with the front's own threads")
+            } else if !threads_grew.is_empty() {
+                let whose = match threads_grew[..] {
+                    [front] => format!("the {front} front's"),
+                    _ => "each front's".to_owned(),
+                };
+                format!(
+                    "{name} hardly changed machine-wide, though {whose} own threads grew with N, \
+                     each with a kernel stack of its own: other programs' kernel stacks shrank \
+                     meanwhile"
+                )
             } else if flat
                 .iter()
                 .any(|(_, f)| figure(value(f).max(0.0)) != figure(0.0))

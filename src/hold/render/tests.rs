@@ -203,6 +203,20 @@ fn one_front_s_flat_costs_say_what_the_figures_show() {
         reading.contains("Address space did not grow with N: -0.20 KiB"),
         "{reading}"
     );
+    // The threaded front's own threads grew, so its kernel stacks did: a machine-wide figure
+    // that shows none is not told as the front's.
+    let mut threaded = recorded();
+    threaded.fronts.retain(|s| s.front == Front::Threaded);
+    for point in &mut series(&mut threaded, Front::Threaded).points {
+        if let CountOutcome::Held(figures) = &mut point.outcome {
+            figures.per_request.kernel_stack_kib = 0.0;
+        }
+    }
+    let reading = one_line(&threaded);
+    let said = "Kernel stack hardly changed machine-wide, though the threaded front's own threads \
+                grew with N, each with a kernel stack of its own: other programs' kernel stacks \
+                shrank meanwhile: +0.00 KiB on the threaded front";
+    assert!(reading.contains(said), "{reading}");
 }
 
 /// A front that failed is shown where it failed, with how its process ended and its last
