@@ -711,6 +711,16 @@ const CLOSED_MID_RUN: &str = "session-closed-mid-run.json";
 /// room's R1 held after F1's answer, before the release; two room gates after it, the second
 /// closed as the first opened.
 const SPAWNED_SESSION: &str = "classroom-spawn-blocking-partitioned-3-1.json";
+/// A genuine session of `--mode partitioned --slots 3 --held 1 --work spawn-blocking
+/// --blocking-threads 1`, driven through its control API: the sequence to its end, New run, the
+/// sequence again, then the room opened and its gate closed; the room's R1 and R2 sent to /slow
+/// and R3 to /fast; the gate opened, and Finish. R1 held the one blocking thread at the room's
+/// gate, R2 waiting for it, until the gate opened.
+const ONE_THREAD_SESSION: &str = "classroom-spawn-blocking-one-thread-room-gate.json";
+/// A genuine session of `--mode shared --slots 3 --held 1 --workers current-thread`, driven as
+/// [`ONE_THREAD_SESSION`] in one run: the front on a current-thread runtime of its own, the
+/// room's R1 and R2 held at the room's gate, each in the poll that admitted it.
+const OWN_THREAD_SESSION: &str = "classroom-own-current-thread-room-gate.json";
 /// A genuine session of `--mode shared` under `prlimit --nofile=10`: Next pressed once, its
 /// policy's server could not bind, then Finish.
 const NEVER_STARTED: &str = "session-never-started.json";
@@ -727,6 +737,43 @@ const S2_UNCONNECTED: &str = "spawn-blocking-s2-out-of-descriptors.json";
 /// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
+    (
+        "a second blocking thread started while the one thread waits at the room's gate",
+        ONE_THREAD_SESSION,
+        |r| {
+            // R2's start moved before R3's finish, while the room's gate (opened after event
+            // 18) still held R1 on the one thread; R3 answered after its finish.
+            let events = list(r, "/runs/1/policies/0/work_events");
+            assert_eq!(
+                (&events[17]["request"], &events[18]["event"]),
+                (&json!("R3"), &json!("started"))
+            );
+            events.swap(17, 18);
+            (events[17]["seq"], events[18]["seq"]) = (json!(18), json!(19));
+            let rooms = list(r, "/room_requests");
+            let r3 = rooms.iter_mut().find(|q| q["request"] == "R3");
+            r3.expect("R3 is the room's")["after_event"] = json!(19);
+        },
+        "R2 is started at seq 18, but the slow work's one thread is already running R1, each \
+         blocked at a closed room gate: none is free",
+    ),
+    (
+        "another request admitted between a request's admission and its hold on one thread",
+        OWN_THREAD_SESSION,
+        |r| {
+            let events = list(r, "/runs/0/policies/0/work_events");
+            assert_eq!(
+                (&events[11]["event"], &events[12]["request"]),
+                (&json!("held"), &json!("R2"))
+            );
+            events.swap(11, 12);
+            (events[11]["seq"], events[12]["seq"]) = (json!(12), json!(13));
+            events[12]["active_after"] = json!(2);
+        },
+        "R1 is admitted at seq 11, and the next, seq 12, is R2's admitted; but on the async \
+         front on its own current-thread runtime a request is held, or its work leaves, in the \
+         poll that admits it",
+    ),
     (
         "a stall within another limit than the run's safety timeout",
         DEFAULT,
@@ -2232,7 +2279,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         );
         unedited += 1;
     }
-    assert_eq!(unedited, 17, "12 lab reports and five classroom sessions");
+    assert_eq!(unedited, 19, "12 lab reports and seven classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let file = format!("edit-{i}.json");
         let (shown, report) = record_edited(&dir, base, edit, &file);
@@ -2496,12 +2543,25 @@ fn runs_where_the_executor_decides_are_rechecked_with_its_model() {
         set(report, "/policies/0/ledger/shared/peak", json!(2));
         set(report, "/policies/0/peak_active_work/shared", json!(2));
     };
+    // The run of two workers (shape 1) told as a run of one: in its partitioned policy S2 is
+    // refused while S1 blocks the one worker that would have to read it.
+    let two_workers: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("shape-1.json")).expect("shape 1 was saved"),
+    )
+    .expect("a report");
+    let one_worker = |report: &mut Value| set(report, "/executor/workers", json!("current-thread"));
     let unwatched = |report: &mut Value| {
         for policy in list(report, "/policies") {
             policy.as_object_mut().expect("a policy").remove("executor");
         }
     };
-    let edits: [OnReport; 18] = [
+    let edits: [OnReport; 19] = [
+        (
+            &two_workers,
+            one_worker,
+            "partitioned: S2 is refused at seq 3, but the front's one worker is already running \
+             S1: with --work block",
+        ),
         (
             &blocked,
             two_on_one_worker,

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use crate::admission::ledger::Event;
 use crate::draw::table::{labels, plural};
 use crate::evidence::{Moment, Phase};
-use crate::executor::Lane;
+use crate::executor::{Lane, WorkStyle, Workers};
 use crate::label::Label;
+use crate::policy::Front;
 use crate::record::check::{on_executor, on_the_labs_own_thread, sent_before};
 use crate::server::STD_BACKLOG;
 
@@ -337,14 +338,20 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
-    /// On the async front on the lab's own thread, a request's admission and what follows it in
-    /// the section come in one poll: local permits are decided without awaiting
-    /// (`WorkSection::admit`), and the work is held (`Gate::pass` records it before it waits)
-    /// or leaves at once, at an open gate or on /fast. Nothing else runs on that thread in
-    /// between, so no other event, and no room gate's closing or opening, comes between the
-    /// two.
+    /// On the async front on one thread, the lab's own or a current-thread runtime of the
+    /// front's own, a request's admission and what follows it in the section come in one poll:
+    /// local permits are decided without awaiting (`WorkSection::admit`), and the work is held
+    /// (`Gate::pass` records it before it waits) or leaves at once, at an open gate or on /fast.
+    /// Nothing else runs on that thread in between, so no other request's event comes between
+    /// the two; on the lab's own thread, where the sequence and the classroom run too, neither
+    /// does the gate's opening nor a room gate's closing or opening.
     pub(super) fn decided_in_one_poll(&mut self, replayed: &Replayed<'_>) {
-        if !on_the_labs_own_thread(self.report) {
+        let lab_thread = on_the_labs_own_thread(self.report);
+        let executor = self.report.executor;
+        let own_thread = self.report.runner.front == Front::Async
+            && executor.work == WorkStyle::Await
+            && executor.workers == Some(Workers::CurrentThread);
+        if !(lab_thread || own_thread) {
             return;
         }
         let events = &replayed.events;
@@ -358,7 +365,9 @@ impl<'a> PolicyCheck<'a> {
             else {
                 continue;
             };
-            let next = events.get(i + 1);
+            // The sequence opens the gate from the lab's own thread.
+            let mut after = events[i + 1..].iter();
+            let next = after.find(|n| lab_thread || n.event != Event::GateOpened);
             let follows = next.filter(|n| n.request == Some(request));
             let follows = follows.filter(|n| matches!(n.event, Event::Held | Event::Finished));
             let seq = admitted.seq;
@@ -368,6 +377,7 @@ impl<'a> PolicyCheck<'a> {
                     format!("the next, seq {}, is {whose}'s {}", n.seq, n.event.name())
                 }
                 (None, None) => "no event follows it".to_owned(),
+                (Some(_), _) if !lab_thread => continue,
                 (Some(_), _) => {
                     let moved = gates.iter().find_map(|g| {
                         let how = if g.closed_after_event == seq {
@@ -386,12 +396,15 @@ impl<'a> PolicyCheck<'a> {
                     )
                 }
             };
+            let thread = match lab_thread {
+                true => "the lab's own thread",
+                false => "its own current-thread runtime",
+            };
             self.find(
                 &["work_events", &i.to_string()],
                 format!(
                     "{request} is admitted at seq {seq}, and {says}; but on the async front on \
-                     the lab's own thread a request is held, or its work leaves, in the poll \
-                     that admits it"
+                     {thread} a request is held, or its work leaves, in the poll that admits it"
                 ),
             );
             return;

@@ -175,16 +175,16 @@ impl<'a> PolicyCheck<'a> {
                                     },
                                 );
                             }
+                            // With --work block a worker decides a request and runs its work
+                            // to its end in one call, blocked: each request inside holds one.
+                            if let Lane::Workers(workers) = lane
+                                && inside.len() >= workers
+                            {
+                                let running: Vec<Label> = inside.iter().copied().collect();
+                                let taken = busy(workers, &running, "the front's", "worker");
+                                self.find(&path, format!("{request} is {event} at seq {seq}, but {taken}: with --work block a worker runs each admitted request's work to its end, blocked, and reads no other request meanwhile"));
+                            }
                             if e.event == Event::Admitted {
-                                // With --work block a worker runs an admitted request's work
-                                // to its end in one call, blocked: each request inside holds one.
-                                if let Lane::Workers(workers) = lane
-                                    && inside.len() >= workers
-                                {
-                                    let running: Vec<Label> = inside.iter().copied().collect();
-                                    let taken = busy(workers, &running, "the front's", "worker");
-                                    self.find(&path, format!("{request} is admitted at seq {seq}, but {taken}: with --work block a worker runs each admitted request's work to its end, blocked, and reads no other request meanwhile"));
-                                }
                                 inside.insert(request);
                                 holders.entry(e.pool).or_default().push(request);
                                 let active = state.active_work.entry(e.pool).or_default();
@@ -232,13 +232,22 @@ impl<'a> PolicyCheck<'a> {
                             } else if started.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
                             } else if let Lane::Own(threads, _) = lane
-                                && gate.is_none()
-                                && !abandoned
                                 && route == Some(Route::Slow)
-                                && running.len() >= threads
+                                && let blocked = self.blocked(
+                                    seq,
+                                    (gate, abandoned),
+                                    &running,
+                                    &held_at,
+                                    &inside,
+                                )
+                                && blocked.len() >= threads
                             {
-                                let taken = busy(threads, &running, "the slow work's", "thread");
-                                self.find(&path, format!("{request} is started at seq {seq}, before the gate opened, but {taken}, each blocked at the closed gate: none is free"));
+                                let taken = busy(threads, &blocked, "the slow work's", "thread");
+                                let (when, at) = match gate {
+                                    None => (", before the gate opened", "the closed gate"),
+                                    Some(_) => ("", "a closed room gate"),
+                                };
+                                self.find(&path, format!("{request} is started at seq {seq}{when}, but {taken}, each blocked at {at}: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
@@ -476,6 +485,34 @@ impl<'a> PolicyCheck<'a> {
             seqs.any(|seq| closed < seq && seq <= opened)
         };
         gates.filter(met).max_by_key(|&(_, opened)| opened)
+    }
+
+    /// Of the slow work `running` on threads of its own, that still blocked at a closed gate at
+    /// `seq`: all of it before the run's gate opens (unless the run abandoned it); after, the
+    /// work still `inside`, held (`held_at`) at a room gate that opens only after `seq`.
+    fn blocked(
+        &self,
+        seq: u64,
+        (gate, abandoned): (Option<u64>, bool),
+        running: &[Label],
+        held_at: &BTreeMap<Label, u64>,
+        inside: &BTreeSet<Label>,
+    ) -> Vec<Label> {
+        if gate.is_none() {
+            return if abandoned {
+                Vec::new()
+            } else {
+                running.to_vec()
+            };
+        }
+        let at_a_room_gate = |request: &Label| {
+            let held = held_at.get(request).copied();
+            held.is_some()
+                && inside.contains(request)
+                && (self.room_gate_met(*request, [None, held]))
+                    .is_some_and(|(_, opened)| opened >= seq)
+        };
+        running.iter().copied().filter(at_a_room_gate).collect()
     }
 }
 
