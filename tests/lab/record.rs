@@ -721,6 +721,19 @@ const ONE_THREAD_SESSION: &str = "classroom-spawn-blocking-one-thread-room-gate.
 /// [`ONE_THREAD_SESSION`] in one run: the front on a current-thread runtime of its own, the
 /// room's R1 and R2 held at the room's gate, each in the poll that admitted it.
 const OWN_THREAD_SESSION: &str = "classroom-own-current-thread-room-gate.json";
+/// A genuine session of `--mode shared --slots 2 --held 1 --work own-runtime --workers 1`: the
+/// sequence to its end, the room's gate closed, R1 sent to /slow and its student gone while it
+/// was held there, R2 sent to /slow, the gate opened, Finish. R1's wait kept the slow runtime's
+/// one worker blocked at the room's gate until it opened; R2 started only then.
+const GAVE_UP_SESSION: &str = "classroom-own-runtime-gave-up-at-room-gate.json";
+/// A genuine session of `--mode shared --slots 4 --held 1 --work own-runtime --workers 1`: the
+/// sequence to its end, the room's gate closed, R1 R2 R3 sent to /slow, the gate opened, Finish.
+/// R2 and R3 waited for the slow runtime's one worker, and started in that order.
+const QUEUED_SESSION: &str = "classroom-own-runtime-queued-room-work.json";
+/// A genuine session of `--mode shared --slots 4 --held 1 --work spawn-blocking`: the sequence to
+/// its end, the room's gate closed, R1 R2 to /slow and R3 to /fast, R1's student gone, the gate
+/// opened; closed again, R4 to /slow and R5 to /fast, opened, Finish.
+const ROOM_FAST_SESSION: &str = "classroom-spawn-blocking-room-fast.json";
 /// A genuine session of `--mode shared` under `prlimit --nofile=10`: Next pressed once, its
 /// policy's server could not bind, then Finish.
 const NEVER_STARTED: &str = "session-never-started.json";
@@ -737,6 +750,47 @@ const S2_UNCONNECTED: &str = "spawn-blocking-s2-out-of-descriptors.json";
 /// refuses F1 (`/policies/0/responses/0`) and partitioned refuses S2
 /// (`/policies/1/admissions/1`); under `--held 1`, shared F1 takes the second of 2 permits.
 const EDITS: &[Edit] = &[
+    (
+        "slow work started while the one thread waits, its student gone, at the room's gate",
+        GAVE_UP_SESSION,
+        |r| set(r, "/room_gates/0/opened_after_event", json!(20)),
+        "R2 is started at seq 20, but the slow work's one thread is already running R1, each \
+         blocked at a closed room gate: none is free",
+    ),
+    (
+        "queued room work started out of turn on the one thread",
+        QUEUED_SESSION,
+        |r| {
+            let events = list(r, "/runs/0/policies/0/work_events");
+            assert_eq!(
+                (&events[19]["request"], &events[20]["request"]),
+                (&json!("R2"), &json!("R3"))
+            );
+            events[19]["request"] = json!("R3");
+            events[20]["request"] = json!("R2");
+        },
+        "R3 is started at seq 20, but R2, admitted before it (seq 18), had neither started nor \
+         left: the slow work's one thread takes queued work first in, first out",
+    ),
+    (
+        "another request's work left between a /fast request's admission and its leaving",
+        ROOM_FAST_SESSION,
+        |r| {
+            let events = list(r, "/runs/0/policies/0/work_events");
+            assert_eq!(
+                (&events[19]["request"], &events[20]["request"]),
+                (&json!("R3"), &json!("R1"))
+            );
+            events.swap(19, 20);
+            (events[19]["seq"], events[20]["seq"]) = (json!(20), json!(21));
+            (events[19]["active_after"], events[20]["active_after"]) = (json!(2), json!(1));
+            let rooms = list(r, "/room_requests");
+            let r3 = rooms.iter_mut().find(|q| q["request"] == "R3");
+            r3.expect("R3 is the room's")["after_event"] = json!(21);
+        },
+        "R3 is admitted at seq 19, and the next, seq 20, is R1's finished; but on the async front \
+         on a runtime of its own that runs its connections on one thread",
+    ),
     (
         "a second blocking thread started while the one thread waits at the room's gate",
         ONE_THREAD_SESSION,
@@ -771,8 +825,8 @@ const EDITS: &[Edit] = &[
             events[12]["active_after"] = json!(2);
         },
         "R1 is admitted at seq 11, and the next, seq 12, is R2's admitted; but on the async \
-         front on its own current-thread runtime a request is held, or its work leaves, in the \
-         poll that admits it",
+         front on a runtime of its own that runs its connections on one thread a request is \
+         held, or its work leaves, in the poll that admits it",
     ),
     (
         "a stall within another limit than the run's safety timeout",
@@ -2279,7 +2333,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         );
         unedited += 1;
     }
-    assert_eq!(unedited, 19, "12 lab reports and seven classroom sessions");
+    assert_eq!(unedited, 22, "12 lab reports and ten classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let file = format!("edit-{i}.json");
         let (shown, report) = record_edited(&dir, base, edit, &file);

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use crate::admission::ledger::Event;
 use crate::draw::table::{labels, plural};
 use crate::evidence::{Moment, Phase};
-use crate::executor::{Lane, WorkStyle, Workers};
+use crate::executor::{Lane, WorkStyle};
 use crate::label::Label;
-use crate::policy::Front;
+use crate::policy::{Front, Route};
 use crate::record::check::{on_executor, on_the_labs_own_thread, sent_before};
 use crate::server::STD_BACKLOG;
 
@@ -338,22 +338,32 @@ impl<'a> PolicyCheck<'a> {
         }
     }
 
-    /// On the async front on one thread, the lab's own or a current-thread runtime of the
-    /// front's own, a request's admission and what follows it in the section come in one poll:
-    /// local permits are decided without awaiting (`WorkSection::admit`), and the work is held
-    /// (`Gate::pass` records it before it waits) or leaves at once, at an open gate or on /fast.
-    /// Nothing else runs on that thread in between, so no other request's event comes between
-    /// the two; on the lab's own thread, where the sequence and the classroom run too, neither
-    /// does the gate's opening nor a room gate's closing or opening.
+    /// On the async front on one thread (the lab's own, or a runtime of the front's own that
+    /// runs its connections on one thread), a request's admission and what follows it in the
+    /// section come in one poll: local permits are decided without awaiting
+    /// (`WorkSection::admit`), and work that awaits is held (`Gate::pass` records it before it
+    /// waits) or leaves at once, at an open gate or on /fast; with `--work spawn-blocking`,
+    /// /fast work leaves at once. Nothing else runs on that thread in between, so no other
+    /// request's event comes between the two, but those other threads record: the sequence's
+    /// opening of the gate, and the blocking pool's starts and holds. On the lab's own thread,
+    /// where the sequence and the classroom run too, neither the gate's opening nor a room
+    /// gate's closing or opening comes between them either.
     pub(super) fn decided_in_one_poll(&mut self, replayed: &Replayed<'_>) {
         let lab_thread = on_the_labs_own_thread(self.report);
         let executor = self.report.executor;
-        let own_thread = self.report.runner.front == Front::Async
-            && executor.work == WorkStyle::Await
-            && executor.workers == Some(Workers::CurrentThread);
-        if !(lab_thread || own_thread) {
-            return;
-        }
+        let one_thread = self.report.runner.front == Front::Async
+            && executor.own_runtime()
+            && executor.workers().threads() == 1;
+        // Whose admission is followed in its poll, and which events other threads record.
+        let (followed, elsewhere): (fn(Route) -> bool, &[Event]) = match executor.work {
+            _ if lab_thread => (|_| true, &[]),
+            WorkStyle::Await if one_thread => (|_| true, &[Event::GateOpened]),
+            WorkStyle::SpawnBlocking if one_thread => (
+                |route| route == Route::Fast,
+                &[Event::GateOpened, Event::Started, Event::Held],
+            ),
+            _ => return,
+        };
         let events = &replayed.events;
         let gates: Vec<_> = (self.room.into_iter())
             .flat_map(|room| room.gates_of(self.policy.mode))
@@ -362,12 +372,12 @@ impl<'a> PolicyCheck<'a> {
             let Some(request) = admitted
                 .request
                 .filter(|_| admitted.event == Event::Admitted)
+                .filter(|&r| self.route(r).is_some_and(followed))
             else {
                 continue;
             };
-            // The sequence opens the gate from the lab's own thread.
             let mut after = events[i + 1..].iter();
-            let next = after.find(|n| lab_thread || n.event != Event::GateOpened);
+            let next = after.find(|n| !elsewhere.contains(&n.event));
             let follows = next.filter(|n| n.request == Some(request));
             let follows = follows.filter(|n| matches!(n.event, Event::Held | Event::Finished));
             let seq = admitted.seq;
@@ -398,7 +408,7 @@ impl<'a> PolicyCheck<'a> {
             };
             let thread = match lab_thread {
                 true => "the lab's own thread",
-                false => "its own current-thread runtime",
+                false => "a runtime of its own that runs its connections on one thread",
             };
             self.find(
                 &["work_events", &i.to_string()],

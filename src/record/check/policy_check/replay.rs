@@ -50,6 +50,11 @@ impl<'a> PolicyCheck<'a> {
             Lane::Own(_, LaneThreads::BlockingPool) => route == Some(Route::Slow),
             _ => false,
         };
+        // One thread for the slow work, handed it in the order of admission (by the one thread
+        // that runs the connections): it takes queued work first in, first out.
+        let fifo = matches!(lane, Lane::Own(1, LaneThreads::SlowRuntime))
+            || (matches!(lane, Lane::Own(1, LaneThreads::BlockingPool))
+                && self.report.executor.workers().threads() == 1);
         let mut started = BTreeSet::new();
         // Slow work started: until the gate opens, each keeps its thread blocked at it, even
         // once its work was cancelled.
@@ -233,13 +238,8 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is started at seq {seq} a second time: a thread runs a request's work once"));
                             } else if let Lane::Own(threads, _) = lane
                                 && route == Some(Route::Slow)
-                                && let blocked = self.blocked(
-                                    seq,
-                                    (gate, abandoned),
-                                    &running,
-                                    &held_at,
-                                    &inside,
-                                )
+                                && let blocked =
+                                    self.blocked(seq, (gate, abandoned), &running, &held_at)
                                 && blocked.len() >= threads
                             {
                                 let taken = busy(threads, &blocked, "the slow work's", "thread");
@@ -250,6 +250,22 @@ impl<'a> PolicyCheck<'a> {
                                 self.find(&path, format!("{request} is started at seq {seq}{when}, but {taken}, each blocked at {at}: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
+                            }
+                            if route == Some(Route::Slow)
+                                && fifo
+                                && let Some(at) = decided.get(&request).map(|d| d.seq)
+                            {
+                                // Waiting its turn: admitted before it, neither started nor left.
+                                let skipped = decided.iter().find(|&(r, d)| {
+                                    d.decision == Decision::Admitted
+                                        && d.seq < at
+                                        && self.route(*r) == Some(Route::Slow)
+                                        && !started.contains(r)
+                                        && !finished.contains_key(r)
+                                });
+                                if let Some((skipped, d)) = skipped {
+                                    self.find(&path, format!("{request} is started at seq {seq}, but {skipped}, admitted before it (seq {}), had neither started nor left: the slow work's one thread takes queued work first in, first out", d.seq));
+                                }
                             }
                             started.insert(request);
                             if route == Some(Route::Slow) {
@@ -489,14 +505,14 @@ impl<'a> PolicyCheck<'a> {
 
     /// Of the slow work `running` on threads of its own, that still blocked at a closed gate at
     /// `seq`: all of it before the run's gate opens (unless the run abandoned it); after, the
-    /// work still `inside`, held (`held_at`) at a room gate that opens only after `seq`.
+    /// work held (`held_at`) at a room gate that opens only after `seq`, even if it has left
+    /// (its student gone): a wait blocked at a gate stays blocked until the gate opens.
     fn blocked(
         &self,
         seq: u64,
         (gate, abandoned): (Option<u64>, bool),
         running: &[Label],
         held_at: &BTreeMap<Label, u64>,
-        inside: &BTreeSet<Label>,
     ) -> Vec<Label> {
         if gate.is_none() {
             return if abandoned {
@@ -508,7 +524,6 @@ impl<'a> PolicyCheck<'a> {
         let at_a_room_gate = |request: &Label| {
             let held = held_at.get(request).copied();
             held.is_some()
-                && inside.contains(request)
                 && (self.room_gate_met(*request, [None, held]))
                     .is_some_and(|(_, opened)| opened >= seq)
         };
