@@ -581,8 +581,10 @@ fn cpu_left(limit: u64, used: Duration) -> Option<Duration> {
 }
 
 /// The handler for the CPU time limit: the kernel's SIGXCPU, or the profiling timer's SIGPROF.
-/// The same signal sent by a process (`kill -XCPU`) says nothing of the limit, and ends the lab
-/// as any other signal sent to end it does, in its own line. Only async-signal-safe calls.
+/// The same signal sent by a process (`kill -XCPU`) says nothing of the limit: it ends the lab
+/// at once too, in a line saying it was sent. (Should the kernel find no room to queue the
+/// signal's details, it delivers the limit's own signal as sent by a process.) Only
+/// async-signal-safe calls.
 #[cfg(unix)]
 extern "C" fn at_the_limit(
     signal: libc::c_int,

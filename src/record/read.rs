@@ -175,7 +175,7 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
             .context(whole)
             .map_err(refuse)?;
         for (i, run) in session.runs.iter().enumerate() {
-            shaped(run)
+            shaped(run, &format!("/runs/{i}"))
                 .with_context(|| format!("{whole}: runs[{i}]"))
                 .map_err(refuse)?;
         }
@@ -204,13 +204,14 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
     let report: Report = serde_json::from_value(json)
         .context(whole)
         .map_err(refuse)?;
-    shaped(&report).context(whole).map_err(refuse)?;
+    shaped(&report, "").context(whole).map_err(refuse)?;
     Ok(Saved::Lab(report))
 }
 
 /// Whether `report` has the shape a run of its inputs gives it: its `lab`, and its policies in
-/// the order its mode runs them, each once (a run that stopped early has fewer).
-fn shaped(report: &Report) -> anyhow::Result<()> {
+/// the order its mode runs them, each once (a run that stopped early has fewer), each count
+/// within its pool. `at` is where the report is in its file (`/runs/0` in a session's).
+fn shaped(report: &Report, at: &str) -> anyhow::Result<()> {
     this_lab(Some(&report.lab.as_str().into()))?;
     // Each version writes its own evidence and words; this one can re-check only its own.
     let (name, version) = (&report.runner.name, &report.runner.version);
@@ -254,7 +255,7 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
                 runs.join(" then ")
             );
         }
-        within_capacity(report, i)?;
+        within_capacity(report, i, at)?;
     }
     Ok(())
 }
@@ -262,7 +263,7 @@ fn shaped(report: &Report) -> anyhow::Result<()> {
 /// Whether every count of permits in `policies[i]` (taken, free, at the peak, held at the gate)
 /// fits in its pool: no run counts more than a pool holds. A count for a pool the policy does
 /// not have is left to the check, which names it.
-fn within_capacity(report: &Report, i: usize) -> anyhow::Result<()> {
+fn within_capacity(report: &Report, i: usize, report_at: &str) -> anyhow::Result<()> {
     let file = &report.policies[i];
     let policy = report.inputs.policy(file.mode);
     let slow = policy.pool_for(Route::Slow);
@@ -270,7 +271,7 @@ fn within_capacity(report: &Report, i: usize) -> anyhow::Result<()> {
         let capacity = policy.capacity(pool);
         if policy.pools().contains(&pool) && count > capacity {
             bail!(
-                "/policies/{i}/{at} counts {count}, beyond the {pool} pool's {}: no run counts \
+                "{report_at}/policies/{i}/{at} counts {count}, beyond the {pool} pool's {}: no run counts \
                  more than a pool holds",
                 plural(capacity, "permit")
             );

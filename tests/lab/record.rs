@@ -754,7 +754,7 @@ const EDITS: &[Edit] = &[
         "slow work started while the one thread waits, its student gone, at the room's gate",
         GAVE_UP_SESSION,
         |r| set(r, "/room_gates/0/opened_after_event", json!(20)),
-        "R2 is started at seq 20, but the slow work's one thread is already running R1, each \
+        "R2 is started at seq 20, but the slow work's one thread is already running R1, \
          blocked at a closed room gate: none is free",
     ),
     (
@@ -808,7 +808,7 @@ const EDITS: &[Edit] = &[
             let r3 = rooms.iter_mut().find(|q| q["request"] == "R3");
             r3.expect("R3 is the room's")["after_event"] = json!(19);
         },
-        "R2 is started at seq 18, but the slow work's one thread is already running R1, each \
+        "R2 is started at seq 18, but the slow work's one thread is already running R1, \
          blocked at a closed room gate: none is free",
     ),
     (
@@ -3124,7 +3124,8 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
                 *r = session;
             },
             "is not a whole classroom report: runs[0]: \
-             /policies/1/observer_before_fast/active_work/slow counts 4, beyond the slow pool's 1",
+             /runs/0/policies/1/observer_before_fast/active_work/slow counts 4, beyond the slow \
+             pool's 1",
         ),
         // A field no run writes, however natural it reads, is not read past: the report is
         // not one the lab wrote.

@@ -187,8 +187,8 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
                     _ => "each front's".to_owned(),
                 };
                 format!(
-                    "{name} hardly changed machine-wide, though {whose} own threads grew with N, \
-                     each with a kernel stack of its own: other programs' kernel stacks shrank \
+                    "{name}, counted machine-wide, grew less than {whose} own threads need, each \
+                     with a kernel stack of its own: other programs' kernel stacks shrank \
                      meanwhile"
                 )
             } else if flat

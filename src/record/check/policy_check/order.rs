@@ -406,9 +406,10 @@ impl<'a> PolicyCheck<'a> {
                     )
                 }
             };
-            let thread = match lab_thread {
-                true => "the lab's own thread",
-                false => "a runtime of its own that runs its connections on one thread",
+            let thread = if lab_thread {
+                "the lab's own thread"
+            } else {
+                "a runtime of its own that runs its connections on one thread"
             };
             self.find(
                 &["work_events", &i.to_string()],

@@ -247,7 +247,8 @@ impl<'a> PolicyCheck<'a> {
                                     None => (", before the gate opened", "the closed gate"),
                                     Some(_) => ("", "a closed room gate"),
                                 };
-                                self.find(&path, format!("{request} is started at seq {seq}{when}, but {taken}, each blocked at {at}: none is free"));
+                                let each = if blocked.len() == 1 { "" } else { "each " };
+                                self.find(&path, format!("{request} is started at seq {seq}{when}, but {taken}, {each}blocked at {at}: none is free"));
                             } else if !inside.contains(&request) {
                                 self.find(&path, format!("{request} is started at seq {seq}, but it is not inside the work section: no admission before it"));
                             }
