@@ -663,6 +663,23 @@ fn list<'a>(report: &'a mut Value, pointer: &str) -> &'a mut Vec<Value> {
     found.as_array_mut().expect("a list")
 }
 
+/// The ledger at `pointer` with events `i` and `i + 1`, which name `requests`, told in the other
+/// order, each place keeping its seq.
+fn swap_events<'a>(
+    report: &'a mut Value,
+    pointer: &str,
+    i: usize,
+    requests: [&str; 2],
+) -> &'a mut Vec<Value> {
+    let events = list(report, pointer);
+    let named = [&events[i]["request"], &events[i + 1]["request"]];
+    assert_eq!(named, requests.map(|r| json!(r)).each_ref(), "{pointer}");
+    events.swap(i, i + 1);
+    let (first, second) = events.split_at_mut(i + 1);
+    std::mem::swap(&mut first[i]["seq"], &mut second[0]["seq"]);
+    events
+}
+
 /// In [`SESSION`], the room's R2, held at the room's gate (seq 15), told as given up: listed
 /// without an answer after event `after`, its work cancelled where it left the section (seq 18),
 /// as the ledger then counts it.
@@ -776,13 +793,7 @@ const EDITS: &[Edit] = &[
         "another request's work left between a /fast request's admission and its leaving",
         ROOM_FAST_SESSION,
         |r| {
-            let events = list(r, "/runs/0/policies/0/work_events");
-            assert_eq!(
-                (&events[19]["request"], &events[20]["request"]),
-                (&json!("R3"), &json!("R1"))
-            );
-            events.swap(19, 20);
-            (events[19]["seq"], events[20]["seq"]) = (json!(20), json!(21));
+            let events = swap_events(r, "/runs/0/policies/0/work_events", 19, ["R3", "R1"]);
             (events[19]["active_after"], events[20]["active_after"]) = (json!(2), json!(1));
             let rooms = list(r, "/room_requests");
             let r3 = rooms.iter_mut().find(|q| q["request"] == "R3");
@@ -797,13 +808,7 @@ const EDITS: &[Edit] = &[
         |r| {
             // R2's start moved before R3's finish, while the room's gate (opened after event
             // 18) still held R1 on the one thread; R3 answered after its finish.
-            let events = list(r, "/runs/1/policies/0/work_events");
-            assert_eq!(
-                (&events[17]["request"], &events[18]["event"]),
-                (&json!("R3"), &json!("started"))
-            );
-            events.swap(17, 18);
-            (events[17]["seq"], events[18]["seq"]) = (json!(18), json!(19));
+            swap_events(r, "/runs/1/policies/0/work_events", 17, ["R3", "R2"]);
             let rooms = list(r, "/room_requests");
             let r3 = rooms.iter_mut().find(|q| q["request"] == "R3");
             r3.expect("R3 is the room's")["after_event"] = json!(19);
@@ -815,13 +820,7 @@ const EDITS: &[Edit] = &[
         "another request admitted between a request's admission and its hold on one thread",
         OWN_THREAD_SESSION,
         |r| {
-            let events = list(r, "/runs/0/policies/0/work_events");
-            assert_eq!(
-                (&events[11]["event"], &events[12]["request"]),
-                (&json!("held"), &json!("R2"))
-            );
-            events.swap(11, 12);
-            (events[11]["seq"], events[12]["seq"]) = (json!(12), json!(13));
+            let events = swap_events(r, "/runs/0/policies/0/work_events", 11, ["R1", "R2"]);
             events[12]["active_after"] = json!(2);
         },
         "R1 is admitted at seq 11, and the next, seq 12, is R2's admitted; but on the async \
