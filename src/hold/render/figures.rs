@@ -177,15 +177,18 @@ fn mib(kib: u64) -> String {
 
 /// A figure's cell; a count without figures says why in its first group only (the notes
 /// below the table say more).
-fn cell(series: &FrontSeries, at: usize, held: fn(&Figures, u32) -> String, first: bool) -> String {
+fn cell(
+    series: &FrontSeries,
+    at: usize,
+    shown: fn(&Figures, u32) -> String,
+    first: bool,
+) -> String {
     let point = series.points.get(at);
-    let why = match point.map(|p| &p.outcome) {
-        Some(CountOutcome::Held(figures)) => {
-            return held(figures, point.map_or(0, |p| p.held));
-        }
-        Some(CountOutcome::NotRun { .. }) => "not run",
-        Some(CountOutcome::FrontFailed(_)) => "FAILED",
-        Some(CountOutcome::LabFailed { .. }) => "lab failed",
+    let why = match point.map(|p| (&p.outcome, p.held)) {
+        Some((CountOutcome::Held(figures), held)) => return shown(figures, held),
+        Some((CountOutcome::NotRun { .. }, _)) => "not run",
+        Some((CountOutcome::FrontFailed(_), _)) => "FAILED",
+        Some((CountOutcome::LabFailed { .. }, _)) => "lab failed",
         None => "-",
     };
     if first { why.into() } else { "-".into() }

@@ -256,14 +256,16 @@ impl<'a> PolicyCheck<'a> {
                                 && fifo
                                 && let Some(at) = decided.get(&request).map(|d| d.seq)
                             {
-                                // Waiting its turn: admitted before it, neither started nor left.
-                                let skipped = decided.iter().find(|&(r, d)| {
+                                // The first still waiting its turn: admitted before it,
+                                // neither started nor left.
+                                let waiting = decided.iter().filter(|&(r, d)| {
                                     d.decision == Decision::Admitted
                                         && d.seq < at
                                         && self.route(*r) == Some(Route::Slow)
                                         && !started.contains(r)
                                         && !finished.contains_key(r)
                                 });
+                                let skipped = waiting.min_by_key(|(_, d)| d.seq);
                                 if let Some((skipped, d)) = skipped {
                                     self.find(&path, format!("{request} is started at seq {seq}, but {skipped}, admitted before it (seq {}), had neither started nor left: the slow work's one thread takes queued work first in, first out", d.seq));
                                 }
