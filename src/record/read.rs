@@ -271,8 +271,8 @@ fn within_capacity(report: &Report, i: usize, report_at: &str) -> anyhow::Result
         let capacity = policy.capacity(pool);
         if policy.pools().contains(&pool) && count > capacity {
             bail!(
-                "{report_at}/policies/{i}/{at} counts {count}, beyond the {pool} pool's {}: no run counts \
-                 more than a pool holds",
+                "{report_at}/policies/{i}/{at} counts {count}, beyond the {pool} pool's {}: no \
+                 run counts more than a pool holds",
                 plural(capacity, "permit")
             );
         }
