@@ -19,7 +19,10 @@
 //!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
 //!   yet whole) is closed to make room, else the oldest event stream (its page reconnects), so
 //!   a flood of idle connections or of streams cannot lock the page out; only when every open
-//!   one owes an answer is the new one closed as soon as it is accepted.
+//!   one owes an answer is the new one closed as soon as it is accepted. The room may have at
+//!   most half the limit of its requests waiting for answers (`Room::admit`); beyond that one is
+//!   answered 503 `room_full` at once, so the room cannot fill the limit with requests a front
+//!   leaves unread (`--work block`) and lock the instructor out.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -43,7 +46,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use super::Timeouts;
 use super::journal::Journal;
 use super::render;
-use super::room::{ROOM_HEADER, Room};
+use super::room::{NotSent, ROOM_HEADER, Room};
 use super::run::{Action, Order};
 use crate::admission::token::RunToken;
 use crate::policy::{Inputs, Route};
@@ -282,6 +285,10 @@ impl App {
         }
         let (request, target) = match self.room.admit(route) {
             Ok(admitted) => admitted,
+            Err(NotSent::Full) => {
+                let words = NotSent::Full.words();
+                return refuse(StatusCode::SERVICE_UNAVAILABLE, "room_full", words);
+            }
             Err(closed) => return refuse(StatusCode::CONFLICT, "room_closed", closed.words()),
         };
         let record = self.room.send(request, target).await;

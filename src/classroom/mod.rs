@@ -192,7 +192,9 @@ pub async fn serve(
         room: format!("{base}/"),
     };
     let journal = Arc::new(Journal::new(STREAM_BUFFER));
-    let room = Arc::new(Room::new(room_token, journal.clone()));
+    // Half the connections at most for the room's requests waiting for answers: the rest
+    // stay for the instructor's page and controls.
+    let room = Arc::new(Room::new(room_token, journal.clone(), cap / 2));
     let (orders, ordered) = mpsc::channel(16);
     let app = Arc::new(App::new(
         address,

@@ -60,6 +60,9 @@ pub(crate) struct Target {
 #[derive(Debug)]
 pub(crate) struct Room {
     token: RunToken,
+    /// The most of the room's requests waiting for their answers at once: each holds a
+    /// connection, and the classroom keeps the rest of its connections for the instructor's page.
+    most_waiting: usize,
     state: Mutex<State>,
     /// Where each request's answer (or why it has none) is told to the page, as it is listed:
     /// a request whose student gave up is told as well as an answered one.
@@ -71,6 +74,8 @@ struct State {
     open: bool,
     target: Option<Target>,
     issued: u32,
+    /// Requests sent on and not yet listed.
+    waiting: usize,
     requests: Vec<RoomRequest>,
 }
 
@@ -81,12 +86,15 @@ pub(crate) enum NotSent {
     NotOpen,
     /// Between runs: none is open to send to.
     NoRun,
+    /// As many of the room's requests as it may have are waiting for their answers.
+    Full,
 }
 
 impl Room {
-    pub(crate) fn new(token: RunToken, journal: Arc<Journal>) -> Self {
+    pub(crate) fn new(token: RunToken, journal: Arc<Journal>, most_waiting: usize) -> Self {
         Room {
             token,
+            most_waiting,
             state: Mutex::new(State::default()),
             journal,
         }
@@ -131,6 +139,10 @@ impl Room {
             return Err(NotSent::NotOpen);
         }
         let target = state.target.clone().ok_or(NotSent::NoRun)?;
+        if state.waiting >= self.most_waiting {
+            return Err(NotSent::Full);
+        }
+        state.waiting += 1;
         state.issued += 1;
         Ok((Label::Room(state.issued, route), target))
     }
@@ -176,7 +188,10 @@ impl Room {
             error,
             after_event,
         };
-        self.state().requests.push(record.clone());
+        let mut state = self.state();
+        state.waiting = state.waiting.saturating_sub(1);
+        state.requests.push(record.clone());
+        drop(state);
         self.journal.push(&message(&record));
         record
     }
@@ -236,6 +251,10 @@ impl NotSent {
                 "the instructor has not opened the lab to the room yet: wait for the command on the screen"
             }
             NotSent::NoRun => "no run is open right now: wait for the next one",
+            NotSent::Full => {
+                "the room has as many requests waiting as the classroom keeps room for: try \
+                 again once some are answered"
+            }
         }
     }
 }

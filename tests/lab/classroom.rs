@@ -1419,6 +1419,99 @@ fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_ou
     drop(newest);
 }
 
+/// The room cannot lock the instructor out with requests a front leaves unread: with `--work
+/// block` S1 holds the front's one worker, and each room request sent then waits, holding its
+/// connection. Under 100 descriptors the server keeps at most 12 connections
+/// (`connection_cap`), and the room at most half of them waiting: beyond that a room request
+/// is answered 503 `room_full` at once. The instructor's controls still get in, the run goes on,
+/// and the waiting ones are answered after the release.
+#[test]
+fn the_rooms_waiting_requests_cannot_lock_the_controls_out() {
+    let args = ["classroom", "--mode", "partitioned", "--work", "block"];
+    let (mut child, url, lines) = spawn_with_descriptors(100, &args);
+    let (base, control) = base_and_control(&url);
+    let address: SocketAddr = base["http://".len()..].parse().expect("an address");
+    let runtime = common::runtime();
+    let http = common::client();
+    let post = |action: &str| {
+        let sent = (http.post(format!("{base}/control/{action}")))
+            .header("lab-control", &control)
+            .send();
+        async { within(sent).await.expect("answered").status() }
+    };
+    let token = runtime.block_on(async {
+        let mut events = Events::open(&http, &base).await;
+        for step in ["a fresh server", "S1 held"] {
+            assert_eq!(post("next").await, 200, "{step}");
+        }
+        assert_eq!(post("open-room").await, 200);
+        let state = events
+            .until(|m| kind(m) == "state" && m["room"]["open"] == true)
+            .await;
+        room_token(&state)
+    });
+    const MOST_WAITING: usize = 6;
+    let head = format!("GET /fast HTTP/1.1\r\nHost: {address}\r\nlab-room: {token}\r\n\r\n");
+    let sent = |n: usize| -> Vec<TcpStream> {
+        (0..n)
+            .map(|_| {
+                let mut stream = TcpStream::connect(address).expect("connect");
+                stream.write_all(head.as_bytes()).expect("a request");
+                stream
+            })
+            .collect()
+    };
+    // Whichever the server handles last beyond the first six is answered 503 at once; the six
+    // it let through wait, unanswered.
+    let mut unanswered = sent(MOST_WAITING + 4);
+    for _ in 0..4 {
+        let at = answered_first(&unanswered);
+        let (_, answer) = read_rest_of_one(&mut unanswered.remove(at));
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("room_full"), "{answer}");
+    }
+    let waiting = unanswered;
+    // The controls get in, and the run goes on to its end.
+    assert_eq!(runtime.block_on(post("run-to-end")), 200);
+    for mut stream in waiting {
+        let (_, answer) = read_rest_of_one(&mut stream);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let (status, report, _) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(0), "{report}");
+    let answered = report["room_requests"].as_array().map(Vec::len);
+    assert_eq!(answered, Some(MOST_WAITING), "{report}");
+}
+
+/// Which of `streams` has something to read first, waiting for one within [`GUARD`].
+fn answered_first(streams: &[TcpStream]) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut polled: Vec<libc::pollfd> = (streams.iter())
+        .map(|s| libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout = libc::c_int::try_from(GUARD.as_millis()).expect("a timeout");
+    let count = libc::nfds_t::try_from(polled.len()).expect("a count");
+    // SAFETY: `polled` is a valid array of `count` pollfds for the call.
+    let ready = unsafe { libc::poll(polled.as_mut_ptr(), count, timeout) };
+    assert!(ready > 0, "no answer within {GUARD:?}");
+    let at = polled.iter().position(|p| p.revents & libc::POLLIN != 0);
+    at.expect("a stream with an answer")
+}
+
+/// The first answer on `stream`, its head and as much as has come with it, within [`GUARD`].
+fn read_rest_of_one(stream: &mut TcpStream) -> (usize, String) {
+    stream
+        .set_read_timeout(Some(GUARD))
+        .expect("a read timeout");
+    let mut answer = [0; 1024];
+    let read = stream.read(&mut answer).expect("an answer");
+    (read, String::from_utf8_lossy(&answer[..read]).into_owned())
+}
+
 /// The binary under a 1024-descriptor limit (soft and hard, so it cannot raise it): 1 100 idle
 /// connections that never send a byte do not end the session. While they are open the page can
 /// still connect and the run goes on: the oldest idle connections make room, closed by the cap
