@@ -2,7 +2,7 @@
 //! 10,100,1000 --format json`) and from changes to it that a run could produce.
 
 use super::{count, figure, seconds, svg, text};
-use crate::hold::{CountOutcome, Death, FrontFailure, HoldReport, Point, Stage};
+use crate::hold::{CountOutcome, Death, Figures, FrontFailure, HoldReport, Point, Stage};
 use crate::policy::Front;
 
 const RECORDED: &str = include_str!("../../../tests/fixtures/hold-10-100-1000.json");
@@ -14,6 +14,29 @@ fn recorded() -> HoldReport {
 fn series(report: &mut HoldReport, front: Front) -> &mut crate::hold::FrontSeries {
     let found = report.fronts.iter_mut().find(|s| s.front == front);
     found.expect("both fronts were recorded")
+}
+
+/// The figures of every count `front` held.
+fn held(report: &mut HoldReport, front: Front) -> impl Iterator<Item = &mut Figures> {
+    let points = series(report, front).points.iter_mut();
+    points.filter_map(|point| match &mut point.outcome {
+        CountOutcome::Held(figures) => Some(figures),
+        _ => None,
+    })
+}
+
+/// The figures of `front`'s `at`-th count, which every front held in the recording.
+fn held_at(report: &mut HoldReport, front: Front, at: usize) -> &mut Figures {
+    let CountOutcome::Held(figures) = &mut series(report, front).points[at].outcome else {
+        panic!("both fronts held every count in the recording");
+    };
+    figures
+}
+
+/// The text, its words on one line.
+fn one_line(report: &HoldReport) -> String {
+    let said = text(report);
+    said.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The threaded front failing at 1 000, with an abort's last stderr line.
@@ -112,10 +135,8 @@ fn the_reading_follows_the_figures() {
         "{reading}"
     );
     let mut changed = report.clone();
-    for point in &mut series(&mut changed, Front::Async).points {
-        if let CountOutcome::Held(figures) = &mut point.outcome {
-            figures.per_request.os_threads = 1.0;
-        }
+    for figures in held(&mut changed, Front::Async) {
+        figures.per_request.os_threads = 1.0;
     }
     let reading = text(&changed);
     assert!(
@@ -139,10 +160,7 @@ fn the_reach_is_said_with_its_ceiling() {
     let reach = reach.as_mut().expect("a ceiling");
     reach.held = 1;
     // The reading wraps its lines; the words are the same either way.
-    let reading = text(&report)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    let reading = one_line(&report);
     let said = "its ceiling here is 1 held request, set by RLIMIT_NOFILE = ";
     assert!(reading.contains(said), "{reading}");
 }
@@ -152,10 +170,8 @@ fn the_reach_is_said_with_its_ceiling() {
 #[test]
 fn machine_wide_noise_is_not_a_front_s_cost() {
     let mut noisy = recorded();
-    for point in &mut series(&mut noisy, Front::Async).points {
-        if let CountOutcome::Held(figures) = &mut point.outcome {
-            figures.per_request.kernel_stack_kib = 7.6;
-        }
+    for figures in held(&mut noisy, Front::Async) {
+        figures.per_request.kernel_stack_kib = 7.6;
     }
     let reading = text(&noisy);
     assert!(
@@ -171,17 +187,7 @@ fn one_front_s_flat_costs_say_what_the_figures_show() {
     let mut alone = recorded();
     alone.fronts.retain(|s| s.front == Front::Async);
     let set = |report: &mut HoldReport, change: fn(&mut crate::hold::PerRequest)| {
-        for point in &mut series(report, Front::Async).points {
-            if let CountOutcome::Held(figures) = &mut point.outcome {
-                change(&mut figures.per_request);
-            }
-        }
-    };
-    let one_line = |report: &HoldReport| {
-        text(report)
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
+        held(report, Front::Async).for_each(|figures| change(&mut figures.per_request));
     };
     set(&mut alone, |p| {
         p.address_space_kib = 0.71;
@@ -207,10 +213,8 @@ fn one_front_s_flat_costs_say_what_the_figures_show() {
     // that shows none is not told as the front's.
     let mut threaded = recorded();
     threaded.fronts.retain(|s| s.front == Front::Threaded);
-    for point in &mut series(&mut threaded, Front::Threaded).points {
-        if let CountOutcome::Held(figures) = &mut point.outcome {
-            figures.per_request.kernel_stack_kib = 0.0;
-        }
+    for figures in held(&mut threaded, Front::Threaded) {
+        figures.per_request.kernel_stack_kib = 0.0;
     }
     let reading = one_line(&threaded);
     let said = "Kernel stack, counted machine-wide, grew less than the threaded front's own \
@@ -218,10 +222,8 @@ fn one_front_s_flat_costs_say_what_the_figures_show() {
                 shrank meanwhile: +0.00 KiB on the threaded front";
     assert!(reading.contains(said), "{reading}");
     // However far it fell: a whole kernel stack less per held request is not "hardly changed".
-    for point in &mut series(&mut threaded, Front::Threaded).points {
-        if let CountOutcome::Held(figures) = &mut point.outcome {
-            figures.per_request.kernel_stack_kib = -16.0;
-        }
+    for figures in held(&mut threaded, Front::Threaded) {
+        figures.per_request.kernel_stack_kib = -16.0;
     }
     let reading = one_line(&threaded);
     let said = "grew less than the threaded front's own threads need, each with a kernel stack of \
@@ -329,10 +331,7 @@ fn the_breakdown_follows_the_heap_figures() {
         text.contains("Where a held request's memory goes"),
         "{text}"
     );
-    let async_front = series(&mut report, Front::Async);
-    let CountOutcome::Held(figures) = &mut async_front.points[2].outcome else {
-        panic!("the fixture held 1 000 on the async front");
-    };
+    let figures = held_at(&mut report, Front::Async, 2);
     for class in &mut figures.heap_per_request {
         (class.blocks, class.kib) = if class.class == "8 KiB" {
             (3.0, 24.0)
@@ -353,10 +352,7 @@ fn the_breakdown_follows_the_heap_figures() {
     assert!(sentence.contains("slab grew 7.25 KiB"), "{sentence}");
 
     // A class too rare to list still counts in all, and a slab that shrank is not said to grow.
-    let async_front = series(&mut report, Front::Async);
-    let CountOutcome::Held(figures) = &mut async_front.points[2].outcome else {
-        panic!("the fixture held 1 000 on the async front");
-    };
+    let figures = held_at(&mut report, Front::Async, 2);
     for class in &mut figures.heap_per_request {
         if class.class == "over 8 KiB" {
             (class.blocks, class.kib) = (0.002, 0.21);
@@ -374,17 +370,9 @@ fn the_breakdown_follows_the_heap_figures() {
 /// little to read rather than comparing the fronts by it.
 #[test]
 fn a_resident_change_too_small_to_read_is_not_compared() {
-    let one_line = |report: &HoldReport| {
-        let said = text(report);
-        said.split_whitespace().collect::<Vec<_>>().join(" ")
-    };
     let mut report = recorded();
     let set = |report: &mut HoldReport, front: Front, kib: f64| {
-        let points = &mut series(report, front).points;
-        let CountOutcome::Held(figures) = &mut points[2].outcome else {
-            panic!("both fronts held 1 000 in the recording");
-        };
-        figures.per_request.rss_kib = kib;
+        held_at(report, front, 2).per_request.rss_kib = kib;
     };
     set(&mut report, Front::Async, 0.9);
     set(&mut report, Front::Threaded, 16.0);
@@ -422,26 +410,13 @@ fn a_resident_change_too_small_to_read_is_not_compared() {
 #[test]
 fn the_table_marks_a_resident_figure_too_small_to_read() {
     let mut report = recorded();
-    let mut rss = |front: Front, at: usize, kib: f64| {
-        let CountOutcome::Held(figures) = &mut series(&mut report, front).points[at].outcome else {
-            panic!("both fronts held every count in the recording");
-        };
-        figures.per_request.rss_kib = kib;
-    };
-    for at in 0..3 {
-        rss(Front::Async, at, 2048.0);
-        rss(Front::Threaded, at, 2048.0);
+    for front in [Front::Async, Front::Threaded] {
+        held(&mut report, front).for_each(|figures| figures.per_request.rss_kib = 2048.0);
     }
     let why = "(RSS): under 1 MiB in all, too little to read per held request";
     assert!(!text(&report).contains(why), "nothing is marked");
-    let mut rss = |front: Front, kib: f64| {
-        let CountOutcome::Held(figures) = &mut series(&mut report, front).points[2].outcome else {
-            panic!("both fronts held 1 000 in the recording");
-        };
-        figures.per_request.rss_kib = kib;
-    };
-    rss(Front::Async, 0.9);
-    rss(Front::Threaded, 16.0);
+    held_at(&mut report, Front::Async, 2).per_request.rss_kib = 0.9;
+    held_at(&mut report, Front::Threaded, 2).per_request.rss_kib = 16.0;
     let table = text(&report);
     let row = table
         .lines()
@@ -458,16 +433,9 @@ fn times_too_short_to_show_are_not_compared() {
     for ((on_async, threaded), compared) in [((1.0, 4.0), false), ((100.0, 400.0), true)] {
         let mut report = recorded();
         for (front, ms) in [(Front::Async, on_async), (Front::Threaded, threaded)] {
-            let points = &mut series(&mut report, front).points;
-            let CountOutcome::Held(figures) = &mut points[2].outcome else {
-                panic!("both fronts held 1 000 in the recording");
-            };
-            figures.time_to_hold_ms = ms;
+            held_at(&mut report, front, 2).time_to_hold_ms = ms;
         }
-        let said = text(&report)
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
+        let said = one_line(&report);
         assert_eq!(
             said.contains("4.0 times as long on the slower"),
             compared,
@@ -483,10 +451,7 @@ fn times_too_short_to_show_are_not_compared() {
 fn a_time_that_counts_a_stop_of_the_labs_says_so() {
     let mut report = recorded();
     for (front, ms) in [(Front::Async, 100.0), (Front::Threaded, 12_700.0)] {
-        let points = &mut series(&mut report, front).points;
-        let CountOutcome::Held(figures) = &mut points[2].outcome else {
-            panic!("both fronts held 1 000 in the recording");
-        };
+        let figures = held_at(&mut report, front, 2);
         figures.time_to_hold_ms = ms;
         figures.lab_stopped = (front == Front::Threaded).then_some(crate::hold::LabStopped {
             holding_ms: 12_000.0,
@@ -518,9 +483,7 @@ fn a_time_that_counts_a_stop_of_the_labs_says_so() {
     );
     // Without it, the same times are compared, and nothing is marked.
     for front in [Front::Async, Front::Threaded] {
-        if let CountOutcome::Held(figures) = &mut series(&mut report, front).points[2].outcome {
-            figures.lab_stopped = None;
-        }
+        held_at(&mut report, front, 2).lab_stopped = None;
     }
     let said = text(&report);
     assert!(
@@ -556,10 +519,8 @@ fn a_picture_of_a_failed_run_says_why() {
 fn an_empty_panel_invents_no_scale() {
     let mut report = recorded();
     report.fronts.retain(|s| s.front == Front::Async);
-    for point in &mut series(&mut report, Front::Async).points {
-        if let CountOutcome::Held(figures) = &mut point.outcome {
-            figures.kernel_stack_kib = 0;
-        }
+    for figures in held(&mut report, Front::Async) {
+        figures.kernel_stack_kib = 0;
     }
     let picture = svg(&report);
     assert_eq!(
