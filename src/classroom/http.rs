@@ -285,11 +285,13 @@ impl App {
         }
         let (request, target) = match self.room.admit(route) {
             Ok(admitted) => admitted,
-            Err(NotSent::Full) => {
-                let words = NotSent::Full.words();
-                return refuse(StatusCode::SERVICE_UNAVAILABLE, "room_full", words);
+            Err(not_sent) => {
+                let (status, error) = match not_sent {
+                    NotSent::Full => (StatusCode::SERVICE_UNAVAILABLE, "room_full"),
+                    NotSent::NotOpen | NotSent::NoRun => (StatusCode::CONFLICT, "room_closed"),
+                };
+                return refuse(status, error, not_sent.words());
             }
-            Err(closed) => return refuse(StatusCode::CONFLICT, "room_closed", closed.words()),
         };
         let record = self.room.send(request, target).await;
         match (
