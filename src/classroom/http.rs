@@ -3,7 +3,8 @@
 //!
 //! - `Host` must be `127.0.0.1:PORT` and an `Origin`, if sent, the page's own: this stops a web
 //!   page in the same browser from driving the lab by DNS rebinding or a cross-site request
-//!   (403). No CORS header is ever sent, so no other origin may read an answer.
+//!   (403). No CORS header is ever sent, so no other origin may read an answer, and every
+//!   answer says `Cross-Origin-Resource-Policy: same-origin`, so none may embed one either.
 //! - `POST /control/<action>` needs the session's control token in `lab-control`. No answer of
 //!   this server carries it: it is printed on the terminal, in the instructor's URL after `#`
 //!   (a fragment, which a browser never sends), and the page keeps it in the tab's
@@ -53,6 +54,10 @@ use crate::policy::{Inputs, Route};
 use crate::server::Backoff;
 use crate::server::connections::{Connections, Owed, Owing};
 
+/// The header that keeps an answer from being embedded by a page of another origin (the `http`
+/// crate names no constant for it).
+const CROSS_ORIGIN_RESOURCE_POLICY: header::HeaderName =
+    header::HeaderName::from_static("cross-origin-resource-policy");
 /// The header that carries the control token.
 pub(crate) const CONTROL_HEADER: &str = "lab-control";
 /// The largest request head Hyper reads.
@@ -340,9 +345,10 @@ fn answer(status: StatusCode, body: Value) -> Response<Body> {
     response
 }
 
-/// A 200 response of `content_type` that no cache keeps, no page frames, no browser sniffs as
-/// another type and no link refers onward: everything this server says belongs to one live
-/// session, and the page holds the control token once the instructor's URL has given it.
+/// A 200 response of `content_type` that no cache keeps, no page frames or embeds from another
+/// origin, no browser sniffs as another type and no link refers onward: everything this server
+/// says belongs to one live session, and the page holds the control token once the
+/// instructor's URL has given it.
 fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
     let mut response = Response::new(body);
     let headers = response.headers_mut();
@@ -350,6 +356,9 @@ fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
         (header::CONTENT_TYPE, content_type),
         (header::CACHE_CONTROL, "no-store"),
         (header::X_FRAME_OPTIONS, "DENY"),
+        // A page of another origin cannot load an answer as its script, image or media either
+        // (a request that sends no `Origin` for the screen above to check).
+        (CROSS_ORIGIN_RESOURCE_POLICY, "same-origin"),
         (header::REFERRER_POLICY, "no-referrer"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
     ] {

@@ -1194,7 +1194,7 @@ async fn no_answer_without_the_token_carries_the_control_token() {
 }
 
 /// Every answer the server makes — the page, its events, JSON, a refusal — is kept from
-/// caches, frames, type sniffing and referrers; each page's script runs by a nonce of its own,
+/// caches, frames, other origins' pages, type sniffing and referrers; each page's script runs by a nonce of its own,
 /// which its Content-Security-Policy names.
 #[tokio::test]
 async fn every_answer_is_unframed_and_each_page_has_its_own_nonce() {
@@ -1238,6 +1238,7 @@ async fn every_answer_is_unframed_and_each_page_has_its_own_nonce() {
         for header in [
             "cache-control: no-store",
             "x-frame-options: deny",
+            "cross-origin-resource-policy: same-origin",
             "referrer-policy: no-referrer",
             "x-content-type-options: nosniff",
         ] {
