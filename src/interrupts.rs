@@ -34,9 +34,9 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
 /// stop programs, or by a stray timer or request meant for another program. Not SIGKILL, which
 /// cannot be caught; not the faults a process raises on itself (SIGSEGV, SIGABRT, ...); not
-/// SIGPIPE, which Rust ignores; not SIGXCPU and SIGXFSZ, which belong to the limits
-/// (`cli::stop_before_the_cpu_time_limit`, `cli::fail_writes_past_the_file_size_limit`); not
-/// SIGPROF, a profiler's timer.
+/// SIGPIPE, which Rust ignores; not SIGXCPU, SIGPROF and SIGXFSZ, which belong to the limits
+/// (`cli::stop_before_the_cpu_time_limit` catches the first two, the CPU time limit's signal and
+/// its own timer's just before it; `cli::fail_writes_past_the_file_size_limit` the third).
 const SIGNALS: [libc::c_int; 9] = [
     libc::SIGINT,
     libc::SIGTERM,

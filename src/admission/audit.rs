@@ -15,7 +15,7 @@ use crate::policy::Pool;
 pub struct PoolLedger {
     /// Permits the pool holds.
     pub capacity: usize,
-    /// Requests that asked the pool for a permit.
+    /// Requests that asked the pool for a permit and got its decision.
     pub attempts: u64,
     /// Requests that took a permit.
     pub admitted: u64,
@@ -63,7 +63,9 @@ pub(crate) const BOUNDED: &str = "0 <= active <= capacity after every event";
 pub(crate) const AGREES: &str = "active counted from the events = the pool's taken permits";
 
 /// Replays `events` for every pool in `capacities`. `attempts` are counted by the section as
-/// requests arrive, independently of the events.
+/// each pool decides, under the ledger lock, beside the event that records the decision (its
+/// own count, not one taken from the events): [`DECIDED`] checks that every decision was
+/// recorded as exactly one admission or refusal.
 pub(crate) fn audit(
     events: &[WorkEvent],
     attempts: &BTreeMap<Pool, u64>,

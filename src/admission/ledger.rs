@@ -91,7 +91,8 @@ pub struct Snapshot {
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     events: Vec<WorkEvent>,
-    /// Requests that asked each pool for a permit, counted before the decision.
+    /// Requests that asked each pool for a permit, counted as the pool decides, apart from the
+    /// event that records the decision.
     attempts: BTreeMap<Pool, u64>,
     /// Unbounded, so a reader that stops reading can never stall a handler; a reader that is
     /// gone is dropped at the next event.
@@ -106,12 +107,13 @@ impl Ledger {
         (self.events.clone(), receiver)
     }
 
-    /// Counts a request asking `pool` for a permit; its decision is recorded next.
+    /// Counts a request asking `pool` for a permit, once the pool has decided; the decision is
+    /// recorded next.
     pub(crate) fn attempt(&mut self, pool: Pool) {
         *self.attempts.entry(pool).or_default() += 1;
     }
 
-    /// Requests that asked each pool for a permit.
+    /// Requests that asked each pool for a permit and got its decision.
     pub(crate) fn attempts(&self) -> &BTreeMap<Pool, u64> {
         &self.attempts
     }

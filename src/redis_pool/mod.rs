@@ -5,8 +5,9 @@
 //! [`HeldLease`]) bound how long a dead holder keeps its permit. [`LoopbackUrl`] keeps every
 //! connection on this machine; [`LocalRedis`] starts a private `redis-server` for tests and
 //! runs, asking for a fresh password. Of the lab's other modules it uses only `child` (which
-//! starts and reaps that server), `admission`'s run token (made as its password is) and
-//! `draw::terminal` (which quotes what a server says).
+//! starts and reaps that server), `admission`'s run token (made as its password is),
+//! `draw::terminal` (which quotes what a server says) and `policy::digits_only` (a port is
+//! read as every number on the command line is).
 //!
 //! - [`permits`]: the semaphore, its holders and its try-acquire.
 //! - [`scripts`]: the Lua scripts that make each operation one atomic step inside Redis.

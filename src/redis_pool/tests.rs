@@ -785,7 +785,7 @@ async fn a_stopped_local_redis_is_killed_at_once() {
 }
 
 /// Measures one try-acquire round trip on loopback (not a test of anything):
-/// `cargo test --lib global::tests::measure -- --ignored --nocapture`
+/// `cargo test --lib redis_pool::tests::measure -- --ignored --nocapture`
 #[tokio::test]
 #[ignore = "a measurement, not a test"]
 async fn measure_try_acquire_round_trip() {
@@ -840,8 +840,10 @@ async fn measure_try_acquire_round_trip() {
             .map(|k| format!("isolation-lab:{{measure}}:{k}")),
     );
     args.extend(["1", "60000", "r2/S2"].map(str::to_owned));
-    println!("redis-benchmark {}", args.join(" "));
+    println!("redis-benchmark -a PASSWORD {}", args.join(" "));
+    // The private server asks for its password, or every call would be refused unrun (NOAUTH).
     match std::process::Command::new("redis-benchmark")
+        .args(["-a", redis.password().as_str()])
         .args(&args)
         .output()
     {

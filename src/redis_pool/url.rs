@@ -72,8 +72,8 @@ impl LoopbackUrl {
         }
         if authority.contains('@') {
             bail!(
-                "a user name or password is not supported: the lab's Redis is a local one \
-                 without authentication"
+                "a user name or password is not supported: a Redis named here is used without \
+                 authentication (`--global local` starts a private one with a password of its own)"
             );
         }
         let (host, port) = split_host_port(authority)?;

@@ -53,7 +53,8 @@ impl Dispatch {
                 // when they park; a free worker already asleep without it would stay asleep,
                 // and every connection would go unread with one worker blocked. The yield
                 // wakes a parked worker, which parks again holding the driver (the coordinator
-                // also wakes one before each request, `FrontThread::wake_a_worker`): then only as
+                // also wakes one before a request while some but not all workers are blocked,
+                // `FrontThread::wake_a_worker`): then only as
                 // many workers as there are blocked requests are lost (`docs/blocking.md`).
                 tokio::task::yield_now().await;
                 return work_blocking(section, hooks, gates, request, route);
