@@ -4,7 +4,9 @@
 //! - `Host` must be `127.0.0.1:PORT` and an `Origin`, if sent, the page's own: this stops a web
 //!   page in the same browser from driving the lab by DNS rebinding or a cross-site request
 //!   (403). No CORS header is ever sent, so no other origin may read an answer, and every
-//!   answer says `Cross-Origin-Resource-Policy: same-origin`, so none may embed one either.
+//!   answer of this server's says `Cross-Origin-Resource-Policy: same-origin`, so none may
+//!   embed one either (the 400 and 431 Hyper writes itself for a head it cannot read have no
+//!   body to embed).
 //! - `POST /control/<action>` needs the session's control token in `lab-control`. No answer of
 //!   this server carries it: it is printed on the terminal, in the instructor's URL after `#`
 //!   (a fragment, which a browser never sends), and the page keeps it in the tab's

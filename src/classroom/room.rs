@@ -28,7 +28,7 @@ pub struct RoomRequest {
     pub request: Label,
     /// Where it was sent.
     pub route: Route,
-    /// The session's run it reached: an index into the report's `runs`, from 0.
+    /// The session's run it reached: its number among the report's `runs`, counted from 1.
     pub run: usize,
     /// The policy of the run it reached.
     pub mode: Mode,
@@ -51,7 +51,7 @@ pub struct RoomRequest {
 pub(crate) struct Target {
     pub(crate) client: Client,
     pub(crate) section: Arc<WorkSection>,
-    /// The report's index of the run.
+    /// The run's number among the report's `runs`, counted from 1.
     pub(crate) run: usize,
     pub(crate) mode: Mode,
 }

@@ -1,7 +1,9 @@
 //! `compare`: both policies on both server fronts with the same inputs, side by side. The
 //! admission outcomes must be identical — they come from the same model, coordinator and
-//! section — while the resource evidence differs: a held request parks a task on the async
-//! front and blocks an OS thread on the threaded one. Its table is drawn in [`render`].
+//! section — unless the model predicts otherwise for the fronts' executors (work one front
+//! leaves unread or queued), while the resource evidence differs: a held request parks a task
+//! on the async front and blocks an OS thread on the threaded one. Its table is drawn in
+//! [`render`].
 
 pub mod render;
 
@@ -29,7 +31,8 @@ pub struct Comparison {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub executors: BTreeMap<Front, Executor>,
     /// The model predicts different outcomes on the two fronts: their executors, not their
-    /// permits, differ (`--work block`).
+    /// permits, differ (work left unread with `--work block`, or queued with `spawn-blocking`
+    /// and `own-runtime`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub expected_to_differ: bool,
     /// One comparison per policy, shared first.

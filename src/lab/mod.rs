@@ -109,9 +109,11 @@ pub fn predict_on(inputs: Inputs, shape: (Front, Executor)) -> Vec<outcome::Outc
 /// Runs `future` (a lab run, a sweep) on a fresh current-thread Tokio runtime, and drops the
 /// runtime before returning, so nothing the run started outlives its result.
 ///
-/// One thread is enough: the sequence is one step at a time by design, and a held request is a
-/// parked task, not a blocked thread. It is also the quicker start, and it keeps the resource
-/// evidence plain: on the async front the whole lab is one OS thread.
+/// One thread is enough: the sequence is one step at a time by design, and on the async front
+/// with the usual executor a held request is a parked task, not a blocked thread. It is also
+/// the quicker start, and it keeps the resource evidence plain: there the whole lab is one OS
+/// thread. (Another `--work` or `--workers` gives the front a runtime of its own, its threads
+/// counted as the front's.)
 pub fn block_on<F: Future>(future: F) -> std::io::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

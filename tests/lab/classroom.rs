@@ -976,7 +976,7 @@ fn interrupt(child: &mut Child, output: Output) -> (Option<i32>, Value, Vec<Stri
     (status, report, stderr)
 }
 
-/// Measured, not asserted (run with `cargo test --release --test classroom -- --ignored
+/// Measured, not asserted (run with `cargo test --release --test lab -- classroom --ignored
 /// --nocapture`): how long from a room request being sent until the page's stream tells its
 /// `admitted` event — an upper bound on the section-to-stream delay, since it includes the
 /// request's own way to the section — over 200 requests; the median and the 90th percentile.

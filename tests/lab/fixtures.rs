@@ -2,7 +2,7 @@
 //! what the lab does today: each is read back as a report, and a real run of the same inputs
 //! has the same fields, the same outcome per policy and the same ledger, event for event (the
 //! order among slow callers answered after release is not fixed, so events are compared as a
-//! multiset). `ISOLATION_LAB_RECORD=1 cargo test --test fixtures` records them again.
+//! multiset). `ISOLATION_LAB_RECORD=1 cargo test --test lab -- fixtures` records them again.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
