@@ -13,8 +13,12 @@ pub(crate) const GREY: &str = "#5E5E5E";
 pub(crate) const RULE: &str = "#C8C8C8";
 pub(crate) const SHADE: &str = "#E8E8E8";
 
+/// The fonts every picture names, DejaVu Sans first, whose widths [`text_width`] reads; the
+/// fonts after it are about as wide.
+pub(crate) const FONT_FAMILY: &str = "DejaVu Sans, Verdana, Arial, sans-serif";
+
 /// DejaVu Sans's advance widths in thousandths of an em, for `' '` through `'~'`: book, then
-/// bold. The picture names DejaVu Sans first; the fonts after it are about as wide.
+/// bold.
 const BOOK_ADVANCES: [u16; 95] = [
     318, 401, 460, 838, 636, 950, 780, 275, 390, 390, 500, 838, 318, 361, 318, 337, 636, 636, 636,
     636, 636, 636, 636, 636, 636, 636, 337, 337, 838, 838, 838, 531, 1000, 684, 686, 698, 770, 632,

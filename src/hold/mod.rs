@@ -7,7 +7,8 @@
 //! child (its `/proc` figures and its heap by block size), its own and the child's CPU and
 //! three machine-wide counters, opens the gate, checks every answer is 200, then stops, checks
 //! and reaps the child, which reports the connections its listener dropped. Each figure is also
-//! given per held request, against the same front's child at rest (N = 0).
+//! given per held request: the front's own against the same front's child at rest (N = 0), the
+//! machine-wide kernel counters against their reading just before the hold.
 //!
 //! Before anything starts, the preflight reads the ceilings that would stop a front and does
 //! not run a count beyond one; a front that fails anyway is recorded at that N, with how its

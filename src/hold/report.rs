@@ -172,7 +172,8 @@ pub struct Figures {
     pub heap_per_request: Vec<HeapClass>,
     /// Source addresses the callers went out from (127.0.0.1 onwards).
     pub source_addresses: u64,
-    /// Each figure's change from the idle baseline, divided by the requests held.
+    /// Each figure's change, divided by the requests held: the front's own from its idle
+    /// baseline, the machine-wide kernel figures from before the hold.
     pub per_request: PerRequest,
 }
 
@@ -238,7 +239,8 @@ pub struct Sample {
     pub heap: crate::allocator::HeapCensus,
 }
 
-/// Each figure's change from the front's idle baseline, per held request.
+/// Each figure's change per held request: the front's own figures from its idle baseline (the
+/// same front's child at rest), the machine-wide kernel figures from just before the hold.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PerRequest {
     /// OS threads.
@@ -251,9 +253,9 @@ pub struct PerRequest {
     pub memory_maps: f64,
     /// Open file descriptors.
     pub open_fds: f64,
-    /// Kernel stack, KiB (machine-wide).
+    /// Kernel stack, KiB (machine-wide, from before the hold).
     pub kernel_stack_kib: f64,
-    /// Kernel slab, KiB (machine-wide: both ends of each connection).
+    /// Kernel slab, KiB (machine-wide, from before the hold: both ends of each connection).
     pub kernel_slab_kib: f64,
 }
 

@@ -104,6 +104,12 @@ pub trait ReplicasHooks: Debug + Send + Sync {
         None
     }
 
+    /// The replica, if any, whose process is then stopped (SIGSTOP), unannounced, as a signal
+    /// from outside the lab would stop it.
+    fn replica_stopped(&self) -> Option<ReplicaId> {
+        None
+    }
+
     /// Whether the replica `request` goes to is stopped (SIGSTOP), unannounced, just before
     /// `request` is sent: as a signal from outside the lab would stop it. The run goes on once
     /// the replica's process is seen stopped.
@@ -527,6 +533,9 @@ impl ReplicasRun {
         {
             let _ = front.kill();
         }
+        if let Some(id) = hooks.replica_stopped() {
+            self.stop_unannounced(id).await?;
+        }
         Ok(())
     }
 
@@ -876,8 +885,9 @@ impl ReplicasRun {
     async fn close(&mut self, failed: bool) -> Option<String> {
         let mut trouble = None;
         let timeout = self.timeout();
-        // After a failure a replica that cannot stop soon is killed sooner: the run's failure
-        // is already known, and it must end within three safety timeouts.
+        // After a failure a replica that cannot stop soon is killed sooner (within 2 s, not the
+        // safety timeout): the run's failure is already known, and each replica's stop adds
+        // to the time the failed run takes to end.
         let stop_within = if failed {
             timeout.min(Duration::from_secs(2))
         } else {

@@ -100,7 +100,8 @@ fn data_flows_one_way() {
 }
 
 /// The modules every instrument stands on. They name no instrument, so an instrument can be
-/// read, changed or removed without touching the ground under the others.
+/// read, changed or removed without touching the ground under the others; all but `cli`, the
+/// command line, which reads every instrument's flags and starts the one asked for.
 const GROUND: [&str; 21] = [
     "executor",
     "allocator",
@@ -125,7 +126,8 @@ const GROUND: [&str; 21] = [
     "cli",
 ];
 
-/// The instruments: each one folder, with the same rooms.
+/// The instruments: each one folder (its `mod.rs`, no file of its name beside it); a room with
+/// a name in [`ROOMS`] is that room in every one of them.
 const INSTRUMENTS: [&str; 7] = [
     "lab",
     "sweep",

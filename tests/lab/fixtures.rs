@@ -1,5 +1,6 @@
-//! The recorded reports under `tests/fixtures/`, which the rendering tests draw, still match
-//! what the lab does today: each is read back as a report, and a real run of the same inputs
+//! The recorded reports of the command line's every input under `tests/fixtures/`
+//! (`slots-S-held-H.json`, twelve), which the rendering tests draw, still match what the lab
+//! does today: each is read back as a report, and a real run of the same inputs
 //! has the same fields, the same outcome per policy and the same ledger, event for event (the
 //! order among slow callers answered after release is not fixed, so events are compared as a
 //! multiset). `ISOLATION_LAB_RECORD=1 cargo test --test lab -- fixtures` records them again.

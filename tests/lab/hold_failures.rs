@@ -1,7 +1,8 @@
 //! `hold` when a front fails: a front child SIGKILLed mid-hold, or one without room for its
 //! threads, is evidence of that front at that count, not a failure of the lab, and leaves no
-//! process behind. Each test alone in a process of its own (`common::alone`), so its check for
-//! leftover children sees only its own.
+//! process behind. Each test that runs `hold` in this process runs alone in a process of its
+//! own (`common::alone`), so its check for leftover children sees only its own; the rest run
+//! the binary.
 
 use crate::common;
 
@@ -364,8 +365,8 @@ fn lab_under(
 
 /// Under an address-space limit too small for a front — 1 MiB above the least the binary loads
 /// in, where `hold` itself starts but no front's child would — `hold` starts no child and
-/// fails with one line on stderr, exit 1: no allocation failure, no backtrace. With 32 MiB,
-/// the async front holds 10 and 100, and the counts beyond each front's ceiling are not run.
+/// fails with one line on stderr, exit 1: no allocation failure, no backtrace. With 32 MiB it
+/// ends with its report, exit 0, the async front holding 10 and 100.
 #[test]
 fn an_address_space_limit_fails_in_one_line() {
     if common::alone() {

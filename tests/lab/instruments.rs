@@ -90,7 +90,7 @@ async fn sweep_covers_exactly_the_24_runs_within_80_columns() {
     assert!(slots2[1].ends_with("1/3 200 1"), "{}", slots2[1]);
 }
 
-/// `predict` starts no server: it answers even where the process cannot open one more file
+/// `predict` starts no server: it answers even where the process may open only one more file
 /// descriptor — where a real run cannot even start its runtime.
 #[cfg(unix)]
 #[test]

@@ -3534,8 +3534,9 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
 }
 
 /// An edited session lists each contradiction once, and each of its runs (none vouched for)
-/// lists those that point into it: a session of many runs, each edited, costs what its runs
-/// cost, not their square.
+/// lists those that point into it and only those, so the runs' lists together hold each
+/// finding once more: a session of many runs, each edited, lists in proportion to its runs,
+/// not their square.
 #[test]
 fn an_edited_sessions_runs_each_list_their_own_findings() {
     let dir = scratch("edited-session");

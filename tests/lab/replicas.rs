@@ -1,7 +1,9 @@
 //! `replicas` end to end: real replica processes (the lab's binary), real HTTP on loopback, and
 //! a real `redis-server` started per test on a free loopback port (skipped with one line where
-//! `redis-server` is not installed). Every test also checks that nothing is left running or
-//! listening, and no key of the run is left in Redis.
+//! `redis-server` is not installed). Every test whose run started replicas also checks that
+//! nothing it started is left running or listening (`nothing_left`: the replicas, and a private
+//! `redis-server`, whose keys go with it); every test with a Redis of its own, that no key of
+//! the run is left in it, or, of a killed lab, that each key expires.
 
 #![cfg(unix)]
 
@@ -58,6 +60,7 @@ struct Break {
     replica_starved: Option<ReplicaId>,
     redis_dies: bool,
     replica_dies: Option<ReplicaId>,
+    replica_stopped: Option<ReplicaId>,
     replica_stops_at: Option<Label>,
     paused_replica_dies: bool,
 }
@@ -81,6 +84,10 @@ impl ReplicasHooks for Break {
 
     fn replica_dies(&self) -> Option<ReplicaId> {
         self.replica_dies
+    }
+
+    fn replica_stopped(&self) -> Option<ReplicaId> {
+        self.replica_stopped
     }
 
     fn replica_stops_at(&self, request: Label) -> bool {
@@ -671,6 +678,25 @@ async fn an_idle_replica_that_dies_is_named_while_the_run_probes() {
     nothing_left(&report);
 }
 
+/// The same replica stopped (SIGSTOP) instead: it is named as found stopped at the next probe,
+/// and the close kills and reaps it.
+#[tokio::test]
+async fn an_idle_replica_stopped_is_named_while_the_run_probes() {
+    if !redis_or_skip("an_idle_replica_stopped_is_named_while_the_run_probes") {
+        return;
+    }
+    let broken = Break {
+        replica_stopped: Some(ReplicaId(3)),
+        ..Break::default()
+    };
+    let said = "r3 was found stopped (while the run probed r1), by SIGSTOP or another stop signal";
+    let report = failing(inputs(3, 2, 4, Engine::Local, 10_000), broken, said).await;
+    let r3 = &report.evidence.replicas[2];
+    let exit = r3.exit.as_deref().unwrap_or_default();
+    assert!(exit.contains("SIGKILL"), "{exit}");
+    nothing_left(&report);
+}
+
 /// The paused replica (r2) killed before the run continues it: the run fails naming it, and what
 /// was read during the pause stands — Redis's holders then, which the model reads the paused
 /// holders against — rather than an empty list saying every lease had lapsed.
@@ -887,6 +913,8 @@ fn the_json_report_says_what_was_held() {
         .output()
         .expect("the binary starts");
     assert_eq!(output.status.code(), Some(0));
+    let parsed: ReplicasReport = serde_json::from_slice(&output.stdout).expect("a report");
+    nothing_left(&parsed);
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["lab"], "replicas");
     assert_eq!(report["matches_model"], true);
@@ -1181,8 +1209,9 @@ fn an_interrupted_or_killed_lab_leaves_nothing_alive() {
         while admitted < 2 {
             let message = loop {
                 match pubsub.get_message() {
-                    // A signal caught meanwhile in this process (a child of another test
-                    // ending, SIGCHLD) ends a socket read that has a timeout: read again.
+                    // A signal this process catches meanwhile (the lab's runs in other tests
+                    // catch the ones sent to end a program) ends a socket read that has a
+                    // timeout, SA_RESTART or not (signal(7)): read again.
                     Err(e) if interrupted(&e) => continue,
                     read => break read.expect("a notification within the guard"),
                 }

@@ -6,7 +6,9 @@
 use std::fmt::Write;
 
 use super::{count, held_requests, seconds, stopped_holding};
-use crate::draw::svg::{BLUE, GREY, Paint, RULE, Type, VERMILLION, rect, text, text_width, wrap};
+use crate::draw::svg::{
+    BLUE, FONT_FAMILY, GREY, Paint, RULE, Type, VERMILLION, rect, text, text_width, wrap,
+};
 use crate::hold::{CountOutcome, Figures, FrontSeries, HoldReport};
 use crate::policy::Front;
 
@@ -65,7 +67,7 @@ pub(super) fn draw(out: &mut String, report: &HoldReport) -> std::fmt::Result {
     let height = header + rows * PANEL_HEIGHT + (rows - 1.0) * GAP + FOOTER;
     writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" role="img">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" viewBox="0 0 {WIDTH} {height}" font-family="{FONT_FAMILY}" role="img">"#
     )?;
     writeln!(out, "<title>isolation-lab hold</title>")?;
     writeln!(

@@ -385,7 +385,7 @@ fn draw(out: &mut String, report: &Report) -> fmt::Result {
     // No fixed size: the viewBox scales to the window's width, the top kept at the top.
     writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="100%" viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMidYMin meet" font-family="DejaVu Sans, Verdana, Arial, sans-serif">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="100%" viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMidYMin meet" font-family="{FONT_FAMILY}">"#
     )?;
     let command = report.flags();
     let title = format!("isolation-lab {command}: who holds the work permits");
