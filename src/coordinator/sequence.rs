@@ -416,7 +416,10 @@ impl Run {
         let bounds = self.session.bounds();
         let ticked = bounds.within(heartbeat.first_tick(), at, never).await?;
         if !ticked {
-            let why = waited::HEARTBEAT_STOPPED.into();
+            let why = heartbeat
+                .why()
+                .unwrap_or(waited::HEARTBEAT_STOPPED)
+                .to_owned();
             return Err(Failure::new(at.0, at.1, Cause::Server(why)));
         }
         self.beat(Moment::Start, None);

@@ -367,7 +367,8 @@ impl Session {
 }
 
 /// What ends a wait of the sequence other than the step it waits for: the safety timeout, the
-/// front's giving up accepting connections, or its own runtime's stopping.
+/// front's failing a client (giving up accepting connections, or closing one unserved), or its
+/// own runtime's stopping.
 #[derive(Clone, Debug)]
 pub(crate) struct Bounds {
     timeout: Duration,
@@ -378,9 +379,11 @@ pub(crate) struct Bounds {
 
 impl Bounds {
     /// Waits for `step`. Fails as stalled after the safety timeout; or at once, saying why,
-    /// once the front has given up accepting connections, or its own runtime has stopped
-    /// serving before the close: the run fails for either anyway, and a request no one will
-    /// accept or decide would otherwise wait out the timeout.
+    /// once the front has failed a client (given up accepting connections, or closed one
+    /// unserved), or its own runtime has stopped serving before the close: the run fails for
+    /// either anyway, and a request no one will accept or decide would otherwise wait out the
+    /// timeout. Either is looked at before the step, so a step that ended because of it (a
+    /// caller's connection reset as the front gave up) is not said to have failed first.
     pub(crate) async fn within<T>(
         &self,
         step: impl Future<Output = T>,
@@ -390,25 +393,29 @@ impl Bounds {
         let limit = self.timeout;
         tokio::select! {
             biased;
+            why = self.census.failure() => {
+                Err(Failure::new(at, request, Cause::Server(why.to_owned())))
+            }
+            why = front_stopped(self.heartbeat.as_deref()) => {
+                let why = why.unwrap_or_else(|| "the front's own runtime stopped serving".into());
+                Err(Failure::new(at, request, Cause::Server(why)))
+            }
             done = tokio::time::timeout(limit, step) => done.map_err(|_| {
                 let waiting_for = waiting_for();
                 Failure::new(at, request, Cause::Stalled { waiting_for, limit })
             }),
-            why = self.census.stopped_accepting() => {
-                Err(Failure::new(at, request, Cause::Server(why.to_owned())))
-            }
-            () = front_stopped(self.heartbeat.as_deref()) => {
-                let why = "the front's own runtime stopped serving";
-                Err(Failure::new(at, request, Cause::Server(why.into())))
-            }
         }
     }
 }
 
-/// Once the front's own runtime has stopped serving; never for a front without one.
-async fn front_stopped(heartbeat: Option<&Heartbeat>) {
+/// Once the front's own runtime has stopped serving: its error, if it stopped on one; never for
+/// a front without one.
+async fn front_stopped(heartbeat: Option<&Heartbeat>) -> Option<String> {
     match heartbeat {
-        Some(heartbeat) => heartbeat.stopped().await,
+        Some(heartbeat) => {
+            heartbeat.stopped().await;
+            heartbeat.why().map(str::to_owned)
+        }
         None => std::future::pending().await,
     }
 }

@@ -20,7 +20,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use super::connections::{Connections, Owed, Owing};
+use super::connections::{CONNECTION_TASK, Connections, Owed, Owing};
 use super::work_style::Dispatch;
 use super::{Backoff, FrontCensus, Gates, Head, ListenerId, Reply, Stopped, answer, screen};
 use crate::admission::section::WorkSection;
@@ -128,7 +128,7 @@ impl AsyncListener {
                 Ok(Some(stream)) => stream,
                 Ok(None) => break,
                 Err(gave_up) => {
-                    error = Some(census.gave_up_accepting(format!("the server: {gave_up}")));
+                    error = Some(census.failed(format!("the server: {gave_up}")));
                     break;
                 }
             };
@@ -174,9 +174,11 @@ impl AsyncListener {
             let connection = graceful.watch(connection);
             let live = census.enter();
             let task = Placed::in_slot(slot.clone(), async move {
-                let _live = live;
-                // A client's broken connection is its own business, not the run's.
-                let _ = connection.await;
+                let live = live;
+                // A client's broken connection is its own business, not the run's; a panic in
+                // its handler is the front's failure.
+                let serving = live.census().panic_said_async(CONNECTION_TASK, connection);
+                let _ = serving.await;
             });
             connections.make_room();
             slot.enter(Placement::Written, || connections.spawn(owed, task));

@@ -13,6 +13,9 @@ use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
 use super::Handlers;
 
+/// What the async fronts call a connection's task when it panics.
+pub(crate) const CONNECTION_TASK: &str = "a connection task";
+
 /// What one connection owes its client: how many answers are being made or sent, and whether
 /// one of them is an event stream (the classroom's).
 #[derive(Debug, Default)]
@@ -194,7 +197,8 @@ impl Connections {
         let closed_idle = self.closed_idle.remove(&id);
         match ended {
             Err(e) if e.is_panic() => {
-                (self.ended.panicked).push(format!("a connection task panicked: {e}"))
+                let panic = e.into_panic();
+                (self.ended.panicked).push(super::panicked(CONNECTION_TASK, panic.as_ref()))
             }
             Err(_) if !closed_idle => self.ended.aborted += 1,
             Ok(_) | Err(_) => self.ended.completed += 1,

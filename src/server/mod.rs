@@ -342,13 +342,15 @@ impl ListenerId {
 }
 
 /// What a running front tells the coordinator as it serves: the connection handlers alive
-/// right now, counted by a guard each handler holds, and, once its accept loop has given up,
-/// why. A run whose front gave up accepting fails (its stop says why); the coordinator fails it
-/// then, rather than wait out the safety timeout for a connection no one will accept.
+/// right now, counted by a guard each handler holds, and, once it has failed a client (its
+/// accept loop gave up, it closed a connection unserved, or a handler panicked), why. A run whose front failed so
+/// fails (its stop says why); the coordinator fails it then, and first: rather than wait out
+/// the safety timeout for a connection no one will accept, or blame the caller whose
+/// connection was closed.
 #[derive(Debug, Default)]
 pub(crate) struct FrontCensus {
     live: AtomicUsize,
-    gave_up: OnceLock<String>,
+    failed: OnceLock<String>,
     changed: Notify,
 }
 
@@ -367,20 +369,43 @@ impl FrontCensus {
         self.live.load(Ordering::SeqCst)
     }
 
-    /// Says that the front's accept loop gave up, and why: it accepts no more connections.
-    /// Returns `why`, the server's error.
-    pub(crate) fn gave_up_accepting(&self, why: String) -> String {
-        if self.gave_up.set(why.clone()).is_ok() {
+    /// Says that the front failed a client, and why: its accept loop gave up (it accepts no
+    /// more connections), it closed a connection unserved, or a handler panicked. The first said is kept. Returns
+    /// `why`, the server's error.
+    pub(crate) fn failed(&self, why: String) -> String {
+        if self.failed.set(why.clone()).is_ok() {
             self.changed.notify_waiters();
         }
         why
     }
 
-    /// Once the front's accept loop has given up: why.
-    pub(crate) async fn stopped_accepting(&self) -> &str {
-        until(&self.changed, || self.gave_up.get().is_some()).await;
-        self.gave_up.get().map_or("", String::as_str)
+    /// Once the front has failed a client: why, as first said.
+    pub(crate) async fn failure(&self) -> &str {
+        until(&self.changed, || self.failed.get().is_some()).await;
+        self.failed.get().map_or("", String::as_str)
     }
+
+    /// Runs `serve` (a connection's handling), saying a panic in it as the front's failure
+    /// before it unwinds on, while the connection is still open: its caller's broken request
+    /// is the panic's doing, and the run says the panic first. `what` names the connection's
+    /// task or thread, as the front's stop says it when it joins it.
+    pub(crate) fn panic_said<T>(&self, what: &str, serve: impl FnOnce() -> T) -> T {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(serve)).unwrap_or_else(|panic| {
+            self.failed(panicked(what, panic.as_ref()));
+            std::panic::resume_unwind(panic)
+        })
+    }
+
+    /// [`FrontCensus::panic_said`] for a connection's task: each of its polls.
+    pub(crate) async fn panic_said_async<F: Future>(&self, what: &str, serve: F) -> F::Output {
+        let mut serve = pin!(serve);
+        std::future::poll_fn(|cx| self.panic_said(what, || serve.as_mut().poll(cx))).await
+    }
+}
+
+/// How a front says that a connection's task or thread (`what`) panicked.
+pub(crate) fn panicked(what: &str, panic: &(dyn std::any::Any + Send)) -> String {
+    format!("{what} panicked: {}", caught::panic_message(panic))
 }
 
 /// Waits until `done` holds, looking again each time `changed` is notified.
@@ -393,6 +418,13 @@ pub(crate) async fn until(changed: &Notify, done: impl Fn() -> bool) {
             return;
         }
         notified.await;
+    }
+}
+
+impl Live {
+    /// The census that counts this handler.
+    pub(crate) fn census(&self) -> &FrontCensus {
+        &self.0
     }
 }
 

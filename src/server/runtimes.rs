@@ -12,8 +12,8 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -39,11 +39,13 @@ const BEAT: Duration = Duration::from_millis(1);
 const REPORT_SLACK: Duration = Duration::from_secs(2);
 
 /// The heartbeat of the front's runtime: ticks counted by a task of that runtime, and whether
-/// the front's thread has stopped.
+/// the front's thread has stopped, and why if it stopped on an error.
 #[derive(Debug, Default)]
 pub(crate) struct Heartbeat {
     ticks: AtomicU64,
     stopped: AtomicBool,
+    /// The front's error, in the words its stop reports it in, if it stopped on one.
+    why: OnceLock<String>,
     /// Told at the first tick, and when the front's thread stops.
     changed: Notify,
 }
@@ -70,13 +72,21 @@ impl Heartbeat {
         self.stopped.load(Ordering::SeqCst)
     }
 
+    /// Why the front's thread stopped, if it has stopped on an error.
+    pub(crate) fn why(&self) -> Option<&str> {
+        self.why.get().map(String::as_str)
+    }
+
     fn tick(&self) {
         if self.ticks.fetch_add(1, Ordering::SeqCst) == 0 {
             self.changed.notify_waiters();
         }
     }
 
-    fn stop(&self) {
+    fn stop(&self, why: Option<String>) {
+        if let Some(why) = why {
+            let _ = self.why.set(why);
+        }
         self.stopped.store(true, Ordering::SeqCst);
         self.changed.notify_waiters();
     }
@@ -148,7 +158,11 @@ pub(crate) fn start(
             let serving = server.serve(section, census, hooks, shutdown, drain_limit);
             let classes = classes.map(|(slow, fast)| (slow.take(), fast.take()));
             let served = serve(front.take(), classes, beating.clone(), serving);
-            beating.stop();
+            // Said as `FrontThread::stop` says it, so a failure it ends is told once.
+            beating.stop(match &served {
+                Ok(stopped) => stopped.error.clone(),
+                Err(e) => Some(format!("{e:#}")),
+            });
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;

@@ -32,6 +32,9 @@ use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
 use crate::policy::Route;
 
+/// What the threaded front calls a connection's thread when it panics.
+const CONNECTION_THREAD: &str = "a connection thread";
+
 /// The most a request head may take; the lab's own are a few hundred bytes.
 const MAX_HEAD: usize = 8 * 1024;
 
@@ -265,7 +268,7 @@ fn serve(
             Some(pause) => poller.pause(pause, &signal),
             None => {
                 let why = format!("the threaded server: {}", retry.gave_up(what, &e));
-                error = Some(shared.census.gave_up_accepting(why));
+                error = Some(shared.census.failed(why));
                 break;
             }
         }
@@ -344,10 +347,12 @@ impl ConnectionTable {
             Err(e) => {
                 self.unserved_count += 1;
                 let closed = plural(self.unserved_count, "connection");
-                self.unserved = Some(format!(
+                let why = format!(
                     "the threaded server closed {closed} unserved: could not start serving one: \
                      {e}"
-                ));
+                );
+                // Its client's request fails: the server's failure, said first.
+                self.unserved = Some(shared.census.failed(why));
                 Err(e)
             }
         }
@@ -424,10 +429,7 @@ impl ConnectionTable {
 /// was `forced` to stop, completed if not.
 fn count(ended: &mut Handlers, joined: thread::Result<()>, forced: bool) {
     match joined {
-        Err(panic) => ended.panicked.push(format!(
-            "a connection thread panicked: {}",
-            panic_message(panic.as_ref())
-        )),
+        Err(panic) => (ended.panicked).push(super::panicked(CONNECTION_THREAD, panic.as_ref())),
         Ok(()) if forced => ended.aborted += 1,
         Ok(()) => ended.completed += 1,
     }
@@ -513,7 +515,10 @@ fn start_connection(
                 stream: mine,
                 shared: shared.clone(),
             };
-            serve_connection(&ending.stream, &shared, &working);
+            let census = &shared.census;
+            census.panic_said(CONNECTION_THREAD, || {
+                serve_connection(&ending.stream, &shared, &working)
+            });
         })?;
     Ok(Connection {
         thread,

@@ -400,6 +400,15 @@ fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
             if !matches!(limit, Limit::AddressSpace(_)) && stderr.contains("stalled:") {
                 return Err(format!("a stall under prlimit {limit}: {stderr}"));
             }
+            // What failed first is said first: a caller's request that broke because the front
+            // gave up accepting, closed its connection unserved or panicked is not.
+            let front_failed = ["the server", "the threaded server", "a connection t"];
+            if let Some((first, then)) = stderr.split_once("; then ")
+                && first.contains(": GET /")
+                && front_failed.iter().any(|f| then.starts_with(f))
+            {
+                return Err(format!("a consequence said first: {stderr}"));
+            }
             if stdout.is_empty() {
                 return Ok(());
             }
