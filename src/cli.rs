@@ -730,6 +730,8 @@ where
                 Some(ContextValue::String(flag)) => flag.as_str(),
                 _ => "",
             };
+            // Written out here, in this message of the lab's own: a line break in it too.
+            let flag = crate::draw::terminal::one_line(flag);
             instead(sub).map(|instead| format!("{sub} does not take {flag}: {instead}"))
         }
         // `isolation-lab record` with no report.

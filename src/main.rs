@@ -9,6 +9,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::error::ContextValue;
 
 #[cfg(unix)]
 use isolation_lab::cli::HoldFormat;
@@ -296,7 +297,19 @@ fn say(who: &str, reason: &str, status: u8) -> ExitCode {
 /// clap's words for a refused command line on stderr, exit status 2 (or the help or version
 /// asked for, on stdout, 0), with what they quote of the command line shown as it is.
 fn refuse(refused: &clap::Error) -> ExitCode {
-    let said = refused.render().to_string();
+    let mut said = refused.render().to_string();
+    // clap's words keep their own line breaks; one inside a value they quote is written out,
+    // so a refused value cannot add a line the lab did not write.
+    for (_, value) in refused.context() {
+        let quoted = match value {
+            ContextValue::String(one) => std::slice::from_ref(one),
+            ContextValue::Strings(many) => many.as_slice(),
+            _ => &[],
+        };
+        for quoted in quoted.iter().filter(|q| q.contains('\n')) {
+            said = said.replace(quoted.as_str(), &terminal::one_line(quoted));
+        }
+    }
     let said = terminal::lines(&said);
     if refused.use_stderr() {
         let _ = write!(std::io::stderr(), "{said}");

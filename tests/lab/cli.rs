@@ -246,7 +246,11 @@ fn refused_values_are_quoted_as_they_are_and_draw_nothing() {
         assert_eq!((code, stdout.as_str()), (Some(2), ""), "{args:?}: {stderr}");
         assert!(!stderr.contains(['\u{1b}', '\r']), "{args:?}: {stderr}");
         assert!(
-            stderr.contains(r"2\u{1b}[2K\u{d}FAKE"),
+            stderr.contains(r"2\u{1b}[2K\u{d}FAKE\u{1b}[8m\u{a}Y"),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.lines().any(|l| l.starts_with('Y')),
             "{args:?}: {stderr}"
         );
     }
