@@ -113,12 +113,16 @@ pub(crate) fn explain(policy: &PolicyReport, executor: &Executor, front: Front) 
     if watched.unread.is_empty() && watched.queued.is_empty() && !held.is_empty() {
         let n = held.len();
         let holds = match executor.lane(front) {
-            Lane::Unbounded if front == Front::Threaded => {
-                "each blocked its connection's own thread".to_owned()
-            }
+            Lane::Unbounded if front == Front::Threaded => match n {
+                1 => "blocked its connection's own thread".to_owned(),
+                _ => "each blocked its connection's own thread".to_owned(),
+            },
             Lane::Unbounded => {
-                "awaited the gate as parked tasks, holding no thread of the front's runtime"
-                    .to_owned()
+                let parked = match n {
+                    1 => "a parked task",
+                    _ => "parked tasks",
+                };
+                format!("awaited the gate as {parked}, holding no thread of the front's runtime")
             }
             Lane::Workers(threads) => {
                 format!(
@@ -225,12 +229,22 @@ mod tests {
             ..Inputs::default()
         };
         let both = Inputs::default();
+        let one_held = Inputs {
+            held: crate::policy::Held::new(1).expect("1 is allowed"),
+            ..Inputs::default()
+        };
         let cases = [
             (
                 WorkStyle::Await,
                 Some(2),
                 both,
                 "awaited the gate as parked tasks",
+            ),
+            (
+                WorkStyle::Await,
+                Some(1),
+                one_held,
+                "(S1) awaited the gate as a parked task,",
             ),
             (
                 WorkStyle::Block,
