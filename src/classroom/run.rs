@@ -29,6 +29,11 @@ use crate::outcome::Outcome;
 use crate::policy::{Inputs, Mode, Policy, Route};
 use crate::report::Report;
 
+/// Why an invocation's policies after the one open were not run: the session ended first, ...
+pub(crate) const SESSION_ENDED: &str = "the session ended";
+/// ... or the instructor started a new run (its page's New run) first.
+pub(crate) const NEW_RUN: &str = "the instructor started a new run";
+
 /// What the page asks the driver to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
@@ -193,14 +198,14 @@ impl Driver {
             }
         }
         // Orders still queued are answered as refused when `orders` drops.
-        self.leave().await;
+        self.leave(SESSION_ENDED).await;
         self.driven
     }
 
     /// Starts an invocation of `inputs`: the page shows its first policy's board, and the
     /// next step opens that policy's server.
     pub(crate) async fn start(&mut self, inputs: Inputs) {
-        self.leave().await;
+        self.leave(NEW_RUN).await;
         let modes: VecDeque<Mode> = inputs.mode.modes().iter().copied().collect();
         let first = modes.front().copied();
         self.current = Some(Current {
@@ -286,7 +291,7 @@ impl Driver {
                 Ok(json!({ "revealed": true }))
             }
             Action::Leave => {
-                self.leave().await;
+                self.leave(SESSION_ENDED).await;
                 Ok(json!({ "left": true }))
             }
         }
@@ -437,9 +442,10 @@ impl Driver {
         }
     }
 
-    /// Closes whatever is open. A run closed before its end is a failed run, reported as such;
-    /// an invocation in which nothing happened at all is left out.
-    async fn leave(&mut self) {
+    /// Closes whatever is open, because of what came `before` the rest ([`SESSION_ENDED`],
+    /// [`NEW_RUN`]). A run closed before its end is a failed run, reported as such; an
+    /// invocation in which nothing happened at all is left out.
+    async fn leave(&mut self, before: &str) {
         let Some(mut current) = self.current.take() else {
             return;
         };
@@ -458,7 +464,7 @@ impl Driver {
             current.push(mode, run);
         }
         if let Some(mode) = current.modes.front() {
-            let why = format!("{}: not run, the session ended before it", mode.name());
+            let why = format!("{}: not run, {before} before it", mode.name());
             current.invocation.cut_short(why);
         }
         self.driven.runs.push(current.invocation.report());

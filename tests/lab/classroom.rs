@@ -1552,3 +1552,41 @@ fn a_flood_of_idle_connections_under_1024_descriptors_is_closed_and_ends_nothing
     assert!(refused > 0, "the cap was reached: {report}");
     drop(newest);
 }
+
+/// New run while a policy of the invocation is still to run: that run is cut short with the
+/// reason it was, not as if the session had ended, and `record` reads the saved session as
+/// genuine: it did not match, for that reason, and nothing in it is called edited.
+#[tokio::test]
+async fn a_new_run_cuts_the_last_one_short_and_says_so() {
+    let session = Session::start(inputs(ModeChoice::Both, 2, 2), Front::Async).await;
+    // The shared policy, from its opening to its close; the partitioned one is not opened.
+    loop {
+        let stepped = session.next().await;
+        if stepped["step"] == "close" {
+            break;
+        }
+        assert!(stepped["step"].is_string(), "{stepped}");
+    }
+    let again = json!({ "mode": "shared", "slots": 2, "held": 1 });
+    assert_eq!(session.control("new-run", again).await.0, 200);
+    assert_eq!(session.control("run-to-end", json!({})).await.0, 200);
+    let report = session.end().await;
+    let why = "partitioned: not run, the instructor started a new run before it";
+    assert_eq!(report.runs.len(), 2);
+    assert_eq!(report.runs[0].failure.as_deref(), Some(why));
+    assert!(report.runs[1].matches_model, "{:?}", report.runs[1]);
+    assert_eq!(report.verdict().as_deref(), Some(why));
+
+    let dir = common::temp_dir("isolation-lab-new-run").expect("a scratch directory");
+    let saved = dir.path().join("session.json");
+    let json = serde_json::to_string(&report).expect("the report serializes");
+    std::fs::write(&saved, json).expect("saved");
+    let loaded = isolation_lab::record::load(&saved).expect("a session report");
+    let shown = isolation_lab::record::Shown::of(&loaded, &saved);
+    let failure = shown.failure().expect("the session did not match");
+    assert!(
+        failure.contains("did not match the policy model"),
+        "{failure}"
+    );
+    assert!(failure.ends_with(why), "{failure}");
+}

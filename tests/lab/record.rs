@@ -1392,7 +1392,7 @@ const EDITS: &[Edit] = &[
             r["room_requests"] = json!([]);
         },
         "the failure says the partitioned policy was not run, but the report has no shared policy \
-         either, which runs before it: a session that ends names the first policy it did not open",
+         either, which runs before it: a run cut short names the first policy it did not open",
     ),
     (
         "work answered abandoned that left done",

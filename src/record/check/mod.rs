@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::classroom::run::{NEW_RUN, SESSION_ENDED};
 use crate::executor::Executor;
 use crate::label::{Label, joined};
 use crate::policy::{Front, Mode, Pool, Route};
@@ -166,10 +167,11 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             .filter(|mode| modes.contains(mode));
         if let (None, Some(absent)) = (&said, absent) {
             let mode = absent.name();
-            let not_run = format!("{mode}: not run, the session ended before it");
+            let not_run = |before| format!("{mode}: not run, {before} before it");
+            let not_run = [SESSION_ENDED, NEW_RUN].map(not_run);
             let mut before = modes.iter().copied().take_while(|&m| m != absent);
             let skipped = before.find(|m| !report.policies.iter().any(|p| p.mode == *m));
-            let says = if room.is_none() || *failure != not_run {
+            let says = if room.is_none() || !not_run.contains(failure) {
                 Some(format!(
                     "the failure is the {mode} policy's, but the report has no {mode} policy: the \
                      lab keeps the entry of a policy that fails"
@@ -180,7 +182,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
                 skipped.map(|skipped| {
                     format!(
                         "the failure says the {mode} policy was not run, but the report has no {} \
-                         policy either, which runs before it: a session that ends names the first \
+                         policy either, which runs before it: a run cut short names the first \
                          policy it did not open",
                         skipped.name()
                     )
