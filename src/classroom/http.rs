@@ -315,7 +315,7 @@ impl App {
 }
 
 /// A timeout as a person reads it: whole seconds as `2 s`, anything else in milliseconds.
-fn in_words(timeout: Duration) -> String {
+pub(super) fn in_words(timeout: Duration) -> String {
     if timeout.subsec_nanos() == 0 {
         format!("{} s", timeout.as_secs())
     } else {

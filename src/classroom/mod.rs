@@ -243,8 +243,17 @@ pub async fn serve(
     drop(orders);
     let driven = driver.await;
     room.aim(None);
+    // The room's requests still on their way are answered, or fail, now that the runs are
+    // closed: the page is told each before it is told the end, as the report lists it.
+    let settled = tokio::time::timeout(limit, room.settled()).await;
+    let unsettled = settled.err().map(|_| {
+        format!(
+            "the room's requests were not all answered within {} of the close",
+            http::in_words(limit)
+        )
+    });
     let broken = app.broken.lock().map_or(None, |b| b.clone());
-    let mut failure = failure.or(broken);
+    let mut failure = failure.or(broken).or(unsettled);
     let (told, failed) = match &driven {
         Ok(driven) => {
             let cut_short = driven.runs.iter().any(Report::stopped_short);

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use super::journal::Journal;
 use crate::admission::section::WorkSection;
@@ -64,6 +65,8 @@ pub(crate) struct Room {
     /// connection, and the classroom keeps the rest of its connections for the instructor's page.
     most_waiting: usize,
     state: Mutex<State>,
+    /// Told when the last request waiting for its answer is listed.
+    settled: Notify,
     /// Where each request's answer (or why it has none) is told to the page, as it is listed:
     /// a request whose student gave up is told as well as an answered one.
     journal: Arc<Journal>,
@@ -96,6 +99,7 @@ impl Room {
             token,
             most_waiting,
             state: Mutex::new(State::default()),
+            settled: Notify::new(),
             journal,
         }
     }
@@ -191,9 +195,19 @@ impl Room {
         let mut state = self.state();
         state.waiting = state.waiting.saturating_sub(1);
         state.requests.push(record.clone());
+        let settled = state.waiting == 0;
         drop(state);
         self.journal.push(&message(&record));
+        if settled {
+            self.settled.notify_waiters();
+        }
         record
+    }
+
+    /// Once no request of the room's is waiting for its answer: each sent on has been listed,
+    /// and told to the page.
+    pub(crate) async fn settled(&self) {
+        crate::server::until(&self.settled, || self.state().waiting == 0).await;
     }
 
     /// Every request the room sent, in the order their answers came.

@@ -278,6 +278,10 @@ impl Driver {
                 Ok(json!({ "started": inputs }))
             }
             Action::Room(open) => {
+                // As the page's button: the room is opened to a run, and closes with it.
+                if open && self.open_run().is_none() {
+                    bail!("no run is open: the room is opened to one once it is");
+                }
                 self.room.set_open(open);
                 Ok(json!({ "room_open": open }))
             }

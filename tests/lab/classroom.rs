@@ -1590,3 +1590,32 @@ async fn a_new_run_cuts_the_last_one_short_and_says_so() {
     );
     assert!(failure.ends_with(why), "{failure}");
 }
+
+/// A room request held at the run's gate when the instructor presses Finish: the close opens
+/// the gate, the student gets the answer, and the page is told it before it is told the end,
+/// as the report lists it.
+#[tokio::test]
+async fn a_room_request_held_at_finish_is_told_before_the_end() {
+    let mut session = Session::start(inputs(ModeChoice::Shared, 4, 1), Front::Async).await;
+    let mut events = session.events().await;
+    let token = room_token(&events.until(|m| kind(m) == "state").await);
+    // Before a run is open the room is not opened: it would be told to send, and refused.
+    assert_eq!(session.control("open-room", json!({})).await.0, 409);
+    assert_eq!(session.next().await["step"], "open");
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    let r1 = session.room("/slow", &token);
+    events.until(is_work("R1", "held")).await;
+    let (status, _) = session.control("finish", json!({})).await;
+    assert_eq!(status, 202);
+    let seen = events.until(|m| kind(m) == "ended").await;
+    let told = seen
+        .iter()
+        .find(|m| kind(m) == "response" && m["request"] == "R1");
+    let told = told.expect("R1's answer is told before the end");
+    assert_eq!(told["status"], 200, "{told}");
+    assert_eq!(within(r1).await.expect("R1 answered").0, 200);
+    let report = within(&mut session.task).await.expect("joined");
+    let report = report.expect("the session ran");
+    let listed = report.room_requests.iter().map(|r| r.request.to_string());
+    assert_eq!(listed.collect::<Vec<_>>(), ["R1"]);
+}
