@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::compare::{Comparison, RequestOutcome};
-use crate::draw::table::{columns, labels, row, wrap};
+use crate::draw::table::{columns, heading, labels, row, wrap};
 use crate::executor::{Executor, WorkStyle};
 use crate::label::Label;
 use crate::policy::Front;
@@ -12,12 +12,14 @@ use crate::resources::Resources;
 /// The comparison as two tables within 80 columns, and what it means in plain sentences.
 pub fn render(comparison: &Comparison) -> String {
     let executor = comparison.executors.get(&Front::Async).copied();
-    let mut out = format!(
-        "isolation-lab compare: --slots {} --held {}{}, each policy on each server front\n\n",
+    let flags = format!(
+        "--slots {} --held {}{},",
         comparison.slots,
         comparison.held,
         executor.map_or(String::new(), |e| e.flags())
     );
+    let title = "isolation-lab compare";
+    let mut out = heading(title, &flags, "each policy on each server front") + "\n\n";
     if !comparison.executors.is_empty() {
         // Each front's shape, the one that runs as usual too: the flags above are the async
         // front's, and the threaded front takes only `--work block` of them.

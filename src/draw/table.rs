@@ -100,8 +100,55 @@ pub(crate) fn wrap(words: &str, first: &str, rest: &str, width: usize) -> String
     out
 }
 
+/// A heading line: `title`, a colon, the command line's `flags` (`--slots 2 --held 2`), then
+/// the words of `tail`, broken before a flag or a word of the tail where the line would pass 80
+/// columns, so that a flag keeps its value; later lines are indented two. No newline at the end.
+pub(crate) fn heading(title: &str, flags: &str, tail: &str) -> String {
+    let mut units: Vec<String> = Vec::new();
+    for word in flags.split_whitespace() {
+        match units.last_mut() {
+            Some(unit) if !word.starts_with("--") => {
+                unit.push(' ');
+                unit.push_str(word);
+            }
+            _ => units.push(word.to_owned()),
+        }
+    }
+    units.extend(tail.split_whitespace().map(str::to_owned));
+    let mut out = format!("{title}:");
+    let mut width = out.chars().count();
+    for unit in units {
+        let n = unit.chars().count();
+        if width + 1 + n > 80 {
+            out.push_str("\n  ");
+            width = 2;
+        } else {
+            out.push(' ');
+            width += 1;
+        }
+        out.push_str(&unit);
+        width += n;
+    }
+    out
+}
+
 #[cfg(test)]
 mod wrap_tests {
+    /// A heading breaks before a flag, never between a flag and its value, within 80 columns.
+    #[test]
+    fn a_heading_keeps_each_flag_with_its_value() {
+        let flags = " --mode partitioned --slots 4 --held 4 --work spawn-blocking --workers \
+                     current-thread --blocking-threads 3";
+        let said = super::heading("isolation-lab 0.1.0", flags, "");
+        assert_eq!(
+            said,
+            "isolation-lab 0.1.0: --mode partitioned --slots 4 --held 4 --work spawn-blocking\n  \
+             --workers current-thread --blocking-threads 3"
+        );
+        let short = super::heading("isolation-lab compare", " --slots 2 --held 2,", "each one");
+        assert_eq!(short, "isolation-lab compare: --slots 2 --held 2, each one");
+    }
+
     #[test]
     fn words_break_between_them_within_the_width() {
         let text = super::wrap("one two three four five six", "", "  ", 10);

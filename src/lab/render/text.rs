@@ -112,7 +112,7 @@ pub fn prediction_on(inputs: &Inputs, executor: &Executor, outcomes: &[Outcome])
 }
 
 fn heading(title: &str, flags: &str) -> String {
-    format!("{title}: {flags}\n\n")
+    crate::draw::table::heading(title, flags, "") + "\n\n"
 }
 
 /// The table: one column per outcome, and an optional last row of given cells.
