@@ -59,8 +59,8 @@ pub fn render(sweep: &Sweep) -> String {
     let mut marks = Vec::new();
     if shown(|waiting| !waiting.unread.is_empty()) {
         marks.push(
-            "u: requests unread until release, every worker blocked (F1 (200): answered only \
-             after release)",
+            "u: requests unread until release, every worker blocked, and so neither admitted \
+             nor refused before it (F1 (200): answered only after release)",
         );
     }
     if shown(|waiting| !waiting.queued.is_empty()) {
