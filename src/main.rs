@@ -98,6 +98,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
                 options: Options::on(server).with_executor(executor.executor()),
                 show_predictions,
                 timeouts: classroom::Timeouts::default(),
+                room_requests: classroom::ROOM_REQUESTS,
             };
             // On stderr, the terminal's: stdout is the JSON report alone, which
             // `classroom > session.json` saves.

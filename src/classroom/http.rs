@@ -295,6 +295,7 @@ impl App {
             Err(not_sent) => {
                 let (status, error) = match not_sent {
                     NotSent::Full => (StatusCode::SERVICE_UNAVAILABLE, "room_full"),
+                    NotSent::Spent(_) => (StatusCode::TOO_MANY_REQUESTS, "room_spent"),
                     NotSent::NotOpen | NotSent::NoRun => (StatusCode::CONFLICT, "room_closed"),
                 };
                 return refuse(status, error, not_sent.words());

@@ -59,7 +59,16 @@ pub struct Config {
     /// How long the session's server waits for what a client sends at once; the command line's
     /// are the defaults.
     pub timeouts: Timeouts,
+    /// The most requests the room may send in the session ([`ROOM_REQUESTS`] from the command
+    /// line): each is kept for the report, so a room that sends on and on cannot make the
+    /// instructor's process grow without end. Past it a room request is answered 429.
+    pub room_requests: u32,
 }
+
+/// The most requests the room may send in a session run from the command line: about 16 MiB
+/// of the lab's memory and 8 MB of its report (measured: 1.6 KiB resident and 800 bytes of
+/// report each), and a hundred requests for each of a hundred students.
+pub const ROOM_REQUESTS: u32 = 10_000;
 
 /// How long the classroom's server waits for what a browser or `curl` sends at once: anything
 /// slower is holding a descriptor. Both are 2 s by default.
@@ -194,7 +203,8 @@ pub async fn serve(
     let journal = Arc::new(Journal::new(STREAM_BUFFER));
     // Half the connections at most for the room's requests waiting for answers: the rest
     // stay for the instructor's page and controls.
-    let room = Arc::new(Room::new(room_token, journal.clone(), cap / 2));
+    let most = (cap / 2, config.room_requests);
+    let room = Arc::new(Room::new(room_token, journal.clone(), most));
     let (orders, ordered) = mpsc::channel(16);
     let app = Arc::new(App::new(
         address,

@@ -64,6 +64,8 @@ pub(crate) struct Room {
     /// The most of the room's requests waiting for their answers at once: each holds a
     /// connection, and the classroom keeps the rest of its connections for the instructor's page.
     most_waiting: usize,
+    /// The most requests it may send in the session.
+    most_sent: u32,
     state: Mutex<State>,
     /// Told when the last request waiting for its answer is listed.
     settled: Notify,
@@ -91,13 +93,22 @@ pub(crate) enum NotSent {
     NoRun,
     /// As many of the room's requests as it may have are waiting for their answers.
     Full,
+    /// The room has sent as many requests as a session keeps: this many.
+    Spent(u32),
 }
 
 impl Room {
-    pub(crate) fn new(token: RunToken, journal: Arc<Journal>, most_waiting: usize) -> Self {
+    /// The room of `token`, which may have at most `most_waiting` requests waiting for their
+    /// answers at once and send at most `most_sent` in all.
+    pub(crate) fn new(
+        token: RunToken,
+        journal: Arc<Journal>,
+        (most_waiting, most_sent): (usize, u32),
+    ) -> Self {
         Room {
             token,
             most_waiting,
+            most_sent,
             state: Mutex::new(State::default()),
             settled: Notify::new(),
             journal,
@@ -143,6 +154,9 @@ impl Room {
             return Err(NotSent::NotOpen);
         }
         let target = state.target.clone().ok_or(NotSent::NoRun)?;
+        if state.issued >= self.most_sent {
+            return Err(NotSent::Spent(self.most_sent));
+        }
         if state.waiting >= self.most_waiting {
             return Err(NotSent::Full);
         }
@@ -259,16 +273,19 @@ pub(crate) fn message(record: &RoomRequest) -> Value {
 
 impl NotSent {
     /// What the student is told.
-    pub(crate) fn words(self) -> &'static str {
+    pub(crate) fn words(self) -> String {
         match self {
-            NotSent::NotOpen => {
-                "the instructor has not opened the lab to the room yet: wait for the command on the screen"
-            }
-            NotSent::NoRun => "no run is open right now: wait for the next one",
-            NotSent::Full => {
-                "the room has as many requests waiting as the classroom keeps room for: try \
-                 again once some are answered"
-            }
+            NotSent::NotOpen => "the instructor has not opened the lab to the room yet: wait for \
+                                 the command on the screen"
+                .into(),
+            NotSent::NoRun => "no run is open right now: wait for the next one".into(),
+            NotSent::Full => "the room has as many requests waiting as the classroom keeps room \
+                              for: try again once some are answered"
+                .into(),
+            NotSent::Spent(most) => format!(
+                "the room has sent the {most} requests a session keeps for its report: a new \
+                 session takes more"
+            ),
         }
     }
 }

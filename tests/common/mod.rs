@@ -415,6 +415,7 @@ pub async fn serve_classroom_with(inputs: Inputs, options: Options) -> Classroom
         options,
         show_predictions: false,
         timeouts: classroom::Timeouts::default(),
+        room_requests: classroom::ROOM_REQUESTS,
     })
     .await
 }

@@ -52,6 +52,7 @@ impl Session {
             options,
             show_predictions: false,
             timeouts: Timeouts::default(),
+            room_requests: classroom::ROOM_REQUESTS,
         })
         .await
     }
@@ -1282,6 +1283,7 @@ fn with_timeouts(inputs: Inputs, timeouts: Timeouts) -> classroom::Config {
         options: Options::on(Front::Async),
         show_predictions: false,
         timeouts,
+        room_requests: classroom::ROOM_REQUESTS,
     }
 }
 
@@ -1618,4 +1620,37 @@ async fn a_room_request_held_at_finish_is_told_before_the_end() {
     let report = report.expect("the session ran");
     let listed = report.room_requests.iter().map(|r| r.request.to_string());
     assert_eq!(listed.collect::<Vec<_>>(), ["R1"]);
+}
+
+/// The room may send at most as many requests as the session keeps for its report (10 000 from
+/// the command line; two here): past them a request is answered 429 `room_spent` at once, sent
+/// nowhere and listed nowhere, so a room that sends on and on cannot grow the lab without end.
+#[tokio::test]
+async fn the_room_sends_at_most_the_requests_a_session_keeps() {
+    let mut config = with_timeouts(inputs(ModeChoice::Shared, 4, 1), Timeouts::default());
+    config.room_requests = 2;
+    let session = Session::start_config(config).await;
+    let mut events = session.events().await;
+    let token = room_token(&events.until(|m| kind(m) == "state").await);
+    assert_eq!(session.next().await["step"], "open");
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    for _ in 0..2 {
+        let (status, _) = within(session.room("/fast", &token))
+            .await
+            .expect("answered");
+        assert_eq!(status, 200);
+    }
+    let (status, body) = within(session.room("/fast", &token))
+        .await
+        .expect("answered");
+    assert_eq!(
+        (status, &body["error"]),
+        (429, &json!("room_spent")),
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("the 2 requests a session keeps"), "{body}");
+    let report = session.end().await;
+    let listed = report.room_requests.iter().map(|r| r.request.to_string());
+    assert_eq!(listed.collect::<Vec<_>>(), ["R1", "R2"]);
 }

@@ -571,6 +571,7 @@ async fn shown_predictions(page: &Page) {
         options: isolation_lab::coordinator::Options::default(),
         show_predictions: true,
         timeouts: isolation_lab::classroom::Timeouts::default(),
+        room_requests: isolation_lab::classroom::ROOM_REQUESTS,
     };
     let task = tokio::spawn(isolation_lab::classroom::serve(
         config,
