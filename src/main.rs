@@ -308,7 +308,9 @@ fn refuse(refused: &clap::Error) -> ExitCode {
             _ => &[],
         };
         for quoted in quoted.iter().filter(|q| q.contains('\n')) {
-            said = said.replace(quoted.as_str(), &terminal::one_line(quoted));
+            // Only where it is quoted: a value of only a line break is in clap's own words too.
+            let written_out = format!("'{}'", terminal::one_line(quoted));
+            said = said.replace(&format!("'{quoted}'"), &written_out);
         }
     }
     let said = terminal::lines(&said);

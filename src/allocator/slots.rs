@@ -2,7 +2,7 @@
 //! that a held request keeps a single page resident.
 //!
 //! A held request's connection owns a task (Hyper's connection state and the lab's service,
-//! ≈ 1.9 KiB), the box Hyper keeps for the handler's future (≈ 0.8 KiB), a few small blocks,
+//! ≈ 1.0 KiB), the box Hyper keeps for the handler's future (≈ 0.8 KiB), a few small blocks,
 //! and Hyper's two 8 KiB buffers: the read buffer, whose first bytes hold the request head, and
 //! the response-head buffer, which a connection writes only when it answers. `malloc` scatters
 //! these over two pages or more. A slot is 5 pages of address space, 20 KiB:

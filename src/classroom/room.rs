@@ -206,12 +206,13 @@ impl Room {
             error,
             after_event,
         };
+        // Told to the page before it stops waiting: once none waits, the page has heard all.
+        self.journal.push(&message(&record));
         let mut state = self.state();
         state.waiting = state.waiting.saturating_sub(1);
         state.requests.push(record.clone());
         let settled = state.waiting == 0;
         drop(state);
-        self.journal.push(&message(&record));
         if settled {
             self.settled.notify_waiters();
         }

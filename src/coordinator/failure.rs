@@ -104,7 +104,8 @@ impl Failure {
         for also in std::iter::once(also).chain(rest) {
             // Each cause said once: a front that gave up accepting fails the run when it does,
             // and its stop says the same again, maybe after something else.
-            let said = self.cause == also.cause || self.then.iter().any(|t| t.cause == also.cause);
+            let said = says(&self.cause, &also.cause)
+                || self.then.iter().any(|t| says(&t.cause, &also.cause));
             if !said {
                 self.then.push(also);
             }
@@ -123,6 +124,17 @@ impl Failure {
     /// Whether the run stalled: a safety timeout ran out.
     pub fn is_stall(&self) -> bool {
         matches!(self.cause, Cause::Stalled { .. })
+    }
+}
+
+/// Whether `cause` says `also` already: it is the same, or a server's failure that gives it as
+/// its reason ("the front's own runtime stopped serving: starting …", then "starting …").
+fn says(cause: &Cause, also: &Cause) -> bool {
+    match (cause, also) {
+        (Cause::Server(said), Cause::Server(also)) => {
+            said == also || said.ends_with(&format!(": {also}"))
+        }
+        _ => cause == also,
     }
 }
 
@@ -269,6 +281,18 @@ mod tests {
         assert_eq!(
             first.then(at_close).to_string(),
             "the server: accepting connections stayed broken; then a panic"
+        );
+        // A failure that gives another as its reason has said it too.
+        let stopped = "the front's own runtime stopped serving: starting a thread: EAGAIN";
+        let stopped = Failure::new(Step::Slow, None, Cause::Server(stopped.into()));
+        let reason = Failure::new(
+            Step::Close,
+            None,
+            Cause::Server("starting a thread: EAGAIN".into()),
+        );
+        assert_eq!(
+            stopped.then(reason).to_string(),
+            "the front's own runtime stopped serving: starting a thread: EAGAIN"
         );
     }
 }

@@ -413,13 +413,12 @@ impl Run {
         };
         let at = (Step::Start, Some(request));
         let never = || waited::HEARTBEAT.into();
-        let bounds = self.session.bounds();
+        let bounds = self.session.bounds().leaving_the_runtime_to_the_step();
         let ticked = bounds.within(heartbeat.first_tick(), at, never).await?;
         if !ticked {
-            let why = heartbeat
-                .why()
-                .unwrap_or(waited::HEARTBEAT_STOPPED)
-                .to_owned();
+            let stopped = waited::HEARTBEAT_STOPPED;
+            let why = heartbeat.why();
+            let why = why.map_or_else(|| stopped.into(), |why| format!("{stopped}: {why}"));
             return Err(Failure::new(at.0, at.1, Cause::Server(why)));
         }
         self.beat(Moment::Start, None);

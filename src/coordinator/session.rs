@@ -378,6 +378,13 @@ pub(crate) struct Bounds {
 }
 
 impl Bounds {
+    /// These bounds, for a wait that ends by itself, and says so, when the front's own runtime
+    /// stops (its first tick): the runtime's stop is left to it.
+    pub(crate) fn leaving_the_runtime_to_the_step(mut self) -> Bounds {
+        self.heartbeat = None;
+        self
+    }
+
     /// Waits for `step`. Fails as stalled after the safety timeout; or at once, saying why,
     /// once the front has failed a client (given up accepting connections, or closed one
     /// unserved), or its own runtime has stopped serving before the close: the run fails for
@@ -397,7 +404,8 @@ impl Bounds {
                 Err(Failure::new(at, request, Cause::Server(why.to_owned())))
             }
             why = front_stopped(self.heartbeat.as_deref()) => {
-                let why = why.unwrap_or_else(|| "the front's own runtime stopped serving".into());
+                let stopped = "the front's own runtime stopped serving";
+                let why = why.map_or_else(|| stopped.into(), |why| format!("{stopped}: {why}"));
                 Err(Failure::new(at, request, Cause::Server(why)))
             }
             done = tokio::time::timeout(limit, step) => done.map_err(|_| {

@@ -20,9 +20,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use super::connections::{CONNECTION_TASK, Connections, Owed, Owing};
+use super::connections::{Connections, Owed, Owing};
 use super::work_style::Dispatch;
-use super::{Backoff, FrontCensus, Gates, Head, ListenerId, Reply, Stopped, answer, screen};
+use super::{
+    Backoff, ConnectionTask, FrontCensus, Gates, Head, ListenerId, Reply, Stopped, answer, screen,
+};
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
 use crate::allocator::slots::{Placed, Placement, Slot};
@@ -173,13 +175,7 @@ impl AsyncListener {
             });
             let connection = graceful.watch(connection);
             let live = census.enter();
-            let task = Placed::in_slot(slot.clone(), async move {
-                let live = live;
-                // A client's broken connection is its own business, not the run's; a panic in
-                // its handler is the front's failure.
-                let serving = live.census().panic_said_async(CONNECTION_TASK, connection);
-                let _ = serving.await;
-            });
+            let task = Placed::in_slot(slot.clone(), ConnectionTask::new(live, connection));
             connections.make_room();
             slot.enter(Placement::Written, || connections.spawn(owed, task));
             // Counted once its handler exists, as on the threaded front.

@@ -395,11 +395,36 @@ impl FrontCensus {
             std::panic::resume_unwind(panic)
         })
     }
+}
 
-    /// [`FrontCensus::panic_said`] for a connection's task: each of its polls.
-    pub(crate) async fn panic_said_async<F: Future>(&self, what: &str, serve: F) -> F::Output {
-        let mut serve = pin!(serve);
-        std::future::poll_fn(|cx| self.panic_said(what, || serve.as_mut().poll(cx))).await
+/// An async front's connection, served as a task: counted live while it runs; how it ends is its
+/// client's business (a client that goes away), but a panic in it is the front's failure, said
+/// first ([`FrontCensus::panic_said`] around each poll). It holds the connection in place, so
+/// the task is no larger than the connection and its guard (its size is the held request's
+/// memory: `src/allocator/slots.rs`).
+pub(crate) struct ConnectionTask<F> {
+    live: Live,
+    connection: F,
+}
+
+impl<F> ConnectionTask<F> {
+    pub(crate) fn new(live: Live, connection: F) -> Self {
+        ConnectionTask { live, connection }
+    }
+}
+
+impl<F: Future> Future for ConnectionTask<F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        // SAFETY: `connection` is never moved out of the pinned task; `live` is not pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: as above, `connection` stays where it is for as long as the task lives.
+        let connection = unsafe { Pin::new_unchecked(&mut this.connection) };
+        let census = &this.live.0;
+        census
+            .panic_said(connections::CONNECTION_TASK, || connection.poll(cx))
+            .map(drop)
     }
 }
 
@@ -418,13 +443,6 @@ pub(crate) async fn until(changed: &Notify, done: impl Fn() -> bool) {
             return;
         }
         notified.await;
-    }
-}
-
-impl Live {
-    /// The census that counts this handler.
-    pub(crate) fn census(&self) -> &FrontCensus {
-        &self.0
     }
 }
 

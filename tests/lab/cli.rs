@@ -254,6 +254,15 @@ fn refused_values_are_quoted_as_they_are_and_draw_nothing() {
             "{args:?}: {stderr}"
         );
     }
+    // A value of a line break alone is written out where it is quoted, and clap's own lines
+    // stay lines.
+    let (code, _, stderr) = run(&mut lab(&["--slots", "\n"]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(r"invalid value '\u{a}' for"), "{stderr}");
+    assert!(
+        stderr.lines().count() > 1 && stderr.ends_with('\n'),
+        "{stderr}"
+    );
 }
 
 /// A stdout open for reading only (`isolation-lab 1</etc/hostname`) loses the report: the lab

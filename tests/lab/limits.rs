@@ -414,7 +414,8 @@ fn run_once(shape: &[&str], limit: Limit) -> Result<(), String> {
             }
             let report: serde_json::Value = serde_json::from_str(&stdout)
                 .map_err(|e| format!("exit 1 with output that is not JSON ({e})"))?;
-            joined_everything(&report).map_err(|e| format!("{e}; stderr: {stderr}"))
+            joined_everything(&report).map_err(|e| format!("{e}; stderr: {stderr}"))?;
+            genuine(&stdout, &stderr)
         }
         // Under a memory limit, the allocator or the C library aborts the process when memory
         // runs out ("memory allocation of N bytes failed", "Fatal glibc error: ... out of
@@ -446,6 +447,22 @@ fn std_said(stderr: &str) -> bool {
 
 fn last_line(text: &str) -> &str {
     text.lines().last().unwrap_or_default()
+}
+
+/// `record` reads a failed run's report as what it is: a run that did not match, for the
+/// reason the lab gave (`stderr`'s one line), and nothing in it edited or impossible.
+fn genuine(report: &str, stderr: &str) -> Result<(), String> {
+    let dir = crate::common::temp_dir("isolation-lab-limits").map_err(|e| e.to_string())?;
+    let saved = dir.path().join("r.json");
+    std::fs::write(&saved, report).map_err(|e| e.to_string())?;
+    let loaded = isolation_lab::record::load(&saved).map_err(|e| format!("record: {e}"))?;
+    let shown = isolation_lab::record::Shown::of(&loaded, &saved);
+    let said = shown.failure().unwrap_or_default();
+    let reason = stderr.trim_end().trim_start_matches("isolation-lab: ");
+    match said.ends_with(&format!("did not match the policy model: {reason}")) {
+        true => Ok(()),
+        false => Err(format!("record says: {said}; the lab said: {stderr}")),
+    }
 }
 
 /// A failed run's report still accounts for every handler it started: each connection it

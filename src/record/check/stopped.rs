@@ -89,8 +89,12 @@ pub(super) fn stopped(
         }
         return;
     }
-    // Past its setup, a run's server started, and its summary is kept when it stops.
-    if policy.server.is_none() {
+    // Past its setup, a run's server started, and its summary is kept when it stops; but a
+    // front's own runtime whose thread ended on an error before it served (it never ran its
+    // heartbeat) reports none.
+    let ended_unserved = rest.starts_with(waited::HEARTBEAT_STOPPED)
+        && report.executor.front_runtime(report.runner.front);
+    if policy.server.is_none() && !ended_unserved {
         find(format!(
             "the failure says {mode} got past its setup, but it records no server: only a run \
              that could not start (its token, its front's runtime or its listener) has none, \
