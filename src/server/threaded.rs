@@ -344,16 +344,17 @@ impl ConnectionTable {
                 self.open.insert(self.accepted, connection);
                 Ok(())
             }
-            Err(e) => {
+            Err(Unserved { error, stream }) => {
                 self.unserved_count += 1;
                 let closed = plural(self.unserved_count, "connection");
                 let why = format!(
                     "the threaded server closed {closed} unserved: could not start serving one: \
-                     {e}"
+                     {error}"
                 );
-                // Its client's request fails: the server's failure, said first.
+                // Its client's request fails: the server's failure, said before the close.
                 self.unserved = Some(shared.census.failed(why));
-                Err(e)
+                drop(stream);
+                Err(error)
             }
         }
     }
@@ -493,17 +494,20 @@ fn start_connection(
     id: u64,
     stream: mio::net::TcpStream,
     shared: &Arc<Shared>,
-) -> io::Result<Connection> {
+) -> Result<Connection, Unserved> {
     let stream = TcpStream::from(stream);
     // mio accepts every socket non-blocking (`SOCK_NONBLOCK`); this one's thread blocks on it.
-    stream.set_nonblocking(false)?;
+    if let Err(error) = stream.set_nonblocking(false) {
+        let stream = Arc::new(stream);
+        return Err(Unserved { error, stream });
+    }
     // Each response is one small write; send it at once rather than wait to coalesce. Only a
     // speed-up, so a socket that refuses it is served all the same.
     let _ = stream.set_nodelay(true);
     let stream = Arc::new(stream);
     let in_work = Arc::new(AtomicBool::new(false));
     let (mine, working, shared) = (stream.clone(), in_work.clone(), shared.clone());
-    let thread = thread::Builder::new()
+    let started = thread::Builder::new()
         .name("lab-connection".into())
         .spawn(move || {
             // Both guards also act while a panic unwinds: the census counts the handler out,
@@ -519,12 +523,22 @@ fn start_connection(
             census.panic_said(CONNECTION_THREAD, || {
                 serve_connection(&ending.stream, &shared, &working)
             });
-        })?;
-    Ok(Connection {
-        thread,
-        stream,
-        in_work,
-    })
+        });
+    match started {
+        Ok(thread) => Ok(Connection {
+            thread,
+            stream,
+            in_work,
+        }),
+        Err(error) => Err(Unserved { error, stream }),
+    }
+}
+
+/// A connection whose thread could not start: why, and its socket, open until this drops, so
+/// the failure is said before its client sees the connection close.
+struct Unserved {
+    error: io::Error,
+    stream: Arc<TcpStream>,
 }
 
 /// A connection's last act, on every way out of its thread: shut the socket down (the accept
