@@ -241,6 +241,9 @@ pub(crate) mod waited {
     /// Why that wait ended without a tick.
     pub(crate) const HEARTBEAT_STOPPED: &str =
         "the front's own runtime stopped before it ran its heartbeat";
+
+    /// Why a later wait ended: the front's runtime stopped while the sequence went on.
+    pub(crate) const RUNTIME_STOPPED: &str = "the front's own runtime stopped serving";
 }
 
 #[cfg(test)]

@@ -367,8 +367,8 @@ impl Session {
 }
 
 /// What ends a wait of the sequence other than the step it waits for: the safety timeout, the
-/// front's failing a client (giving up accepting connections, or closing one unserved), or its
-/// own runtime's stopping.
+/// front's failing a client (giving up accepting connections, closing one unserved, a handler's
+/// panic), or its own runtime's stopping.
 #[derive(Clone, Debug)]
 pub(crate) struct Bounds {
     timeout: Duration,
@@ -386,8 +386,8 @@ impl Bounds {
     }
 
     /// Waits for `step`. Fails as stalled after the safety timeout; or at once, saying why,
-    /// once the front has failed a client (given up accepting connections, or closed one
-    /// unserved), or its own runtime has stopped serving before the close: the run fails for
+    /// once the front has failed a client (given up accepting connections, closed one unserved,
+    /// or seen a handler panic), or its own runtime has stopped serving before the close: the run fails for
     /// either anyway, and a request no one will accept or decide would otherwise wait out the
     /// timeout. Either is looked at before the step, so a step that ended because of it (a
     /// caller's connection reset as the front gave up) is not said to have failed first.
@@ -404,7 +404,7 @@ impl Bounds {
                 Err(Failure::new(at, request, Cause::Server(why.to_owned())))
             }
             why = front_stopped(self.heartbeat.as_deref()) => {
-                let stopped = "the front's own runtime stopped serving";
+                let stopped = waited::RUNTIME_STOPPED;
                 let why = why.map_or_else(|| stopped.into(), |why| format!("{stopped}: {why}"));
                 Err(Failure::new(at, request, Cause::Server(why)))
             }

@@ -336,9 +336,9 @@ impl std::error::Error for GlobalError {}
 /// on one node, as the multi-key scripts need.
 ///
 /// A lease turns a leak into a possible double admission: with [`Lease::None`] a holder that
-/// dies keeps its permit for as long as the run goes on, while with a lease a holder that is merely paused (stopped,
-/// swapping, partitioned) past its lease loses its permit while it still works, and another
-/// holder is admitted beside it. Renewing at a third of the lease narrows that window but
+/// dies keeps its permit for as long as the run goes on, while with a lease a holder that is
+/// merely paused (stopped, swapping, partitioned) past its lease loses its permit while it
+/// still works, and another holder is admitted beside it. Renewing at a third of the lease narrows that window but
 /// cannot close it; fencing tokens ([`Fence`], checked by the dependency) do.
 #[derive(Clone)]
 pub(crate) struct GlobalPermits {

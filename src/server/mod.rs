@@ -343,10 +343,10 @@ impl ListenerId {
 
 /// What a running front tells the coordinator as it serves: the connection handlers alive
 /// right now, counted by a guard each handler holds, and, once it has failed a client (its
-/// accept loop gave up, it closed a connection unserved, or a handler panicked), why. A run whose front failed so
-/// fails (its stop says why); the coordinator fails it then, and first: rather than wait out
-/// the safety timeout for a connection no one will accept, or blame the caller whose
-/// connection was closed.
+/// accept loop gave up, it closed a connection unserved, or a handler panicked), why. A run
+/// whose front failed so fails (its stop says why); the coordinator fails it then, and first:
+/// rather than wait out the safety timeout for a connection no one will accept, or blame the
+/// caller whose connection was closed.
 #[derive(Debug, Default)]
 pub(crate) struct FrontCensus {
     live: AtomicUsize,
@@ -370,8 +370,8 @@ impl FrontCensus {
     }
 
     /// Says that the front failed a client, and why: its accept loop gave up (it accepts no
-    /// more connections), it closed a connection unserved, or a handler panicked. The first said is kept. Returns
-    /// `why`, the server's error.
+    /// more connections), it closed a connection unserved, or a handler panicked. The first
+    /// said is kept. Returns `why`, the server's error.
     pub(crate) fn failed(&self, why: String) -> String {
         if self.failed.set(why.clone()).is_ok() {
             self.changed.notify_waiters();

@@ -1195,8 +1195,8 @@ async fn no_answer_without_the_token_carries_the_control_token() {
 }
 
 /// Every answer the server makes — the page, its events, JSON, a refusal — is kept from
-/// caches, frames, other origins' pages, type sniffing and referrers; each page's script runs by a nonce of its own,
-/// which its Content-Security-Policy names.
+/// caches, frames, other origins' pages, type sniffing and referrers; each page's script runs
+/// by a nonce of its own, which its Content-Security-Policy names.
 #[tokio::test]
 async fn every_answer_is_unframed_and_each_page_has_its_own_nonce() {
     let session = Session::start(Inputs::default(), Front::Async).await;

@@ -1,11 +1,11 @@
-//! Every injected fault ends the run cleanly: `failure` set with a one-line reason, within the contract's 15 s, with the listener closed, every task or thread
-//! joined (or aborted, then joined) and accounted for, and every permit back in its pool.
-//! Each fault runs on both server fronts (a disconnect under both policies, a stuck gate and a
-//! silent observer under the shared one, a panic under the partitioned one), but admitted
-//! work short of the gate on the threaded front only (below). Every case of every fault runs
-//! at once, each on its own server; the ones that stall do so
-//! with a safety timeout of [`GUARD`], and waited out side by side they cost one of it; then
-//! each fault's own checks read its runs. The command line's own timeout is pinned apart,
+//! Every injected fault ends the run cleanly: `failure` set with a one-line reason, within the
+//! contract's 15 s, with the listener closed, every task or thread joined (or aborted, then
+//! joined) and accounted for, and every permit back in its pool. Each fault runs on both
+//! server fronts (a disconnect under both policies, a stuck gate and a silent observer under
+//! the shared one, a panic under the partitioned one), but admitted work short of the gate on
+//! the threaded front only (below). Every case of every fault runs at once, each on its own
+//! server; the ones that stall do so with a safety timeout of [`GUARD`], and waited out side by
+//! side they cost one of it; then each fault's own checks read its runs. The command line's own timeout is pinned apart,
 //! without a stall (`the_command_line_waits_five_seconds`).
 
 use crate::common;
