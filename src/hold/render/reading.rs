@@ -174,7 +174,7 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
             // "Did not grow" only where the figures show none: a small growth is named as such,
             // and machine-wide growth the front's own threads do not explain as not the front's.
             // A front whose own threads grew grew its kernel stacks too (each thread has one):
-            // a machine-wide figure that shows less says other programs' shrank meanwhile.
+            // a machine-wide figure that shows less moved with other programs' threads too.
             let threads_grew: Vec<&str> = (flat.iter())
                 .filter(|(_, f)| cost.machine_wide && f.per_request.os_threads >= 0.5)
                 .map(|(front, _)| front.name())
@@ -188,8 +188,7 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
                 };
                 format!(
                     "{name}, counted machine-wide, grew less than {whose} own threads need, each \
-                     with a kernel stack of its own: other programs' kernel stacks shrank \
-                     meanwhile"
+                     with a kernel stack of its own: the count moves with every program's threads"
                 )
             } else if flat
                 .iter()
@@ -210,6 +209,24 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
             front.name(),
             amount(figures)
         ),
+        // The others below the line may still have grown a little, of their own (a machine-wide
+        // figure's little is other programs'): said as slight, not as none.
+        ([(front, figures)], flat)
+            if !cost.machine_wide
+                && flat
+                    .iter()
+                    .any(|(_, f)| figure(value(f).max(0.0)) != figure(0.0)) =>
+        {
+            format!(
+                "{name} grew with N on the {} front: {} per held request at N = {n}, and only \
+                 slightly elsewhere (under {}{} per held request): {}{note}.",
+                front.name(),
+                amount(figures),
+                cost.grows_from,
+                cost.unit,
+                list(flat)
+            )
+        }
         ([(front, figures)], flat) => format!(
             "{name} grew only on the {} front: {} per held request at N = {n}, against {}{note}.",
             front.name(),
