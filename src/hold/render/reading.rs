@@ -166,6 +166,10 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
             .collect();
         parts.join(" and ")
     };
+    // Some front below the line still shows growth, as its figure is printed.
+    let a_little = |flat: &[(Front, &Figures)]| {
+        (flat.iter()).any(|(_, f)| figure(value(f).max(0.0)) != figure(0.0))
+    };
     let n = count(u64::from(held));
     let name = cost.name;
     let note = cost.note;
@@ -190,10 +194,7 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
                     "{name}, counted machine-wide, grew less than {whose} own threads need, each \
                      with a kernel stack of its own: the count moves with every program's threads"
                 )
-            } else if flat
-                .iter()
-                .any(|(_, f)| figure(value(f).max(0.0)) != figure(0.0))
-            {
+            } else if a_little(flat) {
                 let under = cost.grows_from;
                 format!(
                     "{name} grew only slightly with N (under {under}{} per held request)",
@@ -211,12 +212,7 @@ fn read_sentence(cost: &Cost, held: u32, at: &[(Front, &Figures)]) -> String {
         ),
         // The others below the line may still have grown a little, of their own (a machine-wide
         // figure's little is other programs'): said as slight, not as none.
-        ([(front, figures)], flat)
-            if !cost.machine_wide
-                && flat
-                    .iter()
-                    .any(|(_, f)| figure(value(f).max(0.0)) != figure(0.0)) =>
-        {
+        ([(front, figures)], flat) if !cost.machine_wide && a_little(flat) => {
             format!(
                 "{name} grew with N on the {} front: {} per held request at N = {n}, and only \
                  slightly elsewhere (under {}{} per held request): {}{note}.",
