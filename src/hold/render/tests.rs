@@ -2,7 +2,9 @@
 //! 10,100,1000 --format json`) and from changes to it that a run could produce.
 
 use super::{count, figure, seconds, svg, text};
-use crate::hold::{CountOutcome, Death, Figures, FrontFailure, HoldReport, Point, Stage};
+use crate::hold::{
+    CountOutcome, Death, Figures, FrontFailure, HoldReport, PerRequest, Point, Stage,
+};
 use crate::policy::Front;
 
 const RECORDED: &str = include_str!("../../../tests/fixtures/hold-10-100-1000.json");
@@ -14,6 +16,11 @@ fn recorded() -> HoldReport {
 fn series(report: &mut HoldReport, front: Front) -> &mut crate::hold::FrontSeries {
     let found = report.fronts.iter_mut().find(|s| s.front == front);
     found.expect("both fronts were recorded")
+}
+
+/// Changes the per-request figures of every count `front` held.
+fn per_request(report: &mut HoldReport, front: Front, change: impl Fn(&mut PerRequest)) {
+    held(report, front).for_each(|figures| change(&mut figures.per_request));
 }
 
 /// The figures of every count `front` held.
@@ -135,9 +142,7 @@ fn the_reading_follows_the_figures() {
         "{reading}"
     );
     let mut changed = report.clone();
-    for figures in held(&mut changed, Front::Async) {
-        figures.per_request.os_threads = 1.0;
-    }
+    per_request(&mut changed, Front::Async, |p| p.os_threads = 1.0);
     let reading = text(&changed);
     assert!(
         reading.contains("OS threads grew with N, about the same on each front"),
@@ -170,9 +175,7 @@ fn the_reach_is_said_with_its_ceiling() {
 #[test]
 fn machine_wide_noise_is_not_a_front_s_cost() {
     let mut noisy = recorded();
-    for figures in held(&mut noisy, Front::Async) {
-        figures.per_request.kernel_stack_kib = 7.6;
-    }
+    per_request(&mut noisy, Front::Async, |p| p.kernel_stack_kib = 7.6);
     let reading = text(&noisy);
     assert!(
         reading.contains("Kernel stack grew only on the threaded front"),
@@ -185,9 +188,7 @@ fn machine_wide_noise_is_not_a_front_s_cost() {
 #[test]
 fn a_little_growth_beside_a_front_s_own_is_said_as_slight() {
     let mut report = recorded();
-    for figures in held(&mut report, Front::Async) {
-        figures.per_request.address_space_kib = 1.32;
-    }
+    per_request(&mut report, Front::Async, |p| p.address_space_kib = 1.32);
     let reading = one_line(&report);
     let said = "Address space grew with N on the threaded front: ";
     assert!(reading.contains(said), "{reading}");
@@ -203,10 +204,7 @@ fn a_little_growth_beside_a_front_s_own_is_said_as_slight() {
 fn one_front_s_flat_costs_say_what_the_figures_show() {
     let mut alone = recorded();
     alone.fronts.retain(|s| s.front == Front::Async);
-    let set = |report: &mut HoldReport, change: fn(&mut crate::hold::PerRequest)| {
-        held(report, Front::Async).for_each(|figures| change(&mut figures.per_request));
-    };
-    set(&mut alone, |p| {
+    per_request(&mut alone, Front::Async, |p| {
         p.address_space_kib = 0.71;
         p.memory_maps = 0.0;
         p.kernel_stack_kib = 7.6;
@@ -220,7 +218,7 @@ fn one_front_s_flat_costs_say_what_the_figures_show() {
     ] {
         assert!(reading.contains(said), "{said:?} in {reading}");
     }
-    set(&mut alone, |p| p.address_space_kib = -0.2);
+    per_request(&mut alone, Front::Async, |p| p.address_space_kib = -0.2);
     let reading = one_line(&alone);
     assert!(
         reading.contains("Address space did not grow with N: -0.20 KiB"),
@@ -230,18 +228,16 @@ fn one_front_s_flat_costs_say_what_the_figures_show() {
     // that shows none is not told as the front's.
     let mut threaded = recorded();
     threaded.fronts.retain(|s| s.front == Front::Threaded);
-    for figures in held(&mut threaded, Front::Threaded) {
-        figures.per_request.kernel_stack_kib = 0.0;
-    }
+    per_request(&mut threaded, Front::Threaded, |p| p.kernel_stack_kib = 0.0);
     let reading = one_line(&threaded);
     let said = "Kernel stack, counted machine-wide, grew less than the threaded front's own \
                 threads need, each with a kernel stack of its own: the count moves with every \
                 program's threads: +0.00 KiB on the threaded front";
     assert!(reading.contains(said), "{reading}");
     // However far it fell: a whole kernel stack less per held request is not "hardly changed".
-    for figures in held(&mut threaded, Front::Threaded) {
-        figures.per_request.kernel_stack_kib = -16.0;
-    }
+    per_request(&mut threaded, Front::Threaded, |p| {
+        p.kernel_stack_kib = -16.0
+    });
     let reading = one_line(&threaded);
     let said = "grew less than the threaded front's own threads need, each with a kernel stack of \
                 its own: the count moves with every program's threads: -16.0 KiB";
