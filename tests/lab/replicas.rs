@@ -662,6 +662,15 @@ async fn a_replica_that_dies_fails_the_run_cleanly() {
     nothing_left(&report);
 }
 
+/// Three replicas under one limit of two with a 10 s lease, four slow requests: r3 holds nothing
+/// while the run probes r1 for a lease, and is broken as `broken` says (`replica_dies`,
+/// `replica_stopped`). The run fails with a line starting `said`, and leaves nothing behind.
+async fn idle_r3_while_r1_is_probed(broken: Break, said: &str) -> ReplicasReport {
+    let report = failing(inputs(3, 2, 4, Engine::Local, 10_000), broken, said).await;
+    nothing_left(&report);
+    report
+}
+
 /// A replica with nothing to do killed while the run probes another for a lease (10 s here): it
 /// is named at the next probe, not when the release reaches it a lease later.
 #[tokio::test]
@@ -674,8 +683,7 @@ async fn an_idle_replica_that_dies_is_named_while_the_run_probes() {
         ..Break::default()
     };
     let said = "r3 died unexpectedly (while the run probed r1): its process was killed by SIGKILL";
-    let report = failing(inputs(3, 2, 4, Engine::Local, 10_000), broken, said).await;
-    nothing_left(&report);
+    idle_r3_while_r1_is_probed(broken, said).await;
 }
 
 /// The same replica stopped (SIGSTOP) instead: it is named as found stopped at the next probe,
@@ -690,11 +698,10 @@ async fn an_idle_replica_stopped_is_named_while_the_run_probes() {
         ..Break::default()
     };
     let said = "r3 was found stopped (while the run probed r1), by SIGSTOP or another stop signal";
-    let report = failing(inputs(3, 2, 4, Engine::Local, 10_000), broken, said).await;
+    let report = idle_r3_while_r1_is_probed(broken, said).await;
     let r3 = &report.evidence.replicas[2];
     let exit = r3.exit.as_deref().unwrap_or_default();
     assert!(exit.contains("SIGKILL"), "{exit}");
-    nothing_left(&report);
 }
 
 /// The paused replica (r2) killed before the run continues it: the run fails naming it, and what
