@@ -1622,6 +1622,37 @@ async fn a_room_request_held_at_finish_is_told_before_the_end() {
     assert_eq!(listed.collect::<Vec<_>>(), ["R1"]);
 }
 
+/// A room request held at the room's gate is answered as its run closes; the page is told its
+/// answer before the next policy's board, so it is drawn on its own run's board, never on the
+/// next one's (it was, when Run to end closed one policy and began the next at once).
+#[tokio::test]
+async fn a_room_answer_at_a_run_s_close_is_told_before_the_next_board() {
+    let session = Session::start(inputs(ModeChoice::Both, 4, 1), Front::Async).await;
+    let mut events = session.events().await;
+    let token = room_token(&events.until(|m| kind(m) == "state").await);
+    for step in ["open", "S1", "F1", "release", "S-after", "F-after"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    assert_eq!(session.control("close-gate", json!({})).await.0, 200);
+    let r1 = session.room("/slow", &token);
+    events.until(is_work("R1", "held")).await;
+    assert_eq!(session.control("run-to-end", json!({})).await.0, 200);
+    assert_eq!(within(r1).await.expect("R1 answered").0, 200);
+    let next_board = |m: &Value| kind(m) == "run" && m["mode"] == "partitioned";
+    let seen = events.until(next_board).await;
+    let told = seen
+        .iter()
+        .find(|m| kind(m) == "response" && m["request"] == "R1");
+    let told = told.expect("R1's answer is told before the partitioned board");
+    assert_eq!(told["status"], 200, "{told}");
+    let report = session.end().await;
+    let listed = report
+        .room_requests
+        .iter()
+        .map(|r| (r.request.to_string(), r.run));
+    assert_eq!(listed.collect::<Vec<_>>(), [("R1".to_owned(), 1)]);
+}
+
 /// The room may send at most as many requests as the session keeps for its report (10 000 from
 /// the command line; two here): past them a request is answered 429 `room_spent` at once, sent
 /// nowhere and listed nowhere, so a room that sends on and on cannot grow the lab without end.
