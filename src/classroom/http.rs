@@ -20,9 +20,11 @@
 //!   body is at most 1 KiB and must arrive within the body timeout ([`BODY_TIMEOUT`]; 408).
 //! - At most a limit of connections are open at once (from the descriptors this process may
 //!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
-//!   yet whole) is closed to make room, else the oldest event stream (its page reconnects), so
-//!   a flood of idle connections or of streams cannot lock the page out; only when every open
-//!   one owes an answer is the new one closed as soon as it is accepted. The room may have at
+//!   yet whole) is closed to make room, else the oldest event stream (its page reconnects),
+//!   else the oldest not yet read at all (accepted in the same burst as the new one), so a
+//!   flood of idle connections or of streams cannot lock the page out, nor a flood of new ones
+//!   push out a control request before it is read; only when every open one owes an answer is
+//!   the new one closed as soon as it is accepted. The room may have at
 //!   most half the limit of its requests waiting for answers (`Room::admit`); beyond that one is
 //!   answered 503 `room_full` at once, so the room cannot fill the limit with requests a front
 //!   leaves unread (`--work block`) and lock the instructor out.
@@ -373,8 +375,8 @@ fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
 /// How the server's connections ended.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
-    /// Connections closed because `cap` were open: the oldest idle one or event stream, or the
-    /// new one.
+    /// Connections closed because `cap` were open: the oldest idle one, event stream or one not
+    /// yet read, or the new one.
     pub(crate) refused: u64,
     /// What did not stop cleanly.
     pub(crate) error: Option<String>,
@@ -416,7 +418,8 @@ pub(crate) async fn serve(
         };
         connections.reap();
         // The oldest connection with no request in progress makes room, else the oldest event
-        // stream; with neither, the new one is refused, closed at once. Either way this server
+        // stream, else the oldest not yet read (`Connections::close_oldest_not_busy`); with
+        // none, the new one is refused, closed at once. Either way this server
         // holds at most `cap` connections, and idle ones end at the header timeout.
         if connections.open() >= cap {
             served.refused += 1;
@@ -450,7 +453,9 @@ pub(crate) async fn serve(
             .header_read_timeout(header_timeout);
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
+        let heard = owed.clone();
         connections.spawn(owed, async move {
+            heard.heard();
             // A client's broken connection is its own business, not the session's.
             let _ = connection.await;
         });

@@ -23,6 +23,8 @@ pub(crate) struct Owed {
     answers: AtomicUsize,
     /// Set while an answer is an event stream.
     streaming: AtomicBool,
+    /// Set once its task has run: its client has had the chance to be read.
+    heard: AtomicBool,
 }
 
 impl Owed {
@@ -36,6 +38,22 @@ impl Owed {
     /// No request in progress: between requests, or a head not yet whole.
     pub(crate) fn idle(&self) -> bool {
         self.answers.load(Ordering::SeqCst) == 0
+    }
+
+    /// Its task has run, and read what its client had sent: called as the task starts.
+    pub(crate) fn heard(&self) {
+        self.heard.store(true, Ordering::SeqCst);
+    }
+
+    /// Which to close first to make room: an idle connection whose task has run (between
+    /// requests, or a head not yet whole), then an event stream, then one not yet heard,
+    /// accepted in the burst the new one came in, whose request may be in its socket unread.
+    fn closing_order(&self) -> u8 {
+        match (self.idle(), self.heard.load(Ordering::SeqCst)) {
+            (true, true) => 0,
+            (false, _) => 1,
+            (true, false) => 2,
+        }
     }
 }
 
@@ -116,12 +134,15 @@ impl Connections {
 
     /// Closes an open connection that owes no answer, to make room for a new one: the oldest
     /// with no request in progress, else the oldest event stream (its client reconnects, and
-    /// a flood of streams cannot then lock every other client out); false when every one is
-    /// answering. It counts as aborted, and as open until its task is joined.
+    /// a flood of streams cannot then lock every other client out), else the oldest whose task
+    /// has not yet run; false when every one is answering. A connection accepted in the same
+    /// burst as this one, its task not yet run, may hold a whole request unread (a page's
+    /// control, behind a flood): it goes last. It counts as aborted, and as open until its task
+    /// is joined.
     pub(crate) fn close_oldest_not_busy(&mut self) -> bool {
         let open = self.open.values_mut();
         let free = open.filter(|c| !c.closing && !c.owed.busy() && !c.handle.is_finished());
-        let Some(oldest) = free.min_by_key(|c| (!c.owed.idle(), c.age)) else {
+        let Some(oldest) = free.min_by_key(|c| (c.owed.closing_order(), c.age)) else {
             return false;
         };
         oldest.closing = true;
