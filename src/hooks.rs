@@ -4,6 +4,7 @@
 //! every answer is "carry on". What a test breaks is written with the tests; the run only asks.
 
 use std::fmt::Debug;
+use std::net::SocketAddr;
 
 use crate::label::Label;
 
@@ -32,6 +33,12 @@ pub trait Hooks: Debug + Send + Sync {
     fn foreign_requests(&self) -> usize {
         0
     }
+
+    /// Called while slow work is held, before those requests are sent, with the server's
+    /// address: a test may connect as another process would. The server accepts connections
+    /// in the order they came, so one made here has been accepted once a request sent after
+    /// it is answered.
+    fn before_foreign_requests(&self, _server: SocketAddr) {}
 }
 
 /// The command line's hooks: none.

@@ -286,7 +286,9 @@ impl Run {
     /// Steps 4–6: what the observer sees with the slow work held and what holding it costs;
     /// F1 and its actual response; then the held work still there and its callers waiting.
     async fn fast(&mut self) -> Result<(), Failure> {
-        let foreign = self.session.hooks().foreign_requests();
+        let hooks = self.session.hooks();
+        hooks.before_foreign_requests(self.session.client.address());
+        let foreign = hooks.foreign_requests();
         if foreign > 0 {
             self.intrude(foreign).await?;
         }

@@ -1,11 +1,15 @@
 //! Only the run's own callers can take a permit: requests without the run's token are refused
 //! with 403 before admission and leave no trace in the pools, the ledger or the model.
 
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Mutex, PoisonError};
+
 use crate::common;
 
 use common::{Case, Faults, assert_matches_the_model, assert_structure};
 use isolation_lab::coordinator::{Options, run_policy_with};
-use isolation_lab::policy::{Front, Mode};
+use isolation_lab::hooks::Hooks;
+use isolation_lab::policy::{Front, Inputs, Mode};
 
 /// A full run with outsiders knocking while slow work is held, on each front: every outcome is
 /// still the model's, and the report counts the refused outsiders.
@@ -31,5 +35,50 @@ async fn foreign_requests_during_a_run_change_nothing() {
             let attempts: u64 = report.ledger.values().map(|l| l.attempts).sum();
             assert_eq!(attempts, 5);
         }
+    }
+}
+
+/// Connects twice before the run's requests without its token, and never sends a request: the
+/// server gives each connection a handler, counted before F1.
+#[derive(Debug, Default)]
+struct SilentStrangers(Mutex<Vec<TcpStream>>);
+
+impl Hooks for SilentStrangers {
+    fn foreign_requests(&self) -> usize {
+        1
+    }
+
+    fn before_foreign_requests(&self, server: SocketAddr) {
+        let connected = [(); 2].map(|()| TcpStream::connect(server).expect("connect"));
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        open.extend(connected);
+    }
+}
+
+/// Another process's connections that never send a request are a genuine run's too: the run
+/// matches the model, and `record` re-checks its saved report as matched, the strangers'
+/// handlers counted before F1 among the connections the server accepted beyond the lab's (it
+/// called such a report edited: "3 connection handlers, but before F1 only the 2 slow
+/// callers connected"). On each front, both policies.
+#[tokio::test]
+async fn silent_strangers_connected_before_f1_leave_a_genuine_report() {
+    let dir = common::temp_dir("isolation-lab-strangers").expect("a scratch directory");
+    for front in Front::ALL {
+        let options = Options::on(front).with_hooks(SilentStrangers::default());
+        let report = isolation_lab::lab::run_with(Inputs::default(), options).await;
+        assert!(report.matches_model, "{:?}", report.failure);
+        for policy in &report.policies {
+            let before = policy.resources.before_fast.expect("counted before F1");
+            assert!(
+                before.connection_handlers >= before.held_at_gate + 2,
+                "the strangers' handlers are counted: {before:?}"
+            );
+        }
+        let saved = dir.path().join(format!("{}.json", front.name()));
+        let json = serde_json::to_string(&report).expect("the report serializes");
+        std::fs::write(&saved, json).expect("saved");
+        let loaded = isolation_lab::record::load(&saved).expect("a report");
+        let shown = isolation_lab::record::Shown::of(&loaded, &saved);
+        assert_eq!(shown.failure(), None, "{}", shown.text());
     }
 }

@@ -11,6 +11,7 @@ use crate::executor::{Executor, WorkStyle, Workers};
 use crate::label::Label;
 use crate::policy::{Front, Pool};
 use crate::record::check::stopped::unstarted;
+use crate::report::PolicyReport;
 use crate::resources::Resources;
 
 use super::PolicyCheck;
@@ -90,22 +91,33 @@ impl<'a> PolicyCheck<'a> {
                     ),
                 );
             }
-            // Before F1, only the slow callers have connected (a refused one's connection is
-            // reused by the next caller), and in a test's run, its requests without the token.
-            // A slow caller seen unread sat in the kernel's accept queue until release, every
-            // worker that could accept it blocked: connected, but with no handler yet.
+            // Before F1, of the lab's callers only the slow ones have connected, each at most
+            // once (a refused one's connection is reused by the next caller). A slow caller seen
+            // unread sat in the kernel's accept queue until release, every worker that could
+            // accept it blocked: connected, but with no handler yet. Another process may have
+            // connected too, with a request without the run's token or with none at all: at
+            // most the connections the server accepted in the whole run beyond those the lab's
+            // callers surely had accepted (`lab_accepted`).
             let sent = self.report.inputs.held.get();
-            let unread = (file.observed.executor.iter().flat_map(|w| &w.unread))
-                .filter(|u| matches!(u.request, Label::Slow(_)))
-                .count();
-            let foreign = (file.server.as_ref()).map_or(0, |s| s.foreign_requests_refused);
-            let callers = (sent.saturating_sub(unread))
-                .saturating_add(usize::try_from(foreign).unwrap_or(usize::MAX));
+            let unread: Vec<Label> = (file.observed.executor.iter().flat_map(|w| &w.unread))
+                .map(|u| u.request)
+                .filter(|request| matches!(request, Label::Slow(_)))
+                .collect();
+            let accepted = (file.server.as_ref()).map_or(0, |s| s.connections_accepted);
+            let accepted = usize::try_from(accepted).unwrap_or(usize::MAX);
+            let strangers = accepted.saturating_sub(lab_accepted(file, &before, &unread));
+            let unread = unread.len();
+            let callers = (sent.saturating_sub(unread)).saturating_add(strangers);
             let handlers = before.connection_handlers;
             if self.room.is_none() && handlers > callers {
-                let besides = match foreign {
+                let besides = match strangers {
                     0 => String::new(),
-                    n => format!(" and {} without the run's token", plural(n, "request")),
+                    n => format!(
+                        ", and at most {} of another process (the server accepted {accepted} in \
+                         the whole run, {} for requests held here)",
+                        plural(n, "connection"),
+                        before.held_at_gate
+                    ),
                 };
                 let queued = match unread {
                     0 => String::new(),
@@ -116,8 +128,8 @@ impl<'a> PolicyCheck<'a> {
                 self.find(
                     &["resources", "before_fast", "connection_handlers"],
                     format!(
-                        "resources.before_fast counts {}, but before F1 only {}{besides} \
-                         connected, each at most once{queued}",
+                        "resources.before_fast counts {}, but before F1 only {} connected, \
+                         each at most once{queued}{besides}",
                         plural(handlers, "connection handler"),
                         match sent {
                             1 => "the 1 slow caller".to_owned(),
@@ -415,6 +427,20 @@ impl<'a> PolicyCheck<'a> {
             );
         }
     }
+}
+
+/// The connections the lab's callers surely had the server accept in a run: one for each
+/// request held before F1 (each in its own), one for each slow caller then unread in the accept
+/// queue and answered later, and one more once F1, or a slow caller refused before it, was
+/// answered (F1's own connection, or the refused caller's that F1 reused).
+fn lab_accepted(file: &PolicyReport, before: &Resources, unread: &[Label]) -> usize {
+    let answered =
+        |request: &Label| (file.observed.responses.iter()).any(|r| r.request == *request);
+    let refused =
+        (file.observed.observer_before_fast.as_ref()).is_some_and(|o| !o.refused.is_empty());
+    let unread_answered = unread.iter().filter(|request| answered(request)).count();
+    let f1 = usize::from(refused || answered(&Label::F1));
+    before.held_at_gate + unread_answered + f1
 }
 
 /// The fewest OS threads the lab's process runs before F1 on `front` with `executor`, with the
