@@ -164,6 +164,18 @@ fn connection_cap(soft: Option<u64>) -> usize {
     usize::try_from(usable).map_or(MOST_CONNECTIONS, |n| n.clamp(8, MOST_CONNECTIONS))
 }
 
+/// The most connections a run's front keeps open beside a classroom server of `cap`: the room's
+/// requests waiting for their answers (at most half the cap, `Room::admit`) and the run's own
+/// callers (at most seven: four held, F1 and two probes), with room to spare for strangers'
+/// connections, which make room for new ones beyond it. A run's port is open for minutes, and
+/// any local process may connect to it: without this, one that opened enough connections would
+/// take every descriptor the session has, and end it. The front's end of each connection is
+/// one descriptor, and the run's client's end of the room's and the run's another: within the
+/// three a held room request is budgeted, and the 64 kept back.
+fn front_cap(cap: usize) -> usize {
+    cap / 2 + 16
+}
+
 /// Raises the soft descriptor limit to the hard one, as `hold` does, and returns the cap on
 /// the server's connections under the limit now in force.
 fn descriptors() -> usize {
@@ -216,7 +228,8 @@ pub async fn serve(
         config.timeouts,
     ));
     let (limit, first) = (config.options.safety_timeout, config.inputs);
-    let mut driver = Driver::new(config, journal.clone(), room.clone(), base.clone());
+    let shared = (journal.clone(), room.clone());
+    let mut driver = Driver::new(config, shared, base.clone(), front_cap(cap));
     driver.start(first).await;
     let driver = tokio::spawn(driver.drive(ordered));
     let pump = tokio::spawn({

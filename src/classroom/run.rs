@@ -28,6 +28,7 @@ use crate::label::Label;
 use crate::outcome::Outcome;
 use crate::policy::{Inputs, Mode, Policy, Route};
 use crate::report::Report;
+use crate::server::Hosting;
 
 /// Why an invocation's policies after the one open were not run: the session ended first, ...
 pub(crate) const SESSION_ENDED: &str = "the session ended";
@@ -90,6 +91,8 @@ pub(crate) struct Driver {
     room: Arc<Room>,
     /// The classroom's own URL, for the room's commands.
     base: String,
+    /// The most connections a run's front keeps open (`server::Hosting`).
+    front_connections: usize,
     driven: Driven,
     current: Option<Current>,
     /// Each closed policy run's verdict, for the page's summary.
@@ -169,15 +172,16 @@ fn step_words(step: Planned, policy: Policy) -> String {
 impl Driver {
     pub(crate) fn new(
         config: Config,
-        journal: Arc<Journal>,
-        room: Arc<Room>,
+        (journal, room): (Arc<Journal>, Arc<Room>),
         base: String,
+        front_connections: usize,
     ) -> Self {
         Driver {
             config,
             journal,
             room,
             base,
+            front_connections,
             driven: Driven::default(),
             current: None,
             verdicts: Vec::new(),
@@ -351,7 +355,11 @@ impl Driver {
         let (inputs, policy) = (current.inputs, current.inputs.policy(mode));
         let gates = Arc::new(RoomGates::default());
         let options = self.config.options.clone();
-        let run = match Run::open_at(policy, inputs.held, options, gates.chooser()) {
+        let hosting = Hosting {
+            gates: gates.chooser(),
+            most_connections: Some(self.front_connections),
+        };
+        let run = match Run::open_at(policy, inputs.held, options, hosting) {
             Ok(run) => run,
             Err(never_started) => {
                 let never_started = *never_started;

@@ -26,7 +26,7 @@ use crate::label::Label;
 use crate::policy::{Front, Held, Policy};
 use crate::report::PolicyReport;
 use crate::resources::ResourceEvidence;
-use crate::server::{self, FrontCensus, Gates};
+use crate::server::{self, FrontCensus, Hosting};
 
 /// One step of the sequence, as planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl Run {
     /// Opens a fresh server, pools and gate for `policy`: step 1. `Err` is the finished
     /// report of a run that could not start.
     pub fn open(policy: Policy, held: Held, options: Options) -> Result<Run, Box<PolicyRun>> {
-        Run::open_at(policy, held, options, Gates::default())
+        Run::open_at(policy, held, options, Hosting::default())
     }
 
     /// [`Run::open`], its front's slow work waiting at the gates `gates` picks.
@@ -99,7 +99,7 @@ impl Run {
         policy: Policy,
         held: Held,
         options: Options,
-        gates: Gates,
+        hosting: Hosting,
     ) -> Result<Run, Box<PolicyRun>> {
         let (front, executor) = (options.front, options.executor);
         let shape = (front, executor);
@@ -110,7 +110,7 @@ impl Run {
         })?;
         let section = WorkSection::new(policy, server::permits(front), token.clone());
         let (section, census) = (Arc::new(section), Arc::new(FrontCensus::default()));
-        let session = Session::open(&options, gates, section.clone(), census.clone(), &token);
+        let session = Session::open(&options, hosting, section.clone(), census.clone(), &token);
         let session = session.map_err(|failure| {
             // The section exists: report it as it stands, and what the process holds now.
             let resources = ResourceEvidence {

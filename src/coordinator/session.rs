@@ -19,7 +19,7 @@ use crate::hooks::Hooks;
 use crate::label::Label;
 use crate::resources::{self, Resources};
 use crate::server::runtimes::Heartbeat;
-use crate::server::{self, FrontCensus, Gates, Running};
+use crate::server::{self, FrontCensus, Hosting, Running};
 
 /// The server, client and callers of one policy run.
 #[derive(Debug)]
@@ -65,7 +65,7 @@ impl Session {
     /// slow work waiting at the gates `gates` picks), and builds the client.
     pub(crate) fn open(
         options: &Options,
-        gates: Gates,
+        hosting: Hosting,
         section: Arc<WorkSection>,
         census: Arc<FrontCensus>,
         token: &RunToken,
@@ -96,7 +96,7 @@ impl Session {
                 section.clone(),
                 census.clone(),
                 hooks.clone(),
-                gates,
+                hosting,
                 timeout,
             );
             let (address, running) =
@@ -105,7 +105,15 @@ impl Session {
         } else {
             let started = server::bind_loopback().and_then(|bound| {
                 let (section, census) = (section.clone(), census.clone());
-                server::start_on(front, bound, section, census, hooks.clone(), gates, timeout)
+                server::start_on(
+                    front,
+                    bound,
+                    section,
+                    census,
+                    hooks.clone(),
+                    hosting,
+                    timeout,
+                )
             });
             started.map_err(|e| setup(format!("{}: {e}", failure::setup::BINDING)))?
         };

@@ -96,7 +96,7 @@ impl Serving {
             section.clone(),
             Arc::new(FrontCensus::default()),
             Arc::new(NoHooks),
-            server::Gates::default(),
+            server::Hosting::default(),
             Duration::from_millis(spec.drain_ms),
         )
         .with_context(cannot)?;

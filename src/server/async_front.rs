@@ -23,7 +23,8 @@ use tokio::sync::oneshot;
 use super::connections::{Connections, Owed, Owing};
 use super::work_style::Dispatch;
 use super::{
-    Backoff, ConnectionTask, FrontCensus, Gates, Head, ListenerId, Reply, Stopped, answer, screen,
+    Backoff, ConnectionTask, FrontCensus, Gates, Head, Hosting, ListenerId, Reply, Stopped, answer,
+    screen,
 };
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
@@ -41,6 +42,8 @@ pub(crate) struct AsyncListener {
     id: ListenerId,
     /// The gate each request's slow work waits at.
     gates: Gates,
+    /// The most connections kept open, if any.
+    most: Option<usize>,
     /// Where admitted work runs (`--work`).
     dispatch: Arc<Dispatch>,
 }
@@ -53,14 +56,17 @@ pub(crate) struct AsyncFront {
 }
 
 impl AsyncListener {
-    /// Serves on `listener`, bound to `address`, each request's slow work waiting at the gate
-    /// `gates` picks and its admitted work run as `dispatch` says; must be called on a Tokio
-    /// runtime.
+    /// Serves on `listener`, bound to `address`, hosting requests as `hosting` says and running
+    /// their admitted work as `dispatch` says; must be called on a Tokio runtime.
     pub(crate) fn from_std(
         (listener, address): (std::net::TcpListener, SocketAddr),
-        gates: Gates,
+        hosting: Hosting,
         dispatch: Dispatch,
     ) -> std::io::Result<Self> {
+        let Hosting {
+            gates,
+            most_connections: most,
+        } = hosting;
         listener.set_nonblocking(true)?;
         crate::allocator::slots::reserve();
         let id = ListenerId::of(&listener, address);
@@ -70,6 +76,7 @@ impl AsyncListener {
             address,
             id,
             gates,
+            most,
             dispatch: Arc::new(dispatch),
         })
     }
@@ -117,6 +124,7 @@ impl AsyncListener {
             address: _,
             id,
             gates,
+            most,
             dispatch,
         } = self;
         let graceful = GracefulShutdown::new();
@@ -135,6 +143,15 @@ impl AsyncListener {
                 }
             };
             connections.reap();
+            // At the cap, a stranger's connection makes room (the oldest that owes no answer
+            // and never carried the run's token); with none, the new one is closed at once:
+            // the run's own connections are never closed to make room.
+            if most.is_some_and(|most| connections.open() >= most)
+                && !connections.close_oldest_not_busy()
+            {
+                drop(stream);
+                continue;
+            }
             let owed = Arc::new(Owed::default());
             let given = (
                 section.clone(),
@@ -152,6 +169,10 @@ impl AsyncListener {
                 let screened = screen_request(&section, &request);
                 drop(request);
                 let owed = connection_owes.clone();
+                if screened.is_ok() {
+                    // It carried the run's token: the run's own, never closed to make room.
+                    owed.the_runs();
+                }
                 // The handler's blocks are shared beyond its connection (ledger events,
                 // channels, threads its work starts): outside the slot.
                 Placed::outside(async move {
@@ -175,7 +196,8 @@ impl AsyncListener {
             });
             let connection = graceful.watch(connection);
             let live = census.enter();
-            let task = Placed::in_slot(slot.clone(), ConnectionTask::new(live, connection));
+            let task = ConnectionTask::new(live, connection, owed.clone());
+            let task = Placed::in_slot(slot.clone(), task);
             connections.make_room();
             slot.enter(Placement::Written, || connections.spawn(owed, task));
             // Counted once its handler exists, as on the threaded front.

@@ -25,6 +25,8 @@ pub(crate) struct Owed {
     streaming: AtomicBool,
     /// Set once its task has run: its client has had the chance to be read.
     heard: AtomicBool,
+    /// Set once it carried a run's token (a front's): the run's own connection.
+    the_runs: AtomicBool,
 }
 
 impl Owed {
@@ -43,6 +45,12 @@ impl Owed {
     /// Its task has run, and read what its client had sent: called as the task starts.
     pub(crate) fn heard(&self) {
         self.heard.store(true, Ordering::SeqCst);
+    }
+
+    /// It carried the run's token: the run's own connection, which is never closed to make
+    /// room (an idle one may be the run's client's, kept for its next request).
+    pub(crate) fn the_runs(&self) {
+        self.the_runs.store(true, Ordering::SeqCst);
     }
 
     /// Which to close first to make room: an idle connection whose task has run (between
@@ -135,18 +143,21 @@ impl Connections {
     /// Closes an open connection that owes no answer, to make room for a new one: the oldest
     /// with no request in progress, else the oldest event stream (its client reconnects, and
     /// a flood of streams cannot then lock every other client out), else the oldest whose task
-    /// has not yet run; false when every one is answering. A connection accepted in the same
+    /// has not yet run; never one of a run's own (`Owed::the_runs`); false when every one is
+    /// answering or the run's. A connection accepted in the same
     /// burst as this one, its task not yet run, may hold a whole request unread (a page's
-    /// control, behind a flood): it goes last. It counts as aborted, and as open until its task
-    /// is joined.
+    /// control, behind a flood): it goes last. Owing nothing, it counts as completed, as one
+    /// closed idle at a stop; it counts as open until its task is joined.
     pub(crate) fn close_oldest_not_busy(&mut self) -> bool {
-        let open = self.open.values_mut();
-        let free = open.filter(|c| !c.closing && !c.owed.busy() && !c.handle.is_finished());
-        let Some(oldest) = free.min_by_key(|c| (c.owed.closing_order(), c.age)) else {
+        let open = self.open.iter_mut();
+        let free = open.filter(|(_, c)| !c.closing && !c.owed.busy() && !c.handle.is_finished());
+        let free = free.filter(|(_, c)| !c.owed.the_runs.load(Ordering::SeqCst));
+        let Some((&id, oldest)) = free.min_by_key(|(_, c)| (c.owed.closing_order(), c.age)) else {
             return false;
         };
         oldest.closing = true;
         oldest.handle.abort();
+        self.closed_idle.insert(id);
         true
     }
 

@@ -188,6 +188,19 @@ impl Gates {
     }
 }
 
+/// What whoever starts a front decides of how it hosts requests: the gate each request's slow
+/// work waits at, and how many connections it keeps open at most.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Hosting {
+    pub(crate) gates: Gates,
+    /// `None`: no cap, as in a run of the command line, over in milliseconds. A classroom's
+    /// run, whose port is open for minutes, keeps at most this many: beyond it a stranger's
+    /// connection (one that has not carried the run's token) is closed to make room, so another
+    /// process cannot take every descriptor the session has through the run's port
+    /// (`docs/design.md`, "The classroom's secrets").
+    pub(crate) most_connections: Option<usize>,
+}
+
 impl std::fmt::Debug for Gates {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let chosen = if self.0.is_some() {
@@ -211,8 +224,7 @@ pub(crate) enum Running {
 }
 
 /// Starts `front` serving `section` (on a Tokio runtime) on a listener already bound (see
-/// [`bind_loopback`], [`bind_loopback_with_backlog`]), the slow work of each request waiting at
-/// the gate `gates` picks for it. Connections still open `drain_limit` after the server is told
+/// [`bind_loopback`], [`bind_loopback_with_backlog`]), hosting requests as `hosting` says. Connections still open `drain_limit` after the server is told
 /// to stop are aborted (threads: their held work is abandoned) and reported.
 pub(crate) fn start_on(
     front: Front,
@@ -220,17 +232,17 @@ pub(crate) fn start_on(
     section: Arc<WorkSection>,
     census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
-    gates: Gates,
+    hosting: Hosting,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, Running)> {
     let address = bound.1;
     let running = match front {
         Front::Async => {
-            let server = async_front::AsyncListener::from_std(bound, gates, Default::default())?;
+            let server = async_front::AsyncListener::from_std(bound, hosting, Default::default())?;
             Running::Async(server.start(section, census, hooks, drain_limit))
         }
         Front::Threaded => {
-            let server = threaded::start(bound, gates, section, census, hooks, drain_limit)?;
+            let server = threaded::start(bound, hosting, section, census, hooks, drain_limit)?;
             Running::Threaded(server)
         }
     };
@@ -405,11 +417,17 @@ impl FrontCensus {
 pub(crate) struct ConnectionTask<F> {
     live: Live,
     connection: F,
+    /// What it owes, until its first poll says it was heard (`Owed::heard`).
+    unheard: Option<Arc<connections::Owed>>,
 }
 
 impl<F> ConnectionTask<F> {
-    pub(crate) fn new(live: Live, connection: F) -> Self {
-        ConnectionTask { live, connection }
+    pub(crate) fn new(live: Live, connection: F, owed: Arc<connections::Owed>) -> Self {
+        ConnectionTask {
+            live,
+            connection,
+            unheard: Some(owed),
+        }
     }
 }
 
@@ -417,8 +435,12 @@ impl<F: Future> Future for ConnectionTask<F> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        // SAFETY: `connection` is never moved out of the pinned task; `live` is not pinned.
+        // SAFETY: `connection` is never moved out of the pinned task; `live` and `unheard` are
+        // not pinned.
         let this = unsafe { self.get_unchecked_mut() };
+        if let Some(owed) = this.unheard.take() {
+            owed.heard();
+        }
         // SAFETY: as above, `connection` stays where it is for as long as the task lives.
         let connection = unsafe { Pin::new_unchecked(&mut this.connection) };
         let census = &this.live.0;

@@ -22,7 +22,7 @@ use futures_util::FutureExt;
 use tokio::runtime::{Builder, Runtime};
 use tokio::sync::{Notify, oneshot};
 
-use super::Gates;
+use super::Hosting;
 use super::async_front::AsyncListener;
 use super::caught::{panic_message, quietly};
 use super::work_style::Dispatch;
@@ -114,7 +114,7 @@ pub(crate) fn start(
     section: Arc<WorkSection>,
     census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
-    gates: Gates,
+    hosting: Hosting,
     drain_limit: Duration,
 ) -> std::io::Result<(SocketAddr, FrontThread)> {
     let workers = executor.workers();
@@ -141,7 +141,7 @@ pub(crate) fn start(
     let server = {
         // The listener registers with the reactor of the runtime it is made in: the front's.
         let _inside = front.enter();
-        AsyncListener::from_std(super::bind_loopback()?, gates, dispatch)?
+        AsyncListener::from_std(super::bind_loopback()?, hosting, dispatch)?
     };
     let address = server.address();
     let listening = server.listening()?;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{FrontCensus, Gates, Running};
+use super::{FrontCensus, Hosting, Running};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
 use crate::hooks::{Hooks, NoHooks};
@@ -55,7 +55,7 @@ fn start(
         section,
         census,
         hooks,
-        Gates::default(),
+        Hosting::default(),
         drain_limit,
     )
 }

@@ -22,8 +22,8 @@ use tokio::sync::oneshot;
 
 use super::caught::panic_message;
 use super::{
-    Backoff, FrontCensus, Gates, Handlers, Head, ListenerId, Reply, Stopped, answer, screen,
-    work_blocking,
+    Backoff, FrontCensus, Gates, Handlers, Head, Hosting, ListenerId, Reply, Stopped, answer,
+    screen, work_blocking,
 };
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
@@ -164,9 +164,22 @@ struct Connection {
     thread: JoinHandle<()>,
     /// The socket its thread serves, shared so that shutdown can unblock the thread's read.
     stream: Arc<TcpStream>,
+    /// What its thread says of it.
+    seen: Arc<Seen>,
+    /// Shut down to make room for a new one (`ConnectionTable::close_oldest_not_busy`).
+    closing: bool,
+}
+
+/// What the accept thread can see of a connection's thread.
+#[derive(Debug, Default)]
+struct Seen {
     /// Set while the connection has a whole request and is serving it; clear while it waits
     /// for (the rest of) a request, which is when shutdown may close it.
-    in_work: Arc<AtomicBool>,
+    in_work: AtomicBool,
+    /// Set once its thread's first read returned: its client has been heard.
+    heard: AtomicBool,
+    /// Set once it carried the run's token: the run's own connection.
+    the_runs: AtomicBool,
 }
 
 /// What a connection thread shares with the accept thread.
@@ -174,16 +187,18 @@ struct Shared {
     section: Arc<WorkSection>,
     hooks: Arc<dyn Hooks>,
     gates: Gates,
+    /// The most connections kept open, if any (`Hosting`).
+    most: Option<usize>,
     census: Arc<FrontCensus>,
     signal: Arc<StopSignal>,
 }
 
 /// Starts the accept thread serving `section` on `listener`, bound to `address` (see
-/// `super::bind_loopback`), each request's slow work waiting at the gate `gates` picks; it
-/// serves until [`ThreadedFront::stop`].
+/// `super::bind_loopback`), hosting requests as `hosting` says; it serves until
+/// [`ThreadedFront::stop`].
 pub(crate) fn start(
     (listener, address): (TcpListener, SocketAddr),
-    gates: Gates,
+    hosting: Hosting,
     section: Arc<WorkSection>,
     census: Arc<FrontCensus>,
     hooks: Arc<dyn Hooks>,
@@ -204,7 +219,8 @@ pub(crate) fn start(
     let shared = Arc::new(Shared {
         section,
         hooks,
-        gates,
+        gates: hosting.gates,
+        most: hosting.most_connections,
         census,
         signal: signal.clone(),
     });
@@ -246,6 +262,19 @@ fn serve(
         // The poller reports a listener's readiness once, as it changes: accept until the
         // queue is empty before waiting again.
         let (what, e) = match poller.listener.accept() {
+            // At the cap, a stranger's connection makes room (the oldest that is not serving a
+            // request and never carried the run's token); with none, the new one is closed at
+            // once: the run's own connections are never closed to make room.
+            Ok((stream, _peer))
+                if shared
+                    .most
+                    .is_some_and(|most| connections.open.len() >= most)
+                    && !connections.close_oldest_not_busy() =>
+            {
+                drop(stream);
+                retry.succeeded();
+                continue;
+            }
             Ok((stream, _peer)) => match connections.spawn(stream, &shared) {
                 Ok(()) => {
                     retry.succeeded();
@@ -289,7 +318,7 @@ fn serve(
         section.abandon_gate();
     }
     for connection in connections.open.values() {
-        if abandoned || !connection.in_work.load(Ordering::SeqCst) {
+        if abandoned || !connection.seen.in_work.load(Ordering::SeqCst) {
             let _ = connection.stream.shutdown(Shutdown::Both);
         }
     }
@@ -357,6 +386,27 @@ impl ConnectionTable {
                 Err(error)
             }
         }
+    }
+
+    /// Shuts down an open connection that is not serving a request and never carried the run's
+    /// token, to make room for a new one: the oldest whose client has been heard (between
+    /// requests, or a head not yet whole), else the oldest not yet heard; false when there is
+    /// none. Its thread's read ends, and the thread with it: it counts as completed, and as
+    /// open until its thread is joined.
+    fn close_oldest_not_busy(&mut self) -> bool {
+        let free = self.open.iter_mut().filter(|(_, c)| {
+            let seen = &c.seen;
+            !c.closing
+                && !seen.in_work.load(Ordering::SeqCst)
+                && !seen.the_runs.load(Ordering::SeqCst)
+        });
+        let oldest = free.min_by_key(|&(&id, ref c)| (!c.seen.heard.load(Ordering::SeqCst), id));
+        let Some((_, oldest)) = oldest else {
+            return false;
+        };
+        oldest.closing = true;
+        let _ = oldest.stream.shutdown(Shutdown::Both);
+        true
     }
 
     /// Joins every connection that has said it ended.
@@ -505,8 +555,8 @@ fn start_connection(
     // speed-up, so a socket that refuses it is served all the same.
     let _ = stream.set_nodelay(true);
     let stream = Arc::new(stream);
-    let in_work = Arc::new(AtomicBool::new(false));
-    let (mine, working, shared) = (stream.clone(), in_work.clone(), shared.clone());
+    let seen = Arc::new(Seen::default());
+    let (mine, working, shared) = (stream.clone(), seen.clone(), shared.clone());
     let started = thread::Builder::new()
         .name("lab-connection".into())
         .spawn(move || {
@@ -528,7 +578,8 @@ fn start_connection(
         Ok(thread) => Ok(Connection {
             thread,
             stream,
-            in_work,
+            seen,
+            closing: false,
         }),
         Err(error) => Err(Unserved { error, stream }),
     }
@@ -586,10 +637,10 @@ fn await_release(tid: Option<u32>) {
     }
 }
 
-fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
+fn serve_connection(stream: &TcpStream, shared: &Shared, seen: &Seen) {
     let mut buffer = Vec::with_capacity(1024);
     loop {
-        let head = read_head(stream, &mut buffer, &shared.section, in_work);
+        let head = read_head(stream, &mut buffer, &shared.section, seen);
         let RequestHead {
             screened,
             keep_alive,
@@ -600,6 +651,8 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
         };
         let reply = match screened {
             Ok((label, route)) => {
+                // It carried the run's token: the run's own, never closed to make room.
+                seen.the_runs.store(true, Ordering::SeqCst);
                 let (section, hooks, gates) = (&shared.section, &*shared.hooks, &shared.gates);
                 answer(label, work_blocking(section, hooks, gates, label, route))
             }
@@ -607,7 +660,7 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, in_work: &AtomicBool) {
         };
         // A caller that went away while its work was held cannot be told; the work is done.
         let written = write_reply(stream, &reply, keep_alive);
-        in_work.store(false, Ordering::SeqCst);
+        seen.in_work.store(false, Ordering::SeqCst);
         if written.is_err() || !keep_alive || shared.signal.stopping() {
             return;
         }
@@ -630,8 +683,9 @@ fn read_head(
     mut stream: &TcpStream,
     buffer: &mut Vec<u8>,
     section: &WorkSection,
-    in_work: &AtomicBool,
+    seen: &Seen,
 ) -> io::Result<Option<RequestHead>> {
+    let in_work = &seen.in_work;
     let mut chunk = [0; 1024];
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
@@ -660,7 +714,9 @@ fn read_head(
             }
             Err(_) => return refuse(StatusCode::BAD_REQUEST, "malformed_request"),
         }
-        let read = stream.read(&mut chunk)?;
+        let read = stream.read(&mut chunk);
+        seen.heard.store(true, Ordering::SeqCst);
+        let read = read?;
         if read == 0 {
             return Ok(None);
         }

@@ -1541,6 +1541,92 @@ fn read_rest_of_one(stream: &mut TcpStream) -> (usize, String) {
     (read, String::from_utf8_lossy(&answer[..read]).into_owned())
 }
 
+/// A run's port is open as long as the run, and any local process may connect to it: a flood
+/// of connections to the run's front, under 100 descriptors, more than the session has left,
+/// does not take them all. Beyond the front's cap (`front_cap` in src/classroom/mod.rs: 22
+/// here) the oldest strangers' connections are closed to make room, the run's own never, so the
+/// page still gets in and the run goes on and matches, and `record` says so (without the cap,
+/// the front ran out of descriptors and failed the run). On each front.
+#[test]
+fn a_flood_of_connections_to_a_run_s_front_ends_nothing() {
+    for front in ["async", "threaded"] {
+        flood_a_run_s_front(front);
+    }
+}
+
+fn flood_a_run_s_front(front: &str) {
+    let args = [
+        "classroom",
+        "--mode",
+        "shared",
+        "--held",
+        "1",
+        "--server",
+        front,
+    ];
+    let (mut child, url, lines) = spawn_with_descriptors(100, &args);
+    let (base, control) = base_and_control(&url);
+    let page: SocketAddr = base["http://".len()..].parse().expect("an address");
+    let status = common::runtime().block_on(async {
+        let sent = (common::client().post(format!("{base}/control/next")))
+            .header("lab-control", &control)
+            .send();
+        within(sent).await.expect("answered").status()
+    });
+    assert_eq!(status, 200, "the first step opens the run's front");
+    let ports = listening_ports(child.id());
+    let front = ports.iter().find(|&&port| port != page.port());
+    let front = SocketAddr::from(([127, 0, 0, 1], *front.expect("the front listens")));
+    let mut flood: Vec<TcpStream> = (0..150)
+        .map(|_| TcpStream::connect(front).expect("connect"))
+        .collect();
+    let (read, _) = read_rest(&mut flood[0]);
+    assert!(
+        closed_by_the_server(&read),
+        "the oldest was closed: {read:?}"
+    );
+    run_to_end(&base, &control);
+    let (status, report, _) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(0), "{report}");
+    assert_eq!(report["failure"], Value::Null, "{report}");
+    assert_eq!(report["matches_model"], true, "{report}");
+    drop(flood);
+    let dir = common::temp_dir("isolation-lab-session").expect("a scratch directory");
+    let saved = dir.path().join("s.json");
+    std::fs::write(&saved, report.to_string()).expect("saved");
+    let loaded = isolation_lab::record::load(&saved).expect("a session report");
+    let shown = isolation_lab::record::Shown::of(&loaded, &saved);
+    assert_eq!(shown.failure(), None, "{}", shown.text());
+}
+
+/// The TCP ports process `pid` listens on, from its descriptors and `/proc/net/tcp`, where the
+/// kernel lists every listening socket before any other.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("its descriptors");
+    let sockets: Vec<String> = (fds.flatten())
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| target.to_str().map(str::to_owned))
+        .collect();
+    let table = std::fs::File::open("/proc/net/tcp").expect("/proc/net/tcp");
+    let mut ports = Vec::new();
+    // The kernel writes the table as it is read: reading stops at the first socket that is not
+    // listening, so the connections the suite leaves in TIME-WAIT are neither written nor read.
+    for line in BufReader::new(table).lines().skip(1).map_while(Result::ok) {
+        // local address, state (0A is LISTEN), inode
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() <= 9 || fields[3] != "0A" {
+            break;
+        }
+        let inode = format!("socket:[{}]", fields[9]);
+        let port = fields[1].rsplit_once(':').map(|(_, port)| port);
+        let port = port.and_then(|port| u16::from_str_radix(port, 16).ok());
+        if let Some(port) = port.filter(|_| sockets.contains(&inode)) {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
 /// The binary under a 1024-descriptor limit (soft and hard, so it cannot raise it): 1 100 idle
 /// connections that never send a byte do not end the session. While they are open the page can
 /// still connect and the run goes on: the oldest idle connections make room, closed by the cap
