@@ -241,15 +241,9 @@ fn a_signal_while_the_report_is_written_ends_the_lab_in_one_line() {
     use std::os::fd::AsRawFd;
     let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
     crate::common::with_default(&mut lab, libc::SIGTERM);
-    let mut child = lab
-        .args(["--format", "svg"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the lab starts");
-    let stdout = child.stdout.take().expect("piped");
-    // The smallest pipe the kernel gives: the picture, about 27 KB, cannot fit it.
+    // The smallest pipe the kernel gives, sized before the lab can write to it (a pipe that
+    // already holds more cannot shrink): the picture, about 27 KB, cannot fit it.
+    let (stdout, into) = std::io::pipe().expect("a pipe");
     // SAFETY: fcntl on our own open descriptor, with an integer argument.
     let sized = unsafe { libc::fcntl(stdout.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
     assert!(
@@ -257,6 +251,15 @@ fn a_signal_while_the_report_is_written_ends_the_lab_in_one_line() {
         "the pipe resized: {}",
         std::io::Error::last_os_error()
     );
+    let mut child = lab
+        .args(["--format", "svg"])
+        .stdin(Stdio::null())
+        .stdout(into)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the lab starts");
+    // Only the lab writes to the pipe: nothing then keeps it open once the lab has ended.
+    drop(lab);
     let pid = child.id();
     // Blocked on the full pipe: a thread of its waits in the kernel's pipe_write (named
     // anon_pipe_write in some kernels, pipe_wait in older ones).
