@@ -37,7 +37,8 @@ pub trait Hooks: Debug + Send + Sync {
     /// Called while slow work is held, before those requests are sent, with the server's
     /// address: a test may connect as another process would. The server accepts connections
     /// in the order they came, so one made here has been accepted once a request sent after
-    /// it is answered.
+    /// it is answered: on the async front, its handler is counted then; the threaded front
+    /// counts it as its thread starts, which may be later.
     fn before_foreign_requests(&self, _server: SocketAddr) {}
 }
 

@@ -418,12 +418,13 @@ pub(crate) async fn serve(
         };
         connections.reap();
         // The oldest connection with no request in progress makes room, else the oldest event
-        // stream, else the oldest not yet read (`Connections::close_oldest_not_busy`); with
-        // none, the new one is refused, closed at once. Either way this server
-        // holds at most `cap` connections, and idle ones end at the header timeout.
+        // stream, else the oldest not yet read (`Connections::close_oldest_not_busy`), its task
+        // joined before the new one's starts; with none, the new one is refused, closed at
+        // once. Either way this server holds at most `cap` connections, and idle ones end at
+        // the header timeout.
         if connections.open() >= cap {
             served.refused += 1;
-            if !connections.close_oldest_not_busy() {
+            if !connections.room_for_one(cap).await {
                 drop(stream);
                 continue;
             }
@@ -453,9 +454,11 @@ pub(crate) async fn serve(
             .header_read_timeout(header_timeout);
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
-        let heard = owed.clone();
+        let polled = owed.clone();
         connections.spawn(owed, async move {
-            heard.heard();
+            // On the lab's current-thread runtime nothing else runs until this poll returns,
+            // having read what had come.
+            polled.mark_polled();
             // A client's broken connection is its own business, not the session's.
             let _ = connection.await;
         });

@@ -94,7 +94,8 @@ impl Run {
         Run::open_at(policy, held, options, Hosting::default())
     }
 
-    /// [`Run::open`], its front's slow work waiting at the gates `gates` picks.
+    /// [`Run::open`], its front hosting requests as `hosting` says (the gates their slow work
+    /// waits at, the most connections it keeps open).
     pub(crate) fn open_at(
         policy: Policy,
         held: Held,

@@ -61,8 +61,8 @@ pub(crate) struct SessionEnd {
 }
 
 impl Session {
-    /// Binds `127.0.0.1:0`, starts the options' front serving `section` on their executor (its
-    /// slow work waiting at the gates `gates` picks), and builds the client.
+    /// Binds `127.0.0.1:0`, starts the options' front serving `section` on their executor,
+    /// hosting requests as `hosting` says, and builds the client.
     pub(crate) fn open(
         options: &Options,
         hosting: Hosting,

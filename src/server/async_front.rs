@@ -146,8 +146,8 @@ impl AsyncListener {
             // At the cap, a stranger's connection makes room (the oldest that owes no answer
             // and never carried the run's token); with none, the new one is closed at once:
             // the run's own connections are never closed to make room.
-            if most.is_some_and(|most| connections.open() >= most)
-                && !connections.close_oldest_not_busy()
+            if let Some(most) = most
+                && !connections.room_for_one(most).await
             {
                 drop(stream);
                 continue;
@@ -171,7 +171,7 @@ impl AsyncListener {
                 let owed = connection_owes.clone();
                 if screened.is_ok() {
                     // It carried the run's token: the run's own, never closed to make room.
-                    owed.the_runs();
+                    owed.mark_the_runs();
                 }
                 // The handler's blocks are shared beyond its connection (ledger events,
                 // channels, threads its work starts): outside the slot.
@@ -198,7 +198,7 @@ impl AsyncListener {
             let live = census.enter();
             let task = ConnectionTask::new(live, connection, owed.clone());
             let task = Placed::in_slot(slot.clone(), task);
-            connections.make_room();
+            connections.reserve_entry();
             slot.enter(Placement::Written, || connections.spawn(owed, task));
             // Counted once its handler exists, as on the threaded front.
             accepted += 1;

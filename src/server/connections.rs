@@ -23,8 +23,8 @@ pub(crate) struct Owed {
     answers: AtomicUsize,
     /// Set while an answer is an event stream.
     streaming: AtomicBool,
-    /// Set once its task has run: its client has had the chance to be read.
-    heard: AtomicBool,
+    /// Set once its task has been polled: what its client had sent by then has been read.
+    polled: AtomicBool,
     /// Set once it carried a run's token (a front's): the run's own connection.
     the_runs: AtomicBool,
 }
@@ -42,22 +42,23 @@ impl Owed {
         self.answers.load(Ordering::SeqCst) == 0
     }
 
-    /// Its task has run, and read what its client had sent: called as the task starts.
-    pub(crate) fn heard(&self) {
-        self.heard.store(true, Ordering::SeqCst);
+    /// Its task has been polled once: what its client had sent by then has been read.
+    pub(crate) fn mark_polled(&self) {
+        self.polled.store(true, Ordering::SeqCst);
     }
 
     /// It carried the run's token: the run's own connection, which is never closed to make
     /// room (an idle one may be the run's client's, kept for its next request).
-    pub(crate) fn the_runs(&self) {
+    pub(crate) fn mark_the_runs(&self) {
         self.the_runs.store(true, Ordering::SeqCst);
     }
 
-    /// Which to close first to make room: an idle connection whose task has run (between
-    /// requests, or a head not yet whole), then an event stream, then one not yet heard,
-    /// accepted in the burst the new one came in, whose request may be in its socket unread.
+    /// Which to close first to make room: an idle connection whose task has been polled
+    /// (between requests, or a head not yet whole), then an event stream, then one not yet
+    /// polled, accepted in the burst the new one came in, whose request may be in its socket
+    /// unread.
     fn closing_order(&self) -> u8 {
-        match (self.idle(), self.heard.load(Ordering::SeqCst)) {
+        match (self.idle(), self.polled.load(Ordering::SeqCst)) {
             (true, true) => 0,
             (false, _) => 1,
             (true, false) => 2,
@@ -143,11 +144,10 @@ impl Connections {
     /// Closes an open connection that owes no answer, to make room for a new one: the oldest
     /// with no request in progress, else the oldest event stream (its client reconnects, and
     /// a flood of streams cannot then lock every other client out), else the oldest whose task
-    /// has not yet run; never one of a run's own (`Owed::the_runs`); false when every one is
-    /// answering or the run's. A connection accepted in the same
-    /// burst as this one, its task not yet run, may hold a whole request unread (a page's
-    /// control, behind a flood): it goes last. Owing nothing, it counts as completed, as one
-    /// closed idle at a stop; it counts as open until its task is joined.
+    /// has not yet been polled, accepted in the same burst as the new one, which may hold a
+    /// whole request unread (a page's control, behind a flood); never one of a run's own
+    /// (`Owed::mark_the_runs`). False when every one is answering or a run's. Owing nothing, it
+    /// counts as completed, as one closed idle at a stop, and as open until its task is joined.
     pub(crate) fn close_oldest_not_busy(&mut self) -> bool {
         let open = self.open.iter_mut();
         let free = open.filter(|(_, c)| !c.closing && !c.owed.busy() && !c.handle.is_finished());
@@ -161,9 +161,29 @@ impl Connections {
         true
     }
 
-    /// Makes room for one more connection before it is spawned, so the bookkeeping's own
+    /// Makes room for one more connection while `most` are open: closes one that owes no answer
+    /// ([`Connections::close_oldest_not_busy`]) and joins its task, which ends at once, so no
+    /// more than `most` are ever open. False when there is none to close: every open one is
+    /// answering, or a run's own; then the new one is closed instead.
+    pub(crate) async fn room_for_one(&mut self, most: usize) -> bool {
+        if self.open() < most {
+            return true;
+        }
+        if !self.close_oldest_not_busy() {
+            return false;
+        }
+        while self.open() >= most {
+            match self.tasks.join_next_with_id().await {
+                Some(ended) => self.count(ended),
+                None => break,
+            }
+        }
+        true
+    }
+
+    /// Makes room for one more entry before a connection is spawned, so the bookkeeping's own
     /// growth is not placed in that connection's slot (see `src/allocator/slots.rs`).
-    pub(crate) fn make_room(&mut self) {
+    pub(crate) fn reserve_entry(&mut self) {
         self.open.reserve(1);
     }
 

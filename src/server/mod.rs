@@ -224,8 +224,9 @@ pub(crate) enum Running {
 }
 
 /// Starts `front` serving `section` (on a Tokio runtime) on a listener already bound (see
-/// [`bind_loopback`], [`bind_loopback_with_backlog`]), hosting requests as `hosting` says. Connections still open `drain_limit` after the server is told
-/// to stop are aborted (threads: their held work is abandoned) and reported.
+/// [`bind_loopback`], [`bind_loopback_with_backlog`]), hosting requests as `hosting` says.
+/// Connections still open `drain_limit` after the server is told to stop are aborted (threads:
+/// their held work is abandoned) and reported.
 pub(crate) fn start_on(
     front: Front,
     bound: (TcpListener, SocketAddr),
@@ -417,8 +418,8 @@ impl FrontCensus {
 pub(crate) struct ConnectionTask<F> {
     live: Live,
     connection: F,
-    /// What it owes, until its first poll says it was heard (`Owed::heard`).
-    unheard: Option<Arc<connections::Owed>>,
+    /// What it owes, until its first poll has returned (`Owed::mark_polled`).
+    unpolled: Option<Arc<connections::Owed>>,
 }
 
 impl<F> ConnectionTask<F> {
@@ -426,7 +427,7 @@ impl<F> ConnectionTask<F> {
         ConnectionTask {
             live,
             connection,
-            unheard: Some(owed),
+            unpolled: Some(owed),
         }
     }
 }
@@ -435,18 +436,19 @@ impl<F: Future> Future for ConnectionTask<F> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        // SAFETY: `connection` is never moved out of the pinned task; `live` and `unheard` are
+        // SAFETY: `connection` is never moved out of the pinned task; `live` and `unpolled` are
         // not pinned.
         let this = unsafe { self.get_unchecked_mut() };
-        if let Some(owed) = this.unheard.take() {
-            owed.heard();
-        }
         // SAFETY: as above, `connection` stays where it is for as long as the task lives.
         let connection = unsafe { Pin::new_unchecked(&mut this.connection) };
         let census = &this.live.0;
-        census
-            .panic_said(connections::CONNECTION_TASK, || connection.poll(cx))
-            .map(drop)
+        let polled = census.panic_said(connections::CONNECTION_TASK, || connection.poll(cx));
+        // Marked once the poll has read what had come, and screened a whole head: never while
+        // another worker is still reading it.
+        if let Some(owed) = this.unpolled.take() {
+            owed.mark_polled();
+        }
+        polled.map(drop)
     }
 }
 

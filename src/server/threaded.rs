@@ -166,20 +166,53 @@ struct Connection {
     stream: Arc<TcpStream>,
     /// What its thread says of it.
     seen: Arc<Seen>,
-    /// Shut down to make room for a new one (`ConnectionTable::close_oldest_not_busy`).
-    closing: bool,
 }
 
-/// What the accept thread can see of a connection's thread.
+/// What the accept thread can see of a connection's thread: where it is with its request (its
+/// `state`), whether it has started, and whether it is the run's own.
 #[derive(Debug, Default)]
 struct Seen {
-    /// Set while the connection has a whole request and is serving it; clear while it waits
-    /// for (the rest of) a request, which is when shutdown may close it.
-    in_work: AtomicBool,
-    /// Set once its thread's first read returned: its client has been heard.
-    heard: AtomicBool,
+    /// [`WAITING`], [`ANSWERING`], [`REFUSING`] or [`CLOSING`], moved by compare-and-swap: the
+    /// accept thread closing it and its own thread taking a request cannot both win.
+    state: AtomicU8,
+    /// Set as its thread starts, before it reads what its client sends.
+    started: AtomicBool,
     /// Set once it carried the run's token: the run's own connection.
     the_runs: AtomicBool,
+}
+
+/// Waiting for (the rest of) a request: the accept thread may close it.
+const WAITING: u8 = 0;
+/// A whole request, being screened and served: closing it would drop what its client is owed.
+const ANSWERING: u8 = 1;
+/// Answering a request without the run's token with a refusal: a stop waits for it, but a
+/// stranger's may be closed to make room (one that never reads its answer would otherwise
+/// keep its thread, and its place, for ever).
+const REFUSING: u8 = 2;
+/// Shut down by the accept thread: to make room, or at a stop.
+const CLOSING: u8 = 3;
+
+impl Seen {
+    /// Its thread takes a whole request, unless the connection is being closed.
+    fn take_request(&self) -> bool {
+        self.moved(WAITING, ANSWERING)
+    }
+
+    /// Its thread has answered, and waits for the next request, unless the connection is being
+    /// closed.
+    fn answered(&self) -> bool {
+        self.moved(ANSWERING, WAITING) || self.moved(REFUSING, WAITING)
+    }
+
+    /// The accept thread closes it, if it is in `from`.
+    fn close_from(&self, from: u8) -> bool {
+        self.moved(from, CLOSING)
+    }
+
+    fn moved(&self, from: u8, to: u8) -> bool {
+        let (order, failed) = (Ordering::SeqCst, Ordering::SeqCst);
+        self.state.compare_exchange(from, to, order, failed).is_ok()
+    }
 }
 
 /// What a connection thread shares with the accept thread.
@@ -268,8 +301,7 @@ fn serve(
             Ok((stream, _peer))
                 if shared
                     .most
-                    .is_some_and(|most| connections.open.len() >= most)
-                    && !connections.close_oldest_not_busy() =>
+                    .is_some_and(|most| !connections.make_room(most, &heard)) =>
             {
                 drop(stream);
                 retry.succeeded();
@@ -311,14 +343,15 @@ fn serve(
 
     // Once stopping, a connection between requests ends by itself; one that is not
     // serving a request (waiting for one, or for the rest of a head a client may never
-    // finish) is closed now. The two checks are ordered (SeqCst) so one of them catches it.
+    // finish) is closed now: either its thread takes a request first, and sees the stop once
+    // it has answered, or this closes it first, and its thread takes no request.
     // A server dropped without `stop` closes every connection and waits for no work.
     let abandoned = signal.abandoned();
     if abandoned {
         section.abandon_gate();
     }
     for connection in connections.open.values() {
-        if abandoned || !connection.seen.in_work.load(Ordering::SeqCst) {
+        if abandoned || connection.seen.close_from(WAITING) {
             let _ = connection.stream.shutdown(Shutdown::Both);
         }
     }
@@ -388,24 +421,40 @@ impl ConnectionTable {
         }
     }
 
-    /// Shuts down an open connection that is not serving a request and never carried the run's
-    /// token, to make room for a new one: the oldest whose client has been heard (between
-    /// requests, or a head not yet whole), else the oldest not yet heard; false when there is
-    /// none. Its thread's read ends, and the thread with it: it counts as completed, and as
-    /// open until its thread is joined.
-    fn close_oldest_not_busy(&mut self) -> bool {
-        let free = self.open.iter_mut().filter(|(_, c)| {
-            let seen = &c.seen;
-            !c.closing
-                && !seen.in_work.load(Ordering::SeqCst)
-                && !seen.the_runs.load(Ordering::SeqCst)
+    /// Makes room for one more connection while `most` are open: shuts down a stranger's, one
+    /// that never carried the run's token and is waiting for a request or refusing one (the
+    /// oldest whose thread has started, else the oldest), and joins its thread, which ends as
+    /// its socket does. It counts as completed. False when there is none to close (every open
+    /// one is the run's, or serving), or it did not end within [`FORCED_LIMIT`]: then the new
+    /// one is closed instead, and no more than `most` are ever open.
+    fn make_room(&mut self, most: usize, heard: &std_mpsc::Receiver<Note>) -> bool {
+        if self.open.len() < most {
+            return true;
+        }
+        let mut free: Vec<(u64, &Connection)> = (self.open.iter())
+            .filter(|(_, c)| !c.seen.the_runs.load(Ordering::SeqCst))
+            .map(|(&id, c)| (id, c))
+            .collect();
+        free.sort_by_key(|&(id, c)| (!c.seen.started.load(Ordering::SeqCst), id));
+        let closed = free.into_iter().find_map(|(id, c)| {
+            let closed = c.seen.close_from(WAITING) || c.seen.close_from(REFUSING);
+            closed.then(|| {
+                let _ = c.stream.shutdown(Shutdown::Both);
+                id
+            })
         });
-        let oldest = free.min_by_key(|&(&id, ref c)| (!c.seen.heard.load(Ordering::SeqCst), id));
-        let Some((_, oldest)) = oldest else {
+        let Some(closed) = closed else {
             return false;
         };
-        oldest.closing = true;
-        let _ = oldest.stream.shutdown(Shutdown::Both);
+        let until = Instant::now() + FORCED_LIMIT;
+        while self.open.contains_key(&closed) {
+            let left = until.saturating_duration_since(Instant::now());
+            match heard.recv_timeout(left) {
+                Ok(Note::Ended { id, tid }) => self.join(id, tid, false),
+                Ok(Note::Raised) => {}
+                Err(_) => return false,
+            }
+        }
         true
     }
 
@@ -563,6 +612,7 @@ fn start_connection(
             // Both guards also act while a panic unwinds: the census counts the handler out,
             // and the connection closes and tells the accept thread it ended.
             let _live = shared.census.enter();
+            working.started.store(true, Ordering::SeqCst);
             let ending = Ending {
                 id,
                 tid: os_thread_id(),
@@ -579,7 +629,6 @@ fn start_connection(
             thread,
             stream,
             seen,
-            closing: false,
         }),
         Err(error) => Err(Unserved { error, stream }),
     }
@@ -656,12 +705,16 @@ fn serve_connection(stream: &TcpStream, shared: &Shared, seen: &Seen) {
                 let (section, hooks, gates) = (&shared.section, &*shared.hooks, &shared.gates);
                 answer(label, work_blocking(section, hooks, gates, label, route))
             }
-            Err(reply) => reply,
+            Err(reply) => {
+                // Only this thread moves it on from answering.
+                seen.state.store(REFUSING, Ordering::SeqCst);
+                reply
+            }
         };
         // A caller that went away while its work was held cannot be told; the work is done.
         let written = write_reply(stream, &reply, keep_alive);
-        seen.in_work.store(false, Ordering::SeqCst);
-        if written.is_err() || !keep_alive || shared.signal.stopping() {
+        let waiting = seen.answered();
+        if !waiting || written.is_err() || !keep_alive || shared.signal.stopping() {
             return;
         }
     }
@@ -676,22 +729,24 @@ struct RequestHead {
 }
 
 /// Reads one request head from `stream`, keeping in `buffer` whatever follows it, and screens
-/// it for `section`: `None` if the stream ends first. A head read marks the connection
-/// `in_work` before it is screened, since screening counts what it refuses: a stop then waits
-/// for its answer rather than shut a connection whose refusal is already counted.
+/// it for `section`: `None` if the stream ends first, or the connection is being closed. A head
+/// read takes the request (`Seen::take_request`) before it is screened, since screening counts
+/// what it refuses: a stop then waits for its answer rather than shut a connection whose
+/// refusal is already counted.
 fn read_head(
     mut stream: &TcpStream,
     buffer: &mut Vec<u8>,
     section: &WorkSection,
     seen: &Seen,
 ) -> io::Result<Option<RequestHead>> {
-    let in_work = &seen.in_work;
     let mut chunk = [0; 1024];
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut headers);
         let refuse = |status, error| {
-            in_work.store(true, Ordering::SeqCst);
+            if !seen.take_request() {
+                return Ok(None);
+            }
             let body = json!({ "error": error });
             Ok(Some(RequestHead {
                 screened: Err(Reply { status, body }),
@@ -700,7 +755,9 @@ fn read_head(
         };
         match request.parse(buffer) {
             Ok(httparse::Status::Complete(length)) => {
-                in_work.store(true, Ordering::SeqCst);
+                if !seen.take_request() {
+                    return Ok(None);
+                }
                 let head = RequestHead::read(&request, section);
                 buffer.drain(..length);
                 return Ok(Some(head));
@@ -714,9 +771,7 @@ fn read_head(
             }
             Err(_) => return refuse(StatusCode::BAD_REQUEST, "malformed_request"),
         }
-        let read = stream.read(&mut chunk);
-        seen.heard.store(true, Ordering::SeqCst);
-        let read = read?;
+        let read = stream.read(&mut chunk)?;
         if read == 0 {
             return Ok(None);
         }

@@ -1585,6 +1585,10 @@ fn flood_a_run_s_front(front: &str) {
         closed_by_the_server(&read),
         "the oldest was closed: {read:?}"
     );
+    // The cap under 100 descriptors: `front_cap(connection_cap(Some(100)))`.
+    const FRONT_CAP: usize = 12 / 2 + 16;
+    let held = accepted_on(child.id(), front.port());
+    assert!(held <= FRONT_CAP, "{held} connections open on the front");
     run_to_end(&base, &control);
     let (status, report, _) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
@@ -1599,14 +1603,35 @@ fn flood_a_run_s_front(front: &str) {
     assert_eq!(shown.failure(), None, "{}", shown.text());
 }
 
+/// The sockets process `pid` holds, as their descriptors' links name them (`socket:[inode]`).
+fn sockets_of(pid: u32) -> Vec<String> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("its descriptors");
+    (fds.flatten())
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| target.to_str().map(str::to_owned))
+        .collect()
+}
+
+/// How many connections accepted on `port` process `pid` holds open, from `/proc/net/tcp`.
+fn accepted_on(pid: u32, port: u16) -> usize {
+    let sockets = sockets_of(pid);
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!(":{port:04X}");
+    let accepted = table.lines().skip(1).filter(|line| {
+        // local address, state (01 is ESTABLISHED), inode
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() > 9
+            && fields[1].ends_with(&local)
+            && fields[3] == "01"
+            && sockets.contains(&format!("socket:[{}]", fields[9]))
+    });
+    accepted.count()
+}
+
 /// The TCP ports process `pid` listens on, from its descriptors and `/proc/net/tcp`, where the
 /// kernel lists every listening socket before any other.
 fn listening_ports(pid: u32) -> Vec<u16> {
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("its descriptors");
-    let sockets: Vec<String> = (fds.flatten())
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|target| target.to_str().map(str::to_owned))
-        .collect();
+    let sockets = sockets_of(pid);
     let table = std::fs::File::open("/proc/net/tcp").expect("/proc/net/tcp");
     let mut ports = Vec::new();
     // The kernel writes the table as it is read: reading stops at the first socket that is not

@@ -105,7 +105,8 @@ impl<'a> PolicyCheck<'a> {
                 .collect();
             let accepted = (file.server.as_ref()).map_or(0, |s| s.connections_accepted);
             let accepted = usize::try_from(accepted).unwrap_or(usize::MAX);
-            let strangers = accepted.saturating_sub(lab_accepted(file, &before, &unread));
+            let (lab, lab_words) = lab_accepted(file, &before, &unread);
+            let strangers = accepted.saturating_sub(lab);
             let unread = unread.len();
             let callers = (sent.saturating_sub(unread)).saturating_add(strangers);
             let handlers = before.connection_handlers;
@@ -114,9 +115,8 @@ impl<'a> PolicyCheck<'a> {
                     0 => String::new(),
                     n => format!(
                         ", and at most {} of another process (the server accepted {accepted} in \
-                         the whole run, {} for requests held here)",
+                         the whole run, {lab} of them surely the lab's callers': {lab_words})",
                         plural(n, "connection"),
-                        before.held_at_gate
                     ),
                 };
                 let queued = match unread {
@@ -429,18 +429,39 @@ impl<'a> PolicyCheck<'a> {
     }
 }
 
-/// The connections the lab's callers surely had the server accept in a run: one for each
-/// request held before F1 (each in its own), one for each slow caller then unread in the accept
-/// queue and answered later, and one more once F1, or a slow caller refused before it, was
-/// answered (F1's own connection, or the refused caller's that F1 reused).
-fn lab_accepted(file: &PolicyReport, before: &Resources, unread: &[Label]) -> usize {
-    let answered =
-        |request: &Label| (file.observed.responses.iter()).any(|r| r.request == *request);
-    let refused =
-        (file.observed.observer_before_fast.as_ref()).is_some_and(|o| !o.refused.is_empty());
+/// The connections the lab's callers surely had the server accept in a run, and the words for
+/// them: one for each request held before F1 (each in its own), one for each slow caller queued
+/// for a thread then (admitted, not yet at the gate), one for each slow caller then unread in
+/// the accept queue and answered later, and one more once F1, or a slow caller refused before
+/// it, was answered (F1's own connection, or the refused caller's that F1 reused).
+fn lab_accepted(file: &PolicyReport, before: &Resources, unread: &[Label]) -> (usize, String) {
+    let observed = &file.observed;
+    let answered = |request: &Label| (observed.responses.iter()).any(|r| r.request == *request);
+    let refused = (observed.observer_before_fast.as_ref()).is_some_and(|o| !o.refused.is_empty());
+    let queued = (observed.executor.iter().flat_map(|w| &w.queued))
+        .filter(|request| matches!(request, Label::Slow(_)))
+        .count();
     let unread_answered = unread.iter().filter(|request| answered(request)).count();
     let f1 = usize::from(refused || answered(&Label::F1));
-    before.held_at_gate + unread_answered + f1
+    let counted = [
+        (before.held_at_gate, "held before F1"),
+        (queued, "queued for a thread"),
+        (unread_answered, "read only after release"),
+    ];
+    let mut words: Vec<String> = (counted.iter())
+        .filter(|&&(n, _)| n > 0)
+        .map(|&(n, whose)| format!("{n} {whose}"))
+        .collect();
+    if f1 > 0 {
+        words.push("F1's (its own, or a refused caller's it reused)".into());
+    }
+    let lab = counted.iter().map(|&(n, _)| n).sum::<usize>() + f1;
+    let words = match words.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "none".into(),
+    };
+    (lab, words)
 }
 
 /// The fewest OS threads the lab's process runs before F1 on `front` with `executor`, with the
