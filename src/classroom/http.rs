@@ -21,10 +21,10 @@
 //! - At most a limit of connections are open at once (from the descriptors this process may
 //!   open). Beyond it, the oldest connection with no request in progress (idle, or a head not
 //!   yet whole) is closed to make room, else the oldest event stream (its page reconnects),
-//!   else the oldest not yet read at all (accepted in the same burst as the new one), so a
-//!   flood of idle connections or of streams cannot lock the page out, nor a flood of new ones
-//!   push out a control request before it is read; only when every open one owes an answer is
-//!   the new one closed as soon as it is accepted. The room may have at
+//!   never one not yet read at all (accepted in the same burst as the new one), so a flood of
+//!   idle connections or of streams cannot lock the page out, nor a flood of new ones push out
+//!   a control request before it is read; only when none of the open ones may be closed is the
+//!   new one closed as soon as it is accepted. The room may have at
 //!   most half the limit of its requests waiting for answers (`Room::admit`); beyond that one is
 //!   answered 503 `room_full` at once, so the room cannot fill the limit with requests a front
 //!   leaves unread (`--work block`) and lock the instructor out.
@@ -418,9 +418,8 @@ pub(crate) async fn serve(
         };
         connections.reap();
         // The oldest connection with no request in progress makes room, else the oldest event
-        // stream, else the oldest not yet read (`Connections::close_oldest_not_busy`), its task
-        // joined before the new one's starts; with none, the new one is refused, closed at
-        // once. Either way this server holds at most `cap` connections, and idle ones end at
+        // stream (`Connections::close_oldest_not_busy`), its task joined before the new one's
+        // starts; with neither, the new one is refused, closed at once. Either way this server holds at most `cap` connections, and idle ones end at
         // the header timeout.
         if connections.open() >= cap {
             served.refused += 1;

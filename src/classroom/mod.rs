@@ -116,8 +116,7 @@ pub struct ClassroomReport {
     /// Event streams dropped because their client stopped reading (each may have reconnected).
     pub event_streams_dropped: u64,
     /// Connections closed because the server's cap of open connections was reached: the oldest
-    /// idle one to make room, else the oldest event stream, else the oldest not yet read, else
-    /// the new one.
+    /// idle one to make room, else the oldest event stream, else the new one.
     pub connections_refused: u64,
     /// At least one run was made, every run matched the model, and the session closed
     /// cleanly: [`ClassroomReport::verdict`] is `None`.

@@ -53,15 +53,16 @@ impl Owed {
         self.the_runs.store(true, Ordering::SeqCst);
     }
 
-    /// Which to close first to make room: an idle connection whose task has been polled
-    /// (between requests, or a head not yet whole), then an event stream, then one not yet
-    /// polled, accepted in the burst the new one came in, whose request may be in its socket
-    /// unread.
-    fn closing_order(&self) -> u8 {
+    /// Whether it may be closed to make room, and which first: an idle connection whose task
+    /// has been polled (between requests, or a head not yet whole), then an event stream. One
+    /// not yet polled, accepted in the burst the new one came in, may hold a whole request
+    /// unread (a page's control, or a run's F1, queued behind a flood): never closed for a
+    /// later one, which is refused instead.
+    fn closing_order(&self) -> Option<u8> {
         match (self.idle(), self.polled.load(Ordering::SeqCst)) {
-            (true, true) => 0,
-            (false, _) => 1,
-            (true, false) => 2,
+            (true, true) => Some(0),
+            (false, _) => Some(1),
+            (true, false) => None,
         }
     }
 }
@@ -143,16 +144,16 @@ impl Connections {
 
     /// Closes an open connection that owes no answer, to make room for a new one: the oldest
     /// with no request in progress, else the oldest event stream (its client reconnects, and
-    /// a flood of streams cannot then lock every other client out), else the oldest whose task
-    /// has not yet been polled, accepted in the same burst as the new one, which may hold a
-    /// whole request unread (a page's control, behind a flood); never one of a run's own
-    /// (`Owed::mark_the_runs`). False when every one is answering or a run's. Owing nothing, it
-    /// counts as completed, as one closed idle at a stop, and as open until its task is joined.
+    /// a flood of streams cannot then lock every other client out); never one not yet polled
+    /// (`Owed::closing_order`), nor one of a run's own (`Owed::mark_the_runs`). False when
+    /// there is none. Owing nothing, it counts as completed, as one closed idle at a stop, and
+    /// as open until its task is joined.
     pub(crate) fn close_oldest_not_busy(&mut self) -> bool {
         let open = self.open.iter_mut();
         let free = open.filter(|(_, c)| !c.closing && !c.owed.busy() && !c.handle.is_finished());
         let free = free.filter(|(_, c)| !c.owed.the_runs.load(Ordering::SeqCst));
-        let Some((&id, oldest)) = free.min_by_key(|(_, c)| (c.owed.closing_order(), c.age)) else {
+        let free = free.filter_map(|(id, c)| Some(((c.owed.closing_order()?, c.age), id, c)));
+        let Some((_, &id, oldest)) = free.min_by_key(|&(order, _, _)| order) else {
             return false;
         };
         oldest.closing = true;
@@ -163,8 +164,8 @@ impl Connections {
 
     /// Makes room for one more connection while `most` are open: closes one that owes no answer
     /// ([`Connections::close_oldest_not_busy`]) and joins its task, which ends at once, so no
-    /// more than `most` are ever open. False when there is none to close: every open one is
-    /// answering, or a run's own; then the new one is closed instead.
+    /// more than `most` are ever open. False when there is none to close (every open one is
+    /// answering, a run's own, or not yet polled): then the new one is closed instead.
     pub(crate) async fn room_for_one(&mut self, most: usize) -> bool {
         if self.open() < most {
             return true;

@@ -185,9 +185,9 @@ struct Seen {
 const WAITING: u8 = 0;
 /// A whole request, being screened and served: closing it would drop what its client is owed.
 const ANSWERING: u8 = 1;
-/// Answering a request without the run's token with a refusal: a stop waits for it, but a
-/// stranger's may be closed to make room (one that never reads its answer would otherwise
-/// keep its thread, and its place, for ever).
+/// Answering a request without the run's token with a refusal: a stranger's may be closed, to
+/// make room or at a stop (one that never reads its answer would otherwise keep its thread,
+/// and its place, for ever).
 const REFUSING: u8 = 2;
 /// Shut down by the accept thread: to make room, or at a stop.
 const CLOSING: u8 = 3;
@@ -344,14 +344,18 @@ fn serve(
     // Once stopping, a connection between requests ends by itself; one that is not
     // serving a request (waiting for one, or for the rest of a head a client may never
     // finish) is closed now: either its thread takes a request first, and sees the stop once
-    // it has answered, or this closes it first, and its thread takes no request.
+    // it has answered, or this closes it first, and its thread takes no request. So is one
+    // refusing a request without the run's token: a stranger that never reads its refusal
+    // cannot hold the stop up (the async front, too, closes a connection once its handler has
+    // made the refusal).
     // A server dropped without `stop` closes every connection and waits for no work.
     let abandoned = signal.abandoned();
     if abandoned {
         section.abandon_gate();
     }
     for connection in connections.open.values() {
-        if abandoned || connection.seen.close_from(WAITING) {
+        let seen = &connection.seen;
+        if abandoned || seen.close_from(WAITING) || seen.close_from(REFUSING) {
             let _ = connection.stream.shutdown(Shutdown::Both);
         }
     }
@@ -421,21 +425,26 @@ impl ConnectionTable {
         }
     }
 
-    /// Makes room for one more connection while `most` are open: shuts down a stranger's, one
-    /// that never carried the run's token and is waiting for a request or refusing one (the
-    /// oldest whose thread has started, else the oldest), and joins its thread, which ends as
-    /// its socket does. It counts as completed. False when there is none to close (every open
-    /// one is the run's, or serving), or it did not end within [`FORCED_LIMIT`]: then the new
-    /// one is closed instead, and no more than `most` are ever open.
+    /// Makes room for one more connection while `most` are open: shuts down the oldest
+    /// stranger's, one that never carried the run's token and is waiting for a request or
+    /// refusing one, and joins its thread, which ends as its socket does. It counts as
+    /// completed. One whose thread has not started, accepted in the burst the new one came in,
+    /// may hold a whole request unread (a run's F1, queued behind a flood): never closed for a
+    /// later one. False when there is none to close, or it did not end within
+    /// [`FORCED_LIMIT`]: then the new one is closed instead, and no more than `most` are ever
+    /// open.
     fn make_room(&mut self, most: usize, heard: &std_mpsc::Receiver<Note>) -> bool {
         if self.open.len() < most {
             return true;
         }
         let mut free: Vec<(u64, &Connection)> = (self.open.iter())
-            .filter(|(_, c)| !c.seen.the_runs.load(Ordering::SeqCst))
+            .filter(|(_, c)| {
+                let seen = &c.seen;
+                seen.started.load(Ordering::SeqCst) && !seen.the_runs.load(Ordering::SeqCst)
+            })
             .map(|(&id, c)| (id, c))
             .collect();
-        free.sort_by_key(|&(id, c)| (!c.seen.started.load(Ordering::SeqCst), id));
+        free.sort_by_key(|&(id, _)| id);
         let closed = free.into_iter().find_map(|(id, c)| {
             let closed = c.seen.close_from(WAITING) || c.seen.close_from(REFUSING);
             closed.then(|| {
@@ -730,9 +739,8 @@ struct RequestHead {
 
 /// Reads one request head from `stream`, keeping in `buffer` whatever follows it, and screens
 /// it for `section`: `None` if the stream ends first, or the connection is being closed. A head
-/// read takes the request (`Seen::take_request`) before it is screened, since screening counts
-/// what it refuses: a stop then waits for its answer rather than shut a connection whose
-/// refusal is already counted.
+/// read takes the request (`Seen::take_request`) before it is screened: a connection being
+/// closed screens, and so counts, nothing more.
 fn read_head(
     mut stream: &TcpStream,
     buffer: &mut Vec<u8>,

@@ -1595,6 +1595,54 @@ fn flood_a_run_s_front(front: &str) {
     assert_eq!(report["failure"], Value::Null, "{report}");
     assert_eq!(report["matches_model"], true, "{report}");
     drop(flood);
+    recorded_as_matched(&report);
+}
+
+/// A run's own request queued in the accept queue ahead of strangers' connections is not pushed
+/// out by them: with `--work block` S1 holds the async front's one worker, so F1 waits unread,
+/// and 40 strangers' connections queue behind it; at the release the front accepts them all in
+/// one burst, beyond its cap (22 under 100 descriptors), and refuses the later ones rather than
+/// close F1's before it is read (it did, every time). The run matches, and `record` agrees.
+#[test]
+fn strangers_queued_behind_f1_do_not_push_it_out() {
+    let args = [
+        "classroom",
+        "--mode",
+        "shared",
+        "--held",
+        "1",
+        "--work",
+        "block",
+    ];
+    let (mut child, url, lines) = spawn_with_descriptors(100, &args);
+    let (base, control) = base_and_control(&url);
+    let page: SocketAddr = base["http://".len()..].parse().expect("an address");
+    let runtime = common::runtime();
+    let post = |action: &str| {
+        let sent = (common::client().post(format!("{base}/control/{action}")))
+            .header("lab-control", &control)
+            .send();
+        runtime.block_on(async { within(sent).await.expect("answered").status() })
+    };
+    for step in ["a fresh server", "S1 held", "F1 unread"] {
+        assert_eq!(post("next"), 200, "{step}");
+    }
+    let ports = listening_ports(child.id());
+    let front = ports.iter().find(|&&port| port != page.port());
+    let front = SocketAddr::from(([127, 0, 0, 1], *front.expect("the front listens")));
+    let strangers: Vec<TcpStream> = (0..40)
+        .map(|_| TcpStream::connect(front).expect("connect"))
+        .collect();
+    assert_eq!(post("run-to-end"), 200);
+    let (status, report, _) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(0), "{report}");
+    assert_eq!(report["failure"], Value::Null, "{report}");
+    drop(strangers);
+    recorded_as_matched(&report);
+}
+
+/// `record` re-checks a saved session `report` as matched.
+fn recorded_as_matched(report: &Value) {
     let dir = common::temp_dir("isolation-lab-session").expect("a scratch directory");
     let saved = dir.path().join("s.json");
     std::fs::write(&saved, report.to_string()).expect("saved");
