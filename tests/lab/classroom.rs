@@ -1554,16 +1554,11 @@ fn a_flood_of_connections_to_a_run_s_front_ends_nothing() {
     }
 }
 
+/// A classroom session of one shared policy, one request held.
+const SHARED_HELD_1: [&str; 5] = ["classroom", "--mode", "shared", "--held", "1"];
+
 fn flood_a_run_s_front(front: &str) {
-    let args = [
-        "classroom",
-        "--mode",
-        "shared",
-        "--held",
-        "1",
-        "--server",
-        front,
-    ];
+    let args = [&SHARED_HELD_1[..], &["--server", front]].concat();
     let (mut child, url, lines) = spawn_with_descriptors(100, &args);
     let (base, control) = base_and_control(&url);
     let page: SocketAddr = base["http://".len()..].parse().expect("an address");
@@ -1574,9 +1569,7 @@ fn flood_a_run_s_front(front: &str) {
         within(sent).await.expect("answered").status()
     });
     assert_eq!(status, 200, "the first step opens the run's front");
-    let ports = listening_ports(child.id());
-    let front = ports.iter().find(|&&port| port != page.port());
-    let front = SocketAddr::from(([127, 0, 0, 1], *front.expect("the front listens")));
+    let front = front_of(&child, page);
     let mut flood: Vec<TcpStream> = (0..150)
         .map(|_| TcpStream::connect(front).expect("connect"))
         .collect();
@@ -1605,15 +1598,7 @@ fn flood_a_run_s_front(front: &str) {
 /// close F1's before it is read (it did, every time). The run matches, and `record` agrees.
 #[test]
 fn strangers_queued_behind_f1_do_not_push_it_out() {
-    let args = [
-        "classroom",
-        "--mode",
-        "shared",
-        "--held",
-        "1",
-        "--work",
-        "block",
-    ];
+    let args = [&SHARED_HELD_1[..], &["--work", "block"]].concat();
     let (mut child, url, lines) = spawn_with_descriptors(100, &args);
     let (base, control) = base_and_control(&url);
     let page: SocketAddr = base["http://".len()..].parse().expect("an address");
@@ -1627,9 +1612,7 @@ fn strangers_queued_behind_f1_do_not_push_it_out() {
     for step in ["a fresh server", "S1 held", "F1 unread"] {
         assert_eq!(post("next"), 200, "{step}");
     }
-    let ports = listening_ports(child.id());
-    let front = ports.iter().find(|&&port| port != page.port());
-    let front = SocketAddr::from(([127, 0, 0, 1], *front.expect("the front listens")));
+    let front = front_of(&child, page);
     let strangers: Vec<TcpStream> = (0..40)
         .map(|_| TcpStream::connect(front).expect("connect"))
         .collect();
@@ -1639,6 +1622,13 @@ fn strangers_queued_behind_f1_do_not_push_it_out() {
     assert_eq!(report["failure"], Value::Null, "{report}");
     drop(strangers);
     recorded_as_matched(&report);
+}
+
+/// The address of the open run's front of the session `child` serves its page on at `page`.
+fn front_of(child: &Child, page: SocketAddr) -> SocketAddr {
+    let ports = listening_ports(child.id());
+    let front = ports.iter().find(|&&port| port != page.port());
+    SocketAddr::from(([127, 0, 0, 1], *front.expect("the front listens")))
 }
 
 /// `record` re-checks a saved session `report` as matched.
