@@ -13,6 +13,9 @@ use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
 use super::Handlers;
 
+/// The most times [`Connections::room_for_one`] yields for connections not yet polled.
+const POLL_YIELDS: usize = 4;
+
 /// What the async fronts call a connection's task when it panics.
 pub(crate) const CONNECTION_TASK: &str = "a connection task";
 
@@ -164,14 +167,26 @@ impl Connections {
 
     /// Makes room for one more connection while `most` are open: closes one that owes no answer
     /// ([`Connections::close_oldest_not_busy`]) and joins its task, which ends at once, so no
-    /// more than `most` are ever open. False when there is none to close (every open one is
-    /// answering, a run's own, or not yet polled): then the new one is closed instead.
+    /// more than `most` are ever open. With none to close but some not yet polled, accepted in
+    /// the burst the new one came in, it first lets them run (a few yields), as each may then
+    /// be closed, or end. False when there is none to close even so (every open one answering,
+    /// or a run's own): then the new one is closed instead.
     pub(crate) async fn room_for_one(&mut self, most: usize) -> bool {
-        if self.open() < most {
-            return true;
-        }
-        if !self.close_oldest_not_busy() {
-            return false;
+        let mut yields = 0;
+        loop {
+            self.reap();
+            if self.open() < most {
+                return true;
+            }
+            if self.close_oldest_not_busy() {
+                break;
+            }
+            if yields == POLL_YIELDS || !self.any_unpolled() {
+                return false;
+            }
+            // On the lab's current-thread runtime one yield runs every task woken before it.
+            task::yield_now().await;
+            yields += 1;
         }
         while self.open() >= most {
             match self.tasks.join_next_with_id().await {
@@ -180,6 +195,11 @@ impl Connections {
             }
         }
         true
+    }
+
+    /// Whether an open connection has not yet been polled (`Owed::closing_order`).
+    fn any_unpolled(&self) -> bool {
+        (self.open.values()).any(|c| !c.closing && c.owed.closing_order().is_none())
     }
 
     /// Makes room for one more entry before a connection is spawned, so the bookkeeping's own

@@ -111,6 +111,8 @@ impl StopSignal {
 enum Note {
     /// Connection `id` has ended; its thread (`tid`, if known) is returning.
     Ended { id: u64, tid: Option<u32> },
+    /// A connection's thread has started (told only where the server keeps a cap).
+    Started,
     /// The signal was raised.
     Raised,
 }
@@ -429,14 +431,45 @@ impl ConnectionTable {
     /// stranger's, one that never carried the run's token and is waiting for a request or
     /// refusing one, and joins its thread, which ends as its socket does. It counts as
     /// completed. One whose thread has not started, accepted in the burst the new one came in,
-    /// may hold a whole request unread (a run's F1, queued behind a flood): never closed for a
-    /// later one. False when there is none to close, or it did not end within
-    /// [`FORCED_LIMIT`]: then the new one is closed instead, and no more than `most` are ever
-    /// open.
+    /// may hold a whole request unread (a run's F1, queued behind a flood): never closed. With
+    /// none to close but some not started, it waits for them to start (or end), as each may
+    /// then be closed. False when there is none, or it waited [`FORCED_LIMIT`] in vain: then
+    /// the new one is closed instead, and no more than `most` are ever open.
     fn make_room(&mut self, most: usize, heard: &std_mpsc::Receiver<Note>) -> bool {
-        if self.open.len() < most {
-            return true;
+        let until = Instant::now() + FORCED_LIMIT;
+        let closed = loop {
+            if self.open.len() < most {
+                return true;
+            }
+            if let Some(closed) = self.close_oldest_stranger() {
+                break closed;
+            }
+            let starting = (self.open.values()).any(|c| !c.seen.started.load(Ordering::SeqCst));
+            if !starting {
+                return false;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            match heard.recv_timeout(left) {
+                Ok(Note::Ended { id, tid }) => self.join(id, tid, false),
+                Ok(Note::Started) => {}
+                // Stopping: the accept loop stops at its next look.
+                Ok(Note::Raised) | Err(_) => return false,
+            }
+        };
+        while self.open.contains_key(&closed) {
+            let left = until.saturating_duration_since(Instant::now());
+            match heard.recv_timeout(left) {
+                Ok(Note::Ended { id, tid }) => self.join(id, tid, false),
+                Ok(Note::Started | Note::Raised) => {}
+                Err(_) => return false,
+            }
         }
+        true
+    }
+
+    /// Shuts down the oldest connection whose thread has started, that never carried the run's
+    /// token, and is waiting for a request or refusing one; its id.
+    fn close_oldest_stranger(&mut self) -> Option<u64> {
         let mut free: Vec<(u64, &Connection)> = (self.open.iter())
             .filter(|(_, c)| {
                 let seen = &c.seen;
@@ -445,26 +478,13 @@ impl ConnectionTable {
             .map(|(&id, c)| (id, c))
             .collect();
         free.sort_by_key(|&(id, _)| id);
-        let closed = free.into_iter().find_map(|(id, c)| {
+        free.into_iter().find_map(|(id, c)| {
             let closed = c.seen.close_from(WAITING) || c.seen.close_from(REFUSING);
             closed.then(|| {
                 let _ = c.stream.shutdown(Shutdown::Both);
                 id
             })
-        });
-        let Some(closed) = closed else {
-            return false;
-        };
-        let until = Instant::now() + FORCED_LIMIT;
-        while self.open.contains_key(&closed) {
-            let left = until.saturating_duration_since(Instant::now());
-            match heard.recv_timeout(left) {
-                Ok(Note::Ended { id, tid }) => self.join(id, tid, false),
-                Ok(Note::Raised) => {}
-                Err(_) => return false,
-            }
-        }
-        true
+        })
     }
 
     /// Joins every connection that has said it ended.
@@ -489,7 +509,7 @@ impl ConnectionTable {
             let left = until.saturating_duration_since(Instant::now());
             match heard.recv_timeout(left) {
                 Ok(Note::Ended { id, tid }) => self.join(id, tid, forced),
-                Ok(Note::Raised) => {}
+                Ok(Note::Started | Note::Raised) => {}
                 Err(_) => return,
             }
         }
@@ -622,6 +642,9 @@ fn start_connection(
             // and the connection closes and tells the accept thread it ended.
             let _live = shared.census.enter();
             working.started.store(true, Ordering::SeqCst);
+            if shared.most.is_some() {
+                let _ = shared.signal.notes.send(Note::Started);
+            }
             let ending = Ending {
                 id,
                 tid: os_thread_id(),

@@ -1399,26 +1399,12 @@ fn a_flood_of_event_streams_under_1024_descriptors_does_not_lock_the_controls_ou
             stream
         })
         .collect();
-    // The lab stopped, a whole control request and then a stranger's connection wait in the
-    // accept queue, so the lab accepts both in one burst when it goes on.
-    let pid = i32::try_from(child.id()).expect("a pid");
-    let mut stopped = 0;
-    // SAFETY: `kill` and `waitpid` take plain integers and a pointer to a local; the child is
-    // ours and not yet reaped.
-    unsafe {
-        assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
-        assert_eq!(libc::waitpid(pid, &mut stopped, libc::WUNTRACED), pid);
-    }
-    assert!(libc::WIFSTOPPED(stopped), "stopped: {stopped:#x}");
-    let mut instructor = TcpStream::connect(address).expect("connect");
-    let next = format!(
-        "POST /control/next HTTP/1.1\r\nHost: {address}\r\nlab-control: {control}\r\n\
-         Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    instructor.write_all(next.as_bytes()).expect("a request");
-    let stranger = TcpStream::connect(address).expect("connect");
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // A whole control request and then a stranger's connection wait in the accept queue, so
+    // the lab accepts both in one burst.
+    let (mut instructor, stranger) = stopped_while(&child, || {
+        let instructor = control_sent(address, &control, "next");
+        (instructor, TcpStream::connect(address).expect("connect"))
+    });
     let (_, answer) = read_rest(&mut instructor);
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
@@ -1591,13 +1577,21 @@ fn flood_a_run_s_front(front: &str) {
     recorded_as_matched(&report);
 }
 
-/// A run's own request queued in the accept queue ahead of strangers' connections is not pushed
-/// out by them: with `--work block` S1 holds the async front's one worker, so F1 waits unread,
-/// and 40 strangers' connections queue behind it; at the release the front accepts them all in
-/// one burst, beyond its cap (22 under 100 descriptors), and refuses the later ones rather than
-/// close F1's before it is read (it did, every time). The run matches, and `record` agrees.
+/// A run's own request queued in the accept queue beside strangers' connections is not pushed
+/// out by them, nor kept out: with `--work block` S1 holds the async front's one worker, so F1
+/// waits unread, and 40 strangers' connections queue behind it, or ahead of it; at the release
+/// the front accepts them all in one burst, beyond its cap (22 under 100 descriptors). It
+/// closes no connection before it has been polled (F1's was, every time, when they came
+/// after), and lets those accepted first be polled before it refuses a later one (F1 was
+/// refused, every time, when they came before). The run matches, and `record` agrees.
 #[test]
-fn strangers_queued_behind_f1_do_not_push_it_out() {
+fn strangers_queued_beside_f1_neither_push_it_out_nor_keep_it_out() {
+    for strangers_first in [false, true] {
+        strangers_queued_beside_f1(strangers_first);
+    }
+}
+
+fn strangers_queued_beside_f1(strangers_first: bool) {
     let args = [&SHARED_HELD_1[..], &["--work", "block"]].concat();
     let (mut child, url, lines) = spawn_with_descriptors(100, &args);
     let (base, control) = base_and_control(&url);
@@ -1609,18 +1603,23 @@ fn strangers_queued_behind_f1_do_not_push_it_out() {
             .send();
         runtime.block_on(async { within(sent).await.expect("answered").status() })
     };
-    for step in ["a fresh server", "S1 held", "F1 unread"] {
+    for step in ["a fresh server", "S1 held"] {
         assert_eq!(post("next"), 200, "{step}");
     }
     let front = front_of(&child, page);
-    let strangers: Vec<TcpStream> = (0..40)
-        .map(|_| TcpStream::connect(front).expect("connect"))
-        .collect();
+    let connect = || -> Vec<TcpStream> {
+        (0..40)
+            .map(|_| TcpStream::connect(front).expect("connect"))
+            .collect()
+    };
+    let ahead = strangers_first.then(connect);
+    assert_eq!(post("next"), 200, "F1 unread");
+    let behind = (!strangers_first).then(connect);
     assert_eq!(post("run-to-end"), 200);
     let (status, report, _) = interrupt(&mut child, lines);
     assert_eq!(status, Some(0), "{report}");
     assert_eq!(report["failure"], Value::Null, "{report}");
-    drop(strangers);
+    drop((ahead, behind));
     recorded_as_matched(&report);
 }
 
@@ -1639,6 +1638,59 @@ fn recorded_as_matched(report: &Value) {
     let loaded = isolation_lab::record::load(&saved).expect("a session report");
     let shown = isolation_lab::record::Shown::of(&loaded, &saved);
     assert_eq!(shown.failure(), None, "{}", shown.text());
+}
+
+/// Nor does a control request queued behind more strangers' connections than the cap (12 under
+/// 100 descriptors) find itself refused: the lab lets those it accepted first run, and closes
+/// them to make room, rather than refuse the control (it did, every time).
+#[test]
+fn a_control_queued_behind_strangers_beyond_the_cap_is_answered() {
+    let (mut child, url, lines) = spawn_with_descriptors(100, &SHARED_HELD_1);
+    let (base, control) = base_and_control(&url);
+    let address: SocketAddr = base["http://".len()..].parse().expect("an address");
+    let (strangers, mut instructor) = stopped_while(&child, || {
+        let strangers: Vec<TcpStream> = (0..20)
+            .map(|_| TcpStream::connect(address).expect("connect"))
+            .collect();
+        (strangers, control_sent(address, &control, "next"))
+    });
+    let (_, answer) = read_rest(&mut instructor);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+    drop(strangers);
+    let (status, report, _) = interrupt(&mut child, lines);
+    assert_eq!(status, Some(1), "a run cut short: {report}");
+    assert!(report["connections_refused"].as_u64() > Some(0), "{report}");
+}
+
+/// What `connect` returns, made while `child` is stopped (SIGSTOP, waited for): the lab accepts
+/// whatever it connected in one burst when it goes on (SIGCONT).
+fn stopped_while<T>(child: &Child, connect: impl FnOnce() -> T) -> T {
+    let pid = i32::try_from(child.id()).expect("a pid");
+    let mut stopped = 0;
+    // SAFETY: `kill` and `waitpid` take plain integers and a pointer to a local; the child is
+    // ours and not yet reaped.
+    unsafe {
+        assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
+        assert_eq!(libc::waitpid(pid, &mut stopped, libc::WUNTRACED), pid);
+    }
+    assert!(libc::WIFSTOPPED(stopped), "stopped: {stopped:#x}");
+    let connected = connect();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    connected
+}
+
+/// A connection that has sent the whole request for control `action` of the session at
+/// `address`, and asks to close once answered.
+fn control_sent(address: SocketAddr, control: &str, action: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    let request = format!(
+        "POST /control/{action} HTTP/1.1\r\nHost: {address}\r\nlab-control: {control}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).expect("a request");
+    stream
 }
 
 /// The sockets process `pid` holds, as their descriptors' links name them (`socket:[inode]`).
