@@ -437,15 +437,11 @@ impl ConnectionTable {
     /// the new one is closed instead, and no more than `most` are ever open.
     fn make_room(&mut self, most: usize, heard: &std_mpsc::Receiver<Note>) -> bool {
         let until = Instant::now() + FORCED_LIMIT;
-        let closed = loop {
-            if self.open.len() < most {
-                return true;
-            }
-            if let Some(closed) = self.close_oldest_stranger() {
-                break closed;
-            }
-            let starting = (self.open.values()).any(|c| !c.seen.started.load(Ordering::SeqCst));
-            if !starting {
+        let mut closed = false;
+        while self.open.len() >= most {
+            closed = closed || self.close_oldest_stranger();
+            let starting = || (self.open.values()).any(|c| !c.seen.started.load(Ordering::SeqCst));
+            if !closed && !starting() {
                 return false;
             }
             let left = until.saturating_duration_since(Instant::now());
@@ -455,21 +451,13 @@ impl ConnectionTable {
                 // Stopping: the accept loop stops at its next look.
                 Ok(Note::Raised) | Err(_) => return false,
             }
-        };
-        while self.open.contains_key(&closed) {
-            let left = until.saturating_duration_since(Instant::now());
-            match heard.recv_timeout(left) {
-                Ok(Note::Ended { id, tid }) => self.join(id, tid, false),
-                Ok(Note::Started | Note::Raised) => {}
-                Err(_) => return false,
-            }
         }
         true
     }
 
     /// Shuts down the oldest connection whose thread has started, that never carried the run's
-    /// token, and is waiting for a request or refusing one; its id.
-    fn close_oldest_stranger(&mut self) -> Option<u64> {
+    /// token, and is waiting for a request or refusing one; false when there is none.
+    fn close_oldest_stranger(&self) -> bool {
         let mut free: Vec<(u64, &Connection)> = (self.open.iter())
             .filter(|(_, c)| {
                 let seen = &c.seen;
@@ -478,13 +466,13 @@ impl ConnectionTable {
             .map(|(&id, c)| (id, c))
             .collect();
         free.sort_by_key(|&(id, _)| id);
-        free.into_iter().find_map(|(id, c)| {
-            let closed = c.seen.close_from(WAITING) || c.seen.close_from(REFUSING);
-            closed.then(|| {
-                let _ = c.stream.shutdown(Shutdown::Both);
-                id
-            })
-        })
+        let closed = free
+            .into_iter()
+            .find(|(_, c)| c.seen.close_from(WAITING) || c.seen.close_from(REFUSING));
+        if let Some((_, c)) = &closed {
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+        closed.is_some()
     }
 
     /// Joins every connection that has said it ended.
