@@ -375,8 +375,8 @@ fn uncached(body: Body, content_type: &'static str) -> Response<Body> {
 /// How the server's connections ended.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
-    /// Connections closed because `cap` were open: the oldest idle one, event stream or one not
-    /// yet read, or the new one.
+    /// Connections closed because `cap` were open: the oldest idle one or event stream, or the
+    /// new one.
     pub(crate) refused: u64,
     /// What did not stop cleanly.
     pub(crate) error: Option<String>,
@@ -419,8 +419,8 @@ pub(crate) async fn serve(
         connections.reap();
         // The oldest connection with no request in progress makes room, else the oldest event
         // stream (`Connections::close_oldest_not_busy`), its task joined before the new one's
-        // starts; with neither, the new one is refused, closed at once. Either way this server holds at most `cap` connections, and idle ones end at
-        // the header timeout.
+        // starts; with neither, the new one is refused, closed at once. Either way this server
+        // holds at most `cap` connections, and idle ones end at the header timeout.
         if connections.open() >= cap {
             served.refused += 1;
             if !connections.room_for_one(cap).await {

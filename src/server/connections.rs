@@ -56,17 +56,21 @@ impl Owed {
         self.the_runs.store(true, Ordering::SeqCst);
     }
 
+    /// Not yet polled: accepted in the burst the new one came in, it may hold a whole request
+    /// unread (a page's control, or a run's F1, queued behind a flood).
+    fn unpolled(&self) -> bool {
+        self.idle() && !self.polled.load(Ordering::SeqCst)
+    }
+
     /// Whether it may be closed to make room, and which first: an idle connection whose task
-    /// has been polled (between requests, or a head not yet whole), then an event stream. One
-    /// not yet polled, accepted in the burst the new one came in, may hold a whole request
-    /// unread (a page's control, or a run's F1, queued behind a flood): never closed for a
-    /// later one, which is refused instead.
+    /// has been polled (between requests, or a head not yet whole), then an event stream.
+    /// Never one answering, one of a run's own, or one not yet polled (then the new one is
+    /// refused instead).
     fn closing_order(&self) -> Option<u8> {
-        match (self.idle(), self.polled.load(Ordering::SeqCst)) {
-            (true, true) => Some(0),
-            (false, _) => Some(1),
-            (true, false) => None,
+        if self.busy() || self.the_runs.load(Ordering::SeqCst) || self.unpolled() {
+            return None;
         }
+        Some(u8::from(!self.idle()))
     }
 }
 
@@ -147,14 +151,12 @@ impl Connections {
 
     /// Closes an open connection that owes no answer, to make room for a new one: the oldest
     /// with no request in progress, else the oldest event stream (its client reconnects, and
-    /// a flood of streams cannot then lock every other client out); never one not yet polled
-    /// (`Owed::closing_order`), nor one of a run's own (`Owed::mark_the_runs`). False when
-    /// there is none. Owing nothing, it counts as completed, as one closed idle at a stop, and
+    /// a flood of streams cannot then lock every other client out); never one not yet polled,
+    /// nor one of a run's own (`Owed::closing_order`). False when there is none. Owing nothing, it counts as completed, as one closed idle at a stop, and
     /// as open until its task is joined.
     pub(crate) fn close_oldest_not_busy(&mut self) -> bool {
         let open = self.open.iter_mut();
-        let free = open.filter(|(_, c)| !c.closing && !c.owed.busy() && !c.handle.is_finished());
-        let free = free.filter(|(_, c)| !c.owed.the_runs.load(Ordering::SeqCst));
+        let free = open.filter(|(_, c)| !c.closing && !c.handle.is_finished());
         let free = free.filter_map(|(id, c)| Some(((c.owed.closing_order()?, c.age), id, c)));
         let Some((_, &id, oldest)) = free.min_by_key(|&(order, _, _)| order) else {
             return false;
@@ -197,9 +199,9 @@ impl Connections {
         true
     }
 
-    /// Whether an open connection has not yet been polled (`Owed::closing_order`).
+    /// Whether an open connection has not yet been polled.
     fn any_unpolled(&self) -> bool {
-        (self.open.values()).any(|c| !c.closing && c.owed.closing_order().is_none())
+        (self.open.values()).any(|c| !c.closing && c.owed.unpolled())
     }
 
     /// Makes room for one more entry before a connection is spawned, so the bookkeeping's own
