@@ -1114,15 +1114,18 @@ fn raw_whole(address: SocketAddr, request: String) -> String {
 
 /// Takes the first step, then runs to the end, from the instructor's page; each must answer 200.
 fn run_to_end(base: &str, control: &str) {
-    let runtime = common::runtime();
     for action in ["next", "run-to-end"] {
-        let sent = common::client()
-            .post(format!("{base}/control/{action}"))
-            .header("lab-control", control)
-            .send();
-        let status = runtime.block_on(async { within(sent).await.expect("answered").status() });
-        assert_eq!(status, 200, "{action}");
+        assert_eq!(post_control(base, control, action), 200, "{action}");
     }
+}
+
+/// Control `action` of the session at `base`, as the instructor's page sends it: its status.
+fn post_control(base: &str, control: &str, action: &str) -> u16 {
+    let sent = (common::client().post(format!("{base}/control/{action}")))
+        .header("lab-control", control)
+        .send();
+    let answered = common::runtime().block_on(async { within(sent).await.expect("answered") });
+    answered.status().as_u16()
 }
 
 /// Whether a read that ended did so because the server closed the connection or reset it.
@@ -1548,12 +1551,7 @@ fn flood_a_run_s_front(front: &str) {
     let (mut child, url, lines) = spawn_with_descriptors(100, &args);
     let (base, control) = base_and_control(&url);
     let page: SocketAddr = base["http://".len()..].parse().expect("an address");
-    let status = common::runtime().block_on(async {
-        let sent = (common::client().post(format!("{base}/control/next")))
-            .header("lab-control", &control)
-            .send();
-        within(sent).await.expect("answered").status()
-    });
+    let status = post_control(&base, &control, "next");
     assert_eq!(status, 200, "the first step opens the run's front");
     let front = front_of(&child, page);
     let mut flood: Vec<TcpStream> = (0..150)
@@ -1600,13 +1598,7 @@ fn strangers_queued_beside_f1(strangers_first: bool) {
     let (mut child, url, lines) = spawn_with_descriptors(100, &args);
     let (base, control) = base_and_control(&url);
     let page: SocketAddr = base["http://".len()..].parse().expect("an address");
-    let runtime = common::runtime();
-    let post = |action: &str| {
-        let sent = (common::client().post(format!("{base}/control/{action}")))
-            .header("lab-control", &control)
-            .send();
-        runtime.block_on(async { within(sent).await.expect("answered").status() })
-    };
+    let post = |action: &str| post_control(&base, &control, action);
     for step in ["a fresh server", "S1 held"] {
         assert_eq!(post("next"), 200, "{step}");
     }
