@@ -35,6 +35,12 @@ pub(crate) const SESSION_ENDED: &str = "the session ended";
 /// ... or the instructor started a new run (its page's New run) first.
 pub(crate) const NEW_RUN: &str = "the instructor started a new run";
 
+/// The failure of an invocation cut short: its policy `mode` was not run, `before` it came
+/// ([`SESSION_ENDED`], [`NEW_RUN`]). `record` reads it back in these words.
+pub(crate) fn not_run(mode: Mode, before: &str) -> String {
+    format!("{}: not run, {before} before it", mode.name())
+}
+
 /// What the page asks the driver to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
@@ -481,7 +487,7 @@ impl Driver {
             current.push(mode, run);
         }
         if let Some(mode) = current.modes.front() {
-            let why = format!("{}: not run, {before} before it", mode.name());
+            let why = not_run(*mode, before);
             current.invocation.cut_short(why);
         }
         self.driven.runs.push(current.invocation.report());

@@ -419,9 +419,7 @@ impl Run {
         let bounds = self.session.bounds().leaving_the_runtime_to_the_step();
         let ticked = bounds.within(heartbeat.first_tick(), at, never).await?;
         if !ticked {
-            let stopped = waited::HEARTBEAT_STOPPED;
-            let why = heartbeat.why();
-            let why = why.map_or_else(|| stopped.into(), |why| format!("{stopped}: {why}"));
+            let why = heartbeat.stopped_for(waited::HEARTBEAT_STOPPED);
             return Err(Failure::new(at.0, at.1, Cause::Server(why)));
         }
         self.beat(Moment::Start, None);

@@ -360,10 +360,9 @@ impl Session {
         self.client.close();
         let callers = self.account;
         let closing = |why: String| Failure::new(Step::Close, None, Cause::Server(why));
-        let (server, error) = match self.server.stop().await {
-            Ok(stopped) => (Some(stopped.summary), stopped.error),
-            Err(e) => (None, Some(format!("{e:#}"))),
-        };
+        let stopped = self.server.stop().await;
+        let error = server::error_of(&stopped);
+        let server = stopped.ok().map(|stopped| stopped.summary);
         SessionEnd {
             callers,
             server,
@@ -412,8 +411,6 @@ impl Bounds {
                 Err(Failure::new(at, request, Cause::Server(why.to_owned())))
             }
             why = front_stopped(self.heartbeat.as_deref()) => {
-                let stopped = waited::RUNTIME_STOPPED;
-                let why = why.map_or_else(|| stopped.into(), |why| format!("{stopped}: {why}"));
                 Err(Failure::new(at, request, Cause::Server(why)))
             }
             done = tokio::time::timeout(limit, step) => done.map_err(|_| {
@@ -424,13 +421,13 @@ impl Bounds {
     }
 }
 
-/// Once the front's own runtime has stopped serving: its error, if it stopped on one; never for
-/// a front without one.
-async fn front_stopped(heartbeat: Option<&Heartbeat>) -> Option<String> {
+/// Once the front's own runtime has stopped serving: that it stopped, with its error if it
+/// stopped on one; never for a front without one.
+async fn front_stopped(heartbeat: Option<&Heartbeat>) -> String {
     match heartbeat {
         Some(heartbeat) => {
             heartbeat.stopped().await;
-            heartbeat.why().map(str::to_owned)
+            heartbeat.stopped_for(waited::RUNTIME_STOPPED)
         }
         None => std::future::pending().await,
     }

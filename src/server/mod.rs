@@ -272,6 +272,17 @@ pub(crate) struct Stopped {
     pub error: Option<String>,
 }
 
+/// Why a server's stop, as it came (`served`), did not end cleanly, in the words a run's failure
+/// says it in: its own error, or the error that kept it from reporting. A front's runtime
+/// (`runtimes::Heartbeat`) and the run's close say it alike, so a failure said by both is told
+/// once.
+pub(crate) fn error_of(served: &anyhow::Result<Stopped>) -> Option<String> {
+    match served {
+        Ok(stopped) => stopped.error.clone(),
+        Err(e) => Some(format!("{e:#}")),
+    }
+}
+
 /// How the handlers of a stopped server ended.
 #[derive(Debug, Default)]
 pub(crate) struct Handlers {

@@ -73,8 +73,16 @@ impl Heartbeat {
     }
 
     /// Why the front's thread stopped, if it has stopped on an error.
-    pub(crate) fn why(&self) -> Option<&str> {
+    fn why(&self) -> Option<&str> {
         self.why.get().map(String::as_str)
+    }
+
+    /// `stopped` (what stopped, in a run's failure's words), with the error it stopped on if
+    /// any: `"{stopped}: {why}"`, the form in which a failure giving another as its reason is
+    /// told once (`Failure::then`).
+    pub(crate) fn stopped_for(&self, stopped: &str) -> String {
+        self.why()
+            .map_or_else(|| stopped.into(), |why| format!("{stopped}: {why}"))
     }
 
     fn tick(&self) {
@@ -158,11 +166,7 @@ pub(crate) fn start(
             let serving = server.serve(section, census, hooks, shutdown, drain_limit);
             let classes = classes.map(|(slow, fast)| (slow.take(), fast.take()));
             let served = serve(front.take(), classes, beating.clone(), serving);
-            // Said as `FrontThread::stop` says it, so a failure it ends is told once.
-            beating.stop(match &served {
-                Ok(stopped) => stopped.error.clone(),
-                Err(e) => Some(format!("{e:#}")),
-            });
+            beating.stop(super::error_of(&served));
             // The receiver is gone only if the coordinator itself went away.
             let _ = report.send(served);
         })?;

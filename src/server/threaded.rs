@@ -20,7 +20,6 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::caught::panic_message;
 use super::{
     Backoff, FrontCensus, Gates, Handlers, Head, Hosting, ListenerId, Reply, Stopped, answer,
     screen, work_blocking,
@@ -580,10 +579,10 @@ impl ThreadedFront {
                 await_release(tid);
                 Ok(stopped)
             }
-            (_, Err(panic)) => Err(anyhow!(
-                "the accept thread panicked: {}",
-                panic_message(panic.as_ref())
-            )),
+            (_, Err(panic)) => Err(anyhow!(super::panicked(
+                "the accept thread",
+                panic.as_ref()
+            ))),
             (Err(_), Ok(())) => Err(anyhow!("the accept thread ended without a report")),
         }
     }
@@ -605,22 +604,20 @@ impl Drop for ThreadedFront {
 }
 
 /// Makes the thread for connection `id`. The thread starts only if everything before it
-/// worked, and dropping `stream` on an error closes the connection.
+/// worked; on an error the socket comes back in [`Unserved`], open until it is dropped.
 fn start_connection(
     id: u64,
     stream: mio::net::TcpStream,
     shared: &Arc<Shared>,
 ) -> Result<Connection, Unserved> {
-    let stream = TcpStream::from(stream);
+    let stream = Arc::new(TcpStream::from(stream));
     // mio accepts every socket non-blocking (`SOCK_NONBLOCK`); this one's thread blocks on it.
     if let Err(error) = stream.set_nonblocking(false) {
-        let stream = Arc::new(stream);
         return Err(Unserved { error, stream });
     }
     // Each response is one small write; send it at once rather than wait to coalesce. Only a
     // speed-up, so a socket that refuses it is served all the same.
     let _ = stream.set_nodelay(true);
-    let stream = Arc::new(stream);
     let seen = Arc::new(Seen::default());
     let (mine, working, shared) = (stream.clone(), seen.clone(), shared.clone());
     let started = thread::Builder::new()

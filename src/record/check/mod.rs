@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::classroom::run::{NEW_RUN, SESSION_ENDED};
+use crate::classroom::run::{NEW_RUN, SESSION_ENDED, not_run};
 use crate::executor::Executor;
 use crate::label::{Label, joined};
 use crate::policy::{Front, Mode, Pool, Route};
@@ -167,8 +167,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             .filter(|mode| modes.contains(mode));
         if let (None, Some(absent)) = (&said, absent) {
             let mode = absent.name();
-            let not_run = |before| format!("{mode}: not run, {before} before it");
-            let not_run = [SESSION_ENDED, NEW_RUN].map(not_run);
+            let not_run = [SESSION_ENDED, NEW_RUN].map(|before| not_run(absent, before));
             let mut before = modes.iter().copied().take_while(|&m| m != absent);
             let skipped = before.find(|m| !report.policies.iter().any(|p| p.mode == *m));
             let says = if room.is_none() || !not_run.contains(failure) {
