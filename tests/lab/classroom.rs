@@ -1631,9 +1631,8 @@ fn recorded_as_matched(report: &Value) {
     let dir = common::temp_dir("isolation-lab-session").expect("a scratch directory");
     let saved = dir.path().join("s.json");
     std::fs::write(&saved, report.to_string()).expect("saved");
-    let loaded = isolation_lab::record::load(&saved).expect("a session report");
-    let shown = isolation_lab::record::Shown::of(&loaded, &saved);
-    assert_eq!(shown.failure(), None, "{}", shown.text());
+    let recorded = crate::record::record_here(dir.path(), "s.json", false);
+    assert_eq!(recorded.code, 0, "{}", recorded.stdout);
 }
 
 /// Nor does a control request queued behind more strangers' connections than the cap (12 under
@@ -1829,9 +1828,9 @@ async fn a_new_run_cuts_the_last_one_short_and_says_so() {
     let saved = dir.path().join("session.json");
     let json = serde_json::to_string(&report).expect("the report serializes");
     std::fs::write(&saved, json).expect("saved");
-    let loaded = isolation_lab::record::load(&saved).expect("a session report");
-    let shown = isolation_lab::record::Shown::of(&loaded, &saved);
-    let failure = shown.failure().expect("the session did not match");
+    let recorded = crate::record::record_here(dir.path(), "session.json", false);
+    assert_eq!(recorded.code, 1, "the session did not match");
+    let failure = recorded.stderr.trim_end();
     assert!(
         failure.contains("did not match the policy model"),
         "{failure}"

@@ -76,12 +76,12 @@ async fn silent_strangers_connected_before_f1_leave_a_genuine_report() {
                 "the strangers' handlers are counted: {before:?}"
             );
         }
-        let saved = dir.path().join(format!("{}.json", front.name()));
+        let file = format!("{}.json", front.name());
+        let saved = dir.path().join(&file);
         let json = serde_json::to_string(&report).expect("the report serializes");
         std::fs::write(&saved, json).expect("saved");
-        let loaded = isolation_lab::record::load(&saved).expect("a report");
-        let shown = isolation_lab::record::Shown::of(&loaded, &saved);
-        assert_eq!(shown.failure(), None, "{}", shown.text());
+        let recorded = crate::record::record_here(dir.path(), &file, false);
+        assert_eq!(recorded.code, 0, "{}", recorded.stdout);
         // As many handlers as connections accepted, the lab's own included, are more than the
         // strangers' can explain: named, with what the lab's callers surely had accepted.
         let accepted = report.policies[0].server.as_ref().expect("served");
@@ -90,8 +90,7 @@ async fn silent_strangers_connected_before_f1_leave_a_genuine_report() {
         let handlers = "/policies/0/resources/before_fast/connection_handlers";
         *edited.pointer_mut(handlers).expect("counted") = serde_json::json!(accepted);
         std::fs::write(&saved, edited.to_string()).expect("saved");
-        let loaded = isolation_lab::record::load(&saved).expect("a report");
-        let text = isolation_lab::record::Shown::of(&loaded, &saved).text();
+        let text = crate::record::record_here(dir.path(), &file, false).stdout;
         let named = format!(
             "resources.before_fast counts {accepted} connection handlers, but before F1 only the \
              2 slow callers connected, each at most once, and at most {} connections of another \

@@ -44,10 +44,10 @@ fn lab(dir: &Path, args: &[&str]) -> Output {
 
 /// What `isolation-lab record file [--format json]`, run in `dir`, prints and exits with.
 #[derive(Debug, PartialEq, Eq)]
-struct Recorded {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Recorded {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Recorded {
@@ -65,7 +65,7 @@ impl Recorded {
 /// makes (`record::load`, then `record::Shown`), in this process, and worded as the binary
 /// words it: a refusal exits 2 with `error: ` before it, a record that does not match or hold
 /// together exits 1 with its one line after `isolation-lab: `.
-fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
+pub(crate) fn record_here(dir: &Path, file: &str, json: bool) -> Recorded {
     let saved = match record::load(&dir.join(file)) {
         Ok(saved) => saved,
         Err(mut refused) => {
