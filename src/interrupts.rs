@@ -242,8 +242,9 @@ extern "C" fn last_word(signal: libc::c_int) {
 /// with one line naming it, exit 1, rather than without a word by its default action — a
 /// default run halfway, or the report being written after a session has closed (its children
 /// reaped: nothing is left to close). A signal ignored when the lab started stays ignored. A
-/// session's [`Interrupts`] catches over this, and puts it back when done. Not for a front's
-/// child, whose end by a signal is that front's evidence.
+/// session's [`Interrupts`] catches over this, and puts it back when done. SIGCONT is counted,
+/// as a session counts it. Not for a front's child, whose end by a signal is that front's
+/// evidence.
 pub(crate) fn last_words() {
     // SAFETY: getpid(2) cannot fail.
     SPEAKER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
@@ -252,6 +253,9 @@ pub(crate) fn last_words() {
         // cannot be set keeps its default action: the lab ends by it, as it did before.
         let _ = unsafe { install(signal, last_word) };
     }
+    // Counted, not caught: a run's waits tell a stop of the lab's (Ctrl-Z, then fg) from a
+    // stall (`child::awake_within`). SAFETY: the handler adds to an atomic (`note_continued`).
+    let _ = unsafe { install(libc::SIGCONT, note_continued) };
 }
 
 /// Sets `handler` for `signal`, with [`SIGNALS`] blocked while it runs (so one handler of

@@ -37,8 +37,8 @@ pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal, signal_name};
 pub(crate) use reaper::Reaper;
 pub(crate) use stop_watch::{
-    Stall, StopWatch, note_continued, seen_stopped_within, stop_watch, times_continued, watched,
-    watched_within,
+    Stall, StopWatch, awake_within, note_continued, seen_stopped_within, stop_watch,
+    times_continued, watched, watched_within,
 };
 
 /// The longest line either side reads: far above any message, so that a peer writing without

@@ -5,11 +5,12 @@
 //! The lab itself may be stopped too (Ctrl-Z, then `fg`; SIGSTOP, then SIGCONT). Its children
 //! go on meanwhile, but nothing that needs the lab can: a hold's callers are its own tasks. So a
 //! wait counts a stop of the lab's as time it was not there: once the lab has been continued
-//! (SIGCONT, counted by [`note_continued`] while a session catches signals), the next look
-//! moves the wait's deadline by the time since the look before, if that is [`AWAY`] or more,
-//! and adds it to the watch's [`StopWatch::stopped`]; a shorter stop is not counted. A lab that
-//! is merely busy, or not run on a loaded machine, has not been continued: its waits end at
-//! their deadlines.
+//! (SIGCONT, counted by [`note_continued`] in the lab's binary and while a session catches
+//! signals), the next look moves the wait's deadline by the time since the look before, if
+//! that is [`AWAY`] or more, and adds it to the watch's [`StopWatch::stopped`]; a shorter stop
+//! is not counted. A lab that is merely busy, or not run on a loaded machine, has not been
+//! continued: its waits end at their deadlines. A wait of the lab's own, with no child to look
+//! at, counts a stop more simply ([`awake_within`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,10 +25,11 @@ const STOPPED_WATCH: Duration = Duration::from_millis(250);
 /// A stop shorter than this, seen from one look to the next, is not counted.
 const AWAY: Duration = Duration::from_secs(1);
 
-/// How many times this process has been continued (SIGCONT) while a session caught it.
+/// How many times this process has been continued (SIGCONT) while it counted continues.
 static CONTINUED: AtomicU64 = AtomicU64::new(0);
 
-/// The SIGCONT handler a session installs (`interrupts`): one atomic add, async-signal-safe.
+/// The SIGCONT handler the lab's binary and a session install (`interrupts`): one atomic add,
+/// async-signal-safe.
 pub(crate) extern "C" fn note_continued(_: libc::c_int) {
     CONTINUED.fetch_add(1, Ordering::SeqCst);
 }
@@ -35,6 +37,30 @@ pub(crate) extern "C" fn note_continued(_: libc::c_int) {
 /// How many times [`note_continued`] has run in this process.
 pub(crate) fn times_continued() -> u64 {
     CONTINUED.load(Ordering::SeqCst)
+}
+
+/// A wait of the lab's own, with no child to look at (a run's step, a front's close):
+/// `future`'s output, or `None` once `timeout` has passed with the lab awake. A stop of the
+/// lab's (Ctrl-Z, then fg) is not a stall, as nothing of the lab's could run meanwhile: a wait
+/// that runs out after the lab has been continued waits `timeout` again from then. The kernel
+/// gives a continue to the process's main thread, where every instrument's runtime runs
+/// (`lab::block_on`), and its handler runs there before that thread looks at its timers.
+pub(crate) async fn awake_within<T>(
+    timeout: Duration,
+    future: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(future);
+    let mut continued = times_continued();
+    loop {
+        if let Ok(done) = tokio::time::timeout(timeout, &mut future).await {
+            return Some(done);
+        }
+        let now = times_continued();
+        if now == continued {
+            return None;
+        }
+        continued = now;
+    }
 }
 
 /// Why a [`watched`] wait gave up.
@@ -190,6 +216,27 @@ mod tests {
             Instant::now() + Duration::from_secs(10),
             stop_watch(),
         )
+    }
+
+    /// A wait of the lab's own that runs out after the lab was stopped and continued waits its
+    /// timeout again from then; one that runs out with no continue gives up: a stall is still
+    /// a stall.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_of_the_labs_own_outlasts_a_stop_not_a_stall() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let started = Instant::now();
+        let waiting = awake_within(Duration::from_secs(5), std::future::pending::<()>());
+        tokio::pin!(waiting);
+        let first = tokio::time::timeout(Duration::from_secs(3), &mut waiting).await;
+        assert!(first.is_err(), "still waiting after 3 s");
+        // Stopped for 20 s, then continued: the clock jumps, then SIGCONT.
+        tokio::time::advance(Duration::from_secs(20)).await;
+        note_continued(libc::SIGCONT);
+        assert_eq!(waiting.await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(23 + 5));
+        let never = std::future::pending::<()>();
+        assert_eq!(awake_within(Duration::from_secs(5), never).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(23 + 5 + 5));
     }
 
     /// Nothing comes: the wait ends at its deadline, having looked all along.

@@ -268,8 +268,8 @@ pub async fn serve(
     room.aim(None);
     // The room's requests still on their way are answered, or fail, now that the runs are
     // closed: the page is told each before it is told the end, as the report lists it.
-    let settled = tokio::time::timeout(limit, room.settled()).await;
-    let unsettled = settled.err().map(|_| {
+    let settled = crate::child::awake_within(limit, room.settled()).await;
+    let unsettled = settled.is_none().then(|| {
         format!(
             "the room's requests were not all answered within {} of the close",
             http::in_words(limit)

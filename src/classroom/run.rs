@@ -424,7 +424,7 @@ impl Driver {
         // before anything of the next run, so the page draws it on this run's board. (One
         // still unlisted after the safety timeout is the session's failure, at its end.)
         let limit = self.config.options.safety_timeout;
-        let _ = tokio::time::timeout(limit, self.room.settled()).await;
+        let _ = crate::child::awake_within(limit, self.room.settled()).await;
         let gates = open.gates.record().into_iter().map(|gate| RoomGateRecord {
             run: index + 1,
             mode: open.mode,

@@ -14,6 +14,7 @@ use super::failure::{self, Cause, Failure, Step, waited};
 use crate::admission::ledger::{Event, WorkEvent};
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
+use crate::child::awake_within;
 use crate::evidence::{Phase, ResponseRecord, ServerSummary};
 use crate::hooks::Hooks;
 use crate::label::Label;
@@ -392,7 +393,8 @@ impl Bounds {
         self
     }
 
-    /// Waits for `step`. Fails as stalled after the safety timeout; or at once, saying why,
+    /// Waits for `step`. Fails as stalled after the safety timeout, counted in the lab's own
+    /// time (a stop of the lab's, Ctrl-Z then fg, is not a stall); or at once, saying why,
     /// once the front has failed a client (given up accepting connections, closed one unserved,
     /// or seen a handler panic), or its own runtime has stopped serving before the close: the run fails for
     /// either anyway, and a request no one will accept or decide would otherwise wait out the
@@ -413,7 +415,7 @@ impl Bounds {
             why = front_stopped(self.heartbeat.as_deref()) => {
                 Err(Failure::new(at, request, Cause::Server(why)))
             }
-            done = tokio::time::timeout(limit, step) => done.map_err(|_| {
+            done = awake_within(limit, step) => done.ok_or_else(|| {
                 let waiting_for = waiting_for();
                 Failure::new(at, request, Cause::Stalled { waiting_for, limit })
             }),

@@ -12,6 +12,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::task::{self, AbortHandle, JoinError, JoinSet};
 
 use super::Handlers;
+use crate::child::awake_within;
 
 /// The most times [`Connections::room_for_one`] yields for connections not yet polled.
 const POLL_YIELDS: usize = 4;
@@ -235,10 +236,7 @@ impl Connections {
     ) -> Option<String> {
         self.close_idle();
         let mut error = None;
-        if tokio::time::timeout(limit, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        if awake_within(limit, graceful.shutdown()).await.is_none() {
             self.tasks.abort_all();
             error = Some(format!(
                 "{what} were still open {} s after the server asked them to close; aborted",

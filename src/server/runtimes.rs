@@ -28,6 +28,7 @@ use super::caught::{panic_message, quietly};
 use super::work_style::Dispatch;
 use super::{FrontCensus, Stopped};
 use crate::admission::section::WorkSection;
+use crate::child::awake_within;
 use crate::executor::{Executor, WorkStyle, Workers};
 use crate::hooks::Hooks;
 
@@ -327,7 +328,7 @@ impl FrontThread {
             bail!("the front was already stopped");
         };
         let limit = self.drain_limit + REPORT_SLACK;
-        let Ok(reported) = tokio::time::timeout(limit, report).await else {
+        let Some(reported) = awake_within(limit, report).await else {
             bail!(
                 "the front's runtimes did not stop within {} s; left running",
                 limit.as_secs()

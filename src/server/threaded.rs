@@ -26,6 +26,7 @@ use super::{
 };
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
+use crate::child::awake_within;
 use crate::draw::table::plural;
 use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
@@ -564,7 +565,7 @@ impl ThreadedFront {
         // Every wait of the accept thread is bounded, so its report comes within this limit
         // unless the thread never got to run (its start can fail inside the standard library).
         let limit = self.drain_limit + FORCED_LIMIT + REPORT_SLACK;
-        let Ok(stopped) = tokio::time::timeout(limit, stopped).await else {
+        let Some(stopped) = awake_within(limit, stopped).await else {
             // Dropping `self` tells it to abandon its work, should it ever run, and leaves it.
             bail!(
                 "the accept thread did not report within {} s of being told to stop; left \

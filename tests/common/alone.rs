@@ -5,8 +5,8 @@
 //! One file for both test binaries: the scenarios' (`tests/common`) and the unit tests'
 //! (`child::test_child`), each giving it its own `die_with_parent`.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,6 +25,13 @@ const LIMIT: Duration = Duration::from_secs(120);
 ///
 /// The test is named by its thread: libtest runs each test on a thread named after it.
 pub(crate) fn alone() -> bool {
+    alone_beside(|_, _, _| {})
+}
+
+/// [`alone`], with `beside` run in this process while the child runs, before it is waited for:
+/// it is given the child's pid, the lines the child writes to stderr as they come (the lines
+/// end when the child's stderr does), and the child's stdin, closed when `beside` drops it.
+pub(crate) fn alone_beside(beside: impl FnOnce(u32, &mpsc::Receiver<String>, ChildStdin)) -> bool {
     let thread = std::thread::current();
     let test = thread
         .name()
@@ -42,7 +49,7 @@ pub(crate) fn alone() -> bool {
         .args(["--exact", test, "--include-ignored", "--nocapture"])
         .args(["--test-threads=1"])
         .env(ALONE, test)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // This thread waits below until the child has ended, so the child dies with it.
@@ -53,8 +60,15 @@ pub(crate) fn alone() -> bool {
     // One that stalls is killed after LIMIT rather than holding the run up: it is still this
     // thread's unreaped child then, so the signal cannot reach another process.
     let (done, ended) = mpsc::channel();
-    let (stdout, stderr) = (read(stdout, done.clone()), read(stderr, done));
+    let (said, lines) = mpsc::channel();
+    let (stdout, stderr) = (
+        read(stdout, done.clone(), None),
+        read(stderr, done, Some(said)),
+    );
     let deadline = Instant::now() + LIMIT;
+    if let Some(stdin) = child.stdin.take() {
+        beside(child.id(), &lines, stdin);
+    }
     let both = (0..2).all(|_| ended.recv_timeout(deadline - Instant::now()).is_ok());
     if !both {
         let _ = child.kill();
@@ -76,12 +90,26 @@ pub(crate) fn alone() -> bool {
     true
 }
 
-/// Reads `pipe` to its end on a thread of its own, then says so on `done`.
-fn read<R: Read + Send + 'static>(pipe: Option<R>, done: mpsc::Sender<()>) -> JoinHandle<String> {
+/// Reads `pipe` to its end on a thread of its own, sending each line on `lines` if given as it
+/// comes, then says so on `done`.
+fn read<R: Read + Send + 'static>(
+    pipe: Option<R>,
+    done: mpsc::Sender<()>,
+    lines: Option<mpsc::Sender<String>>,
+) -> JoinHandle<String> {
     std::thread::spawn(move || {
         let mut text = String::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_string(&mut text);
+        if let Some(pipe) = pipe {
+            let mut pipe = BufReader::new(pipe);
+            let mut line = Vec::new();
+            while pipe.read_until(b'\n', &mut line).is_ok_and(|read| read > 0) {
+                let said = String::from_utf8_lossy(&line);
+                if let Some(lines) = &lines {
+                    let _ = lines.send(said.clone().into_owned());
+                }
+                text.push_str(&said);
+                line.clear();
+            }
         }
         let _ = done.send(());
         text

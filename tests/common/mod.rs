@@ -8,7 +8,7 @@ pub mod alone;
 pub mod bulk;
 pub mod webdriver;
 
-pub(crate) use alone::alone;
+pub(crate) use alone::{alone, alone_beside};
 pub use tempfile::TempDir;
 use webdriver::die_with_parent;
 

@@ -10,6 +10,8 @@
 
 use crate::common;
 
+use std::io::Write;
+use std::process::ChildStdin;
 use std::time::Duration;
 
 use common::{Case, Faults, StuckBeforeTheGate, assert_port_closed};
@@ -293,6 +295,108 @@ fn a_panicking_handler(request: Label, runs: Vec<Failed>) {
             "{front:?}: {request} left cancelled"
         );
     }
+}
+
+/// What S1's thread says, with the id of the thread the run's runtime is on, once it waits
+/// inside its work (`StoppedInsideS1`).
+const INSIDE: &str = "S1 waits inside its work; the run's runtime is on thread ";
+
+/// S1 waits inside its work, on its own thread (the threaded front), for a line on stdin.
+#[derive(Debug)]
+struct StoppedInsideS1 {
+    runtime_thread: libc::pid_t,
+}
+
+impl Hooks for StoppedInsideS1 {
+    fn inside_work(&self, request: Label) {
+        if request == Label::Slow(1) {
+            eprintln!("{INSIDE}{}", self.runtime_thread);
+            let _ = std::io::stdin().read_line(&mut String::new());
+        }
+    }
+}
+
+/// Thread `thread` of process `pid`: its state (`S` while it waits) and how many times it has
+/// given up its core to wait (its voluntary context switches).
+fn thread_status(pid: libc::pid_t, thread: libc::pid_t) -> (char, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{thread}/status"));
+    let status = status.expect("the thread's status");
+    let field = |name: &str| {
+        let line = status.lines().find_map(|line| line.strip_prefix(name));
+        line.expect("a field of the status").trim().to_owned()
+    };
+    let state = field("State:").chars().next().expect("a state");
+    let switches = field("voluntary_ctxt_switches:").parse().expect("a count");
+    (state, switches)
+}
+
+/// A run stopped (Ctrl-Z; here SIGSTOP) past its safety timeout, then continued (`fg`;
+/// SIGCONT), goes on to its end and matches: nothing of the lab's could run while it was
+/// stopped, so its waits count only the time it was not. The run is alone in a process of its
+/// own, with the binary's signal handling, on the threaded front. While S1's thread waits
+/// inside its work and the run waits for S1 to be held, this test's process stops the run's,
+/// waits for the stop, keeps it stopped past the safety timeout, continues it, and only then
+/// lets S1's thread go on. The continue is sent to the thread the run's runtime is on, as the
+/// kernel gives the binary's to its main thread, where the binary's runtime runs.
+#[test]
+fn a_run_stopped_past_its_safety_timeout_and_continued_goes_on() {
+    let beside = |pid: u32, said: &std::sync::mpsc::Receiver<String>, mut stdin: ChildStdin| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let thread = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // A child that ends or stalls first fails on its own, with its output.
+            let Ok(line) = said.recv_timeout(left) else {
+                return;
+            };
+            if let Some(thread) = line.trim_end().strip_prefix(INSIDE) {
+                break thread.parse::<libc::pid_t>().expect("a thread id");
+            }
+        };
+        let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
+        let mut stopped: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: kill(2) signals this test's own unreaped child; waitid(2) fills `stopped`,
+        // leaving the child waitable (WNOWAIT).
+        unsafe {
+            assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
+            let how = libc::WSTOPPED | libc::WNOWAIT;
+            let id = libc::id_t::try_from(pid).expect("a pid");
+            assert_eq!(libc::waitid(libc::P_PID, id, &mut stopped, how), 0);
+        }
+        // The run's wait for S1 began before S1's thread spoke: its deadline passes meanwhile.
+        std::thread::sleep(GUARD + Duration::from_secs(1));
+        let (_, parked) = thread_status(pid, thread);
+        // SAFETY: as above; the thread is one of the child's.
+        let continued = unsafe { libc::syscall(libc::SYS_tgkill, pid, thread, libc::SIGCONT) };
+        assert_eq!(continued, 0);
+        // S1 goes on only once the runtime's thread has woken, seen the deadline passed, and
+        // waits again: a lab that took the stop for a stall has failed the run by then.
+        loop {
+            let (state, switches) = thread_status(pid, thread);
+            if state == 'S' && switches > parked {
+                break;
+            }
+            let late = std::time::Instant::now() > deadline;
+            assert!(!late, "the runtime's thread never waited again");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        stdin.write_all(b"go on\n").expect("S1's thread reads on");
+    };
+    if common::alone_beside(beside) {
+        return;
+    }
+    isolation_lab::cli::one_line_at_a_signal();
+    // SAFETY: gettid(2) cannot fail.
+    let runtime_thread = unsafe { libc::gettid() };
+    let case = Case::new(Mode::Shared, 2, 2);
+    let options = Options {
+        safety_timeout: GUARD,
+        ..Options::on(Front::Threaded).with_hooks(StoppedInsideS1 { runtime_thread })
+    };
+    let run = common::runtime().block_on(run_policy_with(case.policy(), case.held(), options));
+    if let Some(failure) = &run.failure {
+        panic!("the run failed: {failure}");
+    }
+    common::assert_matches_the_model(case, &run.report);
 }
 
 /// The command line's runs wait 5 s before failing a stalled step: the binary's own report
