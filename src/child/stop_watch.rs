@@ -42,9 +42,9 @@ pub(crate) fn times_continued() -> u64 {
 /// A wait of the lab's own, with no child to look at (a run's step, a front's close):
 /// `future`'s output, or `None` once `timeout` has passed with the lab awake. A stop of the
 /// lab's (Ctrl-Z, then fg) is not a stall, as nothing of the lab's could run meanwhile: a wait
-/// that runs out after the lab has been continued waits `timeout` again from then. The kernel
-/// gives a continue to the process's main thread, where every instrument's runtime runs
-/// (`lab::block_on`), and its handler runs there before that thread looks at its timers.
+/// that runs out after the lab has been continued waits `timeout` again from then. A wait woken
+/// [`AWAY`] or more after its deadline with no continue counted yet looks once more a tick
+/// later, as the continue's handler may run on another thread a moment after this one wakes.
 pub(crate) async fn awake_within<T>(
     timeout: Duration,
     future: impl Future<Output = T>,
@@ -52,7 +52,12 @@ pub(crate) async fn awake_within<T>(
     tokio::pin!(future);
     let mut continued = times_continued();
     loop {
-        if let Ok(done) = tokio::time::timeout(timeout, &mut future).await {
+        let deadline = Instant::now() + timeout;
+        if let Ok(done) = tokio::time::timeout_at(deadline, &mut future).await {
+            return Some(done);
+        }
+        let unsettled = times_continued() == continued && deadline.elapsed() >= AWAY;
+        if unsettled && let Ok(done) = tokio::time::timeout(STOPPED_WATCH, &mut future).await {
             return Some(done);
         }
         let now = times_continued();
@@ -237,6 +242,28 @@ mod tests {
         let never = std::future::pending::<()>();
         assert_eq!(awake_within(Duration::from_secs(5), never).await, None);
         assert_eq!(started.elapsed(), Duration::from_secs(23 + 5 + 5));
+    }
+
+    /// The continue counted only after the wait has woken from the stop (its handler ran on
+    /// another thread a moment later): the wait looks again a tick later, and waits on.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_of_the_labs_own_sees_a_continue_counted_late() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let waiting = awake_within(Duration::from_secs(5), std::future::pending::<()>());
+        tokio::pin!(waiting);
+        let first = tokio::time::timeout(Duration::from_secs(3), &mut waiting).await;
+        assert!(first.is_err(), "still waiting after 3 s");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        // It wakes, finds its deadline long passed and no continue counted yet.
+        let woken = tokio::time::timeout(Duration::from_millis(100), &mut waiting).await;
+        assert!(woken.is_err(), "gave up before looking again");
+        note_continued(libc::SIGCONT);
+        let back = Instant::now();
+        assert_eq!(waiting.await, None);
+        assert_eq!(
+            back.elapsed(),
+            Duration::from_millis(150) + Duration::from_secs(5)
+        );
     }
 
     /// Nothing comes: the wait ends at its deadline, having looked all along.

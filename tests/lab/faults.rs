@@ -336,8 +336,10 @@ fn thread_status(pid: libc::pid_t, thread: libc::pid_t) -> (char, u64) {
 /// own, with the binary's signal handling, on the threaded front. While S1's thread waits
 /// inside its work and the run waits for S1 to be held, this test's process stops the run's,
 /// waits for the stop, keeps it stopped past the safety timeout, continues it, and only then
-/// lets S1's thread go on. The continue is sent to the thread the run's runtime is on, as the
-/// kernel gives the binary's to its main thread, where the binary's runtime runs.
+/// lets S1's thread go on. The continue is sent to the thread the run's runtime is on, so that
+/// it is counted before that thread looks at its timers; one counted a moment later, on
+/// another thread, is `child::stop_watch`'s unit test
+/// (`a_wait_of_the_labs_own_sees_a_continue_counted_late`).
 #[test]
 fn a_run_stopped_past_its_safety_timeout_and_continued_goes_on() {
     let beside = |pid: u32, said: &std::sync::mpsc::Receiver<String>, mut stdin: ChildStdin| {
