@@ -5,8 +5,10 @@
 //! the shared one, a panic under the partitioned one), but admitted work short of the gate on
 //! the threaded front only (below). Every case of every fault runs at once, each on its own
 //! server; the ones that stall do so with a safety timeout of [`GUARD`], and waited out side by
-//! side they cost one of it; then each fault's own checks read its runs. The command line's own timeout is pinned apart,
-//! without a stall (`the_command_line_waits_five_seconds`).
+//! side they cost one of it; then each fault's own checks read its runs. The command line's
+//! own timeout is pinned apart, without a stall (`the_command_line_waits_five_seconds`), and a
+//! run stopped past its timeout and continued is shown not to be a stall
+//! (`a_run_stopped_past_its_safety_timeout_and_continued_goes_on`).
 
 use crate::common;
 
