@@ -164,7 +164,7 @@ impl Shown {
         match verdict {
             Recheck::Matched => None,
             Recheck::DidNotMatch { reason } => Some(format!(
-                "{file}: the {what} did not match the policy model: {reason}"
+                "{file}: the {what} did not match the policy model; its report says why: {reason}"
             )),
             Recheck::DoesNotHold { findings } => {
                 let first = findings.first().map_or(String::new(), |f| {
@@ -447,7 +447,8 @@ pub enum Says {
         /// The gate: `open`, or `abandoned` after a failure.
         gate: GateState,
     },
-    /// `failure`: why the run failed.
+    /// `failure`: why the run failed, as its report says. `record` quotes it: what it can
+    /// re-check of it (the policy, the step, the caller, a difference from the model) it has.
     Failure {
         /// The report's one-line reason.
         reason: String,

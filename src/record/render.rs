@@ -158,7 +158,7 @@ pub(crate) fn session(session: &SessionRecord) -> String {
             let reason = one_line(reason);
             let _ = writeln!(
                 out,
-                "\nThe session did NOT match the policy model: {reason}"
+                "\nThe session did NOT match the policy model; its report says why: {reason}"
             );
         }
         // Shown above, instead of the runs.
@@ -266,7 +266,7 @@ fn says(says: &Says) -> String {
                 "final state: {active} active, {available} of {capacity} permits back, gate {gate}"
             )
         }
-        Says::Failure { reason } => format!("FAILED: {reason}"),
+        Says::Failure { reason } => format!("FAILED, its report says: {reason}"),
         Says::Mismatches { count: 1, first } => format!("1 difference from the model: {first}"),
         Says::Mismatches { count, first } => {
             format!("{count} differences from the model, the first: {first}")

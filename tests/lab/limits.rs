@@ -160,7 +160,7 @@ fn output_past_the_file_size_limit_fails_in_one_line() {
     let (ran, said) = run(&["record", failed]);
     assert_eq!(ran.code(), Some(1), "{said}");
     assert_eq!(said.lines().count(), 1, "{said}");
-    let failure = "the run did not match the policy model: shared: stalled:";
+    let failure = "the run did not match the policy model; its report says why: shared: stalled:";
     assert!(said.contains(failure), "{said}");
     let then = "; then cannot write to stdout: File too large (os error 27)\n";
     assert!(said.ends_with(then), "{said}");
@@ -462,7 +462,9 @@ fn genuine(report: &str, stderr: &str) -> Result<(), String> {
     let shown = isolation_lab::record::Shown::of(&loaded, &saved);
     let said = shown.failure().unwrap_or_default();
     let reason = stderr.trim_end().trim_start_matches("isolation-lab: ");
-    match said.ends_with(&format!("did not match the policy model: {reason}")) {
+    match said.ends_with(&format!(
+        "did not match the policy model; its report says why: {reason}"
+    )) {
         true => Ok(()),
         false => Err(format!("record says: {said}; the lab said: {stderr}")),
     }

@@ -130,7 +130,9 @@ fn record(dir: &Path, file: &str) -> (Value, String) {
 /// `record file` of a run that failed, in both formats: each exits 1, saying on stderr that
 /// the run did not match, and not that the report was edited.
 fn record_failed(dir: &Path, file: &str) -> (Value, String) {
-    let said = format!("isolation-lab: {file}: the run did not match the policy model: ");
+    let said = format!(
+        "isolation-lab: {file}: the run did not match the policy model; its report says why: "
+    );
     record_exiting(dir, file, 1, |stderr| stderr.starts_with(&said))
 }
 
@@ -499,7 +501,10 @@ fn a_failed_runs_report_is_recorded() {
         shown.contains("The run did NOT match the policy model."),
         "{shown}"
     );
-    assert!(shown.contains("FAILED: shared: "), "{shown}");
+    assert!(
+        shown.contains("FAILED, its report says: shared: "),
+        "{shown}"
+    );
     assert!(
         pointers.contains(&"/policies/0/model/mismatches".to_owned()),
         "{pointers:?}"
@@ -2911,8 +2916,9 @@ fn runs_that_failed_where_the_executor_decides_are_not_called_edited() {
         let output = record_here(&dir, file, false);
         let stderr = &output.stderr;
         assert_eq!(output.code, 1, "{stderr}");
-        let failed =
-            format!("isolation-lab: {file}: the run did not match the policy model: {mode}: ");
+        let failed = format!(
+            "isolation-lab: {file}: the run did not match the policy model; its report says why: {mode}: "
+        );
         assert!(stderr.starts_with(&failed), "{stderr}");
     }
     let queued = "spawn-blocking-cancelled-before-started.json";
@@ -3507,7 +3513,8 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     assert_eq!(output.code, 1, "{stderr}");
     assert!(
         stderr.starts_with(&format!(
-            "isolation-lab: {closed}: the session did not match the policy model: run 1: shared: \
+            "isolation-lab: {closed}: the session did not match the policy model; its report says \
+             why: run 1: shared: \
              the run was closed before its next step"
         )),
         "{stderr}"
