@@ -262,7 +262,8 @@ pub(crate) fn last_words() {
 /// theirs runs at a time on a thread), and returns the disposition it replaced. A signal
 /// ignored when the lab started stays ignored, as `nohup` (SIGHUP) and a shell's background
 /// job (SIGINT, SIGQUIT) asked: `None`, and nothing set. Not SIGCONT: ignoring it never stops
-/// a continue, and counting it changes nothing else.
+/// a continue. Counting it runs a handler at each continue, on one thread: a wait there in
+/// `epoll_wait`, `poll` or a sleep returns early (EINTR), and each of the lab's retries.
 ///
 /// # Safety
 ///

@@ -24,6 +24,9 @@ use crate::procfs;
 const STOPPED_WATCH: Duration = Duration::from_millis(250);
 /// A stop shorter than this, seen from one look to the next, is not counted.
 const AWAY: Duration = Duration::from_secs(1);
+/// A wait of the lab's own woken this long or more after its deadline may have been stopped
+/// ([`awake_within`]); a timer is otherwise due within a millisecond or so.
+const LATE: Duration = Duration::from_millis(100);
 
 /// How many times this process has been continued (SIGCONT) while it counted continues.
 static CONTINUED: AtomicU64 = AtomicU64::new(0);
@@ -43,8 +46,10 @@ pub(crate) fn times_continued() -> u64 {
 /// `future`'s output, or `None` once `timeout` has passed with the lab awake. A stop of the
 /// lab's (Ctrl-Z, then fg) is not a stall, as nothing of the lab's could run meanwhile: a wait
 /// that runs out after the lab has been continued waits `timeout` again from then. A wait woken
-/// [`AWAY`] or more after its deadline with no continue counted yet looks once more a tick
+/// [`LATE`] or more after its deadline with no continue counted yet looks once more a tick
 /// later, as the continue's handler may run on another thread a moment after this one wakes.
+/// A continue without a stop (`kill -CONT`) restarts a wait too: sent again and again, it keeps
+/// a stalled run waiting.
 pub(crate) async fn awake_within<T>(
     timeout: Duration,
     future: impl Future<Output = T>,
@@ -56,7 +61,7 @@ pub(crate) async fn awake_within<T>(
         if let Ok(done) = tokio::time::timeout_at(deadline, &mut future).await {
             return Some(done);
         }
-        let unsettled = times_continued() == continued && deadline.elapsed() >= AWAY;
+        let unsettled = times_continued() == continued && deadline.elapsed() >= LATE;
         if unsettled && let Ok(done) = tokio::time::timeout(STOPPED_WATCH, &mut future).await {
             return Some(done);
         }
@@ -253,8 +258,9 @@ mod tests {
         tokio::pin!(waiting);
         let first = tokio::time::timeout(Duration::from_secs(3), &mut waiting).await;
         assert!(first.is_err(), "still waiting after 3 s");
-        tokio::time::advance(Duration::from_secs(20)).await;
-        // It wakes, finds its deadline long passed and no continue counted yet.
+        // Stopped for 2.2 s, across the deadline: it wakes 0.2 s after it, and finds no
+        // continue counted yet.
+        tokio::time::advance(Duration::from_millis(2_200)).await;
         let woken = tokio::time::timeout(Duration::from_millis(100), &mut waiting).await;
         assert!(woken.is_err(), "gave up before looking again");
         note_continued(libc::SIGCONT);

@@ -18,6 +18,7 @@ use super::{Options, PolicyRun};
 use crate::admission::ledger::Event;
 use crate::admission::section::WorkSection;
 use crate::admission::token::RunToken;
+use crate::child::awake_within;
 use crate::evidence::{
     Beat, Evidence, ExecutorEvidence, FastResponse, Moment, Observed, ServerSummary, Unread,
 };
@@ -448,11 +449,11 @@ impl Run {
     async fn disconnect(&mut self, request: Label, caller: tokio::task::AbortHandle) -> Failure {
         caller.abort();
         let timeout = self.session.timeout();
-        let left = tokio::time::timeout(timeout, self.session.left(request)).await;
+        let left = awake_within(timeout, self.session.left(request)).await;
         let left = match left {
-            Err(_) => Left::NotNoticed(timeout),
-            Ok(Some((seq, true))) => Left::Cancelled(seq),
-            Ok(_) => Left::NeverRecorded,
+            None => Left::NotNoticed(timeout),
+            Some(Some((seq, true))) => Left::Cancelled(seq),
+            Some(_) => Left::NeverRecorded,
         };
         Failure::new(Step::Slow, Some(request), Cause::CallerLeft(left))
     }
