@@ -37,7 +37,7 @@ pub(crate) use process::ExitSignal;
 pub(crate) use process::{ChildProcess, Exit, Signal, signal_name};
 pub(crate) use reaper::Reaper;
 pub(crate) use stop_watch::{
-    Stall, StopWatch, awake_within, note_continued, seen_stopped_within, stop_watch,
+    AwakeDeadline, Stall, StopWatch, awake_within, note_continued, seen_stopped_within, stop_watch,
     times_continued, watched, watched_within,
 };
 

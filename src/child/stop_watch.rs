@@ -73,6 +73,57 @@ pub(crate) async fn awake_within<T>(
     }
 }
 
+/// [`awake_within`]'s deadline, for a thread that waits without a runtime (`recv_timeout`):
+/// `limit` of the lab's own time from when it is made.
+#[derive(Debug)]
+pub(crate) struct AwakeDeadline {
+    limit: Duration,
+    at: std::time::Instant,
+    continued: u64,
+    /// Whether it has looked once more a tick later, woken [`LATE`] with no continue counted.
+    looked_again: bool,
+}
+
+impl AwakeDeadline {
+    pub(crate) fn after(limit: Duration) -> Self {
+        AwakeDeadline {
+            limit,
+            at: std::time::Instant::now() + limit,
+            continued: times_continued(),
+            looked_again: false,
+        }
+    }
+
+    /// How long a wait may take before it looks at [`AwakeDeadline::passed`] again.
+    pub(crate) fn left(&self) -> Duration {
+        self.at.saturating_duration_since(std::time::Instant::now())
+    }
+
+    /// Whether the deadline has passed with the lab awake, as [`awake_within`] decides it:
+    /// once the lab has been continued it is `limit` from now again, and one woken [`LATE`]
+    /// or more past it with no continue counted yet is a tick from now, once.
+    pub(crate) fn passed(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if now < self.at {
+            return false;
+        }
+        let continued = times_continued();
+        if continued != self.continued {
+            *self = AwakeDeadline {
+                continued,
+                ..AwakeDeadline::after(self.limit)
+            };
+            return false;
+        }
+        if !self.looked_again && now - self.at >= LATE {
+            self.looked_again = true;
+            self.at = now + STOPPED_WATCH;
+            return false;
+        }
+        true
+    }
+}
+
 /// Why a [`watched`] wait gave up.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Stall {
@@ -270,6 +321,25 @@ mod tests {
             back.elapsed(),
             Duration::from_millis(150) + Duration::from_secs(5)
         );
+    }
+
+    /// A deadline for a thread without a runtime: passed once its time is up, unless the lab
+    /// has been continued meanwhile, which makes it its limit from then.
+    #[tokio::test]
+    async fn an_awake_deadline_outlasts_a_continue() {
+        let _alone = ONE_AT_A_TIME.lock().await;
+        let limit = Duration::from_millis(20);
+        let mut deadline = AwakeDeadline::after(limit);
+        std::thread::sleep(deadline.left());
+        note_continued(libc::SIGCONT);
+        assert!(!deadline.passed(), "the lab was continued");
+        // At most two more waits: one to its time, and one tick more if it woke late.
+        let mut waits = 0;
+        while !deadline.passed() {
+            waits += 1;
+            assert!(waits <= 2, "{deadline:?}");
+            std::thread::sleep(deadline.left());
+        }
     }
 
     /// Nothing comes: the wait ends at its deadline, having looked all along.

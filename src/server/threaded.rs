@@ -26,7 +26,7 @@ use super::{
 };
 use crate::admission::section::WorkSection;
 use crate::admission::token::TOKEN_HEADER;
-use crate::child::awake_within;
+use crate::child::{AwakeDeadline, awake_within};
 use crate::draw::table::plural;
 use crate::hooks::Hooks;
 use crate::label::{LABEL_HEADER, Label};
@@ -361,7 +361,7 @@ fn serve(
             let _ = connection.stream.shutdown(Shutdown::Both);
         }
     }
-    let drain_until = Instant::now() + drain_limit;
+    let drain_until = AwakeDeadline::after(drain_limit);
     connections.wait(&heard, drain_until, false, || signal.abandoned());
     if !connections.open.is_empty() {
         // A thread cannot be aborted from outside. What can keep one busy this long is
@@ -378,7 +378,7 @@ fn serve(
                 drain_limit.as_secs()
             ));
         }
-        let forced_until = Instant::now() + FORCED_LIMIT;
+        let forced_until = AwakeDeadline::after(FORCED_LIMIT);
         connections.wait(&heard, forced_until, true, || false);
     }
     if let Some(stuck) = connections.give_up() {
@@ -484,20 +484,21 @@ impl ConnectionTable {
         }
     }
 
-    /// Joins connections as they say they ended, until none is open, `until` passes, or
-    /// `cut_short` says to stop waiting. `forced`: they were forced to stop.
+    /// Joins connections as they say they ended, until none is open, `until` passes (in the
+    /// lab's own time: a stop of the lab's is not the threads being busy), or `cut_short` says
+    /// to stop waiting. `forced`: they were forced to stop.
     fn wait(
         &mut self,
         heard: &std_mpsc::Receiver<Note>,
-        until: Instant,
+        mut until: AwakeDeadline,
         forced: bool,
         cut_short: impl Fn() -> bool,
     ) {
         while !self.open.is_empty() && !cut_short() {
-            let left = until.saturating_duration_since(Instant::now());
-            match heard.recv_timeout(left) {
+            match heard.recv_timeout(until.left()) {
                 Ok(Note::Ended { id, tid }) => self.join(id, tid, forced),
                 Ok(Note::Started | Note::Raised) => {}
+                Err(std_mpsc::RecvTimeoutError::Timeout) if !until.passed() => {}
                 Err(_) => return,
             }
         }
