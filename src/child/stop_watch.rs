@@ -43,42 +43,35 @@ pub(crate) fn times_continued() -> u64 {
 }
 
 /// A wait of the lab's own, with no child to look at (a run's step, a front's close):
-/// `future`'s output, or `None` once `timeout` has passed with the lab awake. A stop of the
-/// lab's (Ctrl-Z, then fg) is not a stall, as nothing of the lab's could run meanwhile: a wait
-/// that runs out after the lab has been continued waits `timeout` again from then. A wait woken
-/// [`LATE`] or more after its deadline with no continue counted yet looks once more a tick
-/// later, as the continue's handler may run on another thread a moment after this one wakes.
-/// A continue without a stop (`kill -CONT`) restarts a wait too: sent again and again, it keeps
-/// a stalled run waiting.
+/// `future`'s output, or `None` once `timeout` has passed with the lab awake, as
+/// [`AwakeDeadline`] tells it.
 pub(crate) async fn awake_within<T>(
     timeout: Duration,
     future: impl Future<Output = T>,
 ) -> Option<T> {
     tokio::pin!(future);
-    let mut continued = times_continued();
+    let mut deadline = AwakeDeadline::after(timeout);
     loop {
-        let deadline = Instant::now() + timeout;
-        if let Ok(done) = tokio::time::timeout_at(deadline, &mut future).await {
+        if let Ok(done) = tokio::time::timeout(deadline.left(), &mut future).await {
             return Some(done);
         }
-        let unsettled = times_continued() == continued && deadline.elapsed() >= LATE;
-        if unsettled && let Ok(done) = tokio::time::timeout(STOPPED_WATCH, &mut future).await {
-            return Some(done);
-        }
-        let now = times_continued();
-        if now == continued {
+        if deadline.passed() {
             return None;
         }
-        continued = now;
     }
 }
 
-/// [`awake_within`]'s deadline, for a thread that waits without a runtime (`recv_timeout`):
-/// `limit` of the lab's own time from when it is made.
+/// A deadline `limit` of the lab's own time from when it is made, for [`awake_within`] and for
+/// a thread that waits without a runtime (`recv_timeout`). A stop of the lab's (Ctrl-Z, then
+/// fg) is not a stall, as nothing of the lab's could run meanwhile: once the lab has been
+/// continued, the deadline is `limit` from then. One woken [`LATE`] or more after it with no
+/// continue counted yet is a tick later, once, as the continue's handler may run on another
+/// thread a moment after the waiting one wakes. A continue without a stop (`kill -CONT`)
+/// restarts it too: sent again and again, it keeps a stalled run waiting.
 #[derive(Debug)]
 pub(crate) struct AwakeDeadline {
     limit: Duration,
-    at: std::time::Instant,
+    at: Instant,
     continued: u64,
     /// Whether it has looked once more a tick later, woken [`LATE`] with no continue counted.
     looked_again: bool,
@@ -88,7 +81,7 @@ impl AwakeDeadline {
     pub(crate) fn after(limit: Duration) -> Self {
         AwakeDeadline {
             limit,
-            at: std::time::Instant::now() + limit,
+            at: Instant::now() + limit,
             continued: times_continued(),
             looked_again: false,
         }
@@ -96,14 +89,13 @@ impl AwakeDeadline {
 
     /// How long a wait may take before it looks at [`AwakeDeadline::passed`] again.
     pub(crate) fn left(&self) -> Duration {
-        self.at.saturating_duration_since(std::time::Instant::now())
+        self.at.saturating_duration_since(Instant::now())
     }
 
-    /// Whether the deadline has passed with the lab awake, as [`awake_within`] decides it:
-    /// once the lab has been continued it is `limit` from now again, and one woken [`LATE`]
-    /// or more past it with no continue counted yet is a tick from now, once.
+    /// Whether the deadline has passed with the lab awake; if not, [`AwakeDeadline::left`]
+    /// says how long to wait before looking again.
     pub(crate) fn passed(&mut self) -> bool {
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         if now < self.at {
             return false;
         }
@@ -329,8 +321,11 @@ mod tests {
     async fn an_awake_deadline_outlasts_a_continue() {
         let _alone = ONE_AT_A_TIME.lock().await;
         let limit = Duration::from_millis(20);
+        // Waited on as the threaded front's accept thread waits, for a message that never
+        // comes here.
+        let (_sender, never) = std::sync::mpsc::channel::<()>();
         let mut deadline = AwakeDeadline::after(limit);
-        std::thread::sleep(deadline.left());
+        let _ = never.recv_timeout(deadline.left());
         note_continued(libc::SIGCONT);
         assert!(!deadline.passed(), "the lab was continued");
         // At most two more waits: one to its time, and one tick more if it woke late.
@@ -338,7 +333,7 @@ mod tests {
         while !deadline.passed() {
             waits += 1;
             assert!(waits <= 2, "{deadline:?}");
-            std::thread::sleep(deadline.left());
+            let _ = never.recv_timeout(deadline.left());
         }
     }
 
