@@ -151,6 +151,16 @@ pub(crate) fn joined(
     }
 }
 
+/// Items as a person reads them: `a, b and c`, or `none`.
+pub(crate) fn listed<T: fmt::Display>(items: impl Iterator<Item = T>) -> String {
+    let items: Vec<String> = items.map(|item| item.to_string()).collect();
+    match items.as_slice() {
+        [] => "none".to_owned(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

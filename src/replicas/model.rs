@@ -20,7 +20,7 @@ use super::evidence::{CrashEvidence, EngineHolder, PauseEvidence, ReplicasEviden
 use super::inputs::{ReplicaId, ReplicasInputs};
 use crate::draw::table::{plural, plural_was};
 use crate::evidence::Decision;
-use crate::label::Label;
+use crate::label::{Label, listed};
 use crate::redis_pool::{Effect, LossCause, WorkEnd};
 
 /// What the inputs predict.
@@ -349,16 +349,6 @@ fn too_soon(holders: &[EngineHolder], after: Option<f64>) -> Option<(f64, u64)> 
     after
         .filter(|after| after + 1.0 < left as f64)
         .map(|after| (after, left))
-}
-
-/// Items as a person reads them: `a, b and c`, or `none`.
-pub(crate) fn listed<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
-    let items: Vec<String> = items.map(|item| item.to_string()).collect();
-    match items.as_slice() {
-        [] => "none".to_owned(),
-        [one] => one.clone(),
-        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-    }
 }
 
 fn names(held_by: &[String]) -> BTreeSet<&str> {

@@ -8,7 +8,7 @@ use crate::coordinator::failure::setup;
 use crate::draw::table::{labels, plural};
 use crate::evidence::Evidence;
 use crate::executor::{Executor, WorkStyle, Workers};
-use crate::label::Label;
+use crate::label::{Label, listed};
 use crate::policy::{Front, Pool};
 use crate::record::check::stopped::unstarted;
 use crate::report::PolicyReport;
@@ -448,20 +448,12 @@ fn lab_accepted(file: &PolicyReport, before: &Resources, unread: &[Label]) -> (u
         (queued, "queued for a thread"),
         (unread_answered, "read only after release"),
     ];
-    let mut words: Vec<String> = (counted.iter())
+    let counts = (counted.iter())
         .filter(|&&(n, _)| n > 0)
-        .map(|&(n, whose)| format!("{n} {whose}"))
-        .collect();
-    if f1 > 0 {
-        words.push("F1's (its own, or a refused caller's it reused)".into());
-    }
+        .map(|&(n, whose)| format!("{n} {whose}"));
+    let f1s = (f1 > 0).then(|| "F1's (its own, or a refused caller's it reused)".to_owned());
     let lab = counted.iter().map(|&(n, _)| n).sum::<usize>() + f1;
-    let words = match words.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
-        None => "none".into(),
-    };
-    (lab, words)
+    (lab, listed(counts.chain(f1s)))
 }
 
 /// The fewest OS threads the lab's process runs before F1 on `front` with `executor`, with the
