@@ -5,7 +5,7 @@
 //! accept thread waits on a `mio` poller rather than in a blocking `accept`, so that stopping it
 //! needs no new socket, descriptor or thread: everything it takes is made before it starts.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -392,7 +392,8 @@ fn serve(
 /// The accept thread's connections: the open ones, and how the ended ones ended.
 #[derive(Default)]
 struct ConnectionTable {
-    open: HashMap<u64, Connection>,
+    /// In the order they were accepted (by id).
+    open: BTreeMap<u64, Connection>,
     /// Connections with a running handler: counted once their thread exists.
     accepted: u64,
     ended: Handlers,
@@ -433,10 +434,10 @@ impl ConnectionTable {
     /// completed. One whose thread has not started, accepted in the burst the new one came in,
     /// may hold a whole request unread (a run's F1, queued behind a flood): never closed. With
     /// none to close but some not started, it waits for them to start (or end), as each may
-    /// then be closed. False when there is none, or it waited [`FORCED_LIMIT`] in vain: then
-    /// the new one is closed instead, and no more than `most` are ever open.
+    /// then be closed. False when there is none, or it waited [`FORCED_LIMIT`] of the lab's own
+    /// time in vain: then the new one is closed instead, and no more than `most` are ever open.
     fn make_room(&mut self, most: usize, heard: &std_mpsc::Receiver<Note>) -> bool {
-        let until = Instant::now() + FORCED_LIMIT;
+        let mut until = AwakeDeadline::after(FORCED_LIMIT);
         let mut closed = false;
         while self.open.len() >= most {
             closed = closed || self.close_oldest_stranger();
@@ -444,10 +445,10 @@ impl ConnectionTable {
             if !closed && !starting() {
                 return false;
             }
-            let left = until.saturating_duration_since(Instant::now());
-            match heard.recv_timeout(left) {
+            match heard.recv_timeout(until.left()) {
                 Ok(Note::Ended { id, tid }) => self.join(id, tid, false),
                 Ok(Note::Started) => {}
+                Err(std_mpsc::RecvTimeoutError::Timeout) if !until.passed() => {}
                 // Stopping: the accept loop stops at its next look.
                 Ok(Note::Raised) | Err(_) => return false,
             }
@@ -458,18 +459,13 @@ impl ConnectionTable {
     /// Shuts down the oldest connection whose thread has started, that never carried the run's
     /// token, and is waiting for a request or refusing one; false when there is none.
     fn close_oldest_stranger(&self) -> bool {
-        let mut free: Vec<(u64, &Connection)> = (self.open.iter())
-            .filter(|(_, c)| {
+        let closed = (self.open.values())
+            .filter(|c| {
                 let seen = &c.seen;
                 seen.started.load(Ordering::SeqCst) && !seen.the_runs.load(Ordering::SeqCst)
             })
-            .map(|(&id, c)| (id, c))
-            .collect();
-        free.sort_by_key(|&(id, _)| id);
-        let closed = free
-            .into_iter()
-            .find(|(_, c)| c.seen.close_from(WAITING) || c.seen.close_from(REFUSING));
-        if let Some((_, c)) = &closed {
+            .find(|c| c.seen.close_from(WAITING) || c.seen.close_from(REFUSING));
+        if let Some(c) = closed {
             let _ = c.stream.shutdown(Shutdown::Both);
         }
         closed.is_some()
@@ -522,7 +518,7 @@ impl ConnectionTable {
     /// uncounted, and the reason says how many.
     fn give_up(&mut self) -> Option<String> {
         let mut stuck = 0;
-        for (_, connection) in self.open.drain() {
+        for connection in std::mem::take(&mut self.open).into_values() {
             if connection.thread.is_finished() {
                 count(&mut self.ended, connection.thread.join(), true);
             } else {
