@@ -541,6 +541,20 @@ impl Hooks for StuckBeforeTheGate {
     }
 }
 
+/// Stops `pid`, a child of this process not yet reaped (SIGSTOP), and waits until it is
+/// stopped: every one of its threads has taken the stop.
+pub fn stop_child(pid: u32) {
+    let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
+    let mut stopped = 0;
+    // SAFETY: `kill` and `waitpid` take plain integers and a pointer to a local; the child is
+    // ours and not yet reaped, and a stop's status leaves it so.
+    unsafe {
+        assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
+        assert_eq!(libc::waitpid(pid, &mut stopped, libc::WUNTRACED), pid);
+    }
+    assert!(libc::WIFSTOPPED(stopped), "stopped: {stopped:#x}");
+}
+
 /// `kill(pid, 0)` fails with ESRCH: no process, not even a zombie, has this pid.
 pub fn is_gone(pid: u32) -> bool {
     let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");

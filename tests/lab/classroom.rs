@@ -1661,17 +1661,10 @@ fn a_control_queued_behind_strangers_beyond_the_cap_is_answered() {
 /// What `connect` returns, made while `child` is stopped (SIGSTOP, waited for): the lab accepts
 /// whatever it connected in one burst when it goes on (SIGCONT).
 fn stopped_while<T>(child: &Child, connect: impl FnOnce() -> T) -> T {
-    let pid = i32::try_from(child.id()).expect("a pid");
-    let mut stopped = 0;
-    // SAFETY: `kill` and `waitpid` take plain integers and a pointer to a local; the child is
-    // ours and not yet reaped.
-    unsafe {
-        assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
-        assert_eq!(libc::waitpid(pid, &mut stopped, libc::WUNTRACED), pid);
-    }
-    assert!(libc::WIFSTOPPED(stopped), "stopped: {stopped:#x}");
+    common::stop_child(child.id());
     let connected = connect();
-    // SAFETY: as above.
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    // SAFETY: kill(2) signals our own unreaped child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     connected
 }

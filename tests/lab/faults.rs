@@ -356,20 +356,12 @@ fn a_run_stopped_past_its_safety_timeout_and_continued_goes_on() {
                 break thread.parse::<libc::pid_t>().expect("a thread id");
             }
         };
+        common::stop_child(pid);
         let pid = libc::pid_t::try_from(pid).expect("pids fit in pid_t");
-        let mut stopped: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: kill(2) signals this test's own unreaped child; waitid(2) fills `stopped`,
-        // leaving the child waitable (WNOWAIT).
-        unsafe {
-            assert_eq!(libc::kill(pid, libc::SIGSTOP), 0);
-            let how = libc::WSTOPPED | libc::WNOWAIT;
-            let id = libc::id_t::try_from(pid).expect("a pid");
-            assert_eq!(libc::waitid(libc::P_PID, id, &mut stopped, how), 0);
-        }
         // The run's wait for S1 began before S1's thread spoke: its deadline passes meanwhile.
         std::thread::sleep(GUARD + Duration::from_secs(1));
         let (_, parked) = thread_status(pid, thread);
-        // SAFETY: as above; the thread is one of the child's.
+        // SAFETY: tgkill(2) signals a thread of this test's own unreaped child.
         let continued = unsafe { libc::syscall(libc::SYS_tgkill, pid, thread, libc::SIGCONT) };
         assert_eq!(continued, 0);
         // S1 goes on only once the runtime's thread has woken, seen the deadline passed, and
