@@ -1,7 +1,7 @@
-//! The table: N down the side; for each figure, the fronts side by side. The idle row gives
-//! each front's child at rest; every other memory figure is per held request, against it.
-
-use std::fmt::Write;
+//! The tables: N down the side; for each figure, the fronts side by side. The first gives time,
+//! threads and drops, the second memory, so that each fits a terminal of 100 columns. The idle
+//! row gives each front's child at rest; every other memory figure is per held request, against
+//! it.
 
 use super::reading::unreadable;
 use super::{count, figure, seconds, stopped_holding};
@@ -18,7 +18,8 @@ type Column = (
 
 const NONE: fn(&Sample) -> String = |_| String::new();
 
-const COLUMNS: [Column; 9] = [
+/// Time, threads and drops.
+const TIME: [Column; 5] = [
     ("hold s", |f, _| hold_seconds(f), NONE),
     (
         "CPU s callers",
@@ -31,6 +32,18 @@ const COLUMNS: [Column; 9] = [
         |f, _| f.process.procfs.os_threads.to_string(),
         |s| s.procfs.os_threads.to_string(),
     ),
+    (
+        "drops",
+        |f, _| match f.listen_drops.scope {
+            DropScope::FrontSocket => f.listen_drops.count.to_string(),
+            DropScope::Machine => format!("{}*", f.listen_drops.count),
+        },
+        NONE,
+    ),
+];
+
+/// Memory: the idle child's in all, then per held request.
+const MEMORY: [Column; 4] = [
     ("RSS KiB/req", resident, |s| mib(s.procfs.rss_kib)),
     (
         "kstack/req*",
@@ -46,14 +59,6 @@ const COLUMNS: [Column; 9] = [
         "maps/req",
         |f, _| figure(f.per_request.memory_maps),
         |s| s.procfs.memory_maps.to_string(),
-    ),
-    (
-        "drops",
-        |f, _| match f.listen_drops.scope {
-            DropScope::FrontSocket => f.listen_drops.count.to_string(),
-            DropScope::Machine => format!("{}*", f.listen_drops.count),
-        },
-        NONE,
     ),
 ];
 
@@ -77,36 +82,28 @@ fn hold_seconds(f: &Figures) -> String {
     format!("{}{mark}", seconds(f.time_to_hold_ms))
 }
 
-/// The heading, the table, its notes and the ceilings.
+/// The heading, the tables, their notes and the ceilings.
 pub(super) fn render(report: &HoldReport) -> String {
     let mut out = String::from(
-        "isolation-lab hold: N requests held at the closed gate, each front in a child process\n\n",
+        "isolation-lab hold: N requests held at the closed gate, each front in a child process\n",
     );
+    for columns in [&TIME[..], &MEMORY[..]] {
+        out.push('\n');
+        out.push_str(&table(report, columns));
+    }
+    out.push('\n');
+    for note in [
+        "Idle: the front's child at rest. Per request (/req): the change from idle, divided by \
+         N; memory in KiB.",
+        "hold s: from the first request sent to the N-th held. CPU s: what the callers (the \
+         lab's own process) and the front's child used over that time.",
+        "RSS: resident memory. kstack: kernel stack. VmSize: address space. maps: memory maps. \
+         drops: connections the front's listener dropped, a full accept queue among them.",
+        "* machine-wide: every program's threads and listeners count, not only the front's.",
+    ] {
+        out.push_str(&wrap(note, "", "", 96));
+    }
     let fronts = &report.fronts;
-    let mut side = vec![String::new(), "N".to_owned(), "0 (idle)".to_owned()];
-    side.extend(report.counts.iter().map(|&n| count(u64::from(n))));
-    let groups: Vec<Group> = COLUMNS
-        .iter()
-        .enumerate()
-        .map(|(i, &(heading, held, idle))| {
-            let cells = fronts.iter().map(|series| {
-                let mut cells = vec![series.front.name().to_owned()];
-                cells.push(series.baseline.as_ref().map_or("-".into(), idle));
-                cells.extend((0..report.counts.len()).map(|at| cell(series, at, held, i == 0)));
-                cells
-            });
-            (heading, cells.collect())
-        })
-        .collect();
-    out.push_str(&layout(&side, &groups));
-    out.push_str(
-        "\nIdle: the front's child at rest. Per request (/req): the change from idle, divided by \
-         N; memory in KiB.\nhold s: from the first request sent to the N-th held. CPU s: what \
-         the callers (the lab's own process) and the front's child used over that time.\nRSS: \
-         resident memory. kstack: kernel stack. VmSize: address space. maps: memory maps. \
-         drops: connections the front's listener dropped, a full accept queue among them.\n* \
-         machine-wide: every program's threads and listeners count, not only the front's.\n",
-    );
     let too_little = fronts
         .iter()
         .flat_map(|s| &s.points)
@@ -115,10 +112,13 @@ pub(super) fn render(report: &HoldReport) -> String {
             _ => false,
         });
     if too_little {
-        out.push_str(
+        out.push_str(&wrap(
             "(RSS): under 1 MiB in all, too little to read per held request: a front's first \
-             requests move it a few hundred KiB either way.\n",
-        );
+             requests move it a few hundred KiB either way.",
+            "",
+            "",
+            96,
+        ));
     }
     let notes = notes(fronts);
     if !notes.is_empty() {
@@ -131,6 +131,27 @@ pub(super) fn render(report: &HoldReport) -> String {
         out.push_str(&wrap(&ceilings, "", "", 96));
     }
     out
+}
+
+/// A table of `columns`: N down the side, the idle row first; a count without figures says why
+/// in the table's first group.
+fn table(report: &HoldReport, columns: &[Column]) -> String {
+    let mut side = vec![String::new(), "N".to_owned(), "0 (idle)".to_owned()];
+    side.extend(report.counts.iter().map(|&n| count(u64::from(n))));
+    let groups: Vec<Group> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, &(heading, held, idle))| {
+            let cells = report.fronts.iter().map(|series| {
+                let mut cells = vec![series.front.name().to_owned()];
+                cells.push(series.baseline.as_ref().map_or("-".into(), idle));
+                cells.extend((0..report.counts.len()).map(|at| cell(series, at, held, i == 0)));
+                cells
+            });
+            (heading, cells.collect())
+        })
+        .collect();
+    layout(&side, &groups)
 }
 
 /// A figure's column group: its heading over one column of cells per front, the first cell
@@ -225,7 +246,8 @@ fn notes(fronts: &[FrontSeries]) -> String {
                 }
                 CountOutcome::LabFailed { reason } => format!("the lab failed: {reason}"),
             };
-            let _ = writeln!(out, "{front}, {}: {why}", count(u64::from(point.held)));
+            let note = format!("{front}, {}: {why}", count(u64::from(point.held)));
+            out.push_str(&wrap(&note, "", "  ", 96));
         }
     }
     out

@@ -93,19 +93,27 @@ fn the_report_round_trips_through_json() {
     assert_eq!(value["preflight"]["limits"]["max_map_count"], 65_530);
 }
 
-/// The table has N down the side, both fronts side by side under each figure, the idle row
-/// first, and the figures of the report.
+/// The tables have N down the side, both fronts side by side under each figure, the idle row
+/// first, and the figures of the report; time and threads in one, memory in the other, so that
+/// every line fits 100 columns.
 #[test]
 fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
     let report = recorded();
     let text = text(&report);
     let lines: Vec<&str> = text.lines().collect();
-    let names = lines
-        .iter()
-        .find(|l| l.starts_with("N "))
-        .expect("a header");
-    assert_eq!(names.matches("async").count(), 9, "{names}");
-    assert_eq!(names.matches("threaded").count(), 9, "{names}");
+    let wide: Vec<&&str> = lines.iter().filter(|l| l.chars().count() > 100).collect();
+    assert!(wide.is_empty(), "wider than 100 columns: {wide:#?}");
+    let names: Vec<&&str> = lines.iter().filter(|l| l.starts_with("N ")).collect();
+    let fronts = |names: &str| {
+        (
+            names.matches("async").count(),
+            names.matches("threaded").count(),
+        )
+    };
+    assert_eq!(
+        names.iter().map(|n| fronts(n)).collect::<Vec<_>>(),
+        [(5, 5), (4, 4)]
+    );
     let rows: Vec<&str> = lines
         .iter()
         .filter(|l| {
@@ -115,7 +123,7 @@ fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
         })
         .copied()
         .collect();
-    assert_eq!(rows.len(), 4, "{text}");
+    assert_eq!(rows.len(), 8, "{text}");
     let threaded = report.series(Front::Threaded).expect("threaded");
     let (_, at_1000) = threaded.held().last().expect("held at 1 000");
     let threads = at_1000.process.procfs.os_threads.to_string();
@@ -124,7 +132,19 @@ fn the_table_puts_n_down_the_side_and_the_fronts_side_by_side() {
         "{}",
         rows[3]
     );
+    let maps = figure(at_1000.per_request.memory_maps);
+    assert!(rows[7].starts_with("1 000 "), "{}", rows[7]);
+    assert!(rows[7].ends_with(&format!(" {maps}")), "{}", rows[7]);
     assert!(text.contains("RLIMIT_NOFILE = 20000"), "{text}");
+    // The widest cells a table has, a count the lab failed at on each front, fit as well.
+    let mut failed = recorded();
+    for front in [Front::Async, Front::Threaded] {
+        let reason = "interrupted by SIGINT (Ctrl-C) while holding".to_owned();
+        series(&mut failed, front).points[2].outcome = CountOutcome::LabFailed { reason };
+    }
+    let failed = super::text(&failed);
+    let wide: Vec<&str> = failed.lines().filter(|l| l.chars().count() > 100).collect();
+    assert!(wide.is_empty(), "wider than 100 columns: {wide:#?}");
 }
 
 /// The reading is computed from the figures: the same report with the async front's threads
@@ -433,8 +453,9 @@ fn the_table_marks_a_resident_figure_too_small_to_read() {
     let table = text(&report);
     let row = table
         .lines()
-        .find(|l| l.starts_with("1 000"))
-        .expect("the row of 1 000");
+        .filter(|l| l.starts_with("1 000"))
+        .nth(1)
+        .expect("the memory table's row of 1 000");
     assert!(row.contains(" (0.90) ") && row.contains(" 16.0 "), "{row}");
     assert!(!row.contains("(16.0)") && table.contains(why), "{table}");
 }
@@ -477,11 +498,11 @@ fn a_time_that_counts_a_stop_of_the_labs_says_so() {
         .find(|l| l.starts_with("1 000 "))
         .expect("the row");
     assert!(row.contains("0.10 ") && row.contains("12.7† "), "{row}");
+    let said = said.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         said.contains("threaded, 1 000: † its hold s counts 12.0 s in which the lab itself was stopped (Ctrl-Z, SIGSTOP)"),
         "{said}"
     );
-    let said = said.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         said.contains("the callers' 0.03 s; the lab itself was stopped 12.0 s of the 12.7 s)"),
         "{said}"
