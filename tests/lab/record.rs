@@ -756,6 +756,10 @@ const QUEUED_SESSION: &str = "classroom-own-runtime-queued-room-work.json";
 /// its end, the room's gate closed, R1 R2 to /slow and R3 to /fast, R1's student gone, the gate
 /// opened; closed again, R4 to /slow and R5 to /fast, opened, Finish.
 const ROOM_FAST_SESSION: &str = "classroom-spawn-blocking-room-fast.json";
+/// A genuine session of `--work block` (one worker, `--mode both --slots 2 --held 2`): Run to
+/// end, then Finish. F1 is left unread behind S1 until the gate opens, so it is first decided
+/// after.
+const BLOCKED_SESSION: &str = "classroom-block-both-2-2.json";
 /// A genuine session of `--mode shared` under `prlimit --nofile=10`: Next pressed once, its
 /// policy's server could not bind, then Finish.
 const NEVER_STARTED: &str = "session-never-started.json";
@@ -1084,6 +1088,18 @@ const EDITS: &[Edit] = &[
             }
         },
         "the session says it matched the policy model, but it made no run",
+    ),
+    (
+        "a blocked classroom run's held work and handlers counted as none before F1, which is \
+         decided only after the gate opened",
+        BLOCKED_SESSION,
+        |r| {
+            let before = "/runs/0/policies/1/resources/before_fast";
+            set(r, &format!("{before}/held_at_gate"), json!(0));
+            set(r, &format!("{before}/connection_handlers"), json!(0));
+        },
+        "resources.before_fast counts 0 requests held at the gate, but from observer_before_fast \
+         to the gate's opening the ledger holds 1: it is counted in between",
     ),
     (
         "a classroom run's held work counted below anything the ledger held after the snapshot",
@@ -2337,7 +2353,7 @@ fn edited_reports_are_named_and_none_is_vouched_for() {
         );
         unedited += 1;
     }
-    assert_eq!(unedited, 22, "12 lab reports and ten classroom sessions");
+    assert_eq!(unedited, 23, "12 lab reports and eleven classroom sessions");
     for (i, &(name, base, edit, says)) in EDITS.iter().enumerate() {
         let file = format!("edit-{i}.json");
         let (shown, report) = record_edited(&dir, base, edit, &file);

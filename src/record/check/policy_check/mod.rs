@@ -50,6 +50,8 @@ struct Replayed<'a> {
 /// A snapshot of the observer's, watched for along the replay between two positions.
 struct Watch<'a> {
     name: &'static str,
+    /// What ends its window: F1's decision, or the gate's opening where that came first.
+    ends: &'static str,
     when: &'static str,
     snapshot: &'a Snapshot,
     from: usize,

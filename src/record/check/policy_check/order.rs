@@ -536,7 +536,8 @@ impl<'a> PolicyCheck<'a> {
     }
 
     /// In a classroom, `resources.before_fast` against the ledger's moments from the observer's
-    /// snapshot before F1 to F1's first event: it is counted in between, after the snapshot
+    /// snapshot before F1 to F1's first event, or the gate's opening where that comes first
+    /// (F1 left unread while slow work blocks the front's workers): it is counted in between, after the snapshot
     /// and before F1 is sent, while the room's requests may arrive, be held or leave. Its held
     /// work is the ledger's at one of those moments; its handlers, counted a moment before,
     /// at least the permits taken at one of them (each kept by its request's handler until its
@@ -556,9 +557,9 @@ impl<'a> PolicyCheck<'a> {
                 &["resources", "before_fast", "held_at_gate"],
                 format!(
                     "resources.before_fast counts {} held at the gate, but from \
-                     observer_before_fast to F1's decision the ledger holds {}: it is counted \
-                     in between",
+                     observer_before_fast to {} the ledger holds {}: it is counted in between",
                     plural(before.held_at_gate, "request"),
+                    watch.ends,
                     held.join(" or ")
                 ),
             );
@@ -568,10 +569,11 @@ impl<'a> PolicyCheck<'a> {
             self.find(
                 &["resources", "before_fast", "connection_handlers"],
                 format!(
-                    "resources.before_fast counts {}, but from observer_before_fast to F1's \
-                     decision the ledger has at least {} taken, each kept by the handler of its \
-                     request's connection until its work leaves",
+                    "resources.before_fast counts {}, but from observer_before_fast to {} the \
+                     ledger has at least {} taken, each kept by the handler of its request's \
+                     connection until its work leaves",
                     plural(before.connection_handlers, "connection handler"),
+                    watch.ends,
                     plural(least, "permit")
                 ),
             );

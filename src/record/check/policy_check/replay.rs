@@ -402,7 +402,12 @@ impl<'a> PolicyCheck<'a> {
         let is_f1 = |e: &WorkEvent| e.request == Some(Label::F1);
         let opened = events.iter().position(|e| e.event == Event::GateOpened);
         let opened = opened.unwrap_or(events.len());
-        let first_f1 = events.iter().position(is_f1).unwrap_or(opened);
+        // F1 is sent before the gate opens, even where it is first decided after (left unread
+        // while slow work blocks the front's workers): its snapshot is taken before both.
+        let (first_f1, f1_or_gate) = match events.iter().position(is_f1) {
+            Some(first) if first < opened => (first, "F1's decision"),
+            _ => (opened, "the gate's opening"),
+        };
         let held_sent = events[..opened.min(first_f1)]
             .iter()
             .rposition(|e| matches!(e.request, Some(Label::Slow(_))))
@@ -437,6 +442,7 @@ impl<'a> PolicyCheck<'a> {
                 &observed.observer_before_fast,
                 held_sent.max(before_f1),
                 first_f1,
+                f1_or_gate,
                 "just before F1",
             ),
             (
@@ -444,14 +450,16 @@ impl<'a> PolicyCheck<'a> {
                 &observed.observer_after_fast_before_release,
                 after_f1.max(with_f1),
                 opened,
+                "the gate's opening",
                 "just before the gate opened",
             ),
         ];
         windows
             .into_iter()
-            .filter_map(|(name, snapshot, from, to, when)| {
+            .filter_map(|(name, snapshot, from, to, ends, when)| {
                 Some(Watch {
                     name,
+                    ends,
                     when,
                     snapshot: snapshot.as_ref()?,
                     from,
