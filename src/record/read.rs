@@ -14,13 +14,17 @@ use anyhow::{Context, anyhow, bail};
 use serde::Deserialize;
 
 use super::shell::shell_word;
-use crate::draw::table::plural;
+use crate::draw::table::{plural, thousands};
 use crate::label::Label;
 use crate::policy::{Front, Mode, Pool, Route};
 use crate::report::Report;
 
 /// The `lab` field of every report this lab writes.
 const LAB: &str = "concurrency-isolation";
+
+/// The most threads a Linux process can have: each takes a process id, and `pid_max` is at
+/// most 2^22 on any machine (`PID_MAX_LIMIT`).
+const MOST_THREADS: usize = 1 << 22;
 
 /// The most a saved report may hold. A lab report is tens of kilobytes; the cap keeps a file
 /// that grows while it is read from being read into memory until the process runs out.
@@ -69,7 +73,6 @@ pub struct SavedSession {
     /// The room's requests, outside every run's model.
     pub room_requests: Vec<SavedRoomRequest>,
     /// The gates the instructor closed for the room after a run's own gate had opened.
-    #[serde(default)]
     pub room_gates: Vec<SavedRoomGate>,
     /// Event streams the session dropped: read only so that a value that is not a count is
     /// refused.
@@ -171,13 +174,24 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
         && json.get("room_requests").is_some();
     if classroom {
         let whole = "is not a whole classroom report";
-        let session: SavedSession = serde_json::from_value(json)
+        let session = SavedSession::deserialize(&json)
             .context(whole)
             .map_err(refuse)?;
         for (i, run) in session.runs.iter().enumerate() {
-            shaped(run, &format!("/runs/{i}"))
+            let at = format!("/runs/{i}");
+            as_written(run, &json["runs"][i], &at)
+                .and_then(|()| shaped(run, &at))
                 .with_context(|| format!("{whole}: runs[{i}]"))
                 .map_err(refuse)?;
+        }
+        let most = crate::classroom::ROOM_REQUESTS;
+        if session.room_requests.len() > most as usize {
+            return Err(refuse(anyhow!(
+                "{whole}: room_requests lists {} requests, but a session answers at most {} \
+                 (the rest are refused 429 and not listed)",
+                thousands(session.room_requests.len() as u64),
+                thousands(u64::from(most))
+            )));
         }
         // Each room request is one of the room's, and each request and gate names a run the
         // session has.
@@ -201,11 +215,64 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
     }
     this_lab(json.get("lab")).map_err(refuse)?;
     let whole = "is not a whole lab report";
-    let report: Report = serde_json::from_value(json)
+    let report = Report::deserialize(&json).context(whole).map_err(refuse)?;
+    as_written(&report, &json, "")
+        .and_then(|()| shaped(&report, ""))
         .context(whole)
         .map_err(refuse)?;
-    shaped(&report, "").context(whole).map_err(refuse)?;
     Ok(Saved::Lab(report))
+}
+
+/// Whether `json`, read as `report`, is what this version writes for that report, field for
+/// field: none missing (every field a run writes, even as `null`), none of another type that
+/// reads as the same value (`"2"` for `2`, `2.0` for `2`). `at` is where the report is in its
+/// file.
+fn as_written(report: &Report, json: &serde_json::Value, at: &str) -> anyhow::Result<()> {
+    let written = serde_json::to_value(report).context("cannot be written again")?;
+    let Some((pointer, read, wrote)) = first_difference(json, &written, at.to_owned()) else {
+        return Ok(());
+    };
+    match (read, wrote) {
+        (None, _) => bail!("has no {pointer}, which every run writes"),
+        (Some(read), Some(wrote)) => {
+            bail!("has {pointer} as {read}, where a run writes {wrote} for the same value")
+        }
+        // Mostly refused already, while the report is read (`deny_unknown_fields`).
+        (Some(read), None) => bail!("has {pointer} as {read}, a field no run writes"),
+    }
+}
+
+/// The first place, in document order, where `read` and `wrote` differ: its JSON Pointer
+/// (under `at`) and the value in each (`None`: absent there).
+fn first_difference<'a>(
+    read: &'a serde_json::Value,
+    wrote: &'a serde_json::Value,
+    at: String,
+) -> Option<(
+    String,
+    Option<&'a serde_json::Value>,
+    Option<&'a serde_json::Value>,
+)> {
+    use serde_json::Value;
+    match (read, wrote) {
+        (Value::Object(read), Value::Object(wrote)) => {
+            let keys: std::collections::BTreeSet<&String> =
+                read.keys().chain(wrote.keys()).collect();
+            keys.into_iter().find_map(|key| {
+                let here = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+                match (read.get(key), wrote.get(key)) {
+                    (Some(r), Some(w)) => first_difference(r, w, here),
+                    (r, w) => Some((here, r, w)),
+                }
+            })
+        }
+        (Value::Array(read), Value::Array(wrote)) if read.len() == wrote.len() => (read.iter())
+            .zip(wrote)
+            .enumerate()
+            .find_map(|(i, (r, w))| first_difference(r, w, format!("{at}/{i}"))),
+        _ if read == wrote => None,
+        _ => Some((at, Some(read), Some(wrote))),
+    }
 }
 
 /// Whether `report` has the shape a run of its inputs gives it: its `lab`, and its policies in
@@ -331,6 +398,13 @@ fn within_capacity(report: &Report, i: usize, report_at: &str) -> anyhow::Result
                 slow,
                 held.held_at_gate,
             )?;
+            if let Some(threads) = held.os_threads.filter(|&n| n > MOST_THREADS) {
+                bail!(
+                    "{report_at}/policies/{i}/resources/{at}/os_threads counts {threads}, but no \
+                     Linux process has more than {MOST_THREADS} threads (each takes one of at \
+                     most {MOST_THREADS} process ids)"
+                );
+            }
         }
     }
     Ok(())

@@ -2229,13 +2229,7 @@ const EDITS: &[Edit] = &[
     (
         "a failed run's count after the close left out",
         S2_UNCONNECTED,
-        |r| {
-            let resources = r.pointer_mut("/policies/0/resources").expect("resources");
-            resources
-                .as_object_mut()
-                .expect("an object")
-                .remove("after_run");
-        },
+        |r| set(r, "/policies/0/resources/after_run", Value::Null),
         "resources.after_run is missing: the lab counts the process's resources once the run's \
          work section exists",
     ),
@@ -3091,7 +3085,7 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 24] = [
+    let cases: [Malformed; 29] = [
         // A count of permits beyond its pool, wherever it is.
         (
             "three-of-two",
@@ -3141,7 +3135,7 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
                     json!(4),
                 );
                 let session = json!({ "runs": [r.clone()], "matches_model": true,
-                "room_requests": [], "event_streams_dropped": 0, "connections_refused": 0 });
+                "room_requests": [], "room_gates": [], "event_streams_dropped": 0, "connections_refused": 0 });
                 *r = session;
             },
             "is not a whole classroom report: runs[0]: \
@@ -3169,7 +3163,7 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
             "unknown-session-field",
             |r| {
                 let session = json!({ "runs": [r.clone()], "matches_model": true,
-                "room_requests": [], "event_streams_dropped": 0, "connections_refused": 0,
+                "room_requests": [], "room_gates": [], "event_streams_dropped": 0, "connections_refused": 0,
                 "verdict": "edited" });
                 *r = session;
             },
@@ -3253,13 +3247,73 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
             |r| set(r, "/runner/name", json!("workshop-python-runner")),
             "was written by workshop-python-runner ",
         ),
+        // A field every run writes (as `null`, where it has no value), left out; a value of
+        // another type that reads as the same.
+        (
+            "left-out",
+            |r| {
+                let resources = r.pointer_mut("/policies/0/resources").expect("resources");
+                resources
+                    .as_object_mut()
+                    .expect("an object")
+                    .remove("after_run");
+            },
+            "has no /policies/0/resources/after_run, which every run writes",
+        ),
+        (
+            "workers-as-text",
+            |r| {
+                let executor =
+                    json!({ "work": "own-runtime", "workers": "2", "blocking_threads": 512 });
+                r["executor"] = executor;
+            },
+            "has /executor/workers as \"2\", where a run writes 2 for the same value",
+        ),
+        (
+            "threads-beyond",
+            |r| {
+                set(
+                    r,
+                    "/policies/1/resources/after_run/os_threads",
+                    json!(u64::MAX),
+                )
+            },
+            "/policies/1/resources/after_run/os_threads counts 18446744073709551615, but no \
+             Linux process has more than 4194304 threads",
+        ),
+        (
+            "no-room-gates",
+            |r| {
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [], "event_streams_dropped": 0, "connections_refused": 0 });
+                *r = session;
+            },
+            "is not a whole classroom report: missing field `room_gates`",
+        ),
+        (
+            "room-beyond",
+            |r| {
+                let requests: Vec<Value> = (1..=10_001)
+                    .map(|n| {
+                        json!({ "request": format!("R{n}"), "route": "/fast", "run": 1,
+                                     "mode": "shared", "after_event": 1 })
+                    })
+                    .collect();
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": requests, "room_gates": [], "event_streams_dropped": 0,
+                "connections_refused": 0 });
+                *r = session;
+            },
+            "is not a whole classroom report: room_requests lists 10 001 requests, but a \
+             session answers at most 10 000",
+        ),
         (
             "room-run",
             |r| {
                 let session = json!({ "runs": [r.clone()], "matches_model": true,
                 "room_requests": [{ "request": "R1", "route": "/slow", "run": 3,
                                     "mode": "shared", "after_event": 1 }],
-                "event_streams_dropped": 0, "connections_refused": 0 });
+                "room_gates": [], "event_streams_dropped": 0, "connections_refused": 0 });
                 *r = session;
             },
             "is not a whole classroom report: room_requests[0] names run 3, but the session has 1 run",
@@ -3268,7 +3322,7 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
             "session-count",
             |r| {
                 let session = json!({ "runs": [r.clone()], "matches_model": true,
-                "room_requests": [], "event_streams_dropped": -1, "connections_refused": 0 });
+                "room_requests": [], "room_gates": [], "event_streams_dropped": -1, "connections_refused": 0 });
                 *r = session;
             },
             "is not a whole classroom report: invalid value: integer `-1`, expected u64",
@@ -3544,7 +3598,7 @@ fn a_classroom_report_is_recorded_run_by_run_with_the_rooms_requests() {
     );
 
     // As a session ended before its first step writes it.
-    let empty = json!({ "runs": [], "room_requests": [], "matches_model": false,
+    let empty = json!({ "runs": [], "room_requests": [], "room_gates": [], "matches_model": false,
                         "event_streams_dropped": 0, "connections_refused": 0 });
     std::fs::write(dir.join("empty.json"), empty.to_string()).expect("saved");
     let output = record_here(&dir, "empty.json", false);

@@ -13,7 +13,7 @@ use crate::record::read::{SavedRoomGate, SavedRoomRequest, SavedSession};
 use crate::report::Report;
 
 use super::answers::{abandoned_differs, answer_differs, answered_though_cancelled};
-use super::stopped::in_step;
+use super::stopped::Steps;
 use super::{Finding, on_the_labs_own_thread, said_of};
 
 /// Checks a classroom session as a whole: its runs' shape, its room's gates and requests
@@ -96,9 +96,16 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
     }
     // A room gate closes only once the run's own gate has opened, and once the room's last gate
     // of that policy has opened again; then opens after it closed.
+    // Each policy's room gates so far (how many, and the last), and what its ledger says of
+    // them, read once per policy: a session may list many gates.
+    let mut gates_so_far: BTreeMap<(usize, &str), (usize, &SavedRoomGate)> = BTreeMap::new();
+    let mut ledgers = BTreeMap::new();
     for (i, gate) in session.room_gates.iter().enumerate() {
-        let same = |g: &&SavedRoomGate| (g.run, g.mode) == (gate.run, gate.mode);
-        let earlier = session.room_gates[..i].iter().filter(same).count();
+        let (earlier, last) = match gates_so_far.get(&(gate.run, gate.mode.name())) {
+            Some(&(earlier, last)) => (earlier, Some(last)),
+            None => (0, None),
+        };
+        gates_so_far.insert((gate.run, gate.mode.name()), (earlier + 1, gate));
         if usize::try_from(gate.generation).ok() != Some(earlier + 1) {
             find(
                 &["room_gates", &i.to_string(), "generation"],
@@ -112,7 +119,6 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                 ),
             );
         }
-        let last = session.room_gates[..i].iter().rfind(same);
         if let Some(last) = last
             && last
                 .opened_after_event
@@ -125,28 +131,31 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
                     .into(),
             );
         }
-        let policy = session.runs[gate.run]
-            .policies
-            .iter()
-            .find(|p| p.mode == gate.mode);
-        let opened = policy.and_then(|p| {
-            (p.work_events.iter())
-                .find(|e| e.event == Event::GateOpened)
-                .map(|e| e.seq)
-        });
-        let last = policy
-            .and_then(|p| p.work_events.last())
-            .map_or(0, |e| e.seq);
+        let (policy, opened, last, steps) = ledgers
+            .entry((gate.run, gate.mode.name()))
+            .or_insert_with(|| {
+                let policy = (session.runs[gate.run].policies.iter()).find(|p| p.mode == gate.mode);
+                let opened = policy.and_then(|p| {
+                    (p.work_events.iter())
+                        .find(|e| e.event == Event::GateOpened)
+                        .map(|e| e.seq)
+                });
+                let last = policy
+                    .and_then(|p| p.work_events.last())
+                    .map_or(0, |e| e.seq);
+                (policy, opened, last, policy.map(Steps::of))
+            });
+        let (policy, opened, last) = (*policy, *opened, *last);
         // The instructor's orders run between the sequence's steps, and a run that failed may
         // leave work finishing after its last step.
         let run = &session.runs[gate.run];
         let failed =
             run.failure.is_some() && run.policies.last().map(|p| p.mode) == Some(gate.mode);
-        let busy = policy.filter(|_| !failed).and_then(|p| {
+        let busy = steps.as_ref().filter(|_| !failed).and_then(|steps| {
             let at = [Some(gate.closed_after_event), gate.opened_after_event];
             at.into_iter()
                 .flatten()
-                .find_map(|seq| Some((seq, in_step(p, seq)?)))
+                .find_map(|seq| Some((seq, steps.under_way(seq)?)))
         });
         let why = match (opened, gate.opened_after_event, &busy) {
             _ if policy.is_none() => format!(
@@ -312,16 +321,18 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
         };
         find(&["room_requests", &i.to_string()], says);
     }
-    // Each in the ledger of the run and policy it reached, and of no other.
+    // Each in the ledger of the run and policy it reached, and of no other. (Looked up by
+    // label, the first listed: one listed twice is named below.)
+    let mut by_label = BTreeMap::new();
+    for room in &session.room_requests {
+        by_label.entry(room.request).or_insert(room);
+    }
     for (j, run) in session.runs.iter().enumerate() {
         let mut rooms =
             (run.policies.iter()).flat_map(|p| p.work_events.iter().map(move |e| (p.mode, e)));
         let elsewhere = rooms.find_map(|(mode, e)| {
             let request = e.request.filter(|r| r.from_room())?;
-            let listed = session
-                .room_requests
-                .iter()
-                .find(|r| r.request == request)?;
+            let listed = by_label.get(&request)?;
             ((listed.run, listed.mode) != (j, mode)).then_some((request, mode, listed))
         });
         if let Some((request, mode, listed)) = elsewhere {
@@ -365,6 +376,8 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
     let mut seen = BTreeSet::new();
     // Each policy's decisions by request, read once for all the room's requests.
     let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
+    // And where each request's work left the section.
+    let mut leaving: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
     for (i, room) in session.room_requests.iter().enumerate() {
         let at = i.to_string();
         let mut here = |says: String| find(&["room_requests", &at], says);
@@ -395,9 +408,16 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
             .get(&request)
             .copied();
         let last = policy.work_events.last().map_or(0, |e| e.seq);
-        // Where its work left the section, if it did.
-        let left = (policy.work_events.iter())
-            .find(|e| e.request == Some(request) && e.event == Event::Finished);
+        // Where its work left the section, if it did (first, as with its decision).
+        let left = leaving
+            .entry((room.run, room.mode.name()))
+            .or_insert_with(|| {
+                let events = policy.work_events.iter().rev();
+                let events = events.filter(|e| e.event == Event::Finished);
+                events.filter_map(|e| Some((e.request?, e))).collect()
+            })
+            .get(&request)
+            .copied();
         match (room.status, decided, &room.error) {
             (Some(_), _, Some(_)) => here(format!(
                 "{request} has both an answer and an error: the classroom lists one or the other"

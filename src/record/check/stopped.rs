@@ -12,44 +12,62 @@ use crate::report::{PolicyReport, Report};
 
 use super::{RoomOfRun, on_executor};
 
-/// The step of `policy`'s sequence under way when its ledger's last event was `seq`, if one
-/// was: the release, from the gate's opening until the last answer it collects came, or a
-/// probe, from its decision until its answer came (each step waits for its answers, and each
-/// answer is placed by the ledger's last seq as it came).
-pub(super) fn in_step(policy: &PolicyReport, seq: u64) -> Option<String> {
-    let events = &policy.work_events;
-    let answered = |request: Label| {
-        (policy.observed.responses.iter())
-            .find(|r| r.request == request)
+/// The steps of a policy's sequence that run across the ledger's events: the release, from the
+/// gate's opening until the last answer it collects came, and each probe, from its decision
+/// until its answer came (each step waits for its answers, and each answer is placed by the
+/// ledger's last seq as it came). Read once per policy, so that each look is short.
+pub(super) struct Steps {
+    /// The gate's opening and the last answer the release collects.
+    release: Option<(u64, u64)>,
+    /// Each probe's decision and answer.
+    probes: Vec<(Label, u64, u64)>,
+}
+
+impl Steps {
+    /// `policy`'s steps, as its evidence places them.
+    pub(super) fn of(policy: &PolicyReport) -> Self {
+        let events = &policy.work_events;
+        let responses = &policy.observed.responses;
+        let opened = (events.iter())
+            .find(|e| e.event == Event::GateOpened)
+            .map(|e| e.seq);
+        // The release collects the held callers' answers, and F1's if it waited for the release.
+        let collected = (responses.iter())
+            .filter(|r| r.phase == Phase::AfterRelease)
+            .filter(|r| matches!(r.request, Label::Slow(_) | Label::F1))
             .map(|r| r.after_event)
-    };
-    let opened = events
-        .iter()
-        .find(|e| e.event == Event::GateOpened)
-        .map(|e| e.seq);
-    // The release collects the held callers' answers, and F1's if it waited for the release.
-    let collected = (policy.observed.responses.iter())
-        .filter(|r| r.phase == Phase::AfterRelease)
-        .filter(|r| matches!(r.request, Label::Slow(_) | Label::F1))
-        .map(|r| r.after_event)
-        .max();
-    if let (Some(opened), Some(last)) = (opened, collected)
-        && (opened..last).contains(&seq)
-    {
-        return Some(format!(
-            "the release was under way (the gate opened at seq {opened}, the last answer it \
-             collects came after event {last})"
-        ));
+            .max();
+        let probes = [Label::SlowAfter, Label::FastAfter]
+            .into_iter()
+            .filter_map(|probe| {
+                let decided = (events.iter())
+                    .find(|e| e.request == Some(probe) && e.event.is_decision())?
+                    .seq;
+                let answered = responses.iter().find(|r| r.request == probe)?.after_event;
+                Some((probe, decided, answered))
+            });
+        Steps {
+            release: opened.zip(collected),
+            probes: probes.collect(),
+        }
     }
-    [Label::SlowAfter, Label::FastAfter].into_iter().find_map(|probe| {
-        let decided = (events.iter())
-            .find(|e| e.request == Some(probe) && e.event.is_decision())?
-            .seq;
-        let answered = answered(probe)?;
-        (decided..answered).contains(&seq).then(|| {
-            format!("{probe}'s step was under way (decided at seq {decided}, answered after event {answered})")
+
+    /// The step under way when the ledger's last event was `seq`, if one was, in words.
+    pub(super) fn under_way(&self, seq: u64) -> Option<String> {
+        if let Some((opened, last)) = self.release
+            && (opened..last).contains(&seq)
+        {
+            return Some(format!(
+                "the release was under way (the gate opened at seq {opened}, the last answer it \
+                 collects came after event {last})"
+            ));
+        }
+        (self.probes.iter()).find_map(|&(probe, decided, answered)| {
+            (decided..answered).contains(&seq).then(|| {
+                format!("{probe}'s step was under way (decided at seq {decided}, answered after event {answered})")
+            })
         })
-    })
+    }
 }
 
 /// Where a run stopped, as its failure (`rest`, said of `policy`) names it: unable to start

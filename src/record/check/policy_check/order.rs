@@ -365,9 +365,16 @@ impl<'a> PolicyCheck<'a> {
             _ => return,
         };
         let events = &replayed.events;
-        let gates: Vec<_> = (self.room.into_iter())
-            .flat_map(|room| room.gates_of(self.policy.mode))
-            .collect();
+        // Where a room gate closed or opened, by the ledger's last seq then: the first listed.
+        let mut gates = std::collections::BTreeMap::new();
+        for g in (self.room.into_iter()).flat_map(|room| room.gates_of(self.policy.mode)) {
+            gates
+                .entry(g.closed_after_event)
+                .or_insert((g.generation, "closed"));
+            if let Some(opened) = g.opened_after_event {
+                gates.entry(opened).or_insert((g.generation, "opened"));
+            }
+        }
         for (i, admitted) in events.iter().enumerate() {
             let Some(request) = admitted
                 .request
@@ -389,17 +396,9 @@ impl<'a> PolicyCheck<'a> {
                 (None, None) => "no event follows it".to_owned(),
                 (Some(_), _) if !lab_thread => continue,
                 (Some(_), _) => {
-                    let moved = gates.iter().find_map(|g| {
-                        let how = if g.closed_after_event == seq {
-                            "closed"
-                        } else if g.opened_after_event == Some(seq) {
-                            "opened"
-                        } else {
-                            return None;
-                        };
-                        Some((g.generation, how))
-                    });
-                    let Some((gate, how)) = moved else { continue };
+                    let Some(&(gate, how)) = gates.get(&seq) else {
+                        continue;
+                    };
                     format!(
                         "the room's gate {gate} {how} after event {seq}, before {request}'s next \
                          event"
