@@ -79,7 +79,7 @@ pub(crate) struct RoomOfRun<'a> {
 
 impl<'a> RoomOfRun<'a> {
     /// The room gates closed on this run's `mode` policy.
-    fn gates_of(&self, mode: Mode) -> impl Iterator<Item = &'a SavedRoomGate> {
+    pub(crate) fn gates_of(&self, mode: Mode) -> impl Iterator<Item = &'a SavedRoomGate> {
         let run = self.run;
         self.gates
             .iter()
@@ -104,6 +104,7 @@ pub(crate) fn report(report: &Report, room: Option<&RoomOfRun<'_>>, prefix: &str
             file: policy,
             policy: report.inputs.policy(policy.mode),
             room,
+            room_gates: policy_check::GateIndex::of(room, policy.mode),
             base: format!("{prefix}{}", pointer(&["policies", &i.to_string()])),
             // The lab stops at the first policy that fails, so only the last one can be cut
             // short, and only if the failure is its own (a session may end before the next).

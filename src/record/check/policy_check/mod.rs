@@ -12,7 +12,7 @@ use crate::draw::table::{labels, plural, plural_was};
 use crate::evidence::{Decision, Evidence, Phase};
 use crate::label::Label;
 use crate::model;
-use crate::policy::{Policy, Route};
+use crate::policy::{Mode, Policy, Route};
 use crate::report::{PolicyReport, Report};
 
 use super::answers::unreached;
@@ -118,6 +118,8 @@ pub(super) struct PolicyCheck<'a> {
     pub(super) file: &'a PolicyReport,
     pub(super) policy: Policy,
     pub(super) room: Option<&'a RoomOfRun<'a>>,
+    /// The room's gates of this policy, read once for the questions each event asks of them.
+    pub(super) room_gates: GateIndex,
     /// Where the policy is in the file.
     pub(super) base: String,
     /// The run failed in this policy: steps after the failure are missing, not contradicted.
@@ -126,6 +128,70 @@ pub(super) struct PolicyCheck<'a> {
     /// Findings left out beyond [`MAX_FINDINGS`].
     pub(super) dropped: usize,
     pub(super) differences: Vec<String>,
+}
+
+/// A policy's room gates, each as `(closed_after_event, opened_after_event)`, sorted by where
+/// they closed, each paired with the latest opening among it and those before it: which gate a
+/// request met at a seq is then a search, not a walk through every gate.
+#[derive(Debug, Default)]
+pub(super) struct GateIndex {
+    /// Every gate, one that never opened as opening at the end of time.
+    closed: Vec<(u64, (u64, u64))>,
+    /// The gates that opened.
+    opened: Vec<(u64, (u64, u64))>,
+}
+
+impl GateIndex {
+    /// The room gates closed on `mode`'s policy of the run `room` is of.
+    pub(super) fn of(room: Option<&RoomOfRun<'_>>, mode: Mode) -> Self {
+        let gates: Vec<(u64, Option<u64>)> = (room.into_iter())
+            .flat_map(|room| room.gates_of(mode))
+            .map(|g| (g.closed_after_event, g.opened_after_event))
+            .collect();
+        let never = gates
+            .iter()
+            .map(|&(closed, opened)| (closed, opened.unwrap_or(u64::MAX)));
+        let opened = (gates.iter()).filter_map(|&(closed, opened)| Some((closed, opened?)));
+        GateIndex {
+            closed: Self::latest_so_far(never),
+            opened: Self::latest_so_far(opened),
+        }
+    }
+
+    /// `gates` sorted by where they closed, each with the `(opened, closed)` of the gate that
+    /// opened latest among it and those before it.
+    fn latest_so_far(gates: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, (u64, u64))> {
+        let mut gates: Vec<(u64, u64)> = gates.collect();
+        gates.sort_unstable();
+        let mut latest = None;
+        (gates.into_iter())
+            .map(|(closed, opened)| {
+                let so_far = latest
+                    .max(Some((opened, closed)))
+                    .unwrap_or((opened, closed));
+                latest = Some(so_far);
+                (closed, so_far)
+            })
+            .collect()
+    }
+
+    /// Of `gates` closed before `seq`, the one that opened latest, if it opened at `seq` or
+    /// after: `(closed, opened)`. Any gate closed before `seq` and open until it opened no later.
+    fn around(gates: &[(u64, (u64, u64))], seq: u64) -> Option<(u64, u64)> {
+        let before = gates.partition_point(|&(closed, _)| closed < seq);
+        let (_, (opened, closed)) = *gates.get(before.checked_sub(1)?)?;
+        (seq <= opened).then_some((closed, opened))
+    }
+
+    /// Whether a gate was closed at `seq`: closed before it, and opened (if ever) at it or after.
+    fn closed_at(&self, seq: u64) -> bool {
+        Self::around(&self.closed, seq).is_some()
+    }
+
+    /// The gate met at `seq` that opened latest, of those that opened: `(closed, opened)`.
+    fn met_at(&self, seq: u64) -> Option<(u64, u64)> {
+        Self::around(&self.opened, seq)
+    }
 }
 
 /// The most findings listed for one policy.
@@ -650,4 +716,54 @@ fn at_once(events: &[WorkEvent]) -> Option<(u64, Vec<Label>)> {
         }
     }
     most
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GateIndex;
+
+    /// The walk through every gate that the index replaces: a gate closed at `seq` (closed
+    /// before it, opened at it or after, or never), and the gate met at `seq` that opened
+    /// latest.
+    fn walked(gates: &[(u64, Option<u64>)], seq: u64) -> (bool, Option<u64>) {
+        let closed = (gates.iter()).any(|&(c, o)| c < seq && o.is_none_or(|o| seq <= o));
+        let met = (gates.iter())
+            .filter_map(|&(c, o)| Some((c, o?)))
+            .filter(|&(c, o)| c < seq && seq <= o)
+            .map(|(_, o)| o)
+            .max();
+        (closed, met)
+    }
+
+    /// Over every list of up to three gates on seqs 0 to 4 (overlapping, out of order, never
+    /// opened), the index answers as the walk does, at every seq.
+    #[test]
+    fn the_index_of_room_gates_answers_as_a_walk_through_them() {
+        let one: Vec<(u64, Option<u64>)> = (0..5)
+            .flat_map(|c| (0..5).map(move |o| (c, Some(o))).chain([(c, None)]))
+            .collect();
+        let mut lists: Vec<Vec<(u64, Option<u64>)>> = vec![Vec::new()];
+        for _ in 0..3 {
+            let longer: Vec<_> = (lists.iter())
+                .flat_map(|list| {
+                    one.iter()
+                        .map(move |&gate| [list.as_slice(), &[gate]].concat())
+                })
+                .collect();
+            lists.extend(longer);
+            lists.dedup();
+        }
+        for gates in &lists {
+            let never = gates.iter().map(|&(c, o)| (c, o.unwrap_or(u64::MAX)));
+            let opened = gates.iter().filter_map(|&(c, o)| Some((c, o?)));
+            let index = GateIndex {
+                closed: GateIndex::latest_so_far(never),
+                opened: GateIndex::latest_so_far(opened),
+            };
+            for seq in 0..6 {
+                let found = (index.closed_at(seq), index.met_at(seq).map(|(_, o)| o));
+                assert_eq!(found, walked(gates, seq), "{gates:?} at {seq}");
+            }
+        }
+    }
 }

@@ -473,24 +473,10 @@ impl<'a> PolicyCheck<'a> {
             .collect()
     }
 
-    /// The room's gates of this run's policy, as `(closed_after_event, opened_after_event)`,
-    /// for a request of the room's; none for the lab's own.
-    pub(super) fn room_gates(
-        &self,
-        request: Label,
-    ) -> impl Iterator<Item = (u64, Option<u64>)> + '_ {
-        let room = self.room.filter(|_| request.from_room());
-        let gates = room
-            .into_iter()
-            .flat_map(|room| room.gates_of(self.policy.mode));
-        gates.map(|g| (g.closed_after_event, g.opened_after_event))
-    }
-
-    /// Whether a room gate of this run was closed at `seq`: a room request may wait there after
-    /// the run's own gate opened.
+    /// Whether a room gate of this run was closed at `seq`, for a request of the room's (the
+    /// lab's own meet none): a room request may wait there after the run's own gate opened.
     pub(super) fn room_gate_closed(&self, request: Label, seq: u64) -> bool {
-        (self.room_gates(request))
-            .any(|(closed, opened)| closed < seq && opened.is_none_or(|o| seq <= o))
+        request.from_room() && self.room_gates.closed_at(seq)
     }
 
     /// The room's gate of this run that a room request met, closed, at one of the seqs `met`
@@ -505,13 +491,9 @@ impl<'a> PolicyCheck<'a> {
         request: Label,
         met: [Option<u64>; 2],
     ) -> Option<(u64, u64)> {
-        let gates =
-            (self.room_gates(request)).filter_map(|(closed, opened)| Some((closed, opened?)));
-        let met = |&(closed, opened): &(u64, u64)| {
-            let mut seqs = met.into_iter().flatten();
-            seqs.any(|seq| closed < seq && seq <= opened)
-        };
-        gates.filter(met).max_by_key(|&(_, opened)| opened)
+        let met = met.into_iter().flatten().filter(|_| request.from_room());
+        met.filter_map(|seq| self.room_gates.met_at(seq))
+            .max_by_key(|&(_, opened)| opened)
     }
 
     /// Of the slow work `running` on threads of its own, that still blocked at a closed gate at
