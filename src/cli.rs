@@ -478,8 +478,7 @@ pub fn on_a_full_stack<T: Send + 'static>(
         .is_ok_and(|limit| limit.soft.is_some_and(|s| s < STACK as u64))
     {
         // Named as the main thread is, so a panic reads as it would there.
-        let thread = std::thread::Builder::new().name("main".into());
-        let thread = thread.stack_size(STACK).spawn(lab)?;
+        let thread = crate::limits::spawn_thread("main", Some(STACK), lab)?;
         return Ok(thread
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic)));

@@ -116,6 +116,74 @@ fn nproc_enforced(status: &str, uid_map: &str) -> bool {
     !(initial && (root || privileged))
 }
 
+/// The stack std gives a thread it starts, unless told otherwise.
+const THREAD_STACK: usize = 2 << 20;
+
+/// Room beyond a thread's stack that starting it takes: the signal stack std maps in the new
+/// thread before any of the lab's code runs there (a page and the larger of `SIGSTKSZ` and the
+/// kernel's minimum, under 64 KiB on every machine), and what std allocates to start it, for
+/// which `malloc` may grow its heap by its top pad (128 KiB) and more.
+const THREAD_EXTRA: usize = 256 << 10;
+
+/// Starts `run` on a thread named `name`, with a stack of `stack` bytes (std's 2 MiB when
+/// `None`), once the process has room for it.
+///
+/// Under a memory limit (`ulimit -v` or `-d`, RLIMIT_AS or RLIMIT_DATA) a thread's stack may
+/// fit while the signal stack std maps in the new thread does not: std then aborts the whole
+/// process as the thread starts, before any code of the lab's runs there. So, only under such
+/// a limit, the room for both is mapped first and unmapped at once (nothing is touched): where
+/// it is missing, the thread is not started, and the caller says so in its one line. Another
+/// thread that maps memory between the look and the start could still take that room: a
+/// window of a few system calls, where before it was every limit that fits a stack and not
+/// its signal stack.
+pub(crate) fn spawn_thread<T: Send + 'static>(
+    name: &str,
+    stack: Option<usize>,
+    run: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<T>> {
+    let mut thread = std::thread::Builder::new().name(name.into());
+    if let Some(stack) = stack {
+        thread = thread.stack_size(stack);
+    }
+    if memory_limited() {
+        room_for(stack.unwrap_or(THREAD_STACK).max(THREAD_STACK) + THREAD_EXTRA)?;
+    }
+    thread.spawn(run)
+}
+
+/// Whether this process runs under a limit of its address space or private memory, as read
+/// the first time it is asked (a limit is set before the lab starts).
+fn memory_limited() -> bool {
+    static LIMITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LIMITED.get_or_init(|| {
+        [Resource::AddressSpace, Resource::Data]
+            .into_iter()
+            .any(|limit| Rlimit::get(limit).is_ok_and(|limit| limit.soft.is_some()))
+    })
+}
+
+/// `Ok` if `bytes` of private writable memory can be mapped now: mapped, untouched, and
+/// unmapped at once.
+fn room_for(bytes: usize) -> io::Result<()> {
+    // SAFETY: a new anonymous mapping of the process's own, which nothing else refers to,
+    // never read or written, and unmapped before returning.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if at == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        libc::munmap(at, bytes);
+    }
+    Ok(())
+}
+
 /// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, so that a front and its
 /// callers may hold as many connections as allowed; child processes started afterwards inherit
 /// it. Returns the limit now in force.

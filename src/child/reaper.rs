@@ -69,25 +69,23 @@ impl Reaper {
         let (report_exit, exited) = oneshot::channel();
         let reaped = Arc::new(Mutex::new(false));
         let reaping = reaped.clone();
-        let thread = thread::Builder::new()
-            .name("lab-child-reaper".into())
-            .spawn(move || {
-                let spawned = command.spawn();
-                drop(command);
-                let mut child = match spawned {
-                    Ok(child) => child,
-                    Err(e) => {
-                        let _ = started.send(Err(e));
-                        return;
-                    }
-                };
-                // The spawner waits for this message; if it is gone, so is the child's stdin,
-                // and the child stops by itself.
-                let _ = started.send(Ok(child.id()));
-                let status = reap(&mut child, &reaping);
-                // The owner may have gone without waiting: then nobody needs the status.
-                let _ = report_exit.send(status);
-            })?;
+        let thread = crate::limits::spawn_thread("lab-child-reaper", None, move || {
+            let spawned = command.spawn();
+            drop(command);
+            let mut child = match spawned {
+                Ok(child) => child,
+                Err(e) => {
+                    let _ = started.send(Err(e));
+                    return;
+                }
+            };
+            // The spawner waits for this message; if it is gone, so is the child's stdin,
+            // and the child stops by itself.
+            let _ = started.send(Ok(child.id()));
+            let status = reap(&mut child, &reaping);
+            // The owner may have gone without waiting: then nobody needs the status.
+            let _ = report_exit.send(status);
+        })?;
         let pid = match start.recv() {
             Ok(Ok(started)) => started,
             Ok(Err(e)) => {

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
@@ -159,18 +159,16 @@ pub(crate) fn start(
     let (stop, stopped) = oneshot::channel::<()>();
     let (report, reported) = oneshot::channel();
     let beating = heartbeat.clone();
-    let thread = thread::Builder::new()
-        .name("lab-front".into())
-        .spawn(move || {
-            // A dropped sender also means stop.
-            let shutdown = stopped.map(drop);
-            let serving = server.serve(section, census, hooks, shutdown, drain_limit);
-            let classes = classes.map(|(slow, fast)| (slow.take(), fast.take()));
-            let served = serve(front.take(), classes, beating.clone(), serving);
-            beating.stop(super::error_of(&served));
-            // The receiver is gone only if the coordinator itself went away.
-            let _ = report.send(served);
-        })?;
+    let thread = crate::limits::spawn_thread("lab-front", None, move || {
+        // A dropped sender also means stop.
+        let shutdown = stopped.map(drop);
+        let serving = server.serve(section, census, hooks, shutdown, drain_limit);
+        let classes = classes.map(|(slow, fast)| (slow.take(), fast.take()));
+        let served = serve(front.take(), classes, beating.clone(), serving);
+        beating.stop(super::error_of(&served));
+        // The receiver is gone only if the coordinator itself went away.
+        let _ = report.send(served);
+    })?;
     let running = FrontThread {
         stop: Some(stop),
         report: Some(reported),
@@ -285,14 +283,12 @@ fn serve(
 /// Drives `runtime` from a thread of its own until told to stop, then shuts it down.
 fn drive(runtime: Runtime, name: &str) -> anyhow::Result<(oneshot::Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = oneshot::channel::<()>();
-    let thread = thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            // A current-thread runtime runs its tasks only while it is driven here.
-            let _ = runtime.block_on(stopped);
-            drop(runtime);
-        })
-        .with_context(|| format!("starting the {name} thread"))?;
+    let thread = crate::limits::spawn_thread(name, None, move || {
+        // A current-thread runtime runs its tasks only while it is driven here.
+        let _ = runtime.block_on(stopped);
+        drop(runtime);
+    })
+    .with_context(|| format!("starting the {name} thread"))?;
     Ok((stop, thread))
 }
 

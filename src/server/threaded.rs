@@ -260,15 +260,13 @@ pub(crate) fn start(
         signal: signal.clone(),
     });
     let (report, stopped) = oneshot::channel();
-    let thread = thread::Builder::new()
-        .name("lab-accept".into())
-        .spawn(move || {
-            let tid = os_thread_id();
-            let summary = serve(poller, heard, shared, id, drain_limit);
-            // The receiver is gone only if the coordinator itself went away.
-            let _ = report.send((summary, tid));
-        })
-        .map_err(starting("thread"))?;
+    let thread = crate::limits::spawn_thread("lab-accept", None, move || {
+        let tid = os_thread_id();
+        let summary = serve(poller, heard, shared, id, drain_limit);
+        // The receiver is gone only if the coordinator itself went away.
+        let _ = report.send((summary, tid));
+    })
+    .map_err(starting("thread"))?;
     Ok(ThreadedFront {
         signal,
         drain_limit,
@@ -618,27 +616,25 @@ fn start_connection(
     let _ = stream.set_nodelay(true);
     let seen = Arc::new(Seen::default());
     let (mine, working, shared) = (stream.clone(), seen.clone(), shared.clone());
-    let started = thread::Builder::new()
-        .name("lab-connection".into())
-        .spawn(move || {
-            // Both guards also act while a panic unwinds: the census counts the handler out,
-            // and the connection closes and tells the accept thread it ended.
-            let _live = shared.census.enter();
-            working.started.store(true, Ordering::SeqCst);
-            if shared.most.is_some() {
-                let _ = shared.signal.notes.send(Note::Started);
-            }
-            let ending = Ending {
-                id,
-                tid: os_thread_id(),
-                stream: mine,
-                shared: shared.clone(),
-            };
-            let census = &shared.census;
-            census.panic_said(CONNECTION_THREAD, || {
-                serve_connection(&ending.stream, &shared, &working)
-            });
+    let started = crate::limits::spawn_thread("lab-connection", None, move || {
+        // Both guards also act while a panic unwinds: the census counts the handler out,
+        // and the connection closes and tells the accept thread it ended.
+        let _live = shared.census.enter();
+        working.started.store(true, Ordering::SeqCst);
+        if shared.most.is_some() {
+            let _ = shared.signal.notes.send(Note::Started);
+        }
+        let ending = Ending {
+            id,
+            tid: os_thread_id(),
+            stream: mine,
+            shared: shared.clone(),
+        };
+        let census = &shared.census;
+        census.panic_said(CONNECTION_THREAD, || {
+            serve_connection(&ending.stream, &shared, &working)
         });
+    });
     match started {
         Ok(thread) => Ok(Connection {
             thread,

@@ -112,6 +112,66 @@ fn runs_under_resource_limits_end_with_a_report_or_one_line() {
     every_shape_under_every_limit(1);
 }
 
+/// Under a private-memory limit with room for a thread's stack and not for the signal stack
+/// std maps as the thread starts, std aborts the process before any code of the lab's runs
+/// there; the lab looks for room for both first (`limits::spawn_thread`). Found on the threaded
+/// front's accept thread: the band of limits where it cannot start (its line names it) and the
+/// first limit above where it can; every limit from 320 KiB below that edge to just above it,
+/// in steps smaller than the abort's band (about 12 KiB), ends in one line or a report, never
+/// an abort. (Before, one limit in every such step aborted, "failed to allocate an alternative
+/// stack".)
+#[test]
+fn a_thread_without_room_for_its_signal_stack_is_not_started() {
+    const KIB: u64 = 1024;
+    let shape: &[&str] = &["--server", "threaded"];
+    let refused_accept = |kib: u64| -> Result<bool, String> {
+        let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+        Limit::Data(kib * KIB).on(standard_descriptors_only(&mut lab));
+        let output = lab.args(shape).stdin(Stdio::null()).output();
+        let output = output.map_err(|e| format!("the lab did not start: {e}"))?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        Ok(stderr.contains("starting the threaded server's thread"))
+    };
+    // Up from 1 MiB to the band where the accept thread is refused, then the band's top.
+    let mut below = (1024..16 * 1024)
+        .step_by(64)
+        .find(|&kib| refused_accept(kib).expect("a run"))
+        .expect("a limit under which the accept thread cannot start");
+    let mut above = 64 * 1024;
+    assert!(
+        !refused_accept(above).expect("a run"),
+        "the accept thread starts under 64 MiB"
+    );
+    while above - below > 4 {
+        let middle = (below + above) / 2;
+        match refused_accept(middle).expect("a run") {
+            true => below = middle,
+            false => above = middle,
+        }
+    }
+    for kib in (above.saturating_sub(320)..=above + 16).step_by(8) {
+        let limit = Limit::Data(kib * KIB);
+        if let Err(why) = run_once_exactly(shape, limit) {
+            panic!("prlimit {limit} isolation-lab {}: {why}", shape.join(" "));
+        }
+    }
+}
+
+/// [`run_once`], where nothing may end the run but the lab itself: exit 0 with a matching
+/// report, or exit 1 with one line.
+fn run_once_exactly(shape: &[&str], limit: Limit) -> Result<(), String> {
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
+    limit.on(standard_descriptors_only(&mut lab));
+    let output = lab.args(shape).stdin(Stdio::null()).output();
+    let output = output.map_err(|e| format!("the lab did not start: {e}"))?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    match output.status.code() {
+        Some(0) if stderr.is_empty() => Ok(()),
+        Some(1) if stderr.lines().count() == 1 && !stderr.contains(" panicked at ") => Ok(()),
+        _ => Err(format!("ended with {}; stderr: {stderr}", output.status)),
+    }
+}
+
 /// The same runs, ten times each: a run that ends one way most times and hangs now and then is
 /// found by repeating it, which a soak does. Run it with
 /// `cargo test --release --test lab limits:: -- --ignored`.
