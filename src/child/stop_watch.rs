@@ -7,8 +7,8 @@
 //! wait counts a stop of the lab's as time it was not there: once the lab has been continued
 //! (SIGCONT, counted by [`note_continued`] in the lab's binary and while a session catches
 //! signals), the next look moves the wait's deadline by the time since the look before, if
-//! that is [`AWAY`] or more, and adds it to the watch's [`StopWatch::stopped`]; a shorter stop
-//! is not counted. A lab that is merely busy, or not run on a loaded machine, has not been
+//! that is [`AWAY`] (a third of a second) or more, and adds it to the watch's
+//! [`StopWatch::stopped`]; a shorter stop is not counted. A lab that is merely busy, or not run on a loaded machine, has not been
 //! continued: its waits end at their deadlines. A wait of the lab's own, with no child to look
 //! at, counts a stop more simply ([`awake_within`]).
 
@@ -22,8 +22,10 @@ use crate::procfs;
 
 /// How often a [`watched`] wait looks whether its child is stopped.
 const STOPPED_WATCH: Duration = Duration::from_millis(250);
-/// A stop shorter than this, seen from one look to the next, is not counted.
-const AWAY: Duration = Duration::from_secs(1);
+/// A stop shorter than this, seen from one look to the next, is not counted: a look a tick
+/// after the last, and a little late, is the lab at work (a `kill -CONT` with no stop, say).
+/// Longer, each stop counts, however many come one after another.
+const AWAY: Duration = Duration::from_millis(350);
 /// A wait of the lab's own woken this long or more after its deadline may have been stopped
 /// ([`awake_within`]); a timer is otherwise due within a millisecond or so.
 const LATE: Duration = Duration::from_millis(100);
@@ -437,6 +439,28 @@ mod tests {
         }
         let stopped = watch.stopped();
         assert!(stopped >= Duration::from_secs(20), "{stopped:?}");
+    }
+
+    /// Stops shorter than a second, one after another (0.9 s stopped, 50 ms running, 25
+    /// times), are each counted: a 10 s wait is still waiting after 23.75 s, 1.25 s of them
+    /// with the lab there, and the watch counts the stops, each to within a look.
+    #[tokio::test(start_paused = true)]
+    async fn short_stops_one_after_another_are_each_counted() {
+        let (_alone, mut deadline, mut watch) = alone_for_ten_seconds().await;
+        let never = std::future::pending::<()>();
+        {
+            let waiting = watched(this_process(), &mut watch, &mut deadline, never);
+            tokio::pin!(waiting);
+            for _ in 0..25 {
+                tokio::time::advance(Duration::from_millis(900)).await;
+                note_continued(libc::SIGCONT);
+                let running = tokio::time::timeout(Duration::from_millis(50), &mut waiting).await;
+                assert!(running.is_err(), "still waiting: {running:?}");
+            }
+        }
+        let stopped = watch.stopped();
+        let (least, most) = (Duration::from_millis(22_500), Duration::from_millis(23_750));
+        assert!((least..=most).contains(&stopped), "{stopped:?}");
     }
 
     /// A stop the wait ends on (what it waited for came meanwhile) is counted too.

@@ -145,7 +145,7 @@ pub struct Figures {
     /// How long the lab itself was stopped (Ctrl-Z, SIGSTOP, then continued) while it held and
     /// while it released, as its watch saw it: from its last look before each stop to its
     /// first after, so within a quarter of a second. The two times above count it. Absent when
-    /// no stop of a second or more was seen (a shorter one is not counted).
+    /// no stop of a third of a second or more was seen (a shorter one is not counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lab_stopped: Option<LabStopped>,
     /// The front's process with every request held.
