@@ -177,8 +177,9 @@ impl FrontProcess {
         self.child.wait().await
     }
 
-    /// Tells the front to stop and waits up to `timeout` for its report and its exit. An
-    /// `Err` means the front did not stop cleanly; the child is reaped either way. A child
+    /// Tells the front to stop and waits up to `timeout` for its report and its exit (killed,
+    /// if no report came by then). An `Err` means the front did not stop cleanly; the child is
+    /// reaped either way. A child
     /// stopped by a signal (SIGSTOP) reads no command: found stopped, it is killed at once (the
     /// exit says the lab killed it), as in [`FrontProcess::attach`].
     pub(crate) async fn stop(mut self, timeout: Duration) -> Result<StoppedFront, FrontError> {
@@ -205,8 +206,11 @@ impl FrontProcess {
             }
             Ok(Err(e)) => format!("{e:#}"),
             Err(Stall::Stopped) => return Err(killed_stopped(STOPPED, self.child).await),
+            // Told to stop and silent for all that time, it is killed at once: a grace to exit
+            // as well would keep a stuck front past the lab's 15 s.
             Err(Stall::NoProgress) => {
-                format!("the front did not stop within {} s", timeout.as_secs())
+                let reason = format!("the front did not stop within {} s", timeout.as_secs());
+                return Err(ended(reason, self.child.kill_and_reap().await));
             }
         };
         Err(end(self.child, reason).await)

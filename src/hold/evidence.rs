@@ -33,9 +33,11 @@ const START: Duration = Duration::from_secs(15);
 /// each of its first four waits (1, 2, 4 and 8 s) is shorter than this, a fifth would not be.
 /// A front that moves nothing for this long is stuck, or stopped.
 const STALL: Duration = Duration::from_secs(10);
-/// Fails a front that has not reported its stop by then; it then gets a few seconds more to
-/// exit before it is killed, all within the lab's 15 s.
+/// Fails a front that has not reported its stop by then, and kills it.
 const STOP: Duration = Duration::from_secs(8);
+/// The same, for a front stopped early, after a step failed: a front that made no progress
+/// for [`STALL`] and then does not stop within this is killed within the lab's 15 s.
+const STOP_EARLY: Duration = Duration::from_secs(3);
 
 /// What every measurement needs.
 #[derive(Debug)]
@@ -469,7 +471,7 @@ async fn end_early(
             ..failure(Some(pid), stage, held, remote.kill_found_stopped().await)
         });
     }
-    match remote.stop(STOP).await {
+    match remote.stop(STOP_EARLY).await {
         Err(e) => {
             // What went wrong first, then what the stop found; a process found stopped is the
             // reason itself.
