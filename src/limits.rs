@@ -34,6 +34,9 @@ pub(crate) struct Limits {
     pub(crate) nproc_enforced: bool,
     /// RLIMIT_NOFILE: open file descriptors per process, sockets included; a child inherits it.
     pub(crate) nofile: Rlimit,
+    /// Descriptors this process had open when read (`/proc/self/fd`) beyond stdio and the one
+    /// that read them: those a shell left open to it, which a child inherits as well.
+    pub(crate) fds_now: u64,
     /// `net.ipv4.ip_local_port_range`: the first and last ephemeral port, per source address.
     pub(crate) local_ports: (u16, u16),
     /// `net.core.somaxconn`: the longest accept queue a listener may ask for.
@@ -90,6 +93,7 @@ impl Limits {
             user_threads_now,
             nproc_enforced,
             nofile: Rlimit::get(Resource::Nofile)?,
+            fds_now: open_descriptors()?,
             local_ports: parse_port_range(&port_range).ok_or_else(|| {
                 invalid(format!("ip_local_port_range: not a range: {port_range:?}"))
             })?,
@@ -182,6 +186,12 @@ fn room_for(bytes: usize) -> io::Result<()> {
         libc::munmap(at, bytes);
     }
     Ok(())
+}
+
+/// How many descriptors this process has open beyond stdio, less the one that lists them.
+fn open_descriptors() -> io::Result<u64> {
+    let listed = std::fs::read_dir("/proc/self/fd")?.count();
+    Ok((listed as u64).saturating_sub(1 + 3))
 }
 
 /// Raises this process's RLIMIT_NOFILE soft limit to its hard limit, so that a front and its
@@ -430,8 +440,9 @@ impl std::error::Error for TooMany {}
 /// stacks and malloc arenas: 41 in a test child at rest here, more with runtime threads and
 /// arenas; `thread_maps_match_the_cost` checks the bound.
 const BASE_MAPS: u64 = 256;
-/// File descriptors a process has before its first held request: stdio, the listener, the
-/// runtime's epoll and waker, the pipes to a child: 6 in a test child at rest here.
+/// File descriptors a process has before its first held request, beyond those the lab had
+/// open when the limits were read (a child inherits those a shell left open): the listener,
+/// the runtime's epoll and waker, the pipes to a child: 6 in a test child at rest here.
 const BASE_FDS: u64 = 64;
 /// Threads a measurement starts besides one per held request, on top of those counted when the
 /// limits were read: the threaded front's child at rest runs two (its main thread and its
@@ -482,7 +493,12 @@ pub(crate) fn reach(limits: &Limits, front: Front) -> Option<Reach> {
             limits.user_threads_now + BASE_THREADS,
             cost.threads,
         ),
-        (Ceiling::Nofile, limits.nofile.soft, BASE_FDS, cost.fds),
+        (
+            Ceiling::Nofile,
+            limits.nofile.soft,
+            BASE_FDS + limits.fds_now,
+            cost.fds,
+        ),
         // In KiB; the limit is in bytes.
         (
             Ceiling::AddressSpace,
@@ -628,6 +644,7 @@ pub(crate) mod tests {
                 soft: Some(20_000),
                 hard: Some(20_000),
             },
+            fds_now: 0,
             local_ports: (32_768, 60_999),
             somaxconn: 4_096,
             address_space: UNLIMITED,
@@ -712,6 +729,14 @@ pub(crate) mod tests {
             (Ceiling::Nofile, 858)
         );
         assert_eq!(check(&limits, Front::Async, 500), Ok(()));
+        // Descriptors a shell left open to the lab (`exec 10</dev/null` …, eighty of them),
+        // which its child inherits too, leave fewer: 1 024 - 64 - 80 - 102.
+        let inherited = Limits {
+            fds_now: 80,
+            ..limits
+        };
+        let fewer = check(&inherited, Front::Async, 2_000).expect_err("too few fds");
+        assert_eq!(fewer.reach.held, 778);
     }
 
     /// RLIMIT_AS (here 64 MiB, as `prlimit --as=67108864`) leaves room for a few threads, each
