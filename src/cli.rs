@@ -502,12 +502,22 @@ pub fn fail_writes_past_the_file_size_limit() {
 /// timer on the process's CPU clock rings [`CPU_MARGIN`] before the lower of the two (a process
 /// keeps its CPU time across `exec`, so what it has used is counted); SIGXCPU, should it come
 /// first, is caught the same way. The run is cut short there, its report unwritten; the
-/// children die with the process, as they do whenever it ends. Without a limit, nothing is set.
-/// For the lab itself, once its command line is parsed: a front's child, ended by its own
-/// limit, is the front's evidence, told by the signal that ended it.
+/// children die with the process, as they do whenever it ends. Without a limit no timer is set,
+/// and the two signals are caught all the same: only a process sends them then, and the line
+/// says so. For the lab itself, once its command line is parsed: a front's child, ended by its
+/// own limit, is the front's evidence, told by the signal that ended it.
 #[cfg(unix)]
 pub fn stop_before_the_cpu_time_limit() {
     use crate::limits::{Resource, Rlimit};
+    // SAFETY: the handler only writes a static line and exits (see `at_the_limit`); the
+    // sigaction is a plain struct, read for the calls.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = at_the_limit as extern "C" fn(_, _, _) -> ! as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGXCPU, &action, std::ptr::null_mut());
+        libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut());
+    }
     let Ok(limit) = Rlimit::get(Resource::Cpu) else {
         return;
     };
@@ -540,16 +550,8 @@ pub fn stop_before_the_cpu_time_limit() {
             tv_usec: left.subsec_micros() as libc::suseconds_t,
         },
     };
-    // SAFETY: the handler only writes a static line and exits (see `at_the_limit`); the
-    // sigaction and the timer are plain structs, read for the calls.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = at_the_limit as extern "C" fn(_, _, _) -> ! as libc::sighandler_t;
-        action.sa_flags = libc::SA_SIGINFO;
-        libc::sigaction(libc::SIGXCPU, &action, std::ptr::null_mut());
-        libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut());
-        libc::setitimer(libc::ITIMER_PROF, &timer, std::ptr::null_mut());
-    }
+    // SAFETY: the timer is a plain struct, read for the call.
+    unsafe { libc::setitimer(libc::ITIMER_PROF, &timer, std::ptr::null_mut()) };
 }
 
 /// Ends the lab in one line naming the signal, exit 1, at SIGINT, SIGTERM, SIGHUP or another

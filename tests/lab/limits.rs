@@ -258,14 +258,19 @@ fn runs_within_a_cpu_time_limit_end_as_usual() {
 /// Under a CPU time limit the lab catches the limit's signals (SIGXCPU, and SIGPROF from the
 /// timer it sets) to stop in one line; the same signal sent by a process says nothing of the
 /// limit, so the line says it was sent. A classroom session under `prlimit --cpu=60`, once it
-/// has announced its page, is sent each. (The kernel's own, which no other process can forge,
-/// ends the lab with "out of CPU time": `cli::at_the_limit` tells the two by `si_code`.)
+/// has announced its page, is sent each; and without a limit, where only a process sends them,
+/// they end it in the same line. (The kernel's own, which no other process can forge, ends the
+/// lab with "out of CPU time": `cli::at_the_limit` tells the two by `si_code`.)
 #[test]
 fn a_cpu_limits_signal_sent_by_a_process_is_not_called_the_limit() {
     use std::io::{BufRead, BufReader};
-    for (signal, name) in [(libc::SIGXCPU, "SIGXCPU"), (libc::SIGPROF, "SIGPROF")] {
+    let signals = [(libc::SIGXCPU, "SIGXCPU"), (libc::SIGPROF, "SIGPROF")];
+    for ((signal, name), cpu_limit) in signals.into_iter().flat_map(|s| [(s, true), (s, false)]) {
         let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-        let mut child = limited(&mut lab, libc::RLIMIT_CPU, 60)
+        if cpu_limit {
+            limited(&mut lab, libc::RLIMIT_CPU, 60);
+        }
+        let mut child = lab
             .arg("classroom")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -284,7 +289,7 @@ fn a_cpu_limits_signal_sent_by_a_process_is_not_called_the_limit() {
         assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
         let rest: Vec<String> = stderr.map_while(Result::ok).collect();
         let status = child.wait().expect("the lab ends");
-        assert_eq!(status.code(), Some(1), "{status}: {rest:?}");
+        assert_eq!(status.code(), Some(1), "{cpu_limit}: {status}: {rest:?}");
         let line = format!(
             "isolation-lab: interrupted by {name}, sent by a process, not the CPU time limit: \
              stopped at once, its report unwritten or cut short"
