@@ -194,6 +194,10 @@ pub enum Command {
             value_delimiter = ',',
             // Given once, like every other flag: a second `--counts` is refused, not added.
             action = clap::ArgAction::Set,
+            // `-1` is its value, refused as a count, as `--slots -1` is: not a flag the
+            // subcommand does not take. (Not any value led by a hyphen: `--counts --server`
+            // would take `--server` for its value.)
+            allow_negative_numbers = true,
             value_parser = hold_count,
             default_values_t = hold::DEFAULT_COUNTS
         )]
@@ -1073,9 +1077,17 @@ mod tests {
             &["hold", "--counts", "0"],
             &["hold", "--counts", "50001"],
             &["hold", "--counts", "10", "--counts", "20"],
+            &["hold", "--counts", "-1"],
         ] {
             let error = parse(refused).expect_err("refused");
             assert_eq!(error.exit_code(), 2, "{refused:?}: {error}");
+            if refused
+                .iter()
+                .any(|a| a.starts_with('-') && !a.starts_with("--"))
+            {
+                let said = error.to_string();
+                assert!(said.contains("for '--counts"), "{refused:?}: {said}");
+            }
         }
         let cli = parse(&["hold", "--counts", "5,50000", "--server", "threaded"]).expect("valid");
         let Some(Command::Hold { counts, server, .. }) = cli.command else {
