@@ -60,7 +60,9 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let run = isolation_lab::lab::run_with(cli.run.inputs.inputs(), options);
             let report = runtime(run)?;
             let rendered = match cli.run.format {
-                Format::Json => json(&report),
+                Format::Json => (report.to_json())
+                    .context("cannot write JSON")
+                    .map(|json| terminal::json(json) + "\n"),
                 Format::Text => Ok(shown(text::render(&report))),
                 Format::Svg => Ok(svg::render(&report)),
             };

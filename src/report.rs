@@ -41,6 +41,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report as the lab writes it: JSON, pretty-printed. The binary's output and
+    /// `record`'s comparison of a report it read with the same report written again.
+    pub fn to_json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(self)
+    }
+
     /// Whether the run failed short of its end (a stall, an error, Ctrl-C), rather than only
     /// differing from the model: its failure is not the one a policy that ran to its end and
     /// differed is given ([`differs`] of that policy's own mismatches).

@@ -228,7 +228,9 @@ pub fn load(path: &Path) -> Result<Saved, Refused> {
 /// reads as the same value (`"2"` for `2`, `2.0` for `2`). `at` is where the report is in its
 /// file.
 fn as_written(report: &Report, json: &serde_json::Value, at: &str) -> anyhow::Result<()> {
-    let written = serde_json::to_value(report).context("cannot be written again")?;
+    let written = report.to_json().context("cannot be written again")?;
+    let written: serde_json::Value =
+        serde_json::from_str(&written).context("cannot be read again")?;
     let Some((pointer, read, wrote)) = first_difference(json, &written, at.to_owned()) else {
         return Ok(());
     };
