@@ -1102,15 +1102,6 @@ const EDITS: &[Edit] = &[
          to the gate's opening the ledger holds 1: it is counted in between",
     ),
     (
-        "a session's run listed twice",
-        BLOCKED_SESSION,
-        |r| {
-            let run = r["runs"][0].clone();
-            list(r, "/runs").push(run);
-        },
-        "run 2 is run 1 listed again: its servers listened where run 1's did, policy by policy",
-    ),
-    (
         "a classroom run's held work counted below anything the ledger held after the snapshot",
         ROOM_GATE,
         |r| {

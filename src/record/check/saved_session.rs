@@ -56,36 +56,6 @@ pub(crate) fn session(session: &SavedSession) -> Vec<Finding> {
             }
         }
     }
-    // Each run opens servers of its own, each on a port the system picks at random: a run
-    // whose servers all listened where an earlier run's did, policy by policy, is that run
-    // listed again.
-    let ports = |run: &Report| -> Option<Vec<std::net::SocketAddr>> {
-        (run.policies.iter())
-            .map(|p| Some(p.server.as_ref()?.address))
-            .collect()
-    };
-    let mut listened: BTreeMap<Vec<std::net::SocketAddr>, usize> = BTreeMap::new();
-    for (i, run) in session.runs.iter().enumerate() {
-        let Some(ports) = ports(run).filter(|p| !p.is_empty()) else {
-            continue;
-        };
-        if let Some(&earlier) = listened.get(&ports) {
-            find(
-                &["runs", &i.to_string(), "policies", "0", "server", "address"],
-                format!(
-                    "run {} is run {} listed again: its servers listened where run {}'s did, \
-                     policy by policy ({}), but each run opens servers of its own, each on a \
-                     port the system picks at random",
-                    i + 1,
-                    earlier + 1,
-                    earlier + 1,
-                    crate::label::listed(ports.iter())
-                ),
-            );
-        } else {
-            listened.insert(ports, i);
-        }
-    }
     // A run is reported once a Next was pressed in it, and the first Next opens its first
     // policy, which the run keeps however it ends.
     for (i, run) in session.runs.iter().enumerate() {
