@@ -35,9 +35,9 @@ const START: Duration = Duration::from_secs(15);
 const STALL: Duration = Duration::from_secs(10);
 /// Fails a front that has not reported its stop by then, and kills it.
 const STOP: Duration = Duration::from_secs(8);
-/// The same, for a front stopped early, after a step failed: a front that made no progress
-/// for [`STALL`] and then does not stop within this is killed within the lab's 15 s.
-const STOP_EARLY: Duration = Duration::from_secs(3);
+/// The same, for a front that was silent for [`STALL`] (a step failed as [`Silent`]): it is
+/// killed within the lab's 15 s of its silence.
+const STOP_SILENT: Duration = Duration::from_secs(3);
 
 /// What every measurement needs.
 #[derive(Debug)]
@@ -266,10 +266,11 @@ async fn census(
     match watched_within(remote.pid(), STALL, remote.census()).await {
         Ok(answer) => answer,
         Err(Stall::Stopped) => Err(FoundStopped(format!("at {at}, asked for its heap")).into()),
-        Err(Stall::NoProgress) => bail!(
+        Err(Stall::NoProgress) => Err(Silent(format!(
             "the front did not answer for its heap within {} s, at {at}",
             STALL.as_secs()
-        ),
+        ))
+        .into()),
     }
 }
 
@@ -288,10 +289,11 @@ async fn hold_all(
     while *seen < u64::from(held) {
         match next_heard(remote, callers, watch, &mut deadline, false).await {
             Err(Stall::NoProgress) => {
-                bail!(
+                return Err(Silent(format!(
                     "stalled: {seen} of {held} held, and none more for {} s",
                     STALL.as_secs()
-                );
+                ))
+                .into());
             }
             Err(Stall::Stopped) => {
                 return Err(FoundStopped(format!("at {seen} of {held} held")).into());
@@ -338,11 +340,12 @@ async fn answer_all(
     while callers.waiting() > 0 {
         match next_heard(remote, callers, watch, &mut deadline, true).await {
             Err(Stall::NoProgress) => {
-                bail!(
+                return Err(Silent(format!(
                     "stalled: {} still waiting, none answered for {} s after the gate opened",
                     plural(callers.waiting(), "caller"),
                     STALL.as_secs()
-                );
+                ))
+                .into());
             }
             Err(Stall::Stopped) => {
                 let waiting = plural(callers.waiting(), "caller");
@@ -435,6 +438,19 @@ fn check(closed: &StoppedFront, held: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The front, silent for [`STALL`] in a step of the lab's (nothing held, answered or said):
+/// what the step was waiting for.
+#[derive(Debug)]
+struct Silent(String);
+
+impl std::fmt::Display for Silent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Silent {}
+
 /// The front's process, found stopped by a signal in a step of the lab's: where.
 #[derive(Debug)]
 struct FoundStopped(String);
@@ -471,7 +487,13 @@ async fn end_early(
             ..failure(Some(pid), stage, held, remote.kill_found_stopped().await)
         });
     }
-    match remote.stop(STOP_EARLY).await {
+    // A front silent for so long gets little more; one stopped for another step's failure (a
+    // caller's, the lab's), however many connections it has to close, gets the usual time.
+    let timeout = match why.downcast_ref::<Silent>() {
+        Some(_) => STOP_SILENT,
+        None => STOP,
+    };
+    match remote.stop(timeout).await {
         Err(e) => {
             // What went wrong first, then what the stop found; a process found stopped is the
             // reason itself.
