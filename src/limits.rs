@@ -150,7 +150,7 @@ pub(crate) fn spawn_thread<T: Send + 'static>(
         thread = thread.stack_size(stack);
     }
     if memory_limited() {
-        room_for(stack.unwrap_or(THREAD_STACK).max(THREAD_STACK) + THREAD_EXTRA)?;
+        room_for(stack.unwrap_or(THREAD_STACK) + THREAD_EXTRA)?;
     }
     thread.spawn(run)
 }

@@ -8,9 +8,9 @@
 //! (SIGCONT, counted by [`note_continued`] in the lab's binary and while a session catches
 //! signals), the next look moves the wait's deadline by the time since the look before, if
 //! that is [`AWAY`] (a third of a second) or more, and adds it to the watch's
-//! [`StopWatch::stopped`]; a shorter stop is not counted. A lab that is merely busy, or not run on a loaded machine, has not been
-//! continued: its waits end at their deadlines. A wait of the lab's own, with no child to look
-//! at, counts a stop more simply ([`awake_within`]).
+//! [`StopWatch::stopped`]; a shorter stop is not counted. A lab that is merely busy, or not run
+//! on a loaded machine, has not been continued: its waits end at their deadlines. A wait of the
+//! lab's own, with no child to look at, counts a stop more simply ([`awake_within`]).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -179,9 +179,9 @@ impl FrontProcess {
 
     /// Tells the front to stop and waits up to `timeout` for its report and its exit (killed,
     /// if no report came by then). An `Err` means the front did not stop cleanly; the child is
-    /// reaped either way. A child
-    /// stopped by a signal (SIGSTOP) reads no command: found stopped, it is killed at once (the
-    /// exit says the lab killed it), as in [`FrontProcess::attach`].
+    /// reaped either way. A child stopped by a signal (SIGSTOP) reads no command: found
+    /// stopped, it is killed at once (the exit says the lab killed it), as in
+    /// [`FrontProcess::attach`].
     pub(crate) async fn stop(mut self, timeout: Duration) -> Result<StoppedFront, FrontError> {
         let reported = watched_within(self.pid(), timeout, self.stop_and_read()).await;
         let reason = match reported {

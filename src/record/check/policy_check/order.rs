@@ -536,11 +536,12 @@ impl<'a> PolicyCheck<'a> {
 
     /// In a classroom, `resources.before_fast` against the ledger's moments from the observer's
     /// snapshot before F1 to F1's first event, or the gate's opening where that comes first
-    /// (F1 left unread while slow work blocks the front's workers): it is counted in between, after the snapshot
-    /// and before F1 is sent, while the room's requests may arrive, be held or leave. Its held
-    /// work is the ledger's at one of those moments; its handlers, counted a moment before,
-    /// at least the permits taken at one of them (each kept by its request's handler until its
-    /// work leaves). Without a room the two are counted with nothing in between (`resources`).
+    /// (F1 left unread while slow work blocks the front's workers): it is counted in between,
+    /// after the snapshot and before F1 is sent, while the room's requests may arrive, be held
+    /// or leave. Its held work is the ledger's at one of those moments; its handlers, counted a
+    /// moment before, at least the permits taken at one of them (each kept by its request's
+    /// handler until its work leaves). Without a room the two are counted with nothing in
+    /// between (`resources`).
     pub(super) fn counted_before_fast(&mut self, replayed: &Replayed<'_>) {
         let before = self.file.resources.before_fast;
         let watch = (replayed.watch.iter()).find(|w| w.name == "observer_before_fast");
