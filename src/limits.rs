@@ -120,8 +120,9 @@ fn nproc_enforced(status: &str, uid_map: &str) -> bool {
     !(initial && (root || privileged))
 }
 
-/// The stack std gives a thread it starts, unless told otherwise.
-const THREAD_STACK: usize = 2 << 20;
+/// The stack of every thread the lab starts: std's default, set rather than left to std, which
+/// takes `RUST_MIN_STACK` from the environment.
+pub(crate) const THREAD_STACK: usize = 2 << 20;
 
 /// Room beyond a thread's stack that starting it takes: the signal stack std maps in the new
 /// thread before any of the lab's code runs there (a page and the larger of `SIGSTKSZ` and the
@@ -129,8 +130,8 @@ const THREAD_STACK: usize = 2 << 20;
 /// which `malloc` may grow its heap by its top pad (128 KiB) and more.
 const THREAD_EXTRA: usize = 256 << 10;
 
-/// Starts `run` on a thread named `name`, with a stack of `stack` bytes (std's 2 MiB when
-/// `None`), once the process has room for it.
+/// Starts `run` on a thread named `name`, with a stack of [`THREAD_STACK`], once the process
+/// has room for it.
 ///
 /// Under a memory limit (`ulimit -v` or `-d`, RLIMIT_AS or RLIMIT_DATA) a thread's stack may
 /// fit while the signal stack std maps in the new thread does not: std then aborts the whole
@@ -142,17 +143,13 @@ const THREAD_EXTRA: usize = 256 << 10;
 /// its signal stack.
 pub(crate) fn spawn_thread<T: Send + 'static>(
     name: &str,
-    stack: Option<usize>,
     run: impl FnOnce() -> T + Send + 'static,
 ) -> io::Result<std::thread::JoinHandle<T>> {
-    let mut thread = std::thread::Builder::new().name(name.into());
-    if let Some(stack) = stack {
-        thread = thread.stack_size(stack);
-    }
     if memory_limited() {
-        room_for(stack.unwrap_or(THREAD_STACK) + THREAD_EXTRA)?;
+        room_for(THREAD_STACK + THREAD_EXTRA)?;
     }
-    thread.spawn(run)
+    let thread = std::thread::Builder::new().name(name.into());
+    thread.stack_size(THREAD_STACK).spawn(run)
 }
 
 /// Whether this process runs under a limit of its address space or private memory, as read

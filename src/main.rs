@@ -60,9 +60,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let run = isolation_lab::lab::run_with(cli.run.inputs.inputs(), options);
             let report = runtime(run)?;
             let rendered = match cli.run.format {
-                Format::Json => (report.to_json())
-                    .context("cannot write JSON")
-                    .map(|json| terminal::json(json) + "\n"),
+                Format::Json => json(report.to_json()),
                 Format::Text => Ok(shown(text::render(&report))),
                 Format::Svg => Ok(svg::render(&report)),
             };
@@ -123,7 +121,13 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let verdict = report.verdict();
             // The page's verdict, said on the terminal too, once the report is out; a match is
             // said only once the report went out whole.
-            match (write_out(json(&report), verdict.as_deref())?, verdict) {
+            match (
+                write_out(
+                    json(serde_json::to_string_pretty(&report)),
+                    verdict.as_deref(),
+                )?,
+                verdict,
+            ) {
                 (_, Some(verdict)) => fail(&verdict),
                 (true, None) => say(
                     "isolation-lab classroom",
@@ -190,7 +194,7 @@ fn instrument(cli: isolation_lab::cli::Cli) -> Result<ExitCode, ExitCode> {
             let report = hold::hold(&config, &hold::HoldOptions::default());
             let rendered = match format {
                 HoldFormat::Text => Ok(shown(hold::render::text(&report))),
-                HoldFormat::Json => json(&report),
+                HoldFormat::Json => json(serde_json::to_string_pretty(&report)),
                 HoldFormat::Svg => Ok(hold::render::svg(&report)),
             };
             emit(rendered, report.failure.as_deref())
@@ -216,7 +220,7 @@ fn table(
 ) -> anyhow::Result<String> {
     match format {
         TableFormat::Text => Ok(shown(text())),
-        TableFormat::Json => json(value),
+        TableFormat::Json => json(serde_json::to_string_pretty(value)),
     }
 }
 
@@ -226,8 +230,9 @@ fn shown(text: String) -> String {
     terminal::lines(&text).into_owned()
 }
 
-fn json(value: &impl serde::Serialize) -> anyhow::Result<String> {
-    let json = serde_json::to_string_pretty(value).context("cannot write JSON")?;
+/// JSON as written (pretty-printed), as the terminal shows it, with its last newline.
+fn json(written: serde_json::Result<String>) -> anyhow::Result<String> {
+    let json = written.context("cannot write JSON")?;
     Ok(terminal::json(json) + "\n")
 }
 

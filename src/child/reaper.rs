@@ -69,7 +69,7 @@ impl Reaper {
         let (report_exit, exited) = oneshot::channel();
         let reaped = Arc::new(Mutex::new(false));
         let reaping = reaped.clone();
-        let thread = crate::limits::spawn_thread("lab-child-reaper", None, move || {
+        let thread = crate::limits::spawn_thread("lab-child-reaper", move || {
             let spawned = command.spawn();
             drop(command);
             let mut child = match spawned {

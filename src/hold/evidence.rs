@@ -489,9 +489,10 @@ async fn end_early(
     }
     // A front silent for so long gets little more; one stopped for another step's failure (a
     // caller's, the lab's), however many connections it has to close, gets the usual time.
-    let timeout = match why.downcast_ref::<Silent>() {
-        Some(_) => STOP_SILENT,
-        None => STOP,
+    let timeout = if why.is::<Silent>() {
+        STOP_SILENT
+    } else {
+        STOP
     };
     match remote.stop(timeout).await {
         Err(e) => {

@@ -261,7 +261,7 @@ fn first_difference<'a>(
             let keys: std::collections::BTreeSet<&String> =
                 read.keys().chain(wrote.keys()).collect();
             keys.into_iter().find_map(|key| {
-                let here = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
+                let here = format!("{at}{}", super::pointer(&[key]));
                 match (read.get(key), wrote.get(key)) {
                     (Some(r), Some(w)) => first_difference(r, w, here),
                     (r, w) => Some((here, r, w)),

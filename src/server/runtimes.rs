@@ -159,7 +159,7 @@ pub(crate) fn start(
     let (stop, stopped) = oneshot::channel::<()>();
     let (report, reported) = oneshot::channel();
     let beating = heartbeat.clone();
-    let thread = crate::limits::spawn_thread("lab-front", None, move || {
+    let thread = crate::limits::spawn_thread("lab-front", move || {
         // A dropped sender also means stop.
         let shutdown = stopped.map(drop);
         let serving = server.serve(section, census, hooks, shutdown, drain_limit);
@@ -283,7 +283,7 @@ fn serve(
 /// Drives `runtime` from a thread of its own until told to stop, then shuts it down.
 fn drive(runtime: Runtime, name: &str) -> anyhow::Result<(oneshot::Sender<()>, JoinHandle<()>)> {
     let (stop, stopped) = oneshot::channel::<()>();
-    let thread = crate::limits::spawn_thread(name, None, move || {
+    let thread = crate::limits::spawn_thread(name, move || {
         // A current-thread runtime runs its tasks only while it is driven here.
         let _ = runtime.block_on(stopped);
         drop(runtime);

@@ -260,7 +260,7 @@ pub(crate) fn start(
         signal: signal.clone(),
     });
     let (report, stopped) = oneshot::channel();
-    let thread = crate::limits::spawn_thread("lab-accept", None, move || {
+    let thread = crate::limits::spawn_thread("lab-accept", move || {
         let tid = os_thread_id();
         let summary = serve(poller, heard, shared, id, drain_limit);
         // The receiver is gone only if the coordinator itself went away.
@@ -616,7 +616,7 @@ fn start_connection(
     let _ = stream.set_nodelay(true);
     let seen = Arc::new(Seen::default());
     let (mine, working, shared) = (stream.clone(), seen.clone(), shared.clone());
-    let started = crate::limits::spawn_thread("lab-connection", None, move || {
+    let started = crate::limits::spawn_thread("lab-connection", move || {
         // Both guards also act while a panic unwinds: the census counts the handler out,
         // and the connection closes and tells the accept thread it ended.
         let _live = shared.census.enter();

@@ -4,7 +4,7 @@
 //! it.
 
 use super::reading::unreadable;
-use super::{count, figure, seconds, stopped_holding};
+use super::{NOTE_WIDTH, count, figure, seconds, stopped_holding};
 use crate::draw::table::wrap;
 use crate::hold::{CountOutcome, DropScope, Figures, FrontSeries, HoldReport, Sample};
 
@@ -101,7 +101,7 @@ pub(super) fn render(report: &HoldReport) -> String {
          drops: connections the front's listener dropped, a full accept queue among them.",
         "* machine-wide: every program's threads and listeners count, not only the front's.",
     ] {
-        out.push_str(&wrap(note, "", "", 96));
+        out.push_str(&wrap(note, "", "", NOTE_WIDTH));
     }
     let fronts = &report.fronts;
     let too_little = fronts
@@ -117,7 +117,7 @@ pub(super) fn render(report: &HoldReport) -> String {
              requests move it a few hundred KiB either way.",
             "",
             "",
-            96,
+            NOTE_WIDTH,
         ));
     }
     let notes = notes(fronts);
@@ -128,7 +128,7 @@ pub(super) fn render(report: &HoldReport) -> String {
     let ceilings = ceilings(report);
     if !ceilings.is_empty() {
         out.push('\n');
-        out.push_str(&wrap(&ceilings, "", "", 96));
+        out.push_str(&wrap(&ceilings, "", "", NOTE_WIDTH));
     }
     out
 }
@@ -247,7 +247,7 @@ fn notes(fronts: &[FrontSeries]) -> String {
                 CountOutcome::LabFailed { reason } => format!("the lab failed: {reason}"),
             };
             let note = format!("{front}, {}: {why}", count(u64::from(point.held)));
-            out.push_str(&wrap(&note, "", "  ", 96));
+            out.push_str(&wrap(&note, "", "  ", NOTE_WIDTH));
         }
     }
     out

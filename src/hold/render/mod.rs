@@ -1,7 +1,7 @@
-//! `hold`'s report drawn for a person: a table with N down the side and both fronts side by
-//! side, a reading computed from its figures, and an SVG of the curves against N.
+//! `hold`'s report drawn for a person: tables with N down the side and both fronts side by
+//! side, a reading computed from their figures, and an SVG of the curves against N.
 //!
-//! - `figures`: the text table, its notes and the ceilings.
+//! - `figures`: the text tables, their notes and the ceilings.
 //! - `reading`: what the figures show, in sentences built from them.
 //! - `curves`: the SVG of the curves on log axes, each front's ceiling as a line.
 
@@ -15,8 +15,13 @@ use crate::draw::table::thousands as count;
 use crate::draw::table::wrap;
 use crate::hold::{Figures, HoldReport};
 
-/// The text report: the table, its notes, the ceilings, and the reading. A run the lab itself
-/// failed (interrupted, say) says so first, then shows only what it measured: no reading.
+/// How wide the text's sentences and notes run, in columns: within a terminal of 100, as the
+/// tables are.
+const NOTE_WIDTH: usize = 96;
+
+/// The text report: the tables, their notes, the ceilings, and the reading. A run the lab
+/// itself failed (interrupted, say) says so first, then shows only what it measured: no
+/// reading.
 pub fn text(report: &HoldReport) -> String {
     let mut out = figures::render(report);
     if let Some(failure) = &report.failure {
@@ -32,7 +37,7 @@ pub fn text(report: &HoldReport) -> String {
     for (heading, sentences) in sections.iter().filter(|(_, s)| !s.is_empty()) {
         out.push_str(&format!("\n{heading}\n"));
         for sentence in sentences {
-            out.push_str(&wrap(sentence, "- ", "  ", 96));
+            out.push_str(&wrap(sentence, "- ", "  ", NOTE_WIDTH));
         }
     }
     out

@@ -374,9 +374,9 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
         *last = (*last).max(room.after_event);
     }
     let mut seen = BTreeSet::new();
-    // Each policy's decisions by request, read once for all the room's requests.
+    // Each policy's decisions by request, and where each request's work left the section, read
+    // once for all the room's requests.
     let mut decisions: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
-    // And where each request's work left the section.
     let mut leaving: BTreeMap<(usize, &str), BTreeMap<Label, &WorkEvent>> = BTreeMap::new();
     for (i, room) in session.room_requests.iter().enumerate() {
         let at = i.to_string();
@@ -397,25 +397,16 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
             ));
             continue;
         };
-        let decided = decisions
-            .entry((room.run, room.mode.name()))
-            .or_insert_with(|| {
-                let events = policy.work_events.iter().rev();
-                let events = events.filter(|e| e.event.is_decision());
-                // Reversed, so that a request's first decision is the one kept.
-                events.filter_map(|e| Some((e.request?, e))).collect()
-            })
+        let events = &policy.work_events;
+        let key = (room.run, room.mode.name());
+        let decided = (decisions.entry(key))
+            .or_insert_with(|| first_by_request(events, |e| e.event.is_decision()))
             .get(&request)
             .copied();
         let last = policy.work_events.last().map_or(0, |e| e.seq);
-        // Where its work left the section, if it did (first, as with its decision).
-        let left = leaving
-            .entry((room.run, room.mode.name()))
-            .or_insert_with(|| {
-                let events = policy.work_events.iter().rev();
-                let events = events.filter(|e| e.event == Event::Finished);
-                events.filter_map(|e| Some((e.request?, e))).collect()
-            })
+        // Where its work left the section, if it did.
+        let left = (leaving.entry(key))
+            .or_insert_with(|| first_by_request(events, |e| e.event == Event::Finished))
             .get(&request)
             .copied();
         match (room.status, decided, &room.error) {
@@ -504,4 +495,14 @@ fn room_requests(session: &SavedSession, find: &mut impl FnMut(&[&str], String))
             }
         }
     }
+}
+
+/// The first of `events` that `keeps` for each request it names.
+fn first_by_request(
+    events: &[WorkEvent],
+    keeps: impl Fn(&WorkEvent) -> bool,
+) -> BTreeMap<Label, &WorkEvent> {
+    // Reversed, so that a request's first is the one kept.
+    let kept = events.iter().rev().filter(|e| keeps(e));
+    kept.filter_map(|e| Some((e.request?, e))).collect()
 }

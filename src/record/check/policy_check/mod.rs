@@ -148,6 +148,11 @@ impl GateIndex {
             .flat_map(|room| room.gates_of(mode))
             .map(|g| (g.closed_after_event, g.opened_after_event))
             .collect();
+        Self::new(&gates)
+    }
+
+    /// `gates`, each as `(closed_after_event, opened_after_event)`, indexed.
+    fn new(gates: &[(u64, Option<u64>)]) -> Self {
         let never = gates
             .iter()
             .map(|&(closed, opened)| (closed, opened.unwrap_or(u64::MAX)));
@@ -163,14 +168,12 @@ impl GateIndex {
     fn latest_so_far(gates: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, (u64, u64))> {
         let mut gates: Vec<(u64, u64)> = gates.collect();
         gates.sort_unstable();
-        let mut latest = None;
+        // No gate is earlier than `(0, 0)`: the first takes its place.
+        let mut latest = (0, 0);
         (gates.into_iter())
             .map(|(closed, opened)| {
-                let so_far = latest
-                    .max(Some((opened, closed)))
-                    .unwrap_or((opened, closed));
-                latest = Some(so_far);
-                (closed, so_far)
+                latest = latest.max((opened, closed));
+                (closed, latest)
             })
             .collect()
     }
@@ -754,12 +757,7 @@ mod tests {
             lists.dedup();
         }
         for gates in &lists {
-            let never = gates.iter().map(|&(c, o)| (c, o.unwrap_or(u64::MAX)));
-            let opened = gates.iter().filter_map(|&(c, o)| Some((c, o?)));
-            let index = GateIndex {
-                closed: GateIndex::latest_so_far(never),
-                opened: GateIndex::latest_so_far(opened),
-            };
+            let index = GateIndex::new(gates);
             for seq in 0..6 {
                 let found = (index.closed_at(seq), index.met_at(seq).map(|(_, o)| o));
                 assert_eq!(found, walked(gates, seq), "{gates:?} at {seq}");

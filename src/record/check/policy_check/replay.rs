@@ -408,7 +408,7 @@ impl<'a> PolicyCheck<'a> {
             Some(first) if first < opened => (first, "F1's decision"),
             _ => (opened, "the gate's opening"),
         };
-        let held_sent = events[..opened.min(first_f1)]
+        let held_sent = events[..first_f1]
             .iter()
             .rposition(|e| matches!(e.request, Some(Label::Slow(_))))
             .map_or(0, |i| i + 1);
