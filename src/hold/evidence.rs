@@ -35,7 +35,7 @@ const START: Duration = Duration::from_secs(15);
 const STALL: Duration = Duration::from_secs(10);
 /// Fails a front that has not reported its stop by then, and kills it.
 const STOP: Duration = Duration::from_secs(8);
-/// The same, for a front that was silent for [`STALL`] (a step failed as [`Silent`]): it is
+/// The same, for a front that was silent for [`STALL`] (a step failed as [`Stuck::Silent`]): it is
 /// killed within the lab's 15 s of its silence.
 const STOP_SILENT: Duration = Duration::from_secs(3);
 
@@ -265,8 +265,8 @@ async fn census(
 ) -> anyhow::Result<crate::allocator::HeapCensus> {
     match watched_within(remote.pid(), STALL, remote.census()).await {
         Ok(answer) => answer,
-        Err(Stall::Stopped) => Err(FoundStopped(format!("at {at}, asked for its heap")).into()),
-        Err(Stall::NoProgress) => Err(Silent(format!(
+        Err(Stall::Stopped) => Err(Stuck::Stopped(format!("at {at}, asked for its heap")).into()),
+        Err(Stall::NoProgress) => Err(Stuck::Silent(format!(
             "the front did not answer for its heap within {} s, at {at}",
             STALL.as_secs()
         ))
@@ -289,14 +289,14 @@ async fn hold_all(
     while *seen < u64::from(held) {
         match next_heard(remote, callers, watch, &mut deadline, false).await {
             Err(Stall::NoProgress) => {
-                return Err(Silent(format!(
+                return Err(Stuck::Silent(format!(
                     "stalled: {seen} of {held} held, and none more for {} s",
                     STALL.as_secs()
                 ))
                 .into());
             }
             Err(Stall::Stopped) => {
-                return Err(FoundStopped(format!("at {seen} of {held} held")).into());
+                return Err(Stuck::Stopped(format!("at {seen} of {held} held")).into());
             }
             Ok(Heard::Front(Ok(Some(FromFront::Counts(counts))))) => {
                 if counts.refused > 0 {
@@ -340,7 +340,7 @@ async fn answer_all(
     while callers.waiting() > 0 {
         match next_heard(remote, callers, watch, &mut deadline, true).await {
             Err(Stall::NoProgress) => {
-                return Err(Silent(format!(
+                return Err(Stuck::Silent(format!(
                     "stalled: {} still waiting, none answered for {} s after the gate opened",
                     plural(callers.waiting(), "caller"),
                     STALL.as_secs()
@@ -349,7 +349,7 @@ async fn answer_all(
             }
             Err(Stall::Stopped) => {
                 let waiting = plural(callers.waiting(), "caller");
-                return Err(FoundStopped(format!("with {waiting} still waiting")).into());
+                return Err(Stuck::Stopped(format!("with {waiting} still waiting")).into());
             }
             Ok(Heard::Caller(Some(Ok(())))) => deadline = tokio::time::Instant::now() + STALL,
             Ok(Heard::Front(Ok(Some(FromFront::Counts(_))))) => {}
@@ -438,30 +438,25 @@ fn check(closed: &StoppedFront, held: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The front, silent for [`STALL`] in a step of the lab's (nothing held, answered or said):
-/// what the step was waiting for.
+/// A step of the lab's that the front held up: how, in words.
 #[derive(Debug)]
-struct Silent(String);
+enum Stuck {
+    /// Silent for [`STALL`] (nothing held, answered or said): what the step was waiting for.
+    Silent(String),
+    /// Its process found stopped by a signal: where.
+    Stopped(String),
+}
 
-impl std::fmt::Display for Silent {
+impl std::fmt::Display for Stuck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            Stuck::Silent(waiting) => f.write_str(waiting),
+            Stuck::Stopped(at) => write!(f, "the front's process stopped {at}"),
+        }
     }
 }
 
-impl std::error::Error for Silent {}
-
-/// The front's process, found stopped by a signal in a step of the lab's: where.
-#[derive(Debug)]
-struct FoundStopped(String);
-
-impl std::fmt::Display for FoundStopped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the front's process stopped {}", self.0)
-    }
-}
-
-impl std::error::Error for FoundStopped {}
+impl std::error::Error for Stuck {}
 
 /// Aborts and joins the callers, then stops the front (or reaps it, if it is gone), and says
 /// whose failure it was: the front's if its process was found stopped, died or its server
@@ -480,7 +475,8 @@ async fn end_early(
     let pid = remote.pid();
     // Found stopped, it is killed whether or not it has been continued since (a brief stop is
     // still a stop from outside): the same evidence wherever and however long the stop.
-    if why.downcast_ref::<FoundStopped>().is_some() {
+    let stuck = why.downcast_ref::<Stuck>();
+    if let Some(Stuck::Stopped(_)) = stuck {
         hooks.found_stopped(pid);
         return Broken::Front(FrontFailure {
             detail: format!("{why:#}"),
@@ -489,10 +485,9 @@ async fn end_early(
     }
     // A front silent for so long gets little more; one stopped for another step's failure (a
     // caller's, the lab's), however many connections it has to close, gets the usual time.
-    let timeout = if why.is::<Silent>() {
-        STOP_SILENT
-    } else {
-        STOP
+    let timeout = match stuck {
+        Some(Stuck::Silent(_)) => STOP_SILENT,
+        _ => STOP,
     };
     match remote.stop(timeout).await {
         Err(e) => {
