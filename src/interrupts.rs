@@ -32,12 +32,13 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// The signals whose default action ends a process and which are sent to end one: by a terminal
 /// (SIGINT at Ctrl-C, SIGQUIT at Ctrl-\\, SIGHUP when it closes), by `kill` and the tools that
-/// stop programs, or by a stray timer or request meant for another program. Not SIGKILL, which
+/// stop programs, or by a stray timer or request meant for another program (SIGIO for I/O a
+/// program asked to hear of; SIGSTKFLT, which Linux itself no longer sends). Not SIGKILL, which
 /// cannot be caught; not the faults a process raises on itself (SIGSEGV, SIGABRT, ...); not
 /// SIGPIPE, which Rust ignores; not SIGXCPU, SIGPROF and SIGXFSZ, which belong to the limits
 /// (`cli::stop_before_the_cpu_time_limit` catches the first two, the CPU time limit's signal and
 /// its own timer's just before it; `cli::fail_writes_past_the_file_size_limit` the third).
-const SIGNALS: [libc::c_int; 9] = [
+const SIGNALS: [libc::c_int; 11] = [
     libc::SIGINT,
     libc::SIGTERM,
     libc::SIGHUP,
@@ -47,6 +48,8 @@ const SIGNALS: [libc::c_int; 9] = [
     libc::SIGALRM,
     libc::SIGVTALRM,
     libc::SIGPWR,
+    libc::SIGIO,
+    libc::SIGSTKFLT,
 ];
 
 extern "C" fn caught(signal: libc::c_int) {
@@ -211,6 +214,8 @@ const LAST_WORDS: [(libc::c_int, &str); SIGNALS.len()] = {
         (libc::SIGALRM, line!("SIGALRM")),
         (libc::SIGVTALRM, line!("SIGVTALRM")),
         (libc::SIGPWR, line!("SIGPWR")),
+        (libc::SIGIO, line!("SIGIO")),
+        (libc::SIGSTKFLT, line!("SIGSTKFLT")),
     ]
 };
 
@@ -338,7 +343,10 @@ mod tests {
             "SIGALRM",
             "SIGVTALRM",
             "SIGPWR",
+            "SIGIO",
+            "SIGSTKFLT",
         ];
+        assert_eq!(names.len(), SIGNALS.len());
         for (signal, name) in SIGNALS.into_iter().zip(names) {
             defaults();
             let interrupts = Interrupts::catch().expect("catching");

@@ -246,6 +246,7 @@ pub(crate) fn signal_name(number: i32) -> &'static str {
         libc::SIGPROF => "SIGPROF",
         libc::SIGIO => "SIGIO",
         libc::SIGPWR => "SIGPWR",
+        libc::SIGSTKFLT => "SIGSTKFLT",
         libc::SIGSYS => "SIGSYS",
         _ => "unnamed",
     }

@@ -298,12 +298,24 @@ fn a_cpu_limits_signal_sent_by_a_process_is_not_called_the_limit() {
 
 /// A signal that comes while the lab writes its report, once its run is over (here: blocked on
 /// a pipe nobody reads), ends it in one line naming the signal, exit 1, rather than without a
-/// word by the signal's default action, its report cut short.
+/// word by the signal's default action, its report cut short: SIGTERM, and two whose default
+/// ends a program though nothing sends them to end one, SIGIO and SIGSTKFLT.
 #[test]
 fn a_signal_while_the_report_is_written_ends_the_lab_in_one_line() {
+    let signals = [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGIO, "SIGIO"),
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+    ];
+    for (signal, name) in signals {
+        ends_the_lab_writing_its_report(signal, name);
+    }
+}
+
+fn ends_the_lab_writing_its_report(signal: libc::c_int, name: &str) {
     use std::os::fd::AsRawFd;
     let mut lab = Command::new(env!("CARGO_BIN_EXE_isolation-lab"));
-    crate::common::with_default(&mut lab, libc::SIGTERM);
+    crate::common::with_default(&mut lab, signal);
     // The smallest pipe the kernel gives, sized before the lab can write to it (a pipe that
     // already holds more cannot shrink): the picture, about 27 KB, cannot fit it.
     let (stdout, into) = std::io::pipe().expect("a pipe");
@@ -344,18 +356,18 @@ fn a_signal_while_the_report_is_written_ends_the_lab_in_one_line() {
     }
     let pid = libc::pid_t::try_from(pid).expect("a pid");
     // SAFETY: kill(2) with a pid and a signal number touches no memory of ours.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     let mut stderr = String::new();
     let mut pipe = child.stderr.take().expect("piped");
     pipe.read_to_string(&mut stderr).expect("stderr");
     let status = child.wait().expect("the lab ends");
     drop(stdout);
     assert_eq!(status.code(), Some(1), "{status}: {stderr}");
-    assert_eq!(
-        stderr,
-        "isolation-lab: interrupted by SIGTERM: stopped at once, its report unwritten or cut \
+    let line = format!(
+        "isolation-lab: interrupted by {name}: stopped at once, its report unwritten or cut \
          short\n"
     );
+    assert_eq!(stderr, line);
 }
 
 /// Every shape under every limit, `runs` times each, [`AT_ONCE`] at a time.
