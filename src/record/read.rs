@@ -83,7 +83,7 @@ pub struct SavedSession {
     /// The session's own verdict: compared with the re-check, never taken as true.
     pub matches_model: bool,
     /// Why the session did not close cleanly.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub failure: Option<String>,
 }
 
@@ -102,13 +102,13 @@ pub struct SavedRoomRequest {
     /// The policy of that run it reached.
     pub mode: Mode,
     /// The status the run's front answered, if an answer came.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub status: Option<u16>,
     /// The front's JSON body.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub body: Option<serde_json::Value>,
     /// Why no answer came.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub error: Option<String>,
     /// The last work event of the run's ledger when the answer came.
     pub after_event: u64,
@@ -135,9 +135,21 @@ pub struct SavedRoomGate {
     pub generation: u32,
     /// The last work event before the gate closed.
     pub closed_after_event: u64,
-    /// The last work event before it opened; `None` if it never did.
-    #[serde(default)]
+    /// The last work event before it opened; `None` (written as `null`) if it never did.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub opened_after_event: Option<u64>,
+}
+
+/// A field the lab writes only when it has a value: present, it is not `null`.
+fn not_null<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    field: D,
+) -> Result<Option<T>, D::Error> {
+    match Option::<T>::deserialize(field)? {
+        Some(value) => Ok(Some(value)),
+        None => Err(serde::de::Error::custom(
+            "null, where the lab leaves out a field it has no value for",
+        )),
+    }
 }
 
 /// Reads the report saved in `path`: a lab report or a classroom session's report, of a run

@@ -3085,7 +3085,7 @@ type Malformed = (&'static str, fn(&mut Value), &'static str);
 #[test]
 fn a_malformed_report_is_refused_with_exit_status_2() {
     let dir = scratch("malformed");
-    let cases: [Malformed; 29] = [
+    let cases: [Malformed; 32] = [
         // A count of permits beyond its pool, wherever it is.
         (
             "three-of-two",
@@ -3306,6 +3306,42 @@ fn a_malformed_report_is_refused_with_exit_status_2() {
             },
             "is not a whole classroom report: room_requests lists 10 001 requests, but a \
              session answers at most 10 000",
+        ),
+        // A field the lab leaves out when it has no value, written as `null`; one it writes as
+        // `null`, left out.
+        (
+            "null-error",
+            |r| {
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [{ "request": "R1", "route": "/slow", "run": 1,
+                                    "mode": "shared", "after_event": 1, "error": null }],
+                "room_gates": [], "event_streams_dropped": 0, "connections_refused": 0 });
+                *r = session;
+            },
+            "is not a whole classroom report: null, where the lab leaves out a field it has no \
+             value for",
+        ),
+        (
+            "null-failure",
+            |r| {
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [], "room_gates": [], "event_streams_dropped": 0,
+                "connections_refused": 0, "failure": null });
+                *r = session;
+            },
+            "is not a whole classroom report: null, where the lab leaves out a field",
+        ),
+        (
+            "gate-never-said",
+            |r| {
+                let gate = json!({ "run": 1, "mode": "shared", "generation": 1,
+                                   "closed_after_event": 1 });
+                let session = json!({ "runs": [r.clone()], "matches_model": true,
+                "room_requests": [], "room_gates": [gate], "event_streams_dropped": 0,
+                "connections_refused": 0 });
+                *r = session;
+            },
+            "is not a whole classroom report: missing field `opened_after_event`",
         ),
         (
             "room-run",
