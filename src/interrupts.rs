@@ -193,35 +193,17 @@ static SPEAKER: AtomicI32 = AtomicI32::new(0);
 /// exit, so two signals at once still make one line.
 static SPEAKING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// What the lab says when one of [`SIGNALS`] ends it outside a session: one line each.
-const LAST_WORDS: [(libc::c_int, &str); SIGNALS.len()] = {
-    macro_rules! line {
-        ($name:literal) => {
-            concat!(
-                "isolation-lab: interrupted by ",
-                $name,
-                ": stopped at once, its report unwritten or cut short\n"
-            )
-        };
-    }
-    [
-        (libc::SIGINT, line!("SIGINT")),
-        (libc::SIGTERM, line!("SIGTERM")),
-        (libc::SIGHUP, line!("SIGHUP")),
-        (libc::SIGQUIT, line!("SIGQUIT")),
-        (libc::SIGUSR1, line!("SIGUSR1")),
-        (libc::SIGUSR2, line!("SIGUSR2")),
-        (libc::SIGALRM, line!("SIGALRM")),
-        (libc::SIGVTALRM, line!("SIGVTALRM")),
-        (libc::SIGPWR, line!("SIGPWR")),
-        (libc::SIGIO, line!("SIGIO")),
-        (libc::SIGSTKFLT, line!("SIGSTKFLT")),
-    ]
-};
+/// What the lab says when one of [`SIGNALS`] ends it outside a session, around the signal's
+/// name ([`signal_name`]).
+const LAST_WORDS: [&str; 2] = [
+    "isolation-lab: interrupted by ",
+    ": stopped at once, its report unwritten or cut short\n",
+];
 
 extern "C" fn last_word(signal: libc::c_int) {
-    // SAFETY: getpid(2), signal(2), raise(3), write(2) and _exit(2) are async-signal-safe, and
-    // the line is static. A forked child's signal is its own, as in `caught`.
+    // SAFETY: getpid(2), signal(2), raise(3), write(2) and _exit(2) are async-signal-safe; the
+    // line is put together from static words on the stack, allocating nothing, and written at
+    // once, so that it stays one line. A forked child's signal is its own, as in `caught`.
     unsafe {
         if libc::getpid() != SPEAKER.load(Ordering::SeqCst) {
             libc::signal(signal, libc::SIG_DFL);
@@ -234,11 +216,15 @@ extern "C" fn last_word(signal: libc::c_int) {
                 libc::pause();
             }
         }
-        for (number, line) in LAST_WORDS {
-            if number == signal {
-                libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), line.len());
-            }
+        let [before, after] = LAST_WORDS;
+        let mut line = [0u8; 128];
+        let mut length = 0;
+        for words in [before, signal_name(signal), after] {
+            let end = (length + words.len()).min(line.len());
+            line[length..end].copy_from_slice(&words.as_bytes()[..end - length]);
+            length = end;
         }
+        libc::write(libc::STDERR_FILENO, line.as_ptr().cast(), length);
         libc::_exit(1)
     }
 }

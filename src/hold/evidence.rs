@@ -35,8 +35,8 @@ const START: Duration = Duration::from_secs(15);
 const STALL: Duration = Duration::from_secs(10);
 /// Fails a front that has not reported its stop by then, and kills it.
 const STOP: Duration = Duration::from_secs(8);
-/// The same, for a front that was silent for [`STALL`] (a step failed as [`Stuck::Silent`]): it is
-/// killed within the lab's 15 s of its silence.
+/// The same, for a front that was silent for [`STALL`] (a step failed as [`Stuck::Silent`]):
+/// it is killed within the lab's 15 s of its silence.
 const STOP_SILENT: Duration = Duration::from_secs(3);
 
 /// What every measurement needs.
