@@ -45,6 +45,8 @@ pub(crate) struct Client {
     section: Arc<WorkSection>,
     /// Connections whose last answer was read whole, for the next caller.
     idle: Arc<Mutex<Vec<Connection>>>,
+    /// The requests that have opened a connection of their own, as they connected.
+    connected: Arc<Mutex<Vec<Label>>>,
 }
 
 /// An HTTP/1.1 connection to the server: the half that sends, and the half that must be
@@ -71,6 +73,7 @@ impl Client {
             headers,
             section,
             idle: Arc::default(),
+            connected: Arc::default(),
         }
     }
 
@@ -82,6 +85,24 @@ impl Client {
     fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
         // A caller that panicked holding the lock left a list of connections, still whole.
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `request`'s caller has opened a connection of its own to the server: then it
+    /// is there, accepted or waiting to be.
+    pub(crate) fn has_connected(&self, request: Label) -> bool {
+        let connected = self.connected.lock();
+        let connected = connected.unwrap_or_else(PoisonError::into_inner);
+        connected.contains(&request)
+    }
+
+    /// A new connection for `request`, noted as its own.
+    async fn connect(&self, request: Label) -> anyhow::Result<Connection> {
+        let connection = connect(self.address).await?;
+        let connected = self.connected.lock();
+        connected
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+        Ok(connection)
     }
 
     pub(crate) fn address(&self) -> SocketAddr {
@@ -124,17 +145,17 @@ impl Client {
         let reused = left_open.is_some();
         let mut connection = match left_open {
             Some(connection) => connection,
-            None => connect(self.address).await?,
+            None => self.connect(request).await?,
         };
         let answered = match connection.exchange(sent).await {
             // The server closed the connection while it was left open, and the request never
             // left: it goes on a new one.
             Err(Failed {
-                unsent: Some(request),
+                unsent: Some(unsent),
                 ..
             }) if reused => {
-                connection = connect(self.address).await?;
-                connection.exchange(request).await
+                connection = self.connect(request).await?;
+                connection.exchange(unsent).await
             }
             answered => answered,
         };

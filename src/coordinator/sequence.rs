@@ -228,14 +228,16 @@ impl Run {
     /// the first ones take every slow permit.
     async fn slow(&mut self, request: Label) -> Result<(), Failure> {
         self.heartbeat_started(request).await?;
+        if self.saturated() {
+            // Every worker that could read it is blocked: it is answered after release.
+            let queued = accept_queue(&self.session, Step::Slow, request)?;
+            let caller = self.session.send(request);
+            self.session.hold(request, caller);
+            return self.unread(Step::Slow, request, queued).await;
+        }
         self.keep_a_worker_listening();
         let caller = self.session.send(request);
         let (at, bounds) = ((Step::Slow, Some(request)), self.session.bounds());
-        if self.saturated() {
-            // Every worker that could read it is blocked: it is answered after release.
-            self.session.hold(request, caller);
-            return self.unread(Step::Slow, request).await;
-        }
         // Every thread the slow work can run on is held: admitted work waits for one.
         let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked >= threads);
         let admitted = AtomicBool::new(false);
@@ -300,8 +302,9 @@ impl Run {
         if self.saturated() {
             // F1 cannot be read, let alone admitted or refused: its caller waits for release,
             // with the lab's other callers.
+            let queued = accept_queue(&self.session, Step::Fast, Label::F1)?;
             self.session.send(Label::F1);
-            self.unread(Step::Fast, Label::F1).await?;
+            self.unread(Step::Fast, Label::F1, queued).await?;
         } else {
             self.keep_a_worker_listening();
             let f1 = self.session.exchange(Step::Fast, Label::F1).await?;
@@ -358,31 +361,20 @@ impl Run {
         matches!(self.lane, Lane::Workers(workers) if self.blocked >= workers)
     }
 
-    /// Waits to see `request` arrive and sit unread: one more connection in the listener's
-    /// accept queue than the requests seen so far, and records it with the heartbeat. Each
-    /// look is one system call; between looks the run's callers go on sending.
-    async fn unread(&mut self, step: Step, request: Label) -> Result<(), Failure> {
-        let seen = self
-            .observed
-            .executor
-            .as_ref()
-            .map_or(0, |w| w.unread.len());
-        let (bounds, session) = (self.session.bounds(), &mut self.session);
+    /// Waits to see `request` arrive and sit unread: its caller connected, and one more
+    /// connection in the listener's accept queue than the `queued` before it was sent (so
+    /// another process's connection is not taken for it), and records it with the heartbeat.
+    /// Each look is one system call; between looks the run's callers go on sending.
+    async fn unread(&mut self, step: Step, request: Label, queued: usize) -> Result<(), Failure> {
         let waiting = || format!("while waiting to see {request} wait unread");
         let fail = |cause| Failure::new(step, Some(request), cause);
-        let unreadable = |why: anyhow::Error| {
-            let why = why.context(format!("reading the front's accept queue for {request}"));
-            fail(Cause::Setup(format!("{why:#}")))
-        };
+        let (bounds, session) = (self.session.bounds(), &mut self.session);
         let arrived = async {
             loop {
-                match session.accept_queue() {
-                    Some(Ok(queued)) if queued > seen => return Ok(queued),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(unreadable(e.into())),
-                    None => {
-                        let none = anyhow!("the front has no runtime of its own to watch");
-                        return Err(unreadable(none));
+                if session.client.has_connected(request) {
+                    let now = accept_queue(session, step, request)?;
+                    if now > queued {
+                        return Ok(now);
                     }
                 }
                 // A caller that ended (its connection refused, say) will never be seen.
@@ -517,5 +509,18 @@ fn unfinished(
     Box::new(PolicyRun {
         report: PolicyReport::assemble_on(policy, held, shape, evidence),
         failure: Some(failure),
+    })
+}
+
+/// How many connections wait in the front's accept queue, counted before `request` is sent:
+/// the requests seen unread so far, and any other process's connection.
+fn accept_queue(session: &Session, step: Step, request: Label) -> Result<usize, Failure> {
+    let counted = match session.accept_queue() {
+        Some(counted) => counted.map_err(anyhow::Error::from),
+        None => Err(anyhow!("the front has no runtime of its own to watch")),
+    };
+    counted.map_err(|why| {
+        let why = why.context(format!("reading the front's accept queue for {request}"));
+        Failure::new(step, Some(request), Cause::Setup(format!("{why:#}")))
     })
 }

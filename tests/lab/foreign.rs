@@ -102,3 +102,51 @@ async fn silent_strangers_connected_before_f1_leave_a_genuine_report() {
         assert!(text.contains(&named), "{text}");
     }
 }
+
+/// Connects once while slow work is held, just before F1, and sends nothing.
+#[derive(Debug, Default)]
+struct QueuedStranger(Mutex<Vec<TcpStream>>);
+
+impl Hooks for QueuedStranger {
+    fn before_foreign_requests(&self, server: SocketAddr) {
+        let connected = TcpStream::connect(server).expect("connect");
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        open.push(connected);
+    }
+}
+
+/// With every worker of the front blocked (`--work block` on one worker), another process's
+/// connection waits in the accept queue ahead of F1: F1 is seen unread only once its own
+/// connection waits there too, behind S2's and the stranger's, and not at the first look,
+/// before F1's caller has even connected (the queue then already held one more than the
+/// requests seen so far). The run matches, and `record` re-checks it as matched.
+#[tokio::test]
+async fn a_strangers_queued_connection_is_not_taken_for_f1() {
+    use isolation_lab::executor::{BlockingThreads, Executor, WorkStyle, Workers};
+    let dir = common::temp_dir("isolation-lab-queued").expect("a scratch directory");
+    let block = Executor::new(
+        WorkStyle::Block,
+        Workers::CurrentThread,
+        BlockingThreads::default(),
+    );
+    let options = Options::on(Front::Async)
+        .with_executor(block)
+        .with_hooks(QueuedStranger::default());
+    let report = isolation_lab::lab::run_with(Inputs::default(), options).await;
+    assert!(report.matches_model, "{:?}", report.failure);
+    for policy in &report.policies {
+        let executor = policy.observed.executor.as_ref().expect("watched");
+        let seen: Vec<_> = (executor.unread.iter())
+            .map(|u| (u.request.to_string(), u.accept_queue))
+            .collect();
+        // S2 unread alone (S1 blocks the worker); then the stranger's connection, and F1's
+        // behind it.
+        let expected = [("S2".to_owned(), 1), ("F1".to_owned(), 3)];
+        assert_eq!(seen, expected, "{:?}", policy.mode);
+    }
+    let saved = dir.path().join("queued.json");
+    let json = serde_json::to_string(&report).expect("the report serializes");
+    std::fs::write(&saved, json).expect("saved");
+    let recorded = crate::record::record_here(dir.path(), "queued.json", false);
+    assert_eq!(recorded.code, 0, "{}", recorded.stdout);
+}
