@@ -198,6 +198,10 @@ pub struct LapseSeen {
     pub seen_at_ms: f64,
 }
 
+/// A paused replica's signal the run did not send: it was found running again.
+pub(crate) const CONTINUED_FROM_OUTSIDE: &str =
+    "SIGCONT: found running while paused, continued by another process";
+
 /// One replica's process and, once it stopped, its own account.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ReplicaEvidence {

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::draw::table::{self, columns, joined, labels, plural, plural_was};
 use crate::evidence::Decision;
 use crate::redis_pool::Effect;
-use crate::replicas::evidence::{EngineHolder, ReplicaEvidence, Sent};
+use crate::replicas::evidence::{CONTINUED_FROM_OUTSIDE, EngineHolder, ReplicaEvidence, Sent};
 use crate::replicas::model::{end_effect, parse_holder, until_admitted};
 use crate::replicas::report::late_effect;
 use crate::replicas::{Engine, ReplicaId, ReplicasReport};
@@ -409,10 +409,15 @@ fn leases(report: &ReplicasReport) -> String {
                  recorded."
             );
         } else if admitted.is_empty() {
-            let _ = write!(
-                note,
-                " No probe to {probed} was admitted while it was stopped."
-            );
+            // Another process may have continued it: then not while it was stopped.
+            let continued = (report.evidence.replicas.iter())
+                .filter(|r| Some(r.id) == pause.replica)
+                .any(|r| r.signals.iter().any(|s| s == CONTINUED_FROM_OUTSIDE));
+            let until = match continued {
+                true => format!("before {paused} was found running again"),
+                false => "while it was stopped".to_owned(),
+            };
+            let _ = write!(note, " No probe to {probed} was admitted {until}.");
         } else {
             let _ = write!(
                 note,

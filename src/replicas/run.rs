@@ -22,8 +22,8 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
 use super::evidence::{
-    Cleanup, CrashEvidence, EngineEvidence, EngineHolder, LapseSeen, PauseEvidence, ReleasedAnswer,
-    ReplicaEvidence, ReplicasEvidence, Sent,
+    CONTINUED_FROM_OUTSIDE, Cleanup, CrashEvidence, EngineEvidence, EngineHolder, LapseSeen,
+    PauseEvidence, ReleasedAnswer, ReplicaEvidence, ReplicasEvidence, Sent,
 };
 use super::inputs::{Engine, ReplicaId, ReplicasInputs};
 use super::model::{self, CrashPlan, PausePlan, holder, holds};
@@ -120,6 +120,12 @@ pub trait ReplicasHooks: Debug + Send + Sync {
     /// Whether the replica the run pauses past its lease is killed, unannounced, once the
     /// pause's probes are done and before the run continues it.
     fn paused_replica_dies(&self) -> bool {
+        false
+    }
+
+    /// Whether the replica the run pauses is continued (SIGCONT), unannounced, once it is seen
+    /// stopped: as a signal from outside the lab would continue it.
+    fn paused_replica_continued(&self) -> bool {
         false
     }
 }
@@ -602,6 +608,7 @@ impl ReplicasRun {
         let doing = "reading who holds the permits before the pause";
         let holders = self.holders_on(plan.paused, doing).await?;
         let names: Vec<String> = holders.iter().map(|h| h.holder.clone()).collect();
+        let continued = self.options.hooks.paused_replica_continued();
         let replica = self.replica(plan.paused)?;
         let front = replica
             .front
@@ -611,6 +618,18 @@ impl ReplicasRun {
         front
             .pause()
             .with_context(|| format!("cannot pause {}", plan.paused))?;
+        // Seen stopped before it is probed, so that found running later is a continue from
+        // outside, not a stop still on its way (one of its threads must take the signal). A
+        // replica that died meanwhile is named at the first probe.
+        let timeout = replica.safety_timeout;
+        if !seen_stopped_within(pid, timeout).await && !dead(pid) {
+            bail!("{} was not seen stopped after SIGSTOP", plan.paused);
+        }
+        if continued {
+            front
+                .resume()
+                .with_context(|| format!("cannot continue {}", plan.paused))?;
+        }
         replica.paused = true;
         replica
             .evidence
@@ -821,6 +840,13 @@ impl ReplicasRun {
             match read {
                 Ok(stat) if stat.stopped() && !replica.paused => {
                     bail!("{id} was found stopped ({doing}), by SIGSTOP or another stop signal");
+                }
+                Ok(stat) if !stat.stopped() && replica.paused => {
+                    replica.evidence.signals.push(CONTINUED_FROM_OUTSIDE.into());
+                    bail!(
+                        "{id}, which the run had paused, was found running ({doing}): another \
+                         process continued it (SIGCONT)"
+                    );
                 }
                 Ok(_) => {}
                 Err(e) => bail!("reading {id}'s state ({doing}): {e}"),

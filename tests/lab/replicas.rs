@@ -63,6 +63,7 @@ struct Break {
     replica_stopped: Option<ReplicaId>,
     replica_stops_at: Option<Label>,
     paused_replica_dies: bool,
+    paused_replica_continued: bool,
 }
 
 impl ReplicasHooks for Break {
@@ -96,6 +97,10 @@ impl ReplicasHooks for Break {
 
     fn paused_replica_dies(&self) -> bool {
         self.paused_replica_dies
+    }
+
+    fn paused_replica_continued(&self) -> bool {
+        self.paused_replica_continued
     }
 }
 
@@ -702,6 +707,32 @@ async fn an_idle_replica_stopped_is_named_while_the_run_probes() {
     let r3 = &report.evidence.replicas[2];
     let exit = r3.exit.as_deref().unwrap_or_default();
     assert!(exit.contains("SIGKILL"), "{exit}");
+}
+
+/// The paused replica (r2) continued by another process while the run probes r1 for its lease:
+/// named as found running at the next probe, and the text says no probe was admitted before
+/// then, not "while it was stopped".
+#[tokio::test]
+async fn a_paused_replica_continued_from_outside_is_named() {
+    if !redis_or_skip("a_paused_replica_continued_from_outside_is_named") {
+        return;
+    }
+    let broken = Break {
+        paused_replica_continued: true,
+        ..Break::default()
+    };
+    let said = "r2, which the run had paused, was found running (while the run probed r1): \
+                another process continued it (SIGCONT)";
+    let report = failing(inputs(2, 2, 4, Engine::Local, 10_000), broken, said).await;
+    nothing_left(&report);
+    let signals = &report.evidence.replicas[1].signals;
+    assert!(
+        signals[1].starts_with("SIGCONT: found running"),
+        "{signals:?}"
+    );
+    let text = isolation_lab::replicas::render::render(&report);
+    let said = "No probe to r1 was admitted\n  before r2 was found running again.";
+    assert!(text.contains(said), "{text}");
 }
 
 /// The paused replica (r2) killed before the run continues it: the run fails naming it, and what
