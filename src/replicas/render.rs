@@ -534,8 +534,11 @@ fn leases(report: &ReplicasReport) -> String {
         } else if !report.matches_model {
             String::new()
         } else if lease_ms > 0 {
-            let apart = apart_ms(&crash.probes).map_or(String::new(), |ms| {
-                format!(", plus up to the time between two probes (about {ms:.0} ms here)")
+            let apart = last_apart_ms(&crash.probes).map_or(String::new(), |ms| {
+                format!(
+                    ", plus up to the time from the last probe refused to the one admitted \
+                     ({ms:.0} ms here)"
+                )
             });
             format!(
                 "Every probe was refused, naming a dead holder, until its lease lapsed: the \
@@ -583,14 +586,12 @@ fn left(holders: &[EngineHolder]) -> String {
     }
 }
 
-/// How far apart `probes` were sent, on average: from the first to the last, over the gaps
-/// between them; `None` with fewer than two timed probes.
-fn apart_ms(probes: &[Sent]) -> Option<f64> {
-    let times: Vec<f64> = probes.iter().filter_map(|p| p.at_ms).collect();
-    match times.as_slice() {
-        [first, .., last] => Some((last - first) / (times.len() - 1) as f64),
-        _ => None,
-    }
+/// The time from the last refused probe's answer to the first admitted one's: the lease
+/// lapsed in between. Not the probes' pace: one answer may come late (a silent Redis, say).
+/// `None` without both.
+fn last_apart_ms(probes: &[Sent]) -> Option<f64> {
+    let (refused, admitted) = until_admitted(probes);
+    Some(admitted?.at_ms? - refused.last()?.at_ms?)
 }
 
 fn window(ms: Option<f64>) -> String {

@@ -562,11 +562,14 @@ async fn a_global_limit_holds_then_a_pause_over_admits_and_a_crash_lapses() {
     let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("OVER-ADMISSION by 1"), "{text}");
     assert!(text.contains("left at the signal"), "{text}");
-    // The window's sentence says how far apart this run's probes came, from their times.
+    // The window's sentence says how far apart this run's last refused probe and its admitted
+    // one came, from their times: the lease lapsed in between.
     let times: Vec<f64> = crash.probes.iter().filter_map(|p| p.at_ms).collect();
-    let apart = (times[times.len() - 1] - times[0]) / (times.len() - 1) as f64;
+    let apart = times[times.len() - 1] - times[times.len() - 2];
     let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let said = format!("plus up to the time between two probes (about {apart:.0} ms here).");
+    let said = format!(
+        "plus up to the time from the last probe refused to the one admitted ({apart:.0} ms here)."
+    );
     assert!(words.contains(&said), "{said}\n{text}");
     fits_100_columns(&text);
     // Cut short while it probed (a signal ended the run): no probe was recorded, and the
