@@ -122,13 +122,19 @@ impl ReplicasReport {
     }
 
     /// Why the run exits 1, in one line: what went wrong first. With global permits an
-    /// over-admission once the requests were decided comes before anything later (a failure
-    /// after it is added); otherwise the run's failure, or its first difference from the model.
+    /// over-admission the model did not predict comes before anything later (a failure after
+    /// it is added): one once the requests were decided, or one during the pause where a live
+    /// holder's lease lapsed too. Otherwise the run's failure, or its first difference from
+    /// the model.
     pub fn reason(&self) -> Option<String> {
+        let unpredicted = |o: &&OverAdmission| match o.when {
+            CountedAt::AfterRequests => true,
+            CountedAt::DuringPause => o.lapsed.iter().any(|lapsed| !lapsed.paused),
+        };
         let over = self
             .over_admitted
             .iter()
-            .find(|o| o.when == CountedAt::AfterRequests)
+            .find(unpredicted)
             .filter(|_| self.inputs.global.is_global());
         if let Some(over) = over {
             return Some(match &self.failure {

@@ -1065,6 +1065,20 @@ async fn redis_stopped_during_an_admission_names_the_over_admission() {
     nothing_left(&report);
 }
 
+/// The pause's over-admission with a live holder's lease lapsed too is more than the model
+/// predicts (the paused holders' only): named first in the run's one-line reason.
+fn unpredicted_first(report: &ReplicasReport) {
+    let reason = report.reason().expect("the run exits 1");
+    assert!(
+        reason.starts_with("over-admission") && reason.contains("during the pause"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("Redis no longer named r1/S1 a holder, live"),
+        "{reason}"
+    );
+}
+
 /// The holders key deleted under live holders: each replica's next renewal finds its holder
 /// gone before its lease ended and says its permit was lost from Redis; the pause's probes are
 /// then admitted beside them, and the over-admission names both, the live one and the paused.
@@ -1086,6 +1100,7 @@ async fn a_deleted_holders_key_is_named_permits_lost_from_redis() {
     let (_, s2) = lapsed(&report, CountedAt::DuringPause, "r2/S2");
     assert!(s2.paused, "{s2:?}");
     assert!(!report.matches_model);
+    unpredicted_first(&report);
     let text = isolation_lab::replicas::render::render(&report);
     assert!(text.contains("lost from Redis"), "{text}");
     assert_eq!(redis.lab_keys(), Vec::<String>::new());
@@ -1113,6 +1128,7 @@ async fn a_starved_live_holder_is_named_with_its_late_renewal() {
         "{s1:?}"
     );
     assert!(s1.worked_on_ms.is_some_and(|ms| ms > 0.0), "{s1:?}");
+    unpredicted_first(&report);
     let text = isolation_lab::replicas::render::render(&report);
     assert!(
         text.contains("Redis no longer named r1/S1 a holder, live"),
