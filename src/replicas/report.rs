@@ -89,8 +89,8 @@ pub(crate) fn late_effect(effect: &crate::redis_pool::Effect) -> String {
             effect.newest
         ),
         (true, false) => format!(
-            "the dependency accepted {holder}'s last write (token {token}, slot {slot}): no newer \
-             token had written to that slot"
+            "the dependency accepted {holder}'s last write (token {token}, slot {slot}): it had \
+             no newer token on record for that slot"
         ),
     }
 }

@@ -618,23 +618,12 @@ impl ReplicasRun {
         front
             .pause()
             .with_context(|| format!("cannot pause {}", plan.paused))?;
-        // Seen stopped before it is probed, so that found running later is a continue from
-        // outside, not a stop still on its way (one of its threads must take the signal). A
-        // replica that died meanwhile is named at the first probe.
-        let timeout = replica.safety_timeout;
-        if !seen_stopped_within(pid, timeout).await && !dead(pid) {
-            bail!("{} was not seen stopped after SIGSTOP", plan.paused);
-        }
-        if continued {
-            front
-                .resume()
-                .with_context(|| format!("cannot continue {}", plan.paused))?;
-        }
         replica.paused = true;
         replica
             .evidence
             .signals
             .push("SIGSTOP: paused while it held permits".into());
+        let timeout = replica.safety_timeout;
         self.evidence.pause = Some(PauseEvidence {
             replica: Some(plan.paused),
             pid,
@@ -642,6 +631,19 @@ impl ReplicasRun {
             probed: Some(plan.probed),
             ..PauseEvidence::default()
         });
+        // Seen stopped before it is probed, so that found running later is a continue from
+        // outside, not a stop still on its way (one of its threads must take the signal). A
+        // replica that died meanwhile is named at the first probe.
+        if !seen_stopped_within(pid, timeout).await && !dead(pid) {
+            bail!("{} was not seen stopped after SIGSTOP", plan.paused);
+        }
+        if continued {
+            let front = self.replica(plan.paused)?.front.as_ref();
+            let front = front.context("the paused replica is gone")?;
+            front
+                .resume()
+                .with_context(|| format!("cannot continue {}", plan.paused))?;
+        }
         let limit = self.lapse_limit();
         let mut probes = Vec::new();
         // The paused holders' permits are all taken again once a refusal names live holders
