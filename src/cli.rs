@@ -667,6 +667,20 @@ where
                 | Some(Command::Compare { executor, .. }) => {
                     refuse_executor(None, executor, blocking())
                 }
+                // A lease and fencing shape the global permits and the dependency, which
+                // `--global off` has neither of: given, they would change nothing.
+                Some(Command::Replicas { global, .. }) if !global.is_global() => {
+                    let given = |id: &str| own.value_source(id) == Some(ValueSource::CommandLine);
+                    let flags = [("lease_ms", "lease-ms"), ("fencing", "fencing")];
+                    let flag = flags.into_iter().find(|&(id, _)| given(id));
+                    flag.map(|(_, flag)| {
+                        format!(
+                            "--{flag} shapes the global permits, which --global off does not \
+                             have (each replica's own permits neither lapse nor fence): add \
+                             --global local, or leave it out"
+                        )
+                    })
+                }
                 _ => None,
             };
             let sub = matches.subcommand_name().unwrap_or_default();

@@ -211,6 +211,9 @@ fn hostile_command_lines_are_refused_before_any_socket() {
         ],
         &["compare", "--blocking-threads", "3"],
         &["classroom", "--workers", "2", "--blocking-threads", "3"],
+        // A lease or fencing without the global permits they shape.
+        &["replicas", "--lease-ms", "60000"],
+        &["replicas", "--global", "off", "--fencing", "on"],
     ];
     for args in hostile {
         let (code, stdout, stderr) = limited(args);
