@@ -58,6 +58,13 @@ struct Connection {
     driver: Option<http1::Connection<TokioIo<TcpStream>, Empty<Bytes>>>,
 }
 
+/// Whether a caller may send on a connection another caller left open.
+#[derive(Clone, Copy, Debug)]
+enum Reuse {
+    LeftOpen,
+    None,
+}
+
 /// Why an exchange failed, with its request when that never left.
 struct Failed {
     error: anyhow::Error,
@@ -96,7 +103,7 @@ impl Client {
     }
 
     /// A new connection for `request`, noted as its own.
-    async fn connect(&self, request: Label) -> anyhow::Result<Connection> {
+    async fn connect_for(&self, request: Label) -> anyhow::Result<Connection> {
         let connection = connect(self.address).await?;
         let connected = self.connected.lock();
         connected
@@ -116,11 +123,29 @@ impl Client {
         &self,
         request: Label,
     ) -> impl Future<Output = anyhow::Result<Received>> + Send + use<> {
+        self.call_on(request, Reuse::LeftOpen)
+    }
+
+    /// One caller, as [`Client::call`], on a new connection even where one is left open: a
+    /// request that must be seen waiting in the server's accept queue (a connection left open
+    /// was accepted long ago).
+    pub(crate) fn call_fresh(
+        &self,
+        request: Label,
+    ) -> impl Future<Output = anyhow::Result<Received>> + Send + use<> {
+        self.call_on(request, Reuse::None)
+    }
+
+    fn call_on(
+        &self,
+        request: Label,
+        reuse: Reuse,
+    ) -> impl Future<Output = anyhow::Result<Received>> + Send + use<> {
         let client = self.clone();
         async move {
             let route = request.route();
             let (status, bytes) = client
-                .get(request)
+                .get(request, reuse)
                 .await
                 .with_context(|| format!("{request}: GET {route} failed"))?;
             let after_event = client.section.last_seq();
@@ -135,17 +160,20 @@ impl Client {
         }
     }
 
-    /// `GET` `request`'s route on a connection left open, or on a new one: the status and the
-    /// whole body. The connection is left open again once the body is read.
-    async fn get(&self, request: Label) -> anyhow::Result<(u16, Bytes)> {
+    /// `GET` `request`'s route on a connection left open (if `reuse` allows), or on a new one:
+    /// the status and the whole body. The connection is left open again once the body is read.
+    async fn get(&self, request: Label, reuse: Reuse) -> anyhow::Result<(u16, Bytes)> {
         let sent = build(self.address, request.route().path(), request, &self.headers)?;
         // A connection the last caller left open. The fronts keep a connection open until the
         // client closes it or the server stops (after the client has closed its own).
-        let left_open = self.idle().pop();
+        let left_open = match reuse {
+            Reuse::LeftOpen => self.idle().pop(),
+            Reuse::None => None,
+        };
         let reused = left_open.is_some();
         let mut connection = match left_open {
             Some(connection) => connection,
-            None => self.connect(request).await?,
+            None => self.connect_for(request).await?,
         };
         let answered = match connection.exchange(sent).await {
             // The server closed the connection while it was left open, and the request never
@@ -154,7 +182,7 @@ impl Client {
                 unsent: Some(unsent),
                 ..
             }) if reused => {
-                connection = self.connect(request).await?;
+                connection = self.connect_for(request).await?;
                 connection.exchange(unsent).await
             }
             answered => answered,
@@ -403,6 +431,24 @@ mod tests {
         assert_eq!(client.idle().len(), 2);
         client.close();
         assert_eq!(client.idle().len(), 0);
+    }
+
+    /// A fresh caller opens a connection of its own though one is left open, and leaves its
+    /// own open too.
+    #[tokio::test]
+    async fn a_fresh_caller_opens_a_connection_of_its_own() {
+        let (address, accepted, _) = server(Ends::Never).await;
+        let client = client(address);
+        client.call(Label::Slow(1)).await.expect("answered");
+        assert_eq!(client.idle().len(), 1);
+        client.call_fresh(Label::F1).await.expect("answered");
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "a connection of its own"
+        );
+        assert!(client.has_connected(Label::F1));
+        assert_eq!(client.idle().len(), 2);
     }
 
     #[tokio::test]

@@ -231,7 +231,7 @@ impl Run {
         if self.saturated() {
             // Every worker that could read it is blocked: it is answered after release.
             let queued = accept_queue(&self.session, Step::Slow, request)?;
-            let caller = self.session.send(request);
+            let caller = self.session.send_fresh(request);
             self.session.hold(request, caller);
             return self.unread(Step::Slow, request, queued).await;
         }
@@ -303,7 +303,7 @@ impl Run {
             // F1 cannot be read, let alone admitted or refused: its caller waits for release,
             // with the lab's other callers.
             let queued = accept_queue(&self.session, Step::Fast, Label::F1)?;
-            self.session.send(Label::F1);
+            self.session.send_fresh(Label::F1);
             self.unread(Step::Fast, Label::F1, queued).await?;
         } else {
             self.keep_a_worker_listening();

@@ -183,6 +183,14 @@ impl Session {
         self.callers.spawn(self.client.call(request))
     }
 
+    /// Starts `request`'s caller on a new connection of its own, to be seen waiting in the
+    /// front's accept queue, however many connections other callers left open (the room's
+    /// requests go through this client too).
+    pub(crate) fn send_fresh(&mut self, request: Label) -> AbortHandle {
+        self.account.spawned += 1;
+        self.callers.spawn(self.client.call_fresh(request))
+    }
+
     /// Marks `request`'s caller as held: its response must wait for the gate.
     pub(crate) fn hold(&mut self, request: Label, caller: AbortHandle) {
         self.held.push((request, caller));

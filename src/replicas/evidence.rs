@@ -211,7 +211,8 @@ pub struct ReplicaEvidence {
     pub pid: u32,
     /// Where it listened.
     pub address: SocketAddr,
-    /// What the run did to it, beyond starting and stopping it.
+    /// What the run did to it, beyond starting and stopping it, and a continue it found another
+    /// process had sent ([`CONTINUED_FROM_OUTSIDE`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signals: Vec<String>,
     /// Its ledger, pool by pool, with the invariants checked; `None` if it never reported.

@@ -31,7 +31,8 @@ pub struct ReplicasReport {
     pub dependency: Option<Dependency>,
     /// The observations that differ from the prediction, in words.
     pub mismatches: Vec<String>,
-    /// Nothing failed and nothing differed.
+    /// Nothing failed, nothing differed, and no over-admission came that the model did not
+    /// predict.
     pub matches_model: bool,
     /// Why the run failed, in one line; absent when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,36 +108,43 @@ impl ReplicasReport {
         let over_admitted = model::over_admitted(&inputs, &evidence);
         let effects = evidence.engine.as_ref().and_then(|e| e.effects.as_deref());
         let dependency = effects.map(Dependency::of);
-        ReplicasReport {
+        let mut report = ReplicasReport {
             dependency,
             over_admitted,
             lab: "replicas".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            matches_model: failure.is_none() && mismatches.is_empty(),
+            matches_model: false,
             inputs,
             prediction,
             evidence,
             mismatches,
             failure,
-        }
+        };
+        report.matches_model = report.failure.is_none()
+            && report.mismatches.is_empty()
+            && report.unpredicted_over_admission().is_none();
+        report
     }
 
-    /// Why the run exits 1, in one line: what went wrong first. With global permits an
-    /// over-admission the model did not predict comes before anything later (a failure after
-    /// it is added): one once the requests were decided, or one during the pause where a live
-    /// holder's lease lapsed too. Otherwise the run's failure, or its first difference from
-    /// the model.
-    pub fn reason(&self) -> Option<String> {
+    /// With global permits, the first over-admission the model did not predict: one once the
+    /// requests were decided, or one during the pause where a live holder's lease lapsed too.
+    fn unpredicted_over_admission(&self) -> Option<&OverAdmission> {
         let unpredicted = |o: &&OverAdmission| match o.when {
             CountedAt::AfterRequests => true,
             CountedAt::DuringPause => o.lapsed.iter().any(|lapsed| !lapsed.paused),
         };
-        let over = self
-            .over_admitted
+        let global = self.inputs.global.is_global();
+        self.over_admitted
             .iter()
             .find(unpredicted)
-            .filter(|_| self.inputs.global.is_global());
-        if let Some(over) = over {
+            .filter(|_| global)
+    }
+
+    /// Why the run exits 1, in one line: what went wrong first. An over-admission the model
+    /// did not predict comes before anything later (a failure after it is added); otherwise
+    /// the run's failure, or its first difference from the model.
+    pub fn reason(&self) -> Option<String> {
+        if let Some(over) = self.unpredicted_over_admission() {
             return Some(match &self.failure {
                 Some(failure) => format!("{}; then the run failed: {failure}", over.sentence()),
                 None => over.sentence(),

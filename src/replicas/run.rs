@@ -632,10 +632,21 @@ impl ReplicasRun {
             ..PauseEvidence::default()
         });
         // Seen stopped before it is probed, so that found running later is a continue from
-        // outside, not a stop still on its way (one of its threads must take the signal). A
-        // replica that died meanwhile is named at the first probe.
-        if !seen_stopped_within(pid, timeout).await && !dead(pid) {
-            bail!("{} was not seen stopped after SIGSTOP", plan.paused);
+        // outside, not a stop still on its way (one of its threads must take the signal): looked
+        // at until then, as it comes within moments. A replica that died meanwhile is named at
+        // the first probe.
+        let stopped = async {
+            while !(is_stopped(pid) || dead(pid)) {
+                tokio::task::yield_now().await;
+            }
+        };
+        if tokio::time::timeout(timeout, stopped).await.is_err() {
+            bail!(
+                "{} was never seen stopped within {} s of the run's SIGSTOP: another process \
+                 continued it (SIGCONT), or it could not run to take the signal",
+                plan.paused,
+                timeout.as_secs()
+            );
         }
         if continued {
             let front = self.replica(plan.paused)?.front.as_ref();
@@ -844,6 +855,8 @@ impl ReplicasRun {
                     bail!("{id} was found stopped ({doing}), by SIGSTOP or another stop signal");
                 }
                 Ok(stat) if !stat.stopped() && replica.paused => {
+                    // Running: the close has no pause of the run's to end.
+                    replica.paused = false;
                     replica.evidence.signals.push(CONTINUED_FROM_OUTSIDE.into());
                     bail!(
                         "{id}, which the run had paused, was found running ({doing}): another \
