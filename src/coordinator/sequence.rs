@@ -239,7 +239,7 @@ impl Run {
         let caller = self.session.send(request);
         let (at, bounds) = ((Step::Slow, Some(request)), self.session.bounds());
         // Every thread the slow work can run on is held: admitted work waits for one.
-        let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked >= threads);
+        let lane_full = matches!(self.lane, Lane::Own(threads, _) if self.blocked() >= threads);
         let admitted = AtomicBool::new(false);
         let decision = self.session.decision(request, lane_full, &admitted);
         let decision = bounds
@@ -350,7 +350,7 @@ impl Run {
     /// With some but not all of the front's workers blocked (`--work block`), wakes a parked
     /// one before a request it must read is sent, so that it holds the runtime's I/O driver.
     fn keep_a_worker_listening(&self) {
-        if matches!(self.lane, Lane::Workers(_)) && self.blocked > 0 && !self.saturated() {
+        if matches!(self.lane, Lane::Workers(_)) && self.blocked() > 0 && !self.saturated() {
             self.session.wake_a_worker();
         }
     }
@@ -358,7 +358,14 @@ impl Run {
     /// Whether every worker of the front's runtime is blocked by held slow work, so that no
     /// request sent now can be read before the gate opens (`--work block` on the async front).
     fn saturated(&self) -> bool {
-        matches!(self.lane, Lane::Workers(workers) if self.blocked >= workers)
+        matches!(self.lane, Lane::Workers(workers) if self.blocked() >= workers)
+    }
+
+    /// How many threads held slow work blocks: the sequence's requests seen held, or more where
+    /// the room's requests (a classroom's) are held at the gate too, each on a thread.
+    fn blocked(&self) -> usize {
+        let held = self.session.section.snapshot().held_at_gate.len();
+        self.blocked.max(held)
     }
 
     /// Waits to see `request` arrive and sit unread: its caller connected, and one more

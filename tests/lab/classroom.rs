@@ -1923,3 +1923,42 @@ async fn the_room_sends_at_most_the_requests_a_session_keeps() {
     let listed = report.room_requests.iter().map(|r| r.request.to_string());
     assert_eq!(listed.collect::<Vec<_>>(), ["R1", "R2"]);
 }
+
+/// `--work block` on one worker, the room open before S1: the room's slow request, held at the
+/// gate, blocks the front's only worker, so S1 can no longer be read. The sequence counts every
+/// request held at the gate, the room's too, as a blocked worker: S1 is seen unread at once
+/// rather than awaited as a decision until the safety timeout, and the run ends, not matching
+/// the model (the room took the worker and the slow permit), without stalling.
+#[tokio::test]
+async fn a_room_request_that_blocks_the_only_worker_stalls_nothing() {
+    let block = Executor::new(
+        WorkStyle::Block,
+        Workers::CurrentThread,
+        BlockingThreads::default(),
+    );
+    let options = Options::on(Front::Async).with_executor(block);
+    let session = Session::start_with(inputs(ModeChoice::Partitioned, 2, 2), options).await;
+    let mut events = session.events().await;
+    let token = room_token(&events.until(|m| kind(m) == "state").await);
+    assert_eq!(session.next().await["step"], "open");
+    assert_eq!(session.control("open-room", json!({})).await.0, 200);
+    let r1 = session.room("/slow", &token);
+    events.until(is_work("R1", "held")).await;
+    for step in ["S1", "S2", "F1", "release", "S-after", "F-after"] {
+        assert_eq!(session.next().await["step"], step);
+    }
+    assert_eq!(within(r1).await.expect("R1 answered").0, 200);
+    let report = session.end().await;
+    let run = &report.runs[0];
+    let policy = &run.policies[0];
+    let failure = run.failure.as_ref();
+    assert!(
+        failure.is_none_or(|f| !f.contains("stalled")),
+        "{failure:?}"
+    );
+    let unread: Vec<String> = (policy.observed.executor.iter())
+        .flat_map(|e| e.unread.iter().map(|u| u.request.to_string()))
+        .collect();
+    assert_eq!(unread, ["S1", "S2", "F1"]);
+    assert!(!report.matches_model);
+}
