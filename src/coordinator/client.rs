@@ -62,7 +62,7 @@ struct Connection {
 #[derive(Clone, Copy, Debug)]
 enum Reuse {
     LeftOpen,
-    None,
+    Never,
 }
 
 /// Why an exchange failed, with its request when that never left.
@@ -133,7 +133,7 @@ impl Client {
         &self,
         request: Label,
     ) -> impl Future<Output = anyhow::Result<Received>> + Send + use<> {
-        self.call_on(request, Reuse::None)
+        self.call_on(request, Reuse::Never)
     }
 
     fn call_on(
@@ -168,7 +168,7 @@ impl Client {
         // client closes it or the server stops (after the client has closed its own).
         let left_open = match reuse {
             Reuse::LeftOpen => self.idle().pop(),
-            Reuse::None => None,
+            Reuse::Never => None,
         };
         let reused = left_open.is_some();
         let mut connection = match left_open {

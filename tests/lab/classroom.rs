@@ -57,6 +57,18 @@ impl Session {
         .await
     }
 
+    /// Partitioned at the defaults, with `--work block` on one worker: S1's held work blocks
+    /// the front runtime's only worker.
+    async fn blocking_its_only_worker() -> Session {
+        let block = Executor::new(
+            WorkStyle::Block,
+            Workers::CurrentThread,
+            BlockingThreads::default(),
+        );
+        let options = Options::on(Front::Async).with_executor(block);
+        Session::start_with(inputs(ModeChoice::Partitioned, 2, 2), options).await
+    }
+
     /// A session of `config`.
     async fn start_config(config: classroom::Config) -> Session {
         let common::Classroom { url, leave, task } = common::serve_classroom_config(config).await;
@@ -409,13 +421,7 @@ async fn the_control_api_steps_through_the_sequence_and_the_stream_tells_every_e
 /// after release F1 admitted, after the gate opened. The run matches the model.
 #[tokio::test]
 async fn the_stream_shows_f1_unread_while_slow_work_blocks_the_only_worker() {
-    let executor = Executor::new(
-        WorkStyle::Block,
-        Workers::CurrentThread,
-        BlockingThreads::default(),
-    );
-    let options = Options::on(Front::Async).with_executor(executor);
-    let session = Session::start_with(inputs(ModeChoice::Partitioned, 2, 2), options).await;
+    let session = Session::blocking_its_only_worker().await;
     let mut events = session.events().await;
     for step in ["open", "S1", "S2", "F1"] {
         assert_eq!(session.next().await["step"], step);
@@ -1931,13 +1937,7 @@ async fn the_room_sends_at_most_the_requests_a_session_keeps() {
 /// the model (the room took the worker and the slow permit), without stalling.
 #[tokio::test]
 async fn a_room_request_that_blocks_the_only_worker_stalls_nothing() {
-    let block = Executor::new(
-        WorkStyle::Block,
-        Workers::CurrentThread,
-        BlockingThreads::default(),
-    );
-    let options = Options::on(Front::Async).with_executor(block);
-    let session = Session::start_with(inputs(ModeChoice::Partitioned, 2, 2), options).await;
+    let session = Session::blocking_its_only_worker().await;
     let mut events = session.events().await;
     let token = room_token(&events.until(|m| kind(m) == "state").await);
     assert_eq!(session.next().await["step"], "open");
