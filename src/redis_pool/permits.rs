@@ -301,6 +301,11 @@ fn in_words(error: &RedisError) -> String {
     if error.is_connection_dropped() {
         return "the connection to Redis was lost (did it exit?)".to_owned();
     }
+    if error.code() == Some("NOAUTH") {
+        return "that Redis asks for a password (NOAUTH), and the lab gives one only to the \
+                Redis it starts itself (--global local)"
+            .to_owned();
+    }
     // The server's own words: any process may listen where the lab was told Redis is.
     let text = error.to_string();
     let first = text.lines().next().unwrap_or("an error without a message");
@@ -439,6 +444,12 @@ impl GlobalPermits {
             }),
             conn,
         };
+        // One command first, so a Redis that refuses every command (it asks for a password,
+        // say) says so once, not once for each script of the pipeline.
+        let _: String = redis::cmd("PING")
+            .query_async(&mut permits.conn.clone())
+            .await
+            .map_err(redis_error)?;
         permits.load_scripts().await?;
         permits.agree().await?;
         permits.conn.set_response_timeout(timeout);

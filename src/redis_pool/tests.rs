@@ -164,6 +164,30 @@ async fn the_private_server_asks_for_a_password_no_command_line_shows() {
     redis.stop().await.expect("redis-server stops cleanly");
 }
 
+/// A Redis that asks for a password the lab does not have is named in one sentence, not once
+/// for each command the lab would have sent.
+#[tokio::test]
+async fn a_redis_that_asks_for_a_password_is_named_once() {
+    let test = "a_redis_that_asks_for_a_password_is_named_once";
+    let Some(redis) = redis_or_skip(test).await else {
+        return;
+    };
+    guarded(async {
+        let connected = GlobalPermits::connect(redis.url(), None, "nokey", 2, Lease::None).await;
+        let Err(refused) = connected else {
+            panic!("connected without the password");
+        };
+        let said = refused.to_string();
+        assert_eq!(
+            said,
+            "connecting: that Redis asks for a password (NOAUTH), and the lab gives one only to \
+             the Redis it starts itself (--global local)"
+        );
+    })
+    .await;
+    redis.stop().await.expect("redis-server stops cleanly");
+}
+
 /// With capacity 2, exactly the first 2 of 5 holders are admitted, and each refusal names both
 /// holders with their lease ends.
 #[tokio::test]
