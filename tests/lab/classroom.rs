@@ -132,6 +132,17 @@ impl Session {
         tokio::spawn(async move { answered(sent.await).await })
     }
 
+    /// Opens the run's server (its first step) and the room, and sends R1 to `/slow`, from the
+    /// room's command as `events` showed it; returns once R1 is held at the gate.
+    async fn open_and_hold_r1(&self, events: &mut Events) -> JoinHandle<(u16, Value)> {
+        let token = room_token(&events.until(|m| kind(m) == "state").await);
+        assert_eq!(self.next().await["step"], "open");
+        assert_eq!(self.control("open-room", json!({})).await.0, 200);
+        let r1 = self.room("/slow", &token);
+        events.until(is_work("R1", "held")).await;
+        r1
+    }
+
     async fn events(&self) -> Events {
         Events::open(&self.http, &self.base).await
     }
@@ -244,11 +255,7 @@ fn kind(message: &Value) -> &str {
 async fn a_room_request_its_student_gives_up_on_is_listed_and_recorded() {
     let session = Session::start(inputs(ModeChoice::Partitioned, 3, 1), Front::Async).await;
     let mut events = session.events().await;
-    let token = room_token(&events.until(|m| kind(m) == "state").await);
-    assert_eq!(session.next().await["step"], "open");
-    assert_eq!(session.control("open-room", json!({})).await.0, 200);
-    let r1 = session.room("/slow", &token);
-    events.until(is_work("R1", "held")).await;
+    let r1 = session.open_and_hold_r1(&mut events).await;
     r1.abort();
     // The page is told why R1 has no answer, before or after its work left cancelled.
     let told = |m: &Value| kind(m) == "response" && m["request"] == "R1";
@@ -1939,11 +1946,7 @@ async fn the_room_sends_at_most_the_requests_a_session_keeps() {
 async fn a_room_request_that_blocks_the_only_worker_stalls_nothing() {
     let session = Session::blocking_its_only_worker().await;
     let mut events = session.events().await;
-    let token = room_token(&events.until(|m| kind(m) == "state").await);
-    assert_eq!(session.next().await["step"], "open");
-    assert_eq!(session.control("open-room", json!({})).await.0, 200);
-    let r1 = session.room("/slow", &token);
-    events.until(is_work("R1", "held")).await;
+    let r1 = session.open_and_hold_r1(&mut events).await;
     for step in ["S1", "S2", "F1", "release", "S-after", "F-after"] {
         assert_eq!(session.next().await["step"], step);
     }
