@@ -78,8 +78,6 @@ pub struct Run {
     shape: (Front, Executor),
     /// How many admitted slow requests can hold a thread before the next waits for one.
     lane: Lane,
-    /// Slow requests seen held at the gate so far.
-    blocked: usize,
     session: Session,
     census: Arc<FrontCensus>,
     plan: VecDeque<Planned>,
@@ -133,7 +131,6 @@ impl Run {
             held,
             shape,
             lane: executor.lane(front),
-            blocked: 0,
             session,
             census,
             plan: Planned::all(held).collect(),
@@ -260,7 +257,6 @@ impl Run {
             return Ok(());
         }
         if decision == Event::Held {
-            self.blocked += 1;
             self.beat(Moment::Held, Some(request));
             self.session.hold(request, caller.clone());
             if self.session.hooks().caller_leaves(request) {
@@ -361,11 +357,10 @@ impl Run {
         matches!(self.lane, Lane::Workers(workers) if self.blocked() >= workers)
     }
 
-    /// How many threads held slow work blocks: the sequence's requests seen held, or more where
-    /// the room's requests (a classroom's) are held at the gate too, each on a thread.
+    /// How many threads held slow work blocks: every request held at the gate, the sequence's
+    /// and (in a classroom) the room's, each on a thread of its own until the gate opens.
     fn blocked(&self) -> usize {
-        let held = self.session.section.snapshot().held_at_gate.len();
-        self.blocked.max(held)
+        self.session.section.snapshot().held_at_gate.len()
     }
 
     /// Waits to see `request` arrive and sit unread: its caller connected, and one more
